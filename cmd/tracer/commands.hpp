@@ -1,0 +1,23 @@
+// Sub-command registration for the tracer CLI. Each command lives in its own cmd_*.cpp and
+// registers itself here; main.cpp stays a dispatcher.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+
+namespace tracer::cli {
+
+/// Exit codes shared by every command.
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitRuntime = 1;
+inline constexpr int kExitUsage = 2;
+
+/// A command adds its sub-app to `app` and sets `run` to the function that executes it; `run`
+/// returns the process exit code.
+using Runner = std::function<int()>;
+
+void add_version_command(CLI::App& app, Runner& run);
+void add_list_command(CLI::App& app, Runner& run);
+void add_stat_command(CLI::App& app, Runner& run);
+
+}  // namespace tracer::cli
