@@ -102,7 +102,11 @@ Failure explain(int err, const EventAttr& attr, const OpenTarget& t) {
       break;
     case EINVAL: {
       std::string hint;
-      if (t.pid == -1 && t.cpu == -1) {
+      if (attr.type() == PERF_TYPE_TRACEPOINT && !(t.pid == -1 && t.cpu == -1)) {
+        hint = fmt::format("no tracepoint with id {} exists in this kernel (ids come from "
+                           "tracefs events/<system>/<event>/id)",
+                           attr.config());
+      } else if (t.pid == -1 && t.cpu == -1) {
         hint = "pid -1 and cpu -1 together are not allowed: trace a task, or one CPU at a time";
       } else if (t.cpu >= 0 && t.cpu >= ::sysconf(_SC_NPROCESSORS_CONF)) {
         hint = fmt::format("cpu {} does not exist", t.cpu);

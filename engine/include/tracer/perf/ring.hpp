@@ -4,7 +4,7 @@
 // Usage (forward mode):
 //   auto ring = Ring::map(event.fd(), {.data_pages = 64});
 //   ring->load_head();                              // acquire: what the kernel published
-//   while (auto p = ring->peek(); !p.record.empty()) {
+//   for (auto p = ring->peek(); !p.record.empty(); p = ring->peek()) {
 //     use(p.record);                                // valid until commit()
 //     ring->consume(p.record.size());
 //   }
