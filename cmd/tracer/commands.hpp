@@ -18,5 +18,6 @@ using Runner = std::function<int()>;
 
 void add_version_command(CLI::App& app, Runner& run);
 void add_list_command(CLI::App& app, Runner& run);
+void add_stat_command(CLI::App& app, Runner& run);
 
 }  // namespace tracer::cli

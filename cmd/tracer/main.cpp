@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   tracer::cli::Runner run;
   tracer::cli::add_version_command(app, run);
   tracer::cli::add_list_command(app, run);
+  tracer::cli::add_stat_command(app, run);
 
   try {
     app.parse(argc, argv);
