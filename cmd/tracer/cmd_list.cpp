@@ -1,0 +1,129 @@
+// `tracer list tracepoints [GLOB]` and `tracer list pmus`.
+#include <fmt/core.h>
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "commands.hpp"
+#include "tracer/perf/pmu.hpp"
+#include "tracer/result.hpp"
+#include "tracer/tracefs/tracefs.hpp"
+
+namespace tracer::cli {
+namespace {
+
+int report(const Failure& f) {
+  fmt::print(stderr, "tracer: {}\n", f.message);
+  if (!f.hint.empty())
+    fmt::print(stderr, "  hint: {}\n", f.hint);
+  return kExitRuntime;
+}
+
+/// The glob with its wildcard characters removed, as a tracepoint name to compare against.
+tracefs::TracepointName glob_as_name(std::string_view glob) {
+  std::string plain;
+  for (char c : glob)
+    if (c != '*' && c != '?' && c != '[' && c != ']')
+      plain.push_back(c);
+  if (auto tp = tracefs::split_tracepoint(plain))
+    return *tp;
+  return {.system = {}, .event = plain};
+}
+
+int list_tracepoints(const std::string& glob) {
+  auto fs = tracefs::Tracefs::open();
+  if (!fs)
+    return report(fs.error());
+  auto tps = fs->list_tracepoints(glob);
+  if (!tps)
+    return report(tps.error());
+  if (tps->empty()) {
+    fmt::print(stderr, "tracer: no tracepoint matches {}\n", glob);
+    const auto near = fs->near_matches(glob_as_name(glob));
+    if (!near.empty()) {
+      fmt::print(stderr, "  near matches:\n");
+      for (const auto& n : near)
+        fmt::print(stderr, "    {}\n", n);
+    }
+    return kExitRuntime;
+  }
+  std::string out;
+  for (const auto& tp : *tps) {
+    out += tp.system;
+    out += ':';
+    out += tp.event;
+    out += '\n';
+  }
+  fmt::print("{}", out);
+  return kExitOk;
+}
+
+std::string cpu_list(const std::vector<int>& cpus) {
+  std::string s;
+  for (std::size_t i = 0; i < cpus.size();) {
+    std::size_t j = i;
+    while (j + 1 < cpus.size() && cpus[j + 1] == cpus[j] + 1)
+      ++j;
+    if (!s.empty())
+      s += ',';
+    s += j == i ? fmt::format("{}", cpus[i]) : fmt::format("{}-{}", cpus[i], cpus[j]);
+    i = j + 1;
+  }
+  return s;
+}
+
+int list_pmus() {
+  auto pmus = perf::list_pmus();
+  if (!pmus)
+    return report(pmus.error());
+  for (const auto& p : *pmus) {
+    fmt::print("{}  (type {})\n", p.name, p.type);
+    if (!p.cpus.empty())
+      fmt::print("  cpus: {}\n", cpu_list(p.cpus));
+    if (p.nr_addr_filters > 0)
+      fmt::print("  nr_addr_filters: {}\n", p.nr_addr_filters);
+    if (!p.formats.empty()) {
+      fmt::print("  format:\n");
+      for (const auto& f : p.formats)
+        fmt::print("    {:<16} {}\n", f.name, f.spec);
+    }
+    if (!p.events.empty()) {
+      fmt::print("  events:\n");
+      for (const auto& e : p.events) {
+        fmt::print("    {:<16} {}", e.name, e.terms);
+        if (!e.unit.empty())
+          fmt::print("  unit={}", e.unit);
+        if (!e.scale.empty())
+          fmt::print("  scale={}", e.scale);
+        fmt::print("\n");
+      }
+    }
+    if (!p.caps.empty()) {
+      fmt::print("  caps:\n");
+      for (const auto& [name, value] : p.caps)
+        fmt::print("    {}={}\n", name, value);
+    }
+  }
+  fmt::print("\ncapabilities:\n");
+  for (const auto& cap : perf::probe_capabilities(*pmus))
+    fmt::print("  [{}] {}  ({})\n", cap.available ? "yes" : "no ", cap.name, cap.reason);
+  return kExitOk;
+}
+
+}  // namespace
+
+void add_list_command(CLI::App& app, Runner& run) {
+  auto* list = app.add_subcommand("list", "List what this kernel offers: tracepoints, PMUs");
+  list->require_subcommand(1);
+
+  auto glob = std::make_shared<std::string>();
+  auto* tps = list->add_subcommand("tracepoints", "List tracepoints as system:event");
+  tps->add_option("glob", *glob, "Shell glob on system:event, e.g. 'sched:*'");
+  tps->callback([&run, glob] { run = [glob] { return list_tracepoints(*glob); }; });
+
+  auto* pmus = list->add_subcommand("pmus", "List PMUs, their format terms and capabilities");
+  pmus->callback([&run] { run = [] { return list_pmus(); }; });
+}
+
+}  // namespace tracer::cli

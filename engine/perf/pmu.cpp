@@ -1,0 +1,616 @@
+// PMU discovery from /sys/bus/event_source/devices, perf term encoding and capability probing.
+#include "tracer/perf/pmu.hpp"
+
+#include <fcntl.h>
+#include <fmt/core.h>
+#include <linux/perf_event.h>
+#include <sys/syscall.h>
+#include <sys/utsname.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <string_view>
+#include <system_error>
+#include <utility>
+
+#include "tracer/unique_fd.hpp"
+
+namespace tracer::perf {
+namespace {
+
+namespace fs = std::filesystem;
+
+// sysfs attribute files are at most a page.
+constexpr std::size_t kMaxFileBytes = 1 << 16;
+
+/// Reads a whole sysfs/procfs file, opened with O_CLOEXEC.
+/// @return the contents, or the errno of open()/read().
+Result<std::string> read_text_file(const fs::path& path) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) {
+    const int err = errno;
+    return fail(err, fmt::format("pmu: cannot open {}: {}", path.string(), std::strerror(err)));
+  }
+  std::string out;
+  char buf[4096];
+  for (;;) {
+    const ssize_t n = ::read(fd.get(), buf, sizeof buf);
+    if (n < 0) {
+      if (errno == EINTR)
+        continue;
+      const int err = errno;
+      return fail(err, fmt::format("pmu: cannot read {}: {}", path.string(), std::strerror(err)));
+    }
+    if (n == 0)
+      break;
+    out.append(buf, static_cast<std::size_t>(n));
+    if (out.size() > kMaxFileBytes)
+      return fail(EFBIG,
+                  fmt::format("pmu: {} is larger than {} bytes", path.string(), kMaxFileBytes));
+  }
+  return out;
+}
+
+std::string_view trim(std::string_view s) {
+  const auto first = s.find_first_not_of(" \t\r\n");
+  if (first == std::string_view::npos)
+    return {};
+  const auto last = s.find_last_not_of(" \t\r\n");
+  return s.substr(first, last - first + 1);
+}
+
+template <typename T>
+std::optional<T> parse_uint(std::string_view s, int base = 10) {
+  T v{};
+  const auto* end = s.data() + s.size();
+  const auto [ptr, ec] = std::from_chars(s.data(), end, v, base);
+  if (s.empty() || ec != std::errc() || ptr != end)
+    return std::nullopt;
+  return v;
+}
+
+/// perf's term values: decimal or 0x-prefixed hex.
+std::optional<std::uint64_t> parse_term_value(std::string_view s) {
+  if (s.size() > 2 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X'))
+    return parse_uint<std::uint64_t>(s.substr(2), 16);
+  return parse_uint<std::uint64_t>(s, 10);
+}
+
+/// "config1:0-7,32-35" -> {1, {{0,7},{32,35}}}; the format is what perf's pmu.y accepts.
+std::optional<PmuFormatTerm> parse_format_spec(std::string name, std::string_view spec) {
+  PmuFormatTerm t;
+  t.name = std::move(name);
+  t.spec = std::string(spec);
+  const auto colon = spec.find(':');
+  if (colon == std::string_view::npos)
+    return std::nullopt;
+  const std::string_view field = spec.substr(0, colon);
+  if (field == "config") {
+    t.config_field = 0;
+  } else if (field == "config1") {
+    t.config_field = 1;
+  } else if (field == "config2") {
+    t.config_field = 2;
+  } else if (field == "config3") {
+    t.config_field = 3;
+  } else {
+    return std::nullopt;
+  }
+  std::string_view ranges = spec.substr(colon + 1);
+  if (ranges.empty())
+    return std::nullopt;
+  while (!ranges.empty()) {
+    const auto comma = ranges.find(',');
+    const std::string_view r = ranges.substr(0, comma);
+    ranges = comma == std::string_view::npos ? std::string_view{} : ranges.substr(comma + 1);
+    if (comma != std::string_view::npos && ranges.empty())
+      return std::nullopt;  // "0-7,"
+    const auto dash = r.find('-');
+    const auto lo = parse_uint<int>(r.substr(0, dash));
+    const auto hi = dash == std::string_view::npos ? lo : parse_uint<int>(r.substr(dash + 1));
+    if (!lo || !hi || *lo < 0 || *hi > 63 || *lo > *hi)
+      return std::nullopt;
+    t.bits.emplace_back(*lo, *hi);
+  }
+  return t;
+}
+
+/// Mask of every bit a term writes in its config word.
+std::uint64_t term_mask(const PmuFormatTerm& t) {
+  std::uint64_t mask = 0;
+  for (const auto& [lo, hi] : t.bits) {
+    const int width = hi - lo + 1;
+    const std::uint64_t ones = width >= 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << width) - 1;
+    mask |= ones << lo;
+  }
+  return mask;
+}
+
+/// "0-3,8" (cpumask/cpus files) -> {0,1,2,3,8}; empty on anything unexpected.
+std::vector<int> parse_cpu_list(std::string_view s) {
+  std::vector<int> cpus;
+  s = trim(s);
+  while (!s.empty()) {
+    const auto comma = s.find(',');
+    const std::string_view r = s.substr(0, comma);
+    s = comma == std::string_view::npos ? std::string_view{} : s.substr(comma + 1);
+    const auto dash = r.find('-');
+    const auto lo = parse_uint<int>(r.substr(0, dash));
+    const auto hi = dash == std::string_view::npos ? lo : parse_uint<int>(r.substr(dash + 1));
+    if (!lo || !hi || *lo > *hi || *hi > 1 << 16)
+      return {};
+    for (int c = *lo; c <= *hi; ++c)
+      cpus.push_back(c);
+  }
+  return cpus;
+}
+
+std::vector<std::string> sorted_entries(const fs::path& dir) {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
+    names.push_back(it->path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+Result<Pmu> read_pmu(const fs::path& dir, std::string name) {
+  Pmu pmu;
+  pmu.name = std::move(name);
+  pmu.dir = dir;
+  TRACER_ASSIGN_OR_RETURN(const std::string type_text, read_text_file(dir / "type"));
+  const auto type = parse_uint<std::uint32_t>(trim(type_text));
+  if (!type)
+    return fail(EINVAL, fmt::format("pmu {}: {} does not hold a number: '{}'", pmu.name,
+                                    (dir / "type").string(), trim(type_text)));
+  pmu.type = *type;
+
+  for (auto& term : sorted_entries(dir / "format")) {
+    TRACER_ASSIGN_OR_RETURN(const std::string spec, read_text_file(dir / "format" / term));
+    auto parsed = parse_format_spec(term, trim(spec));
+    if (!parsed)
+      return fail(EINVAL,
+                  fmt::format("pmu {}: format/{} has an unrecognised spec '{}'", pmu.name, term,
+                              trim(spec)),
+                  "expected e.g. config:0-7, config1:0-63 or config:0-7,32-35");
+    pmu.formats.push_back(std::move(*parsed));
+  }
+
+  const fs::path events = dir / "events";
+  for (auto& ev : sorted_entries(events)) {
+    // <name>.unit, .scale, .per-pkg and .snapshot qualify the alias <name>.
+    if (ev.find('.') != std::string::npos)
+      continue;
+    auto terms = read_text_file(events / ev);
+    if (!terms)
+      continue;  // some aliases are root-only or unreadable on this CPU model
+    PmuEventAlias alias{.name = ev, .terms = std::string(trim(*terms)), .unit = {}, .scale = {}};
+    if (auto unit = read_text_file(events / (ev + ".unit")))
+      alias.unit = std::string(trim(*unit));
+    if (auto scale = read_text_file(events / (ev + ".scale")))
+      alias.scale = std::string(trim(*scale));
+    pmu.events.push_back(std::move(alias));
+  }
+
+  if (auto mask = read_text_file(dir / "cpumask")) {
+    pmu.cpus = parse_cpu_list(*mask);
+  } else if (auto cpus = read_text_file(dir / "cpus")) {
+    pmu.cpus = parse_cpu_list(*cpus);
+  }
+  if (auto nr = read_text_file(dir / "nr_addr_filters"))
+    pmu.nr_addr_filters = parse_uint<std::uint32_t>(trim(*nr)).value_or(0);
+  for (auto& cap : sorted_entries(dir / "caps")) {
+    if (auto value = read_text_file(dir / "caps" / cap))
+      pmu.caps.emplace_back(cap, std::string(trim(*value)));
+  }
+  return pmu;
+}
+
+/// Sets `value` into the bits of `term`, in ascending bit order like perf's pmu_format_value().
+Status apply_term(const Pmu& pmu, const PmuFormatTerm& term, std::uint64_t value, PmuConfig& out) {
+  const std::uint64_t mask = term_mask(term);
+  const int width = std::popcount(mask);
+  if (width < 64 && (value >> width) != 0)
+    return fail(EINVAL,
+                fmt::format("pmu {}: value {:#x} for term '{}' does not fit its {} bit{} ({})",
+                            pmu.name, value, term.name, width, width == 1 ? "" : "s", term.spec));
+  std::uint64_t scattered = 0;
+  int vbit = 0;
+  for (int bit = 0; bit < 64; ++bit) {
+    if (!(mask & (std::uint64_t{1} << bit)))
+      continue;
+    if (value & (std::uint64_t{1} << vbit))
+      scattered |= std::uint64_t{1} << bit;
+    ++vbit;
+  }
+  std::uint64_t* word = term.config_field == 0   ? &out.config
+                        : term.config_field == 1 ? &out.config1
+                        : term.config_field == 2 ? &out.config2
+                                                 : &out.config3;
+  *word = (*word & ~mask) | scattered;  // a repeated term overrides the earlier value
+  return {};
+}
+
+Status encode_into(const Pmu& pmu, std::string_view terms, PmuConfig& out, bool allow_alias) {
+  if (trim(terms).empty())
+    return {};
+  std::size_t pos = 0;
+  while (pos <= terms.size()) {
+    auto comma = terms.find(',', pos);
+    if (comma == std::string_view::npos)
+      comma = terms.size();
+    const std::string_view term = trim(terms.substr(pos, comma - pos));
+    pos = comma + 1;
+    if (term.empty())
+      return fail(EINVAL, fmt::format("pmu {}: empty term in '{}'", pmu.name, terms));
+    const auto eq = term.find('=');
+    const std::string_view key = trim(term.substr(0, eq));
+    const bool bare = eq == std::string_view::npos;
+    if (key == "name")
+      continue;               // perf's display name; not part of the encoding
+    std::uint64_t value = 1;  // a bare flag term ("pt", "retprobe") means =1
+    if (!bare) {
+      const std::string_view text = trim(term.substr(eq + 1));
+      const auto v = parse_term_value(text);
+      if (!v)
+        return fail(EINVAL,
+                    fmt::format("pmu {}: term '{}' has a bad value '{}'", pmu.name, key, text),
+                    "values are decimal or 0x-prefixed hex");
+      value = *v;
+    }
+    if (key == "config" || key == "config1" || key == "config2" || key == "config3") {
+      if (bare)
+        return fail(EINVAL, fmt::format("pmu {}: term '{}' needs a value", pmu.name, key));
+      (key == "config"    ? out.config
+       : key == "config1" ? out.config1
+       : key == "config2" ? out.config2
+                          : out.config3) = value;
+      continue;
+    }
+    const auto fmt_it = std::find_if(pmu.formats.begin(), pmu.formats.end(),
+                                     [&](const PmuFormatTerm& t) { return t.name == key; });
+    if (fmt_it != pmu.formats.end()) {
+      TRACER_TRY(apply_term(pmu, *fmt_it, value, out));
+      continue;
+    }
+    const auto alias_it = std::find_if(pmu.events.begin(), pmu.events.end(),
+                                       [&](const PmuEventAlias& a) { return a.name == key; });
+    if (alias_it != pmu.events.end() && bare && allow_alias) {
+      // One level only: an alias that names another alias would otherwise risk a cycle.
+      TRACER_TRY(encode_into(pmu, alias_it->terms, out, /*allow_alias=*/false));
+      continue;
+    }
+    std::string known;
+    for (const auto& t : pmu.formats)
+      known += (known.empty() ? "" : ", ") + t.name;
+    for (const auto& a : pmu.events)
+      known += (known.empty() ? "" : ", ") + a.name;
+    return fail(EINVAL, fmt::format("pmu {}: unknown term '{}'", pmu.name, key),
+                known.empty() ? std::string("this PMU has no format terms or event aliases; use "
+                                            "config=, config1=, config2= or config3=")
+                              : fmt::format("terms and aliases of {}: {}", pmu.name, known));
+  }
+  return {};
+}
+
+const Pmu* find_in(const std::vector<Pmu>& pmus, std::string_view name) {
+  for (const auto& p : pmus)
+    if (p.name == name)
+      return &p;
+  return nullptr;
+}
+
+bool has_alias(const Pmu& p, std::string_view name) {
+  return std::any_of(p.events.begin(), p.events.end(),
+                     [&](const PmuEventAlias& a) { return a.name == name; });
+}
+
+/// Where tracefs is mounted, from /proc/mounts (the perf layer does not depend on engine/tracefs).
+std::optional<fs::path> tracefs_root() {
+  auto mounts = read_text_file("/proc/mounts");
+  if (!mounts)
+    return std::nullopt;
+  std::string_view all = *mounts;
+  std::optional<fs::path> debugfs;
+  while (!all.empty()) {
+    const auto eol = all.find('\n');
+    const std::string_view line = all.substr(0, eol);
+    all = eol == std::string_view::npos ? std::string_view{} : all.substr(eol + 1);
+    const auto sp1 = line.find(' ');
+    const auto sp2 = sp1 == std::string_view::npos ? sp1 : line.find(' ', sp1 + 1);
+    if (sp2 == std::string_view::npos)
+      continue;
+    const std::string_view dir = line.substr(sp1 + 1, sp2 - sp1 - 1);
+    const std::string_view rest = line.substr(sp2 + 1);
+    if (rest.starts_with("tracefs "))
+      return fs::path(std::string(dir));
+    if (rest.starts_with("debugfs ") && !debugfs)
+      debugfs = fs::path(std::string(dir)) / "tracing";
+  }
+  return debugfs;
+}
+
+/// Reads CONFIG_<name> from /proc/config.gz or /boot/config-<release>.
+/// @return "y"/"m"/value, "n" for "# CONFIG_X is not set", nullopt when no config is readable.
+std::optional<std::string> kernel_config(std::string_view name) {
+  std::string text;
+  UniqueFd fd(::open("/proc/config.gz", O_RDONLY | O_CLOEXEC));
+  if (fd) {
+    // gzdopen takes ownership of the fd and gzclose closes it.
+    gzFile gz = ::gzdopen(fd.release(), "rb");
+    if (gz) {
+      char buf[8192];
+      int n;
+      while ((n = ::gzread(gz, buf, sizeof buf)) > 0)
+        text.append(buf, static_cast<std::size_t>(n));
+      ::gzclose(gz);
+    }
+  }
+  if (text.empty()) {
+    utsname u{};
+    if (::uname(&u) == 0) {
+      if (auto boot = read_text_file(fs::path("/boot") / fmt::format("config-{}", u.release)))
+        text = std::move(*boot);
+    }
+  }
+  if (text.empty())
+    return std::nullopt;
+  const std::string set = fmt::format("\nCONFIG_{}=", name);
+  text.insert(text.begin(), '\n');
+  if (auto p = text.find(set); p != std::string::npos) {
+    const auto start = p + set.size();
+    return text.substr(start, text.find('\n', start) - start);
+  }
+  // "# CONFIG_X is not set", or absent altogether because its dependencies are off.
+  return std::string("n");
+}
+
+std::string errno_name(int err) {
+  switch (err) {
+    case ENOENT:
+      return "ENOENT";
+    case ENODEV:
+      return "ENODEV";
+    case EOPNOTSUPP:
+      return "EOPNOTSUPP";
+    case EACCES:
+      return "EACCES";
+    case EPERM:
+      return "EPERM";
+    case EINVAL:
+      return "EINVAL";
+    case EBUSY:
+      return "EBUSY";
+    default:
+      return fmt::format("errno {}", err);
+  }
+}
+
+PmuCapability probe_hardware(const std::vector<Pmu>& pmus) {
+  PmuCapability cap{.name = "hardware counters", .available = false, .reason = {}};
+  const Pmu* core = nullptr;
+  for (const auto& p : pmus) {
+    if (p.name == "cpu" || p.name == "cpu_core" || p.name == "cpu_atom" ||
+        p.name.starts_with("armv8_") || has_alias(p, "cpu-cycles")) {
+      core = &p;
+      break;
+    }
+  }
+  perf_event_attr attr{};
+  attr.size = sizeof(attr);
+  attr.type = PERF_TYPE_HARDWARE;
+  attr.config = PERF_COUNT_HW_CPU_CYCLES;
+  attr.disabled = 1;
+  // User-only counting is allowed at perf_event_paranoid <= 2, so the probe means the same thing
+  // for root and for ordinary users.
+  attr.exclude_kernel = 1;
+  attr.exclude_hv = 1;
+  const long rc = ::syscall(SYS_perf_event_open, &attr, /*pid=*/0, /*cpu=*/-1, /*group_fd=*/-1,
+                            PERF_FLAG_FD_CLOEXEC);
+  const int err = rc < 0 ? errno : 0;
+  UniqueFd fd(rc < 0 ? -1 : static_cast<int>(rc));
+
+  std::string pmu_part = core ? fmt::format("core PMU {} (type {})", core->name, core->type)
+                              : std::string("no core PMU (cpu, cpu_core, armv8_*) in sysfs");
+  if (fd && core) {
+    cap.available = true;
+    cap.reason = fmt::format("{}; counting cpu-cycles works", pmu_part);
+    return cap;
+  }
+  if (fd) {
+    cap.reason =
+        fmt::format("{}, although perf_event_open(PERF_TYPE_HARDWARE) succeeded", pmu_part);
+    return cap;
+  }
+  std::string why;
+  switch (err) {
+    case ENOENT:
+    case ENODEV:
+    case EOPNOTSUPP:
+      why = "no hardware PMU driver, e.g. a VM without a virtual PMU";
+      break;
+    case EACCES:
+    case EPERM:
+      why = "not permitted: see /proc/sys/kernel/perf_event_paranoid";
+      break;
+    default:
+      why = std::strerror(err);
+      break;
+  }
+  cap.reason = fmt::format(
+      "perf_event_open(PERF_TYPE_HARDWARE, PERF_COUNT_HW_CPU_CYCLES) failed "
+      "with {}: {}; {}",
+      errno_name(err), why, pmu_part);
+  return cap;
+}
+
+PmuCapability probe_aux(const std::vector<Pmu>& pmus) {
+  PmuCapability cap{.name = "AUX tracing", .available = false, .reason = {}};
+  std::string found;
+  for (const auto& p : pmus) {
+    if (p.nr_addr_filters > 0 || p.name == "intel_pt" || p.name == "intel_bts" ||
+        p.name == "cs_etm" || p.name.starts_with("arm_spe"))
+      found += fmt::format("{}{} (type {})", found.empty() ? "" : ", ", p.name, p.type);
+  }
+  if (!found.empty()) {
+    cap.available = true;
+    cap.reason = found;
+  } else {
+    cap.reason =
+        "no AUX-capable PMU: none named intel_pt, intel_bts, cs_etm or arm_spe*, "
+        "and none has nr_addr_filters";
+  }
+  return cap;
+}
+
+PmuCapability probe_probe_pmu(const std::vector<Pmu>& pmus,
+                              std::string_view kind,
+                              std::string_view config_name) {
+  PmuCapability cap{.name = std::string(kind), .available = false, .reason = {}};
+  if (const Pmu* p = find_in(pmus, kind)) {
+    cap.available = true;
+    cap.reason = fmt::format("PMU type {}", p->type);
+    return cap;
+  }
+  const auto root = tracefs_root();
+  const std::string events_file = fmt::format("{}_events", kind);
+  std::error_code ec;
+  if (root && fs::exists(*root / events_file, ec)) {
+    cap.available = true;
+    cap.reason = fmt::format("no {} PMU; legacy {}", kind, (*root / events_file).string());
+    return cap;
+  }
+  const auto config = kernel_config(config_name);
+  if (config && *config == "n") {
+    cap.reason = fmt::format("CONFIG_{} is off: no {} PMU and no tracefs {}", config_name, kind,
+                             events_file);
+  } else if (!root) {
+    cap.reason = fmt::format("no {} PMU, and tracefs is not mounted so {} could not be checked",
+                             kind, events_file);
+  } else {
+    cap.reason = fmt::format("no {} PMU and no tracefs {}", kind, events_file);
+  }
+  return cap;
+}
+
+PmuCapability probe_named(const std::vector<Pmu>& pmus,
+                          std::string cap_name,
+                          std::string_view pmu_name,
+                          std::string_view missing) {
+  PmuCapability cap{.name = std::move(cap_name), .available = false, .reason = {}};
+  if (const Pmu* p = find_in(pmus, pmu_name)) {
+    cap.available = true;
+    cap.reason = fmt::format("PMU type {}", p->type);
+  } else {
+    cap.reason = fmt::format("no '{}' PMU: {}", pmu_name, missing);
+  }
+  return cap;
+}
+
+}  // namespace
+
+Result<std::vector<Pmu>> list_pmus(const PmuScanOptions& opts) {
+  std::error_code ec;
+  fs::directory_iterator it(opts.devices_dir, ec);
+  if (ec)
+    return fail(ec.value(),
+                fmt::format("pmu: cannot list {}: {}", opts.devices_dir.string(), ec.message()),
+                "is sysfs mounted? (mount -t sysfs sysfs /sys)");
+  std::vector<Pmu> pmus;
+  for (fs::directory_iterator end; it != end; it.increment(ec)) {
+    if (ec)
+      break;
+    const auto& entry = *it;
+    // Entries are symlinks into /sys/devices; is_directory follows them.
+    if (!entry.is_directory(ec))
+      continue;
+    if (!fs::exists(entry.path() / "type", ec))
+      continue;  // not a PMU
+    TRACER_ASSIGN_OR_RETURN(Pmu pmu, read_pmu(entry.path(), entry.path().filename().string()));
+    pmus.push_back(std::move(pmu));
+  }
+  if (ec)
+    return fail(ec.value(), fmt::format("pmu: error while listing {}: {}",
+                                        opts.devices_dir.string(), ec.message()));
+  std::sort(pmus.begin(), pmus.end(), [](const Pmu& a, const Pmu& b) {
+    return a.type != b.type ? a.type < b.type : a.name < b.name;
+  });
+  return pmus;
+}
+
+Result<Pmu> find_pmu(const std::string& name, const PmuScanOptions& opts) {
+  if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos)
+    return fail(EINVAL, fmt::format("pmu: invalid PMU name '{}'", name));
+  const fs::path dir = opts.devices_dir / name;
+  std::error_code ec;
+  if (!fs::exists(dir / "type", ec)) {
+    std::string hint = "run `tracer list pmus` to see the PMUs of this machine";
+    if (name == "kprobe")
+      hint = "this kernel has no kprobe PMU (CONFIG_KPROBES off?)";
+    return fail(ENOENT,
+                fmt::format("pmu: no PMU named '{}' in {}", name, opts.devices_dir.string()),
+                std::move(hint));
+  }
+  return read_pmu(dir, name);
+}
+
+std::optional<std::string> pmu_name_for_type(std::uint32_t type, const PmuScanOptions& opts) {
+  std::error_code ec;
+  std::vector<std::string> matches;
+  for (fs::directory_iterator it(opts.devices_dir, ec), end; !ec && it != end; it.increment(ec)) {
+    auto text = read_text_file(it->path() / "type");
+    if (!text)
+      continue;
+    if (parse_uint<std::uint32_t>(trim(*text)) == type)
+      matches.push_back(it->path().filename().string());
+  }
+  if (!matches.empty())
+    return *std::min_element(matches.begin(), matches.end());
+  // include/uapi/linux/perf_event.h enum perf_type_id.
+  switch (type) {
+    case PERF_TYPE_HARDWARE:
+      return "hardware";
+    case PERF_TYPE_SOFTWARE:
+      return "software";
+    case PERF_TYPE_TRACEPOINT:
+      return "tracepoint";
+    case PERF_TYPE_HW_CACHE:
+      return "hw_cache";
+    case PERF_TYPE_RAW:
+      return "raw";
+    case PERF_TYPE_BREAKPOINT:
+      return "breakpoint";
+    default:
+      return std::nullopt;
+  }
+}
+
+Result<PmuConfig> encode_pmu_terms(const Pmu& pmu, const std::string& terms) {
+  PmuConfig out;
+  TRACER_TRY(encode_into(pmu, terms, out, /*allow_alias=*/true));
+  return out;
+}
+
+std::vector<PmuCapability> probe_capabilities(const std::vector<Pmu>& pmus,
+                                              const PmuScanOptions& opts) {
+  (void)opts;  // the PMU list already reflects opts.devices_dir
+  std::vector<PmuCapability> caps;
+  caps.push_back(probe_hardware(pmus));
+  caps.push_back(probe_aux(pmus));
+  caps.push_back(probe_probe_pmu(pmus, "kprobe", "KPROBES"));
+  caps.push_back(probe_probe_pmu(pmus, "uprobe", "UPROBES"));
+  caps.push_back(probe_named(pmus, "breakpoint", "breakpoint",
+                             "hardware breakpoints unsupported (CONFIG_HAVE_HW_BREAKPOINT off)"));
+  caps.push_back(probe_named(pmus, "tracepoints", "tracepoint",
+                             "kernel built without tracepoint events (CONFIG_EVENT_TRACING off)"));
+  caps.push_back(
+      probe_named(pmus, "software events", "software", "kernel built without CONFIG_PERF_EVENTS"));
+  return caps;
+}
+
+}  // namespace tracer::perf

@@ -1,0 +1,700 @@
+// tracefs: locating/mounting it, listing tracepoints, parsing `format` files and reading fields
+// out of PERF_SAMPLE_RAW payloads.
+#include "tracer/tracefs/tracefs.hpp"
+
+#include <fcntl.h>
+#include <fmt/core.h>
+#include <fnmatch.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <limits>
+#include <system_error>
+#include <tuple>
+#include <utility>
+
+#include "tracer/unique_fd.hpp"
+
+namespace tracer::tracefs {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr std::string_view kDefaultMount = "/sys/kernel/tracing";
+constexpr std::string_view kProcMounts = "/proc/mounts";
+// A format file is a few KiB at most; sysfs/tracefs files never exceed a page or two. The cap only
+// protects against reading an unexpected huge file through a fake root.
+constexpr std::size_t kMaxFileBytes = 1 << 20;
+
+/// Reads a whole (small) file, opened with O_CLOEXEC.
+/// @return the contents, or the errno of open()/read().
+Result<std::string> read_text_file(const fs::path& path) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) {
+    const int err = errno;
+    return fail(err, fmt::format("tracefs: cannot open {}: {}", path.string(), std::strerror(err)));
+  }
+  std::string out;
+  char buf[4096];
+  for (;;) {
+    const ssize_t n = ::read(fd.get(), buf, sizeof buf);
+    if (n < 0) {
+      if (errno == EINTR)
+        continue;
+      const int err = errno;
+      return fail(err,
+                  fmt::format("tracefs: cannot read {}: {}", path.string(), std::strerror(err)));
+    }
+    if (n == 0)
+      break;
+    out.append(buf, static_cast<std::size_t>(n));
+    if (out.size() > kMaxFileBytes)
+      return fail(EFBIG,
+                  fmt::format("tracefs: {} is larger than {} bytes", path.string(), kMaxFileBytes));
+  }
+  return out;
+}
+
+std::string_view trim(std::string_view s) {
+  const auto first = s.find_first_not_of(" \t\r\n");
+  if (first == std::string_view::npos)
+    return {};
+  const auto last = s.find_last_not_of(" \t\r\n");
+  return s.substr(first, last - first + 1);
+}
+
+template <typename T>
+std::optional<T> parse_uint(std::string_view s) {
+  T v{};
+  const auto* end = s.data() + s.size();
+  const auto [ptr, ec] = std::from_chars(s.data(), end, v, 10);
+  if (s.empty() || ec != std::errc() || ptr != end)
+    return std::nullopt;
+  return v;
+}
+
+/// /proc/mounts escapes space, tab, newline and backslash in paths as \ooo octal.
+std::string unescape_mount_path(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '\\' && i + 3 < s.size() && s[i + 1] >= '0' && s[i + 1] <= '3' && s[i + 2] >= '0' &&
+        s[i + 2] <= '7' && s[i + 3] >= '0' && s[i + 3] <= '7') {
+      out.push_back(
+          static_cast<char>((s[i + 1] - '0') * 64 + (s[i + 2] - '0') * 8 + (s[i + 3] - '0')));
+      i += 3;
+    } else {
+      out.push_back(s[i]);
+    }
+  }
+  return out;
+}
+
+/// Finds a tracefs root in /proc/mounts: a tracefs mount, else <debugfs>/tracing.
+std::optional<fs::path> find_mounted_tracefs(std::string_view mounts) {
+  std::optional<fs::path> debugfs_candidate;
+  std::size_t pos = 0;
+  while (pos < mounts.size()) {
+    auto eol = mounts.find('\n', pos);
+    if (eol == std::string_view::npos)
+      eol = mounts.size();
+    const std::string_view line = mounts.substr(pos, eol - pos);
+    pos = eol + 1;
+    // "<device> <mount point> <fstype> <options> <dump> <pass>"
+    const auto sp1 = line.find(' ');
+    if (sp1 == std::string_view::npos)
+      continue;
+    const auto sp2 = line.find(' ', sp1 + 1);
+    if (sp2 == std::string_view::npos)
+      continue;
+    const auto sp3 = line.find(' ', sp2 + 1);
+    const std::string_view dir = line.substr(sp1 + 1, sp2 - sp1 - 1);
+    const std::string_view type = line.substr(
+        sp2 + 1, sp3 == std::string_view::npos ? std::string_view::npos : sp3 - sp2 - 1);
+    if (type == "tracefs")
+      return fs::path(unescape_mount_path(dir));
+    if (type == "debugfs" && !debugfs_candidate) {
+      // debugfs automounts tracefs at <debugfs>/tracing on first access.
+      fs::path p = fs::path(unescape_mount_path(dir)) / "tracing";
+      std::error_code ec;
+      if (fs::is_directory(p / "events", ec))
+        debugfs_candidate = std::move(p);
+    }
+  }
+  return debugfs_candidate;
+}
+
+/// A path component from user input must not escape events/ ("..", "a/b").
+bool valid_component(std::string_view s) {
+  return !s.empty() && s != "." && s != ".." && s.find('/') == std::string_view::npos &&
+         s.find('\0') == std::string_view::npos;
+}
+
+std::string tp_string(const TracepointName& tp) {
+  return tp.system + ":" + tp.event;
+}
+
+/// Levenshtein distance with one reusable row; ~30-char names make this a few µs per pair.
+std::size_t edit_distance(std::string_view a, std::string_view b, std::vector<std::size_t>& row) {
+  row.resize(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j)
+    row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diag = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t up = row[j];
+      const std::size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + cost});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+std::string near_hint(const std::vector<std::string>& near) {
+  if (near.empty())
+    return "run `tracer list tracepoints` to see what this kernel offers";
+  std::string s = "did you mean ";
+  for (std::size_t i = 0; i < near.size(); ++i) {
+    if (i)
+      s += ", ";
+    s += near[i];
+  }
+  return s + "?";
+}
+
+/// Element size of a dynamic array's element type; 0 when the type is not a known scalar.
+std::uint32_t scalar_size(std::string_view type) {
+  if (type.starts_with("const "))
+    type.remove_prefix(6);
+  if (type.ends_with("*"))
+    return sizeof(void*);
+  struct Entry {
+    std::string_view name;
+    std::uint32_t size;
+  };
+  static constexpr Entry kScalars[] = {
+      {"char", 1},
+      {"signed char", 1},
+      {"unsigned char", 1},
+      {"u8", 1},
+      {"s8", 1},
+      {"__u8", 1},
+      {"__s8", 1},
+      {"bool", 1},
+      {"short", 2},
+      {"unsigned short", 2},
+      {"u16", 2},
+      {"s16", 2},
+      {"__u16", 2},
+      {"__s16", 2},
+      {"int", 4},
+      {"unsigned int", 4},
+      {"u32", 4},
+      {"s32", 4},
+      {"__u32", 4},
+      {"__s32", 4},
+      {"pid_t", 4},
+      {"long", sizeof(long)},
+      {"unsigned long", sizeof(long)},
+      {"u64", 8},
+      {"s64", 8},
+      {"__u64", 8},
+      {"__s64", 8},
+      {"long long", 8},
+      {"unsigned long long", 8},
+  };
+  for (const auto& e : kScalars)
+    if (e.name == type)
+      return e.size;
+  return 0;
+}
+
+bool is_char_type(std::string_view type) {
+  if (type.starts_with("const "))
+    type.remove_prefix(6);
+  return type == "char";
+}
+
+bool is_ident_char(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+}
+
+/// Parses the declaration part of a field line ("unsigned long args[6]", "__data_loc char[] x").
+/// @return an error text (empty on success).
+std::string parse_decl(std::string_view decl, Field& f) {
+  decl = trim(decl);
+  std::string_view array_suffix;
+  bool has_array_suffix = false;
+  if (decl.ends_with(']')) {
+    const auto open = decl.rfind('[');
+    if (open == std::string_view::npos)
+      return "unbalanced ']' in the declaration";
+    array_suffix = decl.substr(open + 1, decl.size() - open - 2);
+    has_array_suffix = true;
+    decl = trim(decl.substr(0, open));
+  }
+  std::size_t name_start = decl.size();
+  while (name_start > 0 && is_ident_char(decl[name_start - 1]))
+    --name_start;
+  if (name_start == decl.size())
+    return "no field name in the declaration";
+  f.name = std::string(decl.substr(name_start));
+  if (f.name[0] >= '0' && f.name[0] <= '9')
+    return "field name starts with a digit";
+  std::string_view type = trim(decl.substr(0, name_start));
+  if (type.empty())
+    return "no type in the declaration";
+  f.type = std::string(type);
+
+  if (type.starts_with("__data_loc ")) {
+    f.is_data_loc = true;
+    type.remove_prefix(11);
+  } else if (type.starts_with("__rel_loc ")) {
+    f.is_rel_loc = true;
+    type.remove_prefix(10);
+  }
+  if (f.is_data_loc || f.is_rel_loc) {
+    // "__data_loc char[] name": the element type carries the [] (kernel's __dynamic_array()).
+    type = trim(type);
+    if (type.ends_with("[]"))
+      type = trim(type.substr(0, type.size() - 2));
+    if (has_array_suffix)
+      return "dynamic (__data_loc/__rel_loc) field with an array suffix";
+    f.element_size = scalar_size(type);
+    f.is_string = is_char_type(type);
+    return {};
+  }
+  if (has_array_suffix) {
+    f.is_string = is_char_type(type);
+    if (array_suffix.empty()) {
+      // Flexible trailing array ("char buf[]" in ftrace:print): runs to the end of the record.
+      f.element_size = scalar_size(type);
+      return {};
+    }
+    const auto len = parse_uint<std::uint32_t>(array_suffix);
+    if (!len) {
+      // Very old kernels printed the macro ("comm[TASK_COMM_LEN]"); size still tells the bytes.
+      f.element_size = scalar_size(type);
+      return {};
+    }
+    f.array_len = *len;
+    return {};
+  }
+  return {};
+}
+
+/// Parses one "field:...;\toffset:N;\tsize:N;\tsigned:N;" line.
+std::string parse_field_line(std::string_view line, Field& f) {
+  // The declaration can't contain ';', so splitting on ';' is exact.
+  bool have_offset = false;
+  bool have_size = false;
+  std::size_t pos = 0;
+  bool first = true;
+  while (pos < line.size()) {
+    auto semi = line.find(';', pos);
+    if (semi == std::string_view::npos) {
+      if (!trim(line.substr(pos)).empty())
+        return "missing ';' after the last attribute";
+      break;
+    }
+    const std::string_view part = trim(line.substr(pos, semi - pos));
+    pos = semi + 1;
+    if (part.empty())
+      continue;
+    const auto colon = part.find(':');
+    if (colon == std::string_view::npos)
+      return fmt::format("attribute '{}' has no ':'", part);
+    const std::string_view key = part.substr(0, colon);
+    const std::string_view value = trim(part.substr(colon + 1));
+    if (first) {
+      if (key != "field")
+        return "a field line must start with 'field:'";
+      if (auto err = parse_decl(value, f); !err.empty())
+        return err;
+      first = false;
+      continue;
+    }
+    if (key == "offset" || key == "size" || key == "signed") {
+      const auto v = parse_uint<std::uint32_t>(value);
+      if (!v)
+        return fmt::format("bad {} value '{}'", key, value);
+      if (key == "offset") {
+        f.offset = *v;
+        have_offset = true;
+      } else if (key == "size") {
+        f.size = *v;
+        have_size = true;
+      } else {
+        if (*v > 1)
+          return fmt::format("bad signed value '{}'", value);
+        f.is_signed = *v == 1;
+      }
+    }
+    // Other attributes are ignored so that a future kernel's additions don't break parsing.
+  }
+  if (first)
+    return "empty field line";
+  if (!have_offset)
+    return "no offset";
+  if (!have_size)
+    return "no size";
+  if (static_cast<std::uint64_t>(f.offset) + f.size > std::numeric_limits<std::uint32_t>::max())
+    return "offset + size overflows";
+  f.is_common = f.name.starts_with("common_");
+  if ((f.is_data_loc || f.is_rel_loc) && f.size != 4)
+    return fmt::format("{} field must have size 4, not {}",
+                       f.is_data_loc ? "__data_loc" : "__rel_loc", f.size);
+  if (f.array_len) {
+    if (*f.array_len == 0) {
+      f.element_size = 0;
+    } else {
+      if (f.size % *f.array_len != 0)
+        return fmt::format("size {} is not a multiple of the array length {}", f.size,
+                           *f.array_len);
+      f.element_size = f.size / *f.array_len;
+    }
+  } else if (!f.is_data_loc && !f.is_rel_loc && f.element_size == 0) {
+    f.element_size = f.size;
+  }
+  return {};
+}
+
+/// Loads `n` bytes at `off` of `raw` into an unsigned integer, bounds-checked, via memcpy (the
+/// payload is not aligned: the u32 size precedes it in the ring record).
+template <typename T>
+std::optional<T> load(std::span<const std::byte> raw, std::uint64_t off) noexcept {
+  if (off > raw.size() || raw.size() - off < sizeof(T))
+    return std::nullopt;
+  T v;
+  std::memcpy(&v, raw.data() + off, sizeof(T));
+  return v;
+}
+
+}  // namespace
+
+const Field* Format::field(std::string_view field_name) const noexcept {
+  for (const auto& f : fields)
+    if (f.name == field_name)
+      return &f;
+  return nullptr;
+}
+
+Result<Format> parse_format(std::string_view text,
+                            std::string_view system,
+                            std::string_view event) {
+  Format out;
+  out.system = std::string(system);
+  out.name = std::string(event);
+  const std::string what = system.empty() && event.empty()
+                               ? std::string("format")
+                               : fmt::format("{}:{} format", system, event);
+  auto error = [&](std::size_t lineno, std::string_view line, std::string_view why) {
+    // Quote the line, shortened: a runaway line would otherwise drown the message.
+    constexpr std::size_t kMaxQuote = 160;
+    std::string_view quoted = trim(line);
+    const bool cut = quoted.size() > kMaxQuote;
+    if (cut)
+      quoted = quoted.substr(0, kMaxQuote);
+    return fail(EINVAL, fmt::format("tracefs: {} line {}: {}: '{}{}'", what, lineno, why, quoted,
+                                    cut ? "..." : ""));
+  };
+
+  bool seen_format = false;
+  bool seen_any = false;
+  std::size_t pos = 0;
+  std::size_t lineno = 0;
+  while (pos < text.size()) {
+    auto eol = text.find('\n', pos);
+    if (eol == std::string_view::npos)
+      eol = text.size();
+    const std::string_view line = text.substr(pos, eol - pos);
+    pos = eol + 1;
+    ++lineno;
+    const std::string_view t = trim(line);
+    if (t.empty())
+      continue;
+    seen_any = true;
+    if (t.starts_with("name:")) {
+      const auto n = trim(t.substr(5));
+      if (n.empty())
+        return error(lineno, line, "empty name");
+      if (out.name.empty())
+        out.name = std::string(n);
+    } else if (t.starts_with("ID:")) {
+      const auto id = parse_uint<std::uint32_t>(trim(t.substr(3)));
+      if (!id)
+        return error(lineno, line, "bad ID");
+      out.id = *id;
+    } else if (t == "format:") {
+      seen_format = true;
+    } else if (t.starts_with("field:")) {
+      if (!seen_format)
+        return error(lineno, line, "field line before 'format:'");
+      Field f;
+      if (auto err = parse_field_line(t, f); !err.empty())
+        return error(lineno, line, err);
+      if (out.field(f.name))
+        return error(lineno, line, "duplicate field name");
+      out.fields.push_back(std::move(f));
+    } else if (t.starts_with("print fmt:")) {
+      // The kernel prints the format string verbatim, and a literal "\n" inside it (ext4's
+      // ext4_fc_stats, ext4_fsmap_*) breaks it over several lines: it runs to the end of the file.
+      const auto start = static_cast<std::size_t>(t.data() - text.data()) + 10;
+      out.print_fmt = std::string(trim(text.substr(start)));
+      break;
+    } else {
+      return error(lineno, line, "unrecognised line");
+    }
+  }
+  if (!seen_any)
+    return fail(EINVAL, fmt::format("tracefs: {} is empty", what));
+  if (!seen_format)
+    return fail(EINVAL, fmt::format("tracefs: {} has no 'format:' line", what));
+  return out;
+}
+
+std::optional<std::span<const std::byte>> read_bytes(const Field& f,
+                                                     std::span<const std::byte> raw) noexcept {
+  if (f.is_data_loc || f.is_rel_loc) {
+    const auto desc = load<std::uint32_t>(raw, f.offset);
+    if (!desc)
+      return std::nullopt;
+    // include/trace/stages/stage6_event_callback.h: __data_loc = len << 16 | offset from the
+    // record start; __rel_loc = len << 16 | offset from the end of the __rel_loc field itself.
+    std::uint64_t off = *desc & 0xffffu;
+    const std::uint64_t len = *desc >> 16;
+    if (f.is_rel_loc)
+      off += static_cast<std::uint64_t>(f.offset) + f.size;
+    if (off > raw.size() || raw.size() - off < len)
+      return std::nullopt;
+    return raw.subspan(static_cast<std::size_t>(off), static_cast<std::size_t>(len));
+  }
+  if (f.offset > raw.size())
+    return std::nullopt;
+  if (f.size == 0)
+    return raw.subspan(f.offset);  // flexible trailing array ("char buf[]")
+  if (raw.size() - f.offset < f.size)
+    return std::nullopt;
+  return raw.subspan(f.offset, f.size);
+}
+
+std::optional<std::string_view> read_string(const Field& f,
+                                            std::span<const std::byte> raw) noexcept {
+  if (!f.is_string)
+    return std::nullopt;
+  const auto bytes = read_bytes(f, raw);
+  if (!bytes)
+    return std::nullopt;
+  const auto* chars = reinterpret_cast<const char*>(bytes->data());
+  const auto* nul = static_cast<const char*>(std::memchr(chars, '\0', bytes->size()));
+  return std::string_view(chars, nul ? static_cast<std::size_t>(nul - chars) : bytes->size());
+}
+
+std::optional<std::int64_t> read_int(const Field& f, std::span<const std::byte> raw) noexcept {
+  if (f.is_data_loc || f.is_rel_loc || f.array_len)
+    return std::nullopt;
+  switch (f.size) {
+    case 1:
+      if (auto v = load<std::uint8_t>(raw, f.offset))
+        return f.is_signed ? std::int64_t{static_cast<std::int8_t>(*v)} : std::int64_t{*v};
+      return std::nullopt;
+    case 2:
+      if (auto v = load<std::uint16_t>(raw, f.offset))
+        return f.is_signed ? std::int64_t{static_cast<std::int16_t>(*v)} : std::int64_t{*v};
+      return std::nullopt;
+    case 4:
+      if (auto v = load<std::uint32_t>(raw, f.offset))
+        return f.is_signed ? std::int64_t{static_cast<std::int32_t>(*v)} : std::int64_t{*v};
+      return std::nullopt;
+    case 8:
+      // Unsigned 64-bit values above INT64_MAX come back two's-complement wrapped.
+      if (auto v = load<std::uint64_t>(raw, f.offset))
+        return static_cast<std::int64_t>(*v);
+      return std::nullopt;
+    default:
+      return std::nullopt;
+  }
+}
+
+std::optional<TracepointName> split_tracepoint(std::string_view spec) {
+  const auto sep = spec.find_first_of(":/");
+  if (sep == std::string_view::npos)
+    return std::nullopt;
+  const auto sys = spec.substr(0, sep);
+  const auto ev = spec.substr(sep + 1);
+  if (!valid_component(sys) || !valid_component(ev) || ev.find(':') != std::string_view::npos)
+    return std::nullopt;
+  return TracepointName{std::string(sys), std::string(ev)};
+}
+
+Result<Tracefs> Tracefs::open() {
+  TRACER_ASSIGN_OR_RETURN(const std::string mounts, read_text_file(std::string(kProcMounts)));
+  if (auto root = find_mounted_tracefs(mounts))
+    return Tracefs(std::move(*root));
+
+  const fs::path target{kDefaultMount};
+  // mkdir is a no-op on a running kernel (sysfs provides the directory when CONFIG_TRACING=y).
+  if (::mkdir(target.c_str(), 0700) != 0 && errno != EEXIST) {
+    const int err = errno;
+    return fail(err,
+                fmt::format("tracefs: not mounted, and creating {} failed: {}", target.string(),
+                            std::strerror(err)),
+                "mount tracefs somewhere (mount -t tracefs nodev /sys/kernel/tracing)");
+  }
+  if (::mount("nodev", target.c_str(), "tracefs", 0, nullptr) != 0) {
+    const int err = errno;
+    std::string hint;
+    switch (err) {
+      case EPERM:
+      case EACCES:
+        hint =
+            "mounting tracefs needs CAP_SYS_ADMIN: run as root, or ask an administrator to "
+            "run `mount -t tracefs nodev /sys/kernel/tracing`";
+        break;
+      case ENODEV:
+        hint = "this kernel has no tracefs (built without CONFIG_TRACING / CONFIG_FTRACE)";
+        break;
+      default:
+        hint = "mount it by hand: mount -t tracefs nodev /sys/kernel/tracing";
+        break;
+    }
+    return fail(err,
+                fmt::format("tracefs: not mounted (no tracefs or debugfs in {}), and mounting it "
+                            "at {} failed: {}",
+                            kProcMounts, target.string(), std::strerror(err)),
+                std::move(hint));
+  }
+  return Tracefs(target);
+}
+
+Result<std::vector<TracepointName>> Tracefs::list_tracepoints(std::string_view glob) const {
+  const fs::path events = root_ / "events";
+  std::error_code ec;
+  fs::directory_iterator sys_it(events, ec);
+  if (ec)
+    return fail(ec.value(),
+                fmt::format("tracefs: cannot list {}: {}", events.string(), ec.message()));
+  // Accept "sys/event" globs too, like split_tracepoint() does for names.
+  std::string pattern(glob);
+  if (pattern.find(':') == std::string::npos)
+    if (auto slash = pattern.find('/'); slash != std::string::npos)
+      pattern[slash] = ':';
+
+  std::vector<TracepointName> out;
+  std::string full;
+  // increment(ec) rather than range-for: operator++ throws, and this layer does not.
+  const fs::directory_iterator end;
+  for (; sys_it != end; sys_it.increment(ec)) {
+    if (ec)
+      break;
+    const auto& sys = *sys_it;
+    if (!sys.is_directory(ec))
+      continue;  // header_page, enable, filter, ...
+    const std::string sys_name = sys.path().filename().string();
+    std::error_code ev_ec;
+    fs::directory_iterator ev_it(sys.path(), ev_ec);
+    // A system that vanished (module unload) or is unreadable is skipped, as perf does.
+    for (; !ev_ec && ev_it != end; ev_it.increment(ev_ec)) {
+      const auto& ev = *ev_it;
+      if (!ev.is_directory(ev_ec))
+        continue;
+      if (!fs::exists(ev.path() / "id", ev_ec))
+        continue;
+      TracepointName tp{sys_name, ev.path().filename().string()};
+      if (!pattern.empty()) {
+        full = tp_string(tp);
+        if (::fnmatch(pattern.c_str(), full.c_str(), 0) != 0)
+          continue;
+      }
+      out.push_back(std::move(tp));
+    }
+  }
+  if (ec)
+    return fail(ec.value(),
+                fmt::format("tracefs: error while listing {}: {}", events.string(), ec.message()));
+  std::sort(out.begin(), out.end(), [](const TracepointName& a, const TracepointName& b) {
+    return std::tie(a.system, a.event) < std::tie(b.system, b.event);
+  });
+  return out;
+}
+
+std::vector<std::string> Tracefs::near_matches(const TracepointName& tp, std::size_t max) const {
+  auto all = list_tracepoints();
+  if (!all || max == 0)
+    return {};
+  const std::string query = tp_string(tp);
+  // Beyond this distance a suggestion is noise rather than a likely typo.
+  const std::size_t threshold = std::max<std::size_t>(3, query.size() / 3);
+  std::vector<std::pair<std::size_t, std::string>> scored;
+  std::vector<std::size_t> row;
+  for (const auto& c : *all) {
+    std::string name = tp_string(c);
+    const std::size_t len_gap =
+        name.size() > query.size() ? name.size() - query.size() : query.size() - name.size();
+    std::size_t score = len_gap <= threshold ? edit_distance(query, name, row) : threshold + 1;
+    // The same event filed under another system ("sched_switch" asked as "sys:sched_switch").
+    if (c.system != tp.system) {
+      const std::size_t ev_gap = c.event.size() > tp.event.size()
+                                     ? c.event.size() - tp.event.size()
+                                     : tp.event.size() - c.event.size();
+      if (ev_gap <= threshold)
+        score = std::min(score, edit_distance(tp.event, c.event, row) + 1);
+    }
+    if (score == 0 || score > threshold)
+      continue;
+    scored.emplace_back(score, std::move(name));
+  }
+  std::sort(scored.begin(), scored.end());
+  std::vector<std::string> out;
+  for (auto& [score, name] : scored) {
+    if (out.size() == max)
+      break;
+    out.push_back(std::move(name));
+  }
+  return out;
+}
+
+Result<std::uint32_t> Tracefs::tracepoint_id(const TracepointName& tp) const {
+  if (!valid_component(tp.system) || !valid_component(tp.event))
+    return fail(EINVAL, fmt::format("tracefs: invalid tracepoint name '{}'", tp_string(tp)),
+                "write it as system:event, e.g. sched:sched_switch");
+  const fs::path path = root_ / "events" / tp.system / tp.event / "id";
+  auto text = read_text_file(path);
+  if (!text) {
+    if (text.error().errno_value() == ENOENT)
+      return fail(ENOENT,
+                  fmt::format("tracefs: no tracepoint {} (no {})", tp_string(tp), path.string()),
+                  near_hint(near_matches(tp)));
+    return fail(std::move(text).error());
+  }
+  const auto id = parse_uint<std::uint32_t>(trim(*text));
+  if (!id)
+    return fail(EINVAL, fmt::format("tracefs: {} does not hold a number: '{}'", path.string(),
+                                    trim(*text)));
+  return *id;
+}
+
+Result<Format> Tracefs::format(const TracepointName& tp) const {
+  if (!valid_component(tp.system) || !valid_component(tp.event))
+    return fail(EINVAL, fmt::format("tracefs: invalid tracepoint name '{}'", tp_string(tp)),
+                "write it as system:event, e.g. sched:sched_switch");
+  const fs::path path = root_ / "events" / tp.system / tp.event / "format";
+  auto text = read_text_file(path);
+  if (!text) {
+    if (text.error().errno_value() == ENOENT)
+      return fail(ENOENT,
+                  fmt::format("tracefs: no tracepoint {} (no {})", tp_string(tp), path.string()),
+                  near_hint(near_matches(tp)));
+    return fail(std::move(text).error());
+  }
+  return parse_format(*text, tp.system, tp.event);
+}
+
+}  // namespace tracer::tracefs
