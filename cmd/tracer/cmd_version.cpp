@@ -7,6 +7,11 @@
 
 namespace tracer::cli {
 
+std::vector<std::string>& trailing_args() {
+  static std::vector<std::string> args;
+  return args;
+}
+
 void add_version_command(CLI::App& app, Runner& run) {
   auto* cmd = app.add_subcommand("version", "Print tracer's version and the kernel it runs on");
   cmd->callback([&run] {

@@ -4,6 +4,8 @@
 
 #include <CLI/CLI.hpp>
 #include <functional>
+#include <string>
+#include <vector>
 
 namespace tracer::cli {
 
@@ -15,6 +17,9 @@ inline constexpr int kExitUsage = 2;
 /// A command adds its sub-app to `app` and sets `run` to the function that executes it; `run`
 /// returns the process exit code.
 using Runner = std::function<int()>;
+
+/// The arguments after the first "--" on the command line (a command to run), if any.
+std::vector<std::string>& trailing_args();
 
 void add_version_command(CLI::App& app, Runner& run);
 void add_list_command(CLI::App& app, Runner& run);

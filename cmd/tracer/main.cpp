@@ -2,7 +2,10 @@
 #include <fmt/core.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <exception>
+#include <string>
+#include <vector>
 
 #include "commands.hpp"
 #include "tracer/error.hpp"
@@ -17,8 +20,20 @@ int main(int argc, char** argv) {
   tracer::cli::add_list_command(app, run);
   tracer::cli::add_stat_command(app, run);
 
+  // Everything after the first "--" is a command line of its own (tracer stat -- CMD ARGS):
+  // keep it away from CLI11, which would otherwise try to match its options.
+  std::vector<std::string> args;
+  for (int i = argc - 1; i > 0; --i)
+    args.emplace_back(argv[i]);  // CLI11 wants them reversed
+  auto dashdash = std::find(args.rbegin(), args.rend(), "--");
+  if (dashdash != args.rend()) {
+    tracer::cli::trailing_args().assign(args.begin(), std::prev(dashdash.base()));
+    std::reverse(tracer::cli::trailing_args().begin(), tracer::cli::trailing_args().end());
+    args.erase(args.begin(), dashdash.base());
+  }
+
   try {
-    app.parse(argc, argv);
+    app.parse(args);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
@@ -32,7 +47,8 @@ int main(int argc, char** argv) {
     return run ? run() : tracer::cli::kExitUsage;
   } catch (const tracer::Error& e) {
     fmt::print(stderr, "tracer: {}\n", e.what());
-    if (!e.hint().empty()) fmt::print(stderr, "  hint: {}\n", e.hint());
+    if (!e.hint().empty())
+      fmt::print(stderr, "  hint: {}\n", e.hint());
     return e.exit_code();
   } catch (const std::exception& e) {
     fmt::print(stderr, "tracer: {}\n", e.what());

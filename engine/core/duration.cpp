@@ -13,16 +13,20 @@ namespace {
 // Splits "1.5s" into 1.5 and "s"; false when there is no leading number.
 bool split_number(std::string_view text, double& value, std::string_view& unit) {
   std::size_t i = 0;
-  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) != 0 || text[i] == '.')) {
+  while (i < text.size() &&
+         (std::isdigit(static_cast<unsigned char>(text[i])) != 0 || text[i] == '.')) {
     ++i;
   }
-  if (i == 0) return false;
+  if (i == 0)
+    return false;
   const std::string num(text.substr(0, i));
   char* end = nullptr;
   value = std::strtod(num.c_str(), &end);
-  if (end != num.c_str() + num.size()) return false;
+  if (end != num.c_str() + num.size())
+    return false;
   unit = text.substr(i);
-  while (!unit.empty() && unit.front() == ' ') unit.remove_prefix(1);
+  while (!unit.empty() && unit.front() == ' ')
+    unit.remove_prefix(1);
   return true;
 }
 
@@ -35,7 +39,8 @@ Result<std::chrono::nanoseconds> parse_duration(std::string_view text) {
     return fail(EINVAL, fmt::format("bad duration '{}'", text),
                 "write a number and a unit: 10ns, 100us, 250ms, 5s, 2m, 1h");
   };
-  if (!split_number(text, v, unit)) return bad();
+  if (!split_number(text, v, unit))
+    return bad();
   double scale = 0;
   if (unit.empty() || unit == "s") {
     scale = 1e9;
@@ -53,7 +58,8 @@ Result<std::chrono::nanoseconds> parse_duration(std::string_view text) {
     return bad();
   }
   const double ns = v * scale;
-  if (!std::isfinite(ns) || ns > 9.2e18) return bad();
+  if (!std::isfinite(ns) || ns > 9.2e18)
+    return bad();
   return std::chrono::nanoseconds(static_cast<std::int64_t>(std::llround(ns)));
 }
 
@@ -64,9 +70,11 @@ Result<std::uint64_t> parse_size(std::string_view text) {
     return fail(EINVAL, fmt::format("bad size '{}'", text),
                 "write bytes or a binary unit: 4096, 64k, 64KiB, 8m, 8MiB, 1g");
   };
-  if (!split_number(text, v, unit)) return bad();
+  if (!split_number(text, v, unit))
+    return bad();
   std::string u(unit);
-  for (auto& c : u) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (auto& c : u)
+    c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   double scale = 0;
   if (u.empty() || u == "b") {
     scale = 1;
@@ -80,7 +88,8 @@ Result<std::uint64_t> parse_size(std::string_view text) {
     return bad();
   }
   const double bytes = v * scale;
-  if (!std::isfinite(bytes) || bytes > 1.8e19 || bytes != std::floor(bytes)) return bad();
+  if (!std::isfinite(bytes) || bytes > 1.8e19 || bytes != std::floor(bytes))
+    return bad();
   return static_cast<std::uint64_t>(bytes);
 }
 

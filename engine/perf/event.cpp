@@ -46,9 +46,10 @@ Failure explain(int err, const EventAttr& attr, const OpenTarget& t) {
   Failure f{std::error_code(err, std::generic_category()), {}, {}};
   const std::string what = event_name(attr);
   const std::string where =
-      t.pid == -1 ? fmt::format("cpu {}", t.cpu)
-                  : fmt::format("{} {}{}", (t.flags & PERF_FLAG_PID_CGROUP) != 0U ? "cgroup fd" : "pid",
-                                t.pid, t.cpu >= 0 ? fmt::format(" on cpu {}", t.cpu) : "");
+      t.pid == -1
+          ? fmt::format("cpu {}", t.cpu)
+          : fmt::format("{} {}{}", (t.flags & PERF_FLAG_PID_CGROUP) != 0U ? "cgroup fd" : "pid",
+                        t.pid, t.cpu >= 0 ? fmt::format(" on cpu {}", t.cpu) : "");
   f.message = fmt::format("perf_event_open: {} for {} on {}", errno_text(err), what, where);
   switch (err) {
     case EACCES:
@@ -67,9 +68,10 @@ Failure explain(int err, const EventAttr& attr, const OpenTarget& t) {
             paranoid ? std::to_string(*paranoid) : "unknown", caps,
             attr.raw()->exclude_kernel != 0U ? 1 : -1);
       } else if (attr.type() == PERF_TYPE_TRACEPOINT) {
-        f.hint = fmt::format("privileges look sufficient ({}); tracepoints also need read access "
-                             "to tracefs. A security module (lockdown, SELinux) may forbid it.",
-                             caps);
+        f.hint = fmt::format(
+            "privileges look sufficient ({}); tracepoints also need read access "
+            "to tracefs. A security module (lockdown, SELinux) may forbid it.",
+            caps);
       } else if (attr.has(Flag::kSigtrap) && !attr.has(Flag::kRemoveOnExec)) {
         f.hint = "sigtrap requires remove_on_exec";
       } else {
@@ -82,14 +84,16 @@ Failure explain(int err, const EventAttr& attr, const OpenTarget& t) {
     }
     case ENOENT:
       if (attr.type() == PERF_TYPE_HARDWARE || attr.type() == PERF_TYPE_HW_CACHE) {
-        f.hint = "this machine exposes no hardware PMU for this counter (common in virtual "
-                 "machines); use a software event such as cpu-clock instead";
+        f.hint =
+            "this machine exposes no hardware PMU for this counter (common in virtual "
+            "machines); use a software event such as cpu-clock instead";
       } else if (attr.type() == PERF_TYPE_TRACEPOINT) {
         f.hint = fmt::format("no tracepoint with id {} exists in this kernel", attr.config());
       } else if (!pmu_name_for_type(attr.type())) {
-        f.hint = fmt::format("no PMU with type {} exists on this machine "
-                             "(see /sys/bus/event_source/devices/*/type)",
-                             attr.type());
+        f.hint = fmt::format(
+            "no PMU with type {} exists on this machine "
+            "(see /sys/bus/event_source/devices/*/type)",
+            attr.type());
       } else {
         f.hint = fmt::format("the PMU does not know config {:#x}", attr.config());
       }
@@ -103,9 +107,10 @@ Failure explain(int err, const EventAttr& attr, const OpenTarget& t) {
     case EINVAL: {
       std::string hint;
       if (attr.type() == PERF_TYPE_TRACEPOINT && !(t.pid == -1 && t.cpu == -1)) {
-        hint = fmt::format("no tracepoint with id {} exists in this kernel (ids come from "
-                           "tracefs events/<system>/<event>/id)",
-                           attr.config());
+        hint = fmt::format(
+            "no tracepoint with id {} exists in this kernel (ids come from "
+            "tracefs events/<system>/<event>/id)",
+            attr.config());
       } else if (t.pid == -1 && t.cpu == -1) {
         hint = "pid -1 and cpu -1 together are not allowed: trace a task, or one CPU at a time";
       } else if (t.cpu >= 0 && t.cpu >= ::sysconf(_SC_NPROCESSORS_CONF)) {
@@ -120,8 +125,9 @@ Failure explain(int err, const EventAttr& attr, const OpenTarget& t) {
       } else if (attr.has(Flag::kUseClockid)) {
         hint = fmt::format("clockid {} may not be supported for perf events", attr.raw()->clockid);
       } else {
-        hint = "the kernel rejected a field of the attr; compare with `tracer list pmus` and the "
-               "PMU's format terms";
+        hint =
+            "the kernel rejected a field of the attr; compare with `tracer list pmus` and the "
+            "PMU's format terms";
       }
       f.hint = std::move(hint);
       break;
@@ -149,8 +155,8 @@ Failure explain(int err, const EventAttr& attr, const OpenTarget& t) {
       f.hint = "the PMU is in exclusive use by another event (e.g. another tracer on intel_pt)";
       break;
     case EBADF:
-      f.hint = fmt::format("group_fd {} / cgroup fd is not a valid perf event or cgroup fd",
-                           t.group_fd);
+      f.hint =
+          fmt::format("group_fd {} / cgroup fd is not a valid perf event or cgroup fd", t.group_fd);
       break;
     default:
       break;
@@ -159,14 +165,18 @@ Failure explain(int err, const EventAttr& attr, const OpenTarget& t) {
 }
 
 Status ioctl_status(int fd, unsigned long req, unsigned long arg, const char* name) {
-  if (::ioctl(fd, req, arg) == 0) return {};
+  if (::ioctl(fd, req, arg) == 0)
+    return {};
   const int err = errno;
   return fail(err, fmt::format("perf: ioctl {} on fd {}: {}", name, fd, errno_text(err)));
 }
 
 }  // namespace
 
-long sys_perf_event_open(perf_event_attr* attr, pid_t pid, int cpu, int group_fd,
+long sys_perf_event_open(perf_event_attr* attr,
+                         pid_t pid,
+                         int cpu,
+                         int group_fd,
                          unsigned long flags) noexcept {
   return ::syscall(SYS_perf_event_open, attr, pid, cpu, group_fd, flags);
 }
@@ -174,7 +184,8 @@ long sys_perf_event_open(perf_event_attr* attr, pid_t pid, int cpu, int group_fd
 std::optional<int> perf_event_paranoid() {
   std::ifstream in("/proc/sys/kernel/perf_event_paranoid");
   int v = 0;
-  if (in >> v) return v;
+  if (in >> v)
+    return v;
   return std::nullopt;
 }
 
@@ -183,17 +194,20 @@ Result<UniqueFd> open_event(EventAttr& attr, const OpenTarget& target, PerfEvent
   for (int attempt = 0; attempt < 4; ++attempt) {
     const std::uint32_t asked = attr.size();
     const long fd = fn(attr.raw(), target.pid, target.cpu, target.group_fd, flags);
-    if (fd >= 0) return UniqueFd(static_cast<int>(fd));
+    if (fd >= 0)
+      return UniqueFd(static_cast<int>(fd));
     const int err = errno;
-    if (err == EINTR) continue;
-    if (err != E2BIG) return fail(explain(err, attr, target));
+    if (err == EINTR)
+      continue;
+    if (err != E2BIG)
+      return fail(explain(err, attr, target));
 
     // Kernel counterpart: perf_copy_attr() writes its sizeof(attr) back on E2BIG.
     const std::uint32_t kernel_size = attr.size();
     if (kernel_size == 0 || kernel_size >= asked) {
       attr.size(asked);
-      return fail(E2BIG, fmt::format("perf_event_open: the kernel rejected attr.size {} ({})", asked,
-                                     event_name(attr)));
+      return fail(E2BIG, fmt::format("perf_event_open: the kernel rejected attr.size {} ({})",
+                                     asked, event_name(attr)));
     }
     if (attr.required_size() > kernel_size) {
       const auto field = attr.first_field_set_from(kernel_size);
@@ -246,19 +260,23 @@ Status Event::set_output(int target_fd) const {
                       "SET_OUTPUT");
 }
 Status Event::set_filter(const std::string& filter) const {
-  if (::ioctl(fd(), PERF_EVENT_IOC_SET_FILTER, filter.c_str()) == 0) return {};
+  if (::ioctl(fd(), PERF_EVENT_IOC_SET_FILTER, filter.c_str()) == 0)
+    return {};
   const int err = errno;
-  return fail(err, fmt::format("perf: tracepoint filter '{}' rejected: {}", filter, errno_text(err)),
+  return fail(err,
+              fmt::format("perf: tracepoint filter '{}' rejected: {}", filter, errno_text(err)),
               "tracefs filters compare fields of the format file: `field == 1 && name ~ \"x*\"`");
 }
 Result<std::uint64_t> Event::id() const {
   std::uint64_t id = 0;
-  if (::ioctl(fd(), PERF_EVENT_IOC_ID, &id) == 0) return id;
+  if (::ioctl(fd(), PERF_EVENT_IOC_ID, &id) == 0)
+    return id;
   const int err = errno;
   return fail(err, fmt::format("perf: ioctl ID on fd {}: {}", fd(), errno_text(err)));
 }
 Status Event::set_bpf(int prog_fd) const {
-  if (::ioctl(fd(), PERF_EVENT_IOC_SET_BPF, prog_fd) == 0) return {};
+  if (::ioctl(fd(), PERF_EVENT_IOC_SET_BPF, prog_fd) == 0)
+    return {};
   const int err = errno;
   std::string hint;
   if (err == EEXIST) {
@@ -266,8 +284,9 @@ Status Event::set_bpf(int prog_fd) const {
   } else if (err == EINVAL) {
     hint = "the program type does not match the event (tracepoint, kprobe/uprobe, perf_event)";
   }
-  return fail(err, fmt::format("perf: attaching BPF program fd {} to event fd {}: {}", prog_fd,
-                               fd(), errno_text(err)),
+  return fail(err,
+              fmt::format("perf: attaching BPF program fd {} to event fd {}: {}", prog_fd, fd(),
+                          errno_text(err)),
               std::move(hint));
 }
 Status Event::pause_output(bool pause) const {
@@ -291,15 +310,18 @@ Result<Counts> Event::read() const {
                 err == ENOSPC ? "the group has more members than the read buffer holds" : "");
   }
   ReadView view{read_format_, buf, static_cast<std::uint32_t>(n)};
-  if (view.count() == 0 || ReadView::size_for(read_format_, view.count()) > static_cast<std::uint32_t>(n)) {
-    return fail(EPROTO, fmt::format("perf: counter fd {} returned {} bytes, too few for read_format {}",
-                                    fd(), n, read_format_names(read_format_)));
+  if (view.count() == 0 ||
+      ReadView::size_for(read_format_, view.count()) > static_cast<std::uint32_t>(n)) {
+    return fail(EPROTO,
+                fmt::format("perf: counter fd {} returned {} bytes, too few for read_format {}",
+                            fd(), n, read_format_names(read_format_)));
   }
   return Counts::from(view);
 }
 
 Result<Group> Group::open(std::vector<EventAttr> attrs, OpenTarget target) {
-  if (attrs.empty()) return fail(EINVAL, "perf: a group needs at least one event");
+  if (attrs.empty())
+    return fail(EINVAL, "perf: a group needs at least one event");
   Group g;
   g.events_.reserve(attrs.size());
   for (std::size_t i = 0; i < attrs.size(); ++i) {

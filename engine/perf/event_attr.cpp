@@ -210,7 +210,8 @@ EventAttr& EventAttr::flag(Flag f, bool on) noexcept {
 }
 
 bool EventAttr::has(Flag f) const noexcept {
-  if (is_aux_action(f)) return (aux_action(attr_) >> aux_bit(f) & 1U) != 0;
+  if (is_aux_action(f))
+    return (aux_action(attr_) >> aux_bit(f) & 1U) != 0;
   std::uint64_t out = 0;
   auto copy = attr_.base;
   with_bit(copy, f, [&out](std::uint64_t& v) { out = v; });
@@ -245,18 +246,22 @@ std::uint32_t EventAttr::required_size() const noexcept {
   std::uint32_t last = 0;
   for (std::uint32_t i = 0; i < sizeof(attr_); ++i) {
     // attr.size itself is ours to negotiate; it is not content.
-    if (i >= offsetof(perf_event_attr, size) && i < offsetof(perf_event_attr, config)) continue;
-    if (bytes[i] != std::byte{0}) last = i + 1;
+    if (i >= offsetof(perf_event_attr, size) && i < offsetof(perf_event_attr, config))
+      continue;
+    if (bytes[i] != std::byte{0})
+      last = i + 1;
   }
   // Round up to the next published size: 64 + 8*k.
   std::uint32_t size = abi::kAttrSizeVer0;
-  while (size < last) size += 8;
+  while (size < last)
+    size += 8;
   return size;
 }
 
 std::string_view EventAttr::field_at(std::uint32_t offset) noexcept {
   for (const auto& f : kFields) {
-    if (offset >= f.offset && offset < f.offset + f.size) return f.name;
+    if (offset >= f.offset && offset < f.offset + f.size)
+      return f.name;
   }
   return "beyond perf_event_attr";
 }
@@ -264,7 +269,8 @@ std::string_view EventAttr::field_at(std::uint32_t offset) noexcept {
 std::string_view EventAttr::first_field_set_from(std::uint32_t offset) const noexcept {
   const auto* bytes = reinterpret_cast<const std::byte*>(&attr_);
   for (std::uint32_t i = offset; i < sizeof(attr_); ++i) {
-    if (bytes[i] != std::byte{0}) return field_at(i);
+    if (bytes[i] != std::byte{0})
+      return field_at(i);
   }
   return {};
 }
@@ -275,8 +281,10 @@ template <std::size_t N>
 std::string bit_names(std::uint64_t bits, const std::array<std::string_view, N>& names) {
   std::string out;
   for (std::size_t i = 0; i < 64; ++i) {
-    if ((bits >> i & 1U) == 0) continue;
-    if (!out.empty()) out += '|';
+    if ((bits >> i & 1U) == 0)
+      continue;
+    if (!out.empty())
+      out += '|';
     if (i < N) {
       out += names[i];
     } else {
@@ -287,11 +295,31 @@ std::string bit_names(std::uint64_t bits, const std::array<std::string_view, N>&
 }
 
 constexpr std::array<std::string_view, 25> kSampleNames = {
-    "IP",           "TID",          "TIME",           "ADDR",           "READ",
-    "CALLCHAIN",    "ID",           "CPU",            "PERIOD",         "STREAM_ID",
-    "RAW",          "BRANCH_STACK", "REGS_USER",      "STACK_USER",     "WEIGHT",
-    "DATA_SRC",     "IDENTIFIER",   "TRANSACTION",    "REGS_INTR",      "PHYS_ADDR",
-    "AUX",          "CGROUP",       "DATA_PAGE_SIZE", "CODE_PAGE_SIZE", "WEIGHT_STRUCT",
+    "IP",
+    "TID",
+    "TIME",
+    "ADDR",
+    "READ",
+    "CALLCHAIN",
+    "ID",
+    "CPU",
+    "PERIOD",
+    "STREAM_ID",
+    "RAW",
+    "BRANCH_STACK",
+    "REGS_USER",
+    "STACK_USER",
+    "WEIGHT",
+    "DATA_SRC",
+    "IDENTIFIER",
+    "TRANSACTION",
+    "REGS_INTR",
+    "PHYS_ADDR",
+    "AUX",
+    "CGROUP",
+    "DATA_PAGE_SIZE",
+    "CODE_PAGE_SIZE",
+    "WEIGHT_STRUCT",
 };
 constexpr std::array<std::string_view, 5> kReadNames = {
     "TOTAL_TIME_ENABLED", "TOTAL_TIME_RUNNING", "ID", "GROUP", "LOST",
@@ -310,23 +338,33 @@ std::string read_format_names(std::uint64_t read_format) {
 std::string EventAttr::describe() const {
   const auto& a = attr_.base;
   std::string out = fmt::format("type={} config={:#x}", a.type, a.config);
-  if (a.config1 != 0) out += fmt::format(" config1={:#x}", a.config1);
-  if (a.config2 != 0) out += fmt::format(" config2={:#x}", a.config2);
-  if (attr_.config3 != 0) out += fmt::format(" config3={:#x}", attr_.config3);
+  if (a.config1 != 0)
+    out += fmt::format(" config1={:#x}", a.config1);
+  if (a.config2 != 0)
+    out += fmt::format(" config2={:#x}", a.config2);
+  if (attr_.config3 != 0)
+    out += fmt::format(" config3={:#x}", attr_.config3);
   if (a.sample_period != 0) {
     out += fmt::format(" {}={}", a.freq ? "sample_freq" : "sample_period", a.sample_period);
   }
-  if (a.sample_type != 0) out += " sample_type=" + sample_type_names(a.sample_type);
-  if (a.read_format != 0) out += " read_format=" + read_format_names(a.read_format);
+  if (a.sample_type != 0)
+    out += " sample_type=" + sample_type_names(a.sample_type);
+  if (a.read_format != 0)
+    out += " read_format=" + read_format_names(a.read_format);
   std::string flags;
   for (std::size_t i = 0; i < kFlagNames.size(); ++i) {
     const auto f = static_cast<Flag>(i);
-    if (f == Flag::kFreq || f == Flag::kWatermark || f == Flag::kUseClockid) continue;
-    if (has(f)) flags += (flags.empty() ? "" : ",") + std::string(kFlagNames[i]);
+    if (f == Flag::kFreq || f == Flag::kWatermark || f == Flag::kUseClockid)
+      continue;
+    if (has(f))
+      flags += (flags.empty() ? "" : ",") + std::string(kFlagNames[i]);
   }
-  if (!flags.empty()) out += " flags=" + flags;
-  if (a.precise_ip != 0) out += fmt::format(" precise_ip={}", a.precise_ip);
-  if (a.use_clockid) out += fmt::format(" clockid={}", a.clockid);
+  if (!flags.empty())
+    out += " flags=" + flags;
+  if (a.precise_ip != 0)
+    out += fmt::format(" precise_ip={}", a.precise_ip);
+  if (a.use_clockid)
+    out += fmt::format(" clockid={}", a.clockid);
   return out;
 }
 

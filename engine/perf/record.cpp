@@ -23,14 +23,16 @@ class Cursor {
 
   template <typename T>
   T take() noexcept {
-    if (!ensure(sizeof(T))) return T{};
+    if (!ensure(sizeof(T)))
+      return T{};
     T v = load<T>(p_);
     p_ += sizeof(T);
     return v;
   }
   /// `n` bytes as a span (n may come from the record: checked against what is left).
   std::span<const std::byte> take_bytes(std::uint64_t n) noexcept {
-    if (!ensure(n)) return {};
+    if (!ensure(n))
+      return {};
     std::span<const std::byte> s(p_, static_cast<std::size_t>(n));
     p_ += n;
     return s;
@@ -74,12 +76,18 @@ class Cursor {
 
 std::uint32_t id_trailer_size_for(std::uint64_t st) noexcept {
   std::uint32_t n = 0;
-  if ((st & PERF_SAMPLE_TID) != 0U) n += 8;
-  if ((st & PERF_SAMPLE_TIME) != 0U) n += 8;
-  if ((st & PERF_SAMPLE_ID) != 0U) n += 8;
-  if ((st & PERF_SAMPLE_STREAM_ID) != 0U) n += 8;
-  if ((st & PERF_SAMPLE_CPU) != 0U) n += 8;
-  if ((st & PERF_SAMPLE_IDENTIFIER) != 0U) n += 8;
+  if ((st & PERF_SAMPLE_TID) != 0U)
+    n += 8;
+  if ((st & PERF_SAMPLE_TIME) != 0U)
+    n += 8;
+  if ((st & PERF_SAMPLE_ID) != 0U)
+    n += 8;
+  if ((st & PERF_SAMPLE_STREAM_ID) != 0U)
+    n += 8;
+  if ((st & PERF_SAMPLE_CPU) != 0U)
+    n += 8;
+  if ((st & PERF_SAMPLE_IDENTIFIER) != 0U)
+    n += 8;
   return n;
 }
 
@@ -89,14 +97,18 @@ void read_sample_id(Cursor& c, std::uint64_t st, SampleId& id) noexcept {
     id.pid = c.take<std::uint32_t>();
     id.tid = c.take<std::uint32_t>();
   }
-  if ((st & PERF_SAMPLE_TIME) != 0U) id.time = c.take<std::uint64_t>();
-  if ((st & PERF_SAMPLE_ID) != 0U) id.id = c.take<std::uint64_t>();
-  if ((st & PERF_SAMPLE_STREAM_ID) != 0U) id.stream_id = c.take<std::uint64_t>();
+  if ((st & PERF_SAMPLE_TIME) != 0U)
+    id.time = c.take<std::uint64_t>();
+  if ((st & PERF_SAMPLE_ID) != 0U)
+    id.id = c.take<std::uint64_t>();
+  if ((st & PERF_SAMPLE_STREAM_ID) != 0U)
+    id.stream_id = c.take<std::uint64_t>();
   if ((st & PERF_SAMPLE_CPU) != 0U) {
     id.cpu = c.take<std::uint32_t>();
     id.res = c.take<std::uint32_t>();
   }
-  if ((st & PERF_SAMPLE_IDENTIFIER) != 0U) id.id = c.take<std::uint64_t>();
+  if ((st & PERF_SAMPLE_IDENTIFIER) != 0U)
+    id.id = c.take<std::uint64_t>();
   id.present = c.ok();
 }
 
@@ -125,7 +137,8 @@ ReadView take_read(Cursor& c, std::uint64_t format) noexcept {
 Regs take_regs(Cursor& c, std::uint32_t count) noexcept {
   Regs r;
   r.abi = c.take<std::uint64_t>();
-  if (r.abi != PERF_SAMPLE_REGS_ABI_NONE) r.regs = c.take_u64s(count);
+  if (r.abi != PERF_SAMPLE_REGS_ABI_NONE)
+    r.regs = c.take_u64s(count);
   return r;
 }
 
@@ -133,24 +146,34 @@ Regs take_regs(Cursor& c, std::uint32_t count) noexcept {
 void decode_sample(Cursor& c, const SampleLayout& l, Sample& s) noexcept {
   const std::uint64_t st = l.sample_type;
   s.sample_type = st;
-  if ((st & PERF_SAMPLE_IDENTIFIER) != 0U) s.identifier = c.take<std::uint64_t>();
-  if ((st & PERF_SAMPLE_IP) != 0U) s.ip = c.take<std::uint64_t>();
+  if ((st & PERF_SAMPLE_IDENTIFIER) != 0U)
+    s.identifier = c.take<std::uint64_t>();
+  if ((st & PERF_SAMPLE_IP) != 0U)
+    s.ip = c.take<std::uint64_t>();
   if ((st & PERF_SAMPLE_TID) != 0U) {
     s.pid = c.take<std::uint32_t>();
     s.tid = c.take<std::uint32_t>();
   }
-  if ((st & PERF_SAMPLE_TIME) != 0U) s.time = c.take<std::uint64_t>();
-  if ((st & PERF_SAMPLE_ADDR) != 0U) s.addr = c.take<std::uint64_t>();
-  if ((st & PERF_SAMPLE_ID) != 0U) s.id = c.take<std::uint64_t>();
-  if ((st & PERF_SAMPLE_STREAM_ID) != 0U) s.stream_id = c.take<std::uint64_t>();
+  if ((st & PERF_SAMPLE_TIME) != 0U)
+    s.time = c.take<std::uint64_t>();
+  if ((st & PERF_SAMPLE_ADDR) != 0U)
+    s.addr = c.take<std::uint64_t>();
+  if ((st & PERF_SAMPLE_ID) != 0U)
+    s.id = c.take<std::uint64_t>();
+  if ((st & PERF_SAMPLE_STREAM_ID) != 0U)
+    s.stream_id = c.take<std::uint64_t>();
   if ((st & PERF_SAMPLE_CPU) != 0U) {
     s.cpu = c.take<std::uint32_t>();
     s.res = c.take<std::uint32_t>();
   }
-  if ((st & PERF_SAMPLE_PERIOD) != 0U) s.period = c.take<std::uint64_t>();
-  if ((st & PERF_SAMPLE_READ) != 0U) s.read = take_read(c, l.read_format);
-  if ((st & PERF_SAMPLE_CALLCHAIN) != 0U) s.callchain = c.take_u64s(c.take<std::uint64_t>());
-  if ((st & PERF_SAMPLE_RAW) != 0U) s.raw = c.take_bytes(c.take<std::uint32_t>());
+  if ((st & PERF_SAMPLE_PERIOD) != 0U)
+    s.period = c.take<std::uint64_t>();
+  if ((st & PERF_SAMPLE_READ) != 0U)
+    s.read = take_read(c, l.read_format);
+  if ((st & PERF_SAMPLE_CALLCHAIN) != 0U)
+    s.callchain = c.take_u64s(c.take<std::uint64_t>());
+  if ((st & PERF_SAMPLE_RAW) != 0U)
+    s.raw = c.take_bytes(c.take<std::uint32_t>());
   if ((st & PERF_SAMPLE_BRANCH_STACK) != 0U) {
     auto& b = s.branch_stack;
     b.nr = c.take<std::uint64_t>();
@@ -162,16 +185,19 @@ void decode_sample(Cursor& c, const SampleLayout& l, Sample& s) noexcept {
       c.fail();
     } else {
       b.entries = c.take_bytes(b.nr * 24).data();
-      if ((l.branch_sample_type & abi::kBranchCounters) != 0U) b.counters = c.take_u64s(b.nr);
+      if ((l.branch_sample_type & abi::kBranchCounters) != 0U)
+        b.counters = c.take_u64s(b.nr);
     }
   }
-  if ((st & PERF_SAMPLE_REGS_USER) != 0U) s.regs_user = take_regs(c, l.regs_user_count);
+  if ((st & PERF_SAMPLE_REGS_USER) != 0U)
+    s.regs_user = take_regs(c, l.regs_user_count);
   if ((st & PERF_SAMPLE_STACK_USER) != 0U) {
     const auto size = c.take<std::uint64_t>();
     if (size != 0) {
       s.stack_user = c.take_bytes(size);
       s.stack_user_dyn_size = c.take<std::uint64_t>();
-      if (s.stack_user_dyn_size > size) c.fail();
+      if (s.stack_user_dyn_size > size)
+        c.fail();
     }
   }
   if ((st & (PERF_SAMPLE_WEIGHT | abi::kSampleWeightStruct)) != 0U) {
@@ -180,21 +206,32 @@ void decode_sample(Cursor& c, const SampleLayout& l, Sample& s) noexcept {
     s.weight_var2_w = static_cast<std::uint16_t>(s.weight >> 32);
     s.weight_var3_w = static_cast<std::uint16_t>(s.weight >> 48);
   }
-  if ((st & PERF_SAMPLE_DATA_SRC) != 0U) s.data_src = c.take<std::uint64_t>();
-  if ((st & PERF_SAMPLE_TRANSACTION) != 0U) s.transaction = c.take<std::uint64_t>();
-  if ((st & PERF_SAMPLE_REGS_INTR) != 0U) s.regs_intr = take_regs(c, l.regs_intr_count);
-  if ((st & abi::kSamplePhysAddr) != 0U) s.phys_addr = c.take<std::uint64_t>();
-  if ((st & abi::kSampleCgroup) != 0U) s.cgroup = c.take<std::uint64_t>();
-  if ((st & abi::kSampleDataPageSize) != 0U) s.data_page_size = c.take<std::uint64_t>();
-  if ((st & abi::kSampleCodePageSize) != 0U) s.code_page_size = c.take<std::uint64_t>();
-  if ((st & abi::kSampleAux) != 0U) s.aux = c.take_bytes(c.take<std::uint64_t>());
+  if ((st & PERF_SAMPLE_DATA_SRC) != 0U)
+    s.data_src = c.take<std::uint64_t>();
+  if ((st & PERF_SAMPLE_TRANSACTION) != 0U)
+    s.transaction = c.take<std::uint64_t>();
+  if ((st & PERF_SAMPLE_REGS_INTR) != 0U)
+    s.regs_intr = take_regs(c, l.regs_intr_count);
+  if ((st & abi::kSamplePhysAddr) != 0U)
+    s.phys_addr = c.take<std::uint64_t>();
+  if ((st & abi::kSampleCgroup) != 0U)
+    s.cgroup = c.take<std::uint64_t>();
+  if ((st & abi::kSampleDataPageSize) != 0U)
+    s.data_page_size = c.take<std::uint64_t>();
+  if ((st & abi::kSampleCodePageSize) != 0U)
+    s.code_page_size = c.take<std::uint64_t>();
+  if ((st & abi::kSampleAux) != 0U)
+    s.aux = c.take_bytes(c.take<std::uint64_t>());
 }
 
 }  // namespace
 
-SampleLayout SampleLayout::from(std::uint64_t sample_type, std::uint64_t read_format,
-                                bool sample_id_all, std::uint64_t branch_sample_type,
-                                std::uint64_t regs_user, std::uint64_t regs_intr) noexcept {
+SampleLayout SampleLayout::from(std::uint64_t sample_type,
+                                std::uint64_t read_format,
+                                bool sample_id_all,
+                                std::uint64_t branch_sample_type,
+                                std::uint64_t regs_user,
+                                std::uint64_t regs_intr) noexcept {
   SampleLayout l;
   l.sample_type = sample_type;
   l.read_format = read_format;
@@ -214,12 +251,17 @@ SampleLayout SampleLayout::from(const EventAttr& attr) noexcept {
 
 std::uint32_t ReadView::size_for(std::uint64_t format, std::uint64_t nr) noexcept {
   std::uint64_t per_value = 8;  // value
-  if ((format & PERF_FORMAT_ID) != 0U) per_value += 8;
-  if ((format & abi::kFormatLost) != 0U) per_value += 8;
+  if ((format & PERF_FORMAT_ID) != 0U)
+    per_value += 8;
+  if ((format & abi::kFormatLost) != 0U)
+    per_value += 8;
   std::uint64_t fixed = 0;
-  if ((format & PERF_FORMAT_TOTAL_TIME_ENABLED) != 0U) fixed += 8;
-  if ((format & PERF_FORMAT_TOTAL_TIME_RUNNING) != 0U) fixed += 8;
-  if ((format & PERF_FORMAT_GROUP) != 0U) return static_cast<std::uint32_t>(8 + fixed + nr * per_value);
+  if ((format & PERF_FORMAT_TOTAL_TIME_ENABLED) != 0U)
+    fixed += 8;
+  if ((format & PERF_FORMAT_TOTAL_TIME_RUNNING) != 0U)
+    fixed += 8;
+  if ((format & PERF_FORMAT_GROUP) != 0U)
+    return static_cast<std::uint32_t>(8 + fixed + nr * per_value);
   return static_cast<std::uint32_t>(fixed + per_value);
 }
 
@@ -236,25 +278,32 @@ ReadOffsets read_offsets(std::uint64_t f) noexcept {
   ReadOffsets o;
   const bool group = (f & PERF_FORMAT_GROUP) != 0U;
   std::uint32_t p = 8;  // past value (single) or nr (group)
-  if ((f & PERF_FORMAT_TOTAL_TIME_ENABLED) != 0U) o.enabled = p, p += 8;
-  if ((f & PERF_FORMAT_TOTAL_TIME_RUNNING) != 0U) o.running = p, p += 8;
+  if ((f & PERF_FORMAT_TOTAL_TIME_ENABLED) != 0U)
+    o.enabled = p, p += 8;
+  if ((f & PERF_FORMAT_TOTAL_TIME_RUNNING) != 0U)
+    o.running = p, p += 8;
   if (group) {
     o.first_value = p;
     std::uint32_t q = 8;  // inside one { value, id, lost } entry
-    if ((f & PERF_FORMAT_ID) != 0U) o.id = q, q += 8;
-    if ((f & abi::kFormatLost) != 0U) o.lost = q, q += 8;
+    if ((f & PERF_FORMAT_ID) != 0U)
+      o.id = q, q += 8;
+    if ((f & abi::kFormatLost) != 0U)
+      o.lost = q, q += 8;
     o.per_value = q;
   } else {
     o.first_value = 0;
-    if ((f & PERF_FORMAT_ID) != 0U) o.id = p, p += 8;
-    if ((f & abi::kFormatLost) != 0U) o.lost = p;
+    if ((f & PERF_FORMAT_ID) != 0U)
+      o.id = p, p += 8;
+    if ((f & abi::kFormatLost) != 0U)
+      o.lost = p;
   }
   return o;
 }
 }  // namespace
 
 std::uint64_t ReadView::count() const noexcept {
-  if ((format & PERF_FORMAT_GROUP) == 0U) return bytes >= 8 ? 1 : 0;
+  if ((format & PERF_FORMAT_GROUP) == 0U)
+    return bytes >= 8 ? 1 : 0;
   return bytes >= 8 ? load<std::uint64_t>(data) : 0;
 }
 
@@ -270,25 +319,26 @@ std::uint64_t ReadView::time_running() const noexcept {
 
 std::uint64_t ReadView::value(std::uint64_t i) const noexcept {
   const auto o = read_offsets(format);
-  const std::uint64_t off = (format & PERF_FORMAT_GROUP) != 0U ? o.first_value + i * o.per_value : 0;
+  const std::uint64_t off =
+      (format & PERF_FORMAT_GROUP) != 0U ? o.first_value + i * o.per_value : 0;
   return off + 8 <= bytes ? load<std::uint64_t>(data + off) : 0;
 }
 
 std::uint64_t ReadView::id(std::uint64_t i) const noexcept {
-  if ((format & PERF_FORMAT_ID) == 0U) return 0;
+  if ((format & PERF_FORMAT_ID) == 0U)
+    return 0;
   const auto o = read_offsets(format);
-  const std::uint64_t off = (format & PERF_FORMAT_GROUP) != 0U
-                                ? o.first_value + i * o.per_value + o.id
-                                : o.id;
+  const std::uint64_t off =
+      (format & PERF_FORMAT_GROUP) != 0U ? o.first_value + i * o.per_value + o.id : o.id;
   return off + 8 <= bytes ? load<std::uint64_t>(data + off) : 0;
 }
 
 std::uint64_t ReadView::lost(std::uint64_t i) const noexcept {
-  if ((format & abi::kFormatLost) == 0U) return 0;
+  if ((format & abi::kFormatLost) == 0U)
+    return 0;
   const auto o = read_offsets(format);
-  const std::uint64_t off = (format & PERF_FORMAT_GROUP) != 0U
-                                ? o.first_value + i * o.per_value + o.lost
-                                : o.lost;
+  const std::uint64_t off =
+      (format & PERF_FORMAT_GROUP) != 0U ? o.first_value + i * o.per_value + o.lost : o.lost;
   return off + 8 <= bytes ? load<std::uint64_t>(data + off) : 0;
 }
 
@@ -296,73 +346,114 @@ double ReadView::scaled(std::uint64_t i) const noexcept {
   const auto v = static_cast<double>(value(i));
   const bool have_times = (format & PERF_FORMAT_TOTAL_TIME_ENABLED) != 0U &&
                           (format & PERF_FORMAT_TOTAL_TIME_RUNNING) != 0U;
-  if (!have_times) return v;
+  if (!have_times)
+    return v;
   const std::uint64_t en = time_enabled();
   const std::uint64_t run = time_running();
-  if (run == 0) return 0.0;
-  if (run >= en) return v;
+  if (run == 0)
+    return 0.0;
+  if (run >= en)
+    return v;
   return v * static_cast<double>(en) / static_cast<double>(run);
 }
 
 std::string_view to_string(DecodeError e) noexcept {
   switch (e) {
-    case DecodeError::kOk: return "ok";
-    case DecodeError::kTruncatedHeader: return "record header truncated (fewer than 8 bytes)";
-    case DecodeError::kZeroSize: return "record size 0";
-    case DecodeError::kSizePastData: return "record size past the end of the data";
-    case DecodeError::kMisaligned: return "record size not a multiple of 8";
-    case DecodeError::kFieldOverrun: return "a field runs past the end of the record";
-    case DecodeError::kTrailerOverrun: return "sample_id trailer does not fit the record";
+    case DecodeError::kOk:
+      return "ok";
+    case DecodeError::kTruncatedHeader:
+      return "record header truncated (fewer than 8 bytes)";
+    case DecodeError::kZeroSize:
+      return "record size 0";
+    case DecodeError::kSizePastData:
+      return "record size past the end of the data";
+    case DecodeError::kMisaligned:
+      return "record size not a multiple of 8";
+    case DecodeError::kFieldOverrun:
+      return "a field runs past the end of the record";
+    case DecodeError::kTrailerOverrun:
+      return "sample_id trailer does not fit the record";
   }
   return "unknown decode error";
 }
 
 std::string_view record_type_name(std::uint32_t type) noexcept {
   switch (type) {
-    case RecordType::kMmap: return "MMAP";
-    case RecordType::kLost: return "LOST";
-    case RecordType::kComm: return "COMM";
-    case RecordType::kExit: return "EXIT";
-    case RecordType::kThrottle: return "THROTTLE";
-    case RecordType::kUnthrottle: return "UNTHROTTLE";
-    case RecordType::kFork: return "FORK";
-    case RecordType::kRead: return "READ";
-    case RecordType::kSample: return "SAMPLE";
-    case RecordType::kMmap2: return "MMAP2";
-    case RecordType::kAux: return "AUX";
-    case RecordType::kItraceStart: return "ITRACE_START";
-    case RecordType::kLostSamples: return "LOST_SAMPLES";
-    case RecordType::kSwitch: return "SWITCH";
-    case RecordType::kSwitchCpuWide: return "SWITCH_CPU_WIDE";
-    case RecordType::kNamespaces: return "NAMESPACES";
-    case RecordType::kKsymbol: return "KSYMBOL";
-    case RecordType::kBpfEvent: return "BPF_EVENT";
-    case RecordType::kCgroup: return "CGROUP";
-    case RecordType::kTextPoke: return "TEXT_POKE";
-    case RecordType::kAuxOutputHwId: return "AUX_OUTPUT_HW_ID";
-    default: return "UNKNOWN";
+    case RecordType::kMmap:
+      return "MMAP";
+    case RecordType::kLost:
+      return "LOST";
+    case RecordType::kComm:
+      return "COMM";
+    case RecordType::kExit:
+      return "EXIT";
+    case RecordType::kThrottle:
+      return "THROTTLE";
+    case RecordType::kUnthrottle:
+      return "UNTHROTTLE";
+    case RecordType::kFork:
+      return "FORK";
+    case RecordType::kRead:
+      return "READ";
+    case RecordType::kSample:
+      return "SAMPLE";
+    case RecordType::kMmap2:
+      return "MMAP2";
+    case RecordType::kAux:
+      return "AUX";
+    case RecordType::kItraceStart:
+      return "ITRACE_START";
+    case RecordType::kLostSamples:
+      return "LOST_SAMPLES";
+    case RecordType::kSwitch:
+      return "SWITCH";
+    case RecordType::kSwitchCpuWide:
+      return "SWITCH_CPU_WIDE";
+    case RecordType::kNamespaces:
+      return "NAMESPACES";
+    case RecordType::kKsymbol:
+      return "KSYMBOL";
+    case RecordType::kBpfEvent:
+      return "BPF_EVENT";
+    case RecordType::kCgroup:
+      return "CGROUP";
+    case RecordType::kTextPoke:
+      return "TEXT_POKE";
+    case RecordType::kAuxOutputHwId:
+      return "AUX_OUTPUT_HW_ID";
+    default:
+      return "UNKNOWN";
   }
 }
 
 std::uint64_t peek_identifier(std::span<const std::byte> bytes, bool sample_id_all) noexcept {
-  if (bytes.size() < kHeaderSize) return 0;
+  if (bytes.size() < kHeaderSize)
+    return 0;
   const auto h = load<perf_event_header>(bytes.data());
-  if (h.size < kHeaderSize || h.size > bytes.size()) return 0;
+  if (h.size < kHeaderSize || h.size > bytes.size())
+    return 0;
   if (h.type == RecordType::kSample) {
     return h.size >= kHeaderSize + 8 ? load<std::uint64_t>(bytes.data() + kHeaderSize) : 0;
   }
-  if (!sample_id_all || h.size < kHeaderSize + 8) return 0;
+  if (!sample_id_all || h.size < kHeaderSize + 8)
+    return 0;
   return load<std::uint64_t>(bytes.data() + h.size - 8);
 }
 
-DecodeError decode(std::span<const std::byte> bytes, const SampleLayout& layout,
+DecodeError decode(std::span<const std::byte> bytes,
+                   const SampleLayout& layout,
                    Record& out) noexcept {
-  if (bytes.size() < kHeaderSize) return DecodeError::kTruncatedHeader;
+  if (bytes.size() < kHeaderSize)
+    return DecodeError::kTruncatedHeader;
   const auto h = load<perf_event_header>(bytes.data());
-  if (h.size == 0) return DecodeError::kZeroSize;
-  if (h.size > bytes.size()) return DecodeError::kSizePastData;
-  if (h.size < kHeaderSize) return DecodeError::kTruncatedHeader;
-  if (h.size % 8 != 0) return DecodeError::kMisaligned;
+  if (h.size == 0)
+    return DecodeError::kZeroSize;
+  if (h.size > bytes.size())
+    return DecodeError::kSizePastData;
+  if (h.size < kHeaderSize)
+    return DecodeError::kTruncatedHeader;
+  if (h.size % 8 != 0)
+    return DecodeError::kMisaligned;
 
   out.type = h.type;
   out.misc = h.misc;
@@ -377,7 +468,8 @@ DecodeError decode(std::span<const std::byte> bytes, const SampleLayout& layout,
     Cursor c(body, end);
     auto& s = out.body.emplace<Sample>();
     decode_sample(c, layout, s);
-    if (!c.ok()) return DecodeError::kFieldOverrun;
+    if (!c.ok())
+      return DecodeError::kFieldOverrun;
     auto& id = out.sample_id;
     id.pid = s.pid, id.tid = s.tid, id.time = s.time, id.stream_id = s.stream_id;
     id.id = (layout.sample_type & PERF_SAMPLE_IDENTIFIER) != 0U ? s.identifier : s.id;
@@ -426,7 +518,8 @@ DecodeError decode(std::span<const std::byte> bytes, const SampleLayout& layout,
         m.build_id_size = c.take<std::uint8_t>();
         c.take_bytes(3);
         m.build_id = c.take_bytes(20);
-        if (m.build_id_size > 20) c.fail();
+        if (m.build_id_size > 20)
+          c.fail();
         m.maj = m.min = 0;
         m.ino = m.ino_generation = 0;
       } else {

@@ -37,7 +37,8 @@ void store_release(__u64& v, std::uint64_t x) noexcept {
 
 std::uint64_t TimeConv::to_perf_time(std::uint64_t cyc) const noexcept {
   // include/uapi/linux/perf_event.h, "If cap_usr_time_zero ...":
-  if (cap_user_time_short) cyc = time_cycles + ((cyc - time_cycles) & time_mask);
+  if (cap_user_time_short)
+    cyc = time_cycles + ((cyc - time_cycles) & time_mask);
   const std::uint64_t quot = cyc >> time_shift;
   const std::uint64_t rem = cyc & ((std::uint64_t{1} << time_shift) - 1);
   return time_zero + quot * time_mult + ((rem * time_mult) >> time_shift);
@@ -45,8 +46,10 @@ std::uint64_t TimeConv::to_perf_time(std::uint64_t cyc) const noexcept {
 
 void AuxChunk::copy_to(std::vector<std::byte>& out) const {
   out.resize(first.size() + second.size());
-  if (!first.empty()) std::memcpy(out.data(), first.data(), first.size());
-  if (!second.empty()) std::memcpy(out.data() + first.size(), second.data(), second.size());
+  if (!first.empty())
+    std::memcpy(out.data(), first.data(), first.size());
+  if (!second.empty())
+    std::memcpy(out.data() + first.size(), second.data(), second.size());
 }
 
 Ring::Ring(Ring&& o) noexcept
@@ -77,8 +80,10 @@ Ring::~Ring() {
 }
 
 void Ring::release() noexcept {
-  if (aux_ != nullptr && aux_owned_) ::munmap(aux_, aux_size_);
-  if (meta_ != nullptr && map_len_ != 0) ::munmap(meta_, map_len_);
+  if (aux_ != nullptr && aux_owned_)
+    ::munmap(aux_, aux_size_);
+  if (meta_ != nullptr && map_len_ != 0)
+    ::munmap(meta_, map_len_);
   meta_ = nullptr;
   aux_ = nullptr;
   data_ = nullptr;
@@ -129,8 +134,7 @@ Result<Ring> Ring::map(int fd, const RingOptions& opts) {
     r.meta_->aux_offset = len;
     r.meta_->aux_size = opts.aux_bytes;
     const int aux_prot = opts.aux_overwrite ? PROT_READ : PROT_READ | PROT_WRITE;
-    void* a = ::mmap(nullptr, opts.aux_bytes, aux_prot, MAP_SHARED, fd,
-                     static_cast<off_t>(len));
+    void* a = ::mmap(nullptr, opts.aux_bytes, aux_prot, MAP_SHARED, fd, static_cast<off_t>(len));
     if (a == MAP_FAILED) {
       const int err = errno;
       return fail(err,
@@ -145,7 +149,8 @@ Result<Ring> Ring::map(int fd, const RingOptions& opts) {
   return r;
 }
 
-Result<Ring> Ring::adopt(std::span<std::byte> meta_and_data, std::span<std::byte> aux,
+Result<Ring> Ring::adopt(std::span<std::byte> meta_and_data,
+                         std::span<std::byte> aux,
                          bool overwrite) {
   const std::size_t ps = page_size();
   if (meta_and_data.size() < 2 * ps || meta_and_data.size() % ps != 0 ||
@@ -153,7 +158,8 @@ Result<Ring> Ring::adopt(std::span<std::byte> meta_and_data, std::span<std::byte
     return fail(EINVAL, fmt::format("ring: {} bytes is not 1 + 2^n pages", meta_and_data.size()));
   }
   if (!aux.empty() && !std::has_single_bit(aux.size())) {
-    return fail(EINVAL, fmt::format("ring: AUX area of {} bytes is not a power of two", aux.size()));
+    return fail(EINVAL,
+                fmt::format("ring: AUX area of {} bytes is not a power of two", aux.size()));
   }
   Ring r;
   r.meta_ = reinterpret_cast<perf_event_mmap_page*>(meta_and_data.data());
@@ -176,17 +182,23 @@ std::uint64_t Ring::load_head() noexcept {
 
 PeekResult Ring::peek() noexcept {
   const std::uint64_t avail = head_ - read_pos_;
-  if (avail == 0) return {};
-  if (avail < sizeof(perf_event_header)) return {{}, DecodeError::kTruncatedHeader};
+  if (avail == 0)
+    return {};
+  if (avail < sizeof(perf_event_header))
+    return {{}, DecodeError::kTruncatedHeader};
   const std::uint64_t mask = data_size_ - 1;
   const std::uint64_t off = read_pos_ & mask;
   // Records are 8-byte aligned and data_size is a multiple of 8, so a header never wraps.
   perf_event_header h;
   std::memcpy(&h, data_ + off, sizeof(h));
-  if (h.size == 0) return {{}, DecodeError::kZeroSize};
-  if (h.size % 8 != 0) return {{}, DecodeError::kMisaligned};
-  if (h.size > avail) return {{}, DecodeError::kSizePastData};
-  if (off + h.size <= data_size_) return {{data_ + off, h.size}, DecodeError::kOk};
+  if (h.size == 0)
+    return {{}, DecodeError::kZeroSize};
+  if (h.size % 8 != 0)
+    return {{}, DecodeError::kMisaligned};
+  if (h.size > avail)
+    return {{}, DecodeError::kSizePastData};
+  if (off + h.size <= data_size_)
+    return {{data_ + off, h.size}, DecodeError::kOk};
   // Wraps: copy the two pieces once into scratch (at most one record wraps per pass).
   const std::size_t first = data_size_ - off;
   std::memcpy(scratch_.data(), data_ + off, first);
@@ -195,14 +207,16 @@ PeekResult Ring::peek() noexcept {
 }
 
 void Ring::commit() noexcept {
-  if (overwrite_) return;  // read-only mapping: the kernel ignores data_tail
+  if (overwrite_)
+    return;  // read-only mapping: the kernel ignores data_tail
   // Pairs with the kernel's READ_ONCE/smp_mb in perf_output_begin(): our reads of the records
   // happen before the space is handed back.
   store_release(meta_->data_tail, read_pos_);
 }
 
 Result<std::size_t> Ring::snapshot(std::vector<std::byte>& out) {
-  if (!overwrite_) return fail(EINVAL, "ring: snapshot() is for overwrite (write_backward) rings");
+  if (!overwrite_)
+    return fail(EINVAL, "ring: snapshot() is for overwrite (write_backward) rings");
   const bool paused = fd_ >= 0 && ::ioctl(fd_, PERF_EVENT_IOC_PAUSE_OUTPUT, 1) == 0;
   // write_backward: the kernel moves data_head down; the newest record starts at head and older
   // ones follow it. Kernel counterpart: perf_output_begin() with is_write_backward(); reader as
@@ -216,17 +230,20 @@ Result<std::size_t> Ring::snapshot(std::vector<std::byte>& out) {
     perf_event_header h;
     std::memcpy(&h, data_ + (pos & mask), sizeof(h));
     // An unwritten (zero) header ends the valid data; so does a record the next lap overwrote.
-    if (h.size == 0 || h.size % 8 != 0 || pos - head + h.size > data_size_) break;
+    if (h.size == 0 || h.size % 8 != 0 || pos - head + h.size > data_size_)
+      break;
     const std::size_t at = out.size();
     out.resize(at + h.size);
     const std::uint64_t off = pos & mask;
     const std::size_t first = std::min<std::uint64_t>(h.size, data_size_ - off);
     std::memcpy(out.data() + at, data_ + off, first);
-    if (first < h.size) std::memcpy(out.data() + at + first, data_, h.size - first);
+    if (first < h.size)
+      std::memcpy(out.data() + at + first, data_, h.size - first);
     pos += h.size;
     ++count;
   }
-  if (paused) ::ioctl(fd_, PERF_EVENT_IOC_PAUSE_OUTPUT, 0);
+  if (paused)
+    ::ioctl(fd_, PERF_EVENT_IOC_PAUSE_OUTPUT, 0);
   return count;
 }
 
@@ -246,13 +263,18 @@ std::optional<AuxChunk> Ring::aux_chunk(const Aux& rec) noexcept {
   const std::uint64_t off = rec.aux_offset & (aux_size_ - 1);
   const std::uint64_t first = std::min(rec.aux_size, aux_size_ - off);
   c.first = {aux_ + off, static_cast<std::size_t>(first)};
-  if (first < rec.aux_size) c.second = {aux_, static_cast<std::size_t>(rec.aux_size - first)};
+  if (first < rec.aux_size)
+    c.second = {aux_, static_cast<std::size_t>(rec.aux_size - first)};
   ++aux_stats_.chunks;
   aux_stats_.bytes += rec.aux_size;
-  if ((rec.flags & abi::kAuxFlagTruncated) != 0U) ++aux_stats_.truncated;
-  if ((rec.flags & abi::kAuxFlagOverwrite) != 0U) ++aux_stats_.overwrite;
-  if ((rec.flags & abi::kAuxFlagPartial) != 0U) ++aux_stats_.partial;
-  if ((rec.flags & abi::kAuxFlagCollision) != 0U) ++aux_stats_.collision;
+  if ((rec.flags & abi::kAuxFlagTruncated) != 0U)
+    ++aux_stats_.truncated;
+  if ((rec.flags & abi::kAuxFlagOverwrite) != 0U)
+    ++aux_stats_.overwrite;
+  if ((rec.flags & abi::kAuxFlagPartial) != 0U)
+    ++aux_stats_.partial;
+  if ((rec.flags & abi::kAuxFlagCollision) != 0U)
+    ++aux_stats_.collision;
   return c;
 }
 
@@ -277,7 +299,8 @@ TimeConv Ring::time_conv() const noexcept {
     t.time_cycles = meta_->time_cycles;
     t.time_mask = meta_->time_mask;
     std::atomic_thread_fence(std::memory_order_acquire);
-  } while (std::atomic_ref<const std::uint32_t>(meta_->lock).load(std::memory_order_relaxed) != seq);
+  } while (std::atomic_ref<const std::uint32_t>(meta_->lock).load(std::memory_order_relaxed) !=
+           seq);
   return t;
 }
 

@@ -38,14 +38,16 @@ std::span<const SoftwareEvent> software_events() noexcept {
 
 std::optional<SoftwareEvent> find_software_event(std::string_view name) noexcept {
   for (const auto& e : kSoftware) {
-    if (e.name == name) return e;
+    if (e.name == name)
+      return e;
   }
   return std::nullopt;
 }
 
 Result<std::vector<int>> parse_cpu_list(std::string_view text) {
   std::vector<int> cpus;
-  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.remove_suffix(1);
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' '))
+    text.remove_suffix(1);
   std::size_t pos = 0;
   while (pos < text.size()) {
     const std::size_t comma = std::min(text.find(',', pos), text.size());
@@ -62,7 +64,8 @@ Result<std::vector<int>> parse_cpu_list(std::string_view text) {
     if (!ok || hi < lo) {
       return fail(EINVAL, fmt::format("cpu list: bad element '{}' in '{}'", part, text));
     }
-    for (int c = lo; c <= hi; ++c) cpus.push_back(c);
+    for (int c = lo; c <= hi; ++c)
+      cpus.push_back(c);
     pos = comma + 1;
   }
   return cpus;

@@ -17,8 +17,10 @@ using tracer::perf::Ring;
 using tracer::perf::Sample;
 using tracer::perf::SampleLayout;
 
-const SampleLayout kLayout = SampleLayout::from(
-    PERF_SAMPLE_RAW | PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_CPU, 0, false);
+const SampleLayout kLayout =
+    SampleLayout::from(PERF_SAMPLE_RAW | PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_CPU,
+                       0,
+                       false);
 
 // A 256 KiB ring (64 pages) filled to ~7/8 with sys_enter-like samples (raw payload 64 bytes).
 struct Fixture {
@@ -37,7 +39,8 @@ struct Fixture {
     while (bytes < synth.data_size() * 7 / 8) {
       s.time = records;
       const auto rec = tracer::testing::encode_sample(kLayout, s);
-      if (!synth.write(rec)) break;
+      if (!synth.write(rec))
+        break;
       ++records;
       bytes += rec.size();
     }

@@ -14,7 +14,8 @@ Child::Child(std::function<void(int)> step) {
     throw std::runtime_error("pipe2");
   }
   pid_ = ::fork();
-  if (pid_ < 0) throw std::runtime_error("fork");
+  if (pid_ < 0)
+    throw std::runtime_error("fork");
   if (pid_ == 0) {
     ::close(down[1]);
     ::close(up[0]);
@@ -22,7 +23,8 @@ Child::Child(std::function<void(int)> step) {
     int k = 0;
     while (::read(down[0], &c, 1) == 1) {
       step(k++);
-      if (::write(up[1], &c, 1) != 1) break;
+      if (::write(up[1], &c, 1) != 1)
+        break;
     }
     ::_exit(0);
   }
@@ -34,12 +36,14 @@ Child::Child(std::function<void(int)> step) {
 
 bool Child::go() {
   char c = 'g';
-  if (::write(to_child_, &c, 1) != 1) return false;
+  if (::write(to_child_, &c, 1) != 1)
+    return false;
   return ::read(from_child_, &c, 1) == 1;
 }
 
 int Child::finish() {
-  if (pid_ < 0) return -1;
+  if (pid_ < 0)
+    return -1;
   ::close(to_child_);
   ::close(from_child_);
   to_child_ = from_child_ = -1;

@@ -22,10 +22,12 @@ RecordBuilder& RecordBuilder::padded_string(const std::string& s) {
 
 std::vector<std::byte> RecordBuilder::finish(std::uint32_t type, std::uint16_t misc) const {
   perf_event_header h{type, misc, static_cast<std::uint16_t>(8 + body_.size())};
-  if ((8 + body_.size()) % 8 != 0) throw std::logic_error("record body not padded to 8");
+  if ((8 + body_.size()) % 8 != 0)
+    throw std::logic_error("record body not padded to 8");
   std::vector<std::byte> out(sizeof(h) + body_.size());
   std::memcpy(out.data(), &h, sizeof(h));
-  if (!body_.empty()) std::memcpy(out.data() + sizeof(h), body_.data(), body_.size());
+  if (!body_.empty())
+    std::memcpy(out.data() + sizeof(h), body_.data(), body_.size());
   return out;
 }
 
@@ -34,8 +36,10 @@ void append_read(RecordBuilder& b, std::uint64_t f, const SampleSpec& s) {
   auto entry = [&](const SampleSpec::ReadValue& v) {
     b.u64(v.value);
     if (group) {
-      if ((f & PERF_FORMAT_ID) != 0U) b.u64(v.id);
-      if ((f & perf::abi::kFormatLost) != 0U) b.u64(v.lost);
+      if ((f & PERF_FORMAT_ID) != 0U)
+        b.u64(v.id);
+      if ((f & perf::abi::kFormatLost) != 0U)
+        b.u64(v.lost);
     }
   };
   if (group) {
@@ -43,86 +47,126 @@ void append_read(RecordBuilder& b, std::uint64_t f, const SampleSpec& s) {
   } else {
     entry(s.read_values.at(0));
   }
-  if ((f & PERF_FORMAT_TOTAL_TIME_ENABLED) != 0U) b.u64(s.read_enabled);
-  if ((f & PERF_FORMAT_TOTAL_TIME_RUNNING) != 0U) b.u64(s.read_running);
+  if ((f & PERF_FORMAT_TOTAL_TIME_ENABLED) != 0U)
+    b.u64(s.read_enabled);
+  if ((f & PERF_FORMAT_TOTAL_TIME_RUNNING) != 0U)
+    b.u64(s.read_running);
   if (group) {
-    for (const auto& v : s.read_values) entry(v);
+    for (const auto& v : s.read_values)
+      entry(v);
   } else {
-    if ((f & PERF_FORMAT_ID) != 0U) b.u64(s.read_values.at(0).id);
-    if ((f & perf::abi::kFormatLost) != 0U) b.u64(s.read_values.at(0).lost);
+    if ((f & PERF_FORMAT_ID) != 0U)
+      b.u64(s.read_values.at(0).id);
+    if ((f & perf::abi::kFormatLost) != 0U)
+      b.u64(s.read_values.at(0).lost);
   }
 }
 
-std::vector<std::byte> encode_sample(const SampleLayout& l, const SampleSpec& s,
+std::vector<std::byte> encode_sample(const SampleLayout& l,
+                                     const SampleSpec& s,
                                      std::uint16_t misc) {
   RecordBuilder b;
   const std::uint64_t st = l.sample_type;
-  if ((st & PERF_SAMPLE_IDENTIFIER) != 0U) b.u64(s.identifier);
-  if ((st & PERF_SAMPLE_IP) != 0U) b.u64(s.ip);
-  if ((st & PERF_SAMPLE_TID) != 0U) b.u32(s.pid).u32(s.tid);
-  if ((st & PERF_SAMPLE_TIME) != 0U) b.u64(s.time);
-  if ((st & PERF_SAMPLE_ADDR) != 0U) b.u64(s.addr);
-  if ((st & PERF_SAMPLE_ID) != 0U) b.u64(s.id);
-  if ((st & PERF_SAMPLE_STREAM_ID) != 0U) b.u64(s.stream_id);
-  if ((st & PERF_SAMPLE_CPU) != 0U) b.u32(s.cpu).u32(s.res);
-  if ((st & PERF_SAMPLE_PERIOD) != 0U) b.u64(s.period);
-  if ((st & PERF_SAMPLE_READ) != 0U) append_read(b, l.read_format, s);
+  if ((st & PERF_SAMPLE_IDENTIFIER) != 0U)
+    b.u64(s.identifier);
+  if ((st & PERF_SAMPLE_IP) != 0U)
+    b.u64(s.ip);
+  if ((st & PERF_SAMPLE_TID) != 0U)
+    b.u32(s.pid).u32(s.tid);
+  if ((st & PERF_SAMPLE_TIME) != 0U)
+    b.u64(s.time);
+  if ((st & PERF_SAMPLE_ADDR) != 0U)
+    b.u64(s.addr);
+  if ((st & PERF_SAMPLE_ID) != 0U)
+    b.u64(s.id);
+  if ((st & PERF_SAMPLE_STREAM_ID) != 0U)
+    b.u64(s.stream_id);
+  if ((st & PERF_SAMPLE_CPU) != 0U)
+    b.u32(s.cpu).u32(s.res);
+  if ((st & PERF_SAMPLE_PERIOD) != 0U)
+    b.u64(s.period);
+  if ((st & PERF_SAMPLE_READ) != 0U)
+    append_read(b, l.read_format, s);
   if ((st & PERF_SAMPLE_CALLCHAIN) != 0U) {
     b.u64(s.callchain.size());
-    for (auto ip : s.callchain) b.u64(ip);
+    for (auto ip : s.callchain)
+      b.u64(ip);
   }
   if ((st & PERF_SAMPLE_RAW) != 0U) {
     // Kernel: raw size is padded so that u32 size + data ends 8-aligned.
     std::size_t padded = s.raw.size();
-    while ((padded + 4) % 8 != 0) ++padded;
+    while ((padded + 4) % 8 != 0)
+      ++padded;
     b.u32(static_cast<std::uint32_t>(padded)).bytes(s.raw);
-    for (std::size_t i = s.raw.size(); i < padded; ++i) b.u8(0);
+    for (std::size_t i = s.raw.size(); i < padded; ++i)
+      b.u8(0);
   }
   if ((st & PERF_SAMPLE_BRANCH_STACK) != 0U) {
     b.u64(s.branches.size());
-    if ((l.branch_sample_type & perf::abi::kBranchHwIndex) != 0U) b.u64(s.branch_hw_idx);
-    for (const auto& e : s.branches) b.u64(e.from).u64(e.to).u64(e.flags);
+    if ((l.branch_sample_type & perf::abi::kBranchHwIndex) != 0U)
+      b.u64(s.branch_hw_idx);
+    for (const auto& e : s.branches)
+      b.u64(e.from).u64(e.to).u64(e.flags);
     if ((l.branch_sample_type & perf::abi::kBranchCounters) != 0U) {
-      for (auto c : s.branch_counters) b.u64(c);
+      for (auto c : s.branch_counters)
+        b.u64(c);
     }
   }
   if ((st & PERF_SAMPLE_REGS_USER) != 0U) {
     b.u64(s.regs_user_abi);
     if (s.regs_user_abi != 0) {
-      for (auto r : s.regs_user) b.u64(r);
+      for (auto r : s.regs_user)
+        b.u64(r);
     }
   }
   if ((st & PERF_SAMPLE_STACK_USER) != 0U) {
     b.u64(s.stack_user.size());
-    if (!s.stack_user.empty()) b.bytes(s.stack_user).u64(s.stack_user_dyn_size);
+    if (!s.stack_user.empty())
+      b.bytes(s.stack_user).u64(s.stack_user_dyn_size);
   }
-  if ((st & (PERF_SAMPLE_WEIGHT | perf::abi::kSampleWeightStruct)) != 0U) b.u64(s.weight);
-  if ((st & PERF_SAMPLE_DATA_SRC) != 0U) b.u64(s.data_src);
-  if ((st & PERF_SAMPLE_TRANSACTION) != 0U) b.u64(s.transaction);
+  if ((st & (PERF_SAMPLE_WEIGHT | perf::abi::kSampleWeightStruct)) != 0U)
+    b.u64(s.weight);
+  if ((st & PERF_SAMPLE_DATA_SRC) != 0U)
+    b.u64(s.data_src);
+  if ((st & PERF_SAMPLE_TRANSACTION) != 0U)
+    b.u64(s.transaction);
   if ((st & PERF_SAMPLE_REGS_INTR) != 0U) {
     b.u64(s.regs_intr_abi);
     if (s.regs_intr_abi != 0) {
-      for (auto r : s.regs_intr) b.u64(r);
+      for (auto r : s.regs_intr)
+        b.u64(r);
     }
   }
-  if ((st & perf::abi::kSamplePhysAddr) != 0U) b.u64(s.phys_addr);
-  if ((st & perf::abi::kSampleCgroup) != 0U) b.u64(s.cgroup);
-  if ((st & perf::abi::kSampleDataPageSize) != 0U) b.u64(s.data_page_size);
-  if ((st & perf::abi::kSampleCodePageSize) != 0U) b.u64(s.code_page_size);
-  if ((st & perf::abi::kSampleAux) != 0U) b.u64(s.aux.size()).bytes(s.aux);
+  if ((st & perf::abi::kSamplePhysAddr) != 0U)
+    b.u64(s.phys_addr);
+  if ((st & perf::abi::kSampleCgroup) != 0U)
+    b.u64(s.cgroup);
+  if ((st & perf::abi::kSampleDataPageSize) != 0U)
+    b.u64(s.data_page_size);
+  if ((st & perf::abi::kSampleCodePageSize) != 0U)
+    b.u64(s.code_page_size);
+  if ((st & perf::abi::kSampleAux) != 0U)
+    b.u64(s.aux.size()).bytes(s.aux);
   b.pad_to_8();
   return b.finish(perf::abi::kSample, misc);
 }
 
 void append_sample_id(RecordBuilder& b, const SampleLayout& l, const perf::SampleId& id) {
-  if (!l.sample_id_all) return;
+  if (!l.sample_id_all)
+    return;
   const std::uint64_t st = l.sample_type;
-  if ((st & PERF_SAMPLE_TID) != 0U) b.u32(id.pid).u32(id.tid);
-  if ((st & PERF_SAMPLE_TIME) != 0U) b.u64(id.time);
-  if ((st & PERF_SAMPLE_ID) != 0U) b.u64(id.id);
-  if ((st & PERF_SAMPLE_STREAM_ID) != 0U) b.u64(id.stream_id);
-  if ((st & PERF_SAMPLE_CPU) != 0U) b.u32(id.cpu).u32(id.res);
-  if ((st & PERF_SAMPLE_IDENTIFIER) != 0U) b.u64(id.id);
+  if ((st & PERF_SAMPLE_TID) != 0U)
+    b.u32(id.pid).u32(id.tid);
+  if ((st & PERF_SAMPLE_TIME) != 0U)
+    b.u64(id.time);
+  if ((st & PERF_SAMPLE_ID) != 0U)
+    b.u64(id.id);
+  if ((st & PERF_SAMPLE_STREAM_ID) != 0U)
+    b.u64(id.stream_id);
+  if ((st & PERF_SAMPLE_CPU) != 0U)
+    b.u32(id.cpu).u32(id.res);
+  if ((st & PERF_SAMPLE_IDENTIFIER) != 0U)
+    b.u64(id.id);
 }
 
 namespace {
@@ -131,7 +175,8 @@ std::size_t page() {
 }
 void* map_anon(std::size_t n) {
   void* p = ::mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) throw std::runtime_error("mmap");
+  if (p == MAP_FAILED)
+    throw std::runtime_error("mmap");
   return p;
 }
 }  // namespace
@@ -153,7 +198,8 @@ SyntheticRing::SyntheticRing(std::uint32_t data_pages, std::uint64_t aux_bytes) 
 
 SyntheticRing::~SyntheticRing() {
   ::munmap(base_, map_len_);
-  if (aux_base_ != nullptr) ::munmap(aux_base_, aux_bytes_);
+  if (aux_base_ != nullptr)
+    ::munmap(aux_base_, aux_bytes_);
 }
 
 void SyntheticRing::set_position(std::uint64_t pos) {
@@ -171,7 +217,8 @@ bool SyntheticRing::fits(std::size_t n) {
 
 void SyntheticRing::put(std::span<const std::byte> rec) {
   const std::uint64_t mask = data_size_ - 1;
-  for (std::size_t i = 0; i < rec.size(); ++i) data_[(head_ + i) & mask] = rec[i];
+  for (std::size_t i = 0; i < rec.size(); ++i)
+    data_[(head_ + i) & mask] = rec[i];
   head_ += rec.size();
 }
 
@@ -203,7 +250,8 @@ void SyntheticRing::publish() {
 void SyntheticRing::write_backward(std::span<const std::byte> rec) {
   head_ -= rec.size();
   const std::uint64_t mask = data_size_ - 1;
-  for (std::size_t i = 0; i < rec.size(); ++i) data_[(head_ + i) & mask] = rec[i];
+  for (std::size_t i = 0; i < rec.size(); ++i)
+    data_[(head_ + i) & mask] = rec[i];
   publish();
 }
 
@@ -212,12 +260,14 @@ std::uint64_t SyntheticRing::aux_write(std::span<const std::byte> data, std::uin
       std::atomic_ref<__u64>(meta()->aux_tail).load(std::memory_order_acquire);
   const std::uint64_t space = aux_bytes_ - (aux_head_ - tail);
   const std::uint64_t n = std::min<std::uint64_t>(space, data.size());
-  for (std::uint64_t i = 0; i < n; ++i) aux_base_[(aux_head_ + i) & (aux_bytes_ - 1)] = data[i];
+  for (std::uint64_t i = 0; i < n; ++i)
+    aux_base_[(aux_head_ + i) & (aux_bytes_ - 1)] = data[i];
   const std::uint64_t offset = aux_head_;
   aux_head_ += n;
   std::atomic_ref<__u64>(meta()->aux_head).store(aux_head_, std::memory_order_release);
   std::uint64_t flags = extra_flags;
-  if (n < data.size()) flags |= perf::abi::kAuxFlagTruncated;
+  if (n < data.size())
+    flags |= perf::abi::kAuxFlagTruncated;
   RecordBuilder b;
   b.u64(offset).u64(n).u64(flags);
   append_sample_id(b, lost_layout_, lost_id_);
@@ -228,20 +278,25 @@ std::uint64_t SyntheticRing::aux_write(std::span<const std::byte> data, std::uin
 
 std::vector<std::byte> read_xxd(const std::string& path) {
   std::ifstream in(path);
-  if (!in) throw std::runtime_error("cannot open " + path);
+  if (!in)
+    throw std::runtime_error("cannot open " + path);
   std::vector<std::byte> out;
   std::string line;
   while (std::getline(in, line)) {
-    if (line.empty() || line[0] == '#') continue;
+    if (line.empty() || line[0] == '#')
+      continue;
     const auto colon = line.find(':');
-    if (colon == std::string::npos) continue;
+    if (colon == std::string::npos)
+      continue;
     // "00000000: 0900 0000 3800 0000  ........": hex groups end at two spaces.
     std::string hex = line.substr(colon + 1);
     const auto ascii = hex.find("  ");
-    if (ascii != std::string::npos) hex.resize(ascii);
+    if (ascii != std::string::npos)
+      hex.resize(ascii);
     std::string digits;
     for (char c : hex) {
-      if (std::isxdigit(static_cast<unsigned char>(c)) != 0) digits += c;
+      if (std::isxdigit(static_cast<unsigned char>(c)) != 0)
+        digits += c;
     }
     for (std::size_t i = 0; i + 1 < digits.size(); i += 2) {
       out.push_back(static_cast<std::byte>(std::stoi(digits.substr(i, 2), nullptr, 16)));

@@ -27,7 +27,8 @@ class RecordBuilder {
   /// A NUL-terminated string padded with zeros to a multiple of 8 (as perf_event_comm_event).
   RecordBuilder& padded_string(const std::string& s);
   RecordBuilder& pad_to_8() {
-    while (body_.size() % 8 != 0) body_.push_back(std::byte{0});
+    while (body_.size() % 8 != 0)
+      body_.push_back(std::byte{0});
     return *this;
   }
   [[nodiscard]] std::size_t size() const { return body_.size(); }
@@ -74,7 +75,8 @@ struct SampleSpec {
 
 /// Encodes a SAMPLE for `layout` (perf_output_sample order).
 [[nodiscard]] std::vector<std::byte> encode_sample(const perf::SampleLayout& layout,
-                                                   const SampleSpec& s, std::uint16_t misc = 0);
+                                                   const SampleSpec& s,
+                                                   std::uint16_t misc = 0);
 /// Appends the sample_id trailer of `layout` to a non-SAMPLE record body.
 void append_sample_id(RecordBuilder& b, const perf::SampleLayout& layout, const perf::SampleId& id);
 /// Encodes the read_format blob.
@@ -91,7 +93,9 @@ class SyntheticRing {
 
   [[nodiscard]] std::span<std::byte> meta_and_data() { return {base_, map_len_}; }
   [[nodiscard]] std::span<std::byte> aux() { return {aux_base_, aux_bytes_}; }
-  [[nodiscard]] perf_event_mmap_page* meta() { return reinterpret_cast<perf_event_mmap_page*>(base_); }
+  [[nodiscard]] perf_event_mmap_page* meta() {
+    return reinterpret_cast<perf_event_mmap_page*>(base_);
+  }
   [[nodiscard]] std::uint64_t data_size() const { return data_size_; }
 
   /// Starts both head and tail at `pos` (to put a record across the wrap point).

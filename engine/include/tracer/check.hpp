@@ -3,13 +3,16 @@
 #pragma once
 
 namespace tracer::detail {
-[[noreturn]] void check_failed(const char* expr, const char* file, int line, const char* msg) noexcept;
+[[noreturn]] void check_failed(const char* expr,
+                               const char* file,
+                               int line,
+                               const char* msg) noexcept;
 }  // namespace tracer::detail
 
-#define TRACER_CHECK_MSG(cond, msg)                                       \
-  do {                                                                    \
-    if (!(cond)) [[unlikely]]                                             \
-      ::tracer::detail::check_failed(#cond, __FILE__, __LINE__, (msg));   \
+#define TRACER_CHECK_MSG(cond, msg)                                     \
+  do {                                                                  \
+    if (!(cond)) [[unlikely]]                                           \
+      ::tracer::detail::check_failed(#cond, __FILE__, __LINE__, (msg)); \
   } while (0)
 #define TRACER_CHECK(cond) TRACER_CHECK_MSG(cond, nullptr)
 

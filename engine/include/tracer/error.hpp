@@ -20,18 +20,21 @@ struct SourceRegion {
 };
 
 enum class ErrorCategory : std::uint8_t {
-  kUsage,       // bad command line
-  kRecipe,      // bad recipe (file:line:column)
-  kPermission,  // missing privilege
-  kUnsupported, // this kernel/machine lacks the feature
-  kNotFound,    // tracepoint, symbol, file, PMU absent
-  kRuntime,     // anything else at run time
+  kUsage,        // bad command line
+  kRecipe,       // bad recipe (file:line:column)
+  kPermission,   // missing privilege
+  kUnsupported,  // this kernel/machine lacks the feature
+  kNotFound,     // tracepoint, symbol, file, PMU absent
+  kRuntime,      // anything else at run time
 };
 
 class Error : public std::runtime_error {
  public:
-  Error(ErrorCategory category, std::error_code code, const std::string& message,
-        std::string hint = {}, std::optional<SourceRegion> where = std::nullopt)
+  Error(ErrorCategory category,
+        std::error_code code,
+        const std::string& message,
+        std::string hint = {},
+        std::optional<SourceRegion> where = std::nullopt)
       : std::runtime_error(message),
         category_(category),
         code_(code),

@@ -47,10 +47,10 @@ using Unexpected = std::unexpected<Failure>;
 }  // namespace tracer
 
 // Propagate a failed Result/Status from the enclosing function.
-#define TRACER_TRY(expr)                                  \
-  do {                                                    \
-    auto&& tracer_try_result_ = (expr);                   \
-    if (!tracer_try_result_)                              \
+#define TRACER_TRY(expr)                                            \
+  do {                                                              \
+    auto&& tracer_try_result_ = (expr);                             \
+    if (!tracer_try_result_)                                        \
       return ::tracer::fail(std::move(tracer_try_result_).error()); \
   } while (0)
 

@@ -19,7 +19,8 @@ using namespace std::chrono_literals;
 void spin_for(std::chrono::milliseconds d) {
   const auto end = std::chrono::steady_clock::now() + d;
   volatile std::uint64_t x = 0;
-  while (std::chrono::steady_clock::now() < end) x = x + 1;
+  while (std::chrono::steady_clock::now() < end)
+    x = x + 1;
 }
 
 EventAttr software(std::uint64_t config) {
@@ -34,14 +35,16 @@ TEST(GroupLive, CountsSoftwareEventsTogether) {
   std::vector<EventAttr> attrs = {software(PERF_COUNT_SW_TASK_CLOCK),
                                   software(PERF_COUNT_SW_CPU_CLOCK),
                                   software(PERF_COUNT_SW_PAGE_FAULTS)};
-  for (auto& a : attrs) a.read_format(rf);
+  for (auto& a : attrs)
+    a.read_format(rf);
   auto g = Group::open(attrs, {.pid = 0, .cpu = -1});
   ASSERT_TRUE(g.has_value()) << g.error().describe();
   ASSERT_TRUE(g->reset().has_value());
   ASSERT_TRUE(g->enable().has_value());
   spin_for(50ms);
   std::vector<char> touch(64 << 20);  // fault in 16k pages
-  for (std::size_t i = 0; i < touch.size(); i += 4096) touch[i] = 1;
+  for (std::size_t i = 0; i < touch.size(); i += 4096)
+    touch[i] = 1;
   ASSERT_TRUE(g->disable().has_value());
   auto c = g->read();
   ASSERT_TRUE(c.has_value()) << c.error().describe();
@@ -113,8 +116,10 @@ TEST(EventLive, BreakpointCountsWritesAndModifyAttributesMovesIt) {
     GTEST_SKIP() << "no breakpoint PMU: " << ev.error().describe();
   }
   ASSERT_TRUE(ev.has_value()) << ev.error().describe();
-  for (int i = 0; i < 7; ++i) g_watched_a = g_watched_a + 1;
-  for (int i = 0; i < 5; ++i) g_watched_b = g_watched_b + 1;
+  for (int i = 0; i < 7; ++i)
+    g_watched_a = g_watched_a + 1;
+  for (int i = 0; i < 5; ++i)
+    g_watched_b = g_watched_b + 1;
   auto c = ev->read();
   ASSERT_TRUE(c.has_value());
   // The modify ioctl is accepted whether or not the CPU fires (checked before any skip).
@@ -133,7 +138,8 @@ TEST(EventLive, BreakpointCountsWritesAndModifyAttributesMovesIt) {
   a.bp_addr(reinterpret_cast<std::uint64_t>(&g_watched_b));
   auto m2 = ev->modify_attributes(a);
   ASSERT_TRUE(m2.has_value()) << m2.error().describe();
-  for (int i = 0; i < 3; ++i) g_watched_b = g_watched_b + 1;
+  for (int i = 0; i < 3; ++i)
+    g_watched_b = g_watched_b + 1;
   g_watched_a = 0;
   auto c2 = ev->read();
   ASSERT_TRUE(c2.has_value());
@@ -151,7 +157,8 @@ TEST(OpenEventErrors, AnyTaskOnAnyCpuIsExplained) {
 
 TEST(OpenEventErrors, VanishedProcessIsExplained) {
   const pid_t child = ::fork();
-  if (child == 0) ::_exit(0);
+  if (child == 0)
+    ::_exit(0);
   ::waitpid(child, nullptr, 0);
   EventAttr a = software(PERF_COUNT_SW_TASK_CLOCK);
   auto r = open_event(a, {.pid = child, .cpu = -1});
@@ -164,7 +171,8 @@ TEST(OpenEventErrors, MissingHardwarePmuIsExplained) {
   EventAttr a;
   a.type(PERF_TYPE_HARDWARE).config(PERF_COUNT_HW_CPU_CYCLES);
   auto r = open_event(a, {.pid = 0, .cpu = -1});
-  if (r.has_value()) GTEST_SKIP() << "this machine has a hardware PMU; the error path needs none";
+  if (r.has_value())
+    GTEST_SKIP() << "this machine has a hardware PMU; the error path needs none";
   EXPECT_EQ(r.error().errno_value(), ENOENT);
   EXPECT_NE(r.error().hint.find("no hardware PMU"), std::string::npos) << r.error().describe();
 }
@@ -176,7 +184,8 @@ TEST(OpenEventErrors, UnknownTracepointIdIsExplained) {
   ASSERT_FALSE(r.has_value());
   // 6.18 answers EINVAL for an unknown id (older kernels ENOENT); both must be explained.
   EXPECT_TRUE(r.error().errno_value() == EINVAL || r.error().errno_value() == ENOENT);
-  EXPECT_NE(r.error().hint.find("no tracepoint with id"), std::string::npos) << r.error().describe();
+  EXPECT_NE(r.error().hint.find("no tracepoint with id"), std::string::npos)
+      << r.error().describe();
 }
 
 // A fake kernel whose perf_event_attr is 120 bytes and that refuses any larger size outright
@@ -219,8 +228,12 @@ long refuse_with(int err) {
   errno = err;
   return -1;
 }
-long fake_emfile(perf_event_attr*, pid_t, int, int, unsigned long) { return refuse_with(EMFILE); }
-long fake_eacces(perf_event_attr*, pid_t, int, int, unsigned long) { return refuse_with(EACCES); }
+long fake_emfile(perf_event_attr*, pid_t, int, int, unsigned long) {
+  return refuse_with(EMFILE);
+}
+long fake_eacces(perf_event_attr*, pid_t, int, int, unsigned long) {
+  return refuse_with(EACCES);
+}
 
 TEST(OpenEventErrors, FdLimitAndPermissionTexts) {
   EventAttr a = software(PERF_COUNT_SW_CPU_CLOCK);

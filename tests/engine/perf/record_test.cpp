@@ -40,7 +40,8 @@ SampleSpec full_spec(std::uint64_t read_format) {
   s.read_enabled = 500;
   s.read_running = 250;
   s.read_values = {{10, 0x1111, 1}};
-  if ((read_format & PERF_FORMAT_GROUP) != 0U) s.read_values.push_back({20, 0x3333, 2});
+  if ((read_format & PERF_FORMAT_GROUP) != 0U)
+    s.read_values.push_back({20, 0x3333, 2});
   s.callchain = {abi::kContextKernel, 0xffffffff81000010ULL, abi::kContextUser, 0x401000, 0x401100};
   s.raw = bytes_of("\x01\x00\x02\x00hello tracepoint");  // odd length: padding exercised
   s.branch_hw_idx = 7;
@@ -111,10 +112,12 @@ void expect_sample(const SampleLayout& l, const SampleSpec& s, const Sample& d) 
   if ((st & PERF_SAMPLE_PERIOD) != 0U) {
     EXPECT_EQ(d.period, s.period);
   }
-  if ((st & PERF_SAMPLE_READ) != 0U) expect_read(d.read, l.read_format, s);
+  if ((st & PERF_SAMPLE_READ) != 0U)
+    expect_read(d.read, l.read_format, s);
   if ((st & PERF_SAMPLE_CALLCHAIN) != 0U) {
     ASSERT_EQ(d.callchain.size, s.callchain.size());
-    for (std::size_t i = 0; i < s.callchain.size(); ++i) EXPECT_EQ(d.callchain[i], s.callchain[i]);
+    for (std::size_t i = 0; i < s.callchain.size(); ++i)
+      EXPECT_EQ(d.callchain[i], s.callchain[i]);
   }
   if ((st & PERF_SAMPLE_RAW) != 0U) {
     ASSERT_GE(d.raw.size(), s.raw.size());
@@ -143,7 +146,8 @@ void expect_sample(const SampleLayout& l, const SampleSpec& s, const Sample& d) 
   if ((st & PERF_SAMPLE_REGS_USER) != 0U) {
     EXPECT_EQ(d.regs_user.abi, s.regs_user_abi);
     ASSERT_EQ(d.regs_user.regs.size, s.regs_user.size());
-    for (std::size_t i = 0; i < s.regs_user.size(); ++i) EXPECT_EQ(d.regs_user.regs[i], s.regs_user[i]);
+    for (std::size_t i = 0; i < s.regs_user.size(); ++i)
+      EXPECT_EQ(d.regs_user.regs[i], s.regs_user[i]);
   }
   if ((st & PERF_SAMPLE_STACK_USER) != 0U) {
     ASSERT_EQ(d.stack_user.size(), s.stack_user.size());
@@ -165,7 +169,8 @@ void expect_sample(const SampleLayout& l, const SampleSpec& s, const Sample& d) 
   if ((st & PERF_SAMPLE_REGS_INTR) != 0U) {
     EXPECT_EQ(d.regs_intr.abi, s.regs_intr_abi);
     ASSERT_EQ(d.regs_intr.regs.size, s.regs_intr.size());
-    for (std::size_t i = 0; i < s.regs_intr.size(); ++i) EXPECT_EQ(d.regs_intr.regs[i], s.regs_intr[i]);
+    for (std::size_t i = 0; i < s.regs_intr.size(); ++i)
+      EXPECT_EQ(d.regs_intr.regs[i], s.regs_intr[i]);
   }
   if ((st & abi::kSamplePhysAddr) != 0U) {
     EXPECT_EQ(d.phys_addr, s.phys_addr);
@@ -192,7 +197,9 @@ Record decode_ok(std::span<const std::byte> bytes, const SampleLayout& l) {
   return r;
 }
 
-SampleLayout layout_for(std::uint64_t st, std::uint64_t rf = 0, bool id_all = false,
+SampleLayout layout_for(std::uint64_t st,
+                        std::uint64_t rf = 0,
+                        bool id_all = false,
                         std::uint64_t branch = 0) {
   return SampleLayout::from(st, rf, id_all, branch, kRegsMask, kRegsMask);
 }
@@ -215,9 +222,10 @@ TEST(Decode, EachSampleTypeBitAlone) {
 TEST(Decode, AllSampleTypeBitsTogether) {
   // WEIGHT and WEIGHT_STRUCT are exclusive in the kernel; take WEIGHT_STRUCT.
   const std::uint64_t st = (abi::kSampleMax - 1) & ~std::uint64_t{PERF_SAMPLE_WEIGHT};
-  for (std::uint64_t branch : {std::uint64_t{0}, abi::kBranchHwIndex,
-                               abi::kBranchHwIndex | abi::kBranchCounters}) {
-    const auto l = layout_for(st, PERF_FORMAT_GROUP | PERF_FORMAT_ID | abi::kFormatLost, false, branch);
+  for (std::uint64_t branch :
+       {std::uint64_t{0}, abi::kBranchHwIndex, abi::kBranchHwIndex | abi::kBranchCounters}) {
+    const auto l =
+        layout_for(st, PERF_FORMAT_GROUP | PERF_FORMAT_ID | abi::kFormatLost, false, branch);
     auto spec = full_spec(l.read_format);
     spec.branch_counters = {11, 12};
     const auto bytes = testing::encode_sample(l, spec);
@@ -233,7 +241,8 @@ TEST(Decode, EveryReadFormatCombination) {
     SCOPED_TRACE(read_format_names(f));
     const auto l = layout_for(PERF_SAMPLE_READ | PERF_SAMPLE_TID, f);
     auto spec = full_spec(f);
-    if ((f & PERF_FORMAT_GROUP) != 0U) spec.read_values.push_back({30, 0x4444, 3});
+    if ((f & PERF_FORMAT_GROUP) != 0U)
+      spec.read_values.push_back({30, 0x4444, 3});
     const auto bytes = testing::encode_sample(l, spec);
     EXPECT_EQ(bytes.size(), 8 + 8 + ReadView::size_for(f, spec.read_values.size()));
     const Record r = decode_ok(bytes, l);
@@ -322,7 +331,8 @@ TEST_P(RecordTypes, Mmap2WithInode) {
 TEST_P(RecordTypes, Mmap2WithBuildId) {
   RecordBuilder b;
   b.u32(1).u32(2).u64(0x7f0000).u64(0x2000).u64(0).u8(20).u8(0).u8(0).u8(0);
-  for (int i = 0; i < 20; ++i) b.u8(static_cast<std::uint8_t>(0xa0 + i));
+  for (int i = 0; i < 20; ++i)
+    b.u8(static_cast<std::uint8_t>(0xa0 + i));
   b.u32(5).u32(2).padded_string("/x");
   const auto r = roundtrip(b, abi::kMmap2, abi::kMiscMmapBuildId);
   const auto& m = std::get<Mmap2>(r.body);
@@ -444,7 +454,8 @@ TEST_P(RecordTypes, SwitchNamespacesKsymbolBpfCgroupTextPokeHwId) {
   {
     RecordBuilder b;
     b.u16(1).u16(0).u32(42);
-    for (int i = 0; i < 8; ++i) b.u8(static_cast<std::uint8_t>(i));
+    for (int i = 0; i < 8; ++i)
+      b.u8(static_cast<std::uint8_t>(i));
     const auto r = roundtrip(b, abi::kBpfEvent);
     EXPECT_EQ(std::get<BpfEvent>(r.body).id, 42U);
     EXPECT_EQ(std::get<BpfEvent>(r.body).tag[7], std::byte{7});
@@ -473,8 +484,9 @@ TEST_P(RecordTypes, SwitchNamespacesKsymbolBpfCgroupTextPokeHwId) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(SampleIdAll, RecordTypes, ::testing::Bool(),
-                         [](const auto& p) { return p.param ? "WithTrailer" : "NoTrailer"; });
+INSTANTIATE_TEST_SUITE_P(SampleIdAll, RecordTypes, ::testing::Bool(), [](const auto& p) {
+  return p.param ? "WithTrailer" : "NoTrailer";
+});
 
 TEST(Decode, UnknownTypeIsSkippedBySize) {
   RecordBuilder b;
@@ -596,7 +608,8 @@ TEST(DecodeMalformed, UnterminatedStringStopsAtRecordEnd) {
   const auto l = layout_for(PERF_SAMPLE_TID);
   RecordBuilder b;
   b.u32(1).u32(2);
-  for (int i = 0; i < 16; ++i) b.u8('A');  // no NUL
+  for (int i = 0; i < 16; ++i)
+    b.u8('A');  // no NUL
   Record r;
   const auto bytes = b.finish(abi::kComm);
   ASSERT_EQ(decode(bytes, l, r), DecodeError::kOk);

@@ -19,7 +19,8 @@ namespace {
 constexpr int kBadFd = 12345;  // lseek on it fails with EBADF: a harmless syscall with arguments
 
 void lseeks(int first, int n) {
-  for (int i = first; i < first + n; ++i) ::syscall(SYS_lseek, kBadFd, i, SEEK_CUR);
+  for (int i = first; i < first + n; ++i)
+    ::syscall(SYS_lseek, kBadFd, i, SEEK_CUR);
 }
 
 class RingLive : public ::testing::Test {
@@ -41,8 +42,8 @@ class RingLive : public ::testing::Test {
     a.type(PERF_TYPE_TRACEPOINT)
         .config(id)
         .sample_period(1)
-        .sample_type(PERF_SAMPLE_IDENTIFIER | PERF_SAMPLE_TID | PERF_SAMPLE_TIME |
-                     PERF_SAMPLE_CPU | PERF_SAMPLE_RAW)
+        .sample_type(PERF_SAMPLE_IDENTIFIER | PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_CPU |
+                     PERF_SAMPLE_RAW)
         .flag(Flag::kSampleIdAll)
         .flag(Flag::kDisabled)
         .clockid(CLOCK_MONOTONIC)
@@ -58,8 +59,10 @@ class RingLive : public ::testing::Test {
     for (auto p = ring.peek(); !p.record.empty(); p = ring.peek()) {
       Record r;
       EXPECT_EQ(decode(p.record, l, r), DecodeError::kOk);
-      if (const auto* s = std::get_if<Sample>(&r.body)) on_sample(*s);
-      if (const auto* lr = std::get_if<Lost>(&r.body)) lost += lr->lost;
+      if (const auto* s = std::get_if<Sample>(&r.body))
+        on_sample(*s);
+      if (const auto* lr = std::get_if<Lost>(&r.body))
+        lost += lr->lost;
       ring.consume(p.record.size());
     }
     EXPECT_EQ(ring.peek().error, DecodeError::kOk);
@@ -192,7 +195,9 @@ TEST_F(RingLive, SetOutputMergesTwoEventsDistinguishedById) {
   drain(*ring, SampleLayout::from(enter), [&](const Sample& s) {
     ++per_id[s.identifier];
     // enter, exit, enter, exit...: alternate ids in one task's ring
-    if (prev != 0) EXPECT_NE(s.identifier, prev);
+    if (prev != 0) {
+      EXPECT_NE(s.identifier, prev);
+    }
     prev = s.identifier;
   });
   EXPECT_EQ(per_id[id_a], kCalls);

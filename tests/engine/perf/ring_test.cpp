@@ -17,10 +17,10 @@ using testing::RecordBuilder;
 using testing::SampleSpec;
 using testing::SyntheticRing;
 
-const SampleLayout kLayout =
-    SampleLayout::from(PERF_SAMPLE_RAW | PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_CPU |
-                           PERF_SAMPLE_IDENTIFIER,
-                       0, true);
+const SampleLayout kLayout = SampleLayout::from(
+    PERF_SAMPLE_RAW | PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_CPU | PERF_SAMPLE_IDENTIFIER,
+    0,
+    true);
 
 std::vector<std::byte> sample(std::uint64_t seq, std::size_t raw_len) {
   SampleSpec s;
@@ -29,7 +29,8 @@ std::vector<std::byte> sample(std::uint64_t seq, std::size_t raw_len) {
   s.tid = static_cast<std::uint32_t>(seq);
   s.time = seq;
   s.raw.resize(raw_len);
-  for (std::size_t i = 0; i < raw_len; ++i) s.raw[i] = static_cast<std::byte>((seq + i) & 0xff);
+  for (std::size_t i = 0; i < raw_len; ++i)
+    s.raw[i] = static_cast<std::byte>((seq + i) & 0xff);
   return testing::encode_sample(kLayout, s);
 }
 
@@ -50,7 +51,8 @@ Drained drain(Ring& ring, std::span<const std::byte> ring_mem, std::uint64_t fir
       d.ok = false;
       break;
     }
-    if (p.record.empty()) break;
+    if (p.record.empty())
+      break;
     if (p.record.data() < ring_mem.data() || p.record.data() >= ring_mem.data() + ring_mem.size()) {
       ++d.wrapped;  // served from scratch
     }
@@ -99,7 +101,8 @@ TEST(Ring, RecordsWrapAtEveryOffset) {
       // About 3/4 of the ring per round, records of 32..344 bytes.
       while (bytes < size * 3 / 4) {
         auto rec = sample(seq, 8 + (seq * 13 + start) % 300);
-        if ((pos & (size - 1)) + rec.size() > size) ++straddles_expected;
+        if ((pos & (size - 1)) + rec.size() > size)
+          ++straddles_expected;
         ASSERT_TRUE(synth.write(rec));
         pos += rec.size();
         bytes += rec.size();
@@ -123,7 +126,8 @@ TEST(Ring, TailMovesOnlyOnCommit) {
   SyntheticRing synth(2);
   auto ring = Ring::adopt(synth.meta_and_data(), {}, false);
   ASSERT_TRUE(ring.has_value());
-  for (int i = 0; i < 10; ++i) ASSERT_TRUE(synth.write(sample(i, 16)));
+  for (int i = 0; i < 10; ++i)
+    ASSERT_TRUE(synth.write(sample(i, 16)));
   synth.publish();
   ring->load_head();
   std::uint64_t consumed = 0;
@@ -237,7 +241,8 @@ TEST(RingAux, ChunksFollowAuxHeadTailWithWrapAndTruncation) {
   // The "trace": a byte stream whose value encodes its stream position.
   auto trace = [](std::uint64_t from, std::uint64_t n) {
     std::vector<std::byte> v(n);
-    for (std::uint64_t i = 0; i < n; ++i) v[i] = static_cast<std::byte>(((from + i) * 7) & 0xff);
+    for (std::uint64_t i = 0; i < n; ++i)
+      v[i] = static_cast<std::byte>(((from + i) * 7) & 0xff);
     return v;
   };
   std::uint64_t stream = 0;  // bytes the hardware produced
@@ -251,7 +256,8 @@ TEST(RingAux, ChunksFollowAuxHeadTailWithWrapAndTruncation) {
     const auto data = trace(stored, want);
     const std::uint64_t n = synth.aux_write(data);
     stream += want;
-    if (n < want) ++truncations;
+    if (n < want)
+      ++truncations;
     stored += n;
     ring->load_head();
     for (auto p = ring->peek(); !p.record.empty(); p = ring->peek()) {
@@ -266,7 +272,8 @@ TEST(RingAux, ChunksFollowAuxHeadTailWithWrapAndTruncation) {
         ASSERT_EQ(got.size(), a->aux_size);
         const auto expect = trace(a->aux_offset, a->aux_size);
         EXPECT_EQ(got, expect) << "chunk at stream offset " << a->aux_offset;
-        if (round % 4 == 3) ring->aux_consume(a->aux_offset + a->aux_size);
+        if (round % 4 == 3)
+          ring->aux_consume(a->aux_offset + a->aux_size);
       }
       ring->consume(p.record.size());
     }

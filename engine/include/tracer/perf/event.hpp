@@ -17,17 +17,20 @@
 namespace tracer::perf {
 
 struct OpenTarget {
-  pid_t pid = -1;     // -1: any task (needs cpu >= 0); 0: this process; >0: that task; or a cgroup fd
-  int cpu = -1;       // -1: any CPU (needs pid >= 0)
+  pid_t pid = -1;  // -1: any task (needs cpu >= 0); 0: this process; >0: that task; or a cgroup fd
+  int cpu = -1;    // -1: any CPU (needs pid >= 0)
   int group_fd = -1;  // leader fd, or -1
   /// PERF_FLAG_* besides FD_CLOEXEC (always added): PERF_FLAG_PID_CGROUP, PERF_FLAG_FD_OUTPUT...
   unsigned long flags = 0;
 };
 
 /// The raw syscall, injectable so tests can drive the E2BIG negotiation and error texts.
-using PerfEventOpenFn = long (*)(perf_event_attr* attr, pid_t pid, int cpu, int group_fd,
-                                 unsigned long flags);
-long sys_perf_event_open(perf_event_attr* attr, pid_t pid, int cpu, int group_fd,
+using PerfEventOpenFn =
+    long (*)(perf_event_attr* attr, pid_t pid, int cpu, int group_fd, unsigned long flags);
+long sys_perf_event_open(perf_event_attr* attr,
+                         pid_t pid,
+                         int cpu,
+                         int group_fd,
                          unsigned long flags) noexcept;
 
 /// Opens an event. On E2BIG (an older kernel with a smaller perf_event_attr) it retries with the
@@ -37,7 +40,8 @@ long sys_perf_event_open(perf_event_attr* attr, pid_t pid, int cpu, int group_fd
 /// event or field is not supported), EMFILE (the fd limit and how to raise it), ESRCH, E2BIG.
 /// `attr` is updated with the size that worked.
 /// @return the fd (O_CLOEXEC), or a Failure whose code is the errno.
-[[nodiscard]] Result<UniqueFd> open_event(EventAttr& attr, const OpenTarget& target,
+[[nodiscard]] Result<UniqueFd> open_event(EventAttr& attr,
+                                          const OpenTarget& target,
                                           PerfEventOpenFn fn = &sys_perf_event_open);
 
 /// Counter values as read(2) returns them, decoded and copied (setup/interval path, not hot).

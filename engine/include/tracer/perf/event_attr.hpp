@@ -78,11 +78,15 @@ class EventAttr {
   EventAttr& sample_period(std::uint64_t n) noexcept;
   /// Sample at `hz` per second (sets freq).
   EventAttr& sample_freq(std::uint64_t hz) noexcept;
-  EventAttr& sample_type(std::uint64_t bits) noexcept { return attr_.base.sample_type = bits, *this; }
+  EventAttr& sample_type(std::uint64_t bits) noexcept {
+    return attr_.base.sample_type = bits, *this;
+  }
   EventAttr& add_sample_type(std::uint64_t bits) noexcept {
     return attr_.base.sample_type |= bits, *this;
   }
-  EventAttr& read_format(std::uint64_t bits) noexcept { return attr_.base.read_format = bits, *this; }
+  EventAttr& read_format(std::uint64_t bits) noexcept {
+    return attr_.base.read_format = bits, *this;
+  }
   EventAttr& flag(Flag f, bool on = true) noexcept;
   /// 0 arbitrary skid .. 3 must have zero skid.
   EventAttr& precise_ip(std::uint8_t level) noexcept;

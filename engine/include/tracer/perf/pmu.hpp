@@ -59,7 +59,7 @@ struct PmuScanOptions {
 /// Built-in types (hardware=0, software=1, tracepoint=2, hw_cache=3, raw=4, breakpoint=5) get
 /// their ABI names even when sysfs lacks a directory for them.
 [[nodiscard]] std::optional<std::string> pmu_name_for_type(std::uint32_t type,
-                                                            const PmuScanOptions& opts = {});
+                                                           const PmuScanOptions& opts = {});
 
 /// Encodes "term=value,term=value" (perf's syntax, terms from the PMU's format/ files, plus the
 /// builtin config/config1/config2/config3 terms) into attr config words.

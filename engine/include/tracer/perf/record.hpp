@@ -53,8 +53,10 @@ struct SampleLayout {
   std::uint32_t id_trailer_size = 0;
 
   [[nodiscard]] static SampleLayout from(const EventAttr& attr) noexcept;
-  [[nodiscard]] static SampleLayout from(std::uint64_t sample_type, std::uint64_t read_format,
-                                         bool sample_id_all, std::uint64_t branch_sample_type = 0,
+  [[nodiscard]] static SampleLayout from(std::uint64_t sample_type,
+                                         std::uint64_t read_format,
+                                         bool sample_id_all,
+                                         std::uint64_t branch_sample_type = 0,
                                          std::uint64_t regs_user = 0,
                                          std::uint64_t regs_intr = 0) noexcept;
   [[nodiscard]] bool has(std::uint64_t bit) const noexcept { return (sample_type & bit) != 0; }
@@ -189,10 +191,10 @@ struct ItraceStart {  // PERF_RECORD_ITRACE_START
 struct LostSamples {  // PERF_RECORD_LOST_SAMPLES
   std::uint64_t lost;
 };
-struct Switch {  // PERF_RECORD_SWITCH and PERF_RECORD_SWITCH_CPU_WIDE
-  bool out;          // misc & PERF_RECORD_MISC_SWITCH_OUT
-  bool preempt;      // misc & PERF_RECORD_MISC_SWITCH_OUT_PREEMPT
-  bool cpu_wide;     // SWITCH_CPU_WIDE: next_prev_* are meaningful
+struct Switch {   // PERF_RECORD_SWITCH and PERF_RECORD_SWITCH_CPU_WIDE
+  bool out;       // misc & PERF_RECORD_MISC_SWITCH_OUT
+  bool preempt;   // misc & PERF_RECORD_MISC_SWITCH_OUT_PREEMPT
+  bool cpu_wide;  // SWITCH_CPU_WIDE: next_prev_* are meaningful
   std::uint32_t next_prev_pid, next_prev_tid;
 };
 struct Namespaces {  // PERF_RECORD_NAMESPACES
@@ -232,9 +234,25 @@ struct AuxOutputHwId {  // PERF_RECORD_AUX_OUTPUT_HW_ID
 /// A record type this code does not know (or one deliberately skipped): header and bytes only.
 struct Unknown {};
 
-using RecordBody = std::variant<Unknown, Sample, Mmap, Mmap2, Lost, Comm, TaskEvent, Throttle,
-                                ReadRecord, Aux, ItraceStart, LostSamples, Switch, Namespaces,
-                                Ksymbol, BpfEvent, Cgroup, TextPoke, AuxOutputHwId>;
+using RecordBody = std::variant<Unknown,
+                                Sample,
+                                Mmap,
+                                Mmap2,
+                                Lost,
+                                Comm,
+                                TaskEvent,
+                                Throttle,
+                                ReadRecord,
+                                Aux,
+                                ItraceStart,
+                                LostSamples,
+                                Switch,
+                                Namespaces,
+                                Ksymbol,
+                                BpfEvent,
+                                Cgroup,
+                                TextPoke,
+                                AuxOutputHwId>;
 
 struct Record {
   std::uint32_t type = 0;
@@ -248,19 +266,20 @@ struct Record {
 
 enum class DecodeError : std::uint8_t {
   kOk = 0,
-  kTruncatedHeader,   // fewer than 8 bytes
-  kZeroSize,          // header.size == 0
-  kSizePastData,      // header.size larger than the bytes given
-  kMisaligned,        // header.size not a multiple of 8
-  kFieldOverrun,      // a field (or an nr/size in it) runs past the record
-  kTrailerOverrun,    // the sample_id trailer does not fit
+  kTruncatedHeader,  // fewer than 8 bytes
+  kZeroSize,         // header.size == 0
+  kSizePastData,     // header.size larger than the bytes given
+  kMisaligned,       // header.size not a multiple of 8
+  kFieldOverrun,     // a field (or an nr/size in it) runs past the record
+  kTrailerOverrun,   // the sample_id trailer does not fit
 };
 [[nodiscard]] std::string_view to_string(DecodeError e) noexcept;
 
 /// Decodes one record starting at bytes[0]. On kOk `out` holds views into `bytes`; otherwise `out`
 /// is unspecified (but nothing was read out of bounds). Unknown record types decode to Unknown
 /// (kOk) so callers skip them by header.size.
-[[nodiscard]] DecodeError decode(std::span<const std::byte> bytes, const SampleLayout& layout,
+[[nodiscard]] DecodeError decode(std::span<const std::byte> bytes,
+                                 const SampleLayout& layout,
                                  Record& out) noexcept;
 
 /// Counts decode errors by kind (per ring or per file).
@@ -270,7 +289,8 @@ struct DecodeStats {
   std::uint64_t unknown = 0;
   std::uint64_t by_error[8] = {};
   void note(DecodeError e) noexcept {
-    if (e == DecodeError::kOk) return;
+    if (e == DecodeError::kOk)
+      return;
     ++errors;
     ++by_error[static_cast<std::uint8_t>(e) & 7U];
   }

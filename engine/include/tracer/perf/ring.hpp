@@ -52,7 +52,7 @@ struct TimeConv {
 struct AuxChunk {
   std::uint64_t offset = 0;  // position in the AUX stream (PERF_RECORD_AUX aux_offset)
   std::uint64_t size = 0;
-  std::uint64_t flags = 0;   // TRUNCATED, OVERWRITE, PARTIAL, COLLISION, PMU format
+  std::uint64_t flags = 0;  // TRUNCATED, OVERWRITE, PARTIAL, COLLISION, PMU format
   std::span<const std::byte> first;
   std::span<const std::byte> second;
   [[nodiscard]] bool truncated() const noexcept { return (flags & abi::kAuxFlagTruncated) != 0; }
@@ -88,7 +88,8 @@ class Ring {
   /// `meta_and_data` is the metadata page followed by 2^n data pages; `aux` may be empty.
   /// The memory must outlive the Ring. No fd: pause_output is a no-op.
   [[nodiscard]] static Result<Ring> adopt(std::span<std::byte> meta_and_data,
-                                          std::span<std::byte> aux, bool overwrite);
+                                          std::span<std::byte> aux,
+                                          bool overwrite);
 
   [[nodiscard]] std::uint64_t data_size() const noexcept { return data_size_; }
   [[nodiscard]] bool overwrite() const noexcept { return overwrite_; }
@@ -156,10 +157,13 @@ template <typename Fn>
 DecodeError for_each_record(std::span<const std::byte> bytes, Fn&& fn) {
   std::size_t pos = 0;
   while (pos < bytes.size()) {
-    if (bytes.size() - pos < sizeof(perf_event_header)) return DecodeError::kTruncatedHeader;
+    if (bytes.size() - pos < sizeof(perf_event_header))
+      return DecodeError::kTruncatedHeader;
     const auto h = load<perf_event_header>(bytes.data() + pos);
-    if (h.size == 0) return DecodeError::kZeroSize;
-    if (h.size > bytes.size() - pos) return DecodeError::kSizePastData;
+    if (h.size == 0)
+      return DecodeError::kZeroSize;
+    if (h.size > bytes.size() - pos)
+      return DecodeError::kSizePastData;
     fn(bytes.subspan(pos, h.size));
     pos += h.size;
   }

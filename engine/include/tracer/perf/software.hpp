@@ -13,9 +13,9 @@
 namespace tracer::perf {
 
 struct SoftwareEvent {
-  std::string_view name;   // perf's name: "cpu-clock", "page-faults", ...
-  std::uint64_t config;    // PERF_COUNT_SW_*
-  std::string_view unit;   // "ns" for the clocks, "" otherwise
+  std::string_view name;  // perf's name: "cpu-clock", "page-faults", ...
+  std::uint64_t config;   // PERF_COUNT_SW_*
+  std::string_view unit;  // "ns" for the clocks, "" otherwise
 };
 
 /// Every software event of the ABI with perf's names (and perf's aliases: "faults", "cs",

@@ -15,8 +15,8 @@ namespace tracer::tracefs {
 
 /// One field of a tracepoint's `format` file.
 struct Field {
-  std::string name;       // "filename"
-  std::string type;       // the C type as written, without the name and array suffix: "const char *"
+  std::string name;  // "filename"
+  std::string type;  // the C type as written, without the name and array suffix: "const char *"
   std::uint32_t offset = 0;
   std::uint32_t size = 0;  // bytes the field occupies in the record (4 for __data_loc)
   bool is_signed = false;
@@ -40,7 +40,8 @@ struct Format {
 
 /// Parses the text of a `format` file.
 /// @return the format, or a Failure (EINVAL) that names the line that did not parse.
-[[nodiscard]] Result<Format> parse_format(std::string_view text, std::string_view system = {},
+[[nodiscard]] Result<Format> parse_format(std::string_view text,
+                                          std::string_view system = {},
                                           std::string_view event = {});
 
 /// Reads a field's value out of a RAW payload, bounds-checked. Integer fields of 1/2/4/8 bytes are
@@ -53,7 +54,8 @@ struct Format {
                                                           std::span<const std::byte> raw) noexcept;
 /// The bytes of a dynamic (__data_loc/__rel_loc) or fixed array field.
 [[nodiscard]] std::optional<std::span<const std::byte>> read_bytes(
-    const Field& f, std::span<const std::byte> raw) noexcept;
+    const Field& f,
+    std::span<const std::byte> raw) noexcept;
 
 struct TracepointName {
   std::string system;
@@ -75,7 +77,8 @@ class Tracefs {
 
   /// Every "system:event" under events/, sorted; optionally filtered by a shell glob
   /// (fnmatch on "system:event").
-  [[nodiscard]] Result<std::vector<TracepointName>> list_tracepoints(std::string_view glob = {}) const;
+  [[nodiscard]] Result<std::vector<TracepointName>> list_tracepoints(
+      std::string_view glob = {}) const;
 
   /// @return the tracepoint id, or ENOENT with up to 5 near matches in the hint.
   [[nodiscard]] Result<std::uint32_t> tracepoint_id(const TracepointName& tp) const;
