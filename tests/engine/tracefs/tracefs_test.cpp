@@ -238,6 +238,11 @@ struct BadFormat {
   const char* why;
 };
 
+// Shown by ctest next to the test name instead of the struct's raw bytes.
+void PrintTo(const BadFormat& b, std::ostream* os) {
+  *os << b.why;
+}
+
 class ParseFormatErrors : public ::testing::TestWithParam<BadFormat> {};
 
 TEST_P(ParseFormatErrors, NamesTheLine) {
