@@ -618,3 +618,35 @@ TEST(DecodeMalformed, UnterminatedStringStopsAtRecordEnd) {
 
 }  // namespace
 }  // namespace tracer::perf
+
+namespace tracer::perf {
+namespace {
+
+TEST(Decode, ReusedRecordKeepsAbsentFieldsZero) {
+  // The decoder reuses a Sample of the same sample_type; conditional fields must not leak.
+  const auto l = layout_for(PERF_SAMPLE_REGS_USER | PERF_SAMPLE_STACK_USER | PERF_SAMPLE_TID);
+  auto full = full_spec(0);
+  auto empty = full_spec(0);
+  empty.regs_user_abi = 0;  // no registers (a kernel thread)
+  empty.stack_user.clear();
+  Record r;
+  const auto a = testing::encode_sample(l, full);
+  ASSERT_EQ(decode(a, l, r), DecodeError::kOk);
+  EXPECT_EQ(std::get<Sample>(r.body).regs_user.regs.size, 3U);
+  const auto b = testing::encode_sample(l, empty);
+  ASSERT_EQ(decode(b, l, r), DecodeError::kOk);
+  const auto& s = std::get<Sample>(r.body);
+  EXPECT_EQ(s.regs_user.abi, 0U);
+  EXPECT_TRUE(s.regs_user.regs.empty());
+  EXPECT_TRUE(s.stack_user.empty());
+  EXPECT_EQ(s.stack_user_dyn_size, 0U);
+  // A different sample_type starts from a zeroed Sample.
+  const auto l2 = layout_for(PERF_SAMPLE_IP);
+  const auto c = testing::encode_sample(l2, full);
+  ASSERT_EQ(decode(c, l2, r), DecodeError::kOk);
+  EXPECT_EQ(std::get<Sample>(r.body).pid, 0U);
+  EXPECT_EQ(std::get<Sample>(r.body).ip, full.ip);
+}
+
+}  // namespace
+}  // namespace tracer::perf

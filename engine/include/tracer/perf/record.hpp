@@ -112,6 +112,7 @@ struct Regs {
   U64Array regs;
 };
 
+/// A PERF_RECORD_SAMPLE. Fields that sample_type does not select are zero.
 struct Sample {
   std::uint64_t sample_type = 0;  // which fields below are meaningful
   std::uint64_t identifier = 0;
