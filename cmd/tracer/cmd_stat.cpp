@@ -2,12 +2,12 @@
 // started by tracer, with interval output. The live counting demo of the README.
 #include <fcntl.h>
 #include <fmt/core.h>
-#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <csignal>
 #include <cstring>
 #include <string>
 #include <thread>

@@ -3,6 +3,7 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cstdio>
 #include <exception>
 #include <string>
 #include <vector>
@@ -10,7 +11,9 @@
 #include "commands.hpp"
 #include "tracer/error.hpp"
 
-int main(int argc, char** argv) {
+namespace {
+
+int run_main(int argc, char** argv) {
   CLI::App app{"tracer: an eBPF-augmented Linux tracing engine"};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "Show help for every command");
@@ -52,6 +55,18 @@ int main(int argc, char** argv) {
     return e.exit_code();
   } catch (const std::exception& e) {
     fmt::print(stderr, "tracer: {}\n", e.what());
+    return tracer::cli::kExitRuntime;
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run_main(argc, argv);
+  } catch (...) {
+    // Setting up the command line itself failed (allocation, CLI11 construction).
+    std::fputs("tracer: internal error while starting\n", stderr);
     return tracer::cli::kExitRuntime;
   }
 }

@@ -25,7 +25,7 @@ std::optional<bool> has_capability(int cap) {
   std::ifstream in("/proc/self/status");
   std::string line;
   while (std::getline(in, line)) {
-    if (line.rfind("CapEff:", 0) == 0) {
+    if (line.starts_with("CapEff:")) {
       const std::uint64_t eff = std::stoull(line.substr(7), nullptr, 16);
       return (eff >> cap & 1U) != 0;
     }

@@ -122,6 +122,7 @@ void set_aux_action_bit(abi::Attr& a, int bit, bool on) noexcept {
 template <typename Fn>
 void with_bit(perf_event_attr& a, Flag f, Fn&& fn) {
   switch (f) {
+// NOLINTNEXTLINE(bugprone-macro-parentheses): the arguments are a name and a member.
 #define TRACER_FLAG_CASE(enumerator, field) \
   case Flag::enumerator: {                  \
     std::uint64_t v = a.field;              \

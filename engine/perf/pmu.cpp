@@ -68,6 +68,7 @@ template <typename T>
 std::optional<T> parse_uint(std::string_view s, int base = 10) {
   T v{};
   const auto* end = s.data() + s.size();
+  // NOLINTNEXTLINE(bugprone-suspicious-stringview-data-usage): from_chars is bounded by `end`.
   const auto [ptr, ec] = std::from_chars(s.data(), end, v, base);
   if (s.empty() || ec != std::errc() || ptr != end)
     return std::nullopt;

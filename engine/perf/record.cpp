@@ -440,7 +440,8 @@ std::uint64_t peek_identifier(std::span<const std::byte> bytes, bool sample_id_a
   return load<std::uint64_t>(bytes.data() + h.size - 8);
 }
 
-DecodeError decode(std::span<const std::byte> bytes,
+// variant::emplace of nothrow-constructible alternatives cannot throw.
+DecodeError decode(std::span<const std::byte> bytes,  // NOLINT(bugprone-exception-escape)
                    const SampleLayout& layout,
                    Record& out) noexcept {
   if (bytes.size() < kHeaderSize)

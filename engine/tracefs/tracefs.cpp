@@ -72,6 +72,7 @@ template <typename T>
 std::optional<T> parse_uint(std::string_view s) {
   T v{};
   const auto* end = s.data() + s.size();
+  // NOLINTNEXTLINE(bugprone-suspicious-stringview-data-usage): from_chars is bounded by `end`.
   const auto [ptr, ec] = std::from_chars(s.data(), end, v, 10);
   if (s.empty() || ec != std::errc() || ptr != end)
     return std::nullopt;
@@ -284,7 +285,7 @@ std::string parse_decl(std::string_view decl, Field& f) {
       f.element_size = scalar_size(type);
       return {};
     }
-    f.array_len = *len;
+    f.array_len = len;
     return {};
   }
   return {};

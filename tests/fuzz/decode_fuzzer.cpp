@@ -93,7 +93,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   // 3) Read through a ring whose data page holds the bytes, with head/tail from the input, so
   //    wrapped records (copied to scratch) and corrupt headers are exercised.
   constexpr std::size_t kPage = 4096;
-  static std::byte* mem = static_cast<std::byte*>(std::aligned_alloc(kPage, 2 * kPage));
+  static auto* mem = static_cast<std::byte*>(std::aligned_alloc(kPage, 2 * kPage));
   std::memset(mem, 0, 2 * kPage);
   std::memcpy(mem + kPage, bytes.data(), std::min(bytes.size(), kPage));
   auto* meta = reinterpret_cast<perf_event_mmap_page*>(mem);

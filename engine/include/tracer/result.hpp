@@ -56,6 +56,7 @@ using Unexpected = std::unexpected<Failure>;
 
 #define TRACER_CONCAT_INNER_(a, b) a##b
 #define TRACER_CONCAT_(a, b) TRACER_CONCAT_INNER_(a, b)
+// NOLINTBEGIN(bugprone-macro-parentheses): `lhs` is a declaration, it cannot be parenthesized.
 #define TRACER_ASSIGN_OR_RETURN_IMPL_(tmp, lhs, expr) \
   auto tmp = (expr);                                  \
   if (!tmp)                                           \
@@ -65,3 +66,4 @@ using Unexpected = std::unexpected<Failure>;
 // Evaluate a Result; on failure return it, on success assign/declare `lhs` from its value.
 #define TRACER_ASSIGN_OR_RETURN(lhs, expr) \
   TRACER_ASSIGN_OR_RETURN_IMPL_(TRACER_CONCAT_(tracer_aor_, __LINE__), lhs, expr)
+// NOLINTEND(bugprone-macro-parentheses)

@@ -227,7 +227,7 @@ TEST(Ring, OverwriteSnapshotReturnsNewestCompleteRecords) {
 }
 
 TEST(RingAux, ChunksFollowAuxHeadTailWithWrapAndTruncation) {
-  const std::uint64_t aux_size = 4 * 4096;
+  const std::uint64_t aux_size = std::uint64_t{4} * 4096;
   SyntheticRing synth(2, aux_size);
   SampleId id;
   id.pid = 5, id.tid = 6;
@@ -304,7 +304,7 @@ TEST(Ring, TimeConversionFollowsTheUserPageFormula) {
   EXPECT_EQ(t.time_mult, 3000U);
   const std::uint64_t cyc = (5ULL << 10) + 100;
   // time_zero + quot*mult + ((rem*mult) >> shift)
-  EXPECT_EQ(t.to_perf_time(cyc), 1000000ULL + 5 * 3000 + ((100ULL * 3000) >> 10));
+  EXPECT_EQ(t.to_perf_time(cyc), 1000000ULL + 5ULL * 3000 + ((100ULL * 3000) >> 10));
 }
 
 }  // namespace

@@ -609,11 +609,13 @@ Result<Tracefs> open_live() {
   return t;
 }
 
+// NOLINTBEGIN(bugprone-macro-parentheses): `var` names a new variable.
 #define TRACER_LIVE_TRACEFS(var)                                           \
   auto var##_r = open_live();                                              \
   if (!var##_r)                                                            \
     GTEST_SKIP() << "tracefs unavailable: " << var##_r.error().describe(); \
   const Tracefs& var = *var##_r
+// NOLINTEND(bugprone-macro-parentheses)
 
 TEST(LiveTracefs, OpenFindsAMountWithEvents) {
   TRACER_LIVE_TRACEFS(t);
