@@ -20,19 +20,6 @@ std::string errno_text(int err) {
   return std::strerror(err);
 }
 
-/// Effective capability bit from /proc/self/status (CapEff), nullopt if unreadable.
-std::optional<bool> has_capability(int cap) {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.starts_with("CapEff:")) {
-      const std::uint64_t eff = std::stoull(line.substr(7), nullptr, 16);
-      return (eff >> cap & 1U) != 0;
-    }
-  }
-  return std::nullopt;
-}
-
 constexpr int kCapSysAdmin = 21;
 constexpr int kCapPerfmon = 38;
 
@@ -172,6 +159,17 @@ Status ioctl_status(int fd, unsigned long req, unsigned long arg, const char* na
 }
 
 }  // namespace
+
+std::optional<bool> has_capability(int cap) {
+  std::ifstream in("/proc/self/status");
+  for (std::string line; std::getline(in, line);) {
+    if (line.starts_with("CapEff:")) {
+      const std::uint64_t eff = std::stoull(line.substr(7), nullptr, 16);
+      return (eff >> cap & 1U) != 0;
+    }
+  }
+  return std::nullopt;
+}
 
 long sys_perf_event_open(perf_event_attr* attr,
                          pid_t pid,

@@ -122,6 +122,10 @@ class Group {
   std::vector<Event> events_;
 };
 
+/// Whether capability `cap` (CAP_* number) is in this process's effective set; nullopt if
+/// /proc/self/status cannot be read.
+[[nodiscard]] std::optional<bool> has_capability(int cap);
+
 /// Current /proc/sys/kernel/perf_event_paranoid, or nullopt if unreadable.
 [[nodiscard]] std::optional<int> perf_event_paranoid();
 

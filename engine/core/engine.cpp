@@ -1,0 +1,553 @@
+#include "tracer/engine.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <thread>
+
+#include "core/privileges.hpp"
+#include "core/probe_resolver.hpp"
+#include "core/ring_reader.hpp"
+#include "tracer/error.hpp"
+#include "tracer/perf/event.hpp"
+#include "tracer/perf/software.hpp"
+
+namespace tracer {
+
+namespace asio = boost::asio;
+
+std::string_view to_string(ProbeKind k) noexcept {
+  switch (k) {
+    case ProbeKind::kTracepoint:
+      return "tracepoint";
+    case ProbeKind::kKprobe:
+      return "kprobe";
+    case ProbeKind::kKretprobe:
+      return "kretprobe";
+    case ProbeKind::kUprobe:
+      return "uprobe";
+    case ProbeKind::kUretprobe:
+      return "uretprobe";
+    case ProbeKind::kSoftware:
+      return "software";
+    case ProbeKind::kHardware:
+      return "hardware";
+    case ProbeKind::kCache:
+      return "cache";
+    case ProbeKind::kRawPmu:
+      return "pmu";
+    case ProbeKind::kBreakpoint:
+      return "breakpoint";
+    case ProbeKind::kAux:
+      return "aux";
+  }
+  return "?";
+}
+
+RingStats& RingStats::operator+=(const RingStats& o) noexcept {
+  records += o.records;
+  samples += o.samples;
+  bytes += o.bytes;
+  lost += o.lost;
+  lost_samples += o.lost_samples;
+  aux_chunks += o.aux_chunks;
+  aux_bytes += o.aux_bytes;
+  aux_truncated += o.aux_truncated;
+  aux_lost += o.aux_lost;
+  decode_errors += o.decode_errors;
+  unrouted += o.unrouted;
+  wakeups += o.wakeups;
+  return *this;
+}
+
+RingStats ProbeStats::total() const noexcept {
+  RingStats t;
+  for (const auto& [cpu, s] : per_cpu)
+    t += s;
+  return t;
+}
+
+namespace {
+
+[[noreturn]] void throw_failure(ErrorCategory cat,
+                                const Failure& f,
+                                const std::string& prefix = {}) {
+  throw Error(cat, f.code, prefix.empty() ? f.message : prefix + ": " + f.message, f.hint);
+}
+
+std::vector<pid_t> threads_of(pid_t pid) {
+  std::vector<pid_t> tids;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(fmt::format("/proc/{}/task", pid), ec)) {
+    tids.push_back(static_cast<pid_t>(std::stol(e.path().filename().string())));
+  }
+  return tids;
+}
+
+}  // namespace
+
+struct Engine::Impl : std::enable_shared_from_this<Engine::Impl> {
+  struct Reader {
+    core::RingReader reader;
+    asio::posix::stream_descriptor wait;  // a dup of the ring's fd, watched for readability
+    bool armed = false;
+  };
+  // The events of one probe on one CPU (one per traced thread for a pid target): the first
+  // owns the ring, the others SET_OUTPUT into it.
+  struct CpuEvents {
+    int cpu = -1;
+    std::vector<perf::Event> events;
+    Reader* reader = nullptr;
+  };
+
+  Impl(asio::any_io_executor ex, EngineOptions o)
+      : strand(asio::make_strand(ex)), opts(std::move(o)), flush_timer(strand) {}
+
+  asio::strand<asio::any_io_executor> strand;
+  EngineOptions opts;
+  BatchHandler batch_handler;
+  std::function<void()> done_handler;
+  std::vector<ProbeInfo> probes;
+  std::vector<bool> counting;
+  std::vector<std::vector<CpuEvents>> events;  // [probe][cpu slot]
+  std::vector<std::unique_ptr<Reader>> readers;
+  asio::steady_timer flush_timer;
+  std::optional<asio::posix::stream_descriptor> child_watch;
+  UniqueFd cgroup_fd;
+  pid_t child = -1;
+  int child_status = 0;
+  int go_fd = -1;
+  bool running = false;
+  bool stopped = false;
+  Stats final_stats;
+
+  void start();
+  void stop();
+  void cleanup() noexcept;
+  void open_probe(core::ResolvedProbe& rp,
+                  const std::vector<int>& cpus,
+                  const std::vector<pid_t>& pids);
+  void start_command();
+  void release_command();
+  void arm(Reader& r);
+  void arm_timer();
+  void watch_child();
+  void drain_all() noexcept;
+  Stats collect_stats() const;
+};
+
+void Engine::Impl::start_command() {
+  // Forked now, held on a pipe until its events exist; enable_on_exec turns them on at exec.
+  const auto& cmd = opts.target.command;
+  std::vector<std::string> argv_storage(cmd.begin(), cmd.end());
+  std::vector<char*> argv;
+  for (auto& s : argv_storage)
+    argv.push_back(s.data());
+  argv.push_back(nullptr);
+  int pipefd[2];
+  if (::pipe2(pipefd, O_CLOEXEC) != 0) {
+    throw Error(ErrorCategory::kRuntime, {errno, std::generic_category()}, "engine: pipe2 failed");
+  }
+  child = ::fork();
+  if (child < 0) {
+    const int err = errno;
+    ::close(pipefd[0]);
+    ::close(pipefd[1]);
+    throw Error(ErrorCategory::kRuntime, {err, std::generic_category()},
+                fmt::format("engine: cannot fork for '{}': {}", cmd.front(), std::strerror(err)));
+  }
+  if (child == 0) {
+    ::close(pipefd[1]);
+    char c = 0;
+    if (::read(pipefd[0], &c, 1) != 1)
+      ::_exit(126);  // the engine gave up before starting it
+    ::execvp(argv[0], argv.data());
+    const char* msg = "tracer: cannot execute the command\n";
+    [[maybe_unused]] auto n = ::write(2, msg, std::strlen(msg));
+    ::_exit(127);
+  }
+  ::close(pipefd[0]);
+  go_fd = pipefd[1];
+}
+
+void Engine::Impl::release_command() {
+  if (go_fd < 0)
+    return;
+  const char c = 'g';
+  [[maybe_unused]] auto n = ::write(go_fd, &c, 1);
+  ::close(go_fd);
+  go_fd = -1;
+}
+
+void Engine::Impl::open_probe(core::ResolvedProbe& rp,
+                              const std::vector<int>& cpus,
+                              const std::vector<pid_t>& pids) {
+  const auto& o = opts.probes[rp.info.index];
+  auto& per_cpu = events.emplace_back();
+  const bool task_target =
+      opts.target.kind == Target::Kind::kPid || opts.target.kind == Target::Kind::kCommand;
+  if (task_target)
+    rp.attr.flag(perf::Flag::kInherit);
+  if (opts.target.kind == Target::Kind::kCommand)
+    rp.attr.flag(perf::Flag::kEnableOnExec);
+  for (int cpu : cpus) {
+    CpuEvents ce;
+    ce.cpu = cpu;
+    for (pid_t pid : pids) {
+      perf::OpenTarget t{.pid = pid, .cpu = cpu};
+      if (opts.target.kind == Target::Kind::kCgroup) {
+        t.pid = cgroup_fd.get();
+        t.flags = PERF_FLAG_PID_CGROUP;
+      }
+      auto ev = perf::Event::open(rp.attr, t);
+      if (!ev && ev.error().errno_value() == ESRCH && opts.target.kind == Target::Kind::kPid &&
+          pid != opts.target.pid) {
+        continue;  // a thread that exited since we listed it
+      }
+      if (!ev) {
+        throw_failure(ev.error().errno_value() == EACCES || ev.error().errno_value() == EPERM
+                          ? ErrorCategory::kPermission
+                      : ev.error().errno_value() == ENOENT ? ErrorCategory::kUnsupported
+                                                           : ErrorCategory::kRuntime,
+                      ev.error(), fmt::format("probe '{}'", rp.info.name));
+      }
+      if (!o.filter.empty()) {
+        if (auto st = ev->set_filter(o.filter); !st) {
+          throw_failure(ErrorCategory::kUsage, st.error(), fmt::format("probe '{}'", rp.info.name));
+        }
+      }
+      if (!rp.counting && !ce.events.empty()) {
+        if (auto st = ev->set_output(ce.events.front().fd()); !st) {
+          throw_failure(ErrorCategory::kRuntime, st.error(),
+                        fmt::format("probe '{}'", rp.info.name));
+        }
+      }
+      ce.events.push_back(std::move(*ev));
+    }
+    if (ce.events.empty())
+      continue;
+    if (!rp.counting) {
+      auto ring = perf::Ring::map(ce.events.front().fd(), rp.ring);
+      if (!ring)
+        throw_failure(ErrorCategory::kRuntime, ring.error(),
+                      fmt::format("probe '{}'", rp.info.name));
+      const int dup = ::fcntl(ce.events.front().fd(), F_DUPFD_CLOEXEC, 0);
+      if (dup < 0) {
+        throw Error(ErrorCategory::kRuntime, {errno, std::generic_category()},
+                    fmt::format("probe '{}': dup of the ring fd failed", rp.info.name));
+      }
+      auto r = std::make_unique<Reader>(
+          Reader{core::RingReader(std::move(*ring), rp.info.index, cpu,
+                                  &probes[rp.info.index].layout, opts.max_batch),
+                 asio::posix::stream_descriptor(strand, dup)});
+      ce.reader = r.get();
+      readers.push_back(std::move(r));
+    }
+    per_cpu.push_back(std::move(ce));
+  }
+}
+
+void Engine::Impl::start() {
+  if (running || stopped) {
+    throw Error(ErrorCategory::kUsage, std::make_error_code(std::errc::operation_not_permitted),
+                "engine: start() may be called once");
+  }
+  if (opts.probes.empty()) {
+    throw Error(ErrorCategory::kUsage, std::make_error_code(std::errc::invalid_argument),
+                "engine: no probes to start", "add at least one probe");
+  }
+  for (std::size_t i = 0; i < opts.probes.size(); ++i) {
+    for (std::size_t j = 0; j < i; ++j) {
+      if (opts.probes[i].name == opts.probes[j].name) {
+        throw Error(ErrorCategory::kUsage, std::make_error_code(std::errc::invalid_argument),
+                    fmt::format("engine: two probes are named '{}'", opts.probes[i].name),
+                    "probe names must be unique");
+      }
+    }
+  }
+  const auto& target = opts.target;
+  core::Needs needs;
+  needs.cpu_wide = target.kind == Target::Kind::kAllCpus || target.kind == Target::Kind::kCgroup;
+  for (const auto& p : opts.probes) {
+    if (p.kind == ProbeKind::kTracepoint || p.kind == ProbeKind::kKprobe ||
+        p.kind == ProbeKind::kKretprobe || p.kind == ProbeKind::kUprobe ||
+        p.kind == ProbeKind::kUretprobe) {
+      needs.tracepoints = true;
+    }
+    if (!p.bpf_program.empty())
+      needs.bpf = true;
+  }
+  if (auto st = core::check_privileges(needs); !st)
+    throw_failure(ErrorCategory::kPermission, st.error());
+
+  // Resolve every probe before opening anything: a typo fails fast and opens nothing.
+  core::ResolveContext ctx;
+  std::vector<core::ResolvedProbe> resolved;
+  resolved.reserve(opts.probes.size());
+  for (std::size_t i = 0; i < opts.probes.size(); ++i) {
+    resolved.push_back(core::resolve_probe(opts.probes[i], static_cast<std::uint32_t>(i), ctx));
+  }
+  probes.clear();
+  probes.reserve(resolved.size());  // RingReaders keep pointers to the layouts: no reallocation
+  for (const auto& r : resolved) {
+    probes.push_back(r.info);
+    counting.push_back(r.counting);
+  }
+
+  auto online = perf::online_cpus();
+  if (!online)
+    throw_failure(ErrorCategory::kRuntime, online.error());
+  std::vector<pid_t> pids = {-1};
+  switch (target.kind) {
+    case Target::Kind::kAllCpus:
+      break;
+    case Target::Kind::kPid:
+      if (target.pid <= 0 || ::kill(target.pid, 0) != 0) {
+        throw Error(ErrorCategory::kUsage, std::make_error_code(std::errc::no_such_process),
+                    fmt::format("engine: no process with pid {}", target.pid));
+      }
+      pids = threads_of(target.pid);
+      if (pids.empty())
+        pids = {target.pid};
+      break;
+    case Target::Kind::kCgroup: {
+      const int fd = ::open(target.cgroup.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+      if (fd < 0) {
+        throw Error(
+            ErrorCategory::kUsage, {errno, std::generic_category()},
+            fmt::format("engine: cannot open cgroup '{}': {}", target.cgroup, std::strerror(errno)),
+            "give a cgroup v2 directory, e.g. /sys/fs/cgroup/system.slice/foo.service");
+      }
+      cgroup_fd.reset(fd);
+      break;
+    }
+    case Target::Kind::kCommand:
+      if (target.command.empty()) {
+        throw Error(ErrorCategory::kUsage, std::make_error_code(std::errc::invalid_argument),
+                    "engine: empty command");
+      }
+      break;
+  }
+
+  try {
+    if (target.kind == Target::Kind::kCommand) {
+      start_command();
+      pids = {child};
+    }
+    for (auto& rp : resolved)
+      open_probe(rp, *online, pids);
+    if (target.kind != Target::Kind::kCommand) {
+      for (auto& per_cpu : events) {
+        for (auto& ce : per_cpu) {
+          for (auto& ev : ce.events) {
+            if (auto st = ev.enable(); !st)
+              throw_failure(ErrorCategory::kRuntime, st.error());
+          }
+        }
+      }
+    }
+  } catch (...) {
+    cleanup();
+    throw;
+  }
+  running = true;
+  for (auto& r : readers)
+    arm(*r);
+  arm_timer();
+  if (target.kind == Target::Kind::kCommand) {
+    watch_child();
+    release_command();
+  }
+}
+
+void Engine::Impl::arm(Reader& r) {
+  if (r.armed || !running)
+    return;
+  r.armed = true;
+  r.wait.async_wait(asio::posix::stream_descriptor::wait_read,
+                    [self = shared_from_this(), &r](const boost::system::error_code& ec) {
+                      // After stop() the reader may be gone: look at `running` before `r`.
+                      if (ec || !self->running)
+                        return;
+                      r.armed = false;
+                      r.reader.count_wakeup();
+                      r.reader.drain(self->batch_handler);
+                      self->arm(r);
+                    });
+}
+
+void Engine::Impl::arm_timer() {
+  if (!running)
+    return;
+  flush_timer.expires_after(std::chrono::milliseconds(opts.flush_interval_ms));
+  flush_timer.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
+    if (ec || !self->running)
+      return;
+    self->drain_all();
+    self->arm_timer();
+  });
+}
+
+void Engine::Impl::watch_child() {
+  // A pidfd becomes readable when the process exits (Linux 5.3+).
+  const long pidfd = ::syscall(SYS_pidfd_open, child, 0);
+  if (pidfd < 0)
+    return;  // without pidfds the command is reaped at stop()
+  child_watch.emplace(strand, static_cast<int>(pidfd));
+  child_watch->async_wait(asio::posix::stream_descriptor::wait_read,
+                          [self = shared_from_this()](const boost::system::error_code& ec) {
+                            if (ec || !self->running)
+                              return;
+                            if (::waitpid(self->child, &self->child_status, 0) == self->child) {
+                              self->child = -1;
+                            }
+                            self->stop();
+                          });
+}
+
+void Engine::Impl::drain_all() noexcept {
+  for (auto& r : readers)
+    r->reader.drain(batch_handler);
+}
+
+Stats Engine::Impl::collect_stats() const {
+  Stats s;
+  for (std::size_t p = 0; p < probes.size(); ++p) {
+    ProbeStats ps;
+    ps.name = probes[p].name;
+    if (p < events.size()) {
+      for (const auto& ce : events[p]) {
+        RingStats rs = ce.reader != nullptr ? ce.reader->reader.stats() : RingStats{};
+        // PERF_FORMAT_LOST (6.0+) is the kernel's own count per event, including drops whose
+        // LOST record has not been written yet: the authoritative number when it is there.
+        std::uint64_t read_lost = 0;
+        for (const auto& ev : ce.events) {
+          if (auto c = ev.read(); c && !c->values.empty()) {
+            read_lost += c->values[0].lost;
+            if (counting[p])
+              rs.samples += static_cast<std::uint64_t>(c->values[0].scaled);
+          }
+        }
+        rs.lost = std::max(rs.lost, read_lost);
+        ps.per_cpu.emplace_back(ce.cpu, rs);
+      }
+    }
+    s.probes.push_back(std::move(ps));
+  }
+  return s;
+}
+
+void Engine::Impl::stop() {
+  if (stopped)
+    return;
+  const bool was_running = running;
+  // Stop producing, then read everything that was produced.
+  for (auto& per_cpu : events) {
+    for (auto& ce : per_cpu) {
+      for (auto& ev : ce.events)
+        (void)ev.disable();
+    }
+  }
+  drain_all();
+  final_stats = collect_stats();
+  running = false;
+  stopped = true;
+  cleanup();
+  if (was_running && done_handler)
+    asio::post(strand, done_handler);
+}
+
+void Engine::Impl::cleanup() noexcept {
+  boost::system::error_code ignored;
+  flush_timer.cancel();
+  for (auto& r : readers) {
+    r->wait.cancel(ignored);
+    r->wait.close(ignored);
+  }
+  if (child_watch) {
+    child_watch->cancel(ignored);
+    child_watch->close(ignored);
+  }
+  // Readers before events: the rings unmap, then the fds close.
+  readers.clear();
+  for (auto& per_cpu : events) {
+    for (auto& ce : per_cpu)
+      ce.reader = nullptr;
+  }
+  events.clear();
+  cgroup_fd.reset();
+  if (go_fd >= 0) {  // never started: closing the pipe makes it exit
+    ::close(go_fd);
+    go_fd = -1;
+  }
+  if (child > 0) {
+    // Stopped before the command finished (signal, duration): do not leave it behind.
+    ::kill(child, SIGTERM);
+    for (int i = 0; i < 100; ++i) {
+      if (::waitpid(child, &child_status, WNOHANG) == child) {
+        child = -1;
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    if (child > 0) {
+      ::kill(child, SIGKILL);
+      ::waitpid(child, &child_status, 0);
+      child = -1;
+    }
+  }
+}
+
+Engine::Engine(asio::any_io_executor executor, EngineOptions options)
+    : impl_(std::make_shared<Impl>(std::move(executor), std::move(options))) {}
+
+Engine::~Engine() {
+  if (impl_)
+    impl_->stop();
+}
+
+void Engine::on_batch(BatchHandler handler) {
+  impl_->batch_handler = std::move(handler);
+}
+
+void Engine::on_done(std::function<void()> handler) {
+  impl_->done_handler = std::move(handler);
+}
+
+void Engine::start() {
+  impl_->start();
+}
+
+void Engine::stop() {
+  impl_->stop();
+}
+
+bool Engine::running() const noexcept {
+  return impl_->running;
+}
+
+std::span<const ProbeInfo> Engine::probes() const noexcept {
+  return impl_->probes;
+}
+
+Stats Engine::stats() const {
+  return impl_->stopped ? impl_->final_stats : impl_->collect_stats();
+}
+
+pid_t Engine::command_pid() const noexcept {
+  return impl_->child;
+}
+
+}  // namespace tracer

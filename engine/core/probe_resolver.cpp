@@ -1,0 +1,391 @@
+#include "core/probe_resolver.hpp"
+
+#include <fmt/format.h>
+#include <linux/hw_breakpoint.h>
+
+#include <array>
+#include <charconv>
+#include <ctime>
+
+#include "tracer/error.hpp"
+#include "tracer/perf/pmu.hpp"
+#include "tracer/perf/software.hpp"
+
+namespace tracer::core {
+namespace {
+
+constexpr std::uint32_t kDefaultRingPages = 64;  // 256 KiB per CPU
+constexpr std::uint64_t kDefaultFreq = 4000;     // perf record's default sampling rate
+constexpr std::uint64_t kDefaultAuxBytes = 4 << 20;
+
+[[noreturn]] void usage_error(const ProbeOptions& o,
+                              const std::string& what,
+                              const std::string& hint = {}) {
+  throw Error(ErrorCategory::kUsage, std::make_error_code(std::errc::invalid_argument),
+              fmt::format("probe '{}': {}", o.name, what), hint);
+}
+
+[[noreturn]] void rethrow(const ProbeOptions& o, const Failure& f, ErrorCategory cat) {
+  throw Error(cat, f.code, fmt::format("probe '{}': {}", o.name, f.message), f.hint);
+}
+
+ErrorCategory category_for(const Failure& f) {
+  switch (f.errno_value()) {
+    case ENOENT:
+      return ErrorCategory::kNotFound;
+    case EPERM:
+    case EACCES:
+      return ErrorCategory::kPermission;
+    case EOPNOTSUPP:
+      return ErrorCategory::kUnsupported;
+    case EINVAL:
+      return ErrorCategory::kUsage;
+    default:
+      return ErrorCategory::kRuntime;
+  }
+}
+
+struct Named {
+  std::string_view name;
+  std::uint64_t config;
+};
+
+constexpr std::array kHardware = {
+    Named{"cycles", PERF_COUNT_HW_CPU_CYCLES},
+    Named{"cpu-cycles", PERF_COUNT_HW_CPU_CYCLES},
+    Named{"instructions", PERF_COUNT_HW_INSTRUCTIONS},
+    Named{"cache-references", PERF_COUNT_HW_CACHE_REFERENCES},
+    Named{"cache-misses", PERF_COUNT_HW_CACHE_MISSES},
+    Named{"branches", PERF_COUNT_HW_BRANCH_INSTRUCTIONS},
+    Named{"branch-instructions", PERF_COUNT_HW_BRANCH_INSTRUCTIONS},
+    Named{"branch-misses", PERF_COUNT_HW_BRANCH_MISSES},
+    Named{"bus-cycles", PERF_COUNT_HW_BUS_CYCLES},
+    Named{"stalled-cycles-frontend", PERF_COUNT_HW_STALLED_CYCLES_FRONTEND},
+    Named{"stalled-cycles-backend", PERF_COUNT_HW_STALLED_CYCLES_BACKEND},
+    Named{"ref-cycles", PERF_COUNT_HW_REF_CPU_CYCLES},
+};
+
+// tools/perf/util/evsel.c evsel__hw_cache / evsel__hw_cache_op / evsel__hw_cache_result.
+constexpr std::array kCacheIds = {
+    Named{"L1-dcache", PERF_COUNT_HW_CACHE_L1D}, Named{"L1-icache", PERF_COUNT_HW_CACHE_L1I},
+    Named{"LLC", PERF_COUNT_HW_CACHE_LL},        Named{"dTLB", PERF_COUNT_HW_CACHE_DTLB},
+    Named{"iTLB", PERF_COUNT_HW_CACHE_ITLB},     Named{"branch", PERF_COUNT_HW_CACHE_BPU},
+    Named{"node", PERF_COUNT_HW_CACHE_NODE},
+};
+constexpr std::array kCacheOps = {
+    Named{"loads", PERF_COUNT_HW_CACHE_OP_READ},
+    Named{"load", PERF_COUNT_HW_CACHE_OP_READ},
+    Named{"stores", PERF_COUNT_HW_CACHE_OP_WRITE},
+    Named{"store", PERF_COUNT_HW_CACHE_OP_WRITE},
+    Named{"prefetches", PERF_COUNT_HW_CACHE_OP_PREFETCH},
+    Named{"prefetch", PERF_COUNT_HW_CACHE_OP_PREFETCH},
+};
+constexpr std::array kCacheResults = {
+    Named{"refs", PERF_COUNT_HW_CACHE_RESULT_ACCESS},
+    Named{"misses", PERF_COUNT_HW_CACHE_RESULT_MISS},
+    Named{"miss", PERF_COUNT_HW_CACHE_RESULT_MISS},
+};
+
+template <std::size_t N>
+std::optional<std::uint64_t> lookup(const std::array<Named, N>& table, std::string_view name) {
+  for (const auto& n : table) {
+    if (n.name == name)
+      return n.config;
+  }
+  return std::nullopt;
+}
+
+bool parse_u64(std::string_view s, std::uint64_t& out) {
+  int base = 10;
+  if (s.starts_with("0x") || s.starts_with("0X")) {
+    s.remove_prefix(2);
+    base = 16;
+  }
+  const auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out, base);
+  return !s.empty() && ec == std::errc() && p == s.data() + s.size();
+}
+
+std::string software_names() {
+  std::string out;
+  for (const auto& e : perf::software_events()) {
+    out += std::string(out.empty() ? "" : ", ") + std::string(e.name);
+  }
+  return out;
+}
+
+}  // namespace
+
+const tracefs::Tracefs& ResolveContext::fs() {
+  if (!tracefs) {
+    auto opened = tracefs::Tracefs::open();
+    if (!opened)
+      throw Error(ErrorCategory::kRuntime, opened.error());
+    tracefs = std::move(*opened);
+  }
+  return *tracefs;
+}
+
+std::optional<std::uint64_t> hardware_event_config(std::string_view name) {
+  return lookup(kHardware, name);
+}
+
+std::optional<std::uint64_t> cache_event_config(std::string_view name) {
+  // "<id>-<op>-<result>" or "<id>-<op>" (accesses), e.g. L1-dcache-load-misses, LLC-loads.
+  for (const auto& id : kCacheIds) {
+    if (!name.starts_with(id.name) || name.size() <= id.name.size() ||
+        name[id.name.size()] != '-') {
+      continue;
+    }
+    const std::string_view rest = name.substr(id.name.size() + 1);
+    const auto dash = rest.find('-');
+    const auto op = lookup(kCacheOps, rest.substr(0, dash));
+    if (!op)
+      return std::nullopt;
+    std::uint64_t result = PERF_COUNT_HW_CACHE_RESULT_ACCESS;
+    if (dash != std::string_view::npos) {
+      const auto r = lookup(kCacheResults, rest.substr(dash + 1));
+      if (!r)
+        return std::nullopt;
+      result = *r;
+    }
+    return id.config | (*op << 8) | (result << 16);
+  }
+  return std::nullopt;
+}
+
+Result<BreakpointSpec> parse_breakpoint(std::string_view spec) {
+  BreakpointSpec bp;
+  const auto c1 = spec.find(':');
+  if (!parse_u64(spec.substr(0, c1), bp.addr) || bp.addr == 0) {
+    return fail(EINVAL, fmt::format("breakpoint '{}': expected an address like 0x7ffd1234", spec),
+                "write ADDRESS[:rwx[:LEN]], e.g. 0x601040:w:8");
+  }
+  std::string_view access = "w";
+  std::string_view len = "8";
+  if (c1 != std::string_view::npos) {
+    const auto rest = spec.substr(c1 + 1);
+    const auto c2 = rest.find(':');
+    access = rest.substr(0, c2);
+    if (c2 != std::string_view::npos)
+      len = rest.substr(c2 + 1);
+  }
+  for (char c : access) {
+    if (c == 'r') {
+      bp.type |= HW_BREAKPOINT_R;
+    } else if (c == 'w') {
+      bp.type |= HW_BREAKPOINT_W;
+    } else if (c == 'x') {
+      bp.type |= HW_BREAKPOINT_X;
+    } else {
+      return fail(EINVAL,
+                  fmt::format("breakpoint '{}': access '{}' is not r, w, x or rw", spec, access));
+    }
+  }
+  // Kernel rule (hw_breakpoint_arch_parse): execute breakpoints cannot be combined with r/w.
+  if ((bp.type & HW_BREAKPOINT_X) != 0U && bp.type != HW_BREAKPOINT_X) {
+    return fail(EINVAL, fmt::format("breakpoint '{}': x cannot be combined with r or w", spec));
+  }
+  if (!parse_u64(len, bp.len) || (bp.len != 1 && bp.len != 2 && bp.len != 4 && bp.len != 8)) {
+    return fail(EINVAL, fmt::format("breakpoint '{}': length must be 1, 2, 4 or 8", spec));
+  }
+  if (bp.type == HW_BREAKPOINT_X)
+    bp.len = sizeof(long);  // the kernel requires this for x
+  return bp;
+}
+
+ResolvedProbe resolve_probe(const ProbeOptions& o, std::uint32_t index, ResolveContext& ctx) {
+  if (o.name.empty())
+    usage_error(o, "a probe needs a name");
+  if (o.period && o.freq)
+    usage_error(o, "set period or freq, not both");
+  if (o.ring_pages != 0 && (o.ring_pages & (o.ring_pages - 1)) != 0) {
+    usage_error(o, fmt::format("ring_pages {} is not a power of two", o.ring_pages),
+                "use 8, 16, 32, 64, 128, ...");
+  }
+  ResolvedProbe r;
+  r.info.index = index;
+  r.info.name = o.name;
+  r.info.kind = o.kind;
+  r.info.spec = o.spec;
+  r.counting = o.counting;
+  auto& a = r.attr;
+  // Every event: the identifier first (routing), time on CLOCK_MONOTONIC so probes and CPUs
+  // compare, and the sample_id trailer on every record so losses and task records attribute.
+  std::uint64_t sample_type =
+      PERF_SAMPLE_IDENTIFIER | PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_CPU;
+  bool every_event = true;  // default period 1 (else kDefaultFreq)
+
+  switch (o.kind) {
+    case ProbeKind::kTracepoint: {
+      auto tp = tracefs::split_tracepoint(o.spec);
+      if (!tp) {
+        usage_error(o, fmt::format("'{}' is not a tracepoint name", o.spec),
+                    "write system:event, e.g. sched:sched_switch (see `tracer list tracepoints`)");
+      }
+      auto format = ctx.fs().format(*tp);
+      if (!format)
+        rethrow(o, format.error(), category_for(format.error()));
+      a.type(PERF_TYPE_TRACEPOINT).config(format->id);
+      r.info.pmu = "tracepoint";
+      r.info.format = std::move(*format);
+      sample_type |= PERF_SAMPLE_RAW;
+      break;
+    }
+    case ProbeKind::kSoftware: {
+      auto sw = perf::find_software_event(o.spec);
+      if (!sw) {
+        usage_error(o, fmt::format("unknown software event '{}'", o.spec),
+                    fmt::format("software events: {}", software_names()));
+      }
+      a.type(PERF_TYPE_SOFTWARE).config(sw->config);
+      r.info.pmu = "software";
+      sample_type |= PERF_SAMPLE_IP | PERF_SAMPLE_PERIOD;
+      every_event = sw->unit != "ns";  // clocks sample at a frequency
+      break;
+    }
+    case ProbeKind::kHardware: {
+      auto cfg = hardware_event_config(o.spec);
+      if (!cfg)
+        usage_error(o, fmt::format("unknown hardware event '{}'", o.spec),
+                    "hardware events: cycles, instructions, cache-references, "
+                    "cache-misses, branches, branch-misses, bus-cycles, ref-cycles, "
+                    "stalled-cycles-frontend, stalled-cycles-backend");
+      a.type(PERF_TYPE_HARDWARE).config(*cfg);
+      r.info.pmu = "hardware";
+      sample_type |= PERF_SAMPLE_IP | PERF_SAMPLE_PERIOD;
+      every_event = false;
+      break;
+    }
+    case ProbeKind::kCache: {
+      auto cfg = cache_event_config(o.spec);
+      if (!cfg)
+        usage_error(o, fmt::format("unknown cache event '{}'", o.spec),
+                    "write CACHE-OP[-RESULT]: CACHE in L1-dcache, L1-icache, LLC, dTLB, "
+                    "iTLB, branch, node; OP in load(s), store(s), prefetch(es); RESULT "
+                    "in refs, misses (e.g. L1-dcache-load-misses)");
+      a.type(PERF_TYPE_HW_CACHE).config(*cfg);
+      r.info.pmu = "hw_cache";
+      sample_type |= PERF_SAMPLE_IP | PERF_SAMPLE_PERIOD;
+      every_event = false;
+      break;
+    }
+    case ProbeKind::kRawPmu:
+    case ProbeKind::kAux: {
+      std::uint64_t raw = 0;
+      if (o.kind == ProbeKind::kRawPmu && o.spec.size() > 1 && o.spec[0] == 'r' &&
+          parse_u64("0x" + o.spec.substr(1), raw)) {
+        a.type(PERF_TYPE_RAW).config(raw);  // perf's "rNNNN": a CPU PMU raw event code
+        r.info.pmu = "raw";
+      } else {
+        // perf syntax: pmu/term=value,.../
+        const auto slash = o.spec.find('/');
+        if (slash == std::string::npos || o.spec.back() != '/' || slash == o.spec.size() - 1) {
+          usage_error(o, fmt::format("'{}' is not a PMU event", o.spec),
+                      "write pmu/term=value,.../ (e.g. intel_pt/cyc=1/) or rNNNN; the PMUs and "
+                      "their terms are in `tracer list pmus`");
+        }
+        const std::string pmu_name = o.spec.substr(0, slash);
+        const std::string terms = o.spec.substr(slash + 1, o.spec.size() - slash - 2);
+        auto pmu = perf::find_pmu(pmu_name);
+        if (!pmu) {
+          std::string aux_pmus;
+          if (auto all = perf::list_pmus()) {
+            for (const auto& p : *all) {
+              if (p.nr_addr_filters > 0)
+                aux_pmus += (aux_pmus.empty() ? "" : ", ") + p.name;
+            }
+          }
+          Failure f = pmu.error();
+          if (o.kind == ProbeKind::kAux) {
+            f.hint = fmt::format("AUX-capable PMUs here: {}",
+                                 aux_pmus.empty() ? "none (this machine has no intel_pt, "
+                                                    "intel_bts, cs_etm or arm_spe)"
+                                                  : aux_pmus);
+          }
+          rethrow(
+              o, f,
+              o.kind == ProbeKind::kAux ? ErrorCategory::kUnsupported : ErrorCategory::kNotFound);
+        }
+        auto cfg = perf::encode_pmu_terms(*pmu, terms);
+        if (!cfg)
+          rethrow(o, cfg.error(), ErrorCategory::kUsage);
+        a.type(pmu->type).config(cfg->config).config1(cfg->config1).config2(cfg->config2);
+        a.config3(cfg->config3);
+        r.info.pmu = pmu->name;
+      }
+      sample_type |= PERF_SAMPLE_IP | PERF_SAMPLE_PERIOD;
+      every_event = o.kind == ProbeKind::kAux;
+      if (o.kind == ProbeKind::kAux) {
+        r.ring.aux_bytes = o.aux_bytes != 0 ? o.aux_bytes : kDefaultAuxBytes;
+        r.ring.aux_overwrite = o.aux_snapshot;
+      }
+      break;
+    }
+    case ProbeKind::kBreakpoint: {
+      auto bp = parse_breakpoint(o.spec);
+      if (!bp)
+        rethrow(o, bp.error(), ErrorCategory::kUsage);
+      a.type(PERF_TYPE_BREAKPOINT).bp_type(bp->type).bp_addr(bp->addr).bp_len(bp->len);
+      r.info.pmu = "breakpoint";
+      sample_type |= PERF_SAMPLE_IP | PERF_SAMPLE_ADDR;
+      break;
+    }
+    case ProbeKind::kKprobe:
+    case ProbeKind::kKretprobe:
+    case ProbeKind::kUprobe:
+    case ProbeKind::kUretprobe:
+      throw Error(ErrorCategory::kUnsupported, std::make_error_code(std::errc::not_supported),
+                  fmt::format("probe '{}': {} probes are resolved by the probe backends", o.name,
+                              to_string(o.kind)));
+  }
+
+  a.sample_type(sample_type | o.extra_sample_type)
+      .flag(perf::Flag::kSampleIdAll)
+      .flag(perf::Flag::kDisabled)
+      .clockid(CLOCK_MONOTONIC)
+      .read_format(PERF_FORMAT_ID | perf::abi::kFormatLost);
+  if (o.sample_regs_user != 0)
+    a.sample_regs_user(o.sample_regs_user);
+  if (o.sample_stack_user != 0)
+    a.sample_stack_user(o.sample_stack_user);
+  if (o.task_records) {
+    a.flag(perf::Flag::kComm).flag(perf::Flag::kCommExec).flag(perf::Flag::kTask);
+    a.flag(perf::Flag::kMmap2);
+  }
+  if (o.context_switches)
+    a.flag(perf::Flag::kContextSwitch);
+  if (o.counting) {
+    a.sample_type(0).flag(perf::Flag::kSampleIdAll, false);
+    a.read_format(PERF_FORMAT_ID | PERF_FORMAT_TOTAL_TIME_ENABLED | PERF_FORMAT_TOTAL_TIME_RUNNING);
+  } else if (o.freq) {
+    a.sample_freq(*o.freq);
+  } else if (o.period) {
+    a.sample_period(*o.period);
+  } else if (every_event) {
+    a.sample_period(1);
+  } else {
+    a.sample_freq(kDefaultFreq);
+  }
+
+  r.ring.data_pages = o.ring_pages != 0 ? o.ring_pages : kDefaultRingPages;
+  const std::uint64_t ring_bytes = static_cast<std::uint64_t>(r.ring.data_pages) * 4096;
+  if (o.wakeup.events != 0) {
+    a.wakeup_events(o.wakeup.events);
+  } else {
+    // Batched wakeups: the kernel wakes us when the ring is a quarter full; the engine's flush
+    // timer drains rings that fill slower than that.
+    const std::uint64_t wm =
+        o.wakeup.watermark_bytes != 0 ? o.wakeup.watermark_bytes : ring_bytes / 4;
+    if (wm >= ring_bytes) {
+      usage_error(o,
+                  fmt::format("wakeup watermark {} is not below the ring size {}", wm, ring_bytes));
+    }
+    a.wakeup_watermark(static_cast<std::uint32_t>(wm));
+  }
+  if (o.kind == ProbeKind::kAux && r.ring.aux_bytes != 0)
+    a.aux_watermark(static_cast<std::uint32_t>(r.ring.aux_bytes / 4));
+  r.info.layout = perf::SampleLayout::from(a);
+  return r;
+}
+
+}  // namespace tracer::core

@@ -1,0 +1,52 @@
+// Probe resolution: a ProbeOptions (kind + spec + sampling options) to the perf attr, ring
+// options and schema the engine opens per CPU.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "tracer/engine.hpp"
+#include "tracer/perf/event_attr.hpp"
+#include "tracer/perf/ring.hpp"
+#include "tracer/tracefs/tracefs.hpp"
+
+namespace tracer::core {
+
+struct ResolvedProbe {
+  ProbeInfo info;
+  perf::EventAttr attr;
+  /// Strings the attr points at (uprobe path, kprobe symbol): must live until the events open.
+  std::string attr_string;
+  bool counting = false;
+  perf::RingOptions ring;
+};
+
+/// Shared state of one resolution pass (tracefs is opened once, on first need).
+struct ResolveContext {
+  std::optional<tracefs::Tracefs> tracefs;
+  const tracefs::Tracefs& fs();
+};
+
+/// Resolves one probe. Throws tracer::Error: kUsage for a malformed spec or option, kNotFound
+/// for a tracepoint/PMU/event that does not exist (with near matches), kUnsupported for what
+/// this machine cannot do (and why).
+[[nodiscard]] ResolvedProbe resolve_probe(const ProbeOptions& opts,
+                                          std::uint32_t index,
+                                          ResolveContext& ctx);
+
+/// perf's hardware event names ("cycles", "instructions", ...) -> PERF_COUNT_HW_*.
+[[nodiscard]] std::optional<std::uint64_t> hardware_event_config(std::string_view name);
+/// perf's cache event names ("L1-dcache-load-misses", "LLC-loads", "dTLB-store-misses", ...) ->
+/// PERF_TYPE_HW_CACHE config (id | op << 8 | result << 16).
+[[nodiscard]] std::optional<std::uint64_t> cache_event_config(std::string_view name);
+
+/// Breakpoint spec "0xADDR[:rwx[:len]]" -> bp_type, addr, len.
+struct BreakpointSpec {
+  std::uint64_t addr = 0;
+  std::uint32_t type = 0;  // HW_BREAKPOINT_R|W|X
+  std::uint64_t len = 0;
+};
+[[nodiscard]] Result<BreakpointSpec> parse_breakpoint(std::string_view spec);
+
+}  // namespace tracer::core

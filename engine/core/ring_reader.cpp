@@ -1,0 +1,105 @@
+#include "core/ring_reader.hpp"
+
+namespace tracer::core {
+
+RingReader::RingReader(perf::Ring ring,
+                       std::uint32_t probe,
+                       int cpu,
+                       const perf::SampleLayout* layout,
+                       std::uint32_t max_batch)
+    : ring_(std::move(ring)),
+      probe_(probe),
+      cpu_(cpu),
+      layout_(layout),
+      max_batch_(max_batch == 0 ? 1 : max_batch),
+      batch_(max_batch_) {
+  for (auto& r : batch_) {
+    r.probe = probe_;
+    r.cpu = cpu_;
+  }
+}
+
+void RingReader::flush(const BatchHandler& handler) noexcept {
+  if (used_ == 0)
+    return;
+  if (handler)
+    handler(Batch{std::span<const RecordRef>(batch_.data(), used_)});
+  used_ = 0;
+  // The stages are done with the AUX chunks of this batch: give their space back.
+  if (aux_pending_) {
+    ring_.aux_consume(aux_release_);
+    aux_pending_ = false;
+  }
+}
+
+std::uint64_t RingReader::drain(const BatchHandler& handler) noexcept {
+  if (corrupt_)
+    return 0;
+  std::uint64_t delivered = 0;
+  ring_.load_head();
+  for (auto p = ring_.peek(); !p.record.empty() || p.error != perf::DecodeError::kOk;
+       p = ring_.peek()) {
+    if (p.error != perf::DecodeError::kOk) {
+      // Only a damaged (synthetic or replayed) ring gets here: stop reading it for good.
+      ++stats_.decode_errors;
+      corrupt_ = true;
+      break;
+    }
+    RecordRef& ref = batch_[used_];
+    ref.aux.reset();
+    const auto err = perf::decode(p.record, *layout_, ref.record);
+    ring_.consume(p.record.size());
+    stats_.bytes += p.record.size();
+    if (err != perf::DecodeError::kOk) {
+      ++stats_.decode_errors;
+      continue;
+    }
+    switch (ref.record.type) {
+      case perf::abi::kSample:
+        ++stats_.samples;
+        break;
+      case perf::abi::kLost:
+        stats_.lost += std::get<perf::Lost>(ref.record.body).lost;
+        break;
+      case perf::abi::kLostSamples:
+        stats_.lost_samples += std::get<perf::LostSamples>(ref.record.body).lost;
+        break;
+      case perf::abi::kItraceStart: {
+        const auto& it = std::get<perf::ItraceStart>(ref.record.body);
+        itrace_pid_ = it.pid;
+        itrace_tid_ = it.tid;
+        break;
+      }
+      case perf::abi::kAux: {
+        const auto& a = std::get<perf::Aux>(ref.record.body);
+        ref.aux = ring_.aux_chunk(a);
+        if (!ref.aux) {
+          ++stats_.aux_lost;
+          break;
+        }
+        ++stats_.aux_chunks;
+        stats_.aux_bytes += a.aux_size;
+        if (a.truncated())
+          ++stats_.aux_truncated;
+        if (a.collision() || a.partial())
+          ++stats_.aux_lost;
+        aux_release_ = a.aux_offset + a.aux_size;
+        aux_pending_ = true;
+        break;
+      }
+      default:
+        break;
+    }
+    ref.itrace_pid = itrace_pid_;
+    ref.itrace_tid = itrace_tid_;
+    ++stats_.records;
+    ++delivered;
+    if (++used_ == max_batch_)
+      flush(handler);
+  }
+  flush(handler);
+  ring_.commit();
+  return delivered;
+}
+
+}  // namespace tracer::core

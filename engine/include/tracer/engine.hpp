@@ -1,0 +1,186 @@
+// Engine: owns probes (perf events, optional BPF programs), their rings, and the reactor that
+// drains them on an Asio executor it is given. It starts no threads of its own.
+//
+// Usage:
+//   boost::asio::io_context io;
+//   tracer::Engine engine(io.get_executor(), {
+//       .probes = {{.name = "exec", .kind = ProbeKind::kTracepoint,
+//                   .spec = "sched:sched_process_exec"}}});
+//   engine.on_batch([](const tracer::Batch& b) { for (auto& r : b.records) ...; });
+//   engine.start();                       // throws tracer::Error with a hint on setup failure
+//   io.run_for(std::chrono::seconds(5));  // or until engine.on_done fires
+//   engine.stop();                        // drains what remains, detaches, closes
+//   auto stats = engine.stats();
+//
+// Threading: the engine's handlers run on a strand of the executor. Call its member functions
+// from that executor's threads (for instance through asio::post) or before running it.
+#pragma once
+
+#include <sys/types.h>
+
+#include <boost/asio/any_io_executor.hpp>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "tracer/perf/record.hpp"
+#include "tracer/perf/ring.hpp"
+#include "tracer/tracefs/tracefs.hpp"
+
+namespace tracer {
+
+enum class ProbeKind : std::uint8_t {
+  kTracepoint,  // "system:event"
+  kKprobe,      // "symbol[+offset]"
+  kKretprobe,
+  kUprobe,  // "path:symbol[+off]", "path:0xoffset", "lib:symbol" (with a pid target)
+  kUretprobe,
+  kSoftware,    // "cpu-clock", "page-faults", ... (perf's names)
+  kHardware,    // "cycles", "instructions", ...
+  kCache,       // "L1-dcache-load-misses", ...
+  kRawPmu,      // perf syntax "pmu/term=value,.../"
+  kBreakpoint,  // "0xADDR[:rwx[:len]]" or "symbol[:rwx[:len]]" (symbol of the traced binary)
+  kAux,         // an AUX-capable PMU: "intel_pt/cyc=1/" (AUX area mapped, chunks delivered)
+};
+[[nodiscard]] std::string_view to_string(ProbeKind k) noexcept;
+
+/// Who is traced.
+struct Target {
+  enum class Kind : std::uint8_t { kAllCpus, kPid, kCgroup, kCommand };
+  Kind kind = Kind::kAllCpus;
+  pid_t pid = -1;                      // kPid: the process (its threads and future children too)
+  std::string cgroup{};                // kCgroup: a cgroup v2 directory (/sys/fs/cgroup/...)
+  std::vector<std::string> command{};  // kCommand: argv of a command tracer starts and waits for
+};
+
+/// When the kernel wakes the reactor for a ring.
+struct WakeupPolicy {
+  std::uint32_t events = 0;           // wake every N samples (wakeup_events), if > 0
+  std::uint32_t watermark_bytes = 0;  // else wake at this fill level; 0: a quarter of the ring
+};
+
+struct ProbeOptions {
+  std::string name{};  // shown in stats; unique per engine
+  ProbeKind kind = ProbeKind::kTracepoint;
+  std::string spec{};
+  /// Sampling: every `period` events, or `freq` times a second. Neither: every event for
+  /// tracepoints, probes, breakpoints, AUX events and non-clock software events; 4000 Hz for
+  /// cpu-clock/task-clock, hardware, cache and raw PMU events.
+  std::optional<std::uint64_t> period{};
+  std::optional<std::uint64_t> freq{};
+  bool counting = false;                // open as a counter: no ring; its count is in stats()
+  std::uint64_t extra_sample_type = 0;  // e.g. PERF_SAMPLE_CALLCHAIN | PERF_SAMPLE_REGS_USER
+  std::uint64_t sample_regs_user = 0;
+  std::uint32_t sample_stack_user = 0;
+  bool task_records = false;      // COMM/FORK/EXIT/MMAP2 records (for symbolization)
+  bool context_switches = false;  // SWITCH records
+  std::string filter{};           // tracefs filter expression (tracepoints, probes)
+  std::string bpf_program{};      // program of the engine's BPF object to attach (SET_BPF)
+  std::uint32_t ring_pages = 0;   // data pages per CPU ring (power of two); 0: 64
+  WakeupPolicy wakeup{};
+  std::uint64_t aux_bytes = 0;  // kAux: AUX area size (power-of-two pages); 0: 4 MiB
+  bool aux_snapshot = false;    // kAux: overwrite (snapshot) mode
+};
+
+struct EngineOptions {
+  Target target{};
+  std::vector<ProbeOptions> probes{};
+  /// Period of the timer that drains rings whose wakeup has not come (low-rate probes).
+  std::uint32_t flush_interval_ms = 100;
+  /// Records handed to on_batch at most at once (one drain may deliver several batches).
+  std::uint32_t max_batch = 512;
+};
+
+/// What a probe resolved to, for stages that bind field names once.
+struct ProbeInfo {
+  std::uint32_t index = 0;
+  std::string name{};
+  ProbeKind kind = ProbeKind::kTracepoint;
+  std::string spec{};
+  perf::SampleLayout layout{};
+  std::optional<tracefs::Format> format{};  // tracepoints and tracefs-backed probes
+  std::string pmu{};                        // PMU name the events were opened on
+};
+
+/// One record as the reactor hands it on: decoded in place, valid during the callback only.
+struct RecordRef {
+  std::uint32_t probe = 0;  // index into Engine::probes()
+  std::int32_t cpu = -1;    // ring's CPU
+  perf::Record record{};
+  /// For PERF_RECORD_AUX: the AUX data it announced, with the ITRACE_START context of the ring.
+  std::optional<perf::AuxChunk> aux{};
+  std::uint32_t itrace_pid = 0, itrace_tid = 0;
+};
+
+struct Batch {
+  std::span<const RecordRef> records;
+};
+using BatchHandler = std::function<void(const Batch&)>;
+
+/// Counters of one ring (one probe on one CPU, or one probe's share of a shared CPU ring).
+struct RingStats {
+  std::uint64_t records = 0;       // every record handed on
+  std::uint64_t samples = 0;       // PERF_RECORD_SAMPLE
+  std::uint64_t bytes = 0;         // record bytes read
+  std::uint64_t lost = 0;          // PERF_RECORD_LOST totals: samples the ring had no room for
+  std::uint64_t lost_samples = 0;  // PERF_RECORD_LOST_SAMPLES totals (PMU-side drops)
+  std::uint64_t aux_chunks = 0;
+  std::uint64_t aux_bytes = 0;
+  std::uint64_t aux_truncated = 0;  // AUX records flagged TRUNCATED
+  std::uint64_t aux_lost = 0;       // AUX records flagged COLLISION/PARTIAL, or invalid
+  std::uint64_t decode_errors = 0;  // malformed records (never from a sane kernel)
+  std::uint64_t unrouted = 0;       // records whose id matched no probe
+  std::uint64_t wakeups = 0;        // drains triggered by the kernel
+  RingStats& operator+=(const RingStats& o) noexcept;
+};
+
+struct ProbeStats {
+  std::string name;
+  std::vector<std::pair<int, RingStats>> per_cpu;  // cpu -> stats
+  std::uint64_t bpf_output_drops = 0;              // failed bpf_perf_event_output calls
+  [[nodiscard]] RingStats total() const noexcept;
+};
+
+struct Stats {
+  std::vector<ProbeStats> probes;
+};
+
+class Engine {
+ public:
+  Engine(boost::asio::any_io_executor executor, EngineOptions options);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  /// Where decoded records go (set before start()).
+  void on_batch(BatchHandler handler);
+  /// Called once when the engine stopped by itself (the traced command exited) or by stop().
+  void on_done(std::function<void()> handler);
+
+  /// Checks privileges, resolves every probe, opens and maps events, attaches BPF programs,
+  /// enables, and arms the reactor. Throws tracer::Error (category, message, hint) on failure,
+  /// after closing whatever it had opened.
+  void start();
+  /// Disables every event, drains every ring to the end, detaches, closes and removes dynamic
+  /// probes. Idempotent.
+  void stop();
+  [[nodiscard]] bool running() const noexcept;
+
+  /// Probes as resolved by start().
+  [[nodiscard]] std::span<const ProbeInfo> probes() const noexcept;
+  /// A snapshot of every counter, per probe and CPU.
+  [[nodiscard]] Stats stats() const;
+  /// The pid of the command started for a kCommand target (-1 otherwise).
+  [[nodiscard]] pid_t command_pid() const noexcept;
+
+  struct Impl;
+
+ private:
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace tracer

@@ -1,0 +1,341 @@
+// Engine on the real kernel: exact counts from a traced child, a started command
+// (enable_on_exec), a pid target, loss accounting with a tiny ring, draining at stop, clean-up,
+// and the errors a user sees for probes this machine cannot serve.
+#include "tracer/engine.hpp"
+
+#include <gtest/gtest.h>
+#include <sched.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <boost/asio/io_context.hpp>
+#include <filesystem>
+#include <map>
+
+#include "support/child.hpp"
+#include "tracer/error.hpp"
+
+namespace tracer {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+constexpr int kBadFd = 12345;
+
+void lseeks(int n) {
+  for (int i = 0; i < n; ++i)
+    ::syscall(SYS_lseek, kBadFd, i, SEEK_CUR);
+}
+
+int perf_fds() {
+  int n = 0;
+  for (const auto& e : fs::directory_iterator("/proc/self/fd")) {
+    std::error_code ec;
+    if (fs::read_symlink(e.path(), ec).string() == "anon_inode:[perf_event]")
+      ++n;
+  }
+  return n;
+}
+
+ProbeOptions lseek_probe(std::string name = "lseek") {
+  return ProbeOptions{
+      .name = std::move(name), .kind = ProbeKind::kTracepoint, .spec = "syscalls:sys_enter_lseek"};
+}
+
+struct Collected {
+  std::map<int, std::uint64_t> samples_by_cpu;
+  std::uint64_t samples = 0;
+  std::uint64_t foreign = 0;  // samples from other processes
+  std::vector<std::int64_t> offsets;
+};
+
+BatchHandler collect(Collected& c, pid_t want, const Engine& engine) {
+  return [&c, want, &engine](const Batch& b) {
+    for (const auto& r : b.records) {
+      const auto* s = std::get_if<perf::Sample>(&r.record.body);
+      if (s == nullptr)
+        continue;
+      ++c.samples;
+      ++c.samples_by_cpu[r.cpu];
+      if (static_cast<pid_t>(s->pid) != want)
+        ++c.foreign;
+      const auto& info = engine.probes()[r.probe];
+      if (info.format) {
+        if (const auto* f = info.format->field("offset")) {
+          c.offsets.push_back(tracefs::read_int(*f, s->raw).value_or(-1));
+        }
+      }
+    }
+  };
+}
+
+TEST(EngineLive, PidTargetDeliversExactlyTheChildsCalls) {
+  testing::Child child([](int) { lseeks(1000); });
+  boost::asio::io_context io;
+  Engine engine(io.get_executor(), {.target = {.kind = Target::Kind::kPid, .pid = child.pid()},
+                                    .probes = {lseek_probe()}});
+  Collected c;
+  engine.on_batch(collect(c, child.pid(), engine));
+  engine.start();
+  ASSERT_TRUE(engine.running());
+  ASSERT_EQ(engine.probes().size(), 1U);
+  EXPECT_TRUE(engine.probes()[0].format.has_value());
+  ASSERT_TRUE(child.go());
+  lseeks(300);  // the parent's own calls must not show up
+  io.run_for(300ms);
+  engine.stop();
+  EXPECT_EQ(c.samples, 1000U);
+  EXPECT_EQ(c.foreign, 0U);
+  ASSERT_EQ(c.offsets.size(), 1000U);
+  for (std::size_t i = 0; i < c.offsets.size(); ++i)
+    ASSERT_EQ(c.offsets[i], static_cast<std::int64_t>(i));
+  const auto stats = engine.stats();
+  ASSERT_EQ(stats.probes.size(), 1U);
+  EXPECT_EQ(stats.probes[0].total().samples, 1000U);
+  EXPECT_EQ(stats.probes[0].total().lost, 0U);
+}
+
+TEST(EngineLive, AllCpusWithAFilterDeliversExactlyTheChildsCalls) {
+  testing::Child child([](int) { lseeks(500); });
+  boost::asio::io_context io;
+  auto probe = lseek_probe();
+  probe.filter = "common_pid == " + std::to_string(child.pid());
+  Engine engine(io.get_executor(), {.probes = {probe}});
+  Collected c;
+  engine.on_batch(collect(c, child.pid(), engine));
+  engine.start();
+  ASSERT_TRUE(child.go());
+  lseeks(200);
+  io.run_for(200ms);
+  engine.stop();
+  EXPECT_EQ(c.samples, 500U);
+  EXPECT_EQ(c.foreign, 0U);
+  const auto stats = engine.stats();
+  EXPECT_EQ(stats.probes[0].per_cpu.size(),
+            static_cast<std::size_t>(::sysconf(_SC_NPROCESSORS_ONLN)));
+}
+
+TEST(EngineLive, CommandTargetCountsOnlyTheCommandAndStopsWhenItExits) {
+  boost::asio::io_context io;
+  Engine engine(io.get_executor(),
+                {.target = {.kind = Target::Kind::kCommand,
+                            .command = {TRACER_SYSCALLER_PATH, "lseek", "250"}},
+                 .probes = {lseek_probe(), ProbeOptions{.name = "exec",
+                                                        .kind = ProbeKind::kTracepoint,
+                                                        .spec = "sched:sched_process_exec"}}});
+  Collected c;
+  pid_t command = -1;
+  engine.on_batch([&](const Batch& b) {
+    for (const auto& r : b.records) {
+      if (const auto* s = std::get_if<perf::Sample>(&r.record.body)) {
+        if (r.probe == 0)
+          ++c.samples;
+        if (static_cast<pid_t>(s->pid) != command)
+          ++c.foreign;
+      }
+    }
+  });
+  bool done = false;
+  engine.on_done([&] { done = true; });
+  engine.start();
+  command = engine.command_pid();
+  ASSERT_GT(command, 0);
+  lseeks(100);     // before and during the command: not ours to count
+  io.run_for(5s);  // returns early once the engine is done and nothing else is pending
+  EXPECT_TRUE(done) << "the engine stops by itself when the command exits";
+  EXPECT_FALSE(engine.running());
+  EXPECT_EQ(c.samples, 250U);
+  EXPECT_EQ(c.foreign, 0U);
+  const auto stats = engine.stats();
+  EXPECT_EQ(stats.probes[1].total().samples, 1U) << "exactly one exec: the command's";
+}
+
+TEST(EngineLive, TinyRingBurstDeliveredPlusLostEqualsGeneratedPerCpu) {
+  constexpr int kCalls = 20000;
+  const int cpu = 0;
+  testing::Child child([](int) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(0, &set);
+    ::sched_setaffinity(0, sizeof(set), &set);
+    lseeks(kCalls);
+  });
+  boost::asio::io_context io;
+  auto probe = lseek_probe();
+  probe.ring_pages = 1;  // 4 KiB: ~45 samples
+  Engine engine(io.get_executor(),
+                {.target = {.kind = Target::Kind::kPid, .pid = child.pid()}, .probes = {probe}});
+  Collected c;
+  engine.on_batch(collect(c, child.pid(), engine));
+  engine.start();
+  ASSERT_TRUE(child.go());  // the burst happens while nobody drains
+  io.run_for(100ms);
+  engine.stop();
+  const auto stats = engine.stats();
+  std::uint64_t total_lost = 0;
+  for (const auto& [ring_cpu, rs] : stats.probes[0].per_cpu) {
+    SCOPED_TRACE(ring_cpu);
+    const std::uint64_t generated = ring_cpu == cpu ? kCalls : 0;
+    EXPECT_EQ(c.samples_by_cpu[ring_cpu] + rs.lost, generated);
+    EXPECT_EQ(rs.samples, c.samples_by_cpu[ring_cpu]);
+    total_lost += rs.lost;
+  }
+  EXPECT_GT(total_lost, 0U) << "a 4 KiB ring cannot hold a 20000-call burst";
+}
+
+TEST(EngineLive, StopDrainsWhatTheWakeupPolicyHeldBack) {
+  testing::Child child([](int) { lseeks(100); });
+  boost::asio::io_context io;
+  auto probe = lseek_probe();
+  probe.wakeup.watermark_bytes = 200 * 1024;  // 100 samples never reach it
+  Engine engine(io.get_executor(), {.target = {.kind = Target::Kind::kPid, .pid = child.pid()},
+                                    .probes = {probe},
+                                    .flush_interval_ms = 3600 * 1000});
+  Collected c;
+  engine.on_batch(collect(c, child.pid(), engine));
+  engine.start();
+  ASSERT_TRUE(child.go());
+  io.run_for(100ms);
+  EXPECT_EQ(c.samples, 0U) << "no wakeup and no flush yet";
+  engine.stop();
+  EXPECT_EQ(c.samples, 100U);
+}
+
+TEST(EngineLive, FlushTimerDeliversLowRateEvents) {
+  testing::Child child([](int) { lseeks(3); });
+  boost::asio::io_context io;
+  Engine engine(io.get_executor(), {.target = {.kind = Target::Kind::kPid, .pid = child.pid()},
+                                    .probes = {lseek_probe()},
+                                    .flush_interval_ms = 20});
+  Collected c;
+  engine.on_batch(collect(c, child.pid(), engine));
+  engine.start();
+  ASSERT_TRUE(child.go());
+  io.run_for(200ms);
+  EXPECT_EQ(c.samples, 3U) << "delivered by the timer, before stop()";
+  engine.stop();
+}
+
+TEST(EngineLive, StopClosesEveryPerfFd) {
+  const int before = perf_fds();
+  {
+    boost::asio::io_context io;
+    Engine engine(io.get_executor(),
+                  {.probes = {lseek_probe(), ProbeOptions{.name = "clock",
+                                                          .kind = ProbeKind::kSoftware,
+                                                          .spec = "cpu-clock"}}});
+    engine.start();
+    EXPECT_GE(perf_fds(), before + 4) << "two probes on every CPU";
+    io.run_for(50ms);
+    engine.stop();
+    EXPECT_EQ(perf_fds(), before);
+    engine.stop();  // idempotent
+  }
+  EXPECT_EQ(perf_fds(), before);
+}
+
+TEST(EngineLive, SoftwareClockSamplesABusyChild) {
+  testing::Child child([](int) {
+    const auto end = std::chrono::steady_clock::now() + 200ms;
+    volatile std::uint64_t x = 0;
+    while (std::chrono::steady_clock::now() < end)
+      x = x + 1;
+  });
+  boost::asio::io_context io;
+  Engine engine(io.get_executor(),
+                {.target = {.kind = Target::Kind::kPid, .pid = child.pid()},
+                 .probes = {ProbeOptions{.name = "clock",
+                                         .kind = ProbeKind::kSoftware,
+                                         .spec = "task-clock",
+                                         .freq = 1000,
+                                         .extra_sample_type = PERF_SAMPLE_CALLCHAIN}}});
+  Collected c;
+  std::uint64_t with_callchain = 0;
+  engine.on_batch([&](const Batch& b) {
+    for (const auto& r : b.records) {
+      if (const auto* s = std::get_if<perf::Sample>(&r.record.body)) {
+        ++c.samples;
+        if (static_cast<pid_t>(s->pid) != child.pid())
+          ++c.foreign;
+        if (s->callchain.size > 1)
+          ++with_callchain;
+      }
+    }
+  });
+  engine.start();
+  ASSERT_TRUE(child.go());
+  io.run_for(50ms);
+  engine.stop();
+  EXPECT_GE(c.samples, 100U) << "1000 Hz over 200 ms of CPU";
+  EXPECT_LE(c.samples, 400U);
+  EXPECT_EQ(c.foreign, 0U);
+  EXPECT_EQ(with_callchain, c.samples);
+}
+
+Error start_error(ProbeOptions p, Target t = {}) {
+  boost::asio::io_context io;
+  Engine engine(io.get_executor(), {.target = std::move(t), .probes = {std::move(p)}});
+  try {
+    engine.start();
+  } catch (const Error& e) {
+    return e;
+  }
+  ADD_FAILURE() << "start() did not fail";
+  return Error(ErrorCategory::kRuntime, {}, "none");
+}
+
+TEST(EngineErrors, MissingTracepointNamesItselfAndNearMatches) {
+  const auto e = start_error(
+      {.name = "x", .kind = ProbeKind::kTracepoint, .spec = "syscalls:sys_enter_opnat"});
+  EXPECT_EQ(e.category(), ErrorCategory::kNotFound);
+  EXPECT_NE(std::string(e.what()).find("syscalls:sys_enter_opnat"), std::string::npos) << e.what();
+  EXPECT_NE(e.hint().find("sys_enter_openat"), std::string::npos) << e.hint();
+}
+
+TEST(EngineErrors, HardwareEventsOnAMachineWithoutAPmu) {
+  boost::asio::io_context io;
+  Engine engine(io.get_executor(),
+                {.probes = {{.name = "cyc", .kind = ProbeKind::kHardware, .spec = "cycles"}}});
+  try {
+    engine.start();
+    engine.stop();
+    GTEST_SKIP() << "this machine has a hardware PMU";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.category(), ErrorCategory::kUnsupported);
+    EXPECT_NE(e.hint().find("no hardware PMU"), std::string::npos) << e.hint();
+  }
+}
+
+TEST(EngineErrors, AuxPmuThatDoesNotExistSaysWhichExist) {
+  const auto e = start_error({.name = "pt", .kind = ProbeKind::kAux, .spec = "intel_pt/cyc=1/"});
+  EXPECT_EQ(e.category(), ErrorCategory::kUnsupported);
+  EXPECT_NE(e.hint().find("AUX-capable PMUs here"), std::string::npos) << e.hint();
+}
+
+TEST(EngineErrors, UsageMistakes) {
+  EXPECT_EQ(start_error({.name = "s", .kind = ProbeKind::kSoftware, .spec = "cpu-clok"}).category(),
+            ErrorCategory::kUsage);
+  EXPECT_EQ(
+      start_error({.name = "t", .kind = ProbeKind::kTracepoint, .spec = "nocolon"}).category(),
+      ErrorCategory::kUsage);
+  EXPECT_EQ(
+      start_error({.name = "b", .kind = ProbeKind::kBreakpoint, .spec = "0x1000:q"}).category(),
+      ErrorCategory::kUsage);
+  EXPECT_EQ(start_error({.name = "r",
+                         .kind = ProbeKind::kTracepoint,
+                         .spec = "syscalls:sys_enter_lseek",
+                         .ring_pages = 3})
+                .category(),
+            ErrorCategory::kUsage);
+  auto gone = start_error(lseek_probe(), Target{.kind = Target::Kind::kPid, .pid = 0x7ffffff0});
+  EXPECT_EQ(gone.category(), ErrorCategory::kUsage);
+  EXPECT_NE(std::string(gone.what()).find("no process"), std::string::npos);
+  auto bad_filter = lseek_probe();
+  bad_filter.filter = "no_such_field == 1";
+  EXPECT_EQ(start_error(bad_filter).category(), ErrorCategory::kUsage);
+  EXPECT_EQ(perf_fds(), 0) << "a failed start leaves nothing open";
+}
+
+}  // namespace
+}  // namespace tracer
