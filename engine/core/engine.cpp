@@ -3,7 +3,6 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <fmt/format.h>
-#include <signal.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -13,6 +12,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <chrono>
+#include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <thread>
@@ -131,6 +131,7 @@ struct Engine::Impl : std::enable_shared_from_this<Engine::Impl> {
   int go_fd = -1;
   bool running = false;
   bool stopped = false;
+  std::exception_ptr failure;
   Stats final_stats;
 
   void start();
@@ -145,6 +146,8 @@ struct Engine::Impl : std::enable_shared_from_this<Engine::Impl> {
   void arm_timer();
   void watch_child();
   void drain_all() noexcept;
+  /// True (and `failure` set) when a batch handler threw: the engine must stop.
+  bool check_handler_failure();
   Stats collect_stats() const;
 };
 
@@ -384,6 +387,12 @@ void Engine::Impl::arm(Reader& r) {
                       r.armed = false;
                       r.reader.count_wakeup();
                       r.reader.drain(self->batch_handler);
+
+                      if (self->check_handler_failure()) {
+                        self->stop();
+
+                        return;
+                      }
                       self->arm(r);
                     });
 }
@@ -396,6 +405,12 @@ void Engine::Impl::arm_timer() {
     if (ec || !self->running)
       return;
     self->drain_all();
+
+    if (self->check_handler_failure()) {
+      self->stop();
+
+      return;
+    }
     self->arm_timer();
   });
 }
@@ -420,6 +435,16 @@ void Engine::Impl::watch_child() {
 void Engine::Impl::drain_all() noexcept {
   for (auto& r : readers)
     r->reader.drain(batch_handler);
+}
+
+bool Engine::Impl::check_handler_failure() {
+  for (auto& r : readers) {
+    if (auto e = r->reader.handler_failure()) {
+      if (!failure)
+        failure = e;
+    }
+  }
+  return failure != nullptr;
 }
 
 Stats Engine::Impl::collect_stats() const {
@@ -456,11 +481,13 @@ void Engine::Impl::stop() {
   // Stop producing, then read everything that was produced.
   for (auto& per_cpu : events) {
     for (auto& ce : per_cpu) {
-      for (auto& ev : ce.events)
-        (void)ev.disable();
+      for (auto& ev : ce.events) {
+        [[maybe_unused]] const auto st = ev.disable();  // best effort: the fd closes anyway
+      }
     }
   }
   drain_all();
+  check_handler_failure();
   final_stats = collect_stats();
   running = false;
   stopped = true;
@@ -471,14 +498,14 @@ void Engine::Impl::stop() {
 
 void Engine::Impl::cleanup() noexcept {
   boost::system::error_code ignored;
-  flush_timer.cancel();
+  [[maybe_unused]] const auto n = flush_timer.cancel(ignored);
   for (auto& r : readers) {
-    r->wait.cancel(ignored);
-    r->wait.close(ignored);
+    [[maybe_unused]] const auto& c = r->wait.cancel(ignored);
+    [[maybe_unused]] const auto& d = r->wait.close(ignored);
   }
   if (child_watch) {
-    child_watch->cancel(ignored);
-    child_watch->close(ignored);
+    [[maybe_unused]] const auto& c = child_watch->cancel(ignored);
+    [[maybe_unused]] const auto& d = child_watch->close(ignored);
   }
   // Readers before events: the rings unmap, then the fds close.
   readers.clear();
@@ -544,6 +571,10 @@ std::span<const ProbeInfo> Engine::probes() const noexcept {
 
 Stats Engine::stats() const {
   return impl_->stopped ? impl_->final_stats : impl_->collect_stats();
+}
+
+std::exception_ptr Engine::failure() const noexcept {
+  return impl_->failure;
 }
 
 pid_t Engine::command_pid() const noexcept {

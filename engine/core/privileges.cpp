@@ -21,24 +21,24 @@ Status check_privileges(const Needs& needs) {
   // include/linux/perf_event.h: CAP_PERFMON (or CAP_SYS_ADMIN) lifts each paranoid level.
   if (!perfmon) {
     if (needs.tracepoints && paranoid > -1) {
-      missing.push_back(fmt::format(
+      missing.emplace_back(fmt::format(
           "tracepoint and probe events need CAP_PERFMON (or kernel.perf_event_paranoid=-1; it is "
           "{})",
           paranoid));
     }
     if (needs.cpu_wide && paranoid > 0) {
-      missing.push_back(fmt::format(
+      missing.emplace_back(fmt::format(
           "tracing every CPU needs CAP_PERFMON (or kernel.perf_event_paranoid<=0; it is {})",
           paranoid));
     }
     if (needs.kernel && paranoid > 1) {
-      missing.push_back(fmt::format(
+      missing.emplace_back(fmt::format(
           "kernel samples need CAP_PERFMON (or kernel.perf_event_paranoid<=1; it is {})",
           paranoid));
     }
   }
   if (needs.bpf && !bpf) {
-    missing.push_back("loading BPF programs needs CAP_BPF (with CAP_PERFMON) or CAP_SYS_ADMIN");
+    missing.emplace_back("loading BPF programs needs CAP_BPF (with CAP_PERFMON) or CAP_SYS_ADMIN");
   }
   if (missing.empty())
     return {};

@@ -22,8 +22,14 @@ RingReader::RingReader(perf::Ring ring,
 void RingReader::flush(const BatchHandler& handler) noexcept {
   if (used_ == 0)
     return;
-  if (handler)
-    handler(Batch{std::span<const RecordRef>(batch_.data(), used_)});
+  if (handler && !failure_) {
+    try {
+      handler(Batch{std::span<const RecordRef>(batch_.data(), used_)});
+    } catch (...) {
+      // The hot path must not unwind through the reactor: keep the error for the engine.
+      failure_ = std::current_exception();
+    }
+  }
   used_ = 0;
   // The stages are done with the AUX chunks of this batch: give their space back.
   if (aux_pending_) {
@@ -59,19 +65,19 @@ std::uint64_t RingReader::drain(const BatchHandler& handler) noexcept {
         ++stats_.samples;
         break;
       case perf::abi::kLost:
-        stats_.lost += std::get<perf::Lost>(ref.record.body).lost;
+        stats_.lost += std::get_if<perf::Lost>(&ref.record.body)->lost;
         break;
       case perf::abi::kLostSamples:
-        stats_.lost_samples += std::get<perf::LostSamples>(ref.record.body).lost;
+        stats_.lost_samples += std::get_if<perf::LostSamples>(&ref.record.body)->lost;
         break;
       case perf::abi::kItraceStart: {
-        const auto& it = std::get<perf::ItraceStart>(ref.record.body);
+        const auto& it = *std::get_if<perf::ItraceStart>(&ref.record.body);
         itrace_pid_ = it.pid;
         itrace_tid_ = it.tid;
         break;
       }
       case perf::abi::kAux: {
-        const auto& a = std::get<perf::Aux>(ref.record.body);
+        const auto& a = *std::get_if<perf::Aux>(&ref.record.body);
         ref.aux = ring_.aux_chunk(a);
         if (!ref.aux) {
           ++stats_.aux_lost;

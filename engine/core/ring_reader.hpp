@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <exception>
 #include <vector>
 
 #include "tracer/engine.hpp"
@@ -30,6 +31,9 @@ class RingReader {
   [[nodiscard]] int cpu() const noexcept { return cpu_; }
   [[nodiscard]] std::uint32_t probe() const noexcept { return probe_; }
   [[nodiscard]] const RingStats& stats() const noexcept { return stats_; }
+  /// The exception a batch handler threw, if any. The reader delivers nothing more after one
+  /// (the engine stops and reports it).
+  [[nodiscard]] std::exception_ptr handler_failure() const noexcept { return failure_; }
   void count_wakeup() noexcept { ++stats_.wakeups; }
 
  private:
@@ -47,6 +51,7 @@ class RingReader {
   std::uint64_t aux_release_ = 0;
   bool aux_pending_ = false;
   bool corrupt_ = false;  // a malformed header: nothing after it can be trusted
+  std::exception_ptr failure_;
 };
 
 }  // namespace tracer::core

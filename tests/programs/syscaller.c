@@ -19,8 +19,10 @@ int main(int argc, char** argv) {
     cpu_set_t set;
     CPU_ZERO(&set);
     CPU_SET(atoi(argv[3]), &set);
-    if (sched_setaffinity(0, sizeof(set), &set) != 0) return 3;
+    if (sched_setaffinity(0, sizeof(set), &set) != 0)
+      return 3;
   }
-  for (long i = 0; i < n; ++i) syscall(SYS_lseek, 12345, i, SEEK_CUR);
+  for (long i = 0; i < n; ++i)
+    syscall(SYS_lseek, 12345, i, SEEK_CUR);
   return 0;
 }

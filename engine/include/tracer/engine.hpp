@@ -20,6 +20,7 @@
 
 #include <boost/asio/any_io_executor.hpp>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -174,6 +175,9 @@ class Engine {
   [[nodiscard]] std::span<const ProbeInfo> probes() const noexcept;
   /// A snapshot of every counter, per probe and CPU.
   [[nodiscard]] Stats stats() const;
+  /// The exception a batch handler threw, if one did: the engine stopped itself then (on_done
+  /// fired) and delivered nothing more.
+  [[nodiscard]] std::exception_ptr failure() const noexcept;
   /// The pid of the command started for a kCommand target (-1 otherwise).
   [[nodiscard]] pid_t command_pid() const noexcept;
 

@@ -217,6 +217,29 @@ TEST(EngineLive, FlushTimerDeliversLowRateEvents) {
   engine.stop();
 }
 
+TEST(EngineLive, AThrowingHandlerStopsTheEngineAndIsReported) {
+  testing::Child child([](int) { lseeks(10); });
+  boost::asio::io_context io;
+  Engine engine(io.get_executor(), {.target = {.kind = Target::Kind::kPid, .pid = child.pid()},
+                                    .probes = {lseek_probe()},
+                                    .flush_interval_ms = 10});
+  int calls = 0;
+  bool done = false;
+  engine.on_batch([&](const Batch&) {
+    ++calls;
+    throw std::runtime_error("sink broke");
+  });
+  engine.on_done([&] { done = true; });
+  engine.start();
+  ASSERT_TRUE(child.go());
+  io.run_for(500ms);
+  EXPECT_TRUE(done);
+  EXPECT_FALSE(engine.running());
+  EXPECT_EQ(calls, 1);
+  ASSERT_TRUE(engine.failure());
+  EXPECT_THROW(std::rethrow_exception(engine.failure()), std::runtime_error);
+}
+
 TEST(EngineLive, StopClosesEveryPerfFd) {
   const int before = perf_fds();
   {
@@ -237,9 +260,15 @@ TEST(EngineLive, StopClosesEveryPerfFd) {
 
 TEST(EngineLive, SoftwareClockSamplesABusyChild) {
   testing::Child child([](int) {
-    const auto end = std::chrono::steady_clock::now() + 200ms;
+    // 200 ms of CPU time, however busy the machine is (task-clock counts CPU time).
+    auto cpu_ns = [] {
+      timespec ts{};
+      ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+      return ts.tv_sec * 1'000'000'000LL + ts.tv_nsec;
+    };
+    const auto end = cpu_ns() + 200'000'000LL;
     volatile std::uint64_t x = 0;
-    while (std::chrono::steady_clock::now() < end)
+    while (cpu_ns() < end)
       x = x + 1;
   });
   boost::asio::io_context io;
@@ -282,7 +311,7 @@ Error start_error(ProbeOptions p, Target t = {}) {
     return e;
   }
   ADD_FAILURE() << "start() did not fail";
-  return Error(ErrorCategory::kRuntime, {}, "none");
+  return {ErrorCategory::kRuntime, {}, "none"};
 }
 
 TEST(EngineErrors, MissingTracepointNamesItselfAndNearMatches) {

@@ -85,7 +85,7 @@ TEST(RingReader, CountsLostAndLostSamples) {
 }
 
 TEST(RingReader, AuxChunksCarryItraceContextAndAreReleasedAfterTheBatch) {
-  const std::uint64_t aux = 4 * 4096;
+  const std::uint64_t aux = std::uint64_t{4} * 4096;
   SyntheticRing synth(2, aux);
   const auto layout = perf::SampleLayout::from(PERF_SAMPLE_TID | PERF_SAMPLE_IDENTIFIER, 0, true);
   perf::SampleId id;
