@@ -5,9 +5,7 @@
 #include <fmt/core.h>
 #include <linux/perf_event.h>
 #include <sys/syscall.h>
-#include <sys/utsname.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include <algorithm>
 #include <bit>
@@ -18,6 +16,7 @@
 #include <system_error>
 #include <utility>
 
+#include "common/kernel_config.hpp"
 #include "tracer/unique_fd.hpp"
 
 namespace tracer::perf {
@@ -336,41 +335,6 @@ std::optional<fs::path> tracefs_root() {
   return debugfs;
 }
 
-/// Reads CONFIG_<name> from /proc/config.gz or /boot/config-<release>.
-/// @return "y"/"m"/value, "n" for "# CONFIG_X is not set", nullopt when no config is readable.
-std::optional<std::string> kernel_config(std::string_view name) {
-  std::string text;
-  UniqueFd fd(::open("/proc/config.gz", O_RDONLY | O_CLOEXEC));
-  if (fd) {
-    // gzdopen takes ownership of the fd and gzclose closes it.
-    gzFile gz = ::gzdopen(fd.release(), "rb");
-    if (gz) {
-      char buf[8192];
-      int n;
-      while ((n = ::gzread(gz, buf, sizeof buf)) > 0)
-        text.append(buf, static_cast<std::size_t>(n));
-      ::gzclose(gz);
-    }
-  }
-  if (text.empty()) {
-    utsname u{};
-    if (::uname(&u) == 0) {
-      if (auto boot = read_text_file(fs::path("/boot") / fmt::format("config-{}", u.release)))
-        text = std::move(*boot);
-    }
-  }
-  if (text.empty())
-    return std::nullopt;
-  const std::string set = fmt::format("\nCONFIG_{}=", name);
-  text.insert(text.begin(), '\n');
-  if (auto p = text.find(set); p != std::string::npos) {
-    const auto start = p + set.size();
-    return text.substr(start, text.find('\n', start) - start);
-  }
-  // "# CONFIG_X is not set", or absent altogether because its dependencies are off.
-  return std::string("n");
-}
-
 std::string errno_name(int err) {
   switch (err) {
     case ENOENT:
@@ -486,7 +450,7 @@ PmuCapability probe_probe_pmu(const std::vector<Pmu>& pmus,
     cap.reason = fmt::format("no {} PMU; legacy {}", kind, (*root / events_file).string());
     return cap;
   }
-  const auto config = kernel_config(config_name);
+  const auto config = detail::kernel_config(config_name);
   if (config && *config == "n") {
     cap.reason = fmt::format("CONFIG_{} is off: no {} PMU and no tracefs {}", config_name, kind,
                              events_file);

@@ -18,6 +18,7 @@
 #include <tuple>
 #include <utility>
 
+#include "common/edit_distance.hpp"
 #include "tracer/unique_fd.hpp"
 
 namespace tracer::tracefs {
@@ -138,24 +139,6 @@ bool valid_component(std::string_view s) {
 
 std::string tp_string(const TracepointName& tp) {
   return tp.system + ":" + tp.event;
-}
-
-/// Levenshtein distance with one reusable row; ~30-char names make this a few µs per pair.
-std::size_t edit_distance(std::string_view a, std::string_view b, std::vector<std::size_t>& row) {
-  row.resize(b.size() + 1);
-  for (std::size_t j = 0; j <= b.size(); ++j)
-    row[j] = j;
-  for (std::size_t i = 1; i <= a.size(); ++i) {
-    std::size_t diag = row[0];
-    row[0] = i;
-    for (std::size_t j = 1; j <= b.size(); ++j) {
-      const std::size_t up = row[j];
-      const std::size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + cost});
-      diag = up;
-    }
-  }
-  return row[b.size()];
 }
 
 std::string near_hint(const std::vector<std::string>& near) {
@@ -639,14 +622,15 @@ std::vector<std::string> Tracefs::near_matches(const TracepointName& tp, std::si
     std::string name = tp_string(c);
     const std::size_t len_gap =
         name.size() > query.size() ? name.size() - query.size() : query.size() - name.size();
-    std::size_t score = len_gap <= threshold ? edit_distance(query, name, row) : threshold + 1;
+    std::size_t score =
+        len_gap <= threshold ? detail::edit_distance(query, name, row) : threshold + 1;
     // The same event filed under another system ("sched_switch" asked as "sys:sched_switch").
     if (c.system != tp.system) {
       const std::size_t ev_gap = c.event.size() > tp.event.size()
                                      ? c.event.size() - tp.event.size()
                                      : tp.event.size() - c.event.size();
       if (ev_gap <= threshold)
-        score = std::min(score, edit_distance(tp.event, c.event, row) + 1);
+        score = std::min(score, detail::edit_distance(tp.event, c.event, row) + 1);
     }
     if (score == 0 || score > threshold)
       continue;

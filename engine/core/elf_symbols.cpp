@@ -1,0 +1,469 @@
+// ELF function symbols to file offsets (libelf/gelf), and binary names to paths.
+#include "tracer/core/elf_symbols.hpp"
+
+#include <fcntl.h>
+#include <fmt/core.h>
+#include <gelf.h>
+#include <libelf.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <charconv>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <set>
+#include <system_error>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "common/edit_distance.hpp"
+#include "tracer/unique_fd.hpp"
+
+namespace tracer::core {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr std::size_t kMaxNearMatches = 5;
+// The directories a "libX" name is searched in when no process maps it (Debian multiarch first,
+// as ld.so's default search path has it on x86_64).
+constexpr std::array<std::string_view, 4> kLibraryDirs = {
+    "/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64", "/usr/lib"};
+// /proc/PID/maps lines are short; the cap only protects against a runaway read.
+constexpr std::size_t kMaxMapsBytes = 64 << 20;
+
+struct ElfCloser {
+  void operator()(Elf* e) const noexcept { ::elf_end(e); }
+};
+using ElfPtr = std::unique_ptr<Elf, ElfCloser>;
+
+std::string elf_error_text() {
+  const char* msg = ::elf_errmsg(-1);
+  return msg != nullptr ? msg : "unknown libelf error";
+}
+
+/// An open ELF file: the fd must outlive the Elf handle (libelf reads through it lazily).
+struct OpenElf {
+  UniqueFd fd;
+  ElfPtr elf;
+};
+
+Result<OpenElf> open_elf(const fs::path& binary) {
+  // libelf refuses to work before the version handshake; it is idempotent and cheap.
+  if (::elf_version(EV_CURRENT) == EV_NONE)
+    return fail(ENOSYS, fmt::format("elf: libelf initialisation failed: {}", elf_error_text()));
+  OpenElf out;
+  out.fd.reset(::open(binary.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!out.fd) {
+    const int err = errno;
+    return fail(err, fmt::format("elf: cannot open {}: {}", binary.string(), std::strerror(err)));
+  }
+  out.elf.reset(::elf_begin(out.fd.get(), ELF_C_READ_MMAP, nullptr));
+  if (!out.elf || ::elf_kind(out.elf.get()) != ELF_K_ELF)
+    return fail(ENOEXEC, fmt::format("elf: {} is not an ELF file", binary.string()),
+                "uprobes need an executable or shared library, e.g. /usr/bin/bash:readline");
+  GElf_Ehdr ehdr;
+  if (::gelf_getehdr(out.elf.get(), &ehdr) == nullptr)
+    return fail(ENOEXEC, fmt::format("elf: {} has no readable ELF header: {}", binary.string(),
+                                     elf_error_text()));
+  return out;
+}
+
+struct Candidate {
+  ElfSymbol sym;
+  int rank = 0;  // lower is better: (type rank, bind rank)
+};
+
+int bind_rank(unsigned char bind) {
+  switch (bind) {
+    case STB_GLOBAL:
+      return 0;
+    case STB_WEAK:
+      return 1;
+    default:
+      return 2;
+  }
+}
+
+bool is_function_type(unsigned char type) {
+  return type == STT_FUNC || type == STT_GNU_IFUNC;
+}
+
+/// Whether section `index` holds code (SHF_EXECINSTR), for STT_NOTYPE labels (assembly entry
+/// points such as _start are often untyped).
+bool in_exec_section(Elf* elf, std::size_t index) {
+  Elf_Scn* scn = ::elf_getscn(elf, index);
+  GElf_Shdr shdr;
+  return scn != nullptr && ::gelf_getshdr(scn, &shdr) != nullptr &&
+         (shdr.sh_flags & SHF_EXECINSTR) != 0;
+}
+
+/// Walks one symbol table (SHT_SYMTAB or SHT_DYNSYM): collects definitions of `name` and every
+/// defined function name (for suggestions).
+void scan_table(Elf* elf,
+                Elf64_Word table_type,
+                std::string_view name,
+                std::vector<Candidate>& found,
+                std::set<std::string>& functions) {
+  for (Elf_Scn* scn = ::elf_nextscn(elf, nullptr); scn != nullptr; scn = ::elf_nextscn(elf, scn)) {
+    GElf_Shdr shdr;
+    if (::gelf_getshdr(scn, &shdr) == nullptr || shdr.sh_type != table_type || shdr.sh_entsize == 0)
+      continue;
+    Elf_Data* data = ::elf_getdata(scn, nullptr);
+    if (data == nullptr)
+      continue;
+    const std::size_t count = shdr.sh_size / shdr.sh_entsize;
+    for (std::size_t i = 0; i < count; ++i) {
+      GElf_Sym sym;
+      if (::gelf_getsym(data, static_cast<int>(i), &sym) == nullptr)
+        continue;
+      // Undefined (imported) and absolute symbols have no code in this file.
+      if (sym.st_shndx == SHN_UNDEF || sym.st_shndx >= SHN_LORESERVE)
+        continue;
+      const unsigned char type = GELF_ST_TYPE(sym.st_info);
+      const bool func = is_function_type(type);
+      if (!func && type != STT_NOTYPE)
+        continue;
+      const char* sym_name = ::elf_strptr(elf, shdr.sh_link, sym.st_name);
+      if (sym_name == nullptr || *sym_name == '\0')
+        continue;
+      if (func)
+        functions.emplace(sym_name);
+      if (name != sym_name)
+        continue;
+      if (!func && !in_exec_section(elf, sym.st_shndx))
+        continue;
+      Candidate c;
+      c.sym.name = sym_name;
+      c.sym.value = sym.st_value;
+      c.sym.size = sym.st_size;
+      c.sym.type = type;
+      c.sym.bind = GELF_ST_BIND(sym.st_info);
+      c.sym.from_dynsym = table_type == SHT_DYNSYM;
+      c.rank = (func ? 0 : 10) + bind_rank(c.sym.bind);
+      found.push_back(std::move(c));
+    }
+  }
+}
+
+/// st_value -> file offset through the PT_LOAD segment that maps it (the loader maps
+/// [p_offset, p_offset + p_filesz) at p_vaddr + load bias, so the bias cancels out).
+std::optional<std::uint64_t> vaddr_to_offset(Elf* elf, std::uint64_t vaddr) {
+  std::size_t count = 0;
+  if (::elf_getphdrnum(elf, &count) != 0)
+    return std::nullopt;
+  for (std::size_t i = 0; i < count; ++i) {
+    GElf_Phdr phdr;
+    if (::gelf_getphdr(elf, static_cast<int>(i), &phdr) == nullptr || phdr.p_type != PT_LOAD)
+      continue;
+    if (vaddr >= phdr.p_vaddr && vaddr < phdr.p_vaddr + phdr.p_filesz)
+      return vaddr - phdr.p_vaddr + phdr.p_offset;
+  }
+  return std::nullopt;
+}
+
+std::vector<std::string> nearest(std::string_view query, const std::set<std::string>& names) {
+  // Beyond this distance a suggestion is noise rather than a likely typo; a name that contains
+  // the query (or is contained in it) counts as close whatever its length.
+  const std::size_t threshold = std::max<std::size_t>(3, query.size() / 3);
+  std::vector<std::pair<std::size_t, std::string_view>> scored;
+  std::vector<std::size_t> row;
+  for (const auto& n : names) {
+    const std::size_t gap =
+        n.size() > query.size() ? n.size() - query.size() : query.size() - n.size();
+    std::size_t score = gap <= threshold ? detail::edit_distance(query, n, row) : threshold + 1;
+    if (query.size() >= 3 &&
+        (n.find(query) != std::string::npos || query.find(n) != std::string_view::npos))
+      score = std::min(score, threshold);
+    if (score <= threshold)
+      scored.emplace_back(score, n);
+  }
+  std::sort(scored.begin(), scored.end());
+  std::vector<std::string> out;
+  for (const auto& [score, n] : scored) {
+    if (out.size() == kMaxNearMatches)
+      break;
+    out.emplace_back(n);
+  }
+  return out;
+}
+
+template <typename T>
+std::optional<T> parse_number(std::string_view s) {
+  int base = 10;
+  if (s.size() > 2 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X')) {
+    base = 16;
+    s.remove_prefix(2);
+  }
+  T v{};
+  const auto* end = s.data() + s.size();
+  // NOLINTNEXTLINE(bugprone-suspicious-stringview-data-usage): from_chars is bounded by `end`.
+  const auto [ptr, ec] = std::from_chars(s.data(), end, v, base);
+  if (s.empty() || ec != std::errc() || ptr != end)
+    return std::nullopt;
+  return v;
+}
+
+bool is_elf_file(const fs::path& p) {
+  UniqueFd fd(::open(p.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd)
+    return false;
+  std::array<char, 4> magic{};
+  return ::read(fd.get(), magic.data(), magic.size()) == 4 &&
+         std::memcmp(magic.data(), ELFMAG, SELFMAG) == 0;
+}
+
+bool is_regular(const fs::path& p) {
+  std::error_code ec;
+  return fs::is_regular_file(p, ec);
+}
+
+/// "libc" matches "libc.so.6", "libc.so" and "libc-2.31.so"; any name matches itself.
+bool library_name_matches(std::string_view base, std::string_view name) {
+  if (base == name)
+    return true;
+  const std::string so = std::string(name) + ".so";
+  const std::string dash = std::string(name) + "-";
+  return base.starts_with(so) || base.starts_with(dash);
+}
+
+Result<std::string> read_file(const fs::path& path) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) {
+    const int err = errno;
+    return fail(err, fmt::format("probe: cannot open {}: {}", path.string(), std::strerror(err)));
+  }
+  std::string out;
+  char buf[8192];
+  for (;;) {
+    const ssize_t n = ::read(fd.get(), buf, sizeof buf);
+    if (n < 0) {
+      if (errno == EINTR)
+        continue;
+      const int err = errno;
+      return fail(err, fmt::format("probe: cannot read {}: {}", path.string(), std::strerror(err)));
+    }
+    if (n == 0 || out.size() > kMaxMapsBytes)
+      break;
+    out.append(buf, static_cast<std::size_t>(n));
+  }
+  return out;
+}
+
+/// The first file mapped by `pid` (/proc/PID/maps, 6th column) whose basename matches `name`.
+/// @return the path, or a failure whose message says where we looked (for resolve_binary()).
+Result<fs::path> find_in_maps(pid_t pid, std::string_view name) {
+  auto maps = read_file(fs::path("/proc") / std::to_string(pid) / "maps");
+  if (!maps)
+    return fail(maps.error().code.value(),
+                fmt::format("pid {}'s maps ({})", pid, maps.error().message));
+  std::string_view all = *maps;
+  while (!all.empty()) {
+    const auto eol = all.find('\n');
+    std::string_view line = all.substr(0, eol);
+    all = eol == std::string_view::npos ? std::string_view{} : all.substr(eol + 1);
+    // "start-end perms offset dev inode    /path"; anonymous mappings have no path, and
+    // "[heap]"-style pseudo paths do not start with '/'.
+    const auto slash = line.find('/');
+    if (slash == std::string_view::npos)
+      continue;
+    const std::string_view path = line.substr(slash);
+    if (path.ends_with(" (deleted)"))
+      continue;  // the inode is gone from the namespace; a new probe could not name it
+    const auto base_at = path.rfind('/');
+    if (library_name_matches(path.substr(base_at + 1), name))
+      return fs::path(std::string(path));
+  }
+  return fail(ENOENT, fmt::format("the files mapped by pid {}", pid));
+}
+
+std::optional<fs::path> find_in_path(std::string_view name) {
+  const char* env = std::getenv("PATH");
+  std::string_view dirs = env != nullptr && *env != '\0' ? env : "/usr/local/bin:/usr/bin:/bin";
+  while (true) {
+    const auto colon = dirs.find(':');
+    const std::string_view dir = dirs.substr(0, colon);
+    if (!dir.empty()) {
+      fs::path p = fs::path(std::string(dir)) / std::string(name);
+      if (is_regular(p) && ::access(p.c_str(), X_OK) == 0)
+        return p.is_absolute() ? p : fs::absolute(p);
+    }
+    if (colon == std::string_view::npos)
+      break;
+    dirs.remove_prefix(colon + 1);
+  }
+  return std::nullopt;
+}
+
+std::optional<fs::path> find_library(std::string_view name) {
+  for (const auto dir_name : kLibraryDirs) {
+    const fs::path dir(dir_name);
+    // Preference order: the exact name, then the runtime soname "name.so.N", then "name.so"
+    // (often a linker script in -dev packages, skipped unless it is ELF), then "name-X.so".
+    std::vector<std::pair<int, fs::path>> hits;
+    std::error_code ec;
+    for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+      const std::string base = it->path().filename().string();
+      int rank = -1;
+      if (base == name) {
+        rank = 0;
+      } else if (base.starts_with(std::string(name) + ".so.")) {
+        rank = 1;
+      } else if (base == std::string(name) + ".so") {
+        rank = 2;
+      } else if (base.starts_with(std::string(name) + "-") &&
+                 base.find(".so") != std::string::npos) {
+        rank = 3;
+      }
+      if (rank >= 0 && is_regular(it->path()) && is_elf_file(it->path()))
+        hits.emplace_back(rank, it->path());
+    }
+    if (!hits.empty())
+      return std::min_element(hits.begin(), hits.end())->second;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+Result<SymbolSpec> parse_symbol_spec(std::string_view spec) {
+  const auto plus = spec.find('+');
+  SymbolSpec out;
+  out.name = std::string(spec.substr(0, plus));
+  if (out.name.empty())
+    return fail(EINVAL, fmt::format("probe: '{}' names no symbol", spec),
+                "write symbol, symbol+0x10 or symbol+16");
+  if (plus != std::string_view::npos) {
+    const auto off = parse_number<std::uint64_t>(spec.substr(plus + 1));
+    if (!off)
+      return fail(EINVAL, fmt::format("probe: bad offset in '{}'", spec),
+                  "the offset is decimal or 0x-prefixed hex: symbol+0x10 or symbol+16");
+    out.offset = *off;
+  }
+  return out;
+}
+
+Result<ElfSymbol> find_function(const fs::path& binary, std::string_view name) {
+  TRACER_ASSIGN_OR_RETURN(OpenElf file, open_elf(binary));
+  Elf* elf = file.elf.get();
+  std::vector<Candidate> found;
+  std::set<std::string> functions;
+  scan_table(elf, SHT_SYMTAB, name, found, functions);
+  if (found.empty())  // stripped: .dynsym still has what the binary exports
+    scan_table(elf, SHT_DYNSYM, name, found, functions);
+  if (found.empty()) {
+    const auto near = nearest(name, functions);
+    std::string hint;
+    if (near.empty()) {
+      hint = fmt::format("{} has {} function symbols; `nm -D {}` lists the exported ones",
+                         binary.string(), functions.size(), binary.string());
+    } else {
+      hint = "did you mean ";
+      for (std::size_t i = 0; i < near.size(); ++i)
+        hint += (i != 0 ? ", " : "") + near[i];
+      hint += "?";
+    }
+    return fail(ENOENT, fmt::format("elf: no function '{}' in {}", name, binary.string()),
+                std::move(hint));
+  }
+  // The first of the best rank: .symtab order is the linker's, so ties stay deterministic.
+  const Candidate& best =
+      *std::min_element(found.begin(), found.end(),
+                        [](const Candidate& a, const Candidate& b) { return a.rank < b.rank; });
+  // Aliases (e.g. a GLOBAL and a LOCAL name for one address) are harmless; two different
+  // addresses at the best rank mean two static functions of the same name in different units.
+  std::set<std::uint64_t> addresses;
+  for (const auto& c : found)
+    if (c.rank == best.rank)
+      addresses.insert(c.sym.value);
+  if (addresses.size() > 1) {
+    std::string where;
+    for (const auto a : addresses)
+      where += fmt::format("{}{:#x}", where.empty() ? "" : ", ", a);
+    return fail(ENOTUNIQ,
+                fmt::format("elf: '{}' is defined {} times in {} (at {})", name, addresses.size(),
+                            binary.string(), where),
+                "probe one of them by file offset: path:0xOFFSET");
+  }
+  ElfSymbol sym = best.sym;
+  const auto offset = vaddr_to_offset(elf, sym.value);
+  if (!offset)
+    return fail(EINVAL,
+                fmt::format("elf: '{}' at {:#x} lies in no PT_LOAD segment of {}", name, sym.value,
+                            binary.string()),
+                "is it a relocatable object (.o)? uprobes need a linked executable or library");
+  sym.file_offset = *offset;
+  return sym;
+}
+
+Result<std::uint64_t> symbol_file_offset(const fs::path& binary, std::string_view symbol) {
+  TRACER_ASSIGN_OR_RETURN(const SymbolSpec spec, parse_symbol_spec(symbol));
+  TRACER_ASSIGN_OR_RETURN(const ElfSymbol sym, find_function(binary, spec.name));
+  if (sym.size != 0 && spec.offset >= sym.size)
+    return fail(EINVAL,
+                fmt::format("elf: offset {:#x} is past the end of '{}' ({} bytes) in {}",
+                            spec.offset, spec.name, sym.size, binary.string()),
+                "the offset must point inside the function");
+  return sym.file_offset + spec.offset;
+}
+
+Result<fs::path> resolve_binary(std::string_view spec, std::optional<pid_t> pid) {
+  if (spec.empty())
+    return fail(EINVAL, "probe: empty binary name", "write /path/to/binary:symbol or lib:symbol");
+  if (spec.find('/') != std::string_view::npos) {
+    std::error_code ec;
+    fs::path p = fs::absolute(fs::path(std::string(spec)), ec);
+    if (ec || !fs::exists(p, ec))
+      return fail(ENOENT, fmt::format("probe: {} does not exist", spec));
+    return p;
+  }
+  std::vector<std::string> looked;
+  if (pid) {
+    auto mapped = find_in_maps(*pid, spec);
+    if (mapped)
+      return *mapped;
+    looked.push_back(std::move(mapped).error().message);
+  }
+  if (auto p = find_in_path(spec))
+    return *p;
+  looked.emplace_back("$PATH");
+  if (spec.starts_with("lib")) {
+    if (auto p = find_library(spec))
+      return *p;
+    looked.emplace_back(fmt::format("{}, {}, {}, {}", kLibraryDirs[0], kLibraryDirs[1],
+                                    kLibraryDirs[2], kLibraryDirs[3]));
+  }
+  std::string where;
+  for (const auto& l : looked)
+    where += (where.empty() ? "" : "; ") + l;
+  return fail(ENOENT, fmt::format("probe: cannot find '{}' (looked in {})", spec, where),
+              pid ? "give the full path" : "give the full path, or a pid whose maps contain it");
+}
+
+Result<UprobeTarget> parse_uprobe_spec(std::string_view spec, std::optional<pid_t> pid) {
+  const auto colon = spec.rfind(':');
+  if (colon == std::string_view::npos || colon == 0 || colon + 1 == spec.size())
+    return fail(EINVAL, fmt::format("probe: bad uprobe '{}'", spec),
+                "write path:symbol, path:symbol+0x10, path:0xOFFSET or lib:symbol");
+  const std::string_view where = spec.substr(colon + 1);
+  UprobeTarget out;
+  TRACER_ASSIGN_OR_RETURN(out.path, resolve_binary(spec.substr(0, colon), pid));
+  if (where.starts_with("0x") || where.starts_with("0X")) {
+    const auto off = parse_number<std::uint64_t>(where);
+    if (!off)
+      return fail(EINVAL, fmt::format("probe: bad file offset '{}' in '{}'", where, spec),
+                  "a raw offset is 0x-prefixed hex, e.g. /bin/bash:0x4a5b0");
+    out.offset = *off;
+    return out;
+  }
+  TRACER_ASSIGN_OR_RETURN(out.offset, symbol_file_offset(out.path, where));
+  out.symbol = std::string(where);
+  return out;
+}
+
+}  // namespace tracer::core
