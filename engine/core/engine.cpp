@@ -23,6 +23,7 @@
 #include "tracer/error.hpp"
 #include "tracer/perf/event.hpp"
 #include "tracer/perf/software.hpp"
+#include "tracer/tracefs/dynamic_probes.hpp"
 
 namespace tracer {
 
@@ -126,6 +127,7 @@ struct Engine::Impl : std::enable_shared_from_this<Engine::Impl> {
   asio::steady_timer flush_timer;
   std::optional<asio::posix::stream_descriptor> child_watch;
   UniqueFd cgroup_fd;
+  std::optional<tracefs::DynamicProbes> dynamic;  // removed after the events close
   pid_t child = -1;
   int child_status = 0;
   int go_fd = -1;
@@ -203,6 +205,10 @@ void Engine::Impl::open_probe(core::ResolvedProbe& rp,
       opts.target.kind == Target::Kind::kPid || opts.target.kind == Target::Kind::kCommand;
   if (task_target)
     rp.attr.flag(perf::Flag::kInherit);
+  if (rp.config1_is_attr_string) {
+    // The probe PMU reads the path/symbol string at open time.
+    rp.attr.config1(reinterpret_cast<std::uint64_t>(rp.attr_string.c_str()));
+  }
   if (opts.target.kind == Target::Kind::kCommand)
     rp.attr.flag(perf::Flag::kEnableOnExec);
   for (int cpu : cpus) {
@@ -297,6 +303,13 @@ void Engine::Impl::start() {
 
   // Resolve every probe before opening anything: a typo fails fast and opens nothing.
   core::ResolveContext ctx;
+  ctx.prefer_tracefs_probes = opts.prefer_tracefs_probes;
+  if (target.kind == Target::Kind::kPid)
+    ctx.pid = target.pid;
+  // Dynamic probes a crashed or killed run left behind go first (their owner is dead).
+  if (auto fs = tracefs::Tracefs::open()) {
+    [[maybe_unused]] auto removed = tracefs::DynamicProbes::remove_stale(*fs);
+  }
   std::vector<core::ResolvedProbe> resolved;
   resolved.reserve(opts.probes.size());
   for (std::size_t i = 0; i < opts.probes.size(); ++i) {
@@ -308,6 +321,8 @@ void Engine::Impl::start() {
     probes.push_back(r.info);
     counting.push_back(r.counting);
   }
+  if (ctx.dynamic)
+    dynamic.emplace(std::move(*ctx.dynamic));
 
   auto online = perf::online_cpus();
   if (!online)
@@ -514,6 +529,8 @@ void Engine::Impl::cleanup() noexcept {
       ce.reader = nullptr;
   }
   events.clear();
+  // Dynamic tracefs probes can only be removed once no perf event holds them (EBUSY).
+  dynamic.reset();
   cgroup_fd.reset();
   if (go_fd >= 0) {  // never started: closing the pipe makes it exit
     ::close(go_fd);

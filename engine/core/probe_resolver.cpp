@@ -1,12 +1,17 @@
 #include "core/probe_resolver.hpp"
 
+#include <asm/perf_regs.h>
 #include <fmt/format.h>
 #include <linux/hw_breakpoint.h>
 
 #include <array>
+#include <cctype>
 #include <charconv>
 #include <ctime>
+#include <filesystem>
 
+#include "tracer/core/elf_symbols.hpp"
+#include "tracer/core/probe_backend.hpp"
 #include "tracer/error.hpp"
 #include "tracer/perf/pmu.hpp"
 #include "tracer/perf/software.hpp"
@@ -115,6 +120,16 @@ std::string software_names() {
 
 }  // namespace
 
+tracefs::DynamicProbes& ResolveContext::dynamic_probes() {
+  if (!dynamic) {
+    auto d = tracefs::DynamicProbes::create(fs());
+    if (!d)
+      throw Error(ErrorCategory::kRuntime, d.error());
+    dynamic.emplace(std::move(*d));
+  }
+  return *dynamic;
+}
+
 const tracefs::Tracefs& ResolveContext::fs() {
   if (!tracefs) {
     auto opened = tracefs::Tracefs::open();
@@ -192,6 +207,72 @@ Result<BreakpointSpec> parse_breakpoint(std::string_view spec) {
     bp.len = sizeof(long);  // the kernel requires this for x
   return bp;
 }
+
+namespace {
+
+// kprobe/kretprobe/uprobe/uretprobe: through the probe PMU where there is one, else through a
+// tracefs dynamic event (a tracepoint we create), else a clear "not on this kernel".
+void resolve_dynamic_probe(const ProbeOptions& o, ResolvedProbe& r, ResolveContext& ctx) {
+  const bool uprobe = o.kind == ProbeKind::kUprobe || o.kind == ProbeKind::kUretprobe;
+  const bool ret = o.kind == ProbeKind::kUretprobe || o.kind == ProbeKind::kKretprobe;
+  BackendRoots roots;
+  if (auto fs = tracefs::Tracefs::open())
+    roots.tracefs_root = fs->root();
+  ProbeBackend backend =
+      choose_probe_backend(uprobe ? ProbeFamily::kUprobe : ProbeFamily::kKprobe, roots);
+  if (backend.kind == ProbeBackendKind::kPmu && ctx.prefer_tracefs_probes &&
+      std::filesystem::exists(roots.tracefs_root / (uprobe ? "uprobe_events" : "kprobe_events"))) {
+    backend.kind = ProbeBackendKind::kTracefs;
+  }
+  if (backend.kind == ProbeBackendKind::kUnsupported) {
+    throw Error(ErrorCategory::kUnsupported, std::make_error_code(std::errc::not_supported),
+                fmt::format("probe '{}': {} '{}' cannot be placed: {}", o.name, to_string(o.kind),
+                            o.spec, backend.reason),
+                uprobe ? ""
+                       : "kprobes need a kernel built with CONFIG_KPROBES; tracepoints "
+                         "(`tracer list tracepoints`) cover many of the same places");
+  }
+  std::string target;  // uprobe: binary path; kprobe: symbol
+  std::uint64_t offset = 0;
+  if (uprobe) {
+    auto t = parse_uprobe_spec(o.spec, ctx.pid);
+    if (!t)
+      rethrow(o, t.error(), category_for(t.error()));
+    target = t->path.string();
+    offset = t->offset;
+  } else {
+    auto s = parse_symbol_spec(o.spec);
+    if (!s)
+      rethrow(o, s.error(), ErrorCategory::kUsage);
+    target = s->name;
+    offset = s->offset;
+  }
+  if (backend.kind == ProbeBackendKind::kPmu) {
+    r.attr = uprobe ? uprobe_attr(backend, target, offset, ret)
+                    : kprobe_attr(backend, target, offset, ret);
+    r.attr_string = std::move(target);
+    r.config1_is_attr_string = true;
+    r.info.pmu = uprobe ? "uprobe" : "kprobe";
+    return;
+  }
+  // A tracefs dynamic event: a tracepoint of our own group, removed when the engine stops.
+  std::string event = "p" + std::to_string(r.info.index) + "_";
+  for (char c : o.name)
+    event += std::isalnum(static_cast<unsigned char>(c)) != 0 ? c : '_';
+  auto& dyn = ctx.dynamic_probes();
+  auto added = uprobe ? dyn.add_uprobe(event, target, offset, ret)
+                      : dyn.add_kprobe(event, target, offset, ret);
+  if (!added)
+    rethrow(o, added.error(), category_for(added.error()));
+  auto format = ctx.fs().format(added->name);
+  if (!format)
+    rethrow(o, format.error(), ErrorCategory::kRuntime);
+  r.attr.type(PERF_TYPE_TRACEPOINT).config(added->id);
+  r.info.format = std::move(*format);
+  r.info.pmu = "tracepoint (tracefs " + std::string(uprobe ? "uprobe" : "kprobe") + "_events)";
+}
+
+}  // namespace
 
 ResolvedProbe resolve_probe(const ProbeOptions& o, std::uint32_t index, ResolveContext& ctx) {
   if (o.name.empty())
@@ -334,9 +415,9 @@ ResolvedProbe resolve_probe(const ProbeOptions& o, std::uint32_t index, ResolveC
     case ProbeKind::kKretprobe:
     case ProbeKind::kUprobe:
     case ProbeKind::kUretprobe:
-      throw Error(ErrorCategory::kUnsupported, std::make_error_code(std::errc::not_supported),
-                  fmt::format("probe '{}': {} probes are resolved by the probe backends", o.name,
-                              to_string(o.kind)));
+      resolve_dynamic_probe(o, r, ctx);
+      sample_type |= PERF_SAMPLE_RAW | PERF_SAMPLE_IP;
+      break;
   }
 
   a.sample_type(sample_type | o.extra_sample_type)
@@ -344,8 +425,22 @@ ResolvedProbe resolve_probe(const ProbeOptions& o, std::uint32_t index, ResolveC
       .flag(perf::Flag::kDisabled)
       .clockid(CLOCK_MONOTONIC)
       .read_format(PERF_FORMAT_ID | perf::abi::kFormatLost);
-  if (o.sample_regs_user != 0)
-    a.sample_regs_user(o.sample_regs_user);
+  std::uint64_t regs = o.sample_regs_user;
+#if defined(__x86_64__)
+  // Arguments and return values come from user registers (x86-64 SysV ABI): uprobes get
+  // rdi, rsi, rdx, rcx, r8, r9 and uretprobes rax, unless the probe asks for others.
+  if (regs == 0 && o.kind == ProbeKind::kUprobe) {
+    regs = (1ULL << PERF_REG_X86_DI) | (1ULL << PERF_REG_X86_SI) | (1ULL << PERF_REG_X86_DX) |
+           (1ULL << PERF_REG_X86_CX) | (1ULL << PERF_REG_X86_R8) | (1ULL << PERF_REG_X86_R9);
+  } else if (regs == 0 && o.kind == ProbeKind::kUretprobe) {
+    regs = 1ULL << PERF_REG_X86_AX;
+  }
+#endif
+  if (regs != 0) {
+    a.sample_regs_user(regs);
+    a.add_sample_type(PERF_SAMPLE_REGS_USER);
+  }
+  r.info.sample_regs_user = regs;
   if (o.sample_stack_user != 0)
     a.sample_stack_user(o.sample_stack_user);
   if (o.task_records) {

@@ -9,6 +9,7 @@
 #include "tracer/engine.hpp"
 #include "tracer/perf/event_attr.hpp"
 #include "tracer/perf/ring.hpp"
+#include "tracer/tracefs/dynamic_probes.hpp"
 #include "tracer/tracefs/tracefs.hpp"
 
 namespace tracer::core {
@@ -16,8 +17,10 @@ namespace tracer::core {
 struct ResolvedProbe {
   ProbeInfo info;
   perf::EventAttr attr;
-  /// Strings the attr points at (uprobe path, kprobe symbol): must live until the events open.
+  /// The string a probe-PMU attr points at in config1 (uprobe path, kprobe symbol). Set
+  /// config1 from it right before opening (a moved std::string may move its buffer).
   std::string attr_string;
+  bool config1_is_attr_string = false;
   bool counting = false;
   perf::RingOptions ring;
 };
@@ -25,7 +28,15 @@ struct ResolvedProbe {
 /// Shared state of one resolution pass (tracefs is opened once, on first need).
 struct ResolveContext {
   std::optional<tracefs::Tracefs> tracefs;
+  /// Dynamic kprobe/uprobe events created for probes without a probe PMU (owned by the engine
+  /// afterwards; removed when it stops).
+  std::optional<tracefs::DynamicProbes> dynamic;
+  /// The traced process, for "lib:symbol" uprobes resolved through /proc/PID/maps.
+  std::optional<pid_t> pid;
+  /// Use tracefs dynamic events even where a probe PMU exists.
+  bool prefer_tracefs_probes = false;
   const tracefs::Tracefs& fs();
+  tracefs::DynamicProbes& dynamic_probes();
 };
 
 /// Resolves one probe. Throws tracer::Error: kUsage for a malformed spec or option, kNotFound

@@ -90,6 +90,8 @@ struct ProbeOptions {
 struct EngineOptions {
   Target target{};
   std::vector<ProbeOptions> probes{};
+  /// Place kprobes/uprobes through tracefs dynamic events even where a probe PMU exists.
+  bool prefer_tracefs_probes = false;
   /// Period of the timer that drains rings whose wakeup has not come (low-rate probes).
   std::uint32_t flush_interval_ms = 100;
   /// Records handed to on_batch at most at once (one drain may deliver several batches).
@@ -105,6 +107,9 @@ struct ProbeInfo {
   perf::SampleLayout layout{};
   std::optional<tracefs::Format> format{};  // tracepoints and tracefs-backed probes
   std::string pmu{};                        // PMU name the events were opened on
+  /// PERF_SAMPLE_REGS_USER mask (perf_regs.h order): uprobes carry their arguments (x86-64:
+  /// rdi, rsi, rdx, rcx, r8, r9) and uretprobes their return value (rax) by default.
+  std::uint64_t sample_regs_user = 0;
 };
 
 /// One record as the reactor hands it on: decoded in place, valid during the callback only.

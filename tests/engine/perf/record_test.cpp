@@ -650,3 +650,19 @@ TEST(Decode, ReusedRecordKeepsAbsentFieldsZero) {
 
 }  // namespace
 }  // namespace tracer::perf
+
+namespace tracer::perf {
+namespace {
+
+TEST(RegSlot, FollowsTheMasksBitOrder) {
+  constexpr std::uint64_t mask = (1ULL << 2) | (1ULL << 5) | (1ULL << 16);
+  static_assert(reg_slot(mask, 2) == 0);
+  static_assert(reg_slot(mask, 5) == 1);
+  static_assert(reg_slot(mask, 16) == 2);
+  static_assert(reg_slot(mask, 3) == -1);
+  static_assert(reg_slot(mask, 64) == -1);
+  EXPECT_EQ(reg_slot(0, 0), -1);
+}
+
+}  // namespace
+}  // namespace tracer::perf

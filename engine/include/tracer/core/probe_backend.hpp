@@ -40,10 +40,10 @@ enum class ProbeBackendKind : std::uint8_t {
 struct BackendRoots {
   std::filesystem::path devices_dir = "/sys/bus/event_source/devices";
   /// tracefs root; empty: find it (tracefs::Tracefs::open(), which mounts it if it may).
-  std::filesystem::path tracefs_root;
+  std::filesystem::path tracefs_root{};
   /// Kernel config (gzip or plain) used to explain a missing backend; empty: /proc/config.gz,
   /// then /boot/config-<release>.
-  std::filesystem::path kernel_config;
+  std::filesystem::path kernel_config{};
 };
 
 struct ProbeBackend {
@@ -55,7 +55,7 @@ struct ProbeBackend {
   /// When the file is missing the kernel's PERF_PROBE_CONFIG_IS_RETPROBE (bit 0) is assumed.
   unsigned retprobe_bit = 0;
   /// kTracefs: the tracefs root (kprobe_events/uprobe_events live in it).
-  std::filesystem::path tracefs_root;
+  std::filesystem::path tracefs_root{};
   /// Why this backend was chosen, or (kUnsupported) why none could be.
   std::string reason;
 };

@@ -10,6 +10,7 @@
 // so input need not be aligned (perf.data files, fuzzers).
 #pragma once
 
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -106,6 +107,14 @@ struct BranchStack {
     return {load<std::uint64_t>(p), load<std::uint64_t>(p + 8), load<std::uint64_t>(p + 16)};
   }
 };
+
+/// Where register `reg` (PERF_REG_* of <asm/perf_regs.h>) sits in a sample's register array
+/// for the mask the event was opened with (the kernel writes them in bit order), or -1.
+[[nodiscard]] constexpr int reg_slot(std::uint64_t mask, int reg) noexcept {
+  if (reg < 0 || reg > 63 || ((mask >> reg) & 1U) == 0)
+    return -1;
+  return std::popcount(mask & ((std::uint64_t{1} << reg) - 1));
+}
 
 struct Regs {
   std::uint64_t abi = 0;  // PERF_SAMPLE_REGS_ABI_*; 0 means no registers
