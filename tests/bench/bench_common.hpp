@@ -1,0 +1,43 @@
+// Shared pieces of the end-to-end throughput benchmark.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace tracer::bench {
+
+/// A forked child that makes `calls` getppid calls when start()ed and reports its own time.
+class Workload {
+ public:
+  explicit Workload(long calls);
+  [[nodiscard]] pid_t pid() const { return pid_; }
+  void start();
+  /// Seconds the calls took, measured inside the child. Reaps it.
+  double wait();
+  /// True once the child has reported (its result is waiting on the pipe).
+  [[nodiscard]] bool finished() const;
+
+ private:
+  long calls_;
+  pid_t pid_ = -1;
+  int go_ = -1, done_ = -1;
+};
+
+struct Row {
+  std::string name;
+  double workload_seconds = 0;
+  std::uint64_t events = 0;
+  std::uint64_t lost = 0;
+  double consumer_cpu_seconds = 0;
+};
+
+double process_cpu_seconds();
+
+/// Runs added by optional parts (the BPF output channel and the libbpf reference).
+std::vector<std::function<Row(long)>> extra_runs();
+
+}  // namespace tracer::bench
