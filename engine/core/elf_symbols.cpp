@@ -1,5 +1,6 @@
 // ELF function symbols to file offsets (libelf/gelf), and binary names to paths.
 #include "tracer/core/elf_symbols.hpp"
+#include "common/text_file.hpp"
 
 #include <fcntl.h>
 #include <fmt/core.h>
@@ -200,13 +201,7 @@ std::optional<T> parse_number(std::string_view s) {
     base = 16;
     s.remove_prefix(2);
   }
-  T v{};
-  const auto* end = s.data() + s.size();
-  // NOLINTNEXTLINE(bugprone-suspicious-stringview-data-usage): from_chars is bounded by `end`.
-  const auto [ptr, ec] = std::from_chars(s.data(), end, v, base);
-  if (s.empty() || ec != std::errc() || ptr != end)
-    return std::nullopt;
-  return v;
+  return detail::parse_uint<T>(s, base);
 }
 
 bool is_elf_file(const fs::path& p) {
@@ -232,33 +227,11 @@ bool library_name_matches(std::string_view base, std::string_view name) {
   return base.starts_with(so) || base.starts_with(dash);
 }
 
-Result<std::string> read_file(const fs::path& path) {
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd) {
-    const int err = errno;
-    return fail(err, fmt::format("probe: cannot open {}: {}", path.string(), std::strerror(err)));
-  }
-  std::string out;
-  char buf[8192];
-  for (;;) {
-    const ssize_t n = ::read(fd.get(), buf, sizeof buf);
-    if (n < 0) {
-      if (errno == EINTR)
-        continue;
-      const int err = errno;
-      return fail(err, fmt::format("probe: cannot read {}: {}", path.string(), std::strerror(err)));
-    }
-    if (n == 0 || out.size() > kMaxMapsBytes)
-      break;
-    out.append(buf, static_cast<std::size_t>(n));
-  }
-  return out;
-}
-
 /// The first file mapped by `pid` (/proc/PID/maps, 6th column) whose basename matches `name`.
 /// @return the path, or a failure whose message says where we looked (for resolve_binary()).
 Result<fs::path> find_in_maps(pid_t pid, std::string_view name) {
-  auto maps = read_file(fs::path("/proc") / std::to_string(pid) / "maps");
+  auto maps = detail::read_text_file(fs::path("/proc") / std::to_string(pid) / "maps", "probe",
+                                     kMaxMapsBytes);
   if (!maps)
     return fail(maps.error().code.value(),
                 fmt::format("pid {}'s maps ({})", pid, maps.error().message));

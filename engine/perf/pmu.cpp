@@ -1,5 +1,6 @@
 // PMU discovery from /sys/bus/event_source/devices, perf term encoding and capability probing.
 #include "tracer/perf/pmu.hpp"
+#include "common/text_file.hpp"
 
 #include <fcntl.h>
 #include <fmt/core.h>
@@ -27,34 +28,6 @@ namespace fs = std::filesystem;
 // sysfs attribute files are at most a page.
 constexpr std::size_t kMaxFileBytes = 1 << 16;
 
-/// Reads a whole sysfs/procfs file, opened with O_CLOEXEC.
-/// @return the contents, or the errno of open()/read().
-Result<std::string> read_text_file(const fs::path& path) {
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd) {
-    const int err = errno;
-    return fail(err, fmt::format("pmu: cannot open {}: {}", path.string(), std::strerror(err)));
-  }
-  std::string out;
-  char buf[4096];
-  for (;;) {
-    const ssize_t n = ::read(fd.get(), buf, sizeof buf);
-    if (n < 0) {
-      if (errno == EINTR)
-        continue;
-      const int err = errno;
-      return fail(err, fmt::format("pmu: cannot read {}: {}", path.string(), std::strerror(err)));
-    }
-    if (n == 0)
-      break;
-    out.append(buf, static_cast<std::size_t>(n));
-    if (out.size() > kMaxFileBytes)
-      return fail(EFBIG,
-                  fmt::format("pmu: {} is larger than {} bytes", path.string(), kMaxFileBytes));
-  }
-  return out;
-}
-
 std::string_view trim(std::string_view s) {
   const auto first = s.find_first_not_of(" \t\r\n");
   if (first == std::string_view::npos)
@@ -63,22 +36,11 @@ std::string_view trim(std::string_view s) {
   return s.substr(first, last - first + 1);
 }
 
-template <typename T>
-std::optional<T> parse_uint(std::string_view s, int base = 10) {
-  T v{};
-  const auto* end = s.data() + s.size();
-  // NOLINTNEXTLINE(bugprone-suspicious-stringview-data-usage): from_chars is bounded by `end`.
-  const auto [ptr, ec] = std::from_chars(s.data(), end, v, base);
-  if (s.empty() || ec != std::errc() || ptr != end)
-    return std::nullopt;
-  return v;
-}
-
 /// perf's term values: decimal or 0x-prefixed hex.
 std::optional<std::uint64_t> parse_term_value(std::string_view s) {
   if (s.size() > 2 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X'))
-    return parse_uint<std::uint64_t>(s.substr(2), 16);
-  return parse_uint<std::uint64_t>(s, 10);
+    return detail::parse_uint<std::uint64_t>(s.substr(2), 16);
+  return detail::parse_uint<std::uint64_t>(s, 10);
 }
 
 /// "config1:0-7,32-35" -> {1, {{0,7},{32,35}}}; the format is what perf's pmu.y accepts.
@@ -111,8 +73,9 @@ std::optional<PmuFormatTerm> parse_format_spec(std::string name, std::string_vie
     if (comma != std::string_view::npos && ranges.empty())
       return std::nullopt;  // "0-7,"
     const auto dash = r.find('-');
-    const auto lo = parse_uint<int>(r.substr(0, dash));
-    const auto hi = dash == std::string_view::npos ? lo : parse_uint<int>(r.substr(dash + 1));
+    const auto lo = detail::parse_uint<int>(r.substr(0, dash));
+    const auto hi =
+        dash == std::string_view::npos ? lo : detail::parse_uint<int>(r.substr(dash + 1));
     if (!lo || !hi || *lo < 0 || *hi > 63 || *lo > *hi)
       return std::nullopt;
     t.bits.emplace_back(*lo, *hi);
@@ -140,8 +103,9 @@ std::vector<int> parse_cpu_list(std::string_view s) {
     const std::string_view r = s.substr(0, comma);
     s = comma == std::string_view::npos ? std::string_view{} : s.substr(comma + 1);
     const auto dash = r.find('-');
-    const auto lo = parse_uint<int>(r.substr(0, dash));
-    const auto hi = dash == std::string_view::npos ? lo : parse_uint<int>(r.substr(dash + 1));
+    const auto lo = detail::parse_uint<int>(r.substr(0, dash));
+    const auto hi =
+        dash == std::string_view::npos ? lo : detail::parse_uint<int>(r.substr(dash + 1));
     if (!lo || !hi || *lo > *hi || *hi > 1 << 16)
       return {};
     for (int c = *lo; c <= *hi; ++c)
@@ -163,15 +127,17 @@ Result<Pmu> read_pmu(const fs::path& dir, std::string name) {
   Pmu pmu;
   pmu.name = std::move(name);
   pmu.dir = dir;
-  TRACER_ASSIGN_OR_RETURN(const std::string type_text, read_text_file(dir / "type"));
-  const auto type = parse_uint<std::uint32_t>(trim(type_text));
+  TRACER_ASSIGN_OR_RETURN(const std::string type_text,
+                          detail::read_text_file(dir / "type", "pmu", kMaxFileBytes));
+  const auto type = detail::parse_uint<std::uint32_t>(trim(type_text));
   if (!type)
     return fail(EINVAL, fmt::format("pmu {}: {} does not hold a number: '{}'", pmu.name,
                                     (dir / "type").string(), trim(type_text)));
   pmu.type = *type;
 
   for (auto& term : sorted_entries(dir / "format")) {
-    TRACER_ASSIGN_OR_RETURN(const std::string spec, read_text_file(dir / "format" / term));
+    TRACER_ASSIGN_OR_RETURN(const std::string spec,
+                            detail::read_text_file(dir / "format" / term, "pmu", kMaxFileBytes));
     auto parsed = parse_format_spec(term, trim(spec));
     if (!parsed)
       return fail(EINVAL,
@@ -186,26 +152,26 @@ Result<Pmu> read_pmu(const fs::path& dir, std::string name) {
     // <name>.unit, .scale, .per-pkg and .snapshot qualify the alias <name>.
     if (ev.find('.') != std::string::npos)
       continue;
-    auto terms = read_text_file(events / ev);
+    auto terms = detail::read_text_file(events / ev, "pmu", kMaxFileBytes);
     if (!terms)
       continue;  // some aliases are root-only or unreadable on this CPU model
     PmuEventAlias alias{.name = ev, .terms = std::string(trim(*terms)), .unit = {}, .scale = {}};
-    if (auto unit = read_text_file(events / (ev + ".unit")))
+    if (auto unit = detail::read_text_file(events / (ev + ".unit"), "pmu", kMaxFileBytes))
       alias.unit = std::string(trim(*unit));
-    if (auto scale = read_text_file(events / (ev + ".scale")))
+    if (auto scale = detail::read_text_file(events / (ev + ".scale"), "pmu", kMaxFileBytes))
       alias.scale = std::string(trim(*scale));
     pmu.events.push_back(std::move(alias));
   }
 
-  if (auto mask = read_text_file(dir / "cpumask")) {
+  if (auto mask = detail::read_text_file(dir / "cpumask", "pmu", kMaxFileBytes)) {
     pmu.cpus = parse_cpu_list(*mask);
-  } else if (auto cpus = read_text_file(dir / "cpus")) {
+  } else if (auto cpus = detail::read_text_file(dir / "cpus", "pmu", kMaxFileBytes)) {
     pmu.cpus = parse_cpu_list(*cpus);
   }
-  if (auto nr = read_text_file(dir / "nr_addr_filters"))
-    pmu.nr_addr_filters = parse_uint<std::uint32_t>(trim(*nr)).value_or(0);
+  if (auto nr = detail::read_text_file(dir / "nr_addr_filters", "pmu", kMaxFileBytes))
+    pmu.nr_addr_filters = detail::parse_uint<std::uint32_t>(trim(*nr)).value_or(0);
   for (auto& cap : sorted_entries(dir / "caps")) {
-    if (auto value = read_text_file(dir / "caps" / cap))
+    if (auto value = detail::read_text_file(dir / "caps" / cap, "pmu", kMaxFileBytes))
       pmu.caps.emplace_back(cap, std::string(trim(*value)));
   }
   return pmu;
@@ -312,7 +278,7 @@ bool has_alias(const Pmu& p, std::string_view name) {
 
 /// Where tracefs is mounted, from /proc/mounts (the perf layer does not depend on engine/tracefs).
 std::optional<fs::path> tracefs_root() {
-  auto mounts = read_text_file("/proc/mounts");
+  auto mounts = detail::read_text_file("/proc/mounts", "pmu", kMaxFileBytes);
   if (!mounts)
     return std::nullopt;
   std::string_view all = *mounts;
@@ -528,10 +494,10 @@ std::optional<std::string> pmu_name_for_type(std::uint32_t type, const PmuScanOp
   std::error_code ec;
   std::vector<std::string> matches;
   for (fs::directory_iterator it(opts.devices_dir, ec), end; !ec && it != end; it.increment(ec)) {
-    auto text = read_text_file(it->path() / "type");
+    auto text = detail::read_text_file(it->path() / "type", "pmu", kMaxFileBytes);
     if (!text)
       continue;
-    if (parse_uint<std::uint32_t>(trim(*text)) == type)
+    if (detail::parse_uint<std::uint32_t>(trim(*text)) == type)
       matches.push_back(it->path().filename().string());
   }
   if (!matches.empty())

@@ -1,5 +1,6 @@
 // Dynamic kprobe/uprobe events through tracefs (kernel/trace/trace_kprobe.c, trace_uprobe.c).
 #include "tracer/tracefs/dynamic_probes.hpp"
+#include "common/text_file.hpp"
 
 #include <fcntl.h>
 #include <fmt/core.h>
@@ -34,41 +35,6 @@ constexpr auto kBusyDelay = std::chrono::milliseconds(10);
 // procfs/tracefs text files here are at most a few pages; the cap guards a runaway read.
 constexpr std::size_t kMaxFileBytes = 8 << 20;
 
-Result<std::string> read_text(const fs::path& path) {
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd) {
-    const int err = errno;
-    return fail(err, fmt::format("tracefs: cannot open {}: {}", path.string(), std::strerror(err)));
-  }
-  std::string out;
-  char buf[4096];
-  for (;;) {
-    const ssize_t n = ::read(fd.get(), buf, sizeof buf);
-    if (n < 0) {
-      if (errno == EINTR)
-        continue;
-      const int err = errno;
-      return fail(err,
-                  fmt::format("tracefs: cannot read {}: {}", path.string(), std::strerror(err)));
-    }
-    if (n == 0 || out.size() > kMaxFileBytes)
-      break;
-    out.append(buf, static_cast<std::size_t>(n));
-  }
-  return out;
-}
-
-template <typename T>
-std::optional<T> parse_uint(std::string_view s) {
-  T v{};
-  const auto* end = s.data() + s.size();
-  // NOLINTNEXTLINE(bugprone-suspicious-stringview-data-usage): from_chars is bounded by `end`.
-  const auto [ptr, ec] = std::from_chars(s.data(), end, v, 10);
-  if (s.empty() || ec != std::errc() || ptr != end)
-    return std::nullopt;
-  return v;
-}
-
 /// trace_probe.c is_good_name(): [A-Za-z_][A-Za-z0-9_]*.
 bool is_good_name(std::string_view s) {
   if (s.empty() || s.size() > kMaxNameLen)
@@ -93,7 +59,8 @@ struct ProcStat {
 /// field may hold spaces and parentheses, so fields are counted after the last ')'.
 Result<ProcStat> read_proc_stat(pid_t pid) {
   TRACER_ASSIGN_OR_RETURN(const std::string text,
-                          read_text(fs::path("/proc") / std::to_string(pid) / "stat"));
+                          detail::read_text_file(fs::path("/proc") / std::to_string(pid) / "stat",
+                                                 "tracefs", kMaxFileBytes));
   const auto close = text.rfind(')');
   if (close == std::string::npos)
     return fail(EINVAL, fmt::format("tracefs: /proc/{}/stat has no ')'", pid));
@@ -110,7 +77,7 @@ Result<ProcStat> read_proc_stat(pid_t pid) {
     if (index == 0)
       out.state = field.empty() ? '?' : field[0];
     if (index == 19) {
-      const auto v = parse_uint<std::uint64_t>(field);
+      const auto v = detail::parse_uint<std::uint64_t>(field);
       if (!v)
         return fail(EINVAL, fmt::format("tracefs: /proc/{}/stat starttime is '{}'", pid, field));
       out.starttime = *v;
@@ -128,8 +95,8 @@ std::optional<std::pair<pid_t, std::uint64_t>> parse_group(std::string_view grou
   const auto sep = group.find('_');
   if (sep == std::string_view::npos)
     return std::nullopt;
-  const auto pid = parse_uint<pid_t>(group.substr(0, sep));
-  const auto start = parse_uint<std::uint64_t>(group.substr(sep + 1));
+  const auto pid = detail::parse_uint<pid_t>(group.substr(0, sep));
+  const auto start = detail::parse_uint<std::uint64_t>(group.substr(sep + 1));
   if (!pid || !start || *pid <= 0)
     return std::nullopt;
   return std::pair{*pid, *start};
@@ -147,7 +114,7 @@ bool owner_is_dead(pid_t pid, std::uint64_t starttime) {
 /// The last entry of <tracefs>/error_log (the kernel's explanation of a rejected command,
 /// trace_probe_log_err()), or empty.
 std::string last_error_log(const fs::path& root) {
-  auto text = read_text(root / "error_log");
+  auto text = detail::read_text_file(root / "error_log", "tracefs", kMaxFileBytes);
   if (!text || text->empty())
     return {};
   std::string_view all = *text;
@@ -343,7 +310,7 @@ Result<std::size_t> DynamicProbes::remove_stale(const Tracefs& fs) {
   for (const auto file_name : {kUprobeEvents, kKprobeEvents}) {
     const fs::path file = fs.root() / file_name;
     const bool kprobe = file_name == kKprobeEvents;
-    auto text = read_text(file);
+    auto text = detail::read_text_file(file, "tracefs", kMaxFileBytes);
     if (!text) {
       if (text.error().errno_value() == ENOENT)
         continue;  // this kernel lacks this kind of dynamic event

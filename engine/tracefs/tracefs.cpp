@@ -1,6 +1,7 @@
 // tracefs: locating/mounting it, listing tracepoints, parsing `format` files and reading fields
 // out of PERF_SAMPLE_RAW payloads.
 #include "tracer/tracefs/tracefs.hpp"
+#include "common/text_file.hpp"
 
 #include <fcntl.h>
 #include <fmt/core.h>
@@ -32,52 +33,12 @@ constexpr std::string_view kProcMounts = "/proc/mounts";
 // protects against reading an unexpected huge file through a fake root.
 constexpr std::size_t kMaxFileBytes = 1 << 20;
 
-/// Reads a whole (small) file, opened with O_CLOEXEC.
-/// @return the contents, or the errno of open()/read().
-Result<std::string> read_text_file(const fs::path& path) {
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd) {
-    const int err = errno;
-    return fail(err, fmt::format("tracefs: cannot open {}: {}", path.string(), std::strerror(err)));
-  }
-  std::string out;
-  char buf[4096];
-  for (;;) {
-    const ssize_t n = ::read(fd.get(), buf, sizeof buf);
-    if (n < 0) {
-      if (errno == EINTR)
-        continue;
-      const int err = errno;
-      return fail(err,
-                  fmt::format("tracefs: cannot read {}: {}", path.string(), std::strerror(err)));
-    }
-    if (n == 0)
-      break;
-    out.append(buf, static_cast<std::size_t>(n));
-    if (out.size() > kMaxFileBytes)
-      return fail(EFBIG,
-                  fmt::format("tracefs: {} is larger than {} bytes", path.string(), kMaxFileBytes));
-  }
-  return out;
-}
-
 std::string_view trim(std::string_view s) {
   const auto first = s.find_first_not_of(" \t\r\n");
   if (first == std::string_view::npos)
     return {};
   const auto last = s.find_last_not_of(" \t\r\n");
   return s.substr(first, last - first + 1);
-}
-
-template <typename T>
-std::optional<T> parse_uint(std::string_view s) {
-  T v{};
-  const auto* end = s.data() + s.size();
-  // NOLINTNEXTLINE(bugprone-suspicious-stringview-data-usage): from_chars is bounded by `end`.
-  const auto [ptr, ec] = std::from_chars(s.data(), end, v, 10);
-  if (s.empty() || ec != std::errc() || ptr != end)
-    return std::nullopt;
-  return v;
 }
 
 /// /proc/mounts escapes space, tab, newline and backslash in paths as \ooo octal.
@@ -262,7 +223,7 @@ std::string parse_decl(std::string_view decl, Field& f) {
       f.element_size = scalar_size(type);
       return {};
     }
-    const auto len = parse_uint<std::uint32_t>(array_suffix);
+    const auto len = detail::parse_uint<std::uint32_t>(array_suffix);
     if (!len) {
       // Very old kernels printed the macro ("comm[TASK_COMM_LEN]"); size still tells the bytes.
       f.element_size = scalar_size(type);
@@ -306,7 +267,7 @@ std::string parse_field_line(std::string_view line, Field& f) {
       continue;
     }
     if (key == "offset" || key == "size" || key == "signed") {
-      const auto v = parse_uint<std::uint32_t>(value);
+      const auto v = detail::parse_uint<std::uint32_t>(value);
       if (!v)
         return fmt::format("bad {} value '{}'", key, value);
       if (key == "offset") {
@@ -412,7 +373,7 @@ Result<Format> parse_format(std::string_view text,
       if (out.name.empty())
         out.name = std::string(n);
     } else if (t.starts_with("ID:")) {
-      const auto id = parse_uint<std::uint32_t>(trim(t.substr(3)));
+      const auto id = detail::parse_uint<std::uint32_t>(trim(t.substr(3)));
       if (!id)
         return error(lineno, line, "bad ID");
       out.id = *id;
@@ -519,7 +480,9 @@ std::optional<TracepointName> split_tracepoint(std::string_view spec) {
 }
 
 Result<Tracefs> Tracefs::open() {
-  TRACER_ASSIGN_OR_RETURN(const std::string mounts, read_text_file(std::string(kProcMounts)));
+  TRACER_ASSIGN_OR_RETURN(
+      const std::string mounts,
+      detail::read_text_file(std::string(kProcMounts), "tracefs", kMaxFileBytes));
   if (auto root = find_mounted_tracefs(mounts))
     return Tracefs(std::move(*root));
 
@@ -651,7 +614,7 @@ Result<std::uint32_t> Tracefs::tracepoint_id(const TracepointName& tp) const {
     return fail(EINVAL, fmt::format("tracefs: invalid tracepoint name '{}'", tp_string(tp)),
                 "write it as system:event, e.g. sched:sched_switch");
   const fs::path path = root_ / "events" / tp.system / tp.event / "id";
-  auto text = read_text_file(path);
+  auto text = detail::read_text_file(path, "tracefs", kMaxFileBytes);
   if (!text) {
     if (text.error().errno_value() == ENOENT)
       return fail(ENOENT,
@@ -659,7 +622,7 @@ Result<std::uint32_t> Tracefs::tracepoint_id(const TracepointName& tp) const {
                   near_hint(near_matches(tp)));
     return fail(std::move(text).error());
   }
-  const auto id = parse_uint<std::uint32_t>(trim(*text));
+  const auto id = detail::parse_uint<std::uint32_t>(trim(*text));
   if (!id)
     return fail(EINVAL, fmt::format("tracefs: {} does not hold a number: '{}'", path.string(),
                                     trim(*text)));
@@ -671,7 +634,7 @@ Result<Format> Tracefs::format(const TracepointName& tp) const {
     return fail(EINVAL, fmt::format("tracefs: invalid tracepoint name '{}'", tp_string(tp)),
                 "write it as system:event, e.g. sched:sched_switch");
   const fs::path path = root_ / "events" / tp.system / tp.event / "format";
-  auto text = read_text_file(path);
+  auto text = detail::read_text_file(path, "tracefs", kMaxFileBytes);
   if (!text) {
     if (text.error().errno_value() == ENOENT)
       return fail(ENOENT,
