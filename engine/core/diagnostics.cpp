@@ -1,0 +1,40 @@
+#include "tracer/diagnostics.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace tracer {
+
+std::string Diagnostics::format() const {
+  std::vector<const Diagnostic*> sorted;
+  sorted.reserve(items_.size());
+  for (const auto& d : items_)
+    sorted.push_back(&d);
+  std::stable_sort(sorted.begin(), sorted.end(), [](const Diagnostic* a, const Diagnostic* b) {
+    if (a->where.path != b->where.path)
+      return a->where.path < b->where.path;
+    if (a->where.line != b->where.line)
+      return a->where.line < b->where.line;
+    return a->where.column < b->where.column;
+  });
+  std::string out;
+  for (const auto* d : sorted) {
+    out += fmt::format("{}:{}:{}: {}\n", d->where.path, d->where.line, d->where.column, d->message);
+    if (!d->hint.empty())
+      out += fmt::format("  hint: {}\n", d->hint);
+  }
+  return out;
+}
+
+void Diagnostics::throw_if_any() const {
+  if (items_.empty())
+    return;
+  std::string text = format();
+  if (!text.empty() && text.back() == '\n')
+    text.pop_back();
+  throw Error(ErrorCategory::kRecipe, std::make_error_code(std::errc::invalid_argument), text, {},
+              items_.front().where);
+}
+
+}  // namespace tracer

@@ -1,0 +1,69 @@
+// ConfigValue: a recipe value as written (TOML types), with the position it came from. The recipe
+// loader produces them; stages read their options from them; errors point back at them.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "tracer/error.hpp"
+
+namespace tracer {
+
+struct ConfigValue;
+using ConfigArray = std::vector<ConfigValue>;
+/// A table keeps the order keys were written in.
+using ConfigTable = std::vector<std::pair<std::string, ConfigValue>>;
+
+struct ConfigValue {
+  std::variant<bool, std::int64_t, double, std::string, ConfigArray, ConfigTable> value{};
+  SourceRegion where{};
+
+  [[nodiscard]] bool is_bool() const noexcept { return std::holds_alternative<bool>(value); }
+  [[nodiscard]] bool is_int() const noexcept { return std::holds_alternative<std::int64_t>(value); }
+  [[nodiscard]] bool is_float() const noexcept { return std::holds_alternative<double>(value); }
+  [[nodiscard]] bool is_string() const noexcept {
+    return std::holds_alternative<std::string>(value);
+  }
+  [[nodiscard]] bool is_array() const noexcept {
+    return std::holds_alternative<ConfigArray>(value);
+  }
+  [[nodiscard]] bool is_table() const noexcept {
+    return std::holds_alternative<ConfigTable>(value);
+  }
+
+  [[nodiscard]] const std::string* string() const noexcept {
+    return std::get_if<std::string>(&value);
+  }
+  [[nodiscard]] const std::int64_t* integer() const noexcept {
+    return std::get_if<std::int64_t>(&value);
+  }
+  [[nodiscard]] const ConfigArray* array() const noexcept {
+    return std::get_if<ConfigArray>(&value);
+  }
+  [[nodiscard]] const ConfigTable* table() const noexcept {
+    return std::get_if<ConfigTable>(&value);
+  }
+  /// A key of a table value, or nullptr.
+  [[nodiscard]] const ConfigValue* find(std::string_view key) const noexcept {
+    if (const auto* t = table()) {
+      for (const auto& [k, v] : *t) {
+        if (k == key)
+          return &v;
+      }
+    }
+    return nullptr;
+  }
+  /// "boolean", "integer", "float", "string", "array", "table" (for messages).
+  [[nodiscard]] std::string_view type_name() const noexcept {
+    static constexpr std::string_view kNames[] = {"boolean", "integer", "float",
+                                                  "string",  "array",   "table"};
+    return kNames[value.index()];
+  }
+};
+
+}  // namespace tracer
