@@ -1,0 +1,247 @@
+// bpf::Object::compile_and_open: the content-hash cache, clang's diagnostics, vmlinux.h from BTF,
+// and the verifier log of a program the kernel rejects.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+#include "support/temp_dir.hpp"
+#include "tracer/bpf/object.hpp"
+
+namespace tracer::bpf {
+namespace {
+
+using ::testing::HasSubstr;
+namespace fs = std::filesystem;
+
+constexpr const char* kGood = R"(#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include "counter.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct counter);
+} counters SEC(".maps");
+
+SEC("tracepoint")
+int count_calls(void *ctx)
+{
+	__u32 zero = 0;
+	struct counter *c = bpf_map_lookup_elem(&counters, &zero);
+	if (c)
+		__sync_fetch_and_add(&c->calls, 1);
+	return 1;
+}
+)";
+
+constexpr const char* kCounterH = "struct counter { __u64 calls; __u32 flags; __u32 pad; };\n";
+
+// Reads 8 bytes at offset 64 of an 8-byte map value: the verifier must refuse it. The helper
+// calls before it make the log long enough to need trimming.
+constexpr const char* kBad = R"(#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+
+char LICENSE[] SEC("license") = "GPL";
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} values SEC(".maps");
+
+SEC("tracepoint")
+int fine_prog(void *ctx)
+{
+	return 1;
+}
+
+SEC("tracepoint")
+int out_of_bounds(void *ctx)
+{
+	__u32 zero = 0;
+	__u64 sum = 0;
+#pragma unroll
+	for (int i = 0; i < 20; i++)
+		sum += bpf_get_prandom_u32();
+	__u64 *v = bpf_map_lookup_elem(&values, &zero);
+	if (!v)
+		return 1;
+	return *(volatile __u64 *)((char *)v + 64) + sum;
+}
+)";
+
+class BpfCompile : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const char* old = std::getenv("XDG_CACHE_HOME");
+    had_old_ = old != nullptr;
+    if (had_old_)
+      old_ = old;
+    ::setenv("XDG_CACHE_HOME", (dir_.path() / "cache").c_str(), 1);
+  }
+  void TearDown() override {
+    if (had_old_)
+      ::setenv("XDG_CACHE_HOME", old_.c_str(), 1);
+    else
+      ::unsetenv("XDG_CACHE_HOME");
+  }
+  testing::TempDir dir_;
+  bool had_old_ = false;
+  std::string old_;
+};
+
+TEST_F(BpfCompile, CachesByContentAndRecompilesWhenAByteChanges) {
+  dir_.write("src/count.bpf.c", kGood);
+  dir_.write("src/counter.h", kCounterH);
+  const fs::path src = dir_.path() / "src/count.bpf.c";
+
+  auto first = Object::compile_and_open(src);
+  ASSERT_TRUE(first.has_value()) << first.error().describe();
+  ASSERT_TRUE(first->compile_info().has_value());
+  EXPECT_FALSE(first->compile_info()->cache_hit);
+  const fs::path cached = first->compile_info()->object_path;
+  EXPECT_EQ(cached.parent_path(), dir_.path() / "cache/tracer/bpf") << "under $XDG_CACHE_HOME";
+  EXPECT_TRUE(fs::is_regular_file(cached));
+  EXPECT_EQ(first->name(), "count");
+  // vmlinux.h was generated from BTF into the cache (tracefs plays no part).
+  bool have_vmlinux = false;
+  for (const auto& e : fs::directory_iterator(dir_.path() / "cache/tracer/bpf"))
+    have_vmlinux |= fs::is_regular_file(e.path() / "vmlinux.h");
+  EXPECT_TRUE(have_vmlinux);
+
+  auto second = Object::compile_and_open(src);
+  ASSERT_TRUE(second.has_value()) << second.error().describe();
+  EXPECT_TRUE(second->compile_info()->cache_hit);
+  EXPECT_EQ(second->compile_info()->object_path, cached);
+  EXPECT_EQ(second->compile_info()->key, first->compile_info()->key);
+
+  // Both behave the same: same programs, same BTF, both load and count.
+  for (Object* obj : {&*first, &*second}) {
+    EXPECT_EQ(obj->program_names(), std::vector<std::string>{"count_calls"});
+    auto schema = obj->struct_schema("counter");
+    ASSERT_TRUE(schema.has_value()) << schema.error().describe();
+    EXPECT_EQ(schema->size, 16U);
+    ASSERT_NE(schema->field("flags"), nullptr);
+    EXPECT_EQ(schema->field("flags")->offset, 8U);
+    ASSERT_TRUE(obj->load().has_value());
+    EXPECT_EQ(obj->program_type("count_calls"), BPF_PROG_TYPE_TRACEPOINT);
+  }
+
+  // One byte of the source changed: a miss, and a new object.
+  std::string changed = kGood;
+  changed[changed.find("return 1;\n}\n") + 9] = ' ';  // "return 1; }": same program
+  dir_.write("src/count.bpf.c", changed);
+  auto third = Object::compile_and_open(src);
+  ASSERT_TRUE(third.has_value()) << third.error().describe();
+  EXPECT_FALSE(third->compile_info()->cache_hit);
+  EXPECT_NE(third->compile_info()->key, first->compile_info()->key);
+
+  // A header beside the source is part of the key too.
+  dir_.write("src/counter.h", std::string(kCounterH) + "/* edited */\n");
+  auto fourth = Object::compile_and_open(src);
+  ASSERT_TRUE(fourth.has_value()) << fourth.error().describe();
+  EXPECT_FALSE(fourth->compile_info()->cache_hit);
+  auto fifth = Object::compile_and_open(src);
+  ASSERT_TRUE(fifth.has_value()) << fifth.error().describe();
+  EXPECT_TRUE(fifth->compile_info()->cache_hit);
+}
+
+TEST_F(BpfCompile, SyntaxErrorReturnsClangsDiagnosticWithFileAndLine) {
+  std::string broken = kGood;
+  broken.replace(broken.find("__u32 zero = 0;"), 15, "__u32 zero = ;");
+  dir_.write("src/counter.h", kCounterH);
+  dir_.write("src/broken.bpf.c", broken);
+  auto obj = Object::compile_and_open(dir_.path() / "src/broken.bpf.c");
+  ASSERT_FALSE(obj.has_value());
+  EXPECT_EQ(obj.error().errno_value(), EINVAL);
+  EXPECT_THAT(obj.error().message, HasSubstr("broken.bpf.c"));
+  EXPECT_THAT(obj.error().hint, HasSubstr("broken.bpf.c:17:"));
+  EXPECT_THAT(obj.error().hint, HasSubstr("error: expected expression"));
+  // Nothing half-written stays in the cache.
+  for (const auto& e : fs::directory_iterator(dir_.path() / "cache/tracer/bpf"))
+    EXPECT_FALSE(e.path().filename().string().starts_with("broken")) << e.path();
+}
+
+TEST_F(BpfCompile, MissingSourceOrClangIsENOENT) {
+  auto no_src = Object::compile_and_open(dir_.path() / "absent.bpf.c");
+  ASSERT_FALSE(no_src.has_value());
+  EXPECT_EQ(no_src.error().errno_value(), ENOENT);
+  dir_.write("a.bpf.c", kGood);
+  auto no_clang = Object::compile_and_open(dir_.path() / "a.bpf.c", {.clang = "no-such-clang-99"});
+  ASSERT_FALSE(no_clang.has_value());
+  EXPECT_EQ(no_clang.error().errno_value(), ENOENT);
+}
+
+TEST_F(BpfCompile, VerifierRejectionNamesTheProgramAndShowsTheLogTail) {
+  dir_.write("bad.bpf.c", kBad);
+  auto obj = Object::compile_and_open(dir_.path() / "bad.bpf.c");
+  ASSERT_TRUE(obj.has_value()) << obj.error().describe();
+  auto st = obj->load();
+  ASSERT_FALSE(st.has_value());
+  EXPECT_EQ(st.error().errno_value(), EACCES);
+  EXPECT_THAT(st.error().message, HasSubstr("'out_of_bounds'"));
+  EXPECT_THAT(st.error().message, ::testing::Not(HasSubstr("fine_prog")));
+  EXPECT_THAT(st.error().message, HasSubstr("verifier"));
+  EXPECT_THAT(st.error().hint, HasSubstr("invalid access to map value"));
+  EXPECT_THAT(st.error().hint, HasSubstr("off=64"));
+
+  const auto& failure = obj->last_load_failure();
+  ASSERT_TRUE(failure.has_value());
+  EXPECT_EQ(failure->program, "out_of_bounds");
+  EXPECT_EQ(failure->trimmed_log, st.error().hint);
+  EXPECT_GT(failure->verifier_log.size(), failure->trimmed_log.size());
+  EXPECT_THAT(failure->verifier_log, HasSubstr("processed "));
+  EXPECT_THAT(failure->verifier_log, HasSubstr(failure->trimmed_log));
+  const auto lines = std::count(failure->trimmed_log.begin(), failure->trimmed_log.end(), '\n');
+  EXPECT_LE(lines, 25);
+  EXPECT_GE(lines, 10);
+  // The error line ends the hint (the statistics after it are dropped).
+  EXPECT_THAT(failure->trimmed_log.substr(
+                  failure->trimmed_log.rfind('\n', failure->trimmed_log.size() - 2)),
+              ::testing::Not(HasSubstr("processed")));
+  // A failed object cannot be loaded again.
+  EXPECT_FALSE(obj->load().has_value());
+}
+
+// The spellings in which bpftool 7.1's own libbpf and the system's libbpf 1.1.2 differ: "(void)"
+// for empty parameter lists, "__attribute__((mode(byte)))" on 1-byte enums, a final blank line.
+std::string normalize_vmlinux_h(std::string text) {
+  const auto erase_all = [&](std::string_view what, std::string_view with) {
+    for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + with.size()))
+      text.replace(at, what.size(), with);
+  };
+  erase_all("(void)", "()");
+  erase_all(" __attribute__((mode(byte)))", "");
+  while (!text.empty() && text.back() == '\n')
+    text.pop_back();
+  return text;
+}
+
+TEST_F(BpfCompile, GeneratedVmlinuxHIsWhatBpftoolWrites) {
+  auto dir = ensure_vmlinux_h(dir_.path() / "v");
+  ASSERT_TRUE(dir.has_value()) << dir.error().describe();
+  const fs::path build_gen = fs::path(TRACER_BPF_SYSCALL_OUTPUT_OBJECT).parent_path();
+  const std::string ours = normalize_vmlinux_h(testing::slurp(*dir / "vmlinux.h"));
+  const std::string bpftool = normalize_vmlinux_h(testing::slurp(build_gen / "vmlinux.h"));
+  EXPECT_GT(ours.size(), 1'000'000U);
+  // Not EXPECT_EQ: a diff of two 3 MB strings would exhaust memory.
+  EXPECT_TRUE(ours == bpftool)
+      << "first difference at byte "
+      << std::distance(
+             ours.begin(),
+             std::mismatch(ours.begin(), ours.end(), bpftool.begin(), bpftool.end()).first);
+  auto again = ensure_vmlinux_h(dir_.path() / "v");
+  ASSERT_TRUE(again.has_value());
+  EXPECT_EQ(*again, *dir);
+}
+
+}  // namespace
+}  // namespace tracer::bpf
