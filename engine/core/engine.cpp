@@ -20,6 +20,8 @@
 #include "core/privileges.hpp"
 #include "core/probe_resolver.hpp"
 #include "core/ring_reader.hpp"
+#include "tracer/bpf/object.hpp"
+#include "tracer/bpf/output_channel.hpp"
 #include "tracer/error.hpp"
 #include "tracer/perf/event.hpp"
 #include "tracer/perf/software.hpp"
@@ -53,6 +55,8 @@ std::string_view to_string(ProbeKind k) noexcept {
       return "breakpoint";
     case ProbeKind::kAux:
       return "aux";
+    case ProbeKind::kBpfOutput:
+      return "bpf-output";
   }
   return "?";
 }
@@ -128,6 +132,9 @@ struct Engine::Impl : std::enable_shared_from_this<Engine::Impl> {
   std::optional<asio::posix::stream_descriptor> child_watch;
   UniqueFd cgroup_fd;
   std::optional<tracefs::DynamicProbes> dynamic;  // removed after the events close
+  std::optional<bpf::Object> bpf_object;          // closed last: programs detach with the events
+  std::optional<bpf::OutputChannel> output;       // bpf-output events (rings moved to readers)
+  std::vector<Reader*> output_readers;            // readers of the output channel, per CPU
   pid_t child = -1;
   int child_status = 0;
   int go_fd = -1;
@@ -143,6 +150,10 @@ struct Engine::Impl : std::enable_shared_from_this<Engine::Impl> {
                   const std::vector<int>& cpus,
                   const std::vector<pid_t>& pids);
   void start_command();
+  void load_bpf(const std::vector<core::ResolvedProbe>& resolved);
+  void open_output_channel();
+  void attach_bpf_programs();
+  void fill_tgids();
   void release_command();
   void arm(Reader& r);
   void arm_timer();
@@ -268,6 +279,157 @@ void Engine::Impl::open_probe(core::ResolvedProbe& rp,
   }
 }
 
+void Engine::Impl::load_bpf(const std::vector<core::ResolvedProbe>& resolved) {
+  const auto& b = *opts.bpf;
+  const int sources =
+      (b.builtin.empty() ? 0 : 1) + (b.object.empty() ? 0 : 1) + (b.source.empty() ? 0 : 1);
+  if (sources != 1) {
+    throw Error(ErrorCategory::kUsage, std::make_error_code(std::errc::invalid_argument),
+                "engine: BPF options need exactly one of builtin, object or source",
+                "e.g. builtin = \"syscall_output\", object = \"x.bpf.o\" or source = \"x.bpf.c\"");
+  }
+  auto obj = !b.builtin.empty()  ? bpf::Object::open_shipped(b.builtin)
+             : !b.object.empty() ? bpf::Object::open_file(b.object)
+                                 : bpf::Object::compile_and_open(b.source, {});
+  if (!obj) {
+    throw_failure(
+        obj.error().errno_value() == ENOENT ? ErrorCategory::kNotFound : ErrorCategory::kRuntime,
+        obj.error(), "bpf");
+  }
+  bool nr_args_given = false;
+  for (const auto& [name, value] : b.globals) {
+    nr_args_given = nr_args_given || name == "nr_args";
+    if (auto st = obj->set_global(name, value); !st)
+      throw_failure(ErrorCategory::kUsage, st.error(), "bpf");
+  }
+  // Programs that read a syscall's arguments must not read past the tracepoint's record (the
+  // kernel refuses the attach): tell them how many a syscalls:sys_enter_* record has.
+  if (!nr_args_given) {
+    for (const auto& rp : resolved) {
+      const auto& po = opts.probes[rp.info.index];
+      if (po.bpf_program.empty() || !rp.info.format || rp.info.format->system != "syscalls" ||
+          !rp.info.format->name.starts_with("sys_enter_")) {
+        continue;
+      }
+      std::uint32_t args = 0;
+      for (const auto& f : rp.info.format->fields) {
+        if (!f.is_common && f.name != "__syscall_nr")
+          ++args;
+      }
+      [[maybe_unused]] auto st = obj->set_global("nr_args", args);  // absent in other programs
+      break;
+    }
+  }
+  if (auto st = obj->load(); !st) {
+    Failure f = st.error();
+    if (opts.verbose && obj->last_load_failure()) {
+      f.hint = "full verifier log:\n" + obj->last_load_failure()->verifier_log;
+    }
+    throw_failure(ErrorCategory::kRuntime, f, "bpf");
+  }
+  bpf_object.emplace(std::move(*obj));
+}
+
+void Engine::Impl::open_output_channel() {
+  const auto& b = *opts.bpf;
+  if (b.output_map.empty())
+    return;
+  const std::uint32_t pages = b.output_pages != 0 ? b.output_pages : 64;
+  bpf::OutputChannelOptions co{.data_pages = pages,
+                               .wakeup_events = b.wakeup.events,
+                               .wakeup_watermark_bytes = b.wakeup.events != 0 ? 0
+                                                         : b.wakeup.watermark_bytes != 0
+                                                             ? b.wakeup.watermark_bytes
+                                                             : pages * 4096 / 4,
+                               .extra_sample_type = PERF_SAMPLE_IDENTIFIER | PERF_SAMPLE_TID,
+                               .start_disabled = true};
+  auto channel = bpf::OutputChannel::open(*bpf_object, b.output_map, co);
+  if (!channel)
+    throw_failure(ErrorCategory::kRuntime, channel.error(), "bpf output channel");
+  output.emplace(std::move(*channel));
+  ProbeInfo info;
+  info.index = static_cast<std::uint32_t>(probes.size());
+  info.name = b.output_name;
+  info.kind = ProbeKind::kBpfOutput;
+  info.spec = b.output_map;
+  info.layout = output->layout();
+  info.pmu = "software (bpf-output)";
+  if (!b.payload_struct.empty()) {
+    auto schema = bpf_object->struct_schema(b.payload_struct);
+    if (!schema)
+      throw_failure(ErrorCategory::kUsage, schema.error(), "bpf payload");
+    info.payload = std::move(*schema);
+  }
+  probes.push_back(std::move(info));  // capacity reserved: layouts do not move
+  counting.push_back(false);
+  const auto& out_info = probes.back();
+  for (auto& slot : output->cpus()) {
+    if (!slot)
+      continue;
+    const int dup = ::fcntl(slot->event.fd(), F_DUPFD_CLOEXEC, 0);
+    if (dup < 0) {
+      throw Error(ErrorCategory::kRuntime, {errno, std::generic_category()},
+                  "bpf output channel: dup of a ring fd failed");
+    }
+    auto r = std::make_unique<Reader>(
+        Reader{core::RingReader(std::move(slot->ring), out_info.index, slot->cpu, &out_info.layout,
+                                opts.max_batch),
+               asio::posix::stream_descriptor(strand, dup)});
+    output_readers.push_back(r.get());
+    readers.push_back(std::move(r));
+  }
+}
+
+void Engine::Impl::attach_bpf_programs() {
+  for (std::size_t p = 0; p < events.size(); ++p) {
+    const auto& name = opts.probes[p].bpf_program;
+    if (name.empty())
+      continue;
+    if (!bpf_object) {
+      throw Error(
+          ErrorCategory::kUsage, std::make_error_code(std::errc::invalid_argument),
+          fmt::format("probe '{}': program '{}' but no BPF object", opts.probes[p].name, name),
+          "give the engine BPF options (a recipe's [bpf] section)");
+    }
+    auto fd = bpf_object->program_fd(name);
+    if (!fd)
+      throw_failure(ErrorCategory::kUsage, fd.error(),
+                    fmt::format("probe '{}'", opts.probes[p].name));
+    if (events[p].empty() || events[p].front().events.empty())
+      continue;
+    // One attach per tracepoint: the program belongs to the tracepoint and runs on every CPU
+    // (a second SET_BPF on another CPU's event of it fails with EEXIST). TOOLCHAIN.md.
+    if (auto st = events[p].front().events.front().set_bpf(*fd); !st) {
+      throw_failure(ErrorCategory::kRuntime, st.error(),
+                    fmt::format("probe '{}'", opts.probes[p].name));
+    }
+  }
+}
+
+void Engine::Impl::fill_tgids() {
+  if (!bpf_object)
+    return;
+  const auto maps = bpf_object->map_names();
+  if (std::find(maps.begin(), maps.end(), "tgids") == maps.end())
+    return;
+  // Convention of tracer's programs: a hash `tgids` (u32 tgid -> u8) names the processes whose
+  // events they emit or pass. The engine fills it with the pid or command target and the
+  // processes the options list.
+  std::vector<pid_t> tgids = opts.bpf->tgids;
+  if (opts.target.kind == Target::Kind::kPid)
+    tgids.push_back(opts.target.pid);
+  if (opts.target.kind == Target::Kind::kCommand)
+    tgids.push_back(child);
+  for (pid_t tgid : tgids) {
+    if (tgid <= 0)
+      continue;
+    auto st = bpf_object->update_elem<std::uint32_t, std::uint8_t>(
+        "tgids", static_cast<std::uint32_t>(tgid), 1);
+    if (!st)
+      throw_failure(ErrorCategory::kRuntime, st.error(), "bpf tgids");
+  }
+}
+
 void Engine::Impl::start() {
   if (running || stopped) {
     throw Error(ErrorCategory::kUsage, std::make_error_code(std::errc::operation_not_permitted),
@@ -298,6 +460,8 @@ void Engine::Impl::start() {
     if (!p.bpf_program.empty())
       needs.bpf = true;
   }
+  if (opts.bpf)
+    needs.bpf = true;
   if (auto st = core::check_privileges(needs); !st)
     throw_failure(ErrorCategory::kPermission, st.error());
 
@@ -316,7 +480,8 @@ void Engine::Impl::start() {
     resolved.push_back(core::resolve_probe(opts.probes[i], static_cast<std::uint32_t>(i), ctx));
   }
   probes.clear();
-  probes.reserve(resolved.size());  // RingReaders keep pointers to the layouts: no reallocation
+  // RingReaders keep pointers to the layouts: no reallocation (+1: the BPF output channel).
+  probes.reserve(resolved.size() + 1);
   for (const auto& r : resolved) {
     probes.push_back(r.info);
     counting.push_back(r.counting);
@@ -366,6 +531,14 @@ void Engine::Impl::start() {
     }
     for (auto& rp : resolved)
       open_probe(rp, *online, pids);
+    if (opts.bpf) {
+      load_bpf(resolved);
+      open_output_channel();
+      fill_tgids();
+      attach_bpf_programs();
+    } else {
+      attach_bpf_programs();  // reports probes that name a program without a BPF object
+    }
     if (target.kind != Target::Kind::kCommand) {
       for (auto& per_cpu : events) {
         for (auto& ce : per_cpu) {
@@ -375,6 +548,10 @@ void Engine::Impl::start() {
           }
         }
       }
+    }
+    if (output) {
+      if (auto st = output->enable(); !st)
+        throw_failure(ErrorCategory::kRuntime, st.error(), "bpf output channel");
     }
   } catch (...) {
     cleanup();
@@ -484,6 +661,18 @@ Stats Engine::Impl::collect_stats() const {
         ps.per_cpu.emplace_back(ce.cpu, rs);
       }
     }
+    if (probes[p].kind == ProbeKind::kBpfOutput) {
+      for (const auto* r : output_readers)
+        ps.per_cpu.emplace_back(r->reader.cpu(), r->reader.stats());
+      if (bpf_object) {
+        const auto maps = bpf_object->map_names();
+        if (std::find(maps.begin(), maps.end(), "output_drops") != maps.end()) {
+          if (auto drops = bpf_object->percpu_array_sum<std::uint64_t>("output_drops")) {
+            ps.bpf_output_drops = *drops;
+          }
+        }
+      }
+    }
     s.probes.push_back(std::move(ps));
   }
   return s;
@@ -500,6 +689,9 @@ void Engine::Impl::stop() {
         [[maybe_unused]] const auto st = ev.disable();  // best effort: the fd closes anyway
       }
     }
+  }
+  if (output) {
+    [[maybe_unused]] const auto st = output->disable();
   }
   drain_all();
   check_handler_failure();
@@ -528,9 +720,12 @@ void Engine::Impl::cleanup() noexcept {
     for (auto& ce : per_cpu)
       ce.reader = nullptr;
   }
+  output_readers.clear();
+  output.reset();  // clears its PERF_EVENT_ARRAY entries, closes the bpf-output events
   events.clear();
   // Dynamic tracefs probes can only be removed once no perf event holds them (EBUSY).
   dynamic.reset();
+  bpf_object.reset();
   cgroup_fd.reset();
   if (go_fd >= 0) {  // never started: closing the pipe makes it exit
     ::close(go_fd);

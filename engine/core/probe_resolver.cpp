@@ -351,6 +351,9 @@ ResolvedProbe resolve_probe(const ProbeOptions& o, std::uint32_t index, ResolveC
       break;
     }
     case ProbeKind::kRawPmu:
+    case ProbeKind::kBpfOutput:
+      usage_error(o, "the BPF output channel is not a probe of its own",
+                  "configure it with the engine's BPF options ([bpf] output in a recipe)");
     case ProbeKind::kAux: {
       std::uint64_t raw = 0;
       if (o.kind == ProbeKind::kRawPmu && o.spec.size() > 1 && o.spec[0] == 'r' &&

@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "tracer/bpf/schema.hpp"
 #include "tracer/perf/record.hpp"
 #include "tracer/perf/ring.hpp"
 #include "tracer/tracefs/tracefs.hpp"
@@ -46,6 +47,7 @@ enum class ProbeKind : std::uint8_t {
   kRawPmu,      // perf syntax "pmu/term=value,.../"
   kBreakpoint,  // "0xADDR[:rwx[:len]]" or "symbol[:rwx[:len]]" (symbol of the traced binary)
   kAux,         // an AUX-capable PMU: "intel_pt/cyc=1/" (AUX area mapped, chunks delivered)
+  kBpfOutput,   // the BPF output channel: what programs emit with bpf_perf_event_output
 };
 [[nodiscard]] std::string_view to_string(ProbeKind k) noexcept;
 
@@ -87,9 +89,33 @@ struct ProbeOptions {
   bool aux_snapshot = false;    // kAux: overwrite (snapshot) mode
 };
 
+/// A BPF object for the engine: its programs attach to probes (ProbeOptions::bpf_program) and
+/// what they emit through a PERF_EVENT_ARRAY arrives as the records of one more probe.
+struct BpfOptions {
+  std::string builtin{};  // a program shipped with tracer ("syscall_output", "tgid_gate")
+  std::string object{};   // or a compiled .bpf.o
+  std::string source{};   // or a .bpf.c, compiled at run time by clang and cached by content
+  /// The PERF_EVENT_ARRAY drained as the output channel; empty: none.
+  std::string output_map = "events";
+  /// The name the output channel's records carry (ProbeInfo::name).
+  std::string output_name = "bpf";
+  /// The BTF struct the programs emit: gives the payload's fields their names.
+  std::string payload_struct{};
+  /// `const volatile` globals set before load (name, value as u64 of the variable's size).
+  std::vector<std::pair<std::string, std::uint64_t>> globals{};
+  /// Processes put into the object's `tgids` map (tracer's programs emit/pass only those), in
+  /// addition to the target's process for a pid or command target.
+  std::vector<pid_t> tgids{};
+  std::uint32_t output_pages = 0;  // data pages per CPU ring; 0: 64
+  WakeupPolicy wakeup{};
+};
+
 struct EngineOptions {
   Target target{};
   std::vector<ProbeOptions> probes{};
+  std::optional<BpfOptions> bpf{};
+  /// Full verifier logs in errors (else the failing part).
+  bool verbose = false;
   /// Place kprobes/uprobes through tracefs dynamic events even where a probe PMU exists.
   bool prefer_tracefs_probes = false;
   /// Period of the timer that drains rings whose wakeup has not come (low-rate probes).
@@ -110,6 +136,8 @@ struct ProbeInfo {
   /// PERF_SAMPLE_REGS_USER mask (perf_regs.h order): uprobes carry their arguments (x86-64:
   /// rdi, rsi, rdx, rcx, r8, r9) and uretprobes their return value (rax) by default.
   std::uint64_t sample_regs_user = 0;
+  /// kBpfOutput: the emitted struct's fields (from BTF), when BpfOptions::payload_struct is set.
+  std::optional<bpf::StructSchema> payload{};
 };
 
 /// One record as the reactor hands it on: decoded in place, valid during the callback only.
@@ -147,7 +175,9 @@ struct RingStats {
 struct ProbeStats {
   std::string name;
   std::vector<std::pair<int, RingStats>> per_cpu;  // cpu -> stats
-  std::uint64_t bpf_output_drops = 0;              // failed bpf_perf_event_output calls
+  /// kBpfOutput: failed bpf_perf_event_output calls, from the object's per-CPU array
+  /// `output_drops` when it has one (the shipped programs do).
+  std::uint64_t bpf_output_drops = 0;
   [[nodiscard]] RingStats total() const noexcept;
 };
 

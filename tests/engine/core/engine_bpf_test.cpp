@@ -1,0 +1,178 @@
+// Engine with BPF: a tgid filter program attached with SET_BPF, the BPF output channel with
+// payloads decoded through BTF, drop accounting, runtime compilation and verifier rejections.
+#include <gtest/gtest.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <boost/asio/io_context.hpp>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "support/child.hpp"
+#include "tracer/engine.hpp"
+#include "tracer/error.hpp"
+
+namespace tracer {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+// Syscalls only these tests use: a gate program on their tracepoints affects every consumer.
+void fadvises(int n) {
+  for (int i = 0; i < n; ++i)
+    ::syscall(SYS_fadvise64, 12345, i, 0, 0);
+}
+void readaheads(int n) {
+  for (int i = 0; i < n; ++i)
+    ::syscall(SYS_readahead, 12345, i, 0);
+}
+
+TEST(EngineBpf, TgidFilterAllCpusDeliversExactlyTheChildsCalls) {
+  constexpr int kCalls = 500;
+  testing::Child child([](int) { fadvises(kCalls); });
+  boost::asio::io_context io;
+  Engine engine(
+      io.get_executor(),
+      {.probes = {{.name = "fadvise",
+                   .kind = ProbeKind::kTracepoint,
+                   .spec = "syscalls:sys_enter_fadvise64",
+                   .bpf_program = "tgid_gate"}},
+       .bpf = BpfOptions{.builtin = "tgid_gate", .output_map = "", .tgids = {child.pid()}}});
+  std::uint64_t mine = 0, foreign = 0;
+  engine.on_batch([&](const Batch& b) {
+    for (const auto& r : b.records) {
+      if (const auto* s = std::get_if<perf::Sample>(&r.record.body)) {
+        (static_cast<pid_t>(s->pid) == child.pid() ? mine : foreign) += 1;
+      }
+    }
+  });
+  engine.start();
+  ASSERT_TRUE(child.go());
+  fadvises(200);  // the same syscall from another process, on any CPU
+  io.run_for(200ms);
+  engine.stop();
+  EXPECT_EQ(mine, static_cast<std::uint64_t>(kCalls));
+  EXPECT_EQ(foreign, 0U);
+  EXPECT_EQ(engine.stats().probes[0].total().lost, 0U);
+}
+
+TEST(EngineBpf, OutputChannelPayloadsDecodedThroughBtf) {
+  constexpr int kCalls = 300;
+  testing::Child child([](int) { readaheads(kCalls); });
+  boost::asio::io_context io;
+  Engine engine(io.get_executor(), {.target = {.kind = Target::Kind::kPid, .pid = child.pid()},
+                                    .probes = {{.name = "readahead",
+                                                .kind = ProbeKind::kTracepoint,
+                                                .spec = "syscalls:sys_enter_readahead",
+                                                .counting = true,
+                                                .bpf_program = "syscall_output"}},
+                                    .bpf = BpfOptions{.builtin = "syscall_output",
+                                                      .output_name = "calls",
+                                                      .payload_struct = "syscall_output_event"}});
+  engine.start();
+  ASSERT_EQ(engine.probes().size(), 2U);
+  const ProbeInfo& out = engine.probes()[1];
+  EXPECT_EQ(out.name, "calls");
+  EXPECT_EQ(out.kind, ProbeKind::kBpfOutput);
+  ASSERT_TRUE(out.payload.has_value());
+  const auto* pid_f = out.payload->field("pid");
+  const auto* nr_f = out.payload->field("nr");
+  const auto* args_f = out.payload->field("args");
+  const auto* comm_f = out.payload->field("comm");
+  ASSERT_TRUE(pid_f && nr_f && args_f && comm_f);
+  EXPECT_EQ(args_f->count, 6U);
+  std::vector<std::uint64_t> offsets;
+  std::uint64_t foreign = 0, bad_nr = 0;
+  std::string comm;
+  engine.on_batch([&](const Batch& b) {
+    for (const auto& r : b.records) {
+      const auto* s = std::get_if<perf::Sample>(&r.record.body);
+      if (s == nullptr || r.probe != 1)
+        continue;
+      ASSERT_GE(s->raw.size(), out.payload->size);
+      std::uint32_t pid = 0;
+      std::int64_t nr = 0;
+      std::uint64_t arg1 = 0;
+      std::memcpy(&pid, s->raw.data() + pid_f->offset, 4);
+      std::memcpy(&nr, s->raw.data() + nr_f->offset, 8);
+      std::memcpy(&arg1, s->raw.data() + args_f->offset + 8, 8);
+      if (static_cast<pid_t>(pid) != child.pid())
+        ++foreign;
+      if (nr != SYS_readahead)
+        ++bad_nr;
+      offsets.push_back(arg1);
+      comm.assign(reinterpret_cast<const char*>(s->raw.data() + comm_f->offset));
+    }
+  });
+  ASSERT_TRUE(child.go());
+  readaheads(100);  // the parent: not in `tgids`, never emitted
+  io.run_for(200ms);
+  engine.stop();
+  ASSERT_EQ(offsets.size(), static_cast<std::size_t>(kCalls));
+  std::sort(offsets.begin(), offsets.end());  // per-CPU rings: order is per CPU only
+  for (int i = 0; i < kCalls; ++i)
+    EXPECT_EQ(offsets[i], static_cast<std::uint64_t>(i));
+  EXPECT_EQ(foreign, 0U);
+  EXPECT_EQ(bad_nr, 0U);
+  EXPECT_FALSE(comm.empty());
+  const auto stats = engine.stats();
+  EXPECT_EQ(stats.probes[1].total().samples, static_cast<std::uint64_t>(kCalls));
+  EXPECT_EQ(stats.probes[1].total().lost, 0U);
+  EXPECT_EQ(stats.probes[1].bpf_output_drops, 0U);
+  EXPECT_EQ(stats.probes[0].total().samples, static_cast<std::uint64_t>(kCalls))
+      << "the counting tracepoint probe counts the child's calls";
+}
+
+TEST(EngineBpf, VerifierRejectionShowsTheLog) {
+  const fs::path dir = fs::temp_directory_path() / ("tracer_bad_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  std::ofstream(dir / "bad.bpf.c") << R"(#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+char LICENSE[] SEC("license") = "GPL";
+struct { __uint(type, BPF_MAP_TYPE_ARRAY); __uint(max_entries, 1); __type(key, __u32); __type(value, __u64); } m SEC(".maps");
+SEC("tracepoint") int bad(void *ctx) {
+  __u32 k = 0; __u64 *v = bpf_map_lookup_elem(&m, &k);
+  if (!v) return 1;
+  return v[9] != 0;  /* past the 8-byte value: the verifier refuses */
+}
+)";
+  boost::asio::io_context io;
+  Engine engine(io.get_executor(),
+                {.probes = {{.name = "t",
+                             .kind = ProbeKind::kTracepoint,
+                             .spec = "syscalls:sys_enter_fadvise64",
+                             .bpf_program = "bad"}},
+                 .bpf = BpfOptions{.source = (dir / "bad.bpf.c").string(), .output_map = ""}});
+  try {
+    engine.start();
+    FAIL() << "the verifier accepted an out-of-bounds read";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("bad"), std::string::npos) << e.what();
+    EXPECT_NE(e.hint().find("invalid access to map value"), std::string::npos) << e.hint();
+  }
+  fs::remove_all(dir);
+}
+
+TEST(EngineBpf, ProgramThatDoesNotExistListsTheOthers) {
+  boost::asio::io_context io;
+  Engine engine(io.get_executor(), {.probes = {{.name = "t",
+                                                .kind = ProbeKind::kTracepoint,
+                                                .spec = "syscalls:sys_enter_fadvise64",
+                                                .bpf_program = "tgid_gat"}},
+                                    .bpf = BpfOptions{.builtin = "tgid_gate", .output_map = ""}});
+  try {
+    engine.start();
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.category(), ErrorCategory::kUsage);
+    EXPECT_NE((std::string(e.what()) + e.hint()).find("tgid_gate"), std::string::npos)
+        << e.what() << "\n"
+        << e.hint();
+  }
+}
+
+}  // namespace
+}  // namespace tracer
