@@ -74,7 +74,12 @@ int syscall_output(struct trace_event_raw_sys_enter *ctx)
 	/* raw_syscalls:sys_enter has `long id`; syscalls:sys_enter_* have `int
 	 * __syscall_nr` in the same 8-byte slot with 4 bytes of padding after
 	 * it: the low 32 bits are the number. */
-	e.nr = (__s32)ctx->id;
+	/* Read exactly those 4 bytes: a syscall without arguments
+	 * (sys_enter_getppid) has a 12-byte record, and an 8-byte read of `id`
+	 * would reach past it, which makes the kernel refuse the attach. */
+	e.nr = *(volatile __s32 *)((void *)ctx +
+				   __builtin_offsetof(struct trace_event_raw_sys_enter,
+						      id));
 	/* Constant indexes, one test each: a loop lets clang walk a pointer
 	 * over ctx, and the verifier refuses loads through a modified ctx
 	 * pointer. */

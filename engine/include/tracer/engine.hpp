@@ -176,7 +176,9 @@ struct ProbeStats {
   std::string name;
   std::vector<std::pair<int, RingStats>> per_cpu;  // cpu -> stats
   /// kBpfOutput: failed bpf_perf_event_output calls, from the object's per-CPU array
-  /// `output_drops` when it has one (the shipped programs do).
+  /// `output_drops` when it has one (the shipped programs do). A call that failed because the
+  /// ring was full is also in the ring's LOST count: events lost = max(lost, drops) when the
+  /// program counts every failure.
   std::uint64_t bpf_output_drops = 0;
   [[nodiscard]] RingStats total() const noexcept;
 };

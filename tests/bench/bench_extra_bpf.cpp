@@ -1,0 +1,120 @@
+// The BPF runs of the throughput benchmark: (b) the engine's BPF output channel and (c) the
+// reference, a minimal libbpf perf_buffer consumer of the same program with batched wakeups.
+#include <bpf/libbpf.h>
+#include <linux/perf_event.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <boost/asio/io_context.hpp>
+#include <cstring>
+
+#include "bench_common.hpp"
+#include "tracer/bpf/object.hpp"
+#include "tracer/engine.hpp"
+#include "tracer/perf/event.hpp"
+#include "tracer/tracefs/tracefs.hpp"
+
+namespace tracer::bench {
+namespace {
+
+constexpr std::uint32_t kPages = 64;
+
+Row run_engine_bpf_output(long calls) {
+  Workload w(calls);
+  boost::asio::io_context io;
+  Engine engine(io.get_executor(),
+                {.target = {.kind = Target::Kind::kPid, .pid = w.pid()},
+                 .probes = {{.name = "getppid",
+                             .kind = ProbeKind::kTracepoint,
+                             .spec = "syscalls:sys_enter_getppid",
+                             .counting = true,
+                             .bpf_program = "syscall_output"}},
+                 .bpf = BpfOptions{.builtin = "syscall_output", .output_pages = kPages}});
+  std::uint64_t events = 0;
+  engine.on_batch([&](const Batch& b) {
+    for (const auto& r : b.records)
+      events += r.record.type == perf::abi::kSample ? 1 : 0;
+  });
+  engine.start();
+  const double cpu0 = process_cpu_seconds();
+  w.start();
+  while (!w.finished())
+    io.run_for(std::chrono::milliseconds(5));
+  const double secs = w.wait();
+  engine.stop();
+  const double cpu = process_cpu_seconds() - cpu0;
+  const auto st = engine.stats().probes[1];
+  // A full ring makes bpf_perf_event_output fail (counted by the program) and the kernel count
+  // a LOST record for the same event: the program's count covers both.
+  return {"(b) engine, BPF output channel", secs, events,
+          std::max(st.total().lost, st.bpf_output_drops), cpu};
+}
+
+struct RefCounts {
+  std::uint64_t samples = 0, lost = 0;
+};
+
+enum bpf_perf_event_ret on_event(void* ctx, int /*cpu*/, perf_event_header* h) {
+  auto* c = static_cast<RefCounts*>(ctx);
+  if (h->type == PERF_RECORD_SAMPLE) {
+    ++c->samples;
+  } else if (h->type == PERF_RECORD_LOST) {
+    std::uint64_t lost = 0;
+    std::memcpy(&lost, reinterpret_cast<const char*>(h) + sizeof(*h) + 8, sizeof(lost));
+    c->lost += lost;
+  }
+  return LIBBPF_PERF_EVENT_CONT;
+}
+
+Row run_libbpf_reference(long calls) {
+  Workload w(calls);
+  auto obj = bpf::Object::open_shipped("syscall_output");
+  if (!obj || !obj->set_global("nr_args", std::uint32_t{0}) || !obj->load())
+    std::abort();
+  if (!obj->update_elem<std::uint32_t, std::uint8_t>("tgids", static_cast<std::uint32_t>(w.pid()),
+                                                     1))
+    std::abort();
+  // The program on the tracepoint: one counting event, SET_BPF once (as the engine does).
+  auto fs = tracefs::Tracefs::open();
+  auto id = fs->tracepoint_id({"syscalls", "sys_enter_getppid"});
+  perf::EventAttr ta;
+  ta.type(PERF_TYPE_TRACEPOINT).config(*id);
+  auto tp = perf::Event::open(ta, {.pid = w.pid(), .cpu = -1});
+  if (!tp || !tp->set_bpf(*obj->program_fd("syscall_output")))
+    std::abort();
+  // libbpf's perf_buffer over the PERF_EVENT_ARRAY, wakeups batched by watermark like the
+  // engine's (perf_buffer__new would wake on every sample).
+  perf_event_attr attr{};
+  attr.size = sizeof(attr);
+  attr.type = PERF_TYPE_SOFTWARE;
+  attr.config = PERF_COUNT_SW_BPF_OUTPUT;
+  attr.sample_type = PERF_SAMPLE_RAW;
+  attr.sample_period = 1;
+  attr.watermark = 1;
+  attr.wakeup_watermark = kPages * 4096 / 4;
+  RefCounts counts;
+  perf_buffer* pb =
+      perf_buffer__new_raw(*obj->map_fd("events"), kPages, &attr, on_event, &counts, nullptr);
+  if (pb == nullptr)
+    std::abort();
+  const double cpu0 = process_cpu_seconds();
+  w.start();
+  while (!w.finished())
+    perf_buffer__poll(pb, 5);
+  const double secs = w.wait();
+  perf_buffer__consume(pb);
+  const double cpu = process_cpu_seconds() - cpu0;
+  perf_buffer__free(pb);
+  std::uint64_t drops = obj->percpu_array_sum<std::uint64_t>("output_drops").value_or(0);
+  return {"(c) libbpf perf_buffer (reference)", secs, counts.samples, std::max(counts.lost, drops),
+          cpu};
+}
+
+}  // namespace
+
+std::vector<std::function<Row(long)>> extra_runs() {
+  return {run_engine_bpf_output, run_libbpf_reference};
+}
+
+}  // namespace tracer::bench
