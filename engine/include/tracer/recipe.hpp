@@ -1,0 +1,123 @@
+// Recipe: a TOML file naming probes, an optional BPF object and pipelines of stages, loaded into
+// a validated model whose every value keeps the position it was written at. The schema is
+// documented with examples in configs/README.md.
+//
+// Usage:
+//   tracer::Recipe recipe = tracer::Recipe::load("configs/openat.toml", {
+//       .sets = {"pid=42", "recipe.duration=5s"},
+//       .stages = registry_specs});      // throws tracer::Error (kRecipe) listing every problem
+//   tracer::Diagnostics diags;
+//   recipe.check_system(diags);          // `tracer check`: tracepoints, binaries, symbols, files
+//   diags.throw_if_any();
+//   tracer::Engine engine(executor, recipe.to_engine_options(target));
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tracer/config_value.hpp"
+#include "tracer/diagnostics.hpp"
+#include "tracer/engine.hpp"
+#include "tracer/error.hpp"
+#include "tracer/stage_spec.hpp"
+
+namespace tracer {
+
+/// Where each key of a table was written (the value's position), by key name.
+using SourceMap = std::map<std::string, SourceRegion, std::less<>>;
+
+struct RecipeLoadOptions {
+  /// "key=value" overrides (the CLI's --set): a param name ("pid=42"), or a dotted recipe key:
+  /// "recipe.KEY", "probe.NAME.KEY", "bpf.KEY". The value is typed by what the key expects.
+  std::vector<std::string> sets{};
+  /// The stages a recipe may use (the stage registry's specs). Stage names, option names,
+  /// option types and required options are checked against it; when it is empty, they are not
+  /// checked at all (only `use` is required).
+  std::vector<StageSpec> stages{};
+};
+
+/// A `[params]` entry: its default, or the value --set gave it.
+struct RecipeParam {
+  std::string name{};
+  ConfigValue value{};  // bool, integer or string
+};
+
+struct RecipeProbe {
+  ProbeOptions options{};
+  SourceRegion where{};  // the [[probe]] header
+  /// Position of each value as written, by recipe key ("name", "tracepoint", "filter", ...).
+  SourceMap value_where{};
+
+  /// The position of `key`'s value, or of the [[probe]] header when the key was not written.
+  [[nodiscard]] const SourceRegion& where_of(std::string_view key) const noexcept;
+};
+
+/// `[bpf]`: exactly one of source, object, builtin is set. Loading happens elsewhere.
+struct RecipeBpf {
+  std::filesystem::path source{};  // .bpf.c, made relative to the recipe's directory
+  std::filesystem::path object{};  // .bpf.o, likewise
+  std::string builtin{};           // a program shipped with tracer
+  std::string output = "events";   // PERF_EVENT_ARRAY map the programs emit into
+  std::string payload_struct{};    // `struct`: the emitted C struct (BTF decoding); may be empty
+  SourceRegion where{};            // the [bpf] header
+  SourceMap value_where{};
+};
+
+struct RecipeStage {
+  std::string use{};
+  /// Every key but `use`, as written (a table; positions kept). Stages parse them.
+  ConfigValue options{};
+  SourceRegion where{};  // the [[stage]] header
+};
+
+struct RecipePipeline {
+  std::string name{};  // "main" for the top-level [[stage]] form
+  std::vector<RecipeStage> stages{};
+  SourceRegion where{};
+};
+
+/// A loaded, validated recipe. Passive data plus its loaders.
+struct Recipe {
+  using LoadOptions = RecipeLoadOptions;
+
+  std::string path{};  // as given to load()/load_string() (diagnostics print it)
+  std::string name{};
+  std::string description{};
+  std::optional<std::chrono::nanoseconds> duration{};
+  std::vector<RecipeParam> params{};  // in the order written
+  std::vector<RecipeProbe> probes{};  // in the order written
+  std::optional<RecipeBpf> bpf{};
+  std::vector<RecipePipeline> pipelines{};
+  SourceMap value_where{};  // [recipe] keys
+
+  /// Reads and validates a recipe file. Relative paths inside it ([bpf] source/object) are made
+  /// relative to the file's directory; diagnostics print `file` as given.
+  /// @return the recipe; throws one tracer::Error (category kRecipe) whose message lists every
+  /// problem as "file:line:column: message" with "  hint: ..." lines (Diagnostics::format), or
+  /// kNotFound when the file cannot be read.
+  [[nodiscard]] static Recipe load(const std::filesystem::path& file,
+                                   const LoadOptions& options = {});
+  /// The same for text already in memory; `display_path` is printed in diagnostics and its
+  /// directory anchors relative paths.
+  [[nodiscard]] static Recipe load_string(std::string_view text,
+                                          std::string_view display_path,
+                                          const LoadOptions& options = {});
+
+  /// What load() cannot know without the running system: tracepoints exist (with near matches
+  /// in the hint), uprobe binaries and symbols resolve, [bpf] source/object files exist. Adds a
+  /// diagnostic per problem at the value's position; never throws. Needs tracefs access for
+  /// tracepoints (usually root).
+  void check_system(Diagnostics& diagnostics) const;
+
+  /// The engine's options for this recipe's probes and `target` (BPF object, duration and
+  /// pipelines are wired by the caller).
+  [[nodiscard]] EngineOptions to_engine_options(const Target& target) const;
+};
+
+}  // namespace tracer
