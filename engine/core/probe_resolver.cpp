@@ -351,9 +351,6 @@ ResolvedProbe resolve_probe(const ProbeOptions& o, std::uint32_t index, ResolveC
       break;
     }
     case ProbeKind::kRawPmu:
-    case ProbeKind::kBpfOutput:
-      usage_error(o, "the BPF output channel is not a probe of its own",
-                  "configure it with the engine's BPF options ([bpf] output in a recipe)");
     case ProbeKind::kAux: {
       std::uint64_t raw = 0;
       if (o.kind == ProbeKind::kRawPmu && o.spec.size() > 1 && o.spec[0] == 'r' &&
@@ -414,6 +411,9 @@ ResolvedProbe resolve_probe(const ProbeOptions& o, std::uint32_t index, ResolveC
       sample_type |= PERF_SAMPLE_IP | PERF_SAMPLE_ADDR;
       break;
     }
+    case ProbeKind::kBpfOutput:
+      usage_error(o, "the BPF output channel is not a probe of its own",
+                  "configure it with the engine's BPF options ([bpf] output in a recipe)");
     case ProbeKind::kKprobe:
     case ProbeKind::kKretprobe:
     case ProbeKind::kUprobe:
