@@ -785,6 +785,58 @@ Stats Engine::stats() const {
   return impl_->stopped ? impl_->final_stats : impl_->collect_stats();
 }
 
+std::vector<ProbeInfo> Engine::check(std::vector<std::string>* notes) {
+  auto& o = impl_->opts;
+  core::ResolveContext ctx;
+  ctx.prefer_tracefs_probes = o.prefer_tracefs_probes;
+  if (o.target.kind == Target::Kind::kPid)
+    ctx.pid = o.target.pid;
+  std::vector<core::ResolvedProbe> resolved;
+  std::vector<ProbeInfo> out;
+  for (std::size_t i = 0; i < o.probes.size(); ++i) {
+    resolved.push_back(core::resolve_probe(o.probes[i], static_cast<std::uint32_t>(i), ctx));
+    out.push_back(resolved.back().info);
+  }
+  if (o.bpf) {
+    impl_->load_bpf(resolved);
+    auto& obj = *impl_->bpf_object;
+    for (const auto& p : o.probes) {
+      if (p.bpf_program.empty())
+        continue;
+      if (auto fd = obj.program_fd(p.bpf_program); !fd) {
+        throw_failure(ErrorCategory::kUsage, fd.error(), fmt::format("probe '{}'", p.name));
+      }
+      if (notes != nullptr && p.kind == ProbeKind::kTracepoint) {
+        notes->push_back(fmt::format(
+            "probe '{}': program '{}' runs on every {} event system-wide, and its return value "
+            "gates the samples of every perf consumer of that tracepoint (a 0 silences perf "
+            "record too); tracer's shipped programs return 1 and filter by tgid inside",
+            p.name, p.bpf_program, p.spec));
+      }
+    }
+    if (!o.bpf->output_map.empty()) {
+      ProbeInfo info;
+      info.index = static_cast<std::uint32_t>(out.size());
+      info.name = o.bpf->output_name;
+      info.kind = ProbeKind::kBpfOutput;
+      info.spec = o.bpf->output_map;
+      info.pmu = "software (bpf-output)";
+      info.layout = perf::SampleLayout::from(PERF_SAMPLE_RAW | PERF_SAMPLE_TIME | PERF_SAMPLE_CPU |
+                                                 PERF_SAMPLE_IDENTIFIER | PERF_SAMPLE_TID,
+                                             0, true);
+      if (!o.bpf->payload_struct.empty()) {
+        auto schema = obj.struct_schema(o.bpf->payload_struct);
+        if (!schema)
+          throw_failure(ErrorCategory::kUsage, schema.error(), "bpf payload");
+        info.payload = std::move(*schema);
+      }
+      out.push_back(std::move(info));
+    }
+    impl_->bpf_object.reset();
+  }
+  return out;  // ctx's dynamic tracefs probes, if any, are removed here
+}
+
 std::exception_ptr Engine::failure() const noexcept {
   return impl_->failure;
 }

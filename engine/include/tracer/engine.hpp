@@ -199,6 +199,13 @@ class Engine {
   /// Called once when the engine stopped by itself (the traced command exited) or by stop().
   void on_done(std::function<void()> handler);
 
+  /// What start() would do short of opening anything: resolves every probe (tracepoint ids and
+  /// formats, symbols, PMUs), loads the BPF object (compiling a source; the verifier runs) and
+  /// opens no event and attaches nothing. Notes worth a user's attention (a BPF program that
+  /// gates every perf consumer of its tracepoint) are appended to `notes`.
+  /// @return the probes as start() would resolve them. Throws tracer::Error like start().
+  std::vector<ProbeInfo> check(std::vector<std::string>* notes = nullptr);
+
   /// Checks privileges, resolves every probe, opens and maps events, attaches BPF programs,
   /// enables, and arms the reactor. Throws tracer::Error (category, message, hint) on failure,
   /// after closing whatever it had opened.
