@@ -24,5 +24,6 @@ std::vector<std::string>& trailing_args();
 void add_version_command(CLI::App& app, Runner& run);
 void add_list_command(CLI::App& app, Runner& run);
 void add_stat_command(CLI::App& app, Runner& run);
+void add_run_command(CLI::App& app, Runner& run);
 
 }  // namespace tracer::cli

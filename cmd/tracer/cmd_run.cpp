@@ -1,0 +1,325 @@
+// tracer run RECIPE / tracer check RECIPE: load a recipe, resolve and start its probes, run its
+// pipelines on the engine's batches, stop cleanly on SIGINT/SIGTERM, --duration or the command's
+// exit, and print a summary of events and losses per probe.
+#include <fmt/core.h>
+#include <unistd.h>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <chrono>
+#include <csignal>
+#include <ctime>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "commands.hpp"
+#include "tracer/diagnostics.hpp"
+#include "tracer/duration.hpp"
+#include "tracer/engine.hpp"
+#include "tracer/error.hpp"
+#include "tracer/pipeline.hpp"
+#include "tracer/recipe.hpp"
+#include "tracer/stage.hpp"
+
+namespace tracer::cli {
+namespace {
+
+namespace asio = boost::asio;
+
+struct RunOptions {
+  std::string recipe;
+  int pid = -1;
+  std::string command;  // -c "CMD ARGS"
+  std::string duration;
+  std::string output;
+  bool json = false;
+  bool verbose = false;
+  std::vector<std::string> sets;
+};
+
+std::chrono::nanoseconds monotonic_now() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec);
+}
+
+// Splits -c "CMD ARGS" like a shell would for plain words and simple quotes.
+std::vector<std::string> split_command(const std::string& text) {
+  std::vector<std::string> out;
+  std::string cur;
+  char quote = 0;
+  bool any = false;
+  for (char c : text) {
+    if (quote != 0) {
+      if (c == quote) {
+        quote = 0;
+      } else {
+        cur += c;
+      }
+    } else if (c == '\'' || c == '"') {
+      quote = c;
+      any = true;
+    } else if (c == ' ' || c == '\t') {
+      if (!cur.empty() || any) out.push_back(std::move(cur));
+      cur.clear();
+      any = false;
+    } else {
+      cur += c;
+    }
+  }
+  if (!cur.empty() || any) out.push_back(std::move(cur));
+  return out;
+}
+
+std::vector<StageSpec> catalog() {
+  std::vector<StageSpec> specs;
+  for (const auto* s : StageRegistry::global().specs()) specs.push_back(*s);
+  return specs;
+}
+
+Target target_from(const RunOptions& o) {
+  Target t;
+  std::vector<std::string> cmd = split_command(o.command);
+  const auto& tail = trailing_args();
+  cmd.insert(cmd.end(), tail.begin(), tail.end());
+  if (o.pid > 0 && !cmd.empty()) {
+    throw Error(ErrorCategory::kUsage, std::make_error_code(std::errc::invalid_argument),
+                "give -p PID or a command, not both");
+  }
+  if (o.pid > 0) {
+    t.kind = Target::Kind::kPid;
+    t.pid = o.pid;
+  } else if (!cmd.empty()) {
+    t.kind = Target::Kind::kCommand;
+    t.command = std::move(cmd);
+  }
+  return t;
+}
+
+/// Builds the recipe's pipelines. In --json mode print stages become jsonl and an aggregation
+/// without an output gets a jsonl stage, so stdout is JSON lines only.
+std::vector<std::unique_ptr<Pipeline>> make_pipelines(const Recipe& recipe, Sink& out, bool json,
+                                                      Diagnostics& diags) {
+  std::vector<std::unique_ptr<Pipeline>> pipelines;
+  const auto& registry = StageRegistry::global();
+  for (const auto& rp : recipe.pipelines) {
+    auto p = std::make_unique<Pipeline>(out, PipelineOptions{.implicit_print = !json});
+    for (const auto& st : rp.stages) {
+      if (json && st.use == "print") {
+        ConfigValue empty{.value = ConfigTable{}, .where = st.where};
+        p->add(registry, "jsonl", empty, diags);
+      } else {
+        p->add(registry, st.use, st.options, diags);
+      }
+    }
+    if (json && (p->size() == 0 || !p->stage(p->size() - 1).outputs())) {
+      p->add(registry, "jsonl", ConfigValue{.value = ConfigTable{}, .where = rp.where}, diags);
+    }
+    pipelines.push_back(std::move(p));
+  }
+  if (pipelines.empty()) {  // no stages: every event as a line
+    auto p = std::make_unique<Pipeline>(out, PipelineOptions{.implicit_print = false});
+    p->add(registry, json ? "jsonl" : "print", ConfigValue{.value = ConfigTable{}}, diags);
+    pipelines.push_back(std::move(p));
+  }
+  return pipelines;
+}
+
+std::string json_escape(std::string_view s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          out += fmt::format("\\u{:04x}", static_cast<unsigned>(c));
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out;
+}
+
+void print_summary(const Stats& stats, bool json, double seconds) {
+  if (json) {
+    std::string probes;
+    for (const auto& p : stats.probes) {
+      const auto t = p.total();
+      const std::uint64_t lost = std::max(t.lost + t.lost_samples, p.bpf_output_drops);
+      probes += fmt::format("{}\"{}\":{{\"events\":{},\"lost\":{},\"bytes\":{},\"aux_truncated\":{}}}",
+                            probes.empty() ? "" : ",", json_escape(p.name), t.samples, lost, t.bytes,
+                            t.aux_truncated);
+    }
+    fmt::print("{{\"type\":\"summary\",\"seconds\":{:.3f},\"probes\":{{{}}}}}\n", seconds, probes);
+    std::fflush(stdout);
+    return;
+  }
+  fmt::print(stderr, "\n{:<24} {:>12} {:>10}   per CPU (events/lost)\n", "probe", "events", "lost");
+  for (const auto& p : stats.probes) {
+    const auto t = p.total();
+    const std::uint64_t lost = std::max(t.lost + t.lost_samples, p.bpf_output_drops);
+    std::string cpus;
+    for (const auto& [cpu, rs] : p.per_cpu) {
+      cpus += fmt::format(" cpu{}:{}/{}", cpu, rs.samples, rs.lost + rs.lost_samples);
+    }
+    fmt::print(stderr, "{:<24} {:>12} {:>10}  {}\n", p.name, t.samples, lost, cpus);
+  }
+  fmt::print(stderr, "({:.2f} s)\n", seconds);
+}
+
+int run_recipe(const RunOptions& o) {
+  Recipe recipe = Recipe::load(o.recipe, {.sets = o.sets, .stages = catalog()});
+  EngineOptions eo = recipe.to_engine_options(target_from(o));
+  eo.verbose = o.verbose;
+  std::optional<std::chrono::nanoseconds> duration = recipe.duration;
+  if (!o.duration.empty()) {
+    auto d = parse_duration(o.duration);
+    if (!d) {
+      throw Error(ErrorCategory::kUsage, d.error().code, "--duration: " + d.error().message,
+                  d.error().hint);
+    }
+    duration = *d;
+  }
+
+  Sink out = Sink::to_file(stdout);
+  if (!o.output.empty()) {
+    auto s = Sink::open(o.output);
+    if (!s) throw Error(ErrorCategory::kUsage, s.error());
+    out = std::move(*s);
+  }
+  Diagnostics diags;
+  auto pipelines = make_pipelines(recipe, out, o.json, diags);
+  diags.throw_if_any();
+
+  asio::io_context io;
+  Engine engine(io.get_executor(), std::move(eo));
+  const bool status_line = !o.json && ::isatty(STDERR_FILENO) == 1;
+  bool status_shown = false;
+  std::uint64_t delivered = 0;
+  engine.on_batch([&](const Batch& b) {
+    if (status_shown) {  // never mix the status line with output
+      std::fputs("\r\033[K", stderr);
+      status_shown = false;
+    }
+    delivered += b.records.size();
+    for (auto& p : pipelines) p->on_batch(b);
+  });
+  engine.start();
+  for (auto& p : pipelines) p->bind(engine.probes(), diags);
+  if (!diags.empty()) {
+    engine.stop();
+    diags.throw_if_any();
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  for (auto& p : pipelines) p->start(monotonic_now());
+
+  bool finished = false;
+  auto finish = [&] {
+    if (finished) return;
+    finished = true;
+    engine.stop();  // drains: the last batches reach the pipelines
+    io.stop();
+  };
+  engine.on_done(finish);
+  asio::signal_set signals(io, SIGINT, SIGTERM);
+  signals.async_wait([&](const boost::system::error_code& ec, int) {
+    if (!ec) finish();
+  });
+  asio::steady_timer deadline(io);
+  if (duration) {
+    deadline.expires_after(*duration);
+    deadline.async_wait([&](const boost::system::error_code& ec) {
+      if (!ec) finish();
+    });
+  }
+  asio::steady_timer ticker(io);
+  std::uint64_t last_delivered = 0;
+  std::function<void(const boost::system::error_code&)> tick = [&](const boost::system::error_code& ec) {
+    if (ec || finished) return;
+    if (status_shown) {
+      std::fputs("\r\033[K", stderr);
+      status_shown = false;
+    }
+    for (auto& p : pipelines) p->tick(monotonic_now());
+    if (status_line) {
+      const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      std::uint64_t lost = 0;
+      for (const auto& p : engine.stats().probes) lost += p.total().lost;
+      fmt::print(stderr, "\r[{:7.1f}s] {:>10} events/s  {:>12} events  {:>8} lost", secs,
+                 (delivered - last_delivered) * 4, delivered, lost);
+      std::fflush(stderr);
+      status_shown = true;
+    }
+    last_delivered = delivered;
+    ticker.expires_after(std::chrono::milliseconds(250));
+    ticker.async_wait(tick);
+  };
+  ticker.expires_after(std::chrono::milliseconds(250));
+  ticker.async_wait(tick);
+
+  io.run();
+  finish();
+  if (status_shown) std::fputs("\r\033[K", stderr);
+  for (auto& p : pipelines) p->stop(monotonic_now());
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  print_summary(engine.stats(), o.json, seconds);
+  if (auto e = engine.failure()) std::rethrow_exception(e);
+  return kExitOk;
+}
+
+int check_recipe(const RunOptions& o) {
+  Recipe recipe = Recipe::load(o.recipe, {.sets = o.sets, .stages = catalog()});
+  Diagnostics diags;
+  recipe.check_system(diags);
+  diags.throw_if_any();
+  asio::io_context io;
+  Engine engine(io.get_executor(), recipe.to_engine_options(target_from(o)));
+  std::vector<std::string> notes;
+  const auto probes = engine.check(&notes);
+  Sink out = Sink::to_file(stdout);
+  auto pipelines = make_pipelines(recipe, out, false, diags);
+  for (auto& p : pipelines) p->bind(probes, diags);
+  diags.throw_if_any();
+  fmt::print("{}: ok ({} probes, {} pipelines)\n", o.recipe, probes.size(), recipe.pipelines.size());
+  for (const auto& p : probes) {
+    fmt::print("  {:<20} {:<11} {:<40} {}\n", p.name, to_string(p.kind), p.spec, p.pmu);
+  }
+  for (const auto& n : notes) fmt::print("  note: {}\n", n);
+  return kExitOk;
+}
+
+void common_options(CLI::App* cmd, RunOptions& o) {
+  cmd->add_option("recipe", o.recipe, "Recipe file (TOML)")->required();
+  cmd->add_option("-p,--pid", o.pid, "Trace this process (and its threads and children)");
+  cmd->add_option("-c,--command", o.command, "Run this command and trace it (or give it after --)");
+  cmd->add_option("--set", o.sets, "Override a recipe value: param=value, recipe.duration=5s, ...")
+      ->allow_extra_args(false);
+}
+
+}  // namespace
+
+void add_run_command(CLI::App& app, Runner& run) {
+  auto o = std::make_shared<RunOptions>();
+  auto* cmd = app.add_subcommand("run", "Run a recipe: probes, BPF and pipelines");
+  common_options(cmd, *o);
+  cmd->add_option("-d,--duration", o->duration, "Stop after this long (e.g. 5s)");
+  cmd->add_option("-o,--output", o->output, "Write the pipelines' output to this file");
+  cmd->add_flag("--json", o->json, "JSON lines on stdout; the last line is the summary");
+  cmd->add_flag("-v,--verbose", o->verbose, "Full verifier logs on BPF errors");
+  cmd->callback([o, &run] { run = [o] { return run_recipe(*o); }; });
+
+  auto c = std::make_shared<RunOptions>();
+  auto* check = app.add_subcommand(
+      "check", "Validate a recipe and resolve everything (probes, BPF) without attaching");
+  common_options(check, *c);
+  check->callback([c, &run] { run = [c] { return check_recipe(*c); }; });
+}
+
+}  // namespace tracer::cli
