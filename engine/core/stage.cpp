@@ -167,8 +167,7 @@ std::string_view CommCache::lookup(std::uint32_t tid) noexcept {
     // /proc/TID/comm is "name\n"; a thread id works there too (the task dir is hidden, not
     // absent). The path goes in a stack buffer: no allocation on this path.
     char path[128];
-    const auto r = fmt::format_to_n(path, sizeof(path) - 1, "{}/{}/comm", options_.proc_root, tid);
-    *r.out = '\0';
+    std::snprintf(path, sizeof(path), "%s/%u/comm", options_.proc_root.c_str(), tid);
     ++proc_reads_;
     const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
     if (fd >= 0) {
@@ -732,7 +731,7 @@ std::string_view type_text(OptionSpec::Type t) {
     case T::kString:
       return "a string";
     case T::kDuration:
-      return "a duration string (\"1s\", \"250ms\")";
+      return R"(a duration string ("1s", "250ms"))";
     case T::kSize:
       return "a size (4096 or \"64KiB\")";
     case T::kStringList:

@@ -24,7 +24,8 @@ T take(std::string_view& b) {
   T v{};
   if (b.size() < sizeof(T))
     return v;
-  std::memcpy(&v, b.data(), sizeof(T));
+  // Key bytes, not text: no terminator is expected.
+  std::memcpy(&v, b.data(), sizeof(T));  // NOLINT(bugprone-suspicious-stringview-data-usage)
   b.remove_prefix(sizeof(T));
   return v;
 }
@@ -35,7 +36,7 @@ std::vector<OptionSpec> aggregate_options() {
       {.name = "by",
        .type = OptionSpec::Type::kFieldList,
        .required = false,
-       .help = "group by these fields: by = [\"comm\", \"filename\"]"},
+       .help = R"(group by these fields: by = ["comm", "filename"])"},
       {.name = "top",
        .type = OptionSpec::Type::kInt,
        .required = false,
@@ -43,11 +44,11 @@ std::vector<OptionSpec> aggregate_options() {
       {.name = "every",
        .type = OptionSpec::Type::kDuration,
        .required = false,
-       .help = "emit and reset at this interval: every = \"1s\""},
+       .help = R"(emit and reset at this interval: every = "1s")"},
   };
 }
 
-void KeyEncoder::add(const Value& v) noexcept {
+void KeyEncoder::add(const Value& v) {
   // A key longer than the reserved capacity grows the buffer once (warm-up); std::string's
   // growth throwing bad_alloc would end the process, as any allocation failure does here.
   std::visit(
@@ -167,10 +168,12 @@ void AggregateStage::order(Table& t, std::vector<double>& scores) const {
     for (const auto& k : t.rows[i].keys)
       texts[i] += to_text(k) + '\x1f';
   }
-  std::stable_sort(idx.begin(), idx.end(), [&](std::size_t a, std::size_t b) {
+  std::sort(idx.begin(), idx.end(), [&](std::size_t a, std::size_t b) {
     if (scores[a] != scores[b])
       return scores[a] > scores[b];
-    return texts[a] < texts[b];
+    if (texts[a] != texts[b])
+      return texts[a] < texts[b];
+    return a < b;
   });
   std::size_t keep = idx.size();
   if (top_)

@@ -24,7 +24,8 @@ class KeyEncoder {
  public:
   KeyEncoder() { buf_.reserve(256); }
   void clear() noexcept { buf_.clear(); }
-  void add(const Value& v) noexcept;
+  /// May grow the buffer (and throw bad_alloc) for a key longer than any seen before.
+  void add(const Value& v);
   [[nodiscard]] std::string_view bytes() const noexcept { return buf_; }
 
  private:
@@ -96,7 +97,7 @@ class AggregateStage : public Stage {
   /// Binds a required value field read in configure (value_name_/value_where_).
   std::optional<FieldRef> bind_value(BindContext& ctx, Diagnostics& diags);
   /// The key of `e` (valid until the next call).
-  [[nodiscard]] std::string_view key_of(const Event& e) noexcept {
+  [[nodiscard]] std::string_view key_of(const Event& e) {
     keys_enc_.clear();
     for (const auto& f : by_)
       keys_enc_.add(f.read(e));

@@ -414,6 +414,8 @@ FieldType literal_type(const FilterExpr::Operand& o) {
   return FieldType::kNone;
 }
 
+std::optional<__int128> wide(const Value& v) noexcept;
+
 Value operand_value(const FilterExpr::Operand& o, const Event& e) noexcept {
   switch (o.kind) {
     case FilterExpr::Operand::Kind::kField:
@@ -429,19 +431,15 @@ Value operand_value(const FilterExpr::Operand& o, const Event& e) noexcept {
 }
 
 bool truthy(const Value& v) noexcept {
-  return std::visit(
-      [](const auto& x) -> bool {
-        using T = std::decay_t<decltype(x)>;
-        if constexpr (std::is_same_v<T, std::monostate>)
-          return false;
-        else if constexpr (std::is_same_v<T, std::string_view>)
-          return !x.empty();
-        else if constexpr (std::is_same_v<T, IpList>)
-          return !x.ips.empty();
-        else
-          return x != 0;
-      },
-      v);
+  if (const auto* s = std::get_if<std::string_view>(&v))
+    return !s->empty();
+  if (const auto* ips = std::get_if<IpList>(&v))
+    return !ips->ips.empty();
+  if (const auto* d = std::get_if<double>(&v))
+    return *d != 0;
+  if (auto i = wide(v))
+    return *i != 0;
+  return false;
 }
 
 template <typename T>
@@ -605,7 +603,7 @@ StageSpec Filter::spec() {
               {.name = "expr",
                .type = OptionSpec::Type::kExpression,
                .required = true,
-               .help = "expr = \"comm == \\\"bash\\\" && ret < 0\""},
+               .help = R"(expr = "comm == "bash" && ret < 0")"},
               {.name = "kinds",
                .type = OptionSpec::Type::kStringList,
                .required = false,
@@ -635,7 +633,7 @@ void Filter::bind(BindContext& ctx, Diagnostics& diags) {
 }
 
 void Filter::on_events(std::span<Event* const> events) noexcept {
-  if (!bound_)
+  if (!bound_ || !expr_)
     return;
   for (Event* e : events) {
     if (!expr_->eval(*e))

@@ -77,7 +77,7 @@ void Latency::bind(BindContext& ctx, Diagnostics& diags) {
 }
 
 void Latency::on_events(std::span<Event* const> events) noexcept {
-  if (!bound_)
+  if (!bound_ || !key_ || !time_)
     return;
   for (Event* e : events) {
     const std::uint32_t probe = e->probe();

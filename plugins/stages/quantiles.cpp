@@ -75,7 +75,7 @@ void Quantiles::configure(const ConfigValue& options, Diagnostics& diags) {
         }
       }
       if (!q || !(*q > 0.0 && *q <= 1.0)) {
-        diags.add(item->where, "a quantile must be a number in (0, 1] or \"pNN\" (\"p99\")");
+        diags.add(item->where, R"(a quantile must be a number in (0, 1] or "pNN" ("p99"))");
         continue;
       }
       qs_.push_back(*q);

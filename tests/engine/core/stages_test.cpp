@@ -528,7 +528,8 @@ std::uint64_t count_kept(const std::string& expr, Diagnostics* diags_out = nullp
   r.comm(p, 1, 1, "bash");
   r.comm(p, 2, 2, "zsh");
   for (int i = 0; i < 10; ++i)
-    r.event(p, ev(i, i % 2 == 0 ? "/etc/a" : "/tmp/b", i * 100), 1 + (i % 2), 1 + (i % 2), 1);
+    r.event(p, ev(i, i % 2 == 0 ? "/etc/a" : "/tmp/b", std::int64_t{i} * 100), 1 + (i % 2),
+            1 + (i % 2), 1);
   h.pipeline.on_batch(r.batch());
   const std::uint64_t samples = 10;
   return samples - (h.pipeline.stats().dropped);
@@ -952,7 +953,7 @@ TEST(Pipeline, SteadyStateDoesNotAllocate) {
   const auto add = [&](std::string_view use, ConfigTable t) {
     pipeline.add(reg, use, cv_table(std::move(t)), diags);
   };
-  add("filter", {{"expr", cv("comm == \"w*\" && nr >= 0 || path == \"/x\"")}});
+  add("filter", {{"expr", cv(R"(comm == "w*" && nr >= 0 || path == "/x")")}});
   add("count", {{"by", cv_list({"comm", "nr", "callchain"})}});
   add("sum", {{"field", cv("bytes")}, {"by", cv("path")}});
   add("latency", {{"entry", cv("enter")}, {"exit", cv("exit")}});
@@ -981,7 +982,7 @@ TEST(Pipeline, SteadyStateDoesNotAllocate) {
     s.time = time++;
     s.raw = testing::fake_raw(ev(static_cast<int>(tid % 3), tid % 2 ? "/a" : "/x", i));
     r.sample(enter, s);
-    s.time = time += 50 * tid;
+    s.time = time += std::uint64_t{50} * tid;
     r.sample(exit, s);
   }
   pipeline.on_batch(r.batch());  // warm-up: keys, buffers
