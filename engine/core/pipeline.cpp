@@ -1,0 +1,181 @@
+// Pipeline: events built in a fixed buffer, routed per record kind, stages run in order.
+#include "tracer/pipeline.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace tracer {
+
+Pipeline::Pipeline(Sink& out, PipelineOptions options)
+    : out_(&out), options_(std::move(options)), comm_(options_.comm) {
+  options_.max_events = std::max<std::size_t>(1, options_.max_events);
+  events_.resize(options_.max_events);
+  alive_.reserve(options_.max_events);
+  routed_.reserve(options_.max_events);
+}
+
+Pipeline::~Pipeline() = default;
+
+void Pipeline::add(std::unique_ptr<Stage> stage, std::string name) {
+  Slot slot;
+  slot.stage = std::move(stage);
+  slot.name = std::move(name);
+  stages_.push_back(std::move(slot));
+}
+
+void Pipeline::add(const StageRegistry& registry,
+                   std::string_view use,
+                   const ConfigValue& options,
+                   Diagnostics& diags) {
+  auto stage = registry.make(use);
+  if (!stage) {
+    std::string hint;
+    if (auto s = registry.suggest(use); !s.empty())
+      hint = fmt::format("did you mean '{}'?", s);
+    else
+      hint = "`tracer list stages` shows every stage";
+    diags.add(options.where, fmt::format("unknown stage '{}'", use), std::move(hint));
+    return;
+  }
+  stage->configure(options, diags);
+  add(std::move(stage), std::string(use));
+}
+
+void Pipeline::bind(std::span<const ProbeInfo> probes,
+                    Diagnostics& diags,
+                    std::span<const PayloadSchema> payloads) {
+  schema_ = std::make_unique<Schema>(probes, payloads, comm_);
+  if (options_.implicit_print) {
+    bool pending = false;  // an aggregation with no output after it
+    for (const auto& slot : stages_) {
+      if (slot.stage->aggregates())
+        pending = true;
+      else if (slot.stage->outputs())
+        pending = false;
+    }
+    if (pending) {
+      if (auto print = StageRegistry::global().make("print")) {
+        print->configure(ConfigValue{.value = ConfigTable{}, .where = {}}, diags);
+        add(std::move(print), "print");
+      }
+    }
+  }
+  bool upstream = false;
+  for (auto& slot : stages_) {
+    BindContext ctx{.schema = *schema_, .out = *out_, .upstream_aggregates = upstream, .where = {}};
+    slot.stage->bind(ctx, diags);
+    slot.kinds = slot.stage->kinds();
+    upstream = upstream || slot.stage->aggregates();
+  }
+  derived_ = schema_->derived_count();
+}
+
+void Pipeline::start(std::chrono::nanoseconds now) {
+  for (auto& slot : stages_)
+    slot.last_emit = now;
+}
+
+BatchHandler Pipeline::handler() {
+  return [this](const Batch& batch) { on_batch(batch); };
+}
+
+void Pipeline::on_batch(const Batch& batch) noexcept {
+  auto records = batch.records;
+  while (!records.empty()) {
+    const std::size_t n = std::min(records.size(), events_.size());
+    run(records.first(n));
+    records = records.subspan(n);
+  }
+}
+
+void Pipeline::run(std::span<const RecordRef> records) noexcept {
+  alive_.clear();
+  for (std::size_t i = 0; i < records.size(); ++i) {
+    const RecordRef& r = records[i];
+    Event& e = events_[i];
+    e.ref = &r;
+    e.kind = kind_of(r.record);
+    e.sample = e.kind == RecordKind::kSample ? std::get_if<perf::Sample>(&r.record.body) : nullptr;
+    e.dropped = false;
+    for (std::size_t d = 0; d < derived_; ++d)
+      e.derived[d] = std::monostate{};
+    ++stats_.records;
+    ++stats_.by_kind[static_cast<std::size_t>(e.kind)];
+    if (e.kind == RecordKind::kComm) {
+      // Every stage sees comm by thread, whether or not it asked for COMM records.
+      if (const auto* c = std::get_if<perf::Comm>(&r.record.body))
+        comm_.update(c->tid, c->comm);
+    }
+    alive_.push_back(&e);
+  }
+  for (auto& slot : stages_) {
+    if (alive_.empty())
+      break;
+    routed_.clear();
+    for (Event* e : alive_) {
+      if ((slot.kinds & kind_bit(e->kind)) != 0)
+        routed_.push_back(e);
+    }
+    if (routed_.empty())
+      continue;
+    slot.stage->on_events(routed_);
+    const auto before = alive_.size();
+    std::erase_if(alive_, [](const Event* e) { return e->dropped; });
+    stats_.dropped += before - alive_.size();
+  }
+}
+
+void Pipeline::emit(std::size_t index, std::chrono::nanoseconds now, bool reset) {
+  Slot& slot = stages_[index];
+  Table table;
+  table.since = slot.last_emit;
+  table.time = now;
+  table.interval = slot.emitted;
+  slot.stage->snapshot(table, reset);
+  if (table.rows.empty() && slot.stage->every())
+    return;  // quiet intervals print nothing (as bpftrace's interval probes with empty maps)
+  ++slot.emitted;
+  for (std::size_t j = index + 1; j < stages_.size(); ++j) {
+    if (stages_[j].stage->outputs())
+      stages_[j].stage->on_table(table);
+  }
+}
+
+void Pipeline::tick(std::chrono::nanoseconds now) {
+  if (stopped_)
+    return;
+  for (std::size_t i = 0; i < stages_.size(); ++i) {
+    Slot& slot = stages_[i];
+    const auto every = slot.stage->every();
+    if (!slot.stage->aggregates() || !every || now - slot.last_emit < *every)
+      continue;
+    emit(i, now, true);
+    slot.last_emit += *every * ((now - slot.last_emit) / *every);
+  }
+  for (auto& slot : stages_)
+    slot.stage->flush();
+  out_->flush();
+}
+
+void Pipeline::stop(std::chrono::nanoseconds now) {
+  if (stopped_)
+    return;
+  stopped_ = true;
+  for (std::size_t i = 0; i < stages_.size(); ++i) {
+    if (stages_[i].stage->aggregates()) {
+      emit(i, now, true);
+      stages_[i].last_emit = now;
+    }
+  }
+  for (auto& slot : stages_)
+    slot.stage->stop();
+  out_->flush();
+}
+
+void Pipeline::stop() {
+  stop(std::chrono::duration_cast<std::chrono::nanoseconds>(
+      std::chrono::steady_clock::now().time_since_epoch()));
+}
+
+}  // namespace tracer

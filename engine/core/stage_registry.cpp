@@ -1,0 +1,88 @@
+// The stage registry: the explicit table of built-ins (no static-initialiser self-registration),
+// checked for duplicate names, plus stages embedders register at run time.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <system_error>
+
+#include "common/edit_distance.hpp"
+#include "tracer/stage.hpp"
+
+namespace tracer {
+
+StageRegistry StageRegistry::with_builtins() {
+  StageRegistry r;
+  for (const auto& entry : builtin_stages()) {
+    StageSpec spec = entry.spec();
+    if (r.find(spec.name) != nullptr) {
+      throw Error(ErrorCategory::kRuntime, std::make_error_code(std::errc::file_exists),
+                  fmt::format("stage registry: built-in stage '{}' is listed twice", spec.name),
+                  "remove the duplicate from kAllStages (plugins/stages/all_stages.cpp)");
+    }
+    auto* make = entry.make;
+    r.items_.push_back({std::move(spec), [make] { return make(); }});
+  }
+  return r;
+}
+
+StageRegistry& StageRegistry::global() {
+  static StageRegistry registry = with_builtins();
+  return registry;
+}
+
+void StageRegistry::register_stage(StageSpec spec, StageFactory factory) {
+  if (spec.name.empty() || !factory) {
+    throw Error(ErrorCategory::kUsage, std::make_error_code(std::errc::invalid_argument),
+                "stage registry: a stage needs a name and a factory");
+  }
+  if (find(spec.name) != nullptr) {
+    throw Error(ErrorCategory::kUsage, std::make_error_code(std::errc::file_exists),
+                fmt::format("stage registry: a stage named '{}' exists already", spec.name),
+                "pick another name for the embedder's stage");
+  }
+  items_.push_back({std::move(spec), std::move(factory)});
+}
+
+const StageSpec* StageRegistry::find(std::string_view name) const noexcept {
+  for (const auto& item : items_) {
+    if (item.spec.name == name)
+      return &item.spec;
+  }
+  return nullptr;
+}
+
+std::unique_ptr<Stage> StageRegistry::make(std::string_view name) const {
+  for (const auto& item : items_) {
+    if (item.spec.name == name)
+      return item.factory();
+  }
+  return nullptr;
+}
+
+std::vector<const StageSpec*> StageRegistry::specs() const {
+  std::vector<const StageSpec*> out;
+  out.reserve(items_.size());
+  for (const auto& item : items_)
+    out.push_back(&item.spec);
+  return out;
+}
+
+std::string StageRegistry::suggest(std::string_view name) const {
+  std::vector<std::size_t> row;
+  std::string best;
+  std::size_t best_d = std::max<std::size_t>(2, name.size() / 3) + 1;
+  for (const auto& item : items_) {
+    const std::size_t d = detail::edit_distance(name, item.spec.name, row);
+    if (d < best_d) {
+      best_d = d;
+      best = item.spec.name;
+    }
+  }
+  return best;
+}
+
+void register_stage(StageSpec spec, StageFactory factory) {
+  StageRegistry::global().register_stage(std::move(spec), std::move(factory));
+}
+
+}  // namespace tracer

@@ -1,0 +1,109 @@
+// Pipeline: owns stages, takes the engine's batches, routes each record kind to the stages that
+// asked for it, keeps the comm cache, and drives interval output and shutdown.
+//
+// Usage:
+//   tracer::Sink out = tracer::Sink::to_file(stdout);
+//   tracer::Pipeline pipeline(out);
+//   tracer::Diagnostics diags;
+//   pipeline.add(registry, "filter", filter_table, diags);  // make + configure
+//   pipeline.add(registry, "count", count_table, diags);
+//   engine.start();
+//   pipeline.bind(engine.probes(), diags);                  // once the probes are resolved
+//   diags.throw_if_any();
+//   pipeline.start(now);
+//   engine.on_batch(pipeline.handler());                    // or call on_batch yourself
+//   ... timer: pipeline.tick(now) ...
+//   pipeline.stop(now);                                     // final tables, flush, close
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tracer/stage.hpp"
+
+namespace tracer {
+
+struct PipelineOptions {
+  /// Events built at once; longer batches are processed in chunks of this size, so the event
+  /// buffer never grows after construction.
+  std::size_t max_events = 512;
+  CommCacheOptions comm{};
+  /// Append a `print` stage when an aggregation has no output stage after it.
+  bool implicit_print = true;
+};
+
+struct PipelineStats {
+  std::uint64_t records = 0;
+  std::array<std::uint64_t, kRecordKindCount> by_kind{};
+  std::uint64_t dropped = 0;  // events some stage dropped
+};
+
+class Pipeline {
+ public:
+  explicit Pipeline(Sink& out, PipelineOptions options = {});
+  ~Pipeline();
+  Pipeline(const Pipeline&) = delete;
+  Pipeline& operator=(const Pipeline&) = delete;
+
+  /// Appends a configured stage (embedders' own stages).
+  void add(std::unique_ptr<Stage> stage, std::string name);
+  /// Makes `use` from `registry` and configures it with `options`; an unknown name is a
+  /// diagnostic at options.where with a "did you mean" hint.
+  void add(const StageRegistry& registry,
+           std::string_view use,
+           const ConfigValue& options,
+           Diagnostics& diags);
+
+  /// Binds every stage, in order, against the probes (payloads[i]: probe i's BPF payload
+  /// schema, optional). Problems go to `diags`.
+  void bind(std::span<const ProbeInfo> probes,
+            Diagnostics& diags,
+            std::span<const PayloadSchema> payloads = {});
+  /// Starts the interval clocks (`every`, rate) at `now` (CLOCK_MONOTONIC ns).
+  void start(std::chrono::nanoseconds now);
+
+  /// The hot path: builds events for the batch and runs them through the stages.
+  void on_batch(const Batch& batch) noexcept;
+  /// A BatchHandler that calls on_batch (the pipeline must outlive it).
+  [[nodiscard]] BatchHandler handler();
+
+  /// Emits the tables of aggregations whose `every` elapsed by `now`, then flushes outputs.
+  void tick(std::chrono::nanoseconds now);
+  /// Emits every aggregation's final table, stops every stage, flushes the sink. Idempotent.
+  void stop(std::chrono::nanoseconds now);
+  void stop();
+
+  [[nodiscard]] CommCache& comm() noexcept { return comm_; }
+  [[nodiscard]] const PipelineStats& stats() const noexcept { return stats_; }
+  [[nodiscard]] std::size_t size() const noexcept { return stages_.size(); }
+  [[nodiscard]] Stage& stage(std::size_t i) noexcept { return *stages_[i].stage; }
+
+ private:
+  struct Slot {
+    std::unique_ptr<Stage> stage;
+    std::string name;
+    KindMask kinds = 0;
+    std::chrono::nanoseconds last_emit{};
+    std::uint32_t emitted = 0;
+  };
+  void run(std::span<const RecordRef> records) noexcept;
+  void emit(std::size_t index, std::chrono::nanoseconds now, bool reset);
+
+  Sink* out_;
+  PipelineOptions options_;
+  CommCache comm_;
+  std::unique_ptr<Schema> schema_;
+  std::vector<Slot> stages_;
+  std::vector<Event> events_;
+  std::vector<Event*> alive_, routed_;
+  std::size_t derived_ = 0;
+  PipelineStats stats_;
+  bool stopped_ = false;
+};
+
+}  // namespace tracer

@@ -1,0 +1,442 @@
+// The pipeline stage API: what a stage sees (Event), how it reads fields (Schema, FieldRef, Value),
+// where it writes (Sink, Table), its lifecycle (Stage) and the registry of stages by name.
+//
+// Usage (a stage's life, driven by tracer::Pipeline):
+//   auto stage = registry.make("count");               // from the explicit table of built-ins
+//   stage->configure(options_table, diags);            // setup: option errors with positions
+//   stage->bind(ctx, diags);                           // once per run: names -> FieldRef accessors
+//   stage->on_events(events);                          // hot path: noexcept, no allocation
+//   stage->snapshot(table, /*reset=*/true);            // aggregations, at each `every` and at stop
+//   stage->stop();                                     // flush and close outputs
+//
+// Field names a stage may bind (per probe, resolved once at bind):
+//   sample fields   pid tid comm cpu time ip addr period callchain probe kind lost aux_size
+//   tracefs fields  every non-common field of the probe's `format` by name (ints, char arrays,
+//                   __data_loc/__rel_loc strings), and array elements as name[i]
+//   uprobe registers arg0..arg5 and retval (x86-64 SysV: rdi rsi rdx rcx r8 r9, rax) when the
+//                   probe's sample_regs_user has them
+//   payload fields  fields of a PayloadSchema (BTF struct of a BPF output payload)
+//   derived fields  values an upstream stage hands on (latency's `duration`)
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "tracer/config_value.hpp"
+#include "tracer/diagnostics.hpp"
+#include "tracer/engine.hpp"
+#include "tracer/stage_spec.hpp"
+
+namespace tracer {
+
+// ---------------------------------------------------------------------------------------------
+// Record kinds: a stage declares which it wants; the pipeline hands it only those.
+
+enum class RecordKind : std::uint8_t {
+  kSample,
+  kAux,          // PERF_RECORD_AUX, with RecordRef::aux and the ring's ITRACE_START context
+  kItraceStart,  // PERF_RECORD_ITRACE_START
+  kLost,         // PERF_RECORD_LOST
+  kLostSamples,  // PERF_RECORD_LOST_SAMPLES
+  kComm,
+  kMmap,  // MMAP and MMAP2
+  kFork,
+  kExit,
+  kSwitch,    // SWITCH and SWITCH_CPU_WIDE
+  kThrottle,  // THROTTLE and UNTHROTTLE
+  kOther,     // every other record type, and unknown ones
+};
+inline constexpr std::size_t kRecordKindCount = 12;
+using KindMask = std::uint32_t;
+[[nodiscard]] constexpr KindMask kind_bit(RecordKind k) noexcept {
+  return KindMask{1} << static_cast<unsigned>(k);
+}
+inline constexpr KindMask kAllKinds = (KindMask{1} << kRecordKindCount) - 1;
+
+[[nodiscard]] RecordKind kind_of(const perf::Record& record) noexcept;
+/// "sample", "aux", "itrace_start", "lost", "lost_samples", "comm", "mmap", "fork", "exit",
+/// "switch", "throttle", "other".
+[[nodiscard]] std::string_view to_string(RecordKind k) noexcept;
+[[nodiscard]] std::optional<RecordKind> parse_record_kind(std::string_view name) noexcept;
+
+// ---------------------------------------------------------------------------------------------
+// Values: read in place, never allocated. Strings view the record (or the CommCache) and are valid
+// during on_events only.
+
+/// A callchain used as a value (an aggregation key): the ips as the kernel wrote them.
+struct IpList {
+  perf::U64Array ips;
+};
+
+using Value =
+    std::variant<std::monostate, std::int64_t, std::uint64_t, double, std::string_view, IpList>;
+
+enum class FieldType : std::uint8_t { kNone, kInt, kUint, kDouble, kString, kIps };
+[[nodiscard]] std::string_view to_string(FieldType t) noexcept;
+
+[[nodiscard]] inline bool is_none(const Value& v) noexcept {
+  return std::holds_alternative<std::monostate>(v);
+}
+/// Integers and doubles as a double (nullopt for strings, ip lists and missing values).
+[[nodiscard]] std::optional<double> to_double(const Value& v) noexcept;
+/// Integers (and doubles, truncated) as int64; uint64 above INT64_MAX wraps.
+[[nodiscard]] std::optional<std::int64_t> to_int(const Value& v) noexcept;
+
+// ---------------------------------------------------------------------------------------------
+// BPF payload schema: the extension point for BTF structs emitted with bpf_perf_event_output.
+// ProbeInfo will carry one per probe later; today a caller passes them to Pipeline::bind.
+
+struct PayloadField {
+  enum class Kind : std::uint8_t { kInt, kUint, kDouble, kString /* char[size] */ };
+  std::string name;
+  std::uint32_t offset = 0;  // from the start of the sample's RAW payload
+  std::uint32_t size = 0;    // 1, 2, 4, 8 for numbers (4, 8 for doubles); array length for strings
+  Kind kind = Kind::kInt;
+};
+using PayloadSchema = std::vector<PayloadField>;
+
+// ---------------------------------------------------------------------------------------------
+// comm of every thread: from COMM records as they pass, from /proc/TID/comm on a miss.
+
+struct CommCacheOptions {
+  std::size_t capacity = 4096;      // entries (rounded up to a multiple of kWays); bounded memory
+  std::string proc_root = "/proc";  // tests point this at a fake tree
+  bool read_proc = true;
+};
+
+/// A bounded thread id -> comm map. Lookups and updates do not allocate; a miss reads
+/// /proc/TID/comm once with open/read into the entry (an absent task is remembered as "").
+class CommCache {
+ public:
+  explicit CommCache(CommCacheOptions options = {});
+  static constexpr std::size_t kWays = 4;
+  static constexpr std::size_t kCommLen = 16;  // TASK_COMM_LEN
+
+  /// A COMM record: the thread was renamed (exec or prctl).
+  void update(std::uint32_t tid, std::string_view comm) noexcept;
+  /// The comm of `tid`, or "" when unknown. The view stays valid until that entry is evicted (at
+  /// least until `capacity / kWays` other threads were looked up).
+  [[nodiscard]] std::string_view lookup(std::uint32_t tid) noexcept;
+  [[nodiscard]] std::uint64_t proc_reads() const noexcept { return proc_reads_; }
+  [[nodiscard]] std::uint64_t evictions() const noexcept { return evictions_; }
+
+ private:
+  struct Entry {
+    std::uint32_t tid = 0;
+    std::uint32_t stamp = 0;  // 0: free; else last use (LRU within a set)
+    std::uint8_t len = 0;
+    std::array<char, kCommLen> comm{};
+  };
+  Entry& slot_for(std::uint32_t tid, bool& found) noexcept;
+  CommCacheOptions options_;
+  std::vector<Entry> entries_;
+  std::uint32_t clock_ = 0;
+  std::uint64_t proc_reads_ = 0, evictions_ = 0;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Events: what stages see. One per record, built by the pipeline; stages may drop an event (later
+// stages do not see it) or set derived values on it for later stages.
+
+inline constexpr std::size_t kMaxDerived = 8;
+
+struct Event {
+  const RecordRef* ref = nullptr;
+  const perf::Sample* sample = nullptr;  // set for kSample
+  RecordKind kind = RecordKind::kOther;
+  bool dropped = false;
+  std::array<Value, kMaxDerived> derived{};  // slots handed out by Schema::add_derived
+
+  void drop() noexcept { dropped = true; }
+  [[nodiscard]] std::uint32_t probe() const noexcept { return ref != nullptr ? ref->probe : 0; }
+};
+
+class Schema;
+
+/// A field bound once for every probe of the pipeline: read() is a switch on a precomputed
+/// accessor, no string lookup, no allocation.
+class FieldRef {
+ public:
+  FieldRef() = default;
+  [[nodiscard]] Value read(const Event& e) const noexcept;
+  [[nodiscard]] const std::string& name() const noexcept { return name_; }
+  /// The type of the field on the first probe that has it.
+  [[nodiscard]] FieldType type() const noexcept { return type_; }
+  [[nodiscard]] bool bound() const noexcept { return schema_ != nullptr; }
+  /// Whether probe `index` has this field (else read() yields monostate for its events).
+  [[nodiscard]] bool available(std::uint32_t probe) const noexcept;
+
+  enum class Source : std::uint8_t {
+    kMissing,
+    kPid,
+    kTid,
+    kComm,
+    kCpu,
+    kTime,
+    kIp,
+    kAddr,
+    kPeriod,
+    kCallchain,
+    kProbe,
+    kKind,
+    kLost,
+    kAuxSize,
+    kTracefs,         // a tracefs format field: int or string (read_int / read_string)
+    kTracefsElement,  // name[i] of a fixed or dynamic array
+    kPayload,         // a PayloadField
+    kReg,             // a sample_regs_user register
+    kDerived,         // Event::derived[slot]
+  };
+  struct Accessor {
+    Source source = Source::kMissing;
+    FieldType type = FieldType::kNone;
+    std::uint32_t offset = 0, size = 0, index = 0;
+    bool is_signed = false;
+    const tracefs::Field* field = nullptr;
+    int slot = -1;  // register slot or derived slot
+  };
+
+ private:
+  friend class Schema;
+  std::string name_;
+  FieldType type_ = FieldType::kNone;
+  const Schema* schema_ = nullptr;
+  std::vector<Accessor> by_probe_;  // indexed by RecordRef::probe
+  Accessor derived_{};              // used for every probe when source is kDerived
+};
+
+/// The probes a pipeline reads and the fields they offer, plus the derived fields that stages
+/// add for the stages after them. Built by Pipeline::bind from Engine::probes().
+class Schema {
+ public:
+  /// Copies `probes` (RecordRef::probe indexes them); payloads[i] is probe i's BPF payload.
+  Schema(std::span<const ProbeInfo> probes,
+         std::span<const PayloadSchema> payloads,
+         CommCache& comm);
+  Schema(const Schema&) = delete;
+  Schema& operator=(const Schema&) = delete;
+
+  [[nodiscard]] std::span<const ProbeInfo> probes() const noexcept { return probes_; }
+  [[nodiscard]] std::optional<std::uint32_t> probe_index(std::string_view name) const noexcept;
+
+  /// Binds `name` on every probe. A name no probe has adds one diagnostic at `where` naming each
+  /// probe with the fields it has (and a "did you mean" hint).
+  /// @return the accessor, or nullopt after adding the diagnostic.
+  [[nodiscard]] std::optional<FieldRef> bind(std::string_view name,
+                                             const SourceRegion& where,
+                                             Diagnostics& diags) const;
+  /// Every field name probe `probe` offers (sample fields first, then format/payload/registers,
+  /// then derived).
+  [[nodiscard]] std::vector<std::string> field_names(std::uint32_t probe) const;
+  /// Payload fields of probe `probe` (format fields without common_*, payload fields): what
+  /// per-event outputs print by default.
+  [[nodiscard]] std::vector<std::string> payload_field_names(std::uint32_t probe) const;
+
+  /// A value that a stage sets on the events it hands on (Event::derived[slot]).
+  /// @return the slot, or nullopt if the name exists already or kMaxDerived slots are taken.
+  [[nodiscard]] std::optional<std::uint32_t> add_derived(std::string name, FieldType type);
+  [[nodiscard]] std::size_t derived_count() const noexcept { return derived_.size(); }
+
+  [[nodiscard]] CommCache& comm() const noexcept { return *comm_; }
+
+ private:
+  std::optional<FieldRef::Accessor> resolve(std::uint32_t probe, std::string_view name) const;
+  std::vector<ProbeInfo> probes_;
+  std::vector<PayloadSchema> payloads_;
+  std::vector<std::pair<std::string, FieldType>> derived_;
+  CommCache* comm_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Output: a sink is given by the caller (stdout, a file, or a string in tests).
+
+class Sink {
+ public:
+  /// Writes to `file` (not owned, not closed).
+  [[nodiscard]] static Sink to_file(std::FILE* file) noexcept;
+  /// Appends to `*text` (tests).
+  [[nodiscard]] static Sink to_string(std::string* text) noexcept;
+  /// Creates or truncates `path` (closed on destruction).
+  /// @return the sink, or a Failure with the errno of fopen.
+  [[nodiscard]] static Result<Sink> open(const std::string& path);
+
+  void write(std::string_view bytes) noexcept;
+  void flush() noexcept;
+
+ private:
+  struct Closer {
+    void operator()(std::FILE* f) const noexcept;
+  };
+  std::FILE* file_ = nullptr;
+  std::string* text_ = nullptr;
+  std::unique_ptr<std::FILE, Closer> owned_;
+};
+
+/// A cell of an aggregation row (owned: rows outlive the records they came from).
+using Cell = std::variant<std::monostate, std::int64_t, std::uint64_t, double, std::string>;
+
+struct HistBucket {
+  std::int64_t lo = 0, hi = 0;  // [lo, hi)
+  bool lo_unbounded = false;    // (..., hi)
+  bool hi_unbounded = false;    // [lo, ...)
+  std::uint64_t count = 0;
+  std::string label;  // "[4, 8)", "[1K, 2K)", "[0]", "(..., 0)": as the stage renders it
+};
+
+struct TableRow {
+  std::vector<Cell> keys;
+  std::vector<Cell> values;         // one per Table::value_names
+  std::vector<HistBucket> buckets;  // histograms: from the first to the last non-empty bucket
+};
+
+/// What an aggregation stage emits at each interval and at stop.
+struct Table {
+  std::string stage;  // "count"
+  std::string title;  // "count by comm", "hist of duration"
+  std::vector<std::string> key_names;
+  std::vector<std::string> value_names;
+  bool histogram = false;
+  std::vector<TableRow> rows;        // ordered (top N first), already cut to `top`
+  std::chrono::nanoseconds since{};  // the interval this table covers: [since, time)
+  std::chrono::nanoseconds time{};
+  std::uint32_t interval = 0;  // 0, 1, 2 ... per emitting stage
+  std::string note;            // e.g. the quantile error bound
+};
+
+/// Renders a cell for text output ("" for none).
+[[nodiscard]] std::string to_text(const Cell& c);
+
+// ---------------------------------------------------------------------------------------------
+// Stage options: reads a [[stage]] table against the stage's spec.
+
+/// Validates `table` against `spec` (unknown keys with a hint, wrong types, missing required
+/// options; the key `use` is the loader's and is skipped) and gives typed access. Errors go to
+/// `diags` with the position of the offending value.
+class StageOptions {
+ public:
+  StageOptions(const StageSpec& spec, const ConfigValue& table, Diagnostics& diags);
+
+  [[nodiscard]] const ConfigValue* get(std::string_view name) const noexcept;
+  /// The option's position, or the table's when absent.
+  [[nodiscard]] SourceRegion where(std::string_view name) const;
+  [[nodiscard]] std::optional<std::string> string(std::string_view name) const;
+  [[nodiscard]] std::optional<std::int64_t> integer(std::string_view name) const;
+  [[nodiscard]] std::optional<double> number(std::string_view name) const;
+  [[nodiscard]] std::optional<bool> boolean(std::string_view name) const;
+  /// kDuration: parsed; a bad duration is reported and yields nullopt.
+  [[nodiscard]] std::optional<std::chrono::nanoseconds> duration(std::string_view name);
+  /// kStringList/kFieldList: each entry with its position (a single string is a list of one).
+  [[nodiscard]] std::vector<std::pair<std::string, SourceRegion>> list(std::string_view name) const;
+  [[nodiscard]] Diagnostics& diags() noexcept { return *diags_; }
+
+ private:
+  const ConfigValue* table_;
+  Diagnostics* diags_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Stage
+
+struct BindContext {
+  Schema& schema;
+  Sink& out;                         // the pipeline's output (stdout for the CLI)
+  bool upstream_aggregates = false;  // an aggregation stage precedes this one
+  SourceRegion where{};              // the stage's table, for diagnostics without an option
+};
+
+/// A pipeline stage. Lifecycle: configure -> bind -> on_events* (interleaved with snapshot and
+/// on_table at intervals) -> stop. Only on_events is on the hot path: it must not throw and must
+/// not allocate once warm (new keys of an aggregation allocate once each).
+class Stage {
+ public:
+  virtual ~Stage() = default;
+  Stage() = default;
+  Stage(const Stage&) = delete;
+  Stage& operator=(const Stage&) = delete;
+
+  /// Reads options. Reports every problem to `diags` (with positions) instead of throwing.
+  virtual void configure(const ConfigValue& options, Diagnostics& diags) = 0;
+  /// Resolves field names to accessors once; may add derived fields for later stages.
+  virtual void bind(BindContext& ctx, Diagnostics& diags) = 0;
+  /// Record kinds this stage wants; others flow past it untouched.
+  [[nodiscard]] virtual KindMask kinds() const noexcept { return kind_bit(RecordKind::kSample); }
+  /// The events of one batch that this stage asked for, in ring order. Call Event::drop() to
+  /// stop an event here.
+  virtual void on_events(std::span<Event* const> events) noexcept = 0;
+
+  /// Aggregations: true, and snapshot() fills tables.
+  [[nodiscard]] virtual bool aggregates() const noexcept { return false; }
+  /// Aggregations with `every`: the interval.
+  [[nodiscard]] virtual std::optional<std::chrono::nanoseconds> every() const noexcept {
+    return std::nullopt;
+  }
+  /// Aggregations: the rows so far (ordered, cut to top); clears the state when `reset`.
+  virtual void snapshot(Table& /*out*/, bool /*reset*/) {}
+
+  /// Outputs (print, jsonl, csv): true, and on_table receives upstream aggregations' tables.
+  [[nodiscard]] virtual bool outputs() const noexcept { return false; }
+  virtual void on_table(const Table& /*table*/) {}
+  /// End of a tick: write what is buffered.
+  virtual void flush() {}
+  /// End of the run (after the last tables): flush and close.
+  virtual void stop() {}
+};
+
+// ---------------------------------------------------------------------------------------------
+// Registry
+
+using StageFactory = std::function<std::unique_ptr<Stage>()>;
+
+/// One row of the explicit table of built-in stages.
+struct StageEntry {
+  StageSpec (*spec)() = nullptr;
+  std::unique_ptr<Stage> (*make)() = nullptr;
+};
+/// stage<Count>(): an entry for a class with `static StageSpec spec()` and a default constructor.
+template <typename S>
+[[nodiscard]] constexpr StageEntry stage() noexcept {
+  return {&S::spec, []() -> std::unique_ptr<Stage> { return std::make_unique<S>(); }};
+}
+
+/// The table of built-in stages (plugins/stages/all_stages.cpp).
+[[nodiscard]] std::span<const StageEntry> builtin_stages() noexcept;
+
+class StageRegistry {
+ public:
+  /// The built-in stages, checked for duplicate names.
+  /// Throws tracer::Error (kRuntime) on a duplicate: a bug in the table.
+  [[nodiscard]] static StageRegistry with_builtins();
+  /// The process-wide registry the recipe loader and the CLI use (with_builtins() on first use).
+  [[nodiscard]] static StageRegistry& global();
+
+  /// Adds an embedder's stage. Throws tracer::Error (kUsage) if the name is taken.
+  void register_stage(StageSpec spec, StageFactory factory);
+  [[nodiscard]] const StageSpec* find(std::string_view name) const noexcept;
+  /// A new stage, or nullptr for an unknown name.
+  [[nodiscard]] std::unique_ptr<Stage> make(std::string_view name) const;
+  [[nodiscard]] std::vector<const StageSpec*> specs() const;
+  /// Names close to `name` ("did you mean").
+  [[nodiscard]] std::string suggest(std::string_view name) const;
+
+ private:
+  struct Item {
+    StageSpec spec;
+    StageFactory factory;
+  };
+  std::vector<Item> items_;
+};
+
+/// register_stage on the global registry (A1 libbpf_register_prog_handler).
+void register_stage(StageSpec spec, StageFactory factory);
+
+}  // namespace tracer

@@ -1,0 +1,188 @@
+#include "plugins/stages/aggregate.hpp"
+
+#include <fmt/format.h>
+
+#include <cstring>
+#include <numeric>
+
+namespace tracer::stages {
+
+namespace {
+enum Tag : char { kNone = 'n', kInt = 'i', kUint = 'u', kDouble = 'd', kStr = 's', kIps = 'c' };
+
+// PERF_CONTEXT_* markers (>= PERF_CONTEXT_MAX as u64) separate kernel and user frames.
+constexpr std::uint64_t kContextMax = static_cast<std::uint64_t>(-4095);
+
+template <typename T>
+void put(std::string& b, T v) noexcept {
+  char raw[sizeof(T)];
+  std::memcpy(raw, &v, sizeof(T));
+  b.append(raw, sizeof(T));
+}
+template <typename T>
+T take(std::string_view& b) {
+  T v{};
+  if (b.size() < sizeof(T))
+    return v;
+  // Key bytes, not text: no terminator is expected.
+  std::memcpy(&v, b.data(), sizeof(T));  // NOLINT(bugprone-suspicious-stringview-data-usage)
+  b.remove_prefix(sizeof(T));
+  return v;
+}
+}  // namespace
+
+std::vector<OptionSpec> aggregate_options() {
+  return {
+      {.name = "by",
+       .type = OptionSpec::Type::kFieldList,
+       .required = false,
+       .help = R"(group by these fields: by = ["comm", "filename"])"},
+      {.name = "top",
+       .type = OptionSpec::Type::kInt,
+       .required = false,
+       .help = "keep the N largest rows"},
+      {.name = "every",
+       .type = OptionSpec::Type::kDuration,
+       .required = false,
+       .help = R"(emit and reset at this interval: every = "1s")"},
+  };
+}
+
+void KeyEncoder::add(const Value& v) {
+  // A key longer than the reserved capacity grows the buffer once (warm-up); std::string's
+  // growth throwing bad_alloc would end the process, as any allocation failure does here.
+  std::visit(
+      [this](const auto& x) {
+        using T = std::decay_t<decltype(x)>;
+        if constexpr (std::is_same_v<T, std::monostate>) {
+          buf_.push_back(kNone);
+        } else if constexpr (std::is_same_v<T, std::int64_t>) {
+          buf_.push_back(kInt);
+          put(buf_, x);
+        } else if constexpr (std::is_same_v<T, std::uint64_t>) {
+          buf_.push_back(kUint);
+          put(buf_, x);
+        } else if constexpr (std::is_same_v<T, double>) {
+          buf_.push_back(kDouble);
+          put(buf_, x);
+        } else if constexpr (std::is_same_v<T, std::string_view>) {
+          buf_.push_back(kStr);
+          put(buf_, static_cast<std::uint32_t>(x.size()));
+          buf_.append(x);
+        } else {
+          buf_.push_back(kIps);
+          put(buf_, static_cast<std::uint32_t>(x.ips.size));
+          buf_.append(reinterpret_cast<const char*>(x.ips.data), x.ips.size * 8);
+        }
+      },
+      v);
+}
+
+std::vector<Cell> decode_key(std::string_view b) {
+  std::vector<Cell> out;
+  while (!b.empty()) {
+    const char tag = b.front();
+    b.remove_prefix(1);
+    switch (tag) {
+      case kInt:
+        out.emplace_back(take<std::int64_t>(b));
+        break;
+      case kUint:
+        out.emplace_back(take<std::uint64_t>(b));
+        break;
+      case kDouble:
+        out.emplace_back(take<double>(b));
+        break;
+      case kStr: {
+        const auto n = std::min<std::size_t>(take<std::uint32_t>(b), b.size());
+        out.emplace_back(std::string(b.substr(0, n)));
+        b.remove_prefix(n);
+        break;
+      }
+      case kIps: {
+        const auto n = std::min<std::size_t>(take<std::uint32_t>(b), b.size() / 8);
+        std::string text;
+        for (std::size_t i = 0; i < n; ++i) {
+          const auto ip = take<std::uint64_t>(b);
+          if (ip >= kContextMax)
+            continue;
+          text += fmt::format("{}{:#x}", text.empty() ? "" : ";", ip);
+        }
+        out.emplace_back(std::move(text));
+        break;
+      }
+      default:
+        out.emplace_back(std::monostate{});
+        break;
+    }
+  }
+  return out;
+}
+
+void AggregateStage::configure_common(StageOptions& opts) {
+  by_names_ = opts.list("by");
+  top_ = opts.integer("top");
+  if (top_ && *top_ <= 0) {
+    opts.diags().add(opts.where("top"), "option 'top' must be a positive integer");
+    top_.reset();
+  }
+  every_ = opts.duration("every");
+  if (auto f = opts.string("field")) {
+    value_name_ = *f;
+    value_where_ = opts.where("field");
+  }
+}
+
+void AggregateStage::bind_keys(BindContext& ctx, Diagnostics& diags) {
+  by_.clear();
+  for (const auto& [name, where] : by_names_) {
+    if (auto f = ctx.schema.bind(name, where, diags))
+      by_.push_back(std::move(*f));
+  }
+}
+
+std::optional<FieldRef> AggregateStage::bind_value(BindContext& ctx, Diagnostics& diags) {
+  auto f = ctx.schema.bind(value_name_, value_where_, diags);
+  if (f && (f->type() == FieldType::kString || f->type() == FieldType::kIps)) {
+    diags.add(value_where_, fmt::format("stage '{}' needs a numeric field; '{}' is a {}",
+                                        stage_name_, value_name_, to_string(f->type())));
+    return std::nullopt;
+  }
+  return f;
+}
+
+void AggregateStage::describe(Table& t, std::string_view what) const {
+  t.stage = stage_name_;
+  for (const auto& [name, where] : by_names_)
+    t.key_names.push_back(name);
+  t.title = std::string(what);
+  if (!t.key_names.empty())
+    t.title += fmt::format(" by {}", fmt::join(t.key_names, ", "));
+}
+
+void AggregateStage::order(Table& t, std::vector<double>& scores) const {
+  std::vector<std::size_t> idx(t.rows.size());
+  std::iota(idx.begin(), idx.end(), 0);
+  std::vector<std::string> texts(t.rows.size());
+  for (std::size_t i = 0; i < t.rows.size(); ++i) {
+    for (const auto& k : t.rows[i].keys)
+      texts[i] += to_text(k) + '\x1f';
+  }
+  std::sort(idx.begin(), idx.end(), [&](std::size_t a, std::size_t b) {
+    if (scores[a] != scores[b])
+      return scores[a] > scores[b];
+    if (texts[a] != texts[b])
+      return texts[a] < texts[b];
+    return a < b;
+  });
+  std::size_t keep = idx.size();
+  if (top_)
+    keep = std::min<std::size_t>(keep, static_cast<std::size_t>(*top_));
+  std::vector<TableRow> rows;
+  rows.reserve(keep);
+  for (std::size_t i = 0; i < keep; ++i)
+    rows.push_back(std::move(t.rows[idx[i]]));
+  t.rows = std::move(rows);
+}
+
+}  // namespace tracer::stages

@@ -1,0 +1,28 @@
+// The one explicit table of built-in stages (no static-initialiser self-registration).
+// StageRegistry::with_builtins() checks it for duplicate names at startup.
+#include "plugins/stages/csv.hpp"
+#include "plugins/stages/filter.hpp"
+#include "plugins/stages/hist.hpp"
+#include "plugins/stages/jsonl.hpp"
+#include "plugins/stages/latency.hpp"
+#include "plugins/stages/lhist.hpp"
+#include "plugins/stages/print.hpp"
+#include "plugins/stages/quantiles.hpp"
+#include "plugins/stages/scalar.hpp"
+
+namespace tracer {
+
+namespace {
+using namespace stages;  // NOLINT(google-build-using-namespace): the table reads better
+constexpr StageEntry kAllStages[] = {
+    stage<Filter>(),  stage<Count>(), stage<Sum>(),   stage<Min>(),       stage<Max>(),
+    stage<Avg>(),     stage<Hist>(),  stage<Lhist>(), stage<Quantiles>(), stage<Rate>(),
+    stage<Latency>(), stage<Print>(), stage<Jsonl>(), stage<Csv>(),
+};
+}  // namespace
+
+std::span<const StageEntry> builtin_stages() noexcept {
+  return kAllStages;
+}
+
+}  // namespace tracer

@@ -1,0 +1,86 @@
+// filter: keeps the events for which an expression holds.
+//
+// Grammar (precedence low to high):  or := and ("||" and)*   and := unary ("&&" unary)*
+//   unary := "!" unary | "(" or ")" | operand (cmp operand)?     cmp := == != < <= > >=
+//   operand := field | field[i] | integer (decimal, 0x hex, leading -) | "string" | 'string'
+// Strings compare by equality, or as a shell glob (* ? [a-z] [!x]) when the literal holds one of
+// * ? [. An operand alone is a truth test (non-zero, non-empty). A field missing on a probe makes
+// every comparison on it false. Field-to-field comparisons are allowed.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tracer/stage.hpp"
+
+namespace tracer::stages {
+
+struct FilterError {
+  std::size_t column = 0;  // 1-based, in the expression text
+  std::string message;
+};
+
+/// `*`, `?`, `[set]`, `[!set]`/`[^set]` and ranges, over the whole of `text` (as fnmatch without
+/// flags, but on string_views and without allocation).
+[[nodiscard]] bool glob_match(std::string_view pattern, std::string_view text) noexcept;
+
+class FilterExpr {
+ public:
+  /// @return the expression, or nullopt with `error` describing the first problem.
+  [[nodiscard]] static std::optional<FilterExpr> parse(std::string_view text, FilterError& error);
+  /// Binds field operands and checks operand types. `where` is the expression string's position
+  /// (its opening quote): diagnostics point at the column of the operand.
+  bool bind(const Schema& schema, const SourceRegion& where, Diagnostics& diags);
+  [[nodiscard]] bool eval(const Event& e) const noexcept;
+  /// The tree as an s-expression, for tests: (&& (== comm "bash") (! (> pid 5))).
+  [[nodiscard]] std::string dump() const;
+
+  enum class Cmp : std::uint8_t { kEq, kNe, kLt, kLe, kGt, kGe };
+  struct Operand {
+    enum class Kind : std::uint8_t { kField, kInt, kUint, kString };
+    Kind kind = Kind::kInt;
+    std::string text;  // field name or string literal
+    std::int64_t ival = 0;
+    std::uint64_t uval = 0;
+    bool glob = false;
+    std::size_t column = 0;
+    FieldRef field{};
+  };
+  struct Node {
+    enum class Kind : std::uint8_t { kOr, kAnd, kNot, kCmp, kTruth };
+    Kind kind = Kind::kTruth;
+    int lhs = -1, rhs = -1;
+    Cmp op = Cmp::kEq;
+    Operand a{}, b{};
+  };
+
+ private:
+  friend class FilterParser;
+  [[nodiscard]] bool eval_node(int n, const Event& e) const noexcept;
+  [[nodiscard]] std::string dump_node(int n) const;
+  std::vector<Node> nodes_;
+  int root_ = -1;
+};
+
+class Filter : public Stage {
+ public:
+  [[nodiscard]] static StageSpec spec();
+  void configure(const ConfigValue& options, Diagnostics& diags) override;
+  void bind(BindContext& ctx, Diagnostics& diags) override;
+  [[nodiscard]] KindMask kinds() const noexcept override { return kinds_; }
+  void on_events(std::span<Event* const> events) noexcept override;
+
+ private:
+  std::optional<FilterExpr> expr_;
+  SourceRegion where_;
+  KindMask kinds_ = kind_bit(RecordKind::kSample);
+  bool bound_ = false;
+};
+
+/// Reads a `kinds` option ("sample", "lost", ...) into a mask; unknown names are diagnostics.
+[[nodiscard]] KindMask read_kinds(const StageOptions& opts, KindMask fallback, Diagnostics& diags);
+
+}  // namespace tracer::stages

@@ -1,0 +1,111 @@
+#include "plugins/stages/hist.hpp"
+
+#include <fmt/format.h>
+
+#include <bit>
+
+namespace tracer::stages {
+
+StageSpec Hist::spec() {
+  StageSpec s{.name = "hist",
+              .summary = "power-of-two histogram of a field per key (bpftrace hist)",
+              .options = {{.name = "field",
+                           .type = OptionSpec::Type::kString,
+                           .required = true,
+                           .help = "the numeric field: field = \"duration\""}}};
+  auto common = aggregate_options();
+  s.options.insert(s.options.end(), common.begin(), common.end());
+  return s;
+}
+
+std::size_t Hist::bucket(std::int64_t v) noexcept {
+  if (v < 0)
+    return 0;
+  if (v == 0)
+    return 1;
+  const auto u = static_cast<std::uint64_t>(v);
+  return 1 + static_cast<std::size_t>(std::bit_width(u));  // 1 -> 2, [2,4) -> 3, ...
+}
+
+std::string Hist::power_label(unsigned power) {
+  static constexpr std::string_view kSuffix[] = {"", "K", "M", "G", "T", "P", "E"};
+  const unsigned group = std::min(power / 10, 6U);
+  return fmt::format("{}{}", std::uint64_t{1} << (power - group * 10), kSuffix[group]);
+}
+
+void Hist::configure(const ConfigValue& options, Diagnostics& diags) {
+  stage_name_ = "hist";
+  StageOptions opts(spec(), options, diags);
+  configure_common(opts);
+}
+
+void Hist::bind(BindContext& ctx, Diagnostics& diags) {
+  bind_keys(ctx, diags);
+  if (!value_name_.empty())
+    value_ = bind_value(ctx, diags);
+  states_.reserve(1024);
+}
+
+void Hist::on_events(std::span<Event* const> events) noexcept {
+  if (!value_)
+    return;
+  for (const Event* e : events) {
+    const Value v = value_->read(*e);
+    if (is_none(v))
+      continue;
+    State& s = states_.get(key_of(*e), [] { return State{}; });
+    ++s.counts[bucket(to_int(v).value_or(0))];
+    ++s.total;
+  }
+}
+
+void Hist::snapshot(Table& out, bool reset) {
+  describe(out, fmt::format("hist of {}", value_name_));
+  out.histogram = true;
+  out.value_names = {value_name_};
+  std::vector<double> scores;
+  for (std::size_t i = 0; i < states_.size(); ++i) {
+    const State& s = states_.state(i);
+    if (s.total == 0)
+      continue;
+    TableRow row;
+    row.keys = decode_key(states_.key(i));
+    std::size_t first = kBuckets, last = 0;
+    for (std::size_t b = 0; b < kBuckets; ++b) {
+      if (s.counts[b] != 0) {
+        first = std::min(first, b);
+        last = b;
+      }
+    }
+    for (std::size_t b = first; b <= last; ++b) {
+      HistBucket hb;
+      hb.count = s.counts[b];
+      if (b == 0) {
+        hb.lo_unbounded = true;
+        hb.hi = 0;
+        hb.label = "(..., 0)";
+      } else if (b == 1 || b == 2) {
+        hb.lo = static_cast<std::int64_t>(b - 1);
+        hb.hi = hb.lo + 1;
+        hb.label = fmt::format("[{}]", hb.lo);
+      } else {
+        const auto k = static_cast<unsigned>(b - 2);
+        hb.lo = std::int64_t{1} << k;
+        if (k + 1 >= 63)
+          hb.hi_unbounded = true;
+        else
+          hb.hi = std::int64_t{1} << (k + 1);
+        hb.label = fmt::format("[{}, {})", power_label(k), power_label(k + 1));
+      }
+      row.buckets.push_back(std::move(hb));
+    }
+    row.values.emplace_back(s.total);
+    out.rows.push_back(std::move(row));
+    scores.push_back(static_cast<double>(s.total));
+  }
+  order(out, scores);
+  if (reset)
+    states_.reset([](State& s) { s = State{}; });
+}
+
+}  // namespace tracer::stages

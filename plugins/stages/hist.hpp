@@ -1,0 +1,34 @@
+// hist: a power-of-two histogram of a field per key, rendered like bpftrace's hist().
+// Buckets: (..., 0) for negatives, [0], [1], then [2^k, 2^(k+1)) for k = 1..63.
+#pragma once
+
+#include <array>
+
+#include "plugins/stages/aggregate.hpp"
+
+namespace tracer::stages {
+
+class Hist : public AggregateStage {
+ public:
+  static constexpr std::size_t kBuckets = 66;
+  [[nodiscard]] static StageSpec spec();
+  /// The bucket of `v` (0: negative, 1: zero, 2: one, 2 + k: [2^k, 2^(k+1))).
+  [[nodiscard]] static std::size_t bucket(std::int64_t v) noexcept;
+  /// bpftrace's label of 2^power: 1, 2, ... 512, 1K, 2K, ... 1M, ... 16E.
+  [[nodiscard]] static std::string power_label(unsigned power);
+
+  void configure(const ConfigValue& options, Diagnostics& diags) override;
+  void bind(BindContext& ctx, Diagnostics& diags) override;
+  void on_events(std::span<Event* const> events) noexcept override;
+  void snapshot(Table& out, bool reset) override;
+
+ private:
+  struct State {
+    std::array<std::uint64_t, kBuckets> counts{};
+    std::uint64_t total = 0;
+  };
+  std::optional<FieldRef> value_;
+  KeyedStates<State> states_;
+};
+
+}  // namespace tracer::stages

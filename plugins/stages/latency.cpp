@@ -1,0 +1,134 @@
+#include "plugins/stages/latency.hpp"
+
+#include <fmt/format.h>
+
+namespace tracer::stages {
+
+StageSpec Latency::spec() {
+  return {.name = "latency",
+          .summary = "pair entry/exit probes by key and hand on `duration` (ns)",
+          .options = {
+              {.name = "entry",
+               .type = OptionSpec::Type::kString,
+               .required = true,
+               .help = "the entry probe's name: entry = \"enter_read\""},
+              {.name = "exit",
+               .type = OptionSpec::Type::kString,
+               .required = true,
+               .help = "the exit probe's name: exit = \"exit_read\""},
+              {.name = "key",
+               .type = OptionSpec::Type::kString,
+               .required = false,
+               .help = "the field pairing them (default tid)"},
+              {.name = "max_pending",
+               .type = OptionSpec::Type::kInt,
+               .required = false,
+               .help = "bound on pending entries (default 65536)"},
+          }};
+}
+
+void Latency::configure(const ConfigValue& options, Diagnostics& diags) {
+  StageOptions opts(spec(), options, diags);
+  entry_name_ = opts.string("entry").value_or("");
+  exit_name_ = opts.string("exit").value_or("");
+  entry_where_ = opts.where("entry");
+  exit_where_ = opts.where("exit");
+  if (auto k = opts.string("key"))
+    key_name_ = *k;
+  key_where_ = opts.where("key");
+  table_where_ = options.where;
+  if (auto m = opts.integer("max_pending")) {
+    if (*m <= 0)
+      diags.add(opts.where("max_pending"), "option 'max_pending' must be positive");
+    else
+      max_pending_ = static_cast<std::size_t>(*m);
+  }
+}
+
+void Latency::bind(BindContext& ctx, Diagnostics& diags) {
+  auto& schema = ctx.schema;
+  std::vector<std::string> names;
+  for (const auto& p : schema.probes())
+    names.push_back(p.name);
+  const auto find = [&](const std::string& name, const SourceRegion& where, std::uint32_t& out) {
+    if (auto i = schema.probe_index(name)) {
+      out = *i;
+      return true;
+    }
+    diags.add(where, fmt::format("latency: no probe named '{}'", name),
+              fmt::format("probes: {}", fmt::join(names, ", ")));
+    return false;
+  };
+  const bool ok = find(entry_name_, entry_where_, entry_) && find(exit_name_, exit_where_, exit_);
+  key_ = schema.bind(key_name_, key_where_, diags);
+  time_ = schema.bind("time", table_where_, diags);
+  if (ok && key_ && (!key_->available(entry_) || !key_->available(exit_))) {
+    diags.add(key_where_, fmt::format("latency: key '{}' must exist on both '{}' and '{}'",
+                                      key_name_, entry_name_, exit_name_));
+  }
+  auto slot = schema.add_derived("duration", FieldType::kUint);
+  if (!slot) {
+    diags.add(table_where_, "latency: a field named 'duration' exists already",
+              "use one latency stage per pipeline");
+  }
+  slot_ = slot.value_or(0);
+  bound_ = ok && key_ && time_ && slot;
+  pending_.reserve(std::min<std::size_t>(max_pending_, 4096));
+}
+
+void Latency::on_events(std::span<Event* const> events) noexcept {
+  if (!bound_ || !key_ || !time_)
+    return;
+  for (Event* e : events) {
+    const std::uint32_t probe = e->probe();
+    if (probe != entry_ && probe != exit_)
+      continue;
+    enc_.clear();
+    enc_.add(key_->read(*e));
+    const Value tv = time_->read(*e);
+    const auto* t = std::get_if<std::uint64_t>(&tv);
+    const std::uint64_t now = t != nullptr ? *t : 0;
+    if (probe == entry_ && probe != exit_) {
+      e->drop();
+      auto it = pending_.find(enc_.bytes());
+      if (it == pending_.end()) {
+        if (pending_.size() >= max_pending_) {
+          // Bounded: forget every pending entry (their exits will count as missing entries).
+          stats_.evicted += pending_count_;
+          pending_.clear();
+          pending_count_ = 0;
+        }
+        it = pending_.emplace(std::string(enc_.bytes()), 0).first;
+      }
+      if (it->second != 0)
+        ++stats_.missing_exit;
+      else
+        ++pending_count_;
+      it->second = now == 0 ? 1 : now;
+      continue;
+    }
+    auto it = pending_.find(enc_.bytes());
+    if (it == pending_.end() || it->second == 0) {
+      ++stats_.missing_entry;
+      e->drop();
+      continue;
+    }
+    const std::uint64_t start = it->second;
+    it->second = 0;
+    --pending_count_;
+    if (now < start) {
+      ++stats_.out_of_order;
+      e->drop();
+      continue;
+    }
+    ++stats_.paired;
+    e->derived[slot_] = now - start;
+  }
+}
+
+void Latency::stop() {
+  stats_.missing_exit += pending_count_;
+  pending_count_ = 0;
+}
+
+}  // namespace tracer::stages

@@ -1,0 +1,137 @@
+#include "plugins/stages/lhist.hpp"
+
+#include <fmt/format.h>
+
+namespace tracer::stages {
+
+StageSpec Lhist::spec() {
+  StageSpec s{.name = "lhist",
+              .summary = "linear histogram of a field per key (bpftrace lhist)",
+              .options = {
+                  {.name = "field",
+                   .type = OptionSpec::Type::kString,
+                   .required = true,
+                   .help = "the numeric field: field = \"len\""},
+                  {.name = "min",
+                   .type = OptionSpec::Type::kInt,
+                   .required = true,
+                   .help = "lower bound of the first bucket"},
+                  {.name = "max",
+                   .type = OptionSpec::Type::kInt,
+                   .required = true,
+                   .help = "values at or above go to [max, ...)"},
+                  {.name = "step",
+                   .type = OptionSpec::Type::kInt,
+                   .required = true,
+                   .help = "bucket width"},
+              }};
+  auto common = aggregate_options();
+  s.options.insert(s.options.end(), common.begin(), common.end());
+  return s;
+}
+
+void Lhist::configure(const ConfigValue& options, Diagnostics& diags) {
+  stage_name_ = "lhist";
+  StageOptions opts(spec(), options, diags);
+  configure_common(opts);
+  min_ = opts.integer("min").value_or(0);
+  max_ = opts.integer("max").value_or(100);
+  step_ = opts.integer("step").value_or(10);
+  if (step_ <= 0) {
+    diags.add(opts.where("step"), "option 'step' must be positive");
+    step_ = 1;
+  }
+  if (max_ <= min_) {
+    diags.add(opts.where("max"),
+              fmt::format("option 'max' ({}) must be above 'min' ({})", max_, min_));
+    max_ = min_ + step_;
+  }
+  const std::int64_t n = (max_ - min_ + step_ - 1) / step_;
+  if (n > kMaxBuckets) {
+    diags.add(opts.where("step"),
+              fmt::format("lhist would have {} buckets (at most {})", n, kMaxBuckets),
+              "raise 'step' or narrow [min, max)");
+    step_ = (max_ - min_ + kMaxBuckets - 1) / kMaxBuckets;
+  }
+  inner_ = static_cast<std::size_t>((max_ - min_ + step_ - 1) / step_);
+}
+
+void Lhist::bind(BindContext& ctx, Diagnostics& diags) {
+  bind_keys(ctx, diags);
+  if (!value_name_.empty())
+    value_ = bind_value(ctx, diags);
+  states_.reserve(1024);
+}
+
+std::size_t Lhist::bucket(std::int64_t v) const noexcept {
+  if (v < min_)
+    return 0;
+  if (v >= max_)
+    return inner_ + 1;
+  return 1 + static_cast<std::size_t>((v - min_) / step_);
+}
+
+void Lhist::on_events(std::span<Event* const> events) noexcept {
+  if (!value_)
+    return;
+  for (const Event* e : events) {
+    const Value v = value_->read(*e);
+    if (is_none(v))
+      continue;
+    State& s = states_.get(key_of(*e), [this] {
+      return State{.counts = std::vector<std::uint64_t>(inner_ + 2), .total = 0};
+    });
+    ++s.counts[bucket(to_int(v).value_or(0))];
+    ++s.total;
+  }
+}
+
+void Lhist::snapshot(Table& out, bool reset) {
+  describe(out, fmt::format("lhist of {}", value_name_));
+  out.histogram = true;
+  out.value_names = {value_name_};
+  std::vector<double> scores;
+  for (std::size_t i = 0; i < states_.size(); ++i) {
+    const State& s = states_.state(i);
+    if (s.total == 0)
+      continue;
+    TableRow row;
+    row.keys = decode_key(states_.key(i));
+    std::size_t first = s.counts.size(), last = 0;
+    for (std::size_t b = 0; b < s.counts.size(); ++b) {
+      if (s.counts[b] != 0) {
+        first = std::min(first, b);
+        last = b;
+      }
+    }
+    for (std::size_t b = first; b <= last; ++b) {
+      HistBucket hb;
+      hb.count = s.counts[b];
+      if (b == 0) {
+        hb.lo_unbounded = true;
+        hb.hi = min_;
+        hb.label = fmt::format("(..., {})", min_);
+      } else if (b == inner_ + 1) {
+        hb.lo = max_;
+        hb.hi_unbounded = true;
+        hb.label = fmt::format("[{}, ...)", max_);
+      } else {
+        hb.lo = min_ + static_cast<std::int64_t>(b - 1) * step_;
+        hb.hi = std::min(hb.lo + step_, max_);
+        hb.label = fmt::format("[{}, {})", hb.lo, hb.hi);
+      }
+      row.buckets.push_back(std::move(hb));
+    }
+    row.values.emplace_back(s.total);
+    out.rows.push_back(std::move(row));
+    scores.push_back(static_cast<double>(s.total));
+  }
+  order(out, scores);
+  if (reset)
+    states_.reset([](State& s) {
+      std::fill(s.counts.begin(), s.counts.end(), 0);
+      s.total = 0;
+    });
+}
+
+}  // namespace tracer::stages

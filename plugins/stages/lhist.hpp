@@ -1,0 +1,33 @@
+// lhist: a linear histogram of a field per key (bpftrace lhist(value, min, max, step)).
+// Buckets: (..., min), [min, min+step), ... , [max, ...).
+#pragma once
+
+#include "plugins/stages/aggregate.hpp"
+
+namespace tracer::stages {
+
+class Lhist : public AggregateStage {
+ public:
+  static constexpr std::int64_t kMaxBuckets = 100000;
+  [[nodiscard]] static StageSpec spec();
+
+  void configure(const ConfigValue& options, Diagnostics& diags) override;
+  void bind(BindContext& ctx, Diagnostics& diags) override;
+  void on_events(std::span<Event* const> events) noexcept override;
+  void snapshot(Table& out, bool reset) override;
+
+  /// Index of `v`: 0 below min, 1 + (v - min) / step inside, last at or above max.
+  [[nodiscard]] std::size_t bucket(std::int64_t v) const noexcept;
+
+ private:
+  struct State {
+    std::vector<std::uint64_t> counts;
+    std::uint64_t total = 0;
+  };
+  std::int64_t min_ = 0, max_ = 100, step_ = 10;
+  std::size_t inner_ = 10;  // buckets between min and max
+  std::optional<FieldRef> value_;
+  KeyedStates<State> states_;
+};
+
+}  // namespace tracer::stages

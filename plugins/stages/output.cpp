@@ -1,0 +1,244 @@
+#include "plugins/stages/output.hpp"
+
+#include <cmath>
+
+#include "plugins/stages/filter.hpp"
+
+namespace tracer::stages {
+
+namespace {
+constexpr std::uint64_t kContextMax = static_cast<std::uint64_t>(-4095);
+
+template <typename... Args>
+void put(fmt::memory_buffer& out, fmt::format_string<Args...> f, Args&&... args) {
+  fmt::format_to(fmt::appender(out), f, std::forward<Args>(args)...);
+}
+void put_str(fmt::memory_buffer& out, std::string_view s) {
+  out.append(s.data(), s.data() + s.size());
+}
+}  // namespace
+
+std::vector<OptionSpec> output_options(bool with_path) {
+  std::vector<OptionSpec> o = {
+      {.name = "fields",
+       .type = OptionSpec::Type::kFieldList,
+       .required = false,
+       .help = "fields of per-event output (default: probe, time, cpu, pid, tid, comm and every "
+               "payload and derived field)"},
+      {.name = "kinds",
+       .type = OptionSpec::Type::kStringList,
+       .required = false,
+       .help = "record kinds written per event (default [\"sample\"])"},
+      {.name = "events",
+       .type = OptionSpec::Type::kBool,
+       .required = false,
+       .help = "write every event (default: only when no aggregation precedes)"},
+  };
+  if (with_path) {
+    o.push_back({.name = "path",
+                 .type = OptionSpec::Type::kString,
+                 .required = false,
+                 .help = "write to this file instead of stdout"});
+  }
+  return o;
+}
+
+void OutputStage::configure_output(StageOptions& opts) {
+  field_names_ = opts.list("fields");
+  kinds_ = read_kinds(opts, kind_bit(RecordKind::kSample), opts.diags());
+  path_ = opts.string("path");
+  path_where_ = opts.where("path");
+  events_opt_ = opts.boolean("events");
+}
+
+void OutputStage::bind_output(BindContext& ctx, Diagnostics& diags) {
+  per_event_ = events_opt_.value_or(!ctx.upstream_aggregates);
+  sink_ = &ctx.out;
+  if (path_) {
+    auto s = Sink::open(*path_);
+    if (s) {
+      own_.emplace(std::move(*s));
+      sink_ = &*own_;
+    } else {
+      diags.add(path_where_, s.error().message, s.error().hint);
+    }
+  }
+  fields_.clear();
+  auto names = field_names_;
+  if (names.empty()) {
+    // Default: the common sample fields, then the union of every probe's payload fields, then
+    // derived ones; events print only the fields their probe has.
+    for (std::string_view n : {"probe", "time", "cpu", "pid", "tid", "comm"})
+      names.emplace_back(std::string(n), ctx.where);
+    const auto has = [&](const std::string& n) {
+      return std::any_of(names.begin(), names.end(), [&](const auto& p) { return p.first == n; });
+    };
+    for (std::uint32_t p = 0; p < ctx.schema.probes().size(); ++p) {
+      for (auto& n : ctx.schema.payload_field_names(p)) {
+        if (!has(n))
+          names.emplace_back(std::move(n), ctx.where);
+      }
+    }
+    if (!ctx.schema.probes().empty()) {
+      const auto all = ctx.schema.field_names(0);
+      for (std::size_t i = all.size() - ctx.schema.derived_count(); i < all.size(); ++i) {
+        if (!has(all[i]))
+          names.emplace_back(all[i], ctx.where);
+      }
+    }
+  }
+  for (const auto& [name, where] : names) {
+    if (auto f = ctx.schema.bind(name, where, diags))
+      fields_.push_back(std::move(*f));
+  }
+}
+
+void OutputStage::flush() {
+  sink_->flush();
+}
+
+void OutputStage::stop() {
+  sink_->flush();
+  own_.reset();
+}
+
+void append_text(fmt::memory_buffer& out, const Value& v) {
+  std::visit(
+      [&out](const auto& x) {
+        using T = std::decay_t<decltype(x)>;
+        if constexpr (std::is_same_v<T, std::monostate>) {
+        } else if constexpr (std::is_same_v<T, std::string_view>) {
+          put_str(out, x);
+        } else if constexpr (std::is_same_v<T, IpList>) {
+          bool first = true;
+          for (std::uint64_t i = 0; i < x.ips.size; ++i) {
+            if (x.ips[i] >= kContextMax)
+              continue;
+            put(out, "{}{:#x}", first ? "" : ";", x.ips[i]);
+            first = false;
+          }
+        } else {
+          put(out, "{}", x);
+        }
+      },
+      v);
+}
+
+void append_json_string(fmt::memory_buffer& out, std::string_view s) {
+  out.push_back('"');
+  std::size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c == '"' || c == '\\') {
+      out.push_back('\\');
+      out.push_back(static_cast<char>(c));
+      ++i;
+    } else if (c < 0x20) {
+      switch (c) {
+        case '\n':
+          put_str(out, "\\n");
+          break;
+        case '\t':
+          put_str(out, "\\t");
+          break;
+        case '\r':
+          put_str(out, "\\r");
+          break;
+        default:
+          put(out, "\\u{:04x}", static_cast<unsigned>(c));
+      }
+      ++i;
+    } else if (c < 0x80) {
+      out.push_back(static_cast<char>(c));
+      ++i;
+    } else {
+      // Keep a well-formed UTF-8 sequence; escape a stray byte as its Latin-1 code point so the
+      // line stays valid JSON.
+      std::size_t n = c >= 0xF0 && c < 0xF5 ? 4 : c >= 0xE0 ? 3 : c >= 0xC2 && c < 0xE0 ? 2 : 0;
+      bool ok = n != 0 && i + n <= s.size();
+      for (std::size_t k = 1; ok && k < n; ++k)
+        ok = (static_cast<unsigned char>(s[i + k]) & 0xC0) == 0x80;
+      if (ok && n == 3) {
+        const auto c1 = static_cast<unsigned char>(s[i + 1]);
+        ok = !(c == 0xE0 && c1 < 0xA0) && !(c == 0xED && c1 >= 0xA0);  // overlong, surrogates
+      } else if (ok && n == 4) {
+        const auto c1 = static_cast<unsigned char>(s[i + 1]);
+        ok = !(c == 0xF0 && c1 < 0x90) && !(c == 0xF4 && c1 >= 0x90);
+      }
+      if (ok) {
+        put_str(out, s.substr(i, n));
+        i += n;
+      } else {
+        put(out, "\\u{:04x}", static_cast<unsigned>(c));
+        ++i;
+      }
+    }
+  }
+  out.push_back('"');
+}
+
+void append_json(fmt::memory_buffer& out, const Value& v) {
+  std::visit(
+      [&out](const auto& x) {
+        using T = std::decay_t<decltype(x)>;
+        if constexpr (std::is_same_v<T, std::monostate>) {
+          put_str(out, "null");
+        } else if constexpr (std::is_same_v<T, std::string_view>) {
+          append_json_string(out, x);
+        } else if constexpr (std::is_same_v<T, IpList>) {
+          out.push_back('[');
+          bool first = true;
+          for (std::uint64_t i = 0; i < x.ips.size; ++i) {
+            if (x.ips[i] >= kContextMax)
+              continue;
+            put(out, "{}\"{:#x}\"", first ? "" : ",", x.ips[i]);
+            first = false;
+          }
+          out.push_back(']');
+        } else if constexpr (std::is_same_v<T, double>) {
+          if (std::isfinite(x))
+            put(out, "{}", x);
+          else
+            put_str(out, "null");
+        } else {
+          put(out, "{}", x);
+        }
+      },
+      v);
+}
+
+void append_json(fmt::memory_buffer& out, const Cell& c) {
+  if (const auto* s = std::get_if<std::string>(&c)) {
+    append_json_string(out, *s);
+    return;
+  }
+  std::visit(
+      [&out](const auto& x) {
+        using T = std::decay_t<decltype(x)>;
+        if constexpr (std::is_same_v<T, std::monostate>)
+          put_str(out, "null");
+        else if constexpr (std::is_same_v<T, std::string>)
+          append_json_string(out, x);
+        else
+          append_json(out, Value{x});
+      },
+      c);
+}
+
+void append_csv(fmt::memory_buffer& out, std::string_view s) {
+  const bool quote = s.find_first_of(",\"\r\n") != std::string_view::npos ||
+                     (!s.empty() && (s.front() == ' ' || s.back() == ' '));
+  if (!quote) {
+    put_str(out, s);
+    return;
+  }
+  out.push_back('"');
+  for (const char c : s) {
+    if (c == '"')
+      out.push_back('"');
+    out.push_back(c);
+  }
+  out.push_back('"');
+}
+
+}  // namespace tracer::stages

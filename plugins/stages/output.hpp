@@ -1,0 +1,56 @@
+// Shared machinery of the output stages (print, jsonl, csv): which fields a per-event line shows,
+// where output goes (the pipeline's sink or a `path`), and value formatting without allocation.
+#pragma once
+
+#include <fmt/format.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tracer/stage.hpp"
+
+namespace tracer::stages {
+
+/// Options every output takes: fields, kinds (and path for the file outputs).
+[[nodiscard]] std::vector<OptionSpec> output_options(bool with_path);
+
+class OutputStage : public Stage {
+ public:
+  [[nodiscard]] bool outputs() const noexcept override { return true; }
+  [[nodiscard]] KindMask kinds() const noexcept override { return kinds_; }
+  void flush() override;
+  void stop() override;
+  /// Per-event output (true) or aggregation rows only (false): `events` option, else per-event
+  /// unless an aggregation precedes the output.
+  [[nodiscard]] bool per_event() const noexcept { return per_event_; }
+
+ protected:
+  void configure_output(StageOptions& opts);
+  void bind_output(BindContext& ctx, Diagnostics& diags);
+  void write_buffer() noexcept { sink_->write({buf_.data(), buf_.size()}); }
+
+  std::vector<std::pair<std::string, SourceRegion>> field_names_;
+  std::vector<FieldRef> fields_;
+  KindMask kinds_ = kind_bit(RecordKind::kSample);
+  std::optional<std::string> path_;
+  SourceRegion path_where_;
+  std::optional<bool> events_opt_;
+  bool per_event_ = true;
+  Sink* sink_ = nullptr;
+  std::optional<Sink> own_;
+  fmt::memory_buffer buf_;
+};
+
+/// Text of a value: numbers in decimal, strings as they are, ip lists as 0x..;0x...
+void append_text(fmt::memory_buffer& out, const Value& v);
+/// A JSON string literal with every byte escaped that JSON requires (quotes, backslash, control
+/// characters) and invalid UTF-8 bytes as \u00XX.
+void append_json_string(fmt::memory_buffer& out, std::string_view s);
+/// A JSON value (null for a missing value or a non-finite double).
+void append_json(fmt::memory_buffer& out, const Value& v);
+void append_json(fmt::memory_buffer& out, const Cell& c);
+/// A CSV field, quoted (RFC 4180) when it holds a comma, quote, CR/LF or edge spaces.
+void append_csv(fmt::memory_buffer& out, std::string_view s);
+
+}  // namespace tracer::stages

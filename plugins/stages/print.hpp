@@ -1,0 +1,35 @@
+// print: human text. Per event: a `format` line ("{comm} opened {filename}") or name=value pairs.
+// Aggregations: aligned tables, and histograms drawn like bpftrace's:
+//   @duration[bash]:
+//   [4, 8)                 3 |@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@|
+#pragma once
+
+#include "plugins/stages/output.hpp"
+
+namespace tracer::stages {
+
+class Print : public OutputStage {
+ public:
+  static constexpr int kBarWidth = 52;  // bpftrace's
+  [[nodiscard]] static StageSpec spec();
+
+  void configure(const ConfigValue& options, Diagnostics& diags) override;
+  void bind(BindContext& ctx, Diagnostics& diags) override;
+  void on_events(std::span<Event* const> events) noexcept override;
+  void on_table(const Table& table) override;
+
+  /// The text of a table (what on_table writes).
+  [[nodiscard]] static std::string render(const Table& table);
+
+ private:
+  struct Piece {
+    std::string literal;
+    std::string field;  // empty: literal only
+    SourceRegion where;
+  };
+  std::vector<Piece> pieces_;
+  std::vector<FieldRef> piece_fields_;  // one per piece with a field (same order)
+  bool has_format_ = false;
+};
+
+}  // namespace tracer::stages

@@ -1,0 +1,162 @@
+#include "plugins/stages/quantiles.hpp"
+
+#include <fmt/format.h>
+
+#include <bit>
+#include <cmath>
+
+namespace tracer::stages {
+
+StageSpec Quantiles::spec() {
+  StageSpec s{
+      .name = "quantiles",
+      .summary = "p50/p90/p99/p999 of a field per key (relative error < 1/128)",
+      .options = {
+          {.name = "field",
+           .type = OptionSpec::Type::kString,
+           .required = true,
+           .help = "the numeric field: field = \"duration\""},
+          {.name = "quantiles",
+           .type = OptionSpec::Type::kAny,
+           .required = false,
+           .help = "which: quantiles = [0.5, 0.99] or [\"p50\", \"p999\"] (default p50 p90 p99 "
+                   "p999)"},
+      }};
+  auto common = aggregate_options();
+  s.options.insert(s.options.end(), common.begin(), common.end());
+  return s;
+}
+
+std::size_t Quantiles::bucket(std::uint64_t v) noexcept {
+  if (v < kExact)
+    return static_cast<std::size_t>(v);
+  const unsigned e = static_cast<unsigned>(std::bit_width(v)) - 1;  // >= 7
+  const unsigned shift = e - kSubBits;                              // >= 1
+  const std::uint64_t mant = v >> shift;                            // [64, 128)
+  return kExact + (shift - 1) * (std::size_t{1} << kSubBits) +
+         static_cast<std::size_t>(mant - (std::uint64_t{1} << kSubBits));
+}
+
+std::uint64_t Quantiles::representative(std::size_t b) noexcept {
+  if (b < kExact)
+    return b;
+  const std::size_t j = b - kExact;
+  const unsigned shift = static_cast<unsigned>(j >> kSubBits) + 1;
+  const std::uint64_t mant = (std::uint64_t{1} << kSubBits) + (j & ((1U << kSubBits) - 1));
+  const std::uint64_t lower = mant << shift;
+  const std::uint64_t width = std::uint64_t{1} << shift;
+  return lower + (width - 1) / 2;
+}
+
+void Quantiles::configure(const ConfigValue& options, Diagnostics& diags) {
+  stage_name_ = "quantiles";
+  StageOptions opts(spec(), options, diags);
+  configure_common(opts);
+  if (const auto* v = opts.get("quantiles")) {
+    std::vector<const ConfigValue*> items;
+    if (const auto* a = v->array()) {
+      for (const auto& e : *a)
+        items.push_back(&e);
+    } else {
+      items.push_back(v);
+    }
+    qs_.clear();
+    for (const auto* item : items) {
+      std::optional<double> q;
+      if (const auto* d = std::get_if<double>(&item->value)) {
+        q = *d;
+      } else if (const auto* s = item->string(); s != nullptr && s->size() > 1 && (*s)[0] == 'p') {
+        // "p50" -> 0.5, "p999" -> 0.999: the digits after the first two are decimals.
+        const std::string digits = s->substr(1);
+        if (digits.find_first_not_of("0123456789") == std::string::npos) {
+          const std::string text =
+              digits.size() <= 2 ? digits : digits.substr(0, 2) + "." + digits.substr(2);
+          q = std::stod(text) / 100.0;
+        }
+      }
+      if (!q || !(*q > 0.0 && *q <= 1.0)) {
+        diags.add(item->where, R"(a quantile must be a number in (0, 1] or "pNN" ("p99"))");
+        continue;
+      }
+      qs_.push_back(*q);
+    }
+  }
+  names_.clear();
+  for (double q : qs_) {
+    std::string n = fmt::format("{:.6g}", q * 100);
+    std::erase(n, '.');
+    names_.push_back("p" + n);
+  }
+}
+
+void Quantiles::bind(BindContext& ctx, Diagnostics& diags) {
+  bind_keys(ctx, diags);
+  if (!value_name_.empty())
+    value_ = bind_value(ctx, diags);
+  states_.reserve(256);
+}
+
+void Quantiles::on_events(std::span<Event* const> events) noexcept {
+  if (!value_)
+    return;
+  for (const Event* e : events) {
+    const Value v = value_->read(*e);
+    if (is_none(v))
+      continue;
+    State& s = states_.get(key_of(*e), [] {
+      return State{.counts = std::vector<std::uint64_t>(kBuckets), .total = 0};
+    });
+    const std::int64_t i = to_int(v).value_or(0);
+    const std::uint64_t u = i < 0 ? 0 : static_cast<std::uint64_t>(i);
+    ++s.counts[bucket(u)];
+    ++s.total;
+    s.min = std::min(s.min, u);
+    s.max = std::max(s.max, u);
+  }
+}
+
+void Quantiles::snapshot(Table& out, bool reset) {
+  describe(out, fmt::format("quantiles of {}", value_name_));
+  out.value_names = {"count", "min"};
+  out.value_names.insert(out.value_names.end(), names_.begin(), names_.end());
+  out.value_names.emplace_back("max");
+  out.note = "quantiles within 1/128 (0.79%) of the exact nearest-rank value";
+  std::vector<double> scores;
+  for (std::size_t i = 0; i < states_.size(); ++i) {
+    const State& s = states_.state(i);
+    if (s.total == 0)
+      continue;
+    TableRow row;
+    row.keys = decode_key(states_.key(i));
+    row.values.emplace_back(s.total);
+    row.values.emplace_back(s.min);
+    for (double q : qs_) {
+      // Nearest rank: the smallest value with at least ceil(q * n) samples at or below it.
+      const auto rank = std::max<std::uint64_t>(
+          1, static_cast<std::uint64_t>(std::ceil(q * static_cast<double>(s.total))));
+      std::uint64_t seen = 0;
+      std::uint64_t value = s.max;
+      for (std::size_t b = 0; b < kBuckets; ++b) {
+        seen += s.counts[b];
+        if (seen >= rank) {
+          value = std::clamp(representative(b), s.min, s.max);
+          break;
+        }
+      }
+      row.values.emplace_back(value);
+    }
+    row.values.emplace_back(s.max);
+    out.rows.push_back(std::move(row));
+    scores.push_back(static_cast<double>(s.total));
+  }
+  order(out, scores);
+  if (reset)
+    states_.reset([](State& s) {
+      std::fill(s.counts.begin(), s.counts.end(), 0);
+      s.total = 0;
+      s.min = UINT64_MAX;
+      s.max = 0;
+    });
+}
+
+}  // namespace tracer::stages

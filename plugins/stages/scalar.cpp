@@ -1,0 +1,148 @@
+#include "plugins/stages/scalar.hpp"
+
+#include <fmt/format.h>
+
+namespace tracer::stages {
+
+namespace {
+constexpr std::string_view kNames[] = {"count", "rate", "sum", "min", "max", "avg"};
+constexpr std::string_view kSummaries[] = {
+    "count events per key",       "events per second per key",  "sum of a field per key",
+    "minimum of a field per key", "maximum of a field per key", "average of a field per key",
+};
+bool needs_field(ScalarOp op) {
+  return op != ScalarOp::kCount && op != ScalarOp::kRate;
+}
+}  // namespace
+
+StageSpec ScalarAggregate::spec_for(ScalarOp op) {
+  const auto i = static_cast<std::size_t>(op);
+  StageSpec s{.name = std::string(kNames[i]), .summary = std::string(kSummaries[i]), .options = {}};
+  if (needs_field(op)) {
+    s.options.push_back({.name = "field",
+                         .type = OptionSpec::Type::kString,
+                         .required = true,
+                         .help = "the numeric field to aggregate: field = \"bytes\""});
+  }
+  auto common = aggregate_options();
+  s.options.insert(s.options.end(), common.begin(), common.end());
+  return s;
+}
+
+void ScalarAggregate::configure(const ConfigValue& options, Diagnostics& diags) {
+  const StageSpec spec = spec_for(op_);
+  stage_name_ = spec.name;
+  StageOptions opts(spec, options, diags);
+  configure_common(opts);
+}
+
+void ScalarAggregate::bind(BindContext& ctx, Diagnostics& diags) {
+  bind_keys(ctx, diags);
+  if (needs_field(op_) && !value_name_.empty()) {
+    value_ = bind_value(ctx, diags);
+    is_float_ = value_ && value_->type() == FieldType::kDouble;
+  }
+  states_.reserve(1024);
+}
+
+void ScalarAggregate::on_events(std::span<Event* const> events) noexcept {
+  const bool with_value = needs_field(op_);
+  for (const Event* e : events) {
+    Value v;
+    if (with_value) {
+      if (!value_)
+        return;
+      v = value_->read(*e);
+      if (is_none(v))
+        continue;  // this probe lacks the field
+    }
+    State& s = states_.get(key_of(*e), [] { return State{}; });
+    const bool first = s.count == 0;
+    ++s.count;
+    if (!with_value)
+      continue;
+    if (is_float_) {
+      const double d = to_double(v).value_or(0);
+      s.dsum += d;
+      s.dmin = first ? d : std::min(s.dmin, d);
+      s.dmax = first ? d : std::max(s.dmax, d);
+    } else {
+      const std::int64_t i = to_int(v).value_or(0);
+      // Wrapping add: defined behaviour on overflow (two's complement, as the kernel's u64 sums).
+      s.isum = static_cast<std::int64_t>(static_cast<std::uint64_t>(s.isum) +
+                                         static_cast<std::uint64_t>(i));
+      s.imin = std::min(s.imin, i);
+      s.imax = std::max(s.imax, i);
+    }
+  }
+}
+
+void ScalarAggregate::snapshot(Table& out, bool reset) {
+  const auto name = kNames[static_cast<std::size_t>(op_)];
+  describe(out, needs_field(op_) ? fmt::format("{} of {}", name, value_name_) : std::string(name));
+  switch (op_) {
+    case ScalarOp::kRate:
+      out.value_names = {"count", "per_s"};
+      break;
+    default:
+      out.value_names = {std::string(name)};
+      break;
+  }
+  const double seconds = std::chrono::duration<double>(out.time - out.since).count();
+  std::vector<double> scores;
+  for (std::size_t i = 0; i < states_.size(); ++i) {
+    const State& s = states_.state(i);
+    if (s.count == 0)
+      continue;
+    TableRow row;
+    row.keys = decode_key(states_.key(i));
+    double score = 0;
+    switch (op_) {
+      case ScalarOp::kCount:
+        row.values.emplace_back(s.count);
+        score = static_cast<double>(s.count);
+        break;
+      case ScalarOp::kRate: {
+        const double per_s = seconds > 0 ? static_cast<double>(s.count) / seconds : 0.0;
+        row.values.emplace_back(s.count);
+        row.values.emplace_back(per_s);
+        score = static_cast<double>(s.count);
+        break;
+      }
+      case ScalarOp::kSum:
+        if (is_float_)
+          row.values.emplace_back(s.dsum);
+        else
+          row.values.emplace_back(s.isum);
+        score = is_float_ ? s.dsum : static_cast<double>(s.isum);
+        break;
+      case ScalarOp::kMin:
+        if (is_float_)
+          row.values.emplace_back(s.dmin);
+        else
+          row.values.emplace_back(s.imin);
+        score = is_float_ ? s.dmin : static_cast<double>(s.imin);
+        break;
+      case ScalarOp::kMax:
+        if (is_float_)
+          row.values.emplace_back(s.dmax);
+        else
+          row.values.emplace_back(s.imax);
+        score = is_float_ ? s.dmax : static_cast<double>(s.imax);
+        break;
+      case ScalarOp::kAvg: {
+        const double sum = is_float_ ? s.dsum : static_cast<double>(s.isum);
+        score = sum / static_cast<double>(s.count);
+        row.values.emplace_back(score);
+        break;
+      }
+    }
+    out.rows.push_back(std::move(row));
+    scores.push_back(score);
+  }
+  order(out, scores);
+  if (reset)
+    states_.reset([](State& s) { s = State{}; });
+}
+
+}  // namespace tracer::stages
