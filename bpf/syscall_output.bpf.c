@@ -78,8 +78,8 @@ int syscall_output(struct trace_event_raw_sys_enter *ctx)
 	 * (sys_enter_getppid) has a 12-byte record, and an 8-byte read of `id`
 	 * would reach past it, which makes the kernel refuse the attach. */
 	e.nr = *(volatile __s32 *)((void *)ctx +
-				   __builtin_offsetof(struct trace_event_raw_sys_enter,
-						      id));
+				   __builtin_offsetof(
+				       struct trace_event_raw_sys_enter, id));
 	/* Constant indexes, one test each: a loop lets clang walk a pointer
 	 * over ctx, and the verifier refuses loads through a modified ctx
 	 * pointer. */

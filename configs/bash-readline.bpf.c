@@ -54,7 +54,8 @@ int BPF_KRETPROBE(readline_ret, const char *line)
 	e->tid = (__u32)pid_tgid;
 	bpf_get_current_comm(e->comm, sizeof(e->comm));
 	bpf_probe_read_user_str(e->line, sizeof(e->line), line);
-	if (bpf_perf_event_output(ctx, &events, BPF_F_CURRENT_CPU, e, sizeof(*e)) != 0) {
+	if (bpf_perf_event_output(ctx, &events, BPF_F_CURRENT_CPU, e,
+				  sizeof(*e)) != 0) {
 		__u64 *d = bpf_map_lookup_elem(&output_drops, &zero);
 		if (d)
 			*d += 1;

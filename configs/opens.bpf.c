@@ -53,8 +53,10 @@ int opens(struct trace_event_raw_sys_enter *ctx)
 	e->dfd = (__s64)ctx->args[0];
 	e->flags = ctx->args[2];
 	bpf_get_current_comm(e->comm, sizeof(e->comm));
-	bpf_probe_read_user_str(e->filename, sizeof(e->filename), (const char *)ctx->args[1]);
-	if (bpf_perf_event_output(ctx, &events, BPF_F_CURRENT_CPU, e, sizeof(*e)) != 0) {
+	bpf_probe_read_user_str(e->filename, sizeof(e->filename),
+				(const char *)ctx->args[1]);
+	if (bpf_perf_event_output(ctx, &events, BPF_F_CURRENT_CPU, e,
+				  sizeof(*e)) != 0) {
 		__u64 *d = bpf_map_lookup_elem(&output_drops, &zero);
 		if (d)
 			*d += 1;

@@ -1,5 +1,7 @@
 // `tracer list tracepoints [GLOB]` and `tracer list pmus`.
 #include <fmt/core.h>
+#include <algorithm>
+#include <filesystem>
 
 #include <memory>
 #include <string>
@@ -7,7 +9,9 @@
 
 #include "commands.hpp"
 #include "tracer/perf/pmu.hpp"
+#include "tracer/recipe.hpp"
 #include "tracer/result.hpp"
+#include "tracer/stage.hpp"
 #include "tracer/tracefs/tracefs.hpp"
 
 namespace tracer::cli {
@@ -113,8 +117,56 @@ int list_pmus() {
 
 }  // namespace
 
+int list_stages() {
+  for (const auto* spec : StageRegistry::global().specs()) {
+    fmt::print("{:<10} {}\n", spec->name, spec->summary);
+    for (const auto& o : spec->options) {
+      fmt::print("    {:<12}{} {}\n", o.name, o.required ? " (required)" : "", o.help);
+    }
+  }
+  return kExitOk;
+}
+
+/// Where the shipped recipes are: beside an installed binary (../share/tracer/configs), else
+/// the source tree this binary was built from.
+std::filesystem::path recipes_dir() {
+  std::error_code ec;
+  const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    const auto installed = exe.parent_path().parent_path() / "share" / "tracer" / "configs";
+    if (std::filesystem::is_directory(installed))
+      return installed;
+  }
+  return TRACER_CONFIGS_DIR;
+}
+
+int list_recipes() {
+  const auto dir = recipes_dir();
+  std::vector<std::filesystem::path> files;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    if (e.path().extension() == ".toml")
+      files.push_back(e.path());
+  }
+  if (ec) {
+    fmt::print(stderr, "tracer: cannot read {}: {}\n", dir.string(), ec.message());
+    return kExitRuntime;
+  }
+  std::sort(files.begin(), files.end());
+  for (const auto& f : files) {
+    try {
+      const Recipe r = Recipe::load(f);
+      fmt::print("{:<28} {}\n", f.stem().string(), r.description);
+    } catch (const Error& e) {
+      fmt::print("{:<28} (does not load: {})\n", f.stem().string(), e.what());
+    }
+  }
+  fmt::print("\n({}; run one with: tracer run {}/NAME.toml)\n", dir.string(), dir.string());
+  return kExitOk;
+}
+
 void add_list_command(CLI::App& app, Runner& run) {
-  auto* list = app.add_subcommand("list", "List what this kernel offers: tracepoints, PMUs");
+  auto* list = app.add_subcommand("list", "List tracepoints, PMUs, stages and recipes");
   list->require_subcommand(1);
 
   auto glob = std::make_shared<std::string>();
@@ -124,6 +176,13 @@ void add_list_command(CLI::App& app, Runner& run) {
 
   auto* pmus = list->add_subcommand("pmus", "List PMUs, their format terms and capabilities");
   pmus->callback([&run] { run = [] { return list_pmus(); }; });
+
+  list->add_subcommand("stages", "List pipeline stages and their options")->callback([&run] {
+    run = [] { return list_stages(); };
+  });
+  list->add_subcommand("recipes", "List the recipes shipped in configs/")->callback([&run] {
+    run = [] { return list_recipes(); };
+  });
 }
 
 }  // namespace tracer::cli

@@ -63,20 +63,23 @@ std::vector<std::string> split_command(const std::string& text) {
       quote = c;
       any = true;
     } else if (c == ' ' || c == '\t') {
-      if (!cur.empty() || any) out.push_back(std::move(cur));
+      if (!cur.empty() || any)
+        out.push_back(std::move(cur));
       cur.clear();
       any = false;
     } else {
       cur += c;
     }
   }
-  if (!cur.empty() || any) out.push_back(std::move(cur));
+  if (!cur.empty() || any)
+    out.push_back(std::move(cur));
   return out;
 }
 
 std::vector<StageSpec> catalog() {
   std::vector<StageSpec> specs;
-  for (const auto* s : StageRegistry::global().specs()) specs.push_back(*s);
+  for (const auto* s : StageRegistry::global().specs())
+    specs.push_back(*s);
   return specs;
 }
 
@@ -101,7 +104,9 @@ Target target_from(const RunOptions& o) {
 
 /// Builds the recipe's pipelines. In --json mode print stages become jsonl and an aggregation
 /// without an output gets a jsonl stage, so stdout is JSON lines only.
-std::vector<std::unique_ptr<Pipeline>> make_pipelines(const Recipe& recipe, Sink& out, bool json,
+std::vector<std::unique_ptr<Pipeline>> make_pipelines(const Recipe& recipe,
+                                                      Sink& out,
+                                                      bool json,
                                                       Diagnostics& diags) {
   std::vector<std::unique_ptr<Pipeline>> pipelines;
   const auto& registry = StageRegistry::global();
@@ -132,10 +137,18 @@ std::string json_escape(std::string_view s) {
   std::string out;
   for (char c : s) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
         if (static_cast<unsigned char>(c) < 0x20) {
           out += fmt::format("\\u{:04x}", static_cast<unsigned>(c));
@@ -153,9 +166,10 @@ void print_summary(const Stats& stats, bool json, double seconds) {
     for (const auto& p : stats.probes) {
       const auto t = p.total();
       const std::uint64_t lost = std::max(t.lost + t.lost_samples, p.bpf_output_drops);
-      probes += fmt::format("{}\"{}\":{{\"events\":{},\"lost\":{},\"bytes\":{},\"aux_truncated\":{}}}",
-                            probes.empty() ? "" : ",", json_escape(p.name), t.samples, lost, t.bytes,
-                            t.aux_truncated);
+      probes +=
+          fmt::format("{}\"{}\":{{\"events\":{},\"lost\":{},\"bytes\":{},\"aux_truncated\":{}}}",
+                      probes.empty() ? "" : ",", json_escape(p.name), t.samples, lost, t.bytes,
+                      t.aux_truncated);
     }
     fmt::print("{{\"type\":\"summary\",\"seconds\":{:.3f},\"probes\":{{{}}}}}\n", seconds, probes);
     std::fflush(stdout);
@@ -191,7 +205,8 @@ int run_recipe(const RunOptions& o) {
   Sink out = Sink::to_file(stdout);
   if (!o.output.empty()) {
     auto s = Sink::open(o.output);
-    if (!s) throw Error(ErrorCategory::kUsage, s.error());
+    if (!s)
+      throw Error(ErrorCategory::kUsage, s.error());
     out = std::move(*s);
   }
   Diagnostics diags;
@@ -209,20 +224,24 @@ int run_recipe(const RunOptions& o) {
       status_shown = false;
     }
     delivered += b.records.size();
-    for (auto& p : pipelines) p->on_batch(b);
+    for (auto& p : pipelines)
+      p->on_batch(b);
   });
   engine.start();
-  for (auto& p : pipelines) p->bind(engine.probes(), diags);
+  for (auto& p : pipelines)
+    p->bind(engine.probes(), diags);
   if (!diags.empty()) {
     engine.stop();
     diags.throw_if_any();
   }
   const auto t0 = std::chrono::steady_clock::now();
-  for (auto& p : pipelines) p->start(monotonic_now());
+  for (auto& p : pipelines)
+    p->start(monotonic_now());
 
   bool finished = false;
   auto finish = [&] {
-    if (finished) return;
+    if (finished)
+      return;
     finished = true;
     engine.stop();  // drains: the last batches reach the pipelines
     io.stop();
@@ -230,47 +249,58 @@ int run_recipe(const RunOptions& o) {
   engine.on_done(finish);
   asio::signal_set signals(io, SIGINT, SIGTERM);
   signals.async_wait([&](const boost::system::error_code& ec, int) {
-    if (!ec) finish();
+    if (!ec)
+      finish();
   });
   asio::steady_timer deadline(io);
   if (duration) {
     deadline.expires_after(*duration);
     deadline.async_wait([&](const boost::system::error_code& ec) {
-      if (!ec) finish();
+      if (!ec)
+        finish();
     });
   }
   asio::steady_timer ticker(io);
   std::uint64_t last_delivered = 0;
-  std::function<void(const boost::system::error_code&)> tick = [&](const boost::system::error_code& ec) {
-    if (ec || finished) return;
-    if (status_shown) {
-      std::fputs("\r\033[K", stderr);
-      status_shown = false;
-    }
-    for (auto& p : pipelines) p->tick(monotonic_now());
-    if (status_line) {
-      const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      std::uint64_t lost = 0;
-      for (const auto& p : engine.stats().probes) lost += p.total().lost;
-      fmt::print(stderr, "\r[{:7.1f}s] {:>10} events/s  {:>12} events  {:>8} lost", secs,
-                 (delivered - last_delivered) * 4, delivered, lost);
-      std::fflush(stderr);
-      status_shown = true;
-    }
-    last_delivered = delivered;
-    ticker.expires_after(std::chrono::milliseconds(250));
-    ticker.async_wait(tick);
-  };
+  std::function<void(const boost::system::error_code&)> tick =
+      [&](const boost::system::error_code& ec) {
+        if (ec || finished)
+          return;
+        if (status_shown) {
+          std::fputs("\r\033[K", stderr);
+          status_shown = false;
+        }
+        for (auto& p : pipelines)
+          p->tick(monotonic_now());
+        if (status_line) {
+          const double secs =
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+          std::uint64_t lost = 0;
+          for (const auto& p : engine.stats().probes)
+            lost += p.total().lost;
+          fmt::print(stderr, "\r[{:7.1f}s] {:>10} events/s  {:>12} events  {:>8} lost", secs,
+                     (delivered - last_delivered) * 4, delivered, lost);
+          std::fflush(stderr);
+          status_shown = true;
+        }
+        last_delivered = delivered;
+        ticker.expires_after(std::chrono::milliseconds(250));
+        ticker.async_wait(tick);
+      };
   ticker.expires_after(std::chrono::milliseconds(250));
   ticker.async_wait(tick);
 
   io.run();
   finish();
-  if (status_shown) std::fputs("\r\033[K", stderr);
-  for (auto& p : pipelines) p->stop(monotonic_now());
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (status_shown)
+    std::fputs("\r\033[K", stderr);
+  for (auto& p : pipelines)
+    p->stop(monotonic_now());
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   print_summary(engine.stats(), o.json, seconds);
-  if (auto e = engine.failure()) std::rethrow_exception(e);
+  if (auto e = engine.failure())
+    std::rethrow_exception(e);
   return kExitOk;
 }
 
@@ -285,13 +315,16 @@ int check_recipe(const RunOptions& o) {
   const auto probes = engine.check(&notes);
   Sink out = Sink::to_file(stdout);
   auto pipelines = make_pipelines(recipe, out, false, diags);
-  for (auto& p : pipelines) p->bind(probes, diags);
+  for (auto& p : pipelines)
+    p->bind(probes, diags);
   diags.throw_if_any();
-  fmt::print("{}: ok ({} probes, {} pipelines)\n", o.recipe, probes.size(), recipe.pipelines.size());
+  fmt::print("{}: ok ({} probes, {} pipelines)\n", o.recipe, probes.size(),
+             recipe.pipelines.size());
   for (const auto& p : probes) {
     fmt::print("  {:<20} {:<11} {:<40} {}\n", p.name, to_string(p.kind), p.spec, p.pmu);
   }
-  for (const auto& n : notes) fmt::print("  note: {}\n", n);
+  for (const auto& n : notes)
+    fmt::print("  note: {}\n", n);
   return kExitOk;
 }
 

@@ -1551,6 +1551,15 @@ EngineOptions Recipe::to_engine_options(const Target& target) const {
   out.probes.reserve(probes.size());
   for (const auto& p : probes)
     out.probes.push_back(p.options);
+  if (bpf) {
+    BpfOptions b;
+    b.builtin = bpf->builtin;
+    b.object = bpf->object;
+    b.source = bpf->source;
+    b.output_map = bpf->output;
+    b.payload_struct = bpf->payload_struct;
+    out.bpf = std::move(b);
+  }
   return out;
 }
 

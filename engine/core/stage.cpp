@@ -440,6 +440,58 @@ std::string closest(std::string_view name, const std::vector<std::string>& candi
 
 }  // namespace
 
+PayloadSchema payload_from_btf(const bpf::StructSchema& s) {
+  // The BPF output channel's struct, as its BTF describes it: integers by signedness, char
+  // arrays as strings, arrays of integers element by element ("args[0]", ...).
+  PayloadSchema out;
+  for (const auto& f : s.fields) {
+    using K = bpf::FieldKind;
+    const bool scalar_size = f.size == 1 || f.size == 2 || f.size == 4 || f.size == 8;
+    switch (f.kind) {
+      case K::kSigned:
+      case K::kUnsigned:
+        if (scalar_size && f.bit_size == 0) {
+          out.push_back({.name = f.name,
+                         .offset = f.offset,
+                         .size = f.size,
+                         .kind = f.kind == K::kSigned ? PayloadField::Kind::kInt
+                                                      : PayloadField::Kind::kUint});
+        }
+        break;
+      case K::kPointer:
+        out.push_back(
+            {.name = f.name, .offset = f.offset, .size = 8, .kind = PayloadField::Kind::kUint});
+        break;
+      case K::kString:
+        out.push_back({.name = f.name,
+                       .offset = f.offset,
+                       .size = f.size,
+                       .kind = PayloadField::Kind::kString});
+        break;
+      case K::kArray: {
+        const std::uint32_t es = f.element_size;
+        if (es != 1 && es != 2 && es != 4 && es != 8)
+          break;
+        for (std::uint32_t i = 0; i < f.count; ++i) {
+          out.push_back({.name = fmt::format("{}[{}]", f.name, i),
+                         .offset = f.offset + i * es,
+                         .size = es,
+                         .kind = PayloadField::Kind::kUint});
+        }
+        break;
+      }
+      case K::kOther:
+        if (f.size == 8 && f.type_name == "double")
+          out.push_back(
+              {.name = f.name, .offset = f.offset, .size = 8, .kind = PayloadField::Kind::kDouble});
+        break;
+      case K::kStruct:
+        break;
+    }
+  }
+  return out;
+}
+
 Schema::Schema(std::span<const ProbeInfo> probes,
                std::span<const PayloadSchema> payloads,
                CommCache& comm)
@@ -447,6 +499,10 @@ Schema::Schema(std::span<const ProbeInfo> probes,
       payloads_(payloads.begin(), payloads.end()),
       comm_(&comm) {
   payloads_.resize(probes_.size());
+  for (std::size_t i = 0; i < probes_.size(); ++i) {
+    if (payloads_[i].empty() && probes_[i].payload)
+      payloads_[i] = payload_from_btf(*probes_[i].payload);
+  }
 }
 
 std::optional<std::uint32_t> Schema::probe_index(std::string_view name) const noexcept {
@@ -460,13 +516,20 @@ std::optional<std::uint32_t> Schema::probe_index(std::string_view name) const no
 std::optional<FieldRef::Accessor> Schema::resolve(std::uint32_t probe,
                                                   std::string_view name) const {
   const ProbeInfo& info = probes_[probe];
-  for (const auto& d : kSampleFields) {
-    if (d.name != name)
-      continue;
-    if (d.needs != 0 && !info.layout.has(d.needs))
-      return std::nullopt;
-    return FieldRef::Accessor{.source = d.source, .type = d.type};
-  }
+  // The event's own fields (tracepoint format, BPF payload) come first: in sched_wakeup `pid`
+  // is the woken task, while the sample's pid is the waker. "sample.pid" names the sample's.
+  const auto sample_field = [&](std::string_view n) -> std::optional<FieldRef::Accessor> {
+    for (const auto& d : kSampleFields) {
+      if (d.name != n)
+        continue;
+      if (d.needs != 0 && !info.layout.has(d.needs))
+        return std::nullopt;
+      return FieldRef::Accessor{.source = d.source, .type = d.type};
+    }
+    return std::nullopt;
+  };
+  if (name.starts_with("sample."))
+    return sample_field(name.substr(7));
   if (info.format) {
     std::string_view base = name;
     std::optional<std::uint32_t> index;
@@ -520,6 +583,8 @@ std::optional<FieldRef::Accessor> Schema::resolve(std::uint32_t probe,
     }
     return a;
   }
+  if (auto s = sample_field(name))
+    return s;
   for (const auto& r : kRegs) {
     if (r.name != name || r.reg < 0)
       continue;

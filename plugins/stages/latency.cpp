@@ -20,6 +20,11 @@ StageSpec Latency::spec() {
                .type = OptionSpec::Type::kString,
                .required = false,
                .help = "the field pairing them (default tid)"},
+              {.name = "exit_key",
+               .type = OptionSpec::Type::kString,
+               .required = false,
+               .help = "the exit probe's pairing field when it is named differently: "
+                       "key = \"pid\", exit_key = \"next_pid\" (default: key)"},
               {.name = "max_pending",
                .type = OptionSpec::Type::kInt,
                .required = false,
@@ -36,6 +41,8 @@ void Latency::configure(const ConfigValue& options, Diagnostics& diags) {
   if (auto k = opts.string("key"))
     key_name_ = *k;
   key_where_ = opts.where("key");
+  exit_key_name_ = opts.string("exit_key").value_or(key_name_);
+  exit_key_where_ = options.find("exit_key") != nullptr ? opts.where("exit_key") : key_where_;
   table_where_ = options.where;
   if (auto m = opts.integer("max_pending")) {
     if (*m <= 0)
@@ -61,10 +68,19 @@ void Latency::bind(BindContext& ctx, Diagnostics& diags) {
   };
   const bool ok = find(entry_name_, entry_where_, entry_) && find(exit_name_, exit_where_, exit_);
   key_ = schema.bind(key_name_, key_where_, diags);
+  exit_key_ =
+      exit_key_name_ == key_name_ ? key_ : schema.bind(exit_key_name_, exit_key_where_, diags);
   time_ = schema.bind("time", table_where_, diags);
-  if (ok && key_ && (!key_->available(entry_) || !key_->available(exit_))) {
-    diags.add(key_where_, fmt::format("latency: key '{}' must exist on both '{}' and '{}'",
-                                      key_name_, entry_name_, exit_name_));
+  if (ok && key_ && !key_->available(entry_)) {
+    diags.add(key_where_,
+              fmt::format("latency: probe '{}' has no field '{}'", entry_name_, key_name_),
+              fmt::format("fields: {}", fmt::join(schema.field_names(entry_), ", ")));
+  }
+  if (ok && exit_key_ && !exit_key_->available(exit_)) {
+    diags.add(exit_key_where_,
+              fmt::format("latency: probe '{}' has no field '{}'", exit_name_, exit_key_name_),
+              fmt::format("fields: {}; name the exit's own field with exit_key",
+                          fmt::join(schema.field_names(exit_), ", ")));
   }
   auto slot = schema.add_derived("duration", FieldType::kUint);
   if (!slot) {
@@ -72,7 +88,7 @@ void Latency::bind(BindContext& ctx, Diagnostics& diags) {
               "use one latency stage per pipeline");
   }
   slot_ = slot.value_or(0);
-  bound_ = ok && key_ && time_ && slot;
+  bound_ = ok && key_ && exit_key_ && time_ && slot;
   pending_.reserve(std::min<std::size_t>(max_pending_, 4096));
 }
 
@@ -84,7 +100,7 @@ void Latency::on_events(std::span<Event* const> events) noexcept {
     if (probe != entry_ && probe != exit_)
       continue;
     enc_.clear();
-    enc_.add(key_->read(*e));
+    enc_.add((probe == exit_ && probe != entry_ ? exit_key_ : key_)->read(*e));
     const Value tv = time_->read(*e);
     const auto* t = std::get_if<std::uint64_t>(&tv);
     const std::uint64_t now = t != nullptr ? *t : 0;

@@ -32,12 +32,12 @@ class Latency : public Stage {
   [[nodiscard]] const LatencyStats& stats() const noexcept { return stats_; }
 
  private:
-  std::string entry_name_, exit_name_, key_name_ = "tid";
-  SourceRegion entry_where_, exit_where_, key_where_, table_where_;
+  std::string entry_name_, exit_name_, key_name_ = "tid", exit_key_name_;
+  SourceRegion entry_where_, exit_where_, key_where_, exit_key_where_, table_where_;
   std::size_t max_pending_ = 65536;
   std::uint32_t entry_ = 0, exit_ = 0;
   bool bound_ = false;
-  std::optional<FieldRef> key_, time_;
+  std::optional<FieldRef> key_, exit_key_, time_;
   std::uint32_t slot_ = 0;
   KeyEncoder enc_;
   // key -> entry time (0: nothing pending). Entries are kept after their exit so the same

@@ -1,6 +1,8 @@
 /* Makes an exact number of system calls, for tests that trace a command started by tracer.
- * Usage: syscaller lseek N [CPU]   N calls of lseek(12345, i, SEEK_CUR) (EBADF: harmless),
- *                                  pinned to CPU when given. Exits 0. */
+ * Usage: syscaller lseek|getppid N [CPU]
+ *   lseek:   N calls of lseek(12345, i, SEEK_CUR) (EBADF: harmless)
+ *   getppid: N calls of getppid()
+ * pinned to CPU when given. Exits 0. */
 #define _GNU_SOURCE
 #include <sched.h>
 #include <stdio.h>
@@ -10,8 +12,9 @@
 #include <unistd.h>
 
 int main(int argc, char** argv) {
-  if (argc < 3 || strcmp(argv[1], "lseek") != 0) {
-    fprintf(stderr, "usage: %s lseek N [CPU]\n", argv[0]);
+  const int getppid_mode = argc >= 3 && strcmp(argv[1], "getppid") == 0;
+  if (argc < 3 || (strcmp(argv[1], "lseek") != 0 && !getppid_mode)) {
+    fprintf(stderr, "usage: %s lseek|getppid N [CPU]\n", argv[0]);
     return 2;
   }
   long n = strtol(argv[2], NULL, 10);
@@ -22,7 +25,12 @@ int main(int argc, char** argv) {
     if (sched_setaffinity(0, sizeof(set), &set) != 0)
       return 3;
   }
-  for (long i = 0; i < n; ++i)
-    syscall(SYS_lseek, 12345, i, SEEK_CUR);
+  for (long i = 0; i < n; ++i) {
+    if (getppid_mode) {
+      syscall(SYS_getppid);
+    } else {
+      syscall(SYS_lseek, 12345, i, SEEK_CUR);
+    }
+  }
   return 0;
 }

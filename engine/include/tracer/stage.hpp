@@ -105,6 +105,10 @@ struct PayloadField {
 };
 using PayloadSchema = std::vector<PayloadField>;
 
+/// The payload fields of a BPF output struct from its BTF (what Schema uses for a probe whose
+/// ProbeInfo::payload is set and for which no PayloadSchema was given).
+[[nodiscard]] PayloadSchema payload_from_btf(const bpf::StructSchema& schema);
+
 // ---------------------------------------------------------------------------------------------
 // comm of every thread: from COMM records as they pass, from /proc/TID/comm on a miss.
 

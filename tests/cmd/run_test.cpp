@@ -1,0 +1,154 @@
+// tracer run / check end to end: the CLI as a user runs it.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <string>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Result {
+  int exit_code = -1;
+  std::string out, err;
+};
+
+Result run(const std::string& args) {
+  const fs::path err_file =
+      fs::temp_directory_path() / ("tracer_err_" + std::to_string(::getpid()));
+  const std::string cmd = std::string(TRACER_CLI_PATH) + " " + args + " 2>" + err_file.string();
+  Result r;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  std::array<char, 4096> buf{};
+  while (std::fgets(buf.data(), buf.size(), p) != nullptr)
+    r.out += buf.data();
+  const int status = ::pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  std::ifstream in(err_file);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  r.err = ss.str();
+  fs::remove(err_file);
+  return r;
+}
+
+fs::path write_recipe(const std::string& name, const std::string& text) {
+  const fs::path p =
+      fs::temp_directory_path() / (name + "_" + std::to_string(::getpid()) + ".toml");
+  std::ofstream(p) << text;
+  return p;
+}
+
+std::string last_line(const std::string& s) {
+  auto end = s.find_last_not_of('\n');
+  auto start = s.rfind('\n', end);
+  return s.substr(start == std::string::npos ? 0 : start + 1,
+                  end - (start == std::string::npos ? 0 : start + 1) + 1);
+}
+
+const char* kGetppid = R"([recipe]
+name = "getppid"
+[[probe]]
+name = "getppid"
+tracepoint = "syscalls:sys_enter_getppid"
+[[stage]]
+use = "count"
+by = ["comm"]
+)";
+
+TEST(CliRun, JsonSummaryCountsExactlyTheCommandsCalls) {
+  const auto recipe = write_recipe("getppid", kGetppid);
+  const auto r =
+      run("run " + recipe.string() + " --json -- " TRACER_SYSCALLER_PATH " getppid 25000");
+  fs::remove(recipe);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(last_line(r.out).rfind("{\"type\":\"summary\"", 0), 0U) << r.out;
+  EXPECT_NE(last_line(r.out).find("\"getppid\":{\"events\":25000,\"lost\":0"), std::string::npos)
+      << last_line(r.out);
+  // stdout is JSON lines only
+  std::istringstream lines(r.out);
+  for (std::string line; std::getline(lines, line);) {
+    EXPECT_TRUE(line.starts_with("{") && line.ends_with("}")) << line;
+  }
+  EXPECT_NE(r.out.find("\"count\":25000"), std::string::npos) << r.out;
+}
+
+TEST(CliRun, RecipeErrorsExitTwoWithPositions) {
+  const auto recipe = write_recipe("bad", R"([recipe]
+name = "bad"
+[[probe]]
+name = "x"
+tracepont = "sched:sched_switch"
+[[stage]]
+use = "cout"
+)");
+  const auto r = run("check " + recipe.string());
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find(recipe.string() + ":5:1"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("tracepoint"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("count"), std::string::npos) << r.err << " (did you mean for the stage)";
+  fs::remove(recipe);
+}
+
+TEST(CliRun, MissingTracepointSuggestsNearMatches) {
+  const auto recipe = write_recipe("typo", R"([recipe]
+name = "typo"
+[[probe]]
+name = "x"
+tracepoint = "syscalls:sys_enter_opnat"
+)");
+  const auto r = run("check " + recipe.string());
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("sys_enter_openat"), std::string::npos) << r.err;
+  fs::remove(recipe);
+}
+
+TEST(CliRun, SigintStopsCleanlyWithASummary) {
+  const auto recipe = write_recipe("forever", kGetppid);
+  const fs::path out = fs::temp_directory_path() / ("tracer_sigint_" + std::to_string(::getpid()));
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    std::freopen(out.c_str(), "w", stdout);
+    ::execl(TRACER_CLI_PATH, TRACER_CLI_PATH, "run", recipe.c_str(), "--json", nullptr);
+    ::_exit(127);
+  }
+  ::usleep(800 * 1000);
+  ::kill(pid, SIGINT);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  std::ifstream in(out);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  EXPECT_EQ(last_line(ss.str()).rfind("{\"type\":\"summary\"", 0), 0U) << ss.str();
+  // Nothing of ours is left behind.
+  std::ifstream events("/sys/kernel/tracing/uprobe_events");
+  std::stringstream ev;
+  ev << events.rdbuf();
+  EXPECT_EQ(ev.str().find("tracer_" + std::to_string(pid) + "_"), std::string::npos);
+  fs::remove(out);
+  fs::remove(recipe);
+}
+
+TEST(CliRun, ListStagesAndRecipes) {
+  const auto stages = run("list stages");
+  EXPECT_EQ(stages.exit_code, 0) << stages.err;
+  for (const char* s :
+       {"filter", "count", "hist", "lhist", "quantiles", "latency", "print", "jsonl", "csv"}) {
+    EXPECT_NE(stages.out.find(s), std::string::npos) << s;
+  }
+  const auto recipes = run("list recipes");
+  EXPECT_EQ(recipes.exit_code, 0) << recipes.err;
+  EXPECT_NE(recipes.out.find("syscalls-by-process"), std::string::npos) << recipes.out;
+}
+
+}  // namespace
