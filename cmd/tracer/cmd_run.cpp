@@ -166,10 +166,9 @@ void print_summary(const Stats& stats, bool json, double seconds) {
     for (const auto& p : stats.probes) {
       const auto t = p.total();
       const std::uint64_t lost = std::max(t.lost + t.lost_samples, p.bpf_output_drops);
-      probes +=
-          fmt::format("{}\"{}\":{{\"events\":{},\"lost\":{},\"bytes\":{},\"aux_truncated\":{}}}",
-                      probes.empty() ? "" : ",", json_escape(p.name), t.samples, lost, t.bytes,
-                      t.aux_truncated);
+      probes += fmt::format(R"({}"{}":{{"events":{},"lost":{},"bytes":{},"aux_truncated":{}}})",
+                            probes.empty() ? "" : ",", json_escape(p.name), t.samples, lost,
+                            t.bytes, t.aux_truncated);
     }
     fmt::print("{{\"type\":\"summary\",\"seconds\":{:.3f},\"probes\":{{{}}}}}\n", seconds, probes);
     std::fflush(stdout);

@@ -11,12 +11,17 @@ std::string Diagnostics::format() const {
   sorted.reserve(items_.size());
   for (const auto& d : items_)
     sorted.push_back(&d);
-  std::stable_sort(sorted.begin(), sorted.end(), [](const Diagnostic* a, const Diagnostic* b) {
+  // Position order; equal positions keep the order they were reported in (the items are
+  // contiguous, so their addresses order them: std::sort, not stable_sort, whose temporary
+  // buffer clang-19 flags as deprecated in libstdc++ 12).
+  std::sort(sorted.begin(), sorted.end(), [](const Diagnostic* a, const Diagnostic* b) {
     if (a->where.path != b->where.path)
       return a->where.path < b->where.path;
     if (a->where.line != b->where.line)
       return a->where.line < b->where.line;
-    return a->where.column < b->where.column;
+    if (a->where.column != b->where.column)
+      return a->where.column < b->where.column;
+    return a < b;
   });
   std::string out;
   for (const auto* d : sorted) {

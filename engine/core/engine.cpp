@@ -150,8 +150,8 @@ struct Engine::Impl : std::enable_shared_from_this<Engine::Impl> {
                   const std::vector<int>& cpus,
                   const std::vector<pid_t>& pids);
   void start_command();
-  void load_bpf(const std::vector<core::ResolvedProbe>& resolved);
-  void open_output_channel();
+  void load_bpf(const BpfOptions& b, const std::vector<core::ResolvedProbe>& resolved);
+  void open_output_channel(const BpfOptions& b, bpf::Object& obj);
   void attach_bpf_programs();
   void fill_tgids();
   void release_command();
@@ -279,14 +279,13 @@ void Engine::Impl::open_probe(core::ResolvedProbe& rp,
   }
 }
 
-void Engine::Impl::load_bpf(const std::vector<core::ResolvedProbe>& resolved) {
-  const auto& b = *opts.bpf;
+void Engine::Impl::load_bpf(const BpfOptions& b, const std::vector<core::ResolvedProbe>& resolved) {
   const int sources =
       (b.builtin.empty() ? 0 : 1) + (b.object.empty() ? 0 : 1) + (b.source.empty() ? 0 : 1);
   if (sources != 1) {
     throw Error(ErrorCategory::kUsage, std::make_error_code(std::errc::invalid_argument),
                 "engine: BPF options need exactly one of builtin, object or source",
-                "e.g. builtin = \"syscall_output\", object = \"x.bpf.o\" or source = \"x.bpf.c\"");
+                R"(e.g. builtin = "syscall_output", object = "x.bpf.o" or source = "x.bpf.c")");
   }
   auto obj = !b.builtin.empty()  ? bpf::Object::open_shipped(b.builtin)
              : !b.object.empty() ? bpf::Object::open_file(b.object)
@@ -322,16 +321,15 @@ void Engine::Impl::load_bpf(const std::vector<core::ResolvedProbe>& resolved) {
   }
   if (auto st = obj->load(); !st) {
     Failure f = st.error();
-    if (opts.verbose && obj->last_load_failure()) {
-      f.hint = "full verifier log:\n" + obj->last_load_failure()->verifier_log;
+    if (const auto& lf = obj->last_load_failure(); opts.verbose && lf.has_value()) {
+      f.hint = "full verifier log:\n" + lf->verifier_log;
     }
     throw_failure(ErrorCategory::kRuntime, f, "bpf");
   }
   bpf_object.emplace(std::move(*obj));
 }
 
-void Engine::Impl::open_output_channel() {
-  const auto& b = *opts.bpf;
+void Engine::Impl::open_output_channel(const BpfOptions& b, bpf::Object& obj) {
   if (b.output_map.empty())
     return;
   const std::uint32_t pages = b.output_pages != 0 ? b.output_pages : 64;
@@ -343,7 +341,7 @@ void Engine::Impl::open_output_channel() {
                                                              : pages * 4096 / 4,
                                .extra_sample_type = PERF_SAMPLE_IDENTIFIER | PERF_SAMPLE_TID,
                                .start_disabled = true};
-  auto channel = bpf::OutputChannel::open(*bpf_object, b.output_map, co);
+  auto channel = bpf::OutputChannel::open(obj, b.output_map, co);
   if (!channel)
     throw_failure(ErrorCategory::kRuntime, channel.error(), "bpf output channel");
   output.emplace(std::move(*channel));
@@ -355,7 +353,7 @@ void Engine::Impl::open_output_channel() {
   info.layout = output->layout();
   info.pmu = "software (bpf-output)";
   if (!b.payload_struct.empty()) {
-    auto schema = bpf_object->struct_schema(b.payload_struct);
+    auto schema = obj.struct_schema(b.payload_struct);
     if (!schema)
       throw_failure(ErrorCategory::kUsage, schema.error(), "bpf payload");
     info.payload = std::move(*schema);
@@ -415,7 +413,9 @@ void Engine::Impl::fill_tgids() {
   // Convention of tracer's programs: a hash `tgids` (u32 tgid -> u8) names the processes whose
   // events they emit or pass. The engine fills it with the pid or command target and the
   // processes the options list.
-  std::vector<pid_t> tgids = opts.bpf->tgids;
+  std::vector<pid_t> tgids;
+  if (opts.bpf)
+    tgids = opts.bpf->tgids;
   if (opts.target.kind == Target::Kind::kPid)
     tgids.push_back(opts.target.pid);
   if (opts.target.kind == Target::Kind::kCommand)
@@ -532,8 +532,9 @@ void Engine::Impl::start() {
     for (auto& rp : resolved)
       open_probe(rp, *online, pids);
     if (opts.bpf) {
-      load_bpf(resolved);
-      open_output_channel();
+      load_bpf(*opts.bpf, resolved);
+      if (bpf_object)
+        open_output_channel(*opts.bpf, *bpf_object);
       fill_tgids();
       attach_bpf_programs();
     } else {
@@ -798,8 +799,13 @@ std::vector<ProbeInfo> Engine::check(std::vector<std::string>* notes) {
     out.push_back(resolved.back().info);
   }
   if (o.bpf) {
-    impl_->load_bpf(resolved);
-    auto& obj = *impl_->bpf_object;
+    const BpfOptions& b = *o.bpf;
+    impl_->load_bpf(b, resolved);
+    auto& loaded = impl_->bpf_object;
+    if (!loaded.has_value())
+      throw Error(ErrorCategory::kRuntime, std::make_error_code(std::errc::invalid_argument),
+                  "bpf: no object after load");
+    auto& obj = *loaded;
     for (const auto& p : o.probes) {
       if (p.bpf_program.empty())
         continue;
@@ -814,18 +820,18 @@ std::vector<ProbeInfo> Engine::check(std::vector<std::string>* notes) {
             p.name, p.bpf_program, p.spec));
       }
     }
-    if (!o.bpf->output_map.empty()) {
+    if (!b.output_map.empty()) {
       ProbeInfo info;
       info.index = static_cast<std::uint32_t>(out.size());
-      info.name = o.bpf->output_name;
+      info.name = b.output_name;
       info.kind = ProbeKind::kBpfOutput;
-      info.spec = o.bpf->output_map;
+      info.spec = b.output_map;
       info.pmu = "software (bpf-output)";
       info.layout = perf::SampleLayout::from(PERF_SAMPLE_RAW | PERF_SAMPLE_TIME | PERF_SAMPLE_CPU |
                                                  PERF_SAMPLE_IDENTIFIER | PERF_SAMPLE_TID,
                                              0, true);
-      if (!o.bpf->payload_struct.empty()) {
-        auto schema = obj.struct_schema(o.bpf->payload_struct);
+      if (!b.payload_struct.empty()) {
+        auto schema = obj.struct_schema(b.payload_struct);
         if (!schema)
           throw_failure(ErrorCategory::kUsage, schema.error(), "bpf payload");
         info.payload = std::move(*schema);

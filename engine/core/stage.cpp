@@ -500,8 +500,8 @@ Schema::Schema(std::span<const ProbeInfo> probes,
       comm_(&comm) {
   payloads_.resize(probes_.size());
   for (std::size_t i = 0; i < probes_.size(); ++i) {
-    if (payloads_[i].empty() && probes_[i].payload)
-      payloads_[i] = payload_from_btf(*probes_[i].payload);
+    if (const auto& pl = probes_[i].payload; payloads_[i].empty() && pl.has_value())
+      payloads_[i] = payload_from_btf(*pl);
   }
 }
 

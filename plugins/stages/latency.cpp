@@ -93,14 +93,17 @@ void Latency::bind(BindContext& ctx, Diagnostics& diags) {
 }
 
 void Latency::on_events(std::span<Event* const> events) noexcept {
-  if (!bound_ || !key_ || !time_)
+  if (!bound_ || !key_ || !exit_key_ || !time_)
     return;
+  const FieldRef& entry_key = *key_;
+  const FieldRef& exit_key = *exit_key_;
   for (Event* e : events) {
     const std::uint32_t probe = e->probe();
     if (probe != entry_ && probe != exit_)
       continue;
     enc_.clear();
-    enc_.add((probe == exit_ && probe != entry_ ? exit_key_ : key_)->read(*e));
+    const FieldRef& key = probe == exit_ && probe != entry_ ? exit_key : entry_key;
+    enc_.add(key.read(*e));
     const Value tv = time_->read(*e);
     const auto* t = std::get_if<std::uint64_t>(&tv);
     const std::uint64_t now = t != nullptr ? *t : 0;

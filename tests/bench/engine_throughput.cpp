@@ -5,6 +5,7 @@
 //   (c) a minimal libbpf perf_buffer consumer of the same BPF program, batched wakeups
 // Prints one table: workload time and slowdown vs (d), events delivered and lost, and the
 // consumer's CPU time per event. Usage: tracer_bench_engine [N] (default 2,000,000).
+#include <fcntl.h>
 #include <fmt/core.h>
 #include <poll.h>
 #include <sys/resource.h>
@@ -26,7 +27,7 @@ namespace tracer::bench {
 
 Workload::Workload(long calls) : calls_(calls) {
   int go[2], done[2];
-  if (::pipe(go) != 0 || ::pipe(done) != 0)
+  if (::pipe2(go, O_CLOEXEC) != 0 || ::pipe2(done, O_CLOEXEC) != 0)
     std::abort();
   pid_ = ::fork();
   if (pid_ == 0) {

@@ -1,8 +1,9 @@
 // tracer run / check end to end: the CLI as a user runs it.
 #include <gtest/gtest.h>
-#include <signal.h>
+
 #include <sys/wait.h>
 #include <unistd.h>
+#include <csignal>
 
 #include <array>
 #include <cstdio>

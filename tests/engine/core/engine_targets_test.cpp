@@ -1,10 +1,12 @@
 // Engine targets and clean-up: a cgroup target, dynamic probes left by a killed run removed at
 // the next start, breakpoints, and the AUX path (no AUX-capable PMU here: skipped with why).
+#include <fcntl.h>
 #include <gtest/gtest.h>
-#include <signal.h>
+
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <csignal>
 
 #include <boost/asio/io_context.hpp>
 #include <filesystem>
@@ -104,7 +106,7 @@ TEST(EngineCleanup, ProbesOfAKilledRunAreRemovedAtTheNextStart) {
   // A child starts an engine with tracefs uprobes and is killed with SIGKILL: no destructor
   // runs, its probe group stays in uprobe_events.
   int ready[2];
-  ASSERT_EQ(::pipe(ready), 0);
+  ASSERT_EQ(::pipe2(ready, O_CLOEXEC), 0);
   const pid_t victim = ::fork();
   if (victim == 0) {
     ::close(ready[0]);
