@@ -339,7 +339,9 @@ void Engine::Impl::open_output_channel(const BpfOptions& b, bpf::Object& obj) {
                                                          : b.wakeup.watermark_bytes != 0
                                                              ? b.wakeup.watermark_bytes
                                                              : pages * 4096 / 4,
-                               .extra_sample_type = PERF_SAMPLE_IDENTIFIER | PERF_SAMPLE_TID,
+                               // A dedicated ring per CPU needs no identifier, and programs
+                               // put pid/tid in their payload: records stay small.
+                               .extra_sample_type = 0,
                                .start_disabled = true};
   auto channel = bpf::OutputChannel::open(obj, b.output_map, co);
   if (!channel)
@@ -827,9 +829,9 @@ std::vector<ProbeInfo> Engine::check(std::vector<std::string>* notes) {
       info.kind = ProbeKind::kBpfOutput;
       info.spec = b.output_map;
       info.pmu = "software (bpf-output)";
-      info.layout = perf::SampleLayout::from(PERF_SAMPLE_RAW | PERF_SAMPLE_TIME | PERF_SAMPLE_CPU |
-                                                 PERF_SAMPLE_IDENTIFIER | PERF_SAMPLE_TID,
-                                             0, true);
+      // What OutputChannel opens with the options start() uses (RAW | TIME | CPU).
+      info.layout =
+          perf::SampleLayout::from(PERF_SAMPLE_RAW | PERF_SAMPLE_TIME | PERF_SAMPLE_CPU, 0, true);
       if (!b.payload_struct.empty()) {
         auto schema = obj.struct_schema(b.payload_struct);
         if (!schema)
