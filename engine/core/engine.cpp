@@ -353,6 +353,7 @@ void Engine::Impl::open_output_channel(const BpfOptions& b, bpf::Object& obj) {
   info.kind = ProbeKind::kBpfOutput;
   info.spec = b.output_map;
   info.layout = output->layout();
+  info.attr = output->attr();
   info.pmu = "software (bpf-output)";
   if (!b.payload_struct.empty()) {
     auto schema = obj.struct_schema(b.payload_struct);

@@ -483,6 +483,7 @@ ResolvedProbe resolve_probe(const ProbeOptions& o, std::uint32_t index, ResolveC
   if (o.kind == ProbeKind::kAux && r.ring.aux_bytes != 0)
     a.aux_watermark(static_cast<std::uint32_t>(r.ring.aux_bytes / 4));
   r.info.layout = perf::SampleLayout::from(a);
+  r.info.attr = a;
   return r;
 }
 

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "tracer/bpf/schema.hpp"
+#include "tracer/perf/event_attr.hpp"
 #include "tracer/perf/record.hpp"
 #include "tracer/perf/ring.hpp"
 #include "tracer/tracefs/tracefs.hpp"
@@ -139,6 +140,9 @@ struct ProbeInfo {
   std::uint64_t sample_regs_user = 0;
   /// kBpfOutput: the emitted struct's fields (from BTF), when BpfOptions::payload_struct is set.
   std::optional<bpf::StructSchema> payload{};
+  /// The attr the events were opened with (sample_type, read_format, clockid...): what a
+  /// perf.data writer stores for this probe.
+  perf::EventAttr attr{};
 };
 
 /// One record as the reactor hands it on: decoded in place, valid during the callback only.
