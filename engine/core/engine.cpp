@@ -268,10 +268,10 @@ void Engine::Impl::open_probe(core::ResolvedProbe& rp,
         throw Error(ErrorCategory::kRuntime, {errno, std::generic_category()},
                     fmt::format("probe '{}': dup of the ring fd failed", rp.info.name));
       }
-      auto r = std::make_unique<Reader>(
-          Reader{core::RingReader(std::move(*ring), rp.info.index, cpu,
-                                  &probes[rp.info.index].layout, opts.max_batch),
-                 asio::posix::stream_descriptor(strand, dup)});
+      auto r = std::make_unique<Reader>(Reader{
+          core::RingReader(std::move(*ring), rp.info.index, cpu, &probes[rp.info.index].layout,
+                           opts.max_batch, opts.decode_samples),
+          asio::posix::stream_descriptor(strand, dup)});
       ce.reader = r.get();
       readers.push_back(std::move(r));
     }
@@ -374,7 +374,7 @@ void Engine::Impl::open_output_channel(const BpfOptions& b, bpf::Object& obj) {
     }
     auto r = std::make_unique<Reader>(
         Reader{core::RingReader(std::move(slot->ring), out_info.index, slot->cpu, &out_info.layout,
-                                opts.max_batch),
+                                opts.max_batch, opts.decode_samples),
                asio::posix::stream_descriptor(strand, dup)});
     output_readers.push_back(r.get());
     readers.push_back(std::move(r));

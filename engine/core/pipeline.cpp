@@ -89,14 +89,46 @@ void Pipeline::on_batch(const Batch& batch) noexcept {
   }
 }
 
+const RecordRef* Pipeline::decode_sample(const RecordRef& ref, std::size_t slot) noexcept {
+  if (schema_ == nullptr || ref.probe >= schema_->probes().size())
+    return nullptr;
+  if (decoded_.size() < events_.size()) {
+    try {
+      decoded_.resize(events_.size());  // once, at the first undecoded sample
+    } catch (...) {
+      return nullptr;
+    }
+  }
+  RecordRef& out = decoded_[slot];
+  out.probe = ref.probe;
+  out.cpu = ref.cpu;
+  out.itrace_pid = ref.itrace_pid;
+  out.itrace_tid = ref.itrace_tid;
+  const auto& layout = schema_->probes()[ref.probe].layout;
+  if (perf::decode(ref.record.bytes, layout, out.record) != perf::DecodeError::kOk)
+    return nullptr;
+  return &out;
+}
+
 void Pipeline::run(std::span<const RecordRef> records) noexcept {
   alive_.clear();
   for (std::size_t i = 0; i < records.size(); ++i) {
-    const RecordRef& r = records[i];
+    const RecordRef* ref = &records[i];
     Event& e = events_[i];
-    e.ref = &r;
-    e.kind = kind_of(r.record);
-    e.sample = e.kind == RecordKind::kSample ? std::get_if<perf::Sample>(&r.record.body) : nullptr;
+    e.kind = kind_of(ref->record);
+    e.sample = nullptr;
+    if (e.kind == RecordKind::kSample) {
+      if (!std::holds_alternative<perf::Sample>(ref->record.body)) {
+        ref = decode_sample(*ref, i);  // the engine handed it on undecoded
+        if (ref == nullptr) {
+          ++stats_.decode_errors;
+          continue;
+        }
+      }
+      e.sample = std::get_if<perf::Sample>(&ref->record.body);
+    }
+    const RecordRef& r = *ref;
+    e.ref = ref;
     e.dropped = false;
     for (std::size_t d = 0; d < derived_; ++d)
       e.derived[d] = std::monostate{};

@@ -6,12 +6,14 @@ RingReader::RingReader(perf::Ring ring,
                        std::uint32_t probe,
                        int cpu,
                        const perf::SampleLayout* layout,
-                       std::uint32_t max_batch)
+                       std::uint32_t max_batch,
+                       bool decode_samples)
     : ring_(std::move(ring)),
       probe_(probe),
       cpu_(cpu),
       layout_(layout),
       max_batch_(max_batch == 0 ? 1 : max_batch),
+      decode_samples_(decode_samples),
       batch_(max_batch_) {
   for (auto& r : batch_) {
     r.probe = probe_;
@@ -52,8 +54,24 @@ std::uint64_t RingReader::drain(const BatchHandler& handler) noexcept {
       break;
     }
     RecordRef& ref = batch_[used_];
-    ref.aux.reset();
-    const auto err = perf::decode(p.record, *layout_, ref.record);
+    if (ref.aux)
+      ref.aux.reset();
+    perf::DecodeError err = perf::DecodeError::kOk;
+    const auto h = perf::load<perf_event_header>(p.record.data());
+    if (!decode_samples_ && h.type == perf::abi::kSample) {
+      // Header only: the consumer decodes the samples it looks at (peek() checked the size).
+      auto& rec = ref.record;
+      rec.type = h.type;
+      rec.misc = h.misc;
+      rec.size = h.size;
+      rec.bytes = p.record;
+      if (rec.sample_id.present)
+        rec.sample_id = {};
+      if (rec.body.index() != 0)
+        rec.body.emplace<perf::Unknown>();
+    } else {
+      err = perf::decode(p.record, *layout_, ref.record);
+    }
     ring_.consume(p.record.size());
     stats_.bytes += p.record.size();
     if (err != perf::DecodeError::kOk) {

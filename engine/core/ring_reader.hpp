@@ -19,7 +19,8 @@ class RingReader {
              std::uint32_t probe,
              int cpu,
              const perf::SampleLayout* layout,
-             std::uint32_t max_batch);
+             std::uint32_t max_batch,
+             bool decode_samples = true);
 
   /// Reads everything the kernel has published, hands it to `handler` in batches of at most
   /// max_batch records, then releases the space (data_tail once, aux_tail after the batches that
@@ -44,6 +45,7 @@ class RingReader {
   int cpu_;
   const perf::SampleLayout* layout_;
   std::uint32_t max_batch_;
+  bool decode_samples_;
   std::vector<RecordRef> batch_;
   std::size_t used_ = 0;
   RingStats stats_;

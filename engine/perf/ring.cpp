@@ -180,30 +180,12 @@ std::uint64_t Ring::load_head() noexcept {
   return head_;
 }
 
-PeekResult Ring::peek() noexcept {
-  const std::uint64_t avail = head_ - read_pos_;
-  if (avail == 0)
-    return {};
-  if (avail < sizeof(perf_event_header))
-    return {{}, DecodeError::kTruncatedHeader};
-  const std::uint64_t mask = data_size_ - 1;
-  const std::uint64_t off = read_pos_ & mask;
-  // Records are 8-byte aligned and data_size is a multiple of 8, so a header never wraps.
-  perf_event_header h;
-  std::memcpy(&h, data_ + off, sizeof(h));
-  if (h.size == 0)
-    return {{}, DecodeError::kZeroSize};
-  if (h.size % 8 != 0)
-    return {{}, DecodeError::kMisaligned};
-  if (h.size > avail)
-    return {{}, DecodeError::kSizePastData};
-  if (off + h.size <= data_size_)
-    return {{data_ + off, h.size}, DecodeError::kOk};
-  // Wraps: copy the two pieces once into scratch (at most one record wraps per pass).
+PeekResult Ring::peek_wrapped(std::uint64_t off, std::uint16_t size) noexcept {
+  // At most one record wraps per pass.
   const std::size_t first = data_size_ - off;
   std::memcpy(scratch_.data(), data_ + off, first);
-  std::memcpy(scratch_.data() + first, data_, h.size - first);
-  return {{scratch_.data(), h.size}, DecodeError::kOk};
+  std::memcpy(scratch_.data() + first, data_, size - first);
+  return {{scratch_.data(), size}, DecodeError::kOk};
 }
 
 void Ring::commit() noexcept {

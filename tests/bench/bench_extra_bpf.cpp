@@ -20,7 +20,7 @@ namespace {
 
 constexpr std::uint32_t kPages = 64;
 
-Row run_engine_bpf_output(long calls) {
+Row run_engine_bpf_output(long calls, bool decode_samples) {
   Workload w(calls);
   boost::asio::io_context io;
   Engine engine(io.get_executor(),
@@ -30,7 +30,8 @@ Row run_engine_bpf_output(long calls) {
                              .spec = "syscalls:sys_enter_getppid",
                              .counting = true,
                              .bpf_program = "syscall_output"}},
-                 .bpf = BpfOptions{.builtin = "syscall_output", .output_pages = kPages}});
+                 .bpf = BpfOptions{.builtin = "syscall_output", .output_pages = kPages},
+                 .decode_samples = decode_samples});
   std::uint64_t events = 0;
   engine.on_batch([&](const Batch& b) {
     for (const auto& r : b.records)
@@ -47,8 +48,9 @@ Row run_engine_bpf_output(long calls) {
   const auto st = engine.stats().probes[1];
   // A full ring makes bpf_perf_event_output fail (counted by the program) and the kernel count
   // a LOST record for the same event: the program's count covers both.
-  return {"(b) engine, BPF output channel", secs, events,
-          std::max(st.total().lost, st.bpf_output_drops), cpu};
+  return {decode_samples ? "(b) engine, BPF output channel, decoded"
+                         : "(b') engine, BPF output channel, header only",
+          secs, events, std::max(st.total().lost, st.bpf_output_drops), cpu};
 }
 
 struct RefCounts {
@@ -114,7 +116,8 @@ Row run_libbpf_reference(long calls) {
 }  // namespace
 
 std::vector<std::function<Row(long)>> extra_runs() {
-  return {run_engine_bpf_output, run_libbpf_reference};
+  return {[](long calls) { return run_engine_bpf_output(calls, true); },
+          [](long calls) { return run_engine_bpf_output(calls, false); }, run_libbpf_reference};
 }
 
 }  // namespace tracer::bench

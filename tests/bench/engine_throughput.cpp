@@ -4,7 +4,9 @@
 //   (b) the BPF output channel through the engine           [when built with BPF]
 //   (c) a minimal libbpf perf_buffer consumer of the same BPF program, batched wakeups
 // Prints one table: workload time and slowdown vs (d), events delivered and lost, and the
-// consumer's CPU time per event. Usage: tracer_bench_engine [N] (default 2,000,000).
+// consumer's CPU time per event, as medians over rounds in which the runs are interleaved (this
+// machine's speed drifts between runs). Usage: tracer_bench_engine [N [ROUNDS]] (default
+// 2,000,000 calls, 3 rounds).
 #include <fcntl.h>
 #include <fmt/core.h>
 #include <poll.h>
@@ -13,6 +15,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <boost/asio/io_context.hpp>
 #include <chrono>
 #include <cstdlib>
@@ -108,16 +111,43 @@ Row run_engine_tracepoint(long calls) {
   return {"(a) engine, raw tracepoint samples", secs, events, st.lost, cpu};
 }
 
-void print(const std::vector<Row>& rows, long calls) {
-  const double base = rows.front().workload_seconds;
-  fmt::print("workload: {} getppid calls, {} CPUs\n\n", calls, ::sysconf(_SC_NPROCESSORS_ONLN));
-  fmt::print("{:<44} {:>10} {:>9} {:>10} {:>9} {:>12}\n", "run", "workload s", "slowdown",
-             "delivered", "lost", "CPU ns/event");
-  for (const auto& r : rows) {
-    const double per_event =
-        r.events > 0 ? r.consumer_cpu_seconds * 1e9 / static_cast<double>(r.events) : 0;
-    fmt::print("{:<44} {:>10.3f} {:>8.2f}x {:>10} {:>9} {:>12.1f}\n", r.name, r.workload_seconds,
-               r.workload_seconds / base, r.events, r.lost, per_event);
+/// One row per run kind: the median over rounds of workload time and of consumer CPU per event,
+/// with the delivered/lost counts of every round (loss comes and goes with scheduling).
+struct Summary {
+  std::string name;
+  std::vector<Row> rounds;
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+double per_event_ns(const Row& r) {
+  return r.events > 0 ? r.consumer_cpu_seconds * 1e9 / static_cast<double>(r.events) : 0;
+}
+
+void print(const std::vector<Summary>& runs, long calls, int rounds) {
+  std::vector<double> base;
+  for (const auto& r : runs.front().rounds)
+    base.push_back(r.workload_seconds);
+  const double base_median = median(base);
+  fmt::print("workload: {} getppid calls, {} CPUs, {} rounds (runs interleaved), medians\n\n",
+             calls, ::sysconf(_SC_NPROCESSORS_ONLN), rounds);
+  fmt::print("{:<46} {:>10} {:>9} {:>12} {:>26}\n", "run", "workload s", "slowdown", "CPU ns/event",
+             "lost per round");
+  for (const auto& run : runs) {
+    std::vector<double> secs, cpu;
+    std::string lost;
+    for (const auto& r : run.rounds) {
+      secs.push_back(r.workload_seconds);
+      if (r.events > 0)
+        cpu.push_back(per_event_ns(r));
+      lost += fmt::format("{}{}", lost.empty() ? "" : " ", r.lost);
+    }
+    const double m = median(secs);
+    fmt::print("{:<46} {:>10.3f} {:>8.2f}x {:>12.1f} {:>26}\n", run.name, m, m / base_median,
+               median(cpu), cpu.empty() ? "-" : lost);
   }
 }
 
@@ -126,13 +156,18 @@ void print(const std::vector<Row>& rows, long calls) {
 int main(int argc, char** argv) {
   using namespace tracer::bench;
   const long calls = argc > 1 ? std::atol(argv[1]) : 2'000'000;
-  std::vector<Row> rows;
-  rows.push_back(run_untraced(calls));
-  rows.push_back(run_engine_tracepoint(calls));
+  const int rounds = argc > 2 ? std::atoi(argv[2]) : 3;
+  std::vector<std::function<Row(long)>> kinds = {run_untraced, run_engine_tracepoint};
   for (auto& extra : extra_runs())
-    rows.push_back(extra(calls));
-  rows.push_back(run_untraced(calls));  // again: the machine's drift over the run
-  rows.back().name = "(d) untraced, again";
-  print(rows, calls);
+    kinds.push_back(extra);
+  std::vector<Summary> runs(kinds.size());
+  for (int round = 0; round < rounds; ++round) {
+    for (std::size_t k = 0; k < kinds.size(); ++k) {
+      Row row = kinds[k](calls);
+      runs[k].name = row.name;
+      runs[k].rounds.push_back(std::move(row));
+    }
+  }
+  print(runs, calls, rounds);
   return 0;
 }

@@ -111,6 +111,18 @@ class Records {
     add(p, b.finish(perf::abi::kLost), 0);
   }
   [[nodiscard]] Batch batch() const { return Batch{refs_}; }
+  /// The same records as an engine with decode_samples = false hands them on: samples carry
+  /// their header and bytes only.
+  [[nodiscard]] std::vector<RecordRef> undecoded() const {
+    std::vector<RecordRef> out = refs_;
+    for (auto& r : out) {
+      if (r.record.type == perf::abi::kSample) {
+        r.record.body.emplace<perf::Unknown>();
+        r.record.sample_id = {};
+      }
+    }
+    return out;
+  }
   [[nodiscard]] std::size_t size() const { return refs_.size(); }
   [[nodiscard]] const std::vector<RecordRef>& refs() const { return refs_; }
   void clear() {

@@ -122,8 +122,15 @@ struct EngineOptions {
   /// Period of the timer that drains rings whose wakeup has not come (low-rate probes).
   std::uint32_t flush_interval_ms = 100;
   /// Records handed to on_batch at most at once (one drain may deliver several batches). A
-  /// RecordRef is ~0.5 KiB: 128 of them stay in L2 while the stages read them.
-  std::uint32_t max_batch = 128;
+  /// RecordRef is ~0.5 KiB: 64 of them stay in L1/L2 while the stages read them (measured:
+  /// tracer_bench_decode BM_RingReaderDrainOutput).
+  std::uint32_t max_batch = 64;
+  /// Decode SAMPLE records before handing them on (RecordRef::record.body holds the Sample).
+  /// false: a sample arrives with type, misc, size and bytes only (body Unknown, sample_id
+  /// empty), for consumers that forward bytes or look at few records; decode one with
+  /// perf::decode(ref.record.bytes, probes()[ref.probe].layout, record). Other record kinds are
+  /// always decoded (the engine counts losses from them). Pipeline::on_batch accepts both.
+  bool decode_samples = true;
 };
 
 /// What a probe resolved to, for stages that bind field names once.
@@ -149,10 +156,10 @@ struct ProbeInfo {
 struct RecordRef {
   std::uint32_t probe = 0;  // index into Engine::probes()
   std::int32_t cpu = -1;    // ring's CPU
-  perf::Record record{};
-  /// For PERF_RECORD_AUX: the AUX data it announced, with the ITRACE_START context of the ring.
-  std::optional<perf::AuxChunk> aux{};
+  /// The ITRACE_START context of the ring, and for PERF_RECORD_AUX the AUX data it announced.
   std::uint32_t itrace_pid = 0, itrace_tid = 0;
+  std::optional<perf::AuxChunk> aux{};
+  perf::Record record{};  // last: what a drain writes per record is contiguous from the start
 };
 
 struct Batch {

@@ -40,7 +40,8 @@ struct PipelineOptions {
 struct PipelineStats {
   std::uint64_t records = 0;
   std::array<std::uint64_t, kRecordKindCount> by_kind{};
-  std::uint64_t dropped = 0;  // events some stage dropped
+  std::uint64_t dropped = 0;        // events some stage dropped
+  std::uint64_t decode_errors = 0;  // undecoded samples that did not decode (never from a kernel)
 };
 
 class Pipeline {
@@ -92,6 +93,9 @@ class Pipeline {
     std::uint32_t emitted = 0;
   };
   void run(std::span<const RecordRef> records) noexcept;
+  /// A sample the engine handed on undecoded (EngineOptions::decode_samples = false), decoded
+  /// into decoded_[slot]; nullptr if it does not decode.
+  const RecordRef* decode_sample(const RecordRef& ref, std::size_t slot) noexcept;
   void emit(std::size_t index, std::chrono::nanoseconds now, bool reset);
 
   Sink* out_;
@@ -100,6 +104,7 @@ class Pipeline {
   std::unique_ptr<Schema> schema_;
   std::vector<Slot> stages_;
   std::vector<Event> events_;
+  std::vector<RecordRef> decoded_;
   std::vector<Event*> alive_, routed_;
   std::size_t derived_ = 0;
   PipelineStats stats_;

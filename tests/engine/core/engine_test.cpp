@@ -96,6 +96,46 @@ TEST(EngineLive, PidTargetDeliversExactlyTheChildsCalls) {
   EXPECT_EQ(stats.probes[0].total().lost, 0U);
 }
 
+// decode_samples = false: samples arrive as header + bytes (body Unknown) and decode later with
+// the probe's layout to the same values; the loss accounting is unchanged.
+TEST(EngineLive, UndecodedSamplesCarryBytesThatDecodeWithTheProbesLayout) {
+  testing::Child child([](int) { lseeks(1000); });
+  boost::asio::io_context io;
+  Engine engine(io.get_executor(), {.target = {.kind = Target::Kind::kPid, .pid = child.pid()},
+                                    .probes = {lseek_probe()},
+                                    .decode_samples = false});
+  std::uint64_t undecoded = 0, decoded_bodies = 0;
+  std::vector<std::int64_t> offsets;
+  engine.on_batch([&](const Batch& b) {
+    for (const auto& r : b.records) {
+      if (r.record.type != perf::abi::kSample)
+        continue;
+      if (std::holds_alternative<perf::Unknown>(r.record.body))
+        ++undecoded;
+      else
+        ++decoded_bodies;
+      const auto& info = engine.probes()[r.probe];
+      perf::Record rec;
+      ASSERT_EQ(perf::decode(r.record.bytes, info.layout, rec), perf::DecodeError::kOk);
+      const auto* s = std::get_if<perf::Sample>(&rec.body);
+      ASSERT_NE(s, nullptr);
+      EXPECT_EQ(static_cast<pid_t>(s->pid), child.pid());
+      offsets.push_back(tracefs::read_int(*info.format->field("offset"), s->raw).value_or(-1));
+    }
+  });
+  engine.start();
+  ASSERT_TRUE(child.go());
+  io.run_for(300ms);
+  engine.stop();
+  EXPECT_EQ(undecoded, 1000U);
+  EXPECT_EQ(decoded_bodies, 0U);
+  ASSERT_EQ(offsets.size(), 1000U);
+  for (std::size_t i = 0; i < offsets.size(); ++i)
+    ASSERT_EQ(offsets[i], static_cast<std::int64_t>(i));
+  EXPECT_EQ(engine.stats().probes[0].total().samples, 1000U);
+  EXPECT_EQ(engine.stats().probes[0].total().lost, 0U);
+}
+
 TEST(EngineLive, AllCpusWithAFilterDeliversExactlyTheChildsCalls) {
   testing::Child child([](int) { lseeks(500); });
   boost::asio::io_context io;

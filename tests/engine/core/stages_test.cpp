@@ -448,6 +448,50 @@ TEST(CommCache, FromCommRecordsEvenWithoutCommField) {
   EXPECT_EQ(h.out, "count by comm:\ncomm  count\nbash      2\n          1\n\n") << h.out;
 }
 
+// An engine with decode_samples = false hands samples on undecoded: the pipeline decodes them
+// with the probe's layout and every stage sees the same fields.
+TEST(Pipeline, UndecodedSamplesGiveTheSameResultsAsDecodedOnes) {
+  const ProbeInfo p = fake_probe(0, "p");
+  const auto run = [&](bool decoded) {
+    Harness h({p}, {.max_events = 4, .comm = {.capacity = 64, .proc_root = "/nonexistent"}});
+    h.add("filter", {{"expr", cv("nr > 1")}}).add("count", {{"by", cv_list({"comm", "path"})}});
+    h.bind();
+    EXPECT_EQ(h.errors(), "");
+    Records r;
+    r.comm(p, 100, 101, "bash");
+    for (int i = 0; i < 10; ++i)
+      r.event(p, ev(i, i % 2 == 0 ? "/even" : "/odd"), 100, 101, static_cast<std::uint64_t>(i));
+    const auto refs = decoded ? r.refs() : r.undecoded();
+    h.pipeline.on_batch(Batch{refs});  // 11 records through a 4-event pipeline: in chunks
+    h.pipeline.stop(1s);
+    EXPECT_EQ(h.pipeline.stats().decode_errors, 0U);
+    EXPECT_EQ(h.pipeline.stats().records, 11U);
+    return h.out;
+  };
+  const std::string decoded = run(true);
+  EXPECT_EQ(decoded,
+            "count by comm, path:\ncomm  path   count\nbash  /even      4\nbash  /odd       4\n\n")
+      << decoded;
+  EXPECT_EQ(run(false), decoded);
+}
+
+TEST(Pipeline, AnUndecodableSampleIsCountedAndSkipped) {
+  const ProbeInfo p = fake_probe(0, "p");
+  Harness h({p}, {.max_events = 8, .comm = {.capacity = 64, .proc_root = "/nonexistent"}});
+  h.add("count");
+  h.bind();
+  Records r;
+  r.event(p, ev(1), 100, 101, 1);
+  r.event(p, ev(2), 100, 101, 2);
+  auto refs = r.undecoded();
+  refs[1].record.bytes = refs[1].record.bytes.first(16);  // cut inside the fixed fields
+  h.pipeline.on_batch(Batch{refs});
+  h.pipeline.stop(1s);
+  EXPECT_EQ(h.pipeline.stats().decode_errors, 1U);
+  EXPECT_EQ(h.pipeline.stats().records, 1U);
+  EXPECT_THAT(h.out, HasSubstr("1")) << h.out;
+}
+
 TEST(CommCache, ReadsProcOnMissAndIsBounded) {
   const auto dir = std::filesystem::temp_directory_path() / fmt::format("comm-{}", getpid());
   std::filesystem::create_directories(dir / "4242");

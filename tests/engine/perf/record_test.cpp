@@ -236,6 +236,49 @@ TEST(Decode, AllSampleTypeBitsTogether) {
   }
 }
 
+// Layouts of fixed-size fields (+ RAW last) take decode()'s one-size-check path; every subset of
+// those bits decodes exactly as the field-by-field path does, and every truncation fails on both.
+TEST(Decode, FixedLayoutPathAgreesWithTheGeneralPath) {
+  const std::uint64_t bits[] = {PERF_SAMPLE_IDENTIFIER, PERF_SAMPLE_IP,   PERF_SAMPLE_TID,
+                                PERF_SAMPLE_TIME,       PERF_SAMPLE_ADDR, PERF_SAMPLE_ID,
+                                PERF_SAMPLE_STREAM_ID,  PERF_SAMPLE_CPU,  PERF_SAMPLE_PERIOD,
+                                PERF_SAMPLE_RAW};
+  EXPECT_FALSE(layout_for(PERF_SAMPLE_TID | PERF_SAMPLE_CALLCHAIN).fixed);
+  EXPECT_FALSE(layout_for(PERF_SAMPLE_RAW | PERF_SAMPLE_READ).fixed);
+  for (std::uint32_t mask = 1; mask < (1U << std::size(bits)); ++mask) {
+    std::uint64_t st = 0;
+    for (std::size_t i = 0; i < std::size(bits); ++i)
+      st |= (mask >> i & 1U) != 0 ? bits[i] : 0;
+    SCOPED_TRACE(sample_type_names(st));
+    const auto fast = layout_for(st);
+    ASSERT_TRUE(fast.fixed);
+    auto general = fast;
+    general.fixed = false;
+    const auto spec = full_spec(0);
+    const auto bytes = testing::encode_sample(fast, spec);
+    const Record a = decode_ok(bytes, fast);
+    const Record b = decode_ok(bytes, general);
+    expect_sample(fast, spec, std::get<Sample>(a.body));
+    expect_sample(fast, spec, std::get<Sample>(b.body));
+    EXPECT_EQ(a.sample_id.id, b.sample_id.id);
+    EXPECT_EQ(a.sample_id.time, b.sample_id.time);
+    // A header that claims fewer bytes than the fields need (8-byte steps keep it aligned).
+    for (std::size_t size = 8; size < bytes.size(); size += 8) {
+      auto cut = bytes;
+      const auto sz = static_cast<std::uint16_t>(size);
+      std::memcpy(cut.data() + 6, &sz, 2);
+      cut.resize(size);
+      Record ra, rb;
+      const auto ea = decode(cut, fast, ra);
+      const auto eb = decode(cut, general, rb);
+      EXPECT_EQ(ea, eb) << size;
+      if ((st & PERF_SAMPLE_RAW) != 0 || size < 8 + fast.fixed_bytes) {
+        EXPECT_NE(ea, DecodeError::kOk) << size;
+      }
+    }
+  }
+}
+
 TEST(Decode, EveryReadFormatCombination) {
   for (std::uint64_t f = 0; f < 32; ++f) {
     SCOPED_TRACE(read_format_names(f));

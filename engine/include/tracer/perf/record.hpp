@@ -52,6 +52,10 @@ struct SampleLayout {
   bool sample_id_all = false;
   /// Bytes of the sample_id trailer on non-SAMPLE records (0 without sample_id_all).
   std::uint32_t id_trailer_size = 0;
+  /// Samples of this layout hold only fixed-size u64 fields, then at most RAW last: decode()
+  /// checks their size once instead of per field. `fixed_bytes`: the fixed fields' bytes.
+  bool fixed = false;
+  std::uint32_t fixed_bytes = 0;
 
   [[nodiscard]] static SampleLayout from(const EventAttr& attr) noexcept;
   [[nodiscard]] static SampleLayout from(std::uint64_t sample_type,
@@ -269,8 +273,8 @@ struct Record {
   std::uint16_t misc = 0;
   std::uint16_t size = 0;
   std::span<const std::byte> bytes;  // the whole record, header included
-  RecordBody body;
   SampleId sample_id;  // trailer of non-SAMPLE records; for SAMPLEs, a copy of its id fields
+  RecordBody body;
   [[nodiscard]] std::uint16_t cpumode() const noexcept { return misc & abi::kMiscCpumodeMask; }
 };
 

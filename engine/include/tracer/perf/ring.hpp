@@ -102,7 +102,26 @@ class Ring {
   /// of the data area is copied once into a per-ring scratch buffer; views stay valid until
   /// commit(). Empty record with kOk: nothing left; with an error: the ring content is corrupt
   /// (only possible with synthetic input) and reading must stop.
-  [[nodiscard]] PeekResult peek() noexcept;
+  /// Inline: the drain loop calls it per record.
+  [[nodiscard]] PeekResult peek() noexcept {
+    const std::uint64_t avail = head_ - read_pos_;
+    if (avail == 0)
+      return {};
+    if (avail < sizeof(perf_event_header))
+      return {{}, DecodeError::kTruncatedHeader};
+    const std::uint64_t off = read_pos_ & (data_size_ - 1);
+    // Records are 8-byte aligned and data_size is a multiple of 8, so a header never wraps.
+    const auto h = load<perf_event_header>(data_ + off);
+    if (h.size == 0)
+      return {{}, DecodeError::kZeroSize};
+    if (h.size % 8 != 0)
+      return {{}, DecodeError::kMisaligned};
+    if (h.size > avail)
+      return {{}, DecodeError::kSizePastData};
+    if (off + h.size <= data_size_) [[likely]]
+      return {{data_ + off, h.size}, DecodeError::kOk};
+    return peek_wrapped(off, h.size);
+  }
   /// Advances our read position past `bytes` (a record peek() returned).
   void consume(std::size_t bytes) noexcept { read_pos_ += bytes; }
   /// Release-stores data_tail = read position, handing the space back to the kernel.
@@ -135,6 +154,8 @@ class Ring {
  private:
   Ring() = default;
   void release() noexcept;
+  /// A record that wraps the end of the data area: copied once into scratch_.
+  [[nodiscard]] PeekResult peek_wrapped(std::uint64_t off, std::uint16_t size) noexcept;
 
   perf_event_mmap_page* meta_ = nullptr;
   std::byte* data_ = nullptr;
