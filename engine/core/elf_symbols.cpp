@@ -110,7 +110,8 @@ void scan_table(Elf* elf,
                 Elf64_Word table_type,
                 std::string_view name,
                 std::vector<Candidate>& found,
-                std::set<std::string>& functions) {
+                std::set<std::string>& functions,
+                bool with_data = false) {
   for (Elf_Scn* scn = ::elf_nextscn(elf, nullptr); scn != nullptr; scn = ::elf_nextscn(elf, scn)) {
     GElf_Shdr shdr;
     if (::gelf_getshdr(scn, &shdr) == nullptr || shdr.sh_type != table_type || shdr.sh_entsize == 0)
@@ -127,7 +128,8 @@ void scan_table(Elf* elf,
       if (sym.st_shndx == SHN_UNDEF || sym.st_shndx >= SHN_LORESERVE)
         continue;
       const unsigned char type = GELF_ST_TYPE(sym.st_info);
-      const bool func = is_function_type(type);
+      // With `data`, variables count as much as functions (breakpoints watch either).
+      const bool func = is_function_type(type) || (with_data && type == STT_OBJECT);
       if (!func && type != STT_NOTYPE)
         continue;
       const char* sym_name = ::elf_strptr(elf, shdr.sh_link, sym.st_name);
@@ -150,6 +152,20 @@ void scan_table(Elf* elf,
       found.push_back(std::move(c));
     }
   }
+}
+
+/// Whether `vaddr` lies in the zero-filled tail of a PT_LOAD segment (p_filesz..p_memsz: .bss).
+bool in_bss(Elf* elf, std::uint64_t vaddr) {
+  std::size_t count = 0;
+  if (::elf_getphdrnum(elf, &count) != 0)
+    return false;
+  for (std::size_t i = 0; i < count; ++i) {
+    GElf_Phdr phdr;
+    if (::gelf_getphdr(elf, static_cast<int>(i), &phdr) != nullptr && phdr.p_type == PT_LOAD &&
+        vaddr >= phdr.p_vaddr + phdr.p_filesz && vaddr < phdr.p_vaddr + phdr.p_memsz)
+      return true;
+  }
+  return false;
 }
 
 /// st_value -> file offset through the PT_LOAD segment that maps it (the loader maps
@@ -321,14 +337,17 @@ Result<SymbolSpec> parse_symbol_spec(std::string_view spec) {
   return out;
 }
 
-Result<ElfSymbol> find_function(const fs::path& binary, std::string_view name) {
+namespace {
+
+/// find_function(), or with `data` also variables (STT_OBJECT).
+Result<ElfSymbol> find_symbol(const fs::path& binary, std::string_view name, bool data) {
   TRACER_ASSIGN_OR_RETURN(OpenElf file, open_elf(binary));
   Elf* elf = file.elf.get();
   std::vector<Candidate> found;
   std::set<std::string> functions;
-  scan_table(elf, SHT_SYMTAB, name, found, functions);
+  scan_table(elf, SHT_SYMTAB, name, found, functions, data);
   if (found.empty())  // stripped: .dynsym still has what the binary exports
-    scan_table(elf, SHT_DYNSYM, name, found, functions);
+    scan_table(elf, SHT_DYNSYM, name, found, functions, data);
   if (found.empty()) {
     const auto near = nearest(name, functions);
     std::string hint;
@@ -341,7 +360,9 @@ Result<ElfSymbol> find_function(const fs::path& binary, std::string_view name) {
         hint += (i != 0 ? ", " : "") + near[i];
       hint += "?";
     }
-    return fail(ENOENT, fmt::format("elf: no function '{}' in {}", name, binary.string()),
+    return fail(ENOENT,
+                fmt::format("elf: no {} '{}' in {}", data ? "function or variable" : "function",
+                            name, binary.string()),
                 std::move(hint));
   }
   // The first of the best rank: .symtab order is the linker's, so ties stay deterministic.
@@ -365,6 +386,8 @@ Result<ElfSymbol> find_function(const fs::path& binary, std::string_view name) {
   }
   ElfSymbol sym = best.sym;
   const auto offset = vaddr_to_offset(elf, sym.value);
+  if (!offset && data && sym.type == STT_OBJECT && in_bss(elf, sym.value))
+    return sym;  // zero-initialized data has memory but no file bytes (file_offset 0)
   if (!offset)
     return fail(EINVAL,
                 fmt::format("elf: '{}' at {:#x} lies in no PT_LOAD segment of {}", name, sym.value,
@@ -372,6 +395,98 @@ Result<ElfSymbol> find_function(const fs::path& binary, std::string_view name) {
                 "is it a relocatable object (.o)? uprobes need a linked executable or library");
   sym.file_offset = *offset;
   return sym;
+}
+
+/// The load bias of `binary` in process `pid`: where its file offset 0 is mapped, minus the
+/// page-aligned p_vaddr of its first PT_LOAD segment (0 for ET_EXEC, which loads at its vaddrs).
+Result<std::uint64_t> load_bias(const fs::path& binary, pid_t pid) {
+  TRACER_ASSIGN_OR_RETURN(OpenElf file, open_elf(binary));
+  GElf_Ehdr ehdr;
+  if (::gelf_getehdr(file.elf.get(), &ehdr) == nullptr)
+    return fail(ENOEXEC, fmt::format("elf: {}: {}", binary.string(), elf_error_text()));
+  if (ehdr.e_type == ET_EXEC)
+    return std::uint64_t{0};
+  std::uint64_t first_vaddr = ~std::uint64_t{0};
+  std::size_t count = 0;
+  if (::elf_getphdrnum(file.elf.get(), &count) == 0) {
+    for (std::size_t i = 0; i < count; ++i) {
+      GElf_Phdr phdr;
+      if (::gelf_getphdr(file.elf.get(), static_cast<int>(i), &phdr) != nullptr &&
+          phdr.p_type == PT_LOAD)
+        first_vaddr = std::min<std::uint64_t>(first_vaddr, phdr.p_vaddr);
+    }
+  }
+  if (first_vaddr == ~std::uint64_t{0})
+    return fail(EINVAL, fmt::format("elf: {} has no PT_LOAD segment", binary.string()));
+  TRACER_ASSIGN_OR_RETURN(const std::string maps,
+                          detail::read_text_file(fs::path("/proc") / std::to_string(pid) / "maps",
+                                                 "breakpoint", kMaxMapsBytes));
+  std::error_code ec;
+  const fs::path want = fs::canonical(binary, ec);
+  std::size_t pos = 0;
+  while (pos < maps.size()) {
+    auto end = maps.find('\n', pos);
+    if (end == std::string::npos)
+      end = maps.size();
+    const std::string_view line(maps.data() + pos, end - pos);
+    pos = end + 1;
+    // start-end perms offset dev inode path
+    const auto slash = line.find('/');
+    if (slash == std::string_view::npos || fs::path(std::string(line.substr(slash))) != want)
+      continue;
+    const auto dash = line.find('-');
+    const auto sp1 = line.find(' ');
+    const auto sp2 = line.find(' ', sp1 + 1);
+    const auto sp3 = line.find(' ', sp2 + 1);
+    if (dash == std::string_view::npos || sp3 == std::string_view::npos)
+      continue;
+    std::uint64_t start = 0, offset = 0;
+    const auto hex = [](std::string_view t, std::uint64_t& v) {
+      return std::from_chars(t.data(), t.data() + t.size(), v, 16).ec == std::errc{};
+    };
+    if (!hex(line.substr(0, dash), start) || !hex(line.substr(sp2 + 1, sp3 - sp2 - 1), offset) ||
+        offset != 0)
+      continue;
+    const auto page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+    return start - (first_vaddr & ~(page - 1));
+  }
+  return fail(ENOENT, fmt::format("elf: process {} does not map {}", pid, want.string()),
+              "is the pid right? the symbol must be in the process's executable");
+}
+
+}  // namespace
+
+Result<ElfSymbol> find_function(const fs::path& binary, std::string_view name) {
+  return find_symbol(binary, name, false);
+}
+
+Result<SymbolAddress> symbol_address(const fs::path& binary,
+                                     std::string_view symbol,
+                                     std::optional<pid_t> pid) {
+  TRACER_ASSIGN_OR_RETURN(const SymbolSpec spec, parse_symbol_spec(symbol));
+  TRACER_ASSIGN_OR_RETURN(const ElfSymbol sym, find_symbol(binary, spec.name, true));
+  if (sym.size != 0 && spec.offset >= sym.size)
+    return fail(EINVAL, fmt::format("elf: offset {:#x} is past the end of '{}' ({} bytes) in {}",
+                                    spec.offset, spec.name, sym.size, binary.string()));
+  std::uint64_t bias = 0;
+  {
+    TRACER_ASSIGN_OR_RETURN(OpenElf file, open_elf(binary));
+    GElf_Ehdr ehdr;
+    if (::gelf_getehdr(file.elf.get(), &ehdr) == nullptr)
+      return fail(ENOEXEC, fmt::format("elf: {}: {}", binary.string(), elf_error_text()));
+    if (ehdr.e_type != ET_EXEC) {
+      if (!pid)
+        return fail(EINVAL,
+                    fmt::format("elf: {} is position-independent: '{}' has no address until it "
+                                "is loaded",
+                                binary.string(), spec.name),
+                    "trace a running process (-p PID), or build the program with -no-pie");
+      TRACER_ASSIGN_OR_RETURN(bias, load_bias(binary, *pid));
+    }
+  }
+  return SymbolAddress{.address = bias + sym.value + spec.offset,
+                       .size = sym.size != 0 ? sym.size - spec.offset : 0,
+                       .function = is_function_type(sym.type) || sym.type == STT_NOTYPE};
 }
 
 Result<std::uint64_t> symbol_file_offset(const fs::path& binary, std::string_view symbol) {

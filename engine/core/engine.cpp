@@ -473,6 +473,8 @@ void Engine::Impl::start() {
   ctx.prefer_tracefs_probes = opts.prefer_tracefs_probes;
   if (target.kind == Target::Kind::kPid)
     ctx.pid = target.pid;
+  if (target.kind == Target::Kind::kCommand && !target.command.empty())
+    ctx.command = target.command.front();
   // Dynamic probes a crashed or killed run left behind go first (their owner is dead).
   if (auto fs = tracefs::Tracefs::open()) {
     [[maybe_unused]] auto removed = tracefs::DynamicProbes::remove_stale(*fs);
@@ -795,6 +797,8 @@ std::vector<ProbeInfo> Engine::check(std::vector<std::string>* notes) {
   ctx.prefer_tracefs_probes = o.prefer_tracefs_probes;
   if (o.target.kind == Target::Kind::kPid)
     ctx.pid = o.target.pid;
+  if (o.target.kind == Target::Kind::kCommand && !o.target.command.empty())
+    ctx.command = o.target.command.front();
   std::vector<core::ResolvedProbe> resolved;
   std::vector<ProbeInfo> out;
   for (std::size_t i = 0; i < o.probes.size(); ++i) {

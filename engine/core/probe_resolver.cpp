@@ -171,18 +171,27 @@ std::optional<std::uint64_t> cache_event_config(std::string_view name) {
 Result<BreakpointSpec> parse_breakpoint(std::string_view spec) {
   BreakpointSpec bp;
   const auto c1 = spec.find(':');
-  if (!parse_u64(spec.substr(0, c1), bp.addr) || bp.addr == 0) {
-    return fail(EINVAL, fmt::format("breakpoint '{}': expected an address like 0x7ffd1234", spec),
-                "write ADDRESS[:rwx[:LEN]], e.g. 0x601040:w:8");
+  const auto where = spec.substr(0, c1);
+  const bool numeric = !where.empty() && where[0] >= '0' && where[0] <= '9';
+  if (numeric ? !parse_u64(where, bp.addr) || bp.addr == 0 : where.empty()) {
+    return fail(
+        EINVAL,
+        fmt::format("breakpoint '{}': expected an address like 0x7ffd1234 or a symbol", spec),
+        "write ADDRESS[:rwx[:LEN]] or SYMBOL[+OFF][:rwx[:LEN]], e.g. 0x601040:w:8 or "
+        "counter:w");
   }
+  if (!numeric)
+    bp.symbol = std::string(where);
   std::string_view access = "w";
   std::string_view len = "8";
   if (c1 != std::string_view::npos) {
     const auto rest = spec.substr(c1 + 1);
     const auto c2 = rest.find(':');
     access = rest.substr(0, c2);
-    if (c2 != std::string_view::npos)
+    if (c2 != std::string_view::npos) {
       len = rest.substr(c2 + 1);
+      bp.len_given = true;
+    }
   }
   for (char c : access) {
     if (c == 'r') {
@@ -270,6 +279,39 @@ void resolve_dynamic_probe(const ProbeOptions& o, ResolvedProbe& r, ResolveConte
   r.attr.type(PERF_TYPE_TRACEPOINT).config(added->id);
   r.info.format = std::move(*format);
   r.info.pmu = "tracepoint (tracefs " + std::string(uprobe ? "uprobe" : "kprobe") + "_events)";
+}
+
+/// A breakpoint on a symbol of the traced program: its address in the traced process (a pid
+/// target: /proc/PID/exe and its load bias) or, for a started command, its link-time address
+/// (a PIE has none before it runs: the error says so).
+void resolve_breakpoint_symbol(const ProbeOptions& o, BreakpointSpec& bp, ResolveContext& ctx) {
+  std::filesystem::path binary;
+  if (ctx.pid) {
+    std::error_code ec;
+    binary = std::filesystem::read_symlink(fmt::format("/proc/{}/exe", *ctx.pid), ec);
+    if (ec) {
+      usage_error(o, fmt::format("cannot read /proc/{}/exe: {}", *ctx.pid, ec.message()),
+                  "is the process still running?");
+    }
+  } else if (!ctx.command.empty()) {
+    auto path = resolve_binary(ctx.command, std::nullopt);
+    if (!path)
+      rethrow(o, path.error(), ErrorCategory::kNotFound);
+    binary = *path;
+  } else {
+    usage_error(o, fmt::format("breakpoint on '{}' needs a traced program", bp.symbol),
+                "trace a process (-p PID) or a command (-c CMD) whose symbol it is, or give an "
+                "address");
+  }
+  auto addr = symbol_address(binary, bp.symbol, ctx.pid);
+  if (!addr)
+    rethrow(
+        o, addr.error(),
+        addr.error().errno_value() == ENOENT ? ErrorCategory::kNotFound : ErrorCategory::kUsage);
+  bp.addr = addr->address;
+  if (!bp.len_given && bp.type != HW_BREAKPOINT_X &&
+      (addr->size == 1 || addr->size == 2 || addr->size == 4))
+    bp.len = addr->size;  // watch the whole variable, no more
 }
 
 }  // namespace
@@ -406,6 +448,8 @@ ResolvedProbe resolve_probe(const ProbeOptions& o, std::uint32_t index, ResolveC
       auto bp = parse_breakpoint(o.spec);
       if (!bp)
         rethrow(o, bp.error(), ErrorCategory::kUsage);
+      if (!bp->symbol.empty())
+        resolve_breakpoint_symbol(o, *bp, ctx);
       a.type(PERF_TYPE_BREAKPOINT).bp_type(bp->type).bp_addr(bp->addr).bp_len(bp->len);
       r.info.pmu = "breakpoint";
       sample_type |= PERF_SAMPLE_IP | PERF_SAMPLE_ADDR;

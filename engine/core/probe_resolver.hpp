@@ -33,6 +33,8 @@ struct ResolveContext {
   std::optional<tracefs::DynamicProbes> dynamic;
   /// The traced process, for "lib:symbol" uprobes resolved through /proc/PID/maps.
   std::optional<pid_t> pid;
+  /// argv[0] of a command target (breakpoints on its symbols).
+  std::string command{};
   /// Use tracefs dynamic events even where a probe PMU exists.
   bool prefer_tracefs_probes = false;
   const tracefs::Tracefs& fs();
@@ -52,11 +54,13 @@ struct ResolveContext {
 /// PERF_TYPE_HW_CACHE config (id | op << 8 | result << 16).
 [[nodiscard]] std::optional<std::uint64_t> cache_event_config(std::string_view name);
 
-/// Breakpoint spec "0xADDR[:rwx[:len]]" -> bp_type, addr, len.
+/// Breakpoint spec "0xADDR[:rwx[:len]]" or "symbol[+off][:rwx[:len]]" -> bp_type, addr, len.
 struct BreakpointSpec {
-  std::uint64_t addr = 0;
+  std::uint64_t addr = 0;  // 0 when `symbol` is set (resolved against the traced program)
+  std::string symbol{};    // "counter", "counter+8"
   std::uint32_t type = 0;  // HW_BREAKPOINT_R|W|X
   std::uint64_t len = 0;
+  bool len_given = false;  // else 8, or the variable's size when it is 1, 2, 4 or 8
 };
 [[nodiscard]] Result<BreakpointSpec> parse_breakpoint(std::string_view spec);
 

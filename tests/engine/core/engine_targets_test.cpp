@@ -18,6 +18,11 @@
 #include "tracer/error.hpp"
 #include "tracer/perf/pmu.hpp"
 
+// Watched by name by the breakpoint test (a C name, as a user writes it).
+extern "C" {
+volatile std::uint32_t tracer_engine_test_watched = 0;
+}
+
 namespace tracer {
 namespace {
 
@@ -149,11 +154,15 @@ TEST(EngineCleanup, ProbesOfAKilledRunAreRemovedAtTheNextStart) {
 
 volatile std::uint64_t g_watched = 0;
 
+// By address and by name (the engine finds the variable in the traced process's executable and
+// adds its load bias): both must open, and count every write where the CPU raises the exception.
 TEST(EngineTargets, BreakpointOnAVariableWrittenKTimes) {
   constexpr int kWrites = 9;
   testing::Child child([](int) {
-    for (int i = 0; i < kWrites; ++i)
+    for (int i = 0; i < kWrites; ++i) {
       g_watched = g_watched + 1;
+      tracer_engine_test_watched = tracer_engine_test_watched + 1;
+    }
   });
   boost::asio::io_context io;
   char spec[64];
@@ -161,13 +170,18 @@ TEST(EngineTargets, BreakpointOnAVariableWrittenKTimes) {
                 static_cast<void*>(const_cast<std::uint64_t*>(&g_watched)));
   Engine engine(io.get_executor(),
                 {.target = {.kind = Target::Kind::kPid, .pid = child.pid()},
-                 .probes = {{.name = "bp", .kind = ProbeKind::kBreakpoint, .spec = spec}}});
+                 .probes = {{.name = "bp", .kind = ProbeKind::kBreakpoint, .spec = spec},
+                            {.name = "byname",
+                             .kind = ProbeKind::kBreakpoint,
+                             .spec = "tracer_engine_test_watched:w"}}});
   std::uint64_t hits = 0;
   engine.on_batch([&](const Batch& b) {
     for (const auto& r : b.records) {
       if (const auto* s = std::get_if<perf::Sample>(&r.record.body)) {
         ++hits;
-        EXPECT_EQ(s->addr, reinterpret_cast<std::uint64_t>(&g_watched));
+        EXPECT_EQ(s->addr, r.probe == 0
+                               ? reinterpret_cast<std::uint64_t>(&g_watched)
+                               : reinterpret_cast<std::uint64_t>(&tracer_engine_test_watched));
       }
     }
   });
@@ -181,7 +195,7 @@ TEST(EngineTargets, BreakpointOnAVariableWrittenKTimes) {
                  << kWrites
                  << " watched writes seen (this hypervisor does not virtualize debug registers)";
   }
-  EXPECT_EQ(hits, static_cast<std::uint64_t>(kWrites));
+  EXPECT_EQ(hits, 2U * kWrites);
 }
 
 TEST(EngineTargets, AuxTracingLive) {

@@ -3,6 +3,20 @@
 #include <gtest/gtest.h>
 #include <linux/hw_breakpoint.h>
 
+#include <cstdio>
+#include <cstdlib>
+
+#include "support/child.hpp"
+#include "tracer/error.hpp"
+
+// Watched by the symbol-breakpoint tests (C names: what a user writes).
+extern "C" {
+volatile std::uint32_t tracer_test_watched32 = 0;
+__attribute__((noinline, used)) void tracer_test_watched_fn() {
+  tracer_test_watched32 = tracer_test_watched32 + 1;
+}
+}
+
 namespace tracer::core {
 namespace {
 
@@ -37,7 +51,78 @@ TEST(ProbeResolver, BreakpointSpecs) {
   EXPECT_EQ(x->len, sizeof(long));
   EXPECT_FALSE(parse_breakpoint("0x401000:rx").has_value());
   EXPECT_FALSE(parse_breakpoint("0x401000:w:3").has_value());
-  EXPECT_FALSE(parse_breakpoint("main").has_value());
+  auto sym = parse_breakpoint("counter+8:rw");
+  ASSERT_TRUE(sym.has_value());
+  EXPECT_EQ(sym->symbol, "counter+8");
+  EXPECT_EQ(sym->addr, 0U);
+  EXPECT_FALSE(sym->len_given);
+  EXPECT_FALSE(parse_breakpoint(":w").has_value());
+}
+
+// A breakpoint on a variable by name, in a running PIE (this test binary, forked: the child maps
+// it where we do): the address is the variable's, the length its size.
+TEST(ProbeResolver, BreakpointOnASymbolOfARunningPie) {
+  testing::Child child([](int) {});
+  ResolveContext ctx;
+  ctx.pid = child.pid();
+  const auto r = resolve_probe(
+      {.name = "bp", .kind = ProbeKind::kBreakpoint, .spec = "tracer_test_watched32:w"}, 0, ctx);
+  EXPECT_EQ(r.attr.raw()->bp_addr, reinterpret_cast<std::uint64_t>(&tracer_test_watched32));
+  EXPECT_EQ(r.attr.raw()->bp_len, 4U);
+  EXPECT_EQ(r.attr.raw()->bp_type, static_cast<std::uint32_t>(HW_BREAKPOINT_W));
+  // A function: an execute breakpoint at its entry.
+  const auto x = resolve_probe(
+      {.name = "bx", .kind = ProbeKind::kBreakpoint, .spec = "tracer_test_watched_fn:x"}, 0, ctx);
+  EXPECT_EQ(x.attr.raw()->bp_addr, reinterpret_cast<std::uint64_t>(&tracer_test_watched_fn));
+  try {
+    (void)resolve_probe(
+        {.name = "b", .kind = ProbeKind::kBreakpoint, .spec = "tracer_test_wached32"}, 0, ctx);
+    ADD_FAILURE() << "a misspelt symbol resolved";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.category(), ErrorCategory::kNotFound);
+    EXPECT_NE((std::string(e.what()) + " / " + e.hint()).find("tracer_test_watched32"),
+              std::string::npos)
+        << (std::string(e.what()) + " / " + e.hint());
+  }
+}
+
+// A started command: a non-PIE has link-time addresses (checked against nm); a PIE has none
+// before it runs, and without any target there is no program to look in.
+TEST(ProbeResolver, BreakpointOnASymbolOfACommand) {
+  ResolveContext ctx;
+  ctx.command = TRACER_UPROBE_TARGET_NOPIE;
+  const auto r = resolve_probe(
+      {.name = "bp", .kind = ProbeKind::kBreakpoint, .spec = "tracer_last_arg:rw"}, 0, ctx);
+  std::FILE* nm = ::popen("nm " TRACER_UPROBE_TARGET_NOPIE " | grep ' tracer_last_arg$'", "r");
+  ASSERT_NE(nm, nullptr);
+  char line[256] = {};
+  const bool got = std::fgets(line, sizeof(line), nm) != nullptr;
+  ::pclose(nm);
+  ASSERT_TRUE(got) << "nm found no tracer_last_arg";
+  EXPECT_EQ(r.attr.raw()->bp_addr, std::strtoull(line, nullptr, 16)) << line;
+  EXPECT_EQ(r.attr.raw()->bp_len, 4U);  // an int
+
+  ctx.command = TRACER_UPROBE_TARGET;
+  try {
+    (void)resolve_probe({.name = "b", .kind = ProbeKind::kBreakpoint, .spec = "tracer_last_arg"}, 0,
+                        ctx);
+    ADD_FAILURE() << "a PIE symbol resolved before the program ran";
+  } catch (const Error& e) {
+    EXPECT_NE((std::string(e.what()) + " / " + e.hint()).find("position-independent"),
+              std::string::npos)
+        << (std::string(e.what()) + " / " + e.hint());
+  }
+  ResolveContext none;
+  try {
+    (void)resolve_probe({.name = "b", .kind = ProbeKind::kBreakpoint, .spec = "tracer_last_arg"}, 0,
+                        none);
+    ADD_FAILURE() << "a symbol resolved without a traced program";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.category(), ErrorCategory::kUsage);
+    EXPECT_NE((std::string(e.what()) + " / " + e.hint()).find("needs a traced program"),
+              std::string::npos)
+        << (std::string(e.what()) + " / " + e.hint());
+  }
 }
 
 TEST(ProbeResolver, DefaultsPerKind) {

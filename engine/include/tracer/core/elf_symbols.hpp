@@ -61,6 +61,23 @@ struct ElfSymbol {
 [[nodiscard]] Result<std::uint64_t> symbol_file_offset(const std::filesystem::path& binary,
                                                        std::string_view symbol);
 
+/// A symbol's address in a process.
+struct SymbolAddress {
+  std::uint64_t address = 0;  // run-time virtual address (the "+offset" included)
+  std::uint64_t size = 0;     // bytes from there to the symbol's end (0: unknown)
+  bool function = false;      // code (else a variable)
+};
+
+/// The run-time address of a function or variable "sym[+off]" of the executable `binary`:
+/// st_value for a non-PIE (ET_EXEC); for a PIE, st_value plus the load bias read from
+/// /proc/PID/maps of `pid` (the mapping of the file at offset 0).
+/// @return the address, or the errors of parse_symbol_spec() and find_function() (which also
+/// searches variables here); EINVAL for a PIE without a pid; ENOENT when the process does not
+/// map the binary.
+[[nodiscard]] Result<SymbolAddress> symbol_address(const std::filesystem::path& binary,
+                                                   std::string_view symbol,
+                                                   std::optional<pid_t> pid);
+
 /// Finds the file a probe spec names:
 ///  - a path containing '/' is used as is (made absolute against the cwd) and must exist;
 ///  - a bare name is looked up (a) when `pid` is given, among the files mapped in
