@@ -179,4 +179,46 @@ Result<StructSchema> Object::struct_schema(std::string_view struct_name) const {
   return s;
 }
 
+namespace {
+
+/// A struct's members, or one field called `scalar_name` covering a scalar or array type.
+StructSchema schema_of(const ::btf* btf, std::uint32_t type_id, std::string_view scalar_name) {
+  StructSchema s;
+  const btf_type* t = btf__type_by_id(btf, strip_modifiers(btf, type_id));
+  const long long size = btf__resolve_size(btf, type_id);
+  s.size = size < 0 ? 0 : static_cast<std::uint32_t>(size);
+  s.name = type_name(btf, type_id);
+  if (t != nullptr && btf_is_composite(t)) {
+    add_members(btf, t, 0, s.fields, 0);
+    return s;
+  }
+  SchemaField f;
+  f.name = std::string(scalar_name);
+  f.type_name = s.name;
+  describe(btf, type_id, f);
+  s.fields.push_back(std::move(f));
+  return s;
+}
+
+}  // namespace
+
+Result<MapSchema> Object::map_schema(std::string_view map) const {
+  TRACER_ASSIGN_OR_RETURN(::bpf_map * m, find_map(map));
+  const ::btf* btf = bpf_object__btf(obj_.get());
+  const std::uint32_t key_id = bpf_map__btf_key_type_id(m);
+  const std::uint32_t value_id = bpf_map__btf_value_type_id(m);
+  if (btf == nullptr || key_id == 0 || value_id == 0)
+    return fail(ENODATA, fmt::format("bpf: map '{}' of '{}' has no BTF key/value types", map, name_),
+                "declare it with __type(key, ...) and __type(value, ...) and build with clang -g");
+  MapSchema out;
+  out.map = std::string(map);
+  out.key = schema_of(btf, key_id, "key");
+  out.value = schema_of(btf, value_id, "value");
+  const auto type = bpf_map__type(m);
+  out.per_cpu = type == BPF_MAP_TYPE_PERCPU_HASH || type == BPF_MAP_TYPE_PERCPU_ARRAY ||
+                type == BPF_MAP_TYPE_LRU_PERCPU_HASH;
+  out.array = type == BPF_MAP_TYPE_ARRAY || type == BPF_MAP_TYPE_PERCPU_ARRAY;
+  return out;
+}
+
 }  // namespace tracer::bpf

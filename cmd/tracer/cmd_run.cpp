@@ -228,7 +228,7 @@ int run_recipe(const RunOptions& o) {
   });
   engine.start();
   for (auto& p : pipelines)
-    p->bind(engine.probes(), diags);
+    p->bind(engine.probes(), diags, {}, &engine.maps());
   if (!diags.empty()) {
     engine.stop();
     diags.throw_if_any();

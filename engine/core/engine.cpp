@@ -11,6 +11,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstring>
@@ -133,6 +134,7 @@ struct Engine::Impl : std::enable_shared_from_this<Engine::Impl> {
   UniqueFd cgroup_fd;
   std::optional<tracefs::DynamicProbes> dynamic;  // removed after the events close
   std::optional<bpf::Object> bpf_object;          // closed last: programs detach with the events
+  std::unique_ptr<MapSource> map_source;          // Engine::maps(), made on first use
   std::optional<bpf::OutputChannel> output;       // bpf-output events (rings moved to readers)
   std::vector<Reader*> output_readers;            // readers of the output channel, per CPU
   pid_t child = -1;
@@ -329,8 +331,20 @@ void Engine::Impl::load_bpf(const BpfOptions& b, const std::vector<core::Resolve
   bpf_object.emplace(std::move(*obj));
 }
 
-void Engine::Impl::open_output_channel(const BpfOptions& b, bpf::Object& obj) {
+namespace {
+/// Whether the options ask for an output channel on `obj`.
+bool wants_output(const BpfOptions& b, const bpf::Object& obj) {
   if (b.output_map.empty())
+    return false;
+  if (!b.output_optional)
+    return true;
+  const auto names = obj.map_names();
+  return std::find(names.begin(), names.end(), b.output_map) != names.end();
+}
+}  // namespace
+
+void Engine::Impl::open_output_channel(const BpfOptions& b, bpf::Object& obj) {
+  if (!wants_output(b, obj))
     return;
   const std::uint32_t pages = b.output_pages != 0 ? b.output_pages : 64;
   bpf::OutputChannelOptions co{.data_pages = pages,
@@ -731,7 +745,9 @@ void Engine::Impl::cleanup() noexcept {
   events.clear();
   // Dynamic tracefs probes can only be removed once no perf event holds them (EBUSY).
   dynamic.reset();
-  bpf_object.reset();
+  // The BPF object stays: its programs were detached with their events, and its maps stay
+  // readable until the engine is destroyed (the final read of in-kernel aggregations comes
+  // after stop(): Engine::maps()).
   cgroup_fd.reset();
   if (go_fd >= 0) {  // never started: closing the pipe makes it exit
     ::close(go_fd);
@@ -783,6 +799,83 @@ bool Engine::running() const noexcept {
   return impl_->running;
 }
 
+namespace {
+
+/// Engine::maps(): the maps of the engine's BPF object.
+class EngineMaps final : public MapSource {
+ public:
+  explicit EngineMaps(std::optional<bpf::Object>& obj) : obj_(&obj) {}
+  [[nodiscard]] std::vector<std::string> map_names() const override {
+    return *obj_ ? (*obj_)->map_names() : std::vector<std::string>{};
+  }
+  [[nodiscard]] Result<bpf::MapSchema> schema(std::string_view map) const override {
+    if (!*obj_)
+      return fail(ENOENT, fmt::format("bpf: no BPF object is loaded (map '{}')", map),
+                  "add a [bpf] section with the program that fills the map");
+    return (*obj_)->map_schema(map);
+  }
+  [[nodiscard]] Result<MapSnapshot> read(std::string_view map, bool clear) const override;
+
+ private:
+  std::optional<bpf::Object>* obj_;
+};
+
+/// Sums the integer fields of `value`'s per-CPU copies (each padded to 8 bytes) into the first.
+std::vector<std::byte> sum_per_cpu(const bpf::StructSchema& value, std::span<const std::byte> all) {
+  const std::size_t stride = (value.size + 7) / 8 * 8;
+  std::vector<std::byte> out(all.begin(), all.begin() + std::min(all.size(), std::size_t{value.size}));
+  if (stride == 0 || out.size() < value.size)
+    return out;
+  for (const auto& f : value.fields) {
+    const bool integer =
+        f.kind == bpf::FieldKind::kSigned || f.kind == bpf::FieldKind::kUnsigned;
+    if (!integer || f.bit_size != 0 || (f.size != 1 && f.size != 2 && f.size != 4 && f.size != 8) ||
+        f.offset + f.size > value.size)
+      continue;
+    std::uint64_t sum = 0;
+    for (std::size_t base = 0; base + value.size <= all.size(); base += stride) {
+      std::uint64_t v = 0;
+      std::memcpy(&v, all.data() + base + f.offset, f.size);  // little-endian: low bytes
+      sum += v;
+    }
+    std::memcpy(out.data() + f.offset, &sum, f.size);
+  }
+  return out;
+}
+
+Result<MapSnapshot> EngineMaps::read(std::string_view map, bool clear) const {
+  TRACER_ASSIGN_OR_RETURN(bpf::MapSchema schema, this->schema(map));
+  bpf::Object& obj = **obj_;
+  TRACER_ASSIGN_OR_RETURN(auto entries, obj.entries(map));
+  MapSnapshot snap;
+  snap.entries.reserve(entries.size());
+  for (auto& [key, value] : entries) {
+    if (clear) {
+      if (schema.array) {
+        std::vector<std::byte> zero(value.size());
+        [[maybe_unused]] const auto st = obj.update_elem(map, key, zero);
+      } else {
+        // Races with the program: increments between the read and the delete are lost, as
+        // with bpftrace's clear().
+        [[maybe_unused]] const auto st = obj.delete_elem(map, key);
+      }
+    }
+    if (schema.per_cpu)
+      value = sum_per_cpu(schema.value, value);
+    snap.entries.emplace_back(std::move(key), std::move(value));
+  }
+  snap.schema = std::move(schema);
+  return snap;
+}
+
+}  // namespace
+
+const MapSource& Engine::maps() const noexcept {
+  if (!impl_->map_source)
+    impl_->map_source = std::make_unique<EngineMaps>(impl_->bpf_object);
+  return *impl_->map_source;
+}
+
 std::span<const ProbeInfo> Engine::probes() const noexcept {
   return impl_->probes;
 }
@@ -827,7 +920,7 @@ std::vector<ProbeInfo> Engine::check(std::vector<std::string>* notes) {
             p.name, p.bpf_program, p.spec));
       }
     }
-    if (!b.output_map.empty()) {
+    if (wants_output(b, obj)) {
       ProbeInfo info;
       info.index = static_cast<std::uint32_t>(out.size());
       info.name = b.output_name;

@@ -44,7 +44,8 @@ void Pipeline::add(const StageRegistry& registry,
 
 void Pipeline::bind(std::span<const ProbeInfo> probes,
                     Diagnostics& diags,
-                    std::span<const PayloadSchema> payloads) {
+                    std::span<const PayloadSchema> payloads,
+                    const MapSource* maps) {
   schema_ = std::make_unique<Schema>(probes, payloads, comm_);
   if (options_.implicit_print) {
     bool pending = false;  // an aggregation with no output after it
@@ -63,7 +64,11 @@ void Pipeline::bind(std::span<const ProbeInfo> probes,
   }
   bool upstream = false;
   for (auto& slot : stages_) {
-    BindContext ctx{.schema = *schema_, .out = *out_, .upstream_aggregates = upstream, .where = {}};
+    BindContext ctx{.schema = *schema_,
+                    .out = *out_,
+                    .upstream_aggregates = upstream,
+                    .where = {},
+                    .maps = maps};
     slot.stage->bind(ctx, diags);
     slot.kinds = slot.stage->kinds();
     upstream = upstream || slot.stage->aggregates();

@@ -1557,6 +1557,7 @@ EngineOptions Recipe::to_engine_options(const Target& target) const {
     b.object = bpf->object;
     b.source = bpf->source;
     b.output_map = bpf->output;
+    b.output_optional = !bpf->value_where.contains("output");
     b.payload_struct = bpf->payload_struct;
     out.bpf = std::move(b);
   }

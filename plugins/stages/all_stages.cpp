@@ -1,5 +1,6 @@
 // The one explicit table of built-in stages (no static-initialiser self-registration).
 // StageRegistry::with_builtins() checks it for duplicate names at startup.
+#include "plugins/stages/bpf_map.hpp"
 #include "plugins/stages/csv.hpp"
 #include "plugins/stages/filter.hpp"
 #include "plugins/stages/hist.hpp"
@@ -17,7 +18,7 @@ using namespace stages;  // NOLINT(google-build-using-namespace): the table read
 constexpr StageEntry kAllStages[] = {
     stage<Filter>(),  stage<Count>(), stage<Sum>(),   stage<Min>(),       stage<Max>(),
     stage<Avg>(),     stage<Hist>(),  stage<Lhist>(), stage<Quantiles>(), stage<Rate>(),
-    stage<Latency>(), stage<Print>(), stage<Jsonl>(), stage<Csv>(),
+    stage<Latency>(), stage<Print>(), stage<Jsonl>(), stage<Csv>(), stage<BpfMap>(),
 };
 }  // namespace
 

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "tracer/bpf/schema.hpp"
+#include "tracer/result.hpp"
 #include "tracer/perf/event_attr.hpp"
 #include "tracer/perf/record.hpp"
 #include "tracer/perf/ring.hpp"
@@ -98,6 +99,9 @@ struct BpfOptions {
   std::string source{};   // or a .bpf.c, compiled at run time by clang and cached by content
   /// The PERF_EVENT_ARRAY drained as the output channel; empty: none.
   std::string output_map = "events";
+  /// No output channel (instead of an error) when the object has no `output_map`: a recipe that
+  /// left `output` out, for programs that only fill maps.
+  bool output_optional = false;
   /// The name the output channel's records carry (ProbeInfo::name).
   std::string output_name = "bpf";
   /// The BTF struct the programs emit: gives the payload's fields their names.
@@ -199,6 +203,25 @@ struct Stats {
   std::vector<ProbeStats> probes;
 };
 
+/// The entries of one BPF map at one moment, with their layout: aggregations kept in the kernel
+/// (counts, histograms) read at intervals. Per-CPU maps: integer value fields summed over CPUs.
+struct MapSnapshot {
+  bpf::MapSchema schema;
+  std::vector<std::pair<std::vector<std::byte>, std::vector<std::byte>>> entries;
+};
+
+/// Read access to BPF maps, for stages (which never see fds): the engine's BPF object's maps.
+class MapSource {
+ public:
+  virtual ~MapSource() = default;
+  [[nodiscard]] virtual std::vector<std::string> map_names() const = 0;
+  /// @return the key/value layout, or ENOENT (no such map, no BPF object) / ENODATA (no BTF).
+  [[nodiscard]] virtual Result<bpf::MapSchema> schema(std::string_view map) const = 0;
+  /// Every entry; with `clear`, each entry read is then deleted (hash maps) or zeroed (arrays),
+  /// so the next read holds what came since.
+  [[nodiscard]] virtual Result<MapSnapshot> read(std::string_view map, bool clear) const = 0;
+};
+
 class Engine {
  public:
   Engine(boost::asio::any_io_executor executor, EngineOptions options);
@@ -234,6 +257,9 @@ class Engine {
   /// The exception a batch handler threw, if one did: the engine stopped itself then (on_done
   /// fired) and delivered nothing more.
   [[nodiscard]] std::exception_ptr failure() const noexcept;
+  /// The maps of the engine's BPF object (none without one). They stay readable after stop(),
+  /// until the engine is destroyed.
+  [[nodiscard]] const MapSource& maps() const noexcept;
   /// The pid of the command started for a kCommand target (-1 otherwise).
   [[nodiscard]] pid_t command_pid() const noexcept;
 

@@ -64,7 +64,8 @@ class Pipeline {
   /// schema, optional). Problems go to `diags`.
   void bind(std::span<const ProbeInfo> probes,
             Diagnostics& diags,
-            std::span<const PayloadSchema> payloads = {});
+            std::span<const PayloadSchema> payloads = {},
+            const MapSource* maps = nullptr);
   /// Starts the interval clocks (`every`, rate) at `now` (CLOCK_MONOTONIC ns).
   void start(std::chrono::nanoseconds now);
 

@@ -356,6 +356,7 @@ struct BindContext {
   Sink& out;                         // the pipeline's output (stdout for the CLI)
   bool upstream_aggregates = false;  // an aggregation stage precedes this one
   SourceRegion where{};              // the stage's table, for diagnostics without an option
+  const MapSource* maps = nullptr;   // BPF maps (in-kernel aggregations), when the run has any
 };
 
 /// A pipeline stage. Lifecycle: configure -> bind -> on_events* (interleaved with snapshot and

@@ -214,6 +214,10 @@ class Object {
   /// names the fields of payloads the object emits with bpf_perf_event_output.
   /// @return the schema, ENOENT (listing the object's structs) or ENODATA (no BTF).
   [[nodiscard]] Result<StructSchema> struct_schema(std::string_view struct_name) const;
+  /// The key and value layouts of map `map` from its BTF (maps declared with __type(key, ...)
+  /// and __type(value, ...) carry them).
+  /// @return the schema, ENOENT listing the maps, ENODATA when the map has no BTF types.
+  [[nodiscard]] Result<MapSchema> map_schema(std::string_view map) const;
 
   /// The libbpf object, for what this class does not wrap (attach by libbpf, skeletons).
   [[nodiscard]] ::bpf_object* raw() const noexcept { return obj_.get(); }

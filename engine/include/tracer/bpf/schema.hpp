@@ -43,4 +43,14 @@ struct StructSchema {
   [[nodiscard]] const SchemaField* field(std::string_view field_name) const noexcept;
 };
 
+/// The key and value layouts of a BPF map, from the object's BTF: a struct's members, or for a
+/// scalar (or array) key or value one field named "key" or "value".
+struct MapSchema {
+  std::string map;
+  StructSchema key;
+  StructSchema value;
+  bool per_cpu = false;  // PERCPU_HASH / PERCPU_ARRAY / LRU_PERCPU_HASH
+  bool array = false;    // ARRAY / PERCPU_ARRAY: entries cannot be deleted, only zeroed
+};
+
 }  // namespace tracer::bpf
