@@ -208,7 +208,8 @@ Result<MapSchema> Object::map_schema(std::string_view map) const {
   const std::uint32_t key_id = bpf_map__btf_key_type_id(m);
   const std::uint32_t value_id = bpf_map__btf_value_type_id(m);
   if (btf == nullptr || key_id == 0 || value_id == 0)
-    return fail(ENODATA, fmt::format("bpf: map '{}' of '{}' has no BTF key/value types", map, name_),
+    return fail(ENODATA,
+                fmt::format("bpf: map '{}' of '{}' has no BTF key/value types", map, name_),
                 "declare it with __type(key, ...) and __type(value, ...) and build with clang -g");
   MapSchema out;
   out.map = std::string(map);

@@ -43,7 +43,7 @@ int count_syscalls(struct trace_event_raw_sys_enter *ctx)
 	if (c) {
 		c->calls += 1;
 	} else {
-		struct syscall_count one = { .calls = 1 };
+		struct syscall_count one = {.calls = 1};
 		bpf_map_update_elem(&counts, &key, &one, BPF_NOEXIST);
 	}
 	return 1;

@@ -7,11 +7,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
-#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstring>
@@ -300,7 +300,15 @@ void Engine::Impl::load_bpf(const BpfOptions& b, const std::vector<core::Resolve
   bool nr_args_given = false;
   for (const auto& [name, value] : b.globals) {
     nr_args_given = nr_args_given || name == "nr_args";
-    if (auto st = obj->set_global(name, value); !st)
+    // The value goes in at the variable's size (a u32 knob takes the low 4 bytes): try 8, then
+    // the narrower sizes the value fits in; only a size mismatch (EINVAL) moves on.
+    auto st = obj->set_global(name, value);
+    for (const std::size_t size : {4U, 2U, 1U}) {
+      if (st || st.error().errno_value() != EINVAL || (size < 8 && value >> (size * 8) != 0))
+        break;
+      st = obj->set_global(name, std::as_bytes(std::span(&value, 1)).first(size));
+    }
+    if (!st)
       throw_failure(ErrorCategory::kUsage, st.error(), "bpf");
   }
   // Programs that read a syscall's arguments must not read past the tracepoint's record (the
@@ -823,12 +831,12 @@ class EngineMaps final : public MapSource {
 /// Sums the integer fields of `value`'s per-CPU copies (each padded to 8 bytes) into the first.
 std::vector<std::byte> sum_per_cpu(const bpf::StructSchema& value, std::span<const std::byte> all) {
   const std::size_t stride = (value.size + 7) / 8 * 8;
-  std::vector<std::byte> out(all.begin(), all.begin() + std::min(all.size(), std::size_t{value.size}));
+  std::vector<std::byte> out(all.begin(),
+                             all.begin() + std::min(all.size(), std::size_t{value.size}));
   if (stride == 0 || out.size() < value.size)
     return out;
   for (const auto& f : value.fields) {
-    const bool integer =
-        f.kind == bpf::FieldKind::kSigned || f.kind == bpf::FieldKind::kUnsigned;
+    const bool integer = f.kind == bpf::FieldKind::kSigned || f.kind == bpf::FieldKind::kUnsigned;
     if (!integer || f.bit_size != 0 || (f.size != 1 && f.size != 2 && f.size != 4 && f.size != 8) ||
         f.offset + f.size > value.size)
       continue;
@@ -853,11 +861,12 @@ Result<MapSnapshot> EngineMaps::read(std::string_view map, bool clear) const {
     if (clear) {
       if (schema.array) {
         std::vector<std::byte> zero(value.size());
-        [[maybe_unused]] const auto st = obj.update_elem(map, key, zero);
+        [[maybe_unused]] const auto st =
+            obj.update_elem(map, std::span<const std::byte>(key), std::span<const std::byte>(zero));
       } else {
         // Races with the program: increments between the read and the delete are lost, as
         // with bpftrace's clear().
-        [[maybe_unused]] const auto st = obj.delete_elem(map, key);
+        [[maybe_unused]] const auto st = obj.delete_elem(map, std::span<const std::byte>(key));
       }
     }
     if (schema.per_cpu)

@@ -18,7 +18,7 @@ using namespace stages;  // NOLINT(google-build-using-namespace): the table read
 constexpr StageEntry kAllStages[] = {
     stage<Filter>(),  stage<Count>(), stage<Sum>(),   stage<Min>(),       stage<Max>(),
     stage<Avg>(),     stage<Hist>(),  stage<Lhist>(), stage<Quantiles>(), stage<Rate>(),
-    stage<Latency>(), stage<Print>(), stage<Jsonl>(), stage<Csv>(), stage<BpfMap>(),
+    stage<Latency>(), stage<Print>(), stage<Jsonl>(), stage<Csv>(),       stage<BpfMap>(),
 };
 }  // namespace
 

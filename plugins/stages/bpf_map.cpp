@@ -59,8 +59,9 @@ std::string names_of(const bpf::StructSchema& s) {
 
 StageSpec BpfMap::spec() {
   StageSpec s{.name = "bpf-map",
-              .summary = "read a BPF map the recipe's program fills (in-kernel aggregation) "
-                         "at each interval and at the end",
+              .summary =
+                  "read a BPF map the recipe's program fills (in-kernel aggregation) "
+                  "at each interval and at the end",
               .options = {}};
   s.options = {
       {.name = "map",
@@ -128,10 +129,10 @@ void BpfMap::bind(BindContext& ctx, Diagnostics& diags) {
     if (!names.empty()) {
       // The nearest name first ("did you mean"), then all of them.
       std::vector<std::size_t> row;
-      const auto best = std::min_element(names.begin(), names.end(), [&](const auto& a,
-                                                                         const auto& b) {
-        return detail::edit_distance(map_, a, row) < detail::edit_distance(map_, b, row);
-      });
+      const auto best =
+          std::min_element(names.begin(), names.end(), [&](const auto& a, const auto& b) {
+            return detail::edit_distance(map_, a, row) < detail::edit_distance(map_, b, row);
+          });
       hint = fmt::format("did you mean '{}'? maps: {}", *best, fmt::join(names, ", "));
     }
     diags.add(map_where_, schema.error().message, hint);
@@ -179,7 +180,8 @@ void BpfMap::bind(BindContext& ctx, Diagnostics& diags) {
       }
     }
     if (!found)
-      diags.add(sort_->second, fmt::format("'{}' is not one of the value fields shown", sort_->first),
+      diags.add(sort_->second,
+                fmt::format("'{}' is not one of the value fields shown", sort_->first),
                 fmt::format("value fields: {}", names_of(schema->value)));
   }
 }

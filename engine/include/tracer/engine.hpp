@@ -29,10 +29,10 @@
 #include <vector>
 
 #include "tracer/bpf/schema.hpp"
-#include "tracer/result.hpp"
 #include "tracer/perf/event_attr.hpp"
 #include "tracer/perf/record.hpp"
 #include "tracer/perf/ring.hpp"
+#include "tracer/result.hpp"
 #include "tracer/tracefs/tracefs.hpp"
 
 namespace tracer {

@@ -9,10 +9,12 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "support/child.hpp"
 #include "tracer/engine.hpp"
 #include "tracer/error.hpp"
+#include "tracer/pipeline.hpp"
 
 namespace tracer {
 namespace {
@@ -28,6 +30,91 @@ void fadvises(int n) {
 void readaheads(int n) {
   for (int i = 0; i < n; ++i)
     ::syscall(SYS_readahead, 12345, i, 0);
+}
+
+// In-kernel aggregation: configs/syscalls-in-kernel.bpf.c counts syscalls by (pid, nr, comm) in a
+// per-CPU hash map; Engine::maps() reads it with its BTF layout after stop(), the per-CPU counts
+// summed: exactly the child's calls. A read with `clear` empties what it saw; the bpf-map stage
+// turns the map into a table.
+TEST(EngineBpf, InKernelCountsReadThroughMaps) {
+  constexpr int kCalls = 700;
+  testing::Child child([](int) {
+    for (int i = 0; i < kCalls; ++i)
+      ::syscall(SYS_getppid);
+  });
+  boost::asio::io_context io;
+  Engine engine(
+      io.get_executor(),
+      {.probes = {{.name = "sys_enter",
+                   .kind = ProbeKind::kTracepoint,
+                   .spec = "raw_syscalls:sys_enter",
+                   .counting = true,
+                   .bpf_program = "count_syscalls"}},
+       .bpf = BpfOptions{.source = TRACER_TEST_DATA_DIR "/../../configs/syscalls-in-kernel.bpf.c",
+                         .output_optional = true,
+                         .globals = {{"only_tgid", static_cast<std::uint64_t>(child.pid())}}}});
+  engine.start();
+  ASSERT_EQ(engine.probes().size(), 1U) << "no output channel without an events map";
+  ASSERT_TRUE(child.go());
+  io.run_for(50ms);
+  engine.stop();
+  const MapSource& maps = engine.maps();
+  const auto names = maps.map_names();
+  EXPECT_NE(std::ranges::find(names, "counts"), names.end());
+  auto snap = maps.read("counts", false);
+  ASSERT_TRUE(snap.has_value()) << snap.error().message;
+  ASSERT_TRUE(snap->schema.per_cpu);
+  const auto* pid = snap->schema.key.field("pid");
+  const auto* nr = snap->schema.key.field("nr");
+  const auto* calls = snap->schema.value.field("calls");
+  ASSERT_TRUE(pid != nullptr && nr != nullptr && calls != nullptr);
+  std::uint64_t getppids = 0, other_pids = 0;
+  for (const auto& [key, value] : snap->entries) {
+    std::uint32_t p = 0, n = 0;
+    std::uint64_t c = 0;
+    std::memcpy(&p, key.data() + pid->offset, 4);
+    std::memcpy(&n, key.data() + nr->offset, 4);
+    std::memcpy(&c, value.data() + calls->offset, 8);
+    if (static_cast<pid_t>(p) != child.pid())
+      ++other_pids;
+    else if (n == SYS_getppid)
+      getppids += c;
+  }
+  EXPECT_EQ(getppids, static_cast<std::uint64_t>(kCalls));
+  EXPECT_EQ(other_pids, 0U) << "only_tgid filters in the kernel";
+
+  // The bpf-map stage: the child's getppid row with its count.
+  std::string out;
+  Sink sink = Sink::to_string(&out);
+  Pipeline pipeline(sink);
+  Diagnostics diags;
+  ConfigTable t;
+  t.emplace_back("map", ConfigValue{.value = std::string("counts"), .where = {}});
+  t.emplace_back("sort", ConfigValue{.value = std::string("calls"), .where = {}});
+  pipeline.add(StageRegistry::global(), "bpf-map", ConfigValue{.value = std::move(t), .where = {}},
+               diags);
+  pipeline.bind(engine.probes(), diags, {}, &maps);
+  ASSERT_EQ(diags.format(), "");
+  pipeline.start(0ns);
+  pipeline.stop(1s);
+  // A row: pid, nr, comm, calls.
+  bool row = false;
+  std::istringstream lines(out);
+  for (std::string line; std::getline(lines, line);) {
+    std::istringstream words(line);
+    std::string p, n, comm, c;
+    words >> p >> n >> comm >> c;
+    row = row || (p == std::to_string(child.pid()) && n == std::to_string(SYS_getppid) &&
+                  c == std::to_string(kCalls));
+  }
+  EXPECT_TRUE(row) << out;
+
+  // clear: what was read is deleted.
+  ASSERT_TRUE(maps.read("counts", true).has_value());
+  auto after = maps.read("counts", false);
+  ASSERT_TRUE(after.has_value());
+  EXPECT_TRUE(after->entries.empty());
+  EXPECT_FALSE(maps.read("countz", false).has_value());
 }
 
 TEST(EngineBpf, TgidFilterAllCpusDeliversExactlyTheChildsCalls) {

@@ -277,12 +277,13 @@ std::vector<std::string> lines(const std::string& s) {
 
 TEST(StageRegistry, BuiltinsAreListedOnceWithSpecs) {
   auto reg = StageRegistry::with_builtins();
-  for (std::string_view name : {"filter", "count", "sum", "min", "max", "avg", "hist", "lhist",
-                                "quantiles", "rate", "latency", "print", "jsonl", "csv"}) {
+  for (std::string_view name :
+       {"filter", "count", "sum", "min", "max", "avg", "hist", "lhist", "quantiles", "rate",
+        "latency", "print", "jsonl", "csv", "bpf-map"}) {
     EXPECT_NE(reg.find(name), nullptr) << name;
     EXPECT_NE(reg.make(name), nullptr) << name;
   }
-  EXPECT_EQ(reg.specs().size(), 14u);
+  EXPECT_EQ(reg.specs().size(), 15u);
   const StageSpec* count = reg.find("count");
   ASSERT_NE(count, nullptr);
   std::map<std::string, OptionSpec::Type> types;
@@ -446,6 +447,106 @@ TEST(CommCache, FromCommRecordsEvenWithoutCommField) {
   h.pipeline.on_batch(r.batch());
   h.pipeline.stop(1s);
   EXPECT_EQ(h.out, "count by comm:\ncomm  count\nbash      2\n          1\n\n") << h.out;
+}
+
+// bpf-map over a fake MapSource: rows from key/value bytes by their BTF fields (signed, unsigned,
+// char arrays), ordered by `sort`, cut to `top`; a misspelt map or field is a diagnostic.
+class FakeMaps final : public MapSource {
+ public:
+  FakeMaps() {
+    schema_.map = "counts";
+    schema_.key.fields = {{.name = "pid",
+                           .type_name = "__u32",
+                           .offset = 0,
+                           .size = 4,
+                           .kind = bpf::FieldKind::kUnsigned},
+                          {.name = "comm",
+                           .type_name = "char[8]",
+                           .offset = 4,
+                           .size = 8,
+                           .kind = bpf::FieldKind::kString,
+                           .element_size = 1,
+                           .count = 8}};
+    schema_.key.size = 12;
+    schema_.value.fields = {{.name = "calls",
+                             .type_name = "__u64",
+                             .offset = 0,
+                             .size = 8,
+                             .kind = bpf::FieldKind::kUnsigned},
+                            {.name = "delta",
+                             .type_name = "__s32",
+                             .offset = 8,
+                             .size = 4,
+                             .kind = bpf::FieldKind::kSigned}};
+    schema_.value.size = 16;
+    add(10, "bash", 5, -3);
+    add(20, "top", 50, 7);
+    add(30, "cat", 20, 0);
+  }
+  [[nodiscard]] std::vector<std::string> map_names() const override { return {"counts"}; }
+  [[nodiscard]] Result<bpf::MapSchema> schema(std::string_view map) const override {
+    if (map != "counts")
+      return fail(ENOENT, fmt::format("no map '{}'", map));
+    return schema_;
+  }
+  [[nodiscard]] Result<MapSnapshot> read(std::string_view map, bool clear) const override {
+    TRACER_ASSIGN_OR_RETURN(auto s, schema(map));
+    reads_cleared += clear ? 1 : 0;
+    return MapSnapshot{.schema = std::move(s), .entries = entries_};
+  }
+  mutable int reads_cleared = 0;
+
+ private:
+  void add(std::uint32_t pid, std::string_view comm, std::uint64_t calls, std::int32_t delta) {
+    std::vector<std::byte> k(12), v(16);
+    std::memcpy(k.data(), &pid, 4);
+    std::memcpy(k.data() + 4, comm.data(), comm.size());
+    std::memcpy(v.data(), &calls, 8);
+    std::memcpy(v.data() + 8, &delta, 4);
+    entries_.emplace_back(std::move(k), std::move(v));
+  }
+  bpf::MapSchema schema_;
+  std::vector<std::pair<std::vector<std::byte>, std::vector<std::byte>>> entries_;
+};
+
+TEST(BpfMapStage, RowsFromBtfFieldsSortedAndCut) {
+  FakeMaps maps;
+  std::string out;
+  Sink sink = Sink::to_string(&out);
+  Pipeline pipeline(sink);
+  Diagnostics diags;
+  pipeline.add(StageRegistry::global(), "bpf-map",
+               cv_table({{"map", cv("counts")},
+                         {"sort", cv("calls")},
+                         {"top", cv(2)},
+                         {"clear", ConfigValue{.value = true, .where = {}}}}),
+               diags);
+  const std::vector<ProbeInfo> probes = {fake_probe(0, "p")};
+  pipeline.bind(probes, diags, {}, &maps);
+  ASSERT_EQ(diags.format(), "");
+  pipeline.start(0ns);
+  pipeline.stop(1s);
+  EXPECT_EQ(out,
+            "map counts:\n"
+            "pid  comm  calls  delta\n"
+            " 20  top      50      7\n"
+            " 30  cat      20      0\n\n")
+      << out;
+  EXPECT_EQ(maps.reads_cleared, 1);
+
+  Pipeline bad(sink);
+  Diagnostics d2;
+  bad.add(StageRegistry::global(), "bpf-map", cv_table({{"map", cv("countz", 3, 7)}}), d2);
+  bad.bind(probes, d2, {}, &maps);
+  EXPECT_THAT(d2.format(), HasSubstr("r.toml:3:7")) << d2.format();
+  EXPECT_THAT(d2.format(), HasSubstr("did you mean 'counts'")) << d2.format();
+  Pipeline bad2(sink);
+  Diagnostics d3;
+  bad2.add(StageRegistry::global(), "bpf-map",
+           cv_table({{"map", cv("counts")}, {"keys", cv_list({"pid", "tgid"}, 4)}}), d3);
+  bad2.bind(probes, d3, {}, &maps);
+  EXPECT_THAT(d3.format(), HasSubstr("no key field 'tgid'")) << d3.format();
+  EXPECT_THAT(d3.format(), HasSubstr("pid (__u32), comm (char[8])")) << d3.format();
 }
 
 // An engine with decode_samples = false hands samples on undecoded: the pipeline decodes them
