@@ -319,8 +319,8 @@ int replay_print(const ReplayOptions& o) {
       // perf script prints a round's counters when the round ends (builtin-script.c
       // process_stat_round_event).
       if (!stat_header) {
-        fmt::print(f, "{:>3} {:>8} {:>15} {:>15} {:>15} {:>15} {}\n", "CPU", "THREAD", "VAL",
-                   "ENA", "RUN", "TIME", "EVENT");
+        fmt::print(f, "{:>3} {:>8} {:>15} {:>15} {:>15} {:>15} {}\n", "CPU", "THREAD", "VAL", "ENA",
+                   "RUN", "TIME", "EVENT");
         stat_header = true;
       }
       for (const auto& st : stats) {

@@ -591,6 +591,7 @@ struct Reader::Impl {
     pos = at + size + extra;
     out.offset = at;
     out.from_compressed = false;
+    out.stable = !stream && !swap;
     return deliver(out, whole.first(size), whole.subspan(size), process);
   }
 
@@ -737,6 +738,7 @@ struct Reader::Impl {
     dpos += size;
     out.offset = doffset;
     out.from_compressed = true;
+    out.stable = false;
     have = true;
     return deliver(out, rec, {}, true);
   }

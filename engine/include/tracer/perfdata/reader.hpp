@@ -274,6 +274,9 @@ using UserRecord = std::variant<std::monostate,
 struct Item {
   std::uint64_t offset = 0;  // of the record; inside a COMPRESSED record: of that record
   bool from_compressed = false;
+  /// The bytes point into the mapped file and stay valid as long as the reader (a native-order
+  /// file read from disk, outside COMPRESSED records); else until the next call to next().
+  bool stable = false;
   std::int32_t attr = -1;  // index into Reader::events(); -1: perf's own record or unknown id
   perf::Record record;     // native order; body decoded for kernel record types
   UserRecord user;         // perf's own records
