@@ -660,6 +660,7 @@ struct Reader::Impl {
   }
   bool opened = false;
 
+  // NOLINTNEXTLINE(bugprone-exception-escape): emplacing perf::Unknown cannot throw.
   static void set_header_only(perf::Record& r, std::span<const std::byte> rec) noexcept {
     const auto h = load<perf_event_header>(rec.data());
     r.type = h.type;

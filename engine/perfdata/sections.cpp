@@ -86,7 +86,9 @@ bool CpuMapData::cpus(std::vector<std::int32_t>& out) const {
   return c.ok();
 }
 
-bool decode_user(std::span<const std::byte> bytes, UserRecord& out) noexcept {
+// Emplacing into the variant cannot throw: every alternative is a view of trivial members.
+bool decode_user(std::span<const std::byte> bytes,  // NOLINT(bugprone-exception-escape)
+                 UserRecord& out) noexcept {
   out.emplace<std::monostate>();
   if (bytes.size() < 8)
     return false;
@@ -664,7 +666,7 @@ std::optional<ReadError> parse_tracing_data(std::span<const std::byte> bytes, Tr
   };
   const auto magic = c.bytes(kTracingMagic.size());
   if (!c.ok() || std::memcmp(magic.data(), kTracingMagic.data(), magic.size()) != 0)
-    return fail("no \"\\027\\bDtracing\" magic");
+    return fail(R"(no "\027\bDtracing" magic)");
   out.version = c.c_string();
   const auto endian = c.take<std::uint8_t>();
   out.long_size = c.take<std::uint8_t>();

@@ -237,11 +237,9 @@ bool swap_user(Swapper& s, std::uint32_t type, std::uint16_t misc) noexcept {
       s.u64s(s.left() / 8);
       return true;
     }
-    case kHeaderTracingData:
+    case kHeaderTracingData:  // u32 size
+    case kHeaderBuildId:      // pid; the build id and the file name are bytes
       (void)s.take<std::uint32_t>();
-      return s.ok();
-    case kHeaderBuildId:
-      (void)s.take<std::uint32_t>();  // pid; build id and file name are bytes
       return s.ok();
     case kIdIndex:
     case kStatConfig:
@@ -304,10 +302,8 @@ bool swap_user(Swapper& s, std::uint32_t type, std::uint16_t misc) noexcept {
     case kTimeConv:
       s.u64s(std::min<std::uint64_t>(5, s.left() / 8));
       return s.ok();
-    case kHeaderFeature:
-      (void)s.take<std::uint64_t>();  // the feature's contents are parsed with the swap flag
-      return s.ok();
-    case kCompressed2:
+    case kHeaderFeature:  // feat_id; the contents are parsed with the swap flag
+    case kCompressed2:    // data_size; zstd frames are bytes
       (void)s.take<std::uint64_t>();
       return s.ok();
     default:  // FINISHED_ROUND, FINISHED_INIT, COMPRESSED, EVENT_TYPE: nothing to swap

@@ -317,20 +317,20 @@ TEST(PerfDataReader, CallchainsMatchPerfScript) {
       if (s->callchain[i] < static_cast<std::uint64_t>(PERF_CONTEXT_MAX))  // not a marker
         frames.push_back(s->callchain[i]);
     }
-    ours.push_back({s->time / 1000, std::move(frames)});
+    ours.emplace_back(s->time, std::move(frames));  // ns: perf script's order
   }
   EXPECT_FALSE(reader.error());
   auto perfs = perf_script_chains(file);
   ASSERT_GT(ours.size(), 10U);
   ASSERT_EQ(ours.size(), perfs.size());
-  std::stable_sort(ours.begin(), ours.end(),
-                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::sort(ours.begin(), ours.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
   // perf script prints kernel addresses as they are and user ones relative to their DSO: kernel
   // frames must agree exactly, and every chain must have as many frames.
   constexpr std::uint64_t kKernelStart = 0xffff800000000000ULL;
   std::size_t kernel_frames = 0;
   for (std::size_t i = 0; i < ours.size(); ++i) {
-    EXPECT_EQ(ours[i].first, perfs[i].first);
+    EXPECT_EQ(ours[i].first / 1000, perfs[i].first);
     ASSERT_EQ(ours[i].second.size(), perfs[i].second.size()) << "sample " << i;
     for (std::size_t j = 0; j < ours[i].second.size(); ++j) {
       if (ours[i].second[j] >= kKernelStart) {
@@ -503,7 +503,7 @@ Swapped byte_swap_file(const std::vector<std::byte>& in, const tracefs::Format& 
   const auto data_off = get<std::uint64_t>(in, 40), data_size = get<std::uint64_t>(in, 48);
   const auto features = get<std::uint64_t>(in, 72);
   EXPECT_EQ(attrs_size, attr_size) << "one attr expected";
-  const std::uint32_t asz = get<std::uint32_t>(in, attrs_off + 4);
+  const auto asz = get<std::uint32_t>(in, attrs_off + 4);
   const auto sample_type = get<std::uint64_t>(in, attrs_off + 24);
   EXPECT_EQ(sample_type & ~std::uint64_t{PERF_SAMPLE_IP | PERF_SAMPLE_TID | PERF_SAMPLE_TIME |
                                          PERF_SAMPLE_CPU | PERF_SAMPLE_PERIOD | PERF_SAMPLE_RAW},
@@ -567,7 +567,7 @@ Swapped byte_swap_file(const std::vector<std::byte>& in, const tracefs::Format& 
     } else if (type == PERF_RECORD_EXIT || type == PERF_RECORD_FORK) {
       hdr();
       for (int i = 0; i < 4; ++i)
-        put_swapped(data, get<std::uint32_t>(in, b + 4 * i));
+        put_swapped(data, get<std::uint32_t>(in, b + std::uint64_t{4} * i));
       put_swapped(data, get<std::uint64_t>(in, b + 16));
       if (tsz != 0)
         trailer(data, pos + size - tsz);
