@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "commands.hpp"
+#include "pipelines.hpp"
 #include "tracer/diagnostics.hpp"
 #include "tracer/duration.hpp"
 #include "tracer/engine.hpp"
@@ -76,13 +77,6 @@ std::vector<std::string> split_command(const std::string& text) {
   return out;
 }
 
-std::vector<StageSpec> catalog() {
-  std::vector<StageSpec> specs;
-  for (const auto* s : StageRegistry::global().specs())
-    specs.push_back(*s);
-  return specs;
-}
-
 Target target_from(const RunOptions& o) {
   Target t;
   std::vector<std::string> cmd = split_command(o.command);
@@ -100,37 +94,6 @@ Target target_from(const RunOptions& o) {
     t.command = std::move(cmd);
   }
   return t;
-}
-
-/// Builds the recipe's pipelines. In --json mode print stages become jsonl and an aggregation
-/// without an output gets a jsonl stage, so stdout is JSON lines only.
-std::vector<std::unique_ptr<Pipeline>> make_pipelines(const Recipe& recipe,
-                                                      Sink& out,
-                                                      bool json,
-                                                      Diagnostics& diags) {
-  std::vector<std::unique_ptr<Pipeline>> pipelines;
-  const auto& registry = StageRegistry::global();
-  for (const auto& rp : recipe.pipelines) {
-    auto p = std::make_unique<Pipeline>(out, PipelineOptions{.implicit_print = !json});
-    for (const auto& st : rp.stages) {
-      if (json && st.use == "print") {
-        ConfigValue empty{.value = ConfigTable{}, .where = st.where};
-        p->add(registry, "jsonl", empty, diags);
-      } else {
-        p->add(registry, st.use, st.options, diags);
-      }
-    }
-    if (json && (p->size() == 0 || !p->stage(p->size() - 1).outputs())) {
-      p->add(registry, "jsonl", ConfigValue{.value = ConfigTable{}, .where = rp.where}, diags);
-    }
-    pipelines.push_back(std::move(p));
-  }
-  if (pipelines.empty()) {  // no stages: every event as a line
-    auto p = std::make_unique<Pipeline>(out, PipelineOptions{.implicit_print = false});
-    p->add(registry, json ? "jsonl" : "print", ConfigValue{.value = ConfigTable{}}, diags);
-    pipelines.push_back(std::move(p));
-  }
-  return pipelines;
 }
 
 std::string json_escape(std::string_view s) {
