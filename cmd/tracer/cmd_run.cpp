@@ -35,6 +35,7 @@ struct RunOptions {
   std::string command;  // -c "CMD ARGS"
   std::string duration;
   std::string output;
+  std::string perf_data;  // --perf-data FILE, or -o FILE.data
   bool json = false;
   bool verbose = false;
   std::vector<std::string> sets;
@@ -102,12 +103,39 @@ Target target_from(const RunOptions& o) {
   return t;
 }
 
+bool has_perf_data_stage(const Recipe& recipe) {
+  for (const auto& p : recipe.pipelines) {
+    for (const auto& st : p.stages) {
+      if (st.use == "perf-data")
+        return true;
+    }
+  }
+  return false;
+}
+
+/// perf report needs COMM/MMAP2 of the processes that start during the run: as perf record
+/// does, the first sampling probe asks the kernel for task records (when no probe does yet).
+void enable_task_records(EngineOptions& eo) {
+  for (const auto& p : eo.probes) {
+    if (p.task_records)
+      return;
+  }
+  for (auto& p : eo.probes) {
+    if (!p.counting) {
+      p.task_records = true;
+      return;
+    }
+  }
+}
+
 /// Builds the recipe's pipelines. In --json mode print stages become jsonl and an aggregation
-/// without an output gets a jsonl stage, so stdout is JSON lines only.
+/// without an output gets a jsonl stage, so stdout is JSON lines only. `perf_data` adds a pipeline
+/// with a perf-data sink that receives every record (and no default print pipeline).
 std::vector<std::unique_ptr<Pipeline>> make_pipelines(const Recipe& recipe,
                                                       Sink& out,
                                                       bool json,
-                                                      Diagnostics& diags) {
+                                                      Diagnostics& diags,
+                                                      const std::string& perf_data = {}) {
   std::vector<std::unique_ptr<Pipeline>> pipelines;
   const auto& registry = StageRegistry::global();
   for (const auto& rp : recipe.pipelines) {
@@ -125,9 +153,16 @@ std::vector<std::unique_ptr<Pipeline>> make_pipelines(const Recipe& recipe,
     }
     pipelines.push_back(std::move(p));
   }
-  if (pipelines.empty()) {  // no stages: every event as a line
+  if (pipelines.empty() && perf_data.empty()) {  // no stages: every event as a line
     auto p = std::make_unique<Pipeline>(out, PipelineOptions{.implicit_print = false});
     p->add(registry, json ? "jsonl" : "print", ConfigValue{.value = ConfigTable{}}, diags);
+    pipelines.push_back(std::move(p));
+  }
+  if (!perf_data.empty()) {
+    auto p = std::make_unique<Pipeline>(out, PipelineOptions{.implicit_print = false});
+    const SourceRegion where{.path = "--perf-data", .line = 0, .column = 0};
+    ConfigTable options{{"path", ConfigValue{.value = perf_data, .where = where}}};
+    p->add(registry, "perf-data", ConfigValue{.value = std::move(options), .where = where}, diags);
     pipelines.push_back(std::move(p));
   }
   return pipelines;
@@ -187,10 +222,22 @@ void print_summary(const Stats& stats, bool json, double seconds) {
   fmt::print(stderr, "({:.2f} s)\n", seconds);
 }
 
-int run_recipe(const RunOptions& o) {
+int run_recipe(const RunOptions& given) {
+  RunOptions o = given;
+  if (o.perf_data.empty() && o.output.ends_with(".data")) {
+    o.perf_data = o.output;  // -o FILE.data: a perf.data file, not text
+    o.output.clear();
+  }
+  if (o.perf_data == "-" && o.json) {
+    throw Error(ErrorCategory::kUsage, std::make_error_code(std::errc::invalid_argument),
+                "--perf-data - and --json both write to stdout",
+                "give --perf-data a file, or leave out --json");
+  }
   Recipe recipe = Recipe::load(o.recipe, {.sets = o.sets, .stages = catalog()});
   EngineOptions eo = recipe.to_engine_options(target_from(o));
   eo.verbose = o.verbose;
+  if (!o.perf_data.empty() || has_perf_data_stage(recipe))
+    enable_task_records(eo);
   std::optional<std::chrono::nanoseconds> duration = recipe.duration;
   if (!o.duration.empty()) {
     auto d = parse_duration(o.duration);
@@ -201,7 +248,8 @@ int run_recipe(const RunOptions& o) {
     duration = *d;
   }
 
-  Sink out = Sink::to_file(stdout);
+  // A perf.data stream on stdout leaves the text output stderr.
+  Sink out = Sink::to_file(o.perf_data == "-" ? stderr : stdout);
   if (!o.output.empty()) {
     auto s = Sink::open(o.output);
     if (!s)
@@ -209,7 +257,7 @@ int run_recipe(const RunOptions& o) {
     out = std::move(*s);
   }
   Diagnostics diags;
-  auto pipelines = make_pipelines(recipe, out, o.json, diags);
+  auto pipelines = make_pipelines(recipe, out, o.json, diags, o.perf_data);
   diags.throw_if_any();
 
   asio::io_context io;
@@ -246,6 +294,11 @@ int run_recipe(const RunOptions& o) {
     io.stop();
   };
   engine.on_done(finish);
+  // perf-data sinks end a FINISHED_ROUND where the engine finished a pass over every ring.
+  engine.on_round([&] {
+    for (auto& p : pipelines)
+      p->round();
+  });
   asio::signal_set signals(io, SIGINT, SIGTERM);
   signals.async_wait([&](const boost::system::error_code& ec, int) {
     if (!ec)
@@ -342,7 +395,12 @@ void add_run_command(CLI::App& app, Runner& run) {
   auto* cmd = app.add_subcommand("run", "Run a recipe: probes, BPF and pipelines");
   common_options(cmd, *o);
   cmd->add_option("-d,--duration", o->duration, "Stop after this long (e.g. 5s)");
-  cmd->add_option("-o,--output", o->output, "Write the pipelines' output to this file");
+  cmd->add_option("-o,--output", o->output,
+                  "Write the pipelines' output to this file; a name ending in .data is a "
+                  "perf.data file instead (as --perf-data)");
+  cmd->add_option("--perf-data", o->perf_data,
+                  "Also write every record of every probe as a perf.data file that perf "
+                  "script/report read (\"-\": a pipe-mode stream on stdout, text goes to stderr)");
   cmd->add_flag("--json", o->json, "JSON lines on stdout; the last line is the summary");
   cmd->add_flag("-v,--verbose", o->verbose, "Full verifier logs on BPF errors");
   cmd->callback([o, &run] { run = [o] { return run_recipe(*o); }; });

@@ -6,6 +6,7 @@
 #include "plugins/stages/jsonl.hpp"
 #include "plugins/stages/latency.hpp"
 #include "plugins/stages/lhist.hpp"
+#include "plugins/stages/perf_data.hpp"
 #include "plugins/stages/print.hpp"
 #include "plugins/stages/quantiles.hpp"
 #include "plugins/stages/scalar.hpp"
@@ -17,7 +18,7 @@ using namespace stages;  // NOLINT(google-build-using-namespace): the table read
 constexpr StageEntry kAllStages[] = {
     stage<Filter>(),  stage<Count>(), stage<Sum>(),   stage<Min>(),       stage<Max>(),
     stage<Avg>(),     stage<Hist>(),  stage<Lhist>(), stage<Quantiles>(), stage<Rate>(),
-    stage<Latency>(), stage<Print>(), stage<Jsonl>(), stage<Csv>(),
+    stage<Latency>(), stage<Print>(), stage<Jsonl>(), stage<Csv>(),       stage<PerfData>(),
 };
 }  // namespace
 
