@@ -564,7 +564,9 @@ struct Writer::Impl {
   }
 
   /// AUXTRACE_INFO for the AUX PMU perf knows how to set up from what we have (intel_bts: the PMU
-  /// type; no TSC conversion is known, so the time fields are 0).
+  /// type). The TSC conversion of the ring's user page is not part of ProbeInfo: an identity
+  /// conversion (shift 0, mult 1, zero 0) keeps perf's tsc<->time arithmetic defined (it divides
+  /// by time_mult).
   void put_auxtrace_info() {
     for (auto& a : attrs) {
       if (a.aux != AuxtraceType::kIntelBts)
@@ -575,8 +577,11 @@ struct Writer::Impl {
       put(buf, header(kAuxtraceInfo, 0, size));
       put<std::uint32_t>(buf, static_cast<std::uint32_t>(a.aux));
       put<std::uint32_t>(buf, 0);
-      put<std::uint64_t>(buf, a.attr.base.type);  // INTEL_BTS_PMU_TYPE
-      put_zeros(buf, 4 * 8);  // TIME_SHIFT, TIME_MULT, TIME_ZERO, CAP_USER_TIME_ZERO
+      put<std::uint64_t>(buf, a.attr.base.type);                         // INTEL_BTS_PMU_TYPE
+      put<std::uint64_t>(buf, 0);                                        // TIME_SHIFT
+      put<std::uint64_t>(buf, 1);                                        // TIME_MULT
+      put<std::uint64_t>(buf, 0);                                        // TIME_ZERO
+      put<std::uint64_t>(buf, 0);                                        // CAP_USER_TIME_ZERO
       put<std::uint64_t>(buf, a.attr.base.write_backward != 0 ? 1 : 0);  // SNAPSHOT_MODE
       a.aux_info_written = true;
       break;  // perf sets up one AUX decoder per session
@@ -787,6 +792,18 @@ struct Writer::Impl {
     stats.aux_bytes += size;
   }
 
+  /// Records that name their event by id in the body: LOST {id, lost}, THROTTLE/UNTHROTTLE
+  /// {time, id, stream_id} (perf attributes them to an attr by it).
+  static void rewrite_body_id(std::uint32_t type,
+                              std::byte* p,
+                              std::size_t size,
+                              std::uint64_t id) noexcept {
+    if (type == abi::kLost && size >= 16)
+      std::memcpy(p + 8, &id, 8);
+    else if ((type == abi::kThrottle || type == abi::kUnthrottle) && size >= 32)
+      std::memcpy(p + 16, &id, 8);
+  }
+
   std::uint32_t payload_u32(std::span<const std::byte> raw,
                             std::int32_t off,
                             std::uint32_t size) const noexcept {
@@ -848,6 +865,7 @@ struct Writer::Impl {
         if (a.sample_id_offset >= 0 && static_cast<std::size_t>(a.sample_id_offset) + 8 <= size)
           std::memcpy(p + a.sample_id_offset, &id, 8);
       } else if (rec.type < kHeaderAttr && a.kernel_sample_id_all && size >= 8 + a.trailer) {
+        rewrite_body_id(rec.type, p, size, id);
         std::memcpy(p + size - 8, &id, 8);  // IDENTIFIER comes last in the trailer
         if (a.trailer_id_offset >= 0)
           std::memcpy(p + size - a.trailer + a.trailer_id_offset, &id, 8);
@@ -883,6 +901,7 @@ struct Writer::Impl {
         return;
       const std::size_t at = buf.size();
       put_raw(buf, rec.bytes.data(), body);
+      rewrite_body_id(rec.type, buf.data() + at, body, id);
       perf_event_header h{};
       std::memcpy(&h, buf.data() + at, sizeof(h));
       h.size = static_cast<std::uint16_t>(size);
