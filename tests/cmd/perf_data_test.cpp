@@ -264,4 +264,52 @@ TEST(CliPerfData, FileAfterSigintAndSigkillIsReadable) {
   }
 }
 
+// Option errors point at the recipe; `tracer check` validates without creating the file.
+TEST(CliPerfData, StageOptionsAreCheckedWithPositions) {
+  Files f;
+  const auto bad = f.recipe("bad_perf_data", R"([recipe]
+name = "x"
+[[probe]]
+name = "seeks"
+tracepoint = "syscalls:sys_enter_lseek"
+[[stage]]
+use = "perf-data"
+pipe = "yes"
+)");
+  const auto r = shell(kTracer + " check " + bad);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find(bad + ":6:1: stage 'perf-data' needs option 'path'"), std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find(bad + ":8:8: wrong type for option 'pipe' of stage 'perf-data'"),
+            std::string::npos)
+      << r.err;
+  const auto data = f.add("never", ".data");
+  const auto good = f.recipe("good_perf_data", R"([recipe]
+name = "x"
+[[probe]]
+name = "seeks"
+tracepoint = "syscalls:sys_enter_lseek"
+[[stage]]
+use = "perf-data"
+path = ")" + data + R"("
+)");
+  const auto ok = shell(kTracer + " check " + good);
+  EXPECT_EQ(ok.exit_code, 0) << ok.err;
+  EXPECT_FALSE(fs::exists(data));
+  const auto nodir = f.recipe("nodir_perf_data", R"([recipe]
+name = "x"
+[[probe]]
+name = "seeks"
+tracepoint = "syscalls:sys_enter_lseek"
+[[stage]]
+use = "perf-data"
+path = "/nonexistent/dir/out.data"
+)");
+  const auto missing = shell(kTracer + " check " + nodir);
+  EXPECT_EQ(missing.exit_code, 2) << missing.err;
+  EXPECT_NE(missing.err.find(nodir + ":8:8: perf-data: directory '/nonexistent/dir'"),
+            std::string::npos)
+      << missing.err;
+}
+
 }  // namespace

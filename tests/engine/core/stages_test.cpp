@@ -277,12 +277,13 @@ std::vector<std::string> lines(const std::string& s) {
 
 TEST(StageRegistry, BuiltinsAreListedOnceWithSpecs) {
   auto reg = StageRegistry::with_builtins();
-  for (std::string_view name : {"filter", "count", "sum", "min", "max", "avg", "hist", "lhist",
-                                "quantiles", "rate", "latency", "print", "jsonl", "csv"}) {
+  for (std::string_view name :
+       {"filter", "count", "sum", "min", "max", "avg", "hist", "lhist", "quantiles", "rate",
+        "latency", "print", "jsonl", "csv", "perf-data"}) {
     EXPECT_NE(reg.find(name), nullptr) << name;
     EXPECT_NE(reg.make(name), nullptr) << name;
   }
-  EXPECT_EQ(reg.specs().size(), 14u);
+  EXPECT_EQ(reg.specs().size(), 15u);
   const StageSpec* count = reg.find("count");
   ASSERT_NE(count, nullptr);
   std::map<std::string, OptionSpec::Type> types;
