@@ -103,14 +103,21 @@ Target target_from(const RunOptions& o) {
   return t;
 }
 
-bool has_perf_data_stage(const Recipe& recipe) {
+/// Whether a recipe stage writes perf.data; `to_stdout`: one of them to "-" (pipe mode).
+bool has_perf_data_stage(const Recipe& recipe, bool* to_stdout = nullptr) {
+  bool any = false;
   for (const auto& p : recipe.pipelines) {
     for (const auto& st : p.stages) {
-      if (st.use == "perf-data")
-        return true;
+      if (st.use != "perf-data")
+        continue;
+      any = true;
+      const ConfigValue* path = st.options.find("path");
+      if (to_stdout != nullptr && path != nullptr && path->string() != nullptr &&
+          *path->string() == "-")
+        *to_stdout = true;
     }
   }
-  return false;
+  return any;
 }
 
 /// perf report needs COMM/MMAP2 of the processes that start during the run: as perf record
@@ -228,16 +235,18 @@ int run_recipe(const RunOptions& given) {
     o.perf_data = o.output;  // -o FILE.data: a perf.data file, not text
     o.output.clear();
   }
-  if (o.perf_data == "-" && o.json) {
-    throw Error(ErrorCategory::kUsage, std::make_error_code(std::errc::invalid_argument),
-                "--perf-data - and --json both write to stdout",
-                "give --perf-data a file, or leave out --json");
-  }
   Recipe recipe = Recipe::load(o.recipe, {.sets = o.sets, .stages = catalog()});
   EngineOptions eo = recipe.to_engine_options(target_from(o));
   eo.verbose = o.verbose;
-  if (!o.perf_data.empty() || has_perf_data_stage(recipe))
+  bool stage_to_stdout = false;
+  if (has_perf_data_stage(recipe, &stage_to_stdout) || !o.perf_data.empty())
     enable_task_records(eo);
+  const bool stdout_is_perf_data = o.perf_data == "-" || stage_to_stdout;
+  if (stdout_is_perf_data && o.json) {
+    throw Error(ErrorCategory::kUsage, std::make_error_code(std::errc::invalid_argument),
+                "a perf.data stream and --json both write to stdout",
+                "write the perf.data to a file, or leave out --json");
+  }
   std::optional<std::chrono::nanoseconds> duration = recipe.duration;
   if (!o.duration.empty()) {
     auto d = parse_duration(o.duration);
@@ -249,7 +258,7 @@ int run_recipe(const RunOptions& given) {
   }
 
   // A perf.data stream on stdout leaves the text output stderr.
-  Sink out = Sink::to_file(o.perf_data == "-" ? stderr : stdout);
+  Sink out = Sink::to_file(stdout_is_perf_data ? stderr : stdout);
   if (!o.output.empty()) {
     auto s = Sink::open(o.output);
     if (!s)

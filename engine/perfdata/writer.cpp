@@ -923,8 +923,12 @@ struct Writer::Impl {
     }
     ++stats.records;
     pending_round = true;
-    if (rec.type == abi::kAux && ref.aux && a.aux_info_written)
-      put_aux_payload(ref);
+    if (rec.type == abi::kAux && ref.aux) {
+      if (a.aux_info_written)
+        put_aux_payload(ref);
+      else
+        stats.aux_bytes_dropped += ref.aux->first.size() + ref.aux->second.size();
+    }
   }
 
   void end_round() noexcept {

@@ -105,8 +105,11 @@ struct WriterStats {
   std::uint64_t synthesized = 0;  // COMM/MMAP/MMAP2 records made from /proc
   std::uint64_t skipped = 0;      // records of probes not in the file (counting probes), malformed
   std::uint64_t aux_bytes = 0;    // AUX payload written in AUXTRACE records
-  std::uint64_t rounds = 0;       // FINISHED_ROUND records
-  std::uint64_t bytes = 0;        // file size so far
+  /// AUX payload not written: its PMU has no AUXTRACE_INFO perf could set up (only intel_bts
+  /// has one), and perf refuses AUXTRACE records it cannot decode.
+  std::uint64_t aux_bytes_dropped = 0;
+  std::uint64_t rounds = 0;  // FINISHED_ROUND records
+  std::uint64_t bytes = 0;   // file size so far
 };
 
 class Writer {
