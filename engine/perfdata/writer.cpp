@@ -52,7 +52,7 @@ constexpr std::uint64_t kRebuiltSampleType = PERF_SAMPLE_IDENTIFIER | PERF_SAMPL
                                              PERF_SAMPLE_PERIOD;
 constexpr std::uint16_t kMiscKernel = 1;  // PERF_RECORD_MISC_KERNEL
 constexpr std::uint16_t kMiscUser = 2;    // PERF_RECORD_MISC_USER
-constexpr std::size_t kProcBuffer = 64 * 1024;
+constexpr std::size_t kProcBuffer = std::size_t{64} * 1024;
 constexpr std::size_t kSeenCapacity = 1U << 16;   // pids/tids remembered (open addressing)
 constexpr std::size_t kMaxIdIndexEntries = 2000;  // ID_INDEX records stay under 64 KiB
 constexpr std::size_t kDefaultMaxRoundBytes = 64U << 20;
@@ -74,7 +74,7 @@ class SeenSet {
   bool check_insert(std::uint32_t key) noexcept {
     if (key == kEmpty || used_ * 4 >= keys_.size() * 3)
       return true;
-    std::size_t i = (key * 2654435761U) & (keys_.size() - 1);
+    std::size_t i = static_cast<std::size_t>(key * 2654435761U) & (keys_.size() - 1);
     while (keys_[i] != kEmpty) {
       if (keys_[i] == key)
         return true;
@@ -200,6 +200,11 @@ struct Writer::Impl {
   ~Impl() {
     if (owns_fd && fd >= 0)
       ::close(fd);
+  }
+
+  /// The remembered error (EIO if, impossibly, there is none).
+  [[nodiscard]] Failure current_error() const {
+    return error.value_or(io_failure(EIO, "writing " + path));
   }
 
   [[nodiscard]] std::uint32_t slot(std::int32_t cpu) const noexcept {
@@ -761,8 +766,7 @@ struct Writer::Impl {
 
   // -- engine records ---------------------------------------------------------------------------
 
-  void put_aux_payload(const RecordRef& ref) noexcept {
-    const auto& c = *ref.aux;
+  void put_aux_payload(const perf::AuxChunk& c, const RecordRef& ref) noexcept {
     const std::size_t size = c.first.size() + c.second.size();
     const std::size_t padded = align8(size);
     if (!room(48))
@@ -925,7 +929,7 @@ struct Writer::Impl {
     pending_round = true;
     if (rec.type == abi::kAux && ref.aux) {
       if (a.aux_info_written)
-        put_aux_payload(ref);
+        put_aux_payload(*ref.aux, ref);
       else
         stats.aux_bytes_dropped += ref.aux->first.size() + ref.aux->second.size();
     }
@@ -1052,7 +1056,7 @@ struct Writer::Impl {
     data_offset = head.size();
     std::array<iovec, 1> iov{iovec{head.data(), head.size()}};
     if (!write_out(iov, 0))
-      return fail(*error);
+      return fail(current_error());
     pos = data_offset;
     put_id_index();
     put_auxtrace_info();
@@ -1062,7 +1066,7 @@ struct Writer::Impl {
     }
     checkpoint();  // valid from here on
     if (error)
-      return fail(*error);
+      return fail(current_error());
     return {};
   }
 
@@ -1113,7 +1117,7 @@ struct Writer::Impl {
     }
     flush_buffer();
     if (error)
-      return fail(*error);
+      return fail(current_error());
     return {};
   }
 
@@ -1130,7 +1134,7 @@ struct Writer::Impl {
       }
     }
     if (error)
-      return fail(*error);
+      return fail(current_error());
     return {};
   }
 };

@@ -307,7 +307,8 @@ TEST(PerfDataWriter, FileCopiedMidRunReadsUpToTheLastRound) {
     ASSERT_TRUE(w) << w.error().message;
     Records recs;
     for (int i = 0; i < 10; ++i)
-      recs.add(sample(1, 0x5000 + i, 1, 4'000'000'000 + i * 1'000'000, 0), probes[0], 0);
+      recs.add(sample(1, 0x5000 + i, 1, 4'000'000'000 + std::uint64_t{1'000'000} * i, 0), probes[0],
+               0);
     for (int i = 0; i < 4; ++i)
       w->write(recs.refs[static_cast<std::size_t>(i)]);
     w->end_round();

@@ -97,7 +97,7 @@ struct WriterOptions {
   /// The machine description; default: HostInfo::read().
   std::shared_ptr<const HostInfo> host{};
   /// Bytes buffered before a write(2).
-  std::size_t buffer_bytes = 256 * 1024;
+  std::size_t buffer_bytes = std::size_t{256} * 1024;
 };
 
 struct WriterStats {
