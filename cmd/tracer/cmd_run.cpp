@@ -36,6 +36,7 @@ struct RunOptions {
   std::string command;  // -c "CMD ARGS"
   std::string duration;
   std::string output;
+  std::string perf_data;  // --perf-data FILE, or -o FILE.data
   bool json = false;
   bool verbose = false;
   std::vector<std::string> sets;
@@ -96,6 +97,38 @@ Target target_from(const RunOptions& o) {
   return t;
 }
 
+/// Whether a recipe stage writes perf.data; `to_stdout`: one of them to "-" (pipe mode).
+bool has_perf_data_stage(const Recipe& recipe, bool* to_stdout = nullptr) {
+  bool any = false;
+  for (const auto& p : recipe.pipelines) {
+    for (const auto& st : p.stages) {
+      if (st.use != "perf-data")
+        continue;
+      any = true;
+      const ConfigValue* path = st.options.find("path");
+      if (to_stdout != nullptr && path != nullptr && path->string() != nullptr &&
+          *path->string() == "-")
+        *to_stdout = true;
+    }
+  }
+  return any;
+}
+
+/// perf report needs COMM/MMAP2 of the processes that start during the run: as perf record
+/// does, the first sampling probe asks the kernel for task records (when no probe does yet).
+void enable_task_records(EngineOptions& eo) {
+  for (const auto& p : eo.probes) {
+    if (p.task_records)
+      return;
+  }
+  for (auto& p : eo.probes) {
+    if (!p.counting) {
+      p.task_records = true;
+      return;
+    }
+  }
+}
+
 std::string json_escape(std::string_view s) {
   std::string out;
   for (char c : s) {
@@ -150,10 +183,24 @@ void print_summary(const Stats& stats, bool json, double seconds) {
   fmt::print(stderr, "({:.2f} s)\n", seconds);
 }
 
-int run_recipe(const RunOptions& o) {
+int run_recipe(const RunOptions& given) {
+  RunOptions o = given;
+  if (o.perf_data.empty() && o.output.ends_with(".data")) {
+    o.perf_data = o.output;  // -o FILE.data: a perf.data file, not text
+    o.output.clear();
+  }
   Recipe recipe = Recipe::load(o.recipe, {.sets = o.sets, .stages = catalog()});
   EngineOptions eo = recipe.to_engine_options(target_from(o));
   eo.verbose = o.verbose;
+  bool stage_to_stdout = false;
+  if (has_perf_data_stage(recipe, &stage_to_stdout) || !o.perf_data.empty())
+    enable_task_records(eo);
+  const bool stdout_is_perf_data = o.perf_data == "-" || stage_to_stdout;
+  if (stdout_is_perf_data && o.json) {
+    throw Error(ErrorCategory::kUsage, std::make_error_code(std::errc::invalid_argument),
+                "a perf.data stream and --json both write to stdout",
+                "write the perf.data to a file, or leave out --json");
+  }
   std::optional<std::chrono::nanoseconds> duration = recipe.duration;
   if (!o.duration.empty()) {
     auto d = parse_duration(o.duration);
@@ -164,7 +211,8 @@ int run_recipe(const RunOptions& o) {
     duration = *d;
   }
 
-  Sink out = Sink::to_file(stdout);
+  // A perf.data stream on stdout leaves the text output stderr.
+  Sink out = Sink::to_file(stdout_is_perf_data ? stderr : stdout);
   if (!o.output.empty()) {
     auto s = Sink::open(o.output);
     if (!s)
@@ -172,7 +220,7 @@ int run_recipe(const RunOptions& o) {
     out = std::move(*s);
   }
   Diagnostics diags;
-  auto pipelines = make_pipelines(recipe, out, o.json, diags);
+  auto pipelines = make_pipelines(recipe, out, o.json, diags, {}, o.perf_data);
   diags.throw_if_any();
 
   asio::io_context io;
@@ -209,6 +257,11 @@ int run_recipe(const RunOptions& o) {
     io.stop();
   };
   engine.on_done(finish);
+  // perf-data sinks end a FINISHED_ROUND where the engine finished a pass over every ring.
+  engine.on_round([&] {
+    for (auto& p : pipelines)
+      p->round();
+  });
   asio::signal_set signals(io, SIGINT, SIGTERM);
   signals.async_wait([&](const boost::system::error_code& ec, int) {
     if (!ec)
@@ -305,7 +358,12 @@ void add_run_command(CLI::App& app, Runner& run) {
   auto* cmd = app.add_subcommand("run", "Run a recipe: probes, BPF and pipelines");
   common_options(cmd, *o);
   cmd->add_option("-d,--duration", o->duration, "Stop after this long (e.g. 5s)");
-  cmd->add_option("-o,--output", o->output, "Write the pipelines' output to this file");
+  cmd->add_option("-o,--output", o->output,
+                  "Write the pipelines' output to this file; a name ending in .data is a "
+                  "perf.data file instead (as --perf-data)");
+  cmd->add_option("--perf-data", o->perf_data,
+                  "Also write every record of every probe as a perf.data file that perf "
+                  "script/report read (\"-\": a pipe-mode stream on stdout, text goes to stderr)");
   cmd->add_flag("--json", o->json, "JSON lines on stdout; the last line is the summary");
   cmd->add_flag("-v,--verbose", o->verbose, "Full verifier logs on BPF errors");
   cmd->callback([o, &run] { run = [o] { return run_recipe(*o); }; });

@@ -15,7 +15,8 @@ std::vector<std::unique_ptr<Pipeline>> make_pipelines(const Recipe& recipe,
                                                       Sink& out,
                                                       bool json,
                                                       Diagnostics& diags,
-                                                      const PipelineOptions& base) {
+                                                      const PipelineOptions& base,
+                                                      const std::string& perf_data) {
   std::vector<std::unique_ptr<Pipeline>> pipelines;
   const auto& registry = StageRegistry::global();
   auto options = [&](bool implicit_print) {
@@ -38,9 +39,16 @@ std::vector<std::unique_ptr<Pipeline>> make_pipelines(const Recipe& recipe,
     }
     pipelines.push_back(std::move(p));
   }
-  if (pipelines.empty()) {  // no stages: every event as a line
+  if (pipelines.empty() && perf_data.empty()) {  // no stages: every event as a line
     auto p = std::make_unique<Pipeline>(out, options(false));
     p->add(registry, json ? "jsonl" : "print", ConfigValue{.value = ConfigTable{}}, diags);
+    pipelines.push_back(std::move(p));
+  }
+  if (!perf_data.empty()) {
+    auto p = std::make_unique<Pipeline>(out, options(false));
+    const SourceRegion where{.path = "--perf-data", .line = 0, .column = 0};
+    ConfigTable table{{"path", ConfigValue{.value = perf_data, .where = where}}};
+    p->add(registry, "perf-data", ConfigValue{.value = std::move(table), .where = where}, diags);
     pipelines.push_back(std::move(p));
   }
   return pipelines;

@@ -125,6 +125,7 @@ struct Engine::Impl : std::enable_shared_from_this<Engine::Impl> {
   EngineOptions opts;
   BatchHandler batch_handler;
   std::function<void()> done_handler;
+  std::function<void()> round_handler;
   std::vector<ProbeInfo> probes;
   std::vector<bool> counting;
   std::vector<std::vector<CpuEvents>> events;  // [probe][cpu slot]
@@ -655,6 +656,14 @@ void Engine::Impl::watch_child() {
 void Engine::Impl::drain_all() noexcept {
   for (auto& r : readers)
     r->reader.drain(batch_handler);
+  if (round_handler) {
+    try {
+      round_handler();
+    } catch (...) {
+      if (!failure)
+        failure = std::current_exception();
+    }
+  }
 }
 
 bool Engine::Impl::check_handler_failure() {
@@ -793,6 +802,10 @@ void Engine::on_batch(BatchHandler handler) {
 
 void Engine::on_done(std::function<void()> handler) {
   impl_->done_handler = std::move(handler);
+}
+
+void Engine::on_round(std::function<void()> handler) {
+  impl_->round_handler = std::move(handler);
 }
 
 void Engine::start() {

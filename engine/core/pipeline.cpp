@@ -77,12 +77,21 @@ void Pipeline::bind(std::span<const ProbeInfo> probes,
 }
 
 void Pipeline::start(std::chrono::nanoseconds now) {
-  for (auto& slot : stages_)
+  for (auto& slot : stages_) {
     slot.last_emit = now;
+    slot.stage->start();
+  }
 }
 
 BatchHandler Pipeline::handler() {
   return [this](const Batch& batch) { on_batch(batch); };
+}
+
+void Pipeline::round() noexcept {
+  if (stopped_)
+    return;
+  for (auto& slot : stages_)
+    slot.stage->on_round();
 }
 
 void Pipeline::on_batch(const Batch& batch) noexcept {

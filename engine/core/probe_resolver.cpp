@@ -492,7 +492,10 @@ ResolvedProbe resolve_probe(const ProbeOptions& o, std::uint32_t index, ResolveC
     a.sample_stack_user(o.sample_stack_user);
   if (o.task_records) {
     a.flag(perf::Flag::kComm).flag(perf::Flag::kCommExec).flag(perf::Flag::kTask);
-    a.flag(perf::Flag::kMmap2);
+    // mmap2 selects the MMAP2 layout, but the kernel only generates mmap events at all while
+    // some event has mmap or mmap_data (account_event() counts nr_mmap_events for those): set
+    // both, as perf record does.
+    a.flag(perf::Flag::kMmap).flag(perf::Flag::kMmap2);
   }
   if (o.context_switches)
     a.flag(perf::Flag::kContextSwitch);

@@ -7,6 +7,7 @@
 #include "plugins/stages/jsonl.hpp"
 #include "plugins/stages/latency.hpp"
 #include "plugins/stages/lhist.hpp"
+#include "plugins/stages/perf_data.hpp"
 #include "plugins/stages/print.hpp"
 #include "plugins/stages/quantiles.hpp"
 #include "plugins/stages/scalar.hpp"
@@ -19,6 +20,7 @@ constexpr StageEntry kAllStages[] = {
     stage<Filter>(),  stage<Count>(), stage<Sum>(),   stage<Min>(),       stage<Max>(),
     stage<Avg>(),     stage<Hist>(),  stage<Lhist>(), stage<Quantiles>(), stage<Rate>(),
     stage<Latency>(), stage<Print>(), stage<Jsonl>(), stage<Csv>(),       stage<BpfMap>(),
+    stage<PerfData>(),
 };
 }  // namespace
 

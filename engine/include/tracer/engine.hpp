@@ -233,6 +233,11 @@ class Engine {
   void on_batch(BatchHandler handler);
   /// Called once when the engine stopped by itself (the traced command exited) or by stop().
   void on_done(std::function<void()> handler);
+  /// Called after each pass that drained every ring to its head (the flush timer's, and the last
+  /// one in stop()): a record delivered after it was written to its ring after the pass began,
+  /// so a sink can end a reorder round there, as perf record writes FINISHED_ROUND after each
+  /// pass over its mmaps.
+  void on_round(std::function<void()> handler);
 
   /// What start() would do short of opening anything: resolves every probe (tracepoint ids and
   /// formats, symbols, PMUs), loads the BPF object (compiling a source; the verifier runs) and

@@ -12,6 +12,7 @@
 //   diags.throw_if_any();
 //   pipeline.start(now);
 //   engine.on_batch(pipeline.handler());                    // or call on_batch yourself
+//   engine.on_round([&] { pipeline.round(); });             // perf-data sinks end rounds here
 //   ... timer: pipeline.tick(now) ...
 //   pipeline.stop(now);                                     // final tables, flush, close
 #pragma once
@@ -66,13 +67,16 @@ class Pipeline {
             Diagnostics& diags,
             std::span<const PayloadSchema> payloads = {},
             const MapSource* maps = nullptr);
-  /// Starts the interval clocks (`every`, rate) at `now` (CLOCK_MONOTONIC ns).
+  /// Starts the interval clocks (`every`, rate) at `now` (CLOCK_MONOTONIC ns) and every stage
+  /// (Stage::start: outputs such as perf.data files open here). May throw tracer::Error.
   void start(std::chrono::nanoseconds now);
 
   /// The hot path: builds events for the batch and runs them through the stages.
   void on_batch(const Batch& batch) noexcept;
   /// A BatchHandler that calls on_batch (the pipeline must outlive it).
   [[nodiscard]] BatchHandler handler();
+  /// The engine finished a pass over every ring (Engine::on_round): tells every stage.
+  void round() noexcept;
 
   /// Emits the tables of aggregations whose `every` elapsed by `now`, then flushes outputs.
   void tick(std::chrono::nanoseconds now);

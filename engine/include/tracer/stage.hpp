@@ -5,6 +5,7 @@
 //   auto stage = registry.make("count");               // from the explicit table of built-ins
 //   stage->configure(options_table, diags);            // setup: option errors with positions
 //   stage->bind(ctx, diags);                           // once per run: names -> FieldRef accessors
+//   stage->start();                                    // the run begins (not in `tracer check`)
 //   stage->on_events(events);                          // hot path: noexcept, no allocation
 //   stage->snapshot(table, /*reset=*/true);            // aggregations, at each `every` and at stop
 //   stage->stop();                                     // flush and close outputs
@@ -373,6 +374,9 @@ class Stage {
   virtual void configure(const ConfigValue& options, Diagnostics& diags) = 0;
   /// Resolves field names to accessors once; may add derived fields for later stages.
   virtual void bind(BindContext& ctx, Diagnostics& diags) = 0;
+  /// The run begins (Pipeline::start; never called by `tracer check`): open what must not exist
+  /// before a real run, such as a perf.data file. May throw tracer::Error.
+  virtual void start() {}
   /// Record kinds this stage wants; others flow past it untouched.
   [[nodiscard]] virtual KindMask kinds() const noexcept { return kind_bit(RecordKind::kSample); }
   /// The events of one batch that this stage asked for, in ring order. Call Event::drop() to
@@ -391,6 +395,10 @@ class Stage {
   /// Outputs (print, jsonl, csv): true, and on_table receives upstream aggregations' tables.
   [[nodiscard]] virtual bool outputs() const noexcept { return false; }
   virtual void on_table(const Table& /*table*/) {}
+  /// The engine finished a pass over every ring (Engine::on_round): records handed on after it
+  /// were written to their rings after the pass began. Sinks that need time order (perf.data's
+  /// FINISHED_ROUND) end a round here. Must not throw.
+  virtual void on_round() noexcept {}
   /// End of a tick: write what is buffered.
   virtual void flush() {}
   /// End of the run (after the last tables): flush and close.

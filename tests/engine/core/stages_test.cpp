@@ -279,11 +279,11 @@ TEST(StageRegistry, BuiltinsAreListedOnceWithSpecs) {
   auto reg = StageRegistry::with_builtins();
   for (std::string_view name :
        {"filter", "count", "sum", "min", "max", "avg", "hist", "lhist", "quantiles", "rate",
-        "latency", "print", "jsonl", "csv", "bpf-map"}) {
+        "latency", "print", "jsonl", "csv", "bpf-map", "perf-data"}) {
     EXPECT_NE(reg.find(name), nullptr) << name;
     EXPECT_NE(reg.make(name), nullptr) << name;
   }
-  EXPECT_EQ(reg.specs().size(), 15u);
+  EXPECT_EQ(reg.specs().size(), 16u);
   const StageSpec* count = reg.find("count");
   ASSERT_NE(count, nullptr);
   std::map<std::string, OptionSpec::Type> types;
