@@ -1,6 +1,8 @@
 // Shared pieces of the end-to-end throughput benchmark.
 #pragma once
 
+#include <boost/asio/io_context.hpp>
+
 #include <sys/types.h>
 
 #include <cstdint>
@@ -20,6 +22,9 @@ class Workload {
   double wait();
   /// True once the child has reported (its result is waiting on the pipe).
   [[nodiscard]] bool finished() const;
+  /// Runs `io` until the child reports (an async_wait on its pipe: no polling, no timers of the
+  /// harness's own in the traced runs).
+  void run_until_finished(boost::asio::io_context& io) const;
 
  private:
   long calls_;

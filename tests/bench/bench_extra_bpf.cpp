@@ -40,11 +40,11 @@ Row run_engine_bpf_output(long calls, bool decode_samples) {
   engine.start();
   const double cpu0 = process_cpu_seconds();
   w.start();
-  while (!w.finished())
-    io.run_for(std::chrono::milliseconds(5));
+  w.run_until_finished(io);
   const double secs = w.wait();
   engine.stop();
   const double cpu = process_cpu_seconds() - cpu0;
+
   const auto st = engine.stats().probes[1];
   // A full ring makes bpf_perf_event_output fail (counted by the program) and the kernel count
   // a LOST record for the same event: the program's count covers both.

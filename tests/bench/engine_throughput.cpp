@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
 #include <chrono>
 #include <cstdlib>
 #include <functional>
@@ -64,6 +65,14 @@ bool Workload::finished() const {
   return ::poll(&p, 1, 0) == 1;
 }
 
+void Workload::run_until_finished(boost::asio::io_context& io) const {
+  boost::asio::posix::stream_descriptor done(io, ::dup(done_));
+  done.async_wait(boost::asio::posix::stream_descriptor::wait_read,
+                  [&io](const boost::system::error_code&) { io.stop(); });
+  io.run();
+  io.restart();
+}
+
 double Workload::wait() {
   double secs = 0;
   [[maybe_unused]] auto n = ::read(done_, &secs, sizeof(secs));
@@ -101,9 +110,7 @@ Row run_engine_tracepoint(long calls) {
   engine.start();
   const double cpu0 = process_cpu_seconds();
   w.start();
-  // The workload reports on a pipe; look at it between reactor turns.
-  while (!w.finished())
-    io.run_for(std::chrono::milliseconds(5));
+  w.run_until_finished(io);
   const double secs = w.wait();
   engine.stop();
   const double cpu = process_cpu_seconds() - cpu0;
@@ -137,6 +144,8 @@ void print(const std::vector<Summary>& runs, long calls, int rounds) {
   fmt::print("{:<46} {:>10} {:>9} {:>12} {:>26}\n", "run", "workload s", "slowdown", "CPU ns/event",
              "lost per round");
   for (const auto& run : runs) {
+    if (run.rounds.empty())
+      continue;
     std::vector<double> secs, cpu;
     std::string lost;
     for (const auto& r : run.rounds) {
@@ -157,12 +166,17 @@ int main(int argc, char** argv) {
   using namespace tracer::bench;
   const long calls = argc > 1 ? std::atol(argv[1]) : 2'000'000;
   const int rounds = argc > 2 ? std::atoi(argv[2]) : 3;
+  // A third argument runs only the untraced reference and run number K (1: (a), 2: (b), ...),
+  // to profile one consumer.
+  const std::size_t only = argc > 3 ? static_cast<std::size_t>(std::atoi(argv[3])) : 0;
   std::vector<std::function<Row(long)>> kinds = {run_untraced, run_engine_tracepoint};
   for (auto& extra : extra_runs())
     kinds.push_back(extra);
   std::vector<Summary> runs(kinds.size());
   for (int round = 0; round < rounds; ++round) {
     for (std::size_t k = 0; k < kinds.size(); ++k) {
+      if (k > 0 && only != 0 && k != only)
+        continue;
       Row row = kinds[k](calls);
       runs[k].name = row.name;
       runs[k].rounds.push_back(std::move(row));
