@@ -843,9 +843,9 @@ class EngineMaps final : public MapSource {
 
 /// Sums the integer fields of `value`'s per-CPU copies (each padded to 8 bytes) into the first.
 std::vector<std::byte> sum_per_cpu(const bpf::StructSchema& value, std::span<const std::byte> all) {
-  const std::size_t stride = (value.size + 7) / 8 * 8;
-  std::vector<std::byte> out(all.begin(),
-                             all.begin() + std::min(all.size(), std::size_t{value.size}));
+  const std::size_t stride = (std::size_t{value.size} + 7) / 8 * 8;
+  const auto first = all.first(std::min(all.size(), std::size_t{value.size}));
+  std::vector<std::byte> out(first.begin(), first.end());
   if (stride == 0 || out.size() < value.size)
     return out;
   for (const auto& f : value.fields) {
@@ -866,7 +866,10 @@ std::vector<std::byte> sum_per_cpu(const bpf::StructSchema& value, std::span<con
 
 Result<MapSnapshot> EngineMaps::read(std::string_view map, bool clear) const {
   TRACER_ASSIGN_OR_RETURN(bpf::MapSchema schema, this->schema(map));
-  bpf::Object& obj = **obj_;
+  auto& loaded = *obj_;
+  if (!loaded)
+    return fail(ENOENT, fmt::format("bpf: no BPF object is loaded (map '{}')", map));
+  bpf::Object& obj = *loaded;
   TRACER_ASSIGN_OR_RETURN(auto entries, obj.entries(map));
   MapSnapshot snap;
   snap.entries.reserve(entries.size());

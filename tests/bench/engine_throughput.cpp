@@ -66,7 +66,7 @@ bool Workload::finished() const {
 }
 
 void Workload::run_until_finished(boost::asio::io_context& io) const {
-  boost::asio::posix::stream_descriptor done(io, ::dup(done_));
+  boost::asio::posix::stream_descriptor done(io, ::fcntl(done_, F_DUPFD_CLOEXEC, 0));
   done.async_wait(boost::asio::posix::stream_descriptor::wait_read,
                   [&io](const boost::system::error_code&) { io.stop(); });
   io.run();
