@@ -23,23 +23,24 @@ const SampleLayout kLayout =
                        0,
                        false);
 
-// A 256 KiB ring (64 pages) filled to ~7/8 with sys_enter-like samples (raw payload 64 bytes).
+// A 256 KiB ring (64 pages) filled to ~7/8 with samples of `layout` whose raw payload is
+// `raw_bytes` long (default: sys_enter-like tracepoint samples, 64-byte payload).
 struct Fixture {
   tracer::testing::SyntheticRing synth{64};
   std::uint64_t records = 0, bytes = 0;
   std::uint64_t start = 0;
-  Fixture() {
+  explicit Fixture(const SampleLayout& layout = kLayout, std::size_t raw_bytes = 60) {
     tracer::testing::SampleSpec s;
     s.pid = 1234;
     s.tid = 1235;
     s.cpu = 1;
-    s.raw.resize(60);
+    s.raw.resize(raw_bytes);
     // Start near the end so every pass has one wrapping record, as a live ring does.
     start = synth.data_size() - 40;
     synth.set_position(start);
     while (bytes < synth.data_size() * 7 / 8) {
       s.time = records;
-      const auto rec = tracer::testing::encode_sample(kLayout, s);
+      const auto rec = tracer::testing::encode_sample(layout, s);
       if (!synth.write(rec))
         break;
       ++records;
@@ -49,7 +50,28 @@ struct Fixture {
   }
   // Rewind the consumer so the same records can be read again.
   void rewind() { synth.meta()->data_tail = start; }
+  void report(benchmark::State& state) const {
+    state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * records));
+    state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * bytes));
+  }
 };
+
+/// Walks `f`'s ring touching only headers (no field decoding): the floor of any reader.
+void header_walk(benchmark::State& state, Fixture& f) {
+  std::uint64_t sum = 0;
+  for (auto _ : state) {
+    f.rewind();
+    auto ring = Ring::adopt(f.synth.meta_and_data(), {}, false);
+    ring->load_head();
+    for (auto p = ring->peek(); !p.record.empty(); p = ring->peek()) {
+      sum += p.record.size();
+      ring->consume(p.record.size());
+    }
+    ring->commit();
+  }
+  benchmark::DoNotOptimize(sum);
+  f.report(state);
+}
 
 void BM_DecodeRing(benchmark::State& state) {
   Fixture f;
@@ -69,28 +91,14 @@ void BM_DecodeRing(benchmark::State& state) {
     ring->commit();
   }
   benchmark::DoNotOptimize(sum);
-  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * f.records));
-  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * f.bytes));
+  f.report(state);
 }
 BENCHMARK(BM_DecodeRing);
 
 // Reference 1: walk the same ring touching only headers (no field decoding).
 void BM_HeaderWalkReference(benchmark::State& state) {
   Fixture f;
-  std::uint64_t sum = 0;
-  for (auto _ : state) {
-    f.rewind();
-    auto ring = Ring::adopt(f.synth.meta_and_data(), {}, false);
-    ring->load_head();
-    for (auto p = ring->peek(); !p.record.empty(); p = ring->peek()) {
-      sum += p.record.size();
-      ring->consume(p.record.size());
-    }
-    ring->commit();
-  }
-  benchmark::DoNotOptimize(sum);
-  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * f.records));
-  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * f.bytes));
+  header_walk(state, f);
 }
 BENCHMARK(BM_HeaderWalkReference);
 
@@ -102,8 +110,7 @@ void BM_MemcpyReference(benchmark::State& state) {
     std::memcpy(out.data(), f.synth.meta_and_data().data() + 4096, f.bytes);
     benchmark::ClobberMemory();
   }
-  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * f.records));
-  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * f.bytes));
+  f.report(state);
 }
 BENCHMARK(BM_MemcpyReference);
 
@@ -113,30 +120,8 @@ BENCHMARK(BM_MemcpyReference);
 const SampleLayout kOutputLayout =
     SampleLayout::from(PERF_SAMPLE_RAW | PERF_SAMPLE_TIME | PERF_SAMPLE_CPU, 0, false);
 
-struct OutputFixture {
-  tracer::testing::SyntheticRing synth{64};
-  std::uint64_t records = 0, bytes = 0, start = 0;
-  OutputFixture() {
-    tracer::testing::SampleSpec s;
-    s.cpu = 1;
-    s.raw.resize(108);
-    start = synth.data_size() - 40;
-    synth.set_position(start);
-    while (bytes < synth.data_size() * 7 / 8) {
-      s.time = records;
-      const auto rec = tracer::testing::encode_sample(kOutputLayout, s);
-      if (!synth.write(rec))
-        break;
-      ++records;
-      bytes += rec.size();
-    }
-    synth.publish();
-  }
-  void rewind() { synth.meta()->data_tail = start; }
-};
-
 void BM_RingReaderDrainOutput(benchmark::State& state) {
-  OutputFixture f;
+  Fixture f(kOutputLayout, 108);
   std::uint64_t sum = 0;
   const tracer::BatchHandler handler = [&](const tracer::Batch& b) {
     for (const auto& r : b.records)
@@ -149,27 +134,13 @@ void BM_RingReaderDrainOutput(benchmark::State& state) {
     reader.drain(handler);
   }
   benchmark::DoNotOptimize(sum);
-  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * f.records));
-  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * f.bytes));
+  f.report(state);
 }
 BENCHMARK(BM_RingReaderDrainOutput)->Arg(16)->Arg(32)->Arg(64)->Arg(128);
 
 void BM_HeaderWalkOutputReference(benchmark::State& state) {
-  OutputFixture f;
-  std::uint64_t sum = 0;
-  for (auto _ : state) {
-    f.rewind();
-    auto ring = Ring::adopt(f.synth.meta_and_data(), {}, false);
-    ring->load_head();
-    for (auto p = ring->peek(); !p.record.empty(); p = ring->peek()) {
-      sum += p.record.size();
-      ring->consume(p.record.size());
-    }
-    ring->commit();
-  }
-  benchmark::DoNotOptimize(sum);
-  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * f.records));
-  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * f.bytes));
+  Fixture f(kOutputLayout, 108);
+  header_walk(state, f);
 }
 BENCHMARK(BM_HeaderWalkOutputReference);
 
