@@ -5,7 +5,9 @@
 #include <cerrno>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include "common/edit_distance.hpp"
 #include "tracer/bpf/object.hpp"
 
 namespace tracer::bpf {
@@ -159,18 +161,24 @@ Result<StructSchema> Object::struct_schema(std::string_view struct_name) const {
   const btf_type* t =
       id < 0 ? nullptr : btf__type_by_id(btf, strip_modifiers(btf, static_cast<std::uint32_t>(id)));
   if (t == nullptr || !btf_is_composite(t)) {
-    std::string names;
+    std::vector<std::string> names;
     const std::uint32_t n = btf__type_cnt(btf);
     for (std::uint32_t i = 1; i < n; ++i) {
       const btf_type* c = btf__type_by_id(btf, i);
       if (btf_is_struct(c) && !name_of(btf, c).empty() && !name_of(btf, c).starts_with("bpf_"))
-        names += (names.empty() ? "" : ", ") + std::string(name_of(btf, c));
+        names.emplace_back(name_of(btf, c));
     }
+    // The object's BTF also holds every kernel struct its programs touch: suggest near names.
+    const auto near = detail::nearest(struct_name, names, 5);
+    std::string hint;
+    for (const auto& c : near)
+      hint += (hint.empty() ? "did you mean " : ", ") + c;
     return fail(ENOENT,
                 fmt::format("bpf: object '{}' has no struct '{}' in its BTF", name_, struct_name),
-                names.empty() ? std::string("clang emits BTF only for types that globals or "
-                                            "functions use: declare a global of the type")
-                              : "structs: " + names);
+                !hint.empty()   ? hint + "?"
+                : names.empty() ? std::string("clang emits BTF only for types that globals or "
+                                              "functions use: declare a global of the type")
+                                : fmt::format("its structs: {}", fmt::join(names, ", ")));
   }
   StructSchema s;
   s.name = name;

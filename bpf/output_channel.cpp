@@ -44,6 +44,32 @@ void OutputChannel::clear_map() noexcept {
   map_fd_.reset();
 }
 
+perf::EventAttr OutputChannel::attr_for(const OutputChannelOptions& opts) noexcept {
+  const std::uint64_t clock_fields =
+      opts.payload_time_offset >= 0 ? 0 : PERF_SAMPLE_TIME | PERF_SAMPLE_CPU;
+  perf::EventAttr attr;
+  attr.type(PERF_TYPE_SOFTWARE)
+      .config(PERF_COUNT_SW_BPF_OUTPUT)
+      .sample_period(1)
+      .sample_type(PERF_SAMPLE_RAW | clock_fields | opts.extra_sample_type)
+      .clockid(CLOCK_MONOTONIC);
+  if (opts.wakeup_watermark_bytes != 0) {
+    attr.wakeup_watermark(opts.wakeup_watermark_bytes);
+  } else {
+    attr.wakeup_events(std::max<std::uint32_t>(opts.wakeup_events, 1));
+  }
+  if (opts.start_disabled)
+    attr.flag(perf::Flag::kDisabled);
+  return attr;
+}
+
+perf::SampleLayout OutputChannel::layout_for(const OutputChannelOptions& opts) noexcept {
+  perf::SampleLayout layout = perf::SampleLayout::from(attr_for(opts));
+  if (!layout.has(PERF_SAMPLE_TIME))
+    layout.raw_time_offset = opts.payload_time_offset;
+  return layout;
+}
+
 Result<OutputChannel> OutputChannel::open(const Object& obj,
                                           std::string_view map,
                                           const OutputChannelOptions& opts) {
@@ -60,19 +86,8 @@ Result<OutputChannel> OutputChannel::open(const Object& obj,
   if (!ch.map_fd_)
     return fail(errno, fmt::format("bpf: dup of map fd {}: {}", map_fd,
                                    std::generic_category().message(errno)));
-  ch.attr_.type(PERF_TYPE_SOFTWARE)
-      .config(PERF_COUNT_SW_BPF_OUTPUT)
-      .sample_period(1)
-      .sample_type(PERF_SAMPLE_RAW | PERF_SAMPLE_TIME | PERF_SAMPLE_CPU | opts.extra_sample_type)
-      .clockid(CLOCK_MONOTONIC);
-  if (opts.wakeup_watermark_bytes != 0) {
-    ch.attr_.wakeup_watermark(opts.wakeup_watermark_bytes);
-  } else {
-    ch.attr_.wakeup_events(std::max<std::uint32_t>(opts.wakeup_events, 1));
-  }
-  if (opts.start_disabled)
-    ch.attr_.flag(perf::Flag::kDisabled);
-  ch.layout_ = perf::SampleLayout::from(ch.attr_);
+  ch.attr_ = attr_for(opts);
+  ch.layout_ = layout_for(opts);
 
   ch.cpus_.resize(slots);
   for (const int cpu : online) {

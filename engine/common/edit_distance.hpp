@@ -31,3 +31,27 @@ inline std::size_t edit_distance(std::string_view a,
 }
 
 }  // namespace tracer::detail
+
+namespace tracer::detail {
+
+/// Up to `limit` of `candidates` nearest to `word` by edit distance (closest first, ties in
+/// their given order), leaving out those with nothing in common with it.
+inline std::vector<std::string> nearest(std::string_view word,
+                                        const std::vector<std::string>& candidates,
+                                        std::size_t limit) {
+  std::vector<std::size_t> row;
+  std::vector<std::pair<std::size_t, std::size_t>> ranked;  // (distance, index)
+  for (std::size_t i = 0; i < candidates.size(); ++i) {
+    const std::size_t d = edit_distance(word, candidates[i], row);
+    if (d < std::max(word.size(), candidates[i].size()))
+      ranked.emplace_back(d, i);
+  }
+  std::stable_sort(ranked.begin(), ranked.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < ranked.size() && i < limit; ++i)
+    out.push_back(candidates[ranked[i].second]);
+  return out;
+}
+
+}  // namespace tracer::detail

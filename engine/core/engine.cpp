@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -18,11 +19,13 @@
 #include <filesystem>
 #include <thread>
 
+#include "common/edit_distance.hpp"
 #include "core/privileges.hpp"
 #include "core/probe_resolver.hpp"
 #include "core/ring_reader.hpp"
 #include "tracer/bpf/object.hpp"
 #include "tracer/bpf/output_channel.hpp"
+#include "tracer/diagnostics.hpp"
 #include "tracer/error.hpp"
 #include "tracer/perf/event.hpp"
 #include "tracer/perf/software.hpp"
@@ -350,23 +353,91 @@ bool wants_output(const BpfOptions& b, const bpf::Object& obj) {
   const auto names = obj.map_names();
   return std::find(names.begin(), names.end(), b.output_map) != names.end();
 }
+
+/// A usage error about a [bpf] value, at the recipe position when there is one.
+[[noreturn]] void throw_bpf_value_error(const std::optional<SourceRegion>& where,
+                                        const std::string& message,
+                                        const std::string& hint) {
+  if (where) {
+    Diagnostics d;
+    d.add(*where, message, hint);
+    d.throw_if_any();
+  }
+  throw Error(ErrorCategory::kUsage, std::make_error_code(std::errc::invalid_argument), message,
+              hint);
+}
+
+/// The output channel's payload: the struct's schema (if named) and where its timestamp is.
+struct OutputPayload {
+  std::optional<bpf::StructSchema> schema;
+  std::int32_t time_offset = -1;
+};
+
+OutputPayload output_payload(const BpfOptions& b, const bpf::Object& obj) {
+  OutputPayload out;
+  if (!b.payload_struct.empty()) {
+    auto schema = obj.struct_schema(b.payload_struct);
+    if (!schema) {
+      throw_bpf_value_error(b.payload_struct_where, "[bpf] struct: " + schema.error().message,
+                            schema.error().hint);
+    }
+    out.schema = std::move(*schema);
+  }
+  if (b.payload_time.empty())
+    return out;
+  if (!out.schema) {
+    throw_bpf_value_error(b.payload_time_where,
+                          fmt::format("[bpf] time = \"{}\" names a payload field, but no payload "
+                                      "struct is given",
+                                      b.payload_time),
+                          "name the struct the programs emit: struct = \"...\" in [bpf]");
+  }
+  const auto& schema = *out.schema;
+  const bpf::SchemaField* f = schema.field(b.payload_time);
+  if (f == nullptr) {
+    std::vector<std::string> names;
+    for (const auto& field : schema.fields)
+      names.push_back(field.name);
+    const auto near = detail::nearest(b.payload_time, names, 3);
+    throw_bpf_value_error(
+        b.payload_time_where,
+        fmt::format("[bpf] time: struct '{}' has no field '{}'", schema.name, b.payload_time),
+        near.empty() ? fmt::format("its fields: {}", fmt::join(names, ", "))
+                     : fmt::format("did you mean {}?", fmt::join(near, ", ")));
+  }
+  if (f->kind != bpf::FieldKind::kUnsigned || f->size != 8 || f->bit_size != 0) {
+    throw_bpf_value_error(
+        b.payload_time_where,
+        fmt::format("[bpf] time: field '{}' of struct '{}' is {} ({} bytes), not a u64", f->name,
+                    schema.name, f->type_name, f->size),
+        "name a __u64 field the programs set to bpf_ktime_get_ns(), or leave time out (the "
+        "kernel then stamps each record)");
+  }
+  out.time_offset = static_cast<std::int32_t>(f->offset);
+  return out;
+}
+
+bpf::OutputChannelOptions output_channel_options(const BpfOptions& b, std::int32_t time_offset) {
+  const std::uint32_t pages = b.output_pages != 0 ? b.output_pages : kDefaultOutputPages;
+  return {.data_pages = pages,
+          .wakeup_events = b.wakeup.events,
+          .wakeup_watermark_bytes = b.wakeup.events != 0            ? 0
+                                    : b.wakeup.watermark_bytes != 0 ? b.wakeup.watermark_bytes
+                                                                    : pages * 4096 / 4,
+          // A dedicated ring per CPU needs no identifier, and programs put pid/tid in their
+          // payload: records stay small.
+          .extra_sample_type = 0,
+          .payload_time_offset = time_offset,
+          .start_disabled = true};
+}
 }  // namespace
 
 void Engine::Impl::open_output_channel(const BpfOptions& b, bpf::Object& obj) {
   if (!wants_output(b, obj))
     return;
-  const std::uint32_t pages = b.output_pages != 0 ? b.output_pages : 64;
-  bpf::OutputChannelOptions co{.data_pages = pages,
-                               .wakeup_events = b.wakeup.events,
-                               .wakeup_watermark_bytes = b.wakeup.events != 0 ? 0
-                                                         : b.wakeup.watermark_bytes != 0
-                                                             ? b.wakeup.watermark_bytes
-                                                             : pages * 4096 / 4,
-                               // A dedicated ring per CPU needs no identifier, and programs
-                               // put pid/tid in their payload: records stay small.
-                               .extra_sample_type = 0,
-                               .start_disabled = true};
-  auto channel = bpf::OutputChannel::open(obj, b.output_map, co);
+  OutputPayload payload = output_payload(b, obj);
+  auto channel =
+      bpf::OutputChannel::open(obj, b.output_map, output_channel_options(b, payload.time_offset));
   if (!channel)
     throw_failure(ErrorCategory::kRuntime, channel.error(), "bpf output channel");
   output.emplace(std::move(*channel));
@@ -378,12 +449,7 @@ void Engine::Impl::open_output_channel(const BpfOptions& b, bpf::Object& obj) {
   info.layout = output->layout();
   info.attr = output->attr();
   info.pmu = "software (bpf-output)";
-  if (!b.payload_struct.empty()) {
-    auto schema = obj.struct_schema(b.payload_struct);
-    if (!schema)
-      throw_failure(ErrorCategory::kUsage, schema.error(), "bpf payload");
-    info.payload = std::move(*schema);
-  }
+  info.payload = std::move(payload.schema);
   probes.push_back(std::move(info));  // capacity reserved: layouts do not move
   counting.push_back(false);
   const auto& out_info = probes.back();
@@ -952,15 +1018,12 @@ std::vector<ProbeInfo> Engine::check(std::vector<std::string>* notes) {
       info.kind = ProbeKind::kBpfOutput;
       info.spec = b.output_map;
       info.pmu = "software (bpf-output)";
-      // What OutputChannel opens with the options start() uses (RAW | TIME | CPU).
-      info.layout =
-          perf::SampleLayout::from(PERF_SAMPLE_RAW | PERF_SAMPLE_TIME | PERF_SAMPLE_CPU, 0, true);
-      if (!b.payload_struct.empty()) {
-        auto schema = obj.struct_schema(b.payload_struct);
-        if (!schema)
-          throw_failure(ErrorCategory::kUsage, schema.error(), "bpf payload");
-        info.payload = std::move(*schema);
-      }
+      // What OutputChannel opens with the options start() uses.
+      OutputPayload payload = output_payload(b, obj);
+      const auto co = output_channel_options(b, payload.time_offset);
+      info.layout = bpf::OutputChannel::layout_for(co);
+      info.attr = bpf::OutputChannel::attr_for(co);
+      info.payload = std::move(payload.schema);
       out.push_back(std::move(info));
     }
     impl_->bpf_object.reset();

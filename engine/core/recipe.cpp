@@ -143,7 +143,7 @@ constexpr KeySpec kProbeKeys[] = {
 
 constexpr KeySpec kBpfKeys[] = {
     {"source", KeyType::kString}, {"object", KeyType::kString}, {"builtin", KeyType::kString},
-    {"output", KeyType::kString}, {"struct", KeyType::kString},
+    {"output", KeyType::kString}, {"struct", KeyType::kString}, {"time", KeyType::kString},
 };
 
 template <typename Range>
@@ -1002,8 +1002,17 @@ class Loader {
         bpf.builtin = *s;
       else if (m.key == "output")
         bpf.output = *s;
+      else if (m.key == "time")
+        bpf.payload_time = *s;
       else
         bpf.payload_struct = *s;
+    }
+    if (!bpf.payload_time.empty() && bpf.payload_struct.empty()) {
+      diags_.add(bpf.value_where["time"],
+                 fmt::format("[bpf] time = \"{}\" names a field of the payload struct, but [bpf] "
+                             "has no 'struct'",
+                             bpf.payload_time),
+                 "add struct = \"...\" (the C struct the programs emit) next to it");
     }
     if (first_origin == nullptr && !std::any_of(t.begin(), t.end(), [](const Member& m) {
           return m.key == "source" || m.key == "object" || m.key == "builtin";
@@ -1559,6 +1568,11 @@ EngineOptions Recipe::to_engine_options(const Target& target) const {
     b.output_map = bpf->output;
     b.output_optional = !bpf->value_where.contains("output");
     b.payload_struct = bpf->payload_struct;
+    b.payload_time = bpf->payload_time;
+    if (const auto w = bpf->value_where.find("struct"); w != bpf->value_where.end())
+      b.payload_struct_where = w->second;
+    if (const auto w = bpf->value_where.find("time"); w != bpf->value_where.end())
+      b.payload_time_where = w->second;
     out.bpf = std::move(b);
   }
   return out;

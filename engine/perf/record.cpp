@@ -551,6 +551,10 @@ DecodeError decode(std::span<const std::byte> bytes,  // NOLINT(bugprone-excepti
       if (!c.ok())
         return DecodeError::kFieldOverrun;
     }
+    if (layout.raw_time_offset >= 0) {
+      const auto off = static_cast<std::size_t>(layout.raw_time_offset);
+      s.time = s.raw.size() >= off + 8 ? load<std::uint64_t>(s.raw.data() + off) : 0;
+    }
     auto& id = out.sample_id;
     id.pid = s.pid, id.tid = s.tid, id.time = s.time, id.stream_id = s.stream_id;
     id.id = (layout.sample_type & PERF_SAMPLE_IDENTIFIER) != 0U ? s.identifier : s.id;

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "tracer/bpf/schema.hpp"
+#include "tracer/error.hpp"
 #include "tracer/perf/event_attr.hpp"
 #include "tracer/perf/record.hpp"
 #include "tracer/perf/ring.hpp"
@@ -93,6 +94,12 @@ struct ProbeOptions {
 
 /// A BPF object for the engine: its programs attach to probes (ProbeOptions::bpf_program) and
 /// what they emit through a PERF_EVENT_ARRAY arrives as the records of one more probe.
+/// Data pages per CPU of the BPF output channel's rings by default: 1 MiB, woken at a quarter
+/// (256 KiB, ~2000 records of 120 bytes). At a million events a second the reader then has
+/// ~6 ms to come round before anything is lost, and each wakeup's fixed cost is shared by
+/// thousands of records (tracer_bench_engine).
+inline constexpr std::uint32_t kDefaultOutputPages = 256;
+
 struct BpfOptions {
   std::string builtin{};  // a program shipped with tracer ("syscall_output", "tgid_gate")
   std::string object{};   // or a compiled .bpf.o
@@ -106,12 +113,19 @@ struct BpfOptions {
   std::string output_name = "bpf";
   /// The BTF struct the programs emit: gives the payload's fields their names.
   std::string payload_struct{};
+  /// A u64 field of payload_struct that the programs fill with bpf_ktime_get_ns()
+  /// (CLOCK_MONOTONIC): records take their time from it, and the output channel samples RAW
+  /// only, which spares the traced task the kernel's own clock read per event. Empty: the
+  /// channel samples TIME (and CPU) itself.
+  std::string payload_time{};
+  /// Where a recipe set `payload_struct` and `payload_time` (their errors point there).
+  std::optional<SourceRegion> payload_struct_where{}, payload_time_where{};
   /// `const volatile` globals set before load (name, value as u64 of the variable's size).
   std::vector<std::pair<std::string, std::uint64_t>> globals{};
   /// Processes put into the object's `tgids` map (tracer's programs emit/pass only those), in
   /// addition to the target's process for a pid or command target.
   std::vector<pid_t> tgids{};
-  std::uint32_t output_pages = 0;  // data pages per CPU ring; 0: 64
+  std::uint32_t output_pages = 0;  // data pages per CPU ring; 0: kDefaultOutputPages
   WakeupPolicy wakeup{};
 };
 

@@ -65,6 +65,7 @@ struct RecipeBpf {
   std::string builtin{};           // a program shipped with tracer
   std::string output = "events";   // PERF_EVENT_ARRAY map the programs emit into
   std::string payload_struct{};    // `struct`: the emitted C struct (BTF decoding); may be empty
+  std::string payload_time{};      // `time`: its u64 field holding bpf_ktime_get_ns(); may be empty
   SourceRegion where{};            // the [bpf] header
   SourceMap value_where{};
 };

@@ -7,8 +7,10 @@
 #include <algorithm>
 #include <boost/asio/io_context.hpp>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "support/child.hpp"
@@ -211,6 +213,121 @@ TEST(EngineBpf, OutputChannelPayloadsDecodedThroughBtf) {
   EXPECT_EQ(stats.probes[1].bpf_output_drops, 0U);
   EXPECT_EQ(stats.probes[0].total().samples, static_cast<std::uint64_t>(kCalls))
       << "the counting tracepoint probe counts the child's calls";
+}
+
+// `payload_time`: the channel samples RAW only (no kernel clock read per event) and each record's
+// time is the payload's bpf_ktime_get_ns(), in both decoding modes; the CPU comes from the ring.
+// Times are CLOCK_MONOTONIC: inside the run's window, and in call order on each CPU.
+TEST(EngineBpf, PayloadTimestampBecomesTheRecordTime) {
+  constexpr int kCalls = 200;
+  for (const bool decode : {true, false}) {
+    SCOPED_TRACE(decode ? "decoded" : "header only");
+    testing::Child child([](int) { readaheads(kCalls); });
+    boost::asio::io_context io;
+    Engine engine(io.get_executor(), {.target = {.kind = Target::Kind::kPid, .pid = child.pid()},
+                                      .probes = {{.name = "readahead",
+                                                  .kind = ProbeKind::kTracepoint,
+                                                  .spec = "syscalls:sys_enter_readahead",
+                                                  .counting = true,
+                                                  .bpf_program = "syscall_output"}},
+                                      .bpf = BpfOptions{.builtin = "syscall_output",
+                                                        .payload_struct = "syscall_output_event",
+                                                        .payload_time = "ts"},
+                                      .decode_samples = decode});
+    engine.start();
+    const ProbeInfo& out = engine.probes()[1];
+    EXPECT_EQ(out.attr.raw()->sample_type, std::uint64_t{PERF_SAMPLE_RAW});
+    ASSERT_TRUE(out.payload.has_value());
+    const auto* ts_f = out.payload->field("ts");
+    const auto* args_f = out.payload->field("args");
+    ASSERT_TRUE(ts_f && args_f);
+    EXPECT_EQ(out.layout.raw_time_offset, static_cast<std::int32_t>(ts_f->offset));
+    std::uint64_t mismatched = 0, bad_cpu = 0, samples = 0, out_of_order = 0;
+    std::vector<std::uint64_t> times;
+    std::map<std::int32_t, std::uint64_t> last_time;
+    engine.on_batch([&](const Batch& b) {
+      for (const auto& r : b.records) {
+        if (r.probe != 1 || r.record.type != perf::abi::kSample)
+          continue;
+        perf::Record decoded;
+        const perf::Record* rec = &r.record;
+        if (!decode) {
+          ASSERT_EQ(perf::decode(r.record.bytes, out.layout, decoded), perf::DecodeError::kOk);
+          rec = &decoded;
+        }
+        const auto* s = std::get_if<perf::Sample>(&rec->body);
+        ASSERT_NE(s, nullptr);
+        std::uint64_t ts = 0;
+        std::memcpy(&ts, s->raw.data() + ts_f->offset, 8);
+        mismatched += s->time == ts && rec->sample_id.time == ts ? 0 : 1;
+        bad_cpu += r.cpu >= 0 && r.cpu < ::sysconf(_SC_NPROCESSORS_CONF) ? 0 : 1;
+        auto [it, fresh] = last_time.try_emplace(r.cpu, s->time);
+        if (!fresh && s->time < it->second)
+          ++out_of_order;
+        it->second = s->time;
+        times.push_back(s->time);
+        ++samples;
+      }
+    });
+    timespec t0{}, t1{};
+    ::clock_gettime(CLOCK_MONOTONIC, &t0);
+    ASSERT_TRUE(child.go());
+    io.run_for(200ms);
+    engine.stop();
+    ::clock_gettime(CLOCK_MONOTONIC, &t1);
+    const auto ns = [](const timespec& t) {
+      return static_cast<std::uint64_t>(t.tv_sec) * 1'000'000'000ULL +
+             static_cast<std::uint64_t>(t.tv_nsec);
+    };
+    EXPECT_EQ(samples, static_cast<std::uint64_t>(kCalls));
+    EXPECT_EQ(mismatched, 0U);
+    EXPECT_EQ(bad_cpu, 0U);
+    EXPECT_EQ(out_of_order, 0U);
+    ASSERT_FALSE(times.empty());
+    EXPECT_GE(*std::min_element(times.begin(), times.end()), ns(t0));
+    EXPECT_LE(*std::max_element(times.begin(), times.end()), ns(t1));
+    EXPECT_EQ(engine.stats().probes[1].total().lost, 0U);
+  }
+}
+
+// A `payload_time` that is not a u64 field of the struct: a usage error naming the field, with
+// the near names (or the kind it has), before anything is opened.
+TEST(EngineBpf, PayloadTimeMustBeAU64FieldOfTheStruct) {
+  const auto error_of = [](std::string time, std::string payload) -> std::string {
+    boost::asio::io_context io;
+    Engine engine(io.get_executor(),
+                  {.target = {.kind = Target::Kind::kPid, .pid = ::getpid()},
+                   .probes = {{.name = "readahead",
+                               .kind = ProbeKind::kTracepoint,
+                               .spec = "syscalls:sys_enter_readahead",
+                               .counting = true,
+                               .bpf_program = "syscall_output"}},
+                   .bpf = BpfOptions{.builtin = "syscall_output",
+                                     .payload_struct = std::move(payload),
+                                     .payload_time = std::move(time),
+                                     .payload_time_where =
+                                         SourceRegion{.path = "r.toml", .line = 7, .column = 8}}});
+    try {
+      engine.check();
+    } catch (const Error& e) {
+      return std::string(e.what()) + "\n  hint: " + e.hint() + "|" + std::to_string(e.exit_code());
+    }
+    return "no error";
+  };
+  const std::string typo = error_of("tss", "syscall_output_event");
+  EXPECT_NE(typo.find("r.toml:7:8: [bpf] time: struct 'syscall_output_event' has no field 'tss'"),
+            std::string::npos)
+      << typo;
+  EXPECT_NE(typo.find("did you mean ts"), std::string::npos) << typo;
+  EXPECT_TRUE(typo.ends_with("|2")) << typo;
+  const std::string narrow = error_of("pid", "syscall_output_event");
+  EXPECT_NE(
+      narrow.find("field 'pid' of struct 'syscall_output_event' is __u32 (4 bytes), not a u64"),
+      std::string::npos)
+      << narrow;
+  const std::string no_struct = error_of("ts", "syscall_output_evnt");
+  EXPECT_NE(no_struct.find("has no struct 'syscall_output_evnt'"), std::string::npos) << no_struct;
+  EXPECT_NE(no_struct.find("did you mean syscall_output_event"), std::string::npos) << no_struct;
 }
 
 TEST(EngineBpf, VerifierRejectionShowsTheLog) {

@@ -279,6 +279,28 @@ TEST(Decode, FixedLayoutPathAgreesWithTheGeneralPath) {
   }
 }
 
+// SampleLayout::raw_time_offset (a BPF output payload with its own timestamp): the time comes
+// from the payload's u64 at that offset, on the fixed and the general path alike, into the
+// Sample and its sample_id; a payload too short for it gives 0, never bytes past its end.
+TEST(Decode, TimeFromTheRawPayload) {
+  auto fast = layout_for(PERF_SAMPLE_RAW);
+  fast.raw_time_offset = 8;
+  auto general = fast;
+  general.fixed = false;
+  for (const auto& layout : {fast, general}) {
+    testing::SampleSpec spec;
+    spec.raw.resize(24);
+    const std::uint64_t ts = 0x1122334455667788ULL;
+    std::memcpy(spec.raw.data() + 8, &ts, 8);
+    Record r = decode_ok(testing::encode_sample(layout, spec), layout);
+    EXPECT_EQ(std::get<Sample>(r.body).time, ts);
+    EXPECT_EQ(r.sample_id.time, ts);
+    spec.raw.resize(12);  // 4 bytes of the u64 only
+    r = decode_ok(testing::encode_sample(layout, spec), layout);
+    EXPECT_EQ(std::get<Sample>(r.body).time, 0U);
+  }
+}
+
 TEST(Decode, EveryReadFormatCombination) {
   for (std::uint64_t f = 0; f < 32; ++f) {
     SCOPED_TRACE(read_format_names(f));

@@ -34,8 +34,14 @@ struct OutputChannelOptions {
   std::uint32_t wakeup_events = 1;
   /// Wake the reader when this many bytes are in a ring (0: use wakeup_events).
   std::uint32_t wakeup_watermark_bytes = 0;
-  /// PERF_SAMPLE_* bits besides RAW | TIME | CPU (e.g. PERF_SAMPLE_IDENTIFIER).
+  /// PERF_SAMPLE_* bits besides RAW (and TIME | CPU, see below), e.g. PERF_SAMPLE_IDENTIFIER.
   std::uint64_t extra_sample_type = 0;
+  /// >= 0: the payload carries its own CLOCK_MONOTONIC timestamp (bpf_ktime_get_ns()) as a u64
+  /// at this offset. The events then sample RAW only: no second clock read in the kernel per
+  /// event (a kvm-clock read costs the traced task ~100 ns here), no CPU (each ring is one
+  /// CPU's), and decoding takes Sample::time from the payload (SampleLayout::raw_time_offset).
+  /// -1: the events sample RAW | TIME | CPU, TIME on CLOCK_MONOTONIC.
+  std::int32_t payload_time_offset = -1;
   /// Open the events disabled (enable() later); by default they are live on return.
   bool start_disabled = false;
 };
@@ -68,6 +74,9 @@ class OutputChannel {
   [[nodiscard]] std::span<std::optional<CpuOutput>> cpus() noexcept { return cpus_; }
   /// How to decode the rings' records.
   [[nodiscard]] const perf::SampleLayout& layout() const noexcept { return layout_; }
+  /// The attr (and so the layout) open() gives the events for `opts`, without opening anything.
+  [[nodiscard]] static perf::EventAttr attr_for(const OutputChannelOptions& opts) noexcept;
+  [[nodiscard]] static perf::SampleLayout layout_for(const OutputChannelOptions& opts) noexcept;
   [[nodiscard]] const perf::EventAttr& attr() const noexcept { return attr_; }
 
   [[nodiscard]] Status enable() const;

@@ -56,6 +56,11 @@ struct SampleLayout {
   /// checks their size once instead of per field. `fixed_bytes`: the fixed fields' bytes.
   bool fixed = false;
   std::uint32_t fixed_bytes = 0;
+  /// A sample that carries its own timestamp in its RAW payload (a BPF output struct with a
+  /// bpf_ktime_get_ns() field) and no PERF_SAMPLE_TIME: decode() takes Sample::time and
+  /// sample_id.time from the payload's u64 at this offset (0 when the payload is shorter).
+  /// -1: none. Set by whoever knows the payload (bpf::OutputChannel), never by from().
+  std::int32_t raw_time_offset = -1;
 
   [[nodiscard]] static SampleLayout from(const EventAttr& attr) noexcept;
   [[nodiscard]] static SampleLayout from(std::uint64_t sample_type,
