@@ -46,8 +46,7 @@ inline std::vector<std::string> nearest(std::string_view word,
     if (d < std::max(word.size(), candidates[i].size()))
       ranked.emplace_back(d, i);
   }
-  std::stable_sort(ranked.begin(), ranked.end(),
-                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::sort(ranked.begin(), ranked.end());  // by distance, then by given order
   std::vector<std::string> out;
   for (std::size_t i = 0; i < ranked.size() && i < limit; ++i)
     out.push_back(candidates[ranked[i].second]);
