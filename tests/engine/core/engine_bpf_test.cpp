@@ -148,19 +148,26 @@ TEST(EngineBpf, TgidFilterAllCpusDeliversExactlyTheChildsCalls) {
   EXPECT_EQ(engine.stats().probes[0].total().lost, 0U);
 }
 
+// A counting probe on sys_enter_readahead that runs syscall_output, which emits the calls of
+// `pid` through the output channel `bpf` describes.
+EngineOptions readahead_output(pid_t pid, BpfOptions bpf) {
+  bpf.builtin = "syscall_output";
+  return {.target = {.kind = Target::Kind::kPid, .pid = pid},
+          .probes = {{.name = "readahead",
+                      .kind = ProbeKind::kTracepoint,
+                      .spec = "syscalls:sys_enter_readahead",
+                      .counting = true,
+                      .bpf_program = "syscall_output"}},
+          .bpf = std::move(bpf)};
+}
+
 TEST(EngineBpf, OutputChannelPayloadsDecodedThroughBtf) {
   constexpr int kCalls = 300;
   testing::Child child([](int) { readaheads(kCalls); });
   boost::asio::io_context io;
-  Engine engine(io.get_executor(), {.target = {.kind = Target::Kind::kPid, .pid = child.pid()},
-                                    .probes = {{.name = "readahead",
-                                                .kind = ProbeKind::kTracepoint,
-                                                .spec = "syscalls:sys_enter_readahead",
-                                                .counting = true,
-                                                .bpf_program = "syscall_output"}},
-                                    .bpf = BpfOptions{.builtin = "syscall_output",
-                                                      .output_name = "calls",
-                                                      .payload_struct = "syscall_output_event"}});
+  Engine engine(io.get_executor(),
+                readahead_output(child.pid(), {.output_name = "calls",
+                                               .payload_struct = "syscall_output_event"}));
   engine.start();
   ASSERT_EQ(engine.probes().size(), 2U);
   const ProbeInfo& out = engine.probes()[1];
@@ -224,16 +231,10 @@ TEST(EngineBpf, PayloadTimestampBecomesTheRecordTime) {
     SCOPED_TRACE(decode ? "decoded" : "header only");
     testing::Child child([](int) { readaheads(kCalls); });
     boost::asio::io_context io;
-    Engine engine(io.get_executor(), {.target = {.kind = Target::Kind::kPid, .pid = child.pid()},
-                                      .probes = {{.name = "readahead",
-                                                  .kind = ProbeKind::kTracepoint,
-                                                  .spec = "syscalls:sys_enter_readahead",
-                                                  .counting = true,
-                                                  .bpf_program = "syscall_output"}},
-                                      .bpf = BpfOptions{.builtin = "syscall_output",
-                                                        .payload_struct = "syscall_output_event",
-                                                        .payload_time = "ts"},
-                                      .decode_samples = decode});
+    EngineOptions o = readahead_output(
+        child.pid(), {.payload_struct = "syscall_output_event", .payload_time = "ts"});
+    o.decode_samples = decode;
+    Engine engine(io.get_executor(), std::move(o));
     engine.start();
     const ProbeInfo& out = engine.probes()[1];
     EXPECT_EQ(out.attr.raw()->sample_type, std::uint64_t{PERF_SAMPLE_RAW});
@@ -296,17 +297,10 @@ TEST(EngineBpf, PayloadTimeMustBeAU64FieldOfTheStruct) {
   const auto error_of = [](std::string time, std::string payload) -> std::string {
     boost::asio::io_context io;
     Engine engine(io.get_executor(),
-                  {.target = {.kind = Target::Kind::kPid, .pid = ::getpid()},
-                   .probes = {{.name = "readahead",
-                               .kind = ProbeKind::kTracepoint,
-                               .spec = "syscalls:sys_enter_readahead",
-                               .counting = true,
-                               .bpf_program = "syscall_output"}},
-                   .bpf = BpfOptions{.builtin = "syscall_output",
-                                     .payload_struct = std::move(payload),
-                                     .payload_time = std::move(time),
-                                     .payload_time_where =
-                                         SourceRegion{.path = "r.toml", .line = 7, .column = 8}}});
+                  readahead_output(::getpid(), {.payload_struct = std::move(payload),
+                                                .payload_time = std::move(time),
+                                                .payload_time_where = SourceRegion{
+                                                    .path = "r.toml", .line = 7, .column = 8}}));
     try {
       engine.check();
     } catch (const Error& e) {
