@@ -1,5 +1,7 @@
 #include "core/ring_reader.hpp"
 
+#include "perf/sample_decode.hpp"
+
 namespace tracer::core {
 
 RingReader::RingReader(perf::Ring ring,
@@ -32,6 +34,12 @@ void RingReader::flush(const BatchHandler& handler) noexcept {
       failure_ = std::current_exception();
     }
   }
+  // Only PERF_RECORD_AUX slots hold a chunk: clear them here, not with a check per record.
+  if (aux_in_batch_) {
+    for (std::size_t i = 0; i < used_; ++i)
+      batch_[i].aux.reset();
+    aux_in_batch_ = false;
+  }
   used_ = 0;
   // The stages are done with the AUX chunks of this batch: give their space back.
   if (aux_pending_) {
@@ -40,12 +48,36 @@ void RingReader::flush(const BatchHandler& handler) noexcept {
   }
 }
 
-// variant::emplace of nothrow-constructible alternatives cannot throw.
-std::uint64_t RingReader::drain(  // NOLINT(bugprone-exception-escape)
-    const BatchHandler& handler) noexcept {
+std::uint64_t RingReader::drain(const BatchHandler& handler) noexcept {
   if (corrupt_)
     return 0;
+  // The layouts the engine opens most, decoded with their field tests folded away (~1.5x
+  // faster per sample than the runtime tests: tracer_bench_decode).
+  constexpr std::uint64_t kCommon = PERF_SAMPLE_IDENTIFIER | PERF_SAMPLE_TID | PERF_SAMPLE_TIME |
+                                    PERF_SAMPLE_CPU;  // every probe (probe_resolver)
+  constexpr std::uint64_t kClock = PERF_SAMPLE_TIME | PERF_SAMPLE_CPU;
+  switch (decode_samples_ && layout_->fixed ? layout_->sample_type : 0) {
+    case PERF_SAMPLE_RAW:  // BPF output channel with [bpf] time
+      return drain_as<PERF_SAMPLE_RAW>(handler);
+    case PERF_SAMPLE_RAW | kClock:  // BPF output channel
+      return drain_as<PERF_SAMPLE_RAW | kClock>(handler);
+    case kCommon | PERF_SAMPLE_RAW:  // tracepoints
+      return drain_as<kCommon | PERF_SAMPLE_RAW>(handler);
+    case kCommon | PERF_SAMPLE_IP | PERF_SAMPLE_PERIOD:  // software events, probes sampled
+      return drain_as<kCommon | PERF_SAMPLE_IP | PERF_SAMPLE_PERIOD>(handler);
+    default:
+      return drain_as<0>(handler);
+  }
+}
+
+// variant::emplace of nothrow-constructible alternatives cannot throw.
+template <std::uint64_t kSampleType>
+std::uint64_t RingReader::drain_as(  // NOLINT(bugprone-exception-escape)
+    const BatchHandler& handler) noexcept {
   std::uint64_t delivered = 0;
+  // A local copy: the compiler knows the stores into the batch cannot change it, so its fields
+  // stay in registers across records.
+  const perf::SampleLayout layout = *layout_;
   ring_.load_head();
   for (auto p = ring_.peek(); !p.record.empty() || p.error != perf::DecodeError::kOk;
        p = ring_.peek()) {
@@ -56,8 +88,6 @@ std::uint64_t RingReader::drain(  // NOLINT(bugprone-exception-escape)
       break;
     }
     RecordRef& ref = batch_[used_];
-    if (ref.aux)
-      ref.aux.reset();
     perf::DecodeError err = perf::DecodeError::kOk;
     const auto h = perf::load<perf_event_header>(p.record.data());
     if (!decode_samples_ && h.type == perf::abi::kSample) {
@@ -71,8 +101,11 @@ std::uint64_t RingReader::drain(  // NOLINT(bugprone-exception-escape)
         rec.sample_id = {};
       if (rec.body.index() != 0)
         rec.body.emplace<perf::Unknown>();
+    } else if (h.type == perf::abi::kSample) {
+      // Inline: the common case, once per record (peek() checked the header).
+      err = perf::detail::decode_sample_record<kSampleType>(p.record, h, layout, ref.record);
     } else {
-      err = perf::decode(p.record, *layout_, ref.record);
+      err = perf::decode(p.record, layout, ref.record);
     }
     ring_.consume(p.record.size());
     stats_.bytes += p.record.size();
@@ -99,6 +132,7 @@ std::uint64_t RingReader::drain(  // NOLINT(bugprone-exception-escape)
       case perf::abi::kAux: {
         const auto& a = *std::get_if<perf::Aux>(&ref.record.body);
         ref.aux = ring_.aux_chunk(a);
+        aux_in_batch_ = true;
         if (!ref.aux) {
           ++stats_.aux_lost;
           break;

@@ -39,6 +39,9 @@ class RingReader {
 
  private:
   void flush(const BatchHandler& handler) noexcept;
+  /// drain() for samples of sample_type kSampleType (a fixed layout), or any layout (0).
+  template <std::uint64_t kSampleType>
+  std::uint64_t drain_as(const BatchHandler& handler) noexcept;
 
   perf::Ring ring_;
   std::uint32_t probe_;
@@ -52,7 +55,8 @@ class RingReader {
   std::uint32_t itrace_pid_ = 0, itrace_tid_ = 0;
   std::uint64_t aux_release_ = 0;
   bool aux_pending_ = false;
-  bool corrupt_ = false;  // a malformed header: nothing after it can be trusted
+  bool aux_in_batch_ = false;  // some slot of the batch being filled holds an AUX chunk
+  bool corrupt_ = false;       // a malformed header: nothing after it can be trusted
   std::exception_ptr failure_;
 };
 

@@ -1,5 +1,7 @@
 #include "tracer/perf/record.hpp"
 
+#include "perf/sample_decode.hpp"
+
 #include <bit>
 
 #include "tracer/perf/event_attr.hpp"
@@ -142,56 +144,6 @@ Regs take_regs(Cursor& c, std::uint32_t count) noexcept {
   return r;
 }
 
-/// Samples of a `fixed` layout: one size check, then plain loads (same order as below).
-/// @return false if the record is too short for its fields.
-bool decode_fixed_sample(const std::byte* p,
-                         const std::byte* end,
-                         const SampleLayout& l,
-                         Sample& s) noexcept {
-  const std::uint64_t st = l.sample_type;
-  const bool raw = (st & PERF_SAMPLE_RAW) != 0U;
-  if (static_cast<std::size_t>(end - p) < l.fixed_bytes + (raw ? 4U : 0U))
-    return false;
-  s.sample_type = st;
-  const auto u64 = [&p]() noexcept {
-    const auto v = load<std::uint64_t>(p);
-    p += 8;
-    return v;
-  };
-  if ((st & PERF_SAMPLE_IDENTIFIER) != 0U)
-    s.identifier = u64();
-  if ((st & PERF_SAMPLE_IP) != 0U)
-    s.ip = u64();
-  if ((st & PERF_SAMPLE_TID) != 0U) {
-    const auto v = u64();
-    s.pid = static_cast<std::uint32_t>(v);
-    s.tid = static_cast<std::uint32_t>(v >> 32);
-  }
-  if ((st & PERF_SAMPLE_TIME) != 0U)
-    s.time = u64();
-  if ((st & PERF_SAMPLE_ADDR) != 0U)
-    s.addr = u64();
-  if ((st & PERF_SAMPLE_ID) != 0U)
-    s.id = u64();
-  if ((st & PERF_SAMPLE_STREAM_ID) != 0U)
-    s.stream_id = u64();
-  if ((st & PERF_SAMPLE_CPU) != 0U) {
-    const auto v = u64();
-    s.cpu = static_cast<std::uint32_t>(v);
-    s.res = static_cast<std::uint32_t>(v >> 32);
-  }
-  if ((st & PERF_SAMPLE_PERIOD) != 0U)
-    s.period = u64();
-  if (raw) {
-    const auto n = load<std::uint32_t>(p);
-    p += 4;
-    if (n > static_cast<std::size_t>(end - p))
-      return false;
-    s.raw = {p, n};
-  }
-  return true;
-}
-
 // Kernel counterpart: perf_output_sample() (kernel/events/core.c), same field order.
 void decode_sample(Cursor& c, const SampleLayout& l, Sample& s) noexcept {
   const std::uint64_t st = l.sample_type;
@@ -276,6 +228,17 @@ void decode_sample(Cursor& c, const SampleLayout& l, Sample& s) noexcept {
 
 }  // namespace
 
+namespace detail {
+bool decode_general_sample(const std::byte* p,
+                           const std::byte* end,
+                           const SampleLayout& l,
+                           Sample& s) noexcept {
+  Cursor c(p, end);
+  decode_sample(c, l, s);
+  return c.ok();
+}
+}  // namespace detail
+
 SampleLayout SampleLayout::from(std::uint64_t sample_type,
                                 std::uint64_t read_format,
                                 bool sample_id_all,
@@ -290,12 +253,9 @@ SampleLayout SampleLayout::from(std::uint64_t sample_type,
   l.regs_intr_count = static_cast<std::uint32_t>(std::popcount(regs_intr));
   l.sample_id_all = sample_id_all;
   l.id_trailer_size = sample_id_all ? id_trailer_size_for(sample_type) : 0;
-  constexpr std::uint64_t kFixedFields = PERF_SAMPLE_IDENTIFIER | PERF_SAMPLE_IP | PERF_SAMPLE_TID |
-                                         PERF_SAMPLE_TIME | PERF_SAMPLE_ADDR | PERF_SAMPLE_ID |
-                                         PERF_SAMPLE_STREAM_ID | PERF_SAMPLE_CPU |
-                                         PERF_SAMPLE_PERIOD;
-  l.fixed = (sample_type & ~(kFixedFields | PERF_SAMPLE_RAW)) == 0;
-  l.fixed_bytes = static_cast<std::uint32_t>(std::popcount(sample_type & kFixedFields)) * 8;
+  l.fixed = detail::is_fixed(sample_type);
+  l.fixed_bytes =
+      static_cast<std::uint32_t>(std::popcount(sample_type & detail::kFixedSampleFields)) * 8;
   return l;
 }
 
@@ -516,53 +476,14 @@ DecodeError decode(std::span<const std::byte> bytes,  // NOLINT(bugprone-excepti
   out.misc = h.misc;
   out.size = h.size;
   out.bytes = bytes.first(h.size);
-  out.sample_id = {};
 
   const std::byte* body = bytes.data() + kHeaderSize;
   const std::byte* end = bytes.data() + h.size;
 
-  if (h.type == RecordType::kSample) {
-    Cursor c(body, end);
-    // Re-zeroing the whole Sample per record costs ~40% of decode time. A Sample decoded with
-    // the same sample_type has every unconditional field overwritten below and its absent
-    // fields still zero, so only the conditionally written ones need a reset.
-    // Only fields written conditionally (registers with ABI_NONE, an empty user stack) need a
-    // reset, and only when the layout has them: a reset touches cache lines of its own.
-    auto* reuse = std::get_if<Sample>(&out.body);
-    if (reuse != nullptr && reuse->sample_type == layout.sample_type) {
-      const auto st = layout.sample_type;
-      if ((st & PERF_SAMPLE_REGS_USER) != 0U)
-        reuse->regs_user = {};
-      if ((st & PERF_SAMPLE_REGS_INTR) != 0U)
-        reuse->regs_intr = {};
-      if ((st & PERF_SAMPLE_STACK_USER) != 0U) {
-        reuse->stack_user = {};
-        reuse->stack_user_dyn_size = 0;
-      }
-    } else {
-      reuse = &out.body.emplace<Sample>();
-    }
-    auto& s = *reuse;
-    if (layout.fixed) {
-      if (!decode_fixed_sample(body, end, layout, s))
-        return DecodeError::kFieldOverrun;
-    } else {
-      decode_sample(c, layout, s);
-      if (!c.ok())
-        return DecodeError::kFieldOverrun;
-    }
-    if (layout.raw_time_offset >= 0) {
-      const auto off = static_cast<std::size_t>(layout.raw_time_offset);
-      s.time = s.raw.size() >= off + 8 ? load<std::uint64_t>(s.raw.data() + off) : 0;
-    }
-    auto& id = out.sample_id;
-    id.pid = s.pid, id.tid = s.tid, id.time = s.time, id.stream_id = s.stream_id;
-    id.id = (layout.sample_type & PERF_SAMPLE_IDENTIFIER) != 0U ? s.identifier : s.id;
-    id.cpu = s.cpu, id.res = s.res;
-    id.present = true;
-    return DecodeError::kOk;
-  }
+  if (h.type == RecordType::kSample)
+    return detail::decode_sample_record(out.bytes, h, layout, out);
 
+  out.sample_id = {};
   // Non-sample records: the sample_id trailer (if any) takes the last id_trailer_size bytes.
   // Types this code does not know have no known trailer contract: treat them as opaque.
   if (h.type >= RecordType::kRecordTypeEnd || h.type == 0) {

@@ -26,10 +26,13 @@ const SampleLayout kLayout =
 // A 256 KiB ring (64 pages) filled to ~7/8 with samples of `layout` whose raw payload is
 // `raw_bytes` long (default: sys_enter-like tracepoint samples, 64-byte payload).
 struct Fixture {
-  tracer::testing::SyntheticRing synth{64};
+  tracer::testing::SyntheticRing synth;
   std::uint64_t records = 0, bytes = 0;
   std::uint64_t start = 0;
-  explicit Fixture(const SampleLayout& layout = kLayout, std::size_t raw_bytes = 60) {
+  explicit Fixture(const SampleLayout& layout = kLayout,
+                   std::size_t raw_bytes = 60,
+                   std::uint32_t pages = 64)
+      : synth(pages) {
     tracer::testing::SampleSpec s;
     s.pid = 1234;
     s.tid = 1235;
@@ -149,7 +152,7 @@ SampleLayout payload_time_layout() {
 const SampleLayout kPayloadTimeLayout = payload_time_layout();
 
 void BM_RingReaderDrainPayloadTime(benchmark::State& state) {
-  Fixture f(kPayloadTimeLayout, 92);
+  Fixture f(kPayloadTimeLayout, 92, 256);
   std::uint64_t sum = 0;
   const tracer::BatchHandler handler = [&](const tracer::Batch& b) {
     for (const auto& r : b.records)
@@ -167,7 +170,7 @@ void BM_RingReaderDrainPayloadTime(benchmark::State& state) {
 BENCHMARK(BM_RingReaderDrainPayloadTime)->Arg(1)->Arg(0);
 
 void BM_HeaderWalkPayloadTimeReference(benchmark::State& state) {
-  Fixture f(kPayloadTimeLayout, 92);
+  Fixture f(kPayloadTimeLayout, 92, 256);
   header_walk(state, f);
 }
 BENCHMARK(BM_HeaderWalkPayloadTimeReference);

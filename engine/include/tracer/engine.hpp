@@ -176,8 +176,10 @@ struct RecordRef {
   std::int32_t cpu = -1;    // ring's CPU
   /// The ITRACE_START context of the ring, and for PERF_RECORD_AUX the AUX data it announced.
   std::uint32_t itrace_pid = 0, itrace_tid = 0;
+  /// What a drain writes per record (the fields above, then the record's header, sample_id and
+  /// first Sample fields) is contiguous from the start; `aux` is rare and comes last.
+  perf::Record record{};
   std::optional<perf::AuxChunk> aux{};
-  perf::Record record{};  // last: what a drain writes per record is contiguous from the start
 };
 
 struct Batch {

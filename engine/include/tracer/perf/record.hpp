@@ -132,19 +132,21 @@ struct Regs {
 
 /// A PERF_RECORD_SAMPLE. Fields that sample_type does not select are zero.
 struct Sample {
+  // The fields most samples carry come first: a decoded RAW|TID|TIME sample writes one cache
+  // line of a RecordRef (the kernel's order is decode()'s business, not this struct's).
   std::uint64_t sample_type = 0;  // which fields below are meaningful
-  std::uint64_t identifier = 0;
-  std::uint64_t ip = 0;
   std::uint32_t pid = 0, tid = 0;
   std::uint64_t time = 0;
-  std::uint64_t addr = 0;
-  std::uint64_t id = 0;
-  std::uint64_t stream_id = 0;
-  std::uint32_t cpu = 0, res = 0;
-  std::uint64_t period = 0;
-  ReadView read;
-  U64Array callchain;  // with PERF_CONTEXT_* markers as the kernel wrote them
   std::span<const std::byte> raw;
+  std::uint32_t cpu = 0, res = 0;
+  std::uint64_t id = 0;
+  std::uint64_t identifier = 0;
+  std::uint64_t stream_id = 0;
+  std::uint64_t ip = 0;
+  std::uint64_t addr = 0;
+  std::uint64_t period = 0;
+  U64Array callchain;  // with PERF_CONTEXT_* markers as the kernel wrote them
+  ReadView read;
   BranchStack branch_stack;
   Regs regs_user;
   std::span<const std::byte> stack_user;

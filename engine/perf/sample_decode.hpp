@@ -1,0 +1,142 @@
+// The SAMPLE half of perf::decode(), inline: the ring drain (core::RingReader) decodes each
+// sample with it without a call per record. Internal to the engine; decode() is the public entry.
+#pragma once
+
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <variant>
+
+#include "tracer/perf/record.hpp"
+
+namespace tracer::perf::detail {
+
+/// The u64-sized sample fields: a layout of these and at most RAW (last) is `fixed`.
+inline constexpr std::uint64_t kFixedSampleFields =
+    PERF_SAMPLE_IDENTIFIER | PERF_SAMPLE_IP | PERF_SAMPLE_TID | PERF_SAMPLE_TIME |
+    PERF_SAMPLE_ADDR | PERF_SAMPLE_ID | PERF_SAMPLE_STREAM_ID | PERF_SAMPLE_CPU |
+    PERF_SAMPLE_PERIOD;
+
+[[nodiscard]] constexpr bool is_fixed(std::uint64_t sample_type) noexcept {
+  return (sample_type & ~(kFixedSampleFields | PERF_SAMPLE_RAW)) == 0;
+}
+
+/// Fields of a `fixed` layout in the kernel's order (perf_output_sample()): one size check,
+/// then plain loads. @return false if the record is too short for its fields.
+/// kSampleType != 0: the layout's sample_type known at compile time (the field tests fold
+/// away; the ring drain instantiates the engine's usual layouts), else l.sample_type.
+template <std::uint64_t kSampleType = 0>
+[[nodiscard]] inline bool decode_fixed_sample(const std::byte* p,
+                                              const std::byte* end,
+                                              const SampleLayout& l,
+                                              Sample& s) noexcept {
+  static_assert(is_fixed(kSampleType));
+  const std::uint64_t st = kSampleType != 0 ? kSampleType : l.sample_type;
+  const bool raw = (st & PERF_SAMPLE_RAW) != 0U;
+  const std::size_t fixed_bytes =
+      kSampleType != 0 ? std::popcount(kSampleType & kFixedSampleFields) * 8U : l.fixed_bytes;
+  if (static_cast<std::size_t>(end - p) < fixed_bytes + (raw ? 4U : 0U))
+    return false;
+  s.sample_type = st;
+  const auto u64 = [&p]() noexcept {
+    const auto v = load<std::uint64_t>(p);
+    p += 8;
+    return v;
+  };
+  if ((st & PERF_SAMPLE_IDENTIFIER) != 0U)
+    s.identifier = u64();
+  if ((st & PERF_SAMPLE_IP) != 0U)
+    s.ip = u64();
+  if ((st & PERF_SAMPLE_TID) != 0U) {
+    const auto v = u64();
+    s.pid = static_cast<std::uint32_t>(v);
+    s.tid = static_cast<std::uint32_t>(v >> 32);
+  }
+  if ((st & PERF_SAMPLE_TIME) != 0U)
+    s.time = u64();
+  if ((st & PERF_SAMPLE_ADDR) != 0U)
+    s.addr = u64();
+  if ((st & PERF_SAMPLE_ID) != 0U)
+    s.id = u64();
+  if ((st & PERF_SAMPLE_STREAM_ID) != 0U)
+    s.stream_id = u64();
+  if ((st & PERF_SAMPLE_CPU) != 0U) {
+    const auto v = u64();
+    s.cpu = static_cast<std::uint32_t>(v);
+    s.res = static_cast<std::uint32_t>(v >> 32);
+  }
+  if ((st & PERF_SAMPLE_PERIOD) != 0U)
+    s.period = u64();
+  if (raw) {
+    const auto n = load<std::uint32_t>(p);
+    p += 4;
+    if (n > static_cast<std::size_t>(end - p))
+      return false;
+    s.raw = {p, n};
+  }
+  return true;
+}
+
+/// Every other layout (callchains, registers, stacks, ...): bounds-checked field by field.
+/// Out of line (record.cpp). @return false if a field runs past `end`.
+[[nodiscard]] bool decode_general_sample(const std::byte* p,
+                                         const std::byte* end,
+                                         const SampleLayout& l,
+                                         Sample& s) noexcept;
+
+/// Decodes the PERF_RECORD_SAMPLE `rec` (exactly header.size bytes; the caller checked the
+/// header: size >= 8, a multiple of 8) into `out`. kSampleType: as for decode_fixed_sample
+/// (non-zero only when layout.sample_type equals it).
+// variant::emplace of a nothrow-constructible alternative cannot throw.
+template <std::uint64_t kSampleType = 0>
+[[nodiscard]] inline DecodeError decode_sample_record(  // NOLINT(bugprone-exception-escape)
+    std::span<const std::byte> rec,
+    const perf_event_header& h,
+    const SampleLayout& layout,
+    Record& out) noexcept {
+  out.type = h.type;
+  out.misc = h.misc;
+  out.size = h.size;
+  out.bytes = rec;
+  // Re-zeroing the whole Sample per record costs ~40% of decode time. A Sample decoded with the
+  // same sample_type has every unconditional field overwritten below and its absent fields still
+  // zero, so only the fields written conditionally (registers with ABI_NONE, an empty user
+  // stack) need a reset, and only when the layout has them: a reset touches cache lines.
+  const std::uint64_t st = kSampleType != 0 ? kSampleType : layout.sample_type;
+  auto* s = std::get_if<Sample>(&out.body);
+  if (s != nullptr && s->sample_type == st) {
+    if ((st & PERF_SAMPLE_REGS_USER) != 0U)
+      s->regs_user = {};
+    if ((st & PERF_SAMPLE_REGS_INTR) != 0U)
+      s->regs_intr = {};
+    if ((st & PERF_SAMPLE_STACK_USER) != 0U) {
+      s->stack_user = {};
+      s->stack_user_dyn_size = 0;
+    }
+  } else {
+    s = &out.body.emplace<Sample>();
+  }
+  const std::byte* body = rec.data() + sizeof(perf_event_header);
+  const std::byte* end = rec.data() + rec.size();
+  if constexpr (kSampleType != 0) {
+    if (!decode_fixed_sample<kSampleType>(body, end, layout, *s))
+      return DecodeError::kFieldOverrun;
+  } else if (!(layout.fixed ? decode_fixed_sample(body, end, layout, *s)
+                            : decode_general_sample(body, end, layout, *s))) {
+    return DecodeError::kFieldOverrun;
+  }
+  if (layout.raw_time_offset >= 0) {
+    const auto off = static_cast<std::size_t>(layout.raw_time_offset);
+    s->time = s->raw.size() >= off + 8 ? load<std::uint64_t>(s->raw.data() + off) : 0;
+  }
+  // Every field of sample_id is written: no reset needed.
+  auto& id = out.sample_id;
+  id.pid = s->pid, id.tid = s->tid, id.time = s->time, id.stream_id = s->stream_id;
+  id.id = (st & PERF_SAMPLE_IDENTIFIER) != 0U ? s->identifier : s->id;
+  id.cpu = s->cpu, id.res = s->res;
+  id.present = true;
+  return DecodeError::kOk;
+}
+
+}  // namespace tracer::perf::detail
