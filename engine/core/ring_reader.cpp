@@ -70,14 +70,61 @@ std::uint64_t RingReader::drain(const BatchHandler& handler) noexcept {
   }
 }
 
+void RingReader::account(RecordRef& ref) noexcept {
+  switch (ref.record.type) {
+    case perf::abi::kLost:
+      stats_.lost += std::get_if<perf::Lost>(&ref.record.body)->lost;
+      break;
+    case perf::abi::kLostSamples:
+      stats_.lost_samples += std::get_if<perf::LostSamples>(&ref.record.body)->lost;
+      break;
+    case perf::abi::kItraceStart: {
+      const auto& it = *std::get_if<perf::ItraceStart>(&ref.record.body);
+      itrace_pid_ = it.pid;
+      itrace_tid_ = it.tid;
+      itrace_seen_ = true;
+      break;
+    }
+    case perf::abi::kAux: {
+      const auto& a = *std::get_if<perf::Aux>(&ref.record.body);
+      ref.aux = ring_.aux_chunk(a);
+      aux_in_batch_ = true;
+      if (!ref.aux) {
+        ++stats_.aux_lost;
+        break;
+      }
+      ++stats_.aux_chunks;
+      stats_.aux_bytes += a.aux_size;
+      if (a.truncated())
+        ++stats_.aux_truncated;
+      if (a.collision() || a.partial())
+        ++stats_.aux_lost;
+      aux_release_ = a.aux_offset + a.aux_size;
+      aux_pending_ = true;
+      break;
+    }
+    default:
+      break;
+  }
+}
+
 // variant::emplace of nothrow-constructible alternatives cannot throw.
 template <std::uint64_t kSampleType>
 std::uint64_t RingReader::drain_as(  // NOLINT(bugprone-exception-escape)
     const BatchHandler& handler) noexcept {
-  std::uint64_t delivered = 0;
-  // A local copy: the compiler knows the stores into the batch cannot change it, so its fields
-  // stay in registers across records.
+  // Locals, not members, in the loop: the stores into the batch could alias members, which
+  // would then be reloaded and stored back per record. The counts reach stats_ before every
+  // handler call (a handler may read the engine's stats) and at the end.
   const perf::SampleLayout layout = *layout_;
+  const bool decode_samples = decode_samples_;
+  std::uint64_t delivered = 0, samples = 0, bytes = 0;
+  const auto publish = [&] {
+    stats_.samples += samples;
+    stats_.bytes += bytes;
+    stats_.records += delivered;
+    delivered_total_ += delivered;
+    samples = bytes = delivered = 0;
+  };
   ring_.load_head();
   for (auto p = ring_.peek(); !p.record.empty() || p.error != perf::DecodeError::kOk;
        p = ring_.peek()) {
@@ -88,78 +135,54 @@ std::uint64_t RingReader::drain_as(  // NOLINT(bugprone-exception-escape)
       break;
     }
     RecordRef& ref = batch_[used_];
-    perf::DecodeError err = perf::DecodeError::kOk;
     const auto h = perf::load<perf_event_header>(p.record.data());
-    if (!decode_samples_ && h.type == perf::abi::kSample) {
-      // Header only: the consumer decodes the samples it looks at (peek() checked the size).
-      auto& rec = ref.record;
-      rec.type = h.type;
-      rec.misc = h.misc;
-      rec.size = h.size;
-      rec.bytes = p.record;
-      if (rec.sample_id.present)
-        rec.sample_id = {};
-      if (rec.body.index() != 0)
-        rec.body.emplace<perf::Unknown>();
-    } else if (h.type == perf::abi::kSample) {
-      // Inline: the common case, once per record (peek() checked the header).
-      err = perf::detail::decode_sample_record<kSampleType>(p.record, h, layout, ref.record);
-    } else {
-      err = perf::decode(p.record, layout, ref.record);
-    }
     ring_.consume(p.record.size());
-    stats_.bytes += p.record.size();
-    if (err != perf::DecodeError::kOk) {
-      ++stats_.decode_errors;
-      continue;
-    }
-    switch (ref.record.type) {
-      case perf::abi::kSample:
-        ++stats_.samples;
-        break;
-      case perf::abi::kLost:
-        stats_.lost += std::get_if<perf::Lost>(&ref.record.body)->lost;
-        break;
-      case perf::abi::kLostSamples:
-        stats_.lost_samples += std::get_if<perf::LostSamples>(&ref.record.body)->lost;
-        break;
-      case perf::abi::kItraceStart: {
-        const auto& it = *std::get_if<perf::ItraceStart>(&ref.record.body);
-        itrace_pid_ = it.pid;
-        itrace_tid_ = it.tid;
-        break;
-      }
-      case perf::abi::kAux: {
-        const auto& a = *std::get_if<perf::Aux>(&ref.record.body);
-        ref.aux = ring_.aux_chunk(a);
-        aux_in_batch_ = true;
-        if (!ref.aux) {
-          ++stats_.aux_lost;
-          break;
+    bytes += p.record.size();
+    if (h.type == perf::abi::kSample) {
+      if (decode_samples) {
+        // Inline: the common case, once per record (peek() checked the header).
+        if (perf::detail::decode_sample_record<kSampleType>(p.record, h, layout, ref.record) !=
+            perf::DecodeError::kOk) {
+          ++stats_.decode_errors;
+          continue;
         }
-        ++stats_.aux_chunks;
-        stats_.aux_bytes += a.aux_size;
-        if (a.truncated())
-          ++stats_.aux_truncated;
-        if (a.collision() || a.partial())
-          ++stats_.aux_lost;
-        aux_release_ = a.aux_offset + a.aux_size;
-        aux_pending_ = true;
-        break;
+      } else {
+        // Header only: the consumer decodes the samples it looks at (peek() checked the size).
+        auto& rec = ref.record;
+        rec.type = h.type;
+        rec.misc = h.misc;
+        rec.size = h.size;
+        rec.bytes = p.record;
+        if (rec.sample_id.present)
+          rec.sample_id = {};
+        if (rec.body.index() != 0)
+          rec.body.emplace<perf::Unknown>();
       }
-      default:
-        break;
+      ++samples;
+    } else {
+      if (perf::decode(p.record, layout, ref.record) != perf::DecodeError::kOk) {
+        ++stats_.decode_errors;
+        continue;
+      }
+      account(ref);
     }
-    ref.itrace_pid = itrace_pid_;
-    ref.itrace_tid = itrace_tid_;
-    ++stats_.records;
+    // Until a ring sees ITRACE_START (an AUX event's), every slot holds the zeros it started with.
+    if (itrace_seen_) {
+      ref.itrace_pid = itrace_pid_;
+      ref.itrace_tid = itrace_tid_;
+    }
     ++delivered;
-    if (++used_ == max_batch_)
+    if (++used_ == max_batch_) {
+      publish();
       flush(handler);
+    }
   }
+  publish();
   flush(handler);
   ring_.commit();
-  return delivered;
+  const std::uint64_t n = delivered_total_;
+  delivered_total_ = 0;
+  return n;
 }
 
 }  // namespace tracer::core

@@ -42,6 +42,8 @@ class RingReader {
   /// drain() for samples of sample_type kSampleType (a fixed layout), or any layout (0).
   template <std::uint64_t kSampleType>
   std::uint64_t drain_as(const BatchHandler& handler) noexcept;
+  /// Counts a non-SAMPLE record (losses, AUX chunks, ITRACE_START context).
+  void account(RecordRef& ref) noexcept;
 
   perf::Ring ring_;
   std::uint32_t probe_;
@@ -55,8 +57,11 @@ class RingReader {
   std::uint32_t itrace_pid_ = 0, itrace_tid_ = 0;
   std::uint64_t aux_release_ = 0;
   bool aux_pending_ = false;
-  bool aux_in_batch_ = false;  // some slot of the batch being filled holds an AUX chunk
-  bool corrupt_ = false;       // a malformed header: nothing after it can be trusted
+  bool aux_in_batch_ = false;
+  bool itrace_seen_ = false;           // an ITRACE_START came: slots get itrace_pid/tid
+  std::uint64_t delivered_total_ = 0;  // this drain's records (drain_as's counts, published)  //
+                                       // some slot of the batch being filled holds an AUX chunk
+  bool corrupt_ = false;               // a malformed header: nothing after it can be trusted
   std::exception_ptr failure_;
 };
 

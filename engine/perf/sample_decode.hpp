@@ -105,7 +105,8 @@ template <std::uint64_t kSampleType = 0>
   // stack) need a reset, and only when the layout has them: a reset touches cache lines.
   const std::uint64_t st = kSampleType != 0 ? kSampleType : layout.sample_type;
   auto* s = std::get_if<Sample>(&out.body);
-  if (s != nullptr && s->sample_type == st) {
+  const bool reused = s != nullptr && s->sample_type == st;
+  if (reused) {
     if ((st & PERF_SAMPLE_REGS_USER) != 0U)
       s->regs_user = {};
     if ((st & PERF_SAMPLE_REGS_INTR) != 0U)
@@ -119,19 +120,44 @@ template <std::uint64_t kSampleType = 0>
   }
   const std::byte* body = rec.data() + sizeof(perf_event_header);
   const std::byte* end = rec.data() + rec.size();
+  bool ok = false;
   if constexpr (kSampleType != 0) {
-    if (!decode_fixed_sample<kSampleType>(body, end, layout, *s))
-      return DecodeError::kFieldOverrun;
-  } else if (!(layout.fixed ? decode_fixed_sample(body, end, layout, *s)
-                            : decode_general_sample(body, end, layout, *s))) {
+    ok = decode_fixed_sample<kSampleType>(body, end, layout, *s);
+  } else {
+    ok = layout.fixed ? decode_fixed_sample(body, end, layout, *s)
+                      : decode_general_sample(body, end, layout, *s);
+  }
+  if (!ok) {
+    // Half written: never reuse it as a complete Sample of this layout.
+    s->sample_type = 0;
     return DecodeError::kFieldOverrun;
   }
   if (layout.raw_time_offset >= 0) {
     const auto off = static_cast<std::size_t>(layout.raw_time_offset);
     s->time = s->raw.size() >= off + 8 ? load<std::uint64_t>(s->raw.data() + off) : 0;
   }
-  // Every field of sample_id is written: no reset needed.
   auto& id = out.sample_id;
+  if constexpr (kSampleType != 0) {
+    if (reused) {
+      // The slot's last record was a complete Sample of this very layout, and its sample_id
+      // was made from it: the fields the layout lacks are zero there already. Only write the
+      // ones that change (a RAW-only sample: time alone).
+      if constexpr ((kSampleType & PERF_SAMPLE_TID) != 0U)
+        id.pid = s->pid, id.tid = s->tid;
+      if ((kSampleType & PERF_SAMPLE_TIME) != 0U || layout.raw_time_offset >= 0)
+        id.time = s->time;
+      if constexpr ((kSampleType & PERF_SAMPLE_IDENTIFIER) != 0U)
+        id.id = s->identifier;
+      else if constexpr ((kSampleType & PERF_SAMPLE_ID) != 0U)
+        id.id = s->id;
+      if constexpr ((kSampleType & PERF_SAMPLE_STREAM_ID) != 0U)
+        id.stream_id = s->stream_id;
+      if constexpr ((kSampleType & PERF_SAMPLE_CPU) != 0U)
+        id.cpu = s->cpu, id.res = s->res;
+      return DecodeError::kOk;
+    }
+  }
+  // Every field of sample_id is written: no reset needed.
   id.pid = s->pid, id.tid = s->tid, id.time = s->time, id.stream_id = s->stream_id;
   id.id = (st & PERF_SAMPLE_IDENTIFIER) != 0U ? s->identifier : s->id;
   id.cpu = s->cpu, id.res = s->res;
