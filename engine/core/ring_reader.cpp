@@ -51,8 +51,9 @@ void RingReader::flush(const BatchHandler& handler) noexcept {
 std::uint64_t RingReader::drain(const BatchHandler& handler) noexcept {
   if (corrupt_)
     return 0;
-  // The layouts the engine opens most, decoded with their field tests folded away (~1.5x
-  // faster per sample than the runtime tests: tracer_bench_decode).
+  // The layouts the engine opens most, decoded with their field tests folded away
+  // (tracer_bench_decode, when introduced: RAW-only 7.0 -> 6.0 ns, RAW|TIME|CPU 11.3 -> 6.7 ns
+  // per record against the runtime tests).
   constexpr std::uint64_t kCommon = PERF_SAMPLE_IDENTIFIER | PERF_SAMPLE_TID | PERF_SAMPLE_TIME |
                                     PERF_SAMPLE_CPU;  // every probe (probe_resolver)
   constexpr std::uint64_t kClock = PERF_SAMPLE_TIME | PERF_SAMPLE_CPU;
@@ -117,12 +118,12 @@ std::uint64_t RingReader::drain_as(  // NOLINT(bugprone-exception-escape)
   // handler call (a handler may read the engine's stats) and at the end.
   const perf::SampleLayout layout = *layout_;
   const bool decode_samples = decode_samples_;
-  std::uint64_t delivered = 0, samples = 0, bytes = 0;
+  std::uint64_t delivered = 0, samples = 0, bytes = 0, total = 0;
   const auto publish = [&] {
     stats_.samples += samples;
     stats_.bytes += bytes;
     stats_.records += delivered;
-    delivered_total_ += delivered;
+    total += delivered;
     samples = bytes = delivered = 0;
   };
   ring_.load_head();
@@ -180,9 +181,7 @@ std::uint64_t RingReader::drain_as(  // NOLINT(bugprone-exception-escape)
   publish();
   flush(handler);
   ring_.commit();
-  const std::uint64_t n = delivered_total_;
-  delivered_total_ = 0;
-  return n;
+  return total;
 }
 
 }  // namespace tracer::core

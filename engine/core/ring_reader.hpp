@@ -57,11 +57,9 @@ class RingReader {
   std::uint32_t itrace_pid_ = 0, itrace_tid_ = 0;
   std::uint64_t aux_release_ = 0;
   bool aux_pending_ = false;
-  bool aux_in_batch_ = false;
-  bool itrace_seen_ = false;           // an ITRACE_START came: slots get itrace_pid/tid
-  std::uint64_t delivered_total_ = 0;  // this drain's records (drain_as's counts, published)  //
-                                       // some slot of the batch being filled holds an AUX chunk
-  bool corrupt_ = false;               // a malformed header: nothing after it can be trusted
+  bool aux_in_batch_ = false;  // some slot of the batch being filled holds an AUX chunk
+  bool itrace_seen_ = false;   // an ITRACE_START came: slots get itrace_pid/tid
+  bool corrupt_ = false;       // a malformed header: nothing after it can be trusted
   std::exception_ptr failure_;
 };
 

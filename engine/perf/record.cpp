@@ -472,18 +472,16 @@ DecodeError decode(std::span<const std::byte> bytes,  // NOLINT(bugprone-excepti
   if (h.size % 8 != 0)
     return DecodeError::kMisaligned;
 
+  if (h.type == RecordType::kSample)
+    return detail::decode_sample_record(bytes.first(h.size), h, layout, out);
+
   out.type = h.type;
   out.misc = h.misc;
   out.size = h.size;
   out.bytes = bytes.first(h.size);
-
+  out.sample_id = {};
   const std::byte* body = bytes.data() + kHeaderSize;
   const std::byte* end = bytes.data() + h.size;
-
-  if (h.type == RecordType::kSample)
-    return detail::decode_sample_record(out.bytes, h, layout, out);
-
-  out.sample_id = {};
   // Non-sample records: the sample_id trailer (if any) takes the last id_trailer_size bytes.
   // Types this code does not know have no known trailer contract: treat them as opaque.
   if (h.type >= RecordType::kRecordTypeEnd || h.type == 0) {
