@@ -23,6 +23,7 @@
 #include "core/privileges.hpp"
 #include "core/probe_resolver.hpp"
 #include "core/ring_reader.hpp"
+#include "core/ring_wait.hpp"
 #include "tracer/bpf/object.hpp"
 #include "tracer/bpf/output_channel.hpp"
 #include "tracer/diagnostics.hpp"
@@ -109,8 +110,17 @@ std::vector<pid_t> threads_of(pid_t pid) {
 
 struct Engine::Impl : std::enable_shared_from_this<Engine::Impl> {
   struct Reader {
+    Reader(core::RingReader r,
+           const asio::strand<asio::any_io_executor>& strand,
+           int fd,
+           const perf::EventAttr& attr)
+        : reader(std::move(r)),
+          wait(strand,
+               fd,
+               *reader.ring().meta(),
+               attr.raw()->watermark != 0 ? attr.raw()->wakeup_watermark : 0) {}
     core::RingReader reader;
-    asio::posix::stream_descriptor wait;  // a dup of the ring's fd, watched for readability
+    core::RingWait wait;  // on the ring's event fd (not owned); destroyed before the ring unmaps
     bool armed = false;
   };
   // The events of one probe on one CPU (one per traced thread for a pid target): the first
@@ -269,15 +279,10 @@ void Engine::Impl::open_probe(core::ResolvedProbe& rp,
       if (!ring)
         throw_failure(ErrorCategory::kRuntime, ring.error(),
                       fmt::format("probe '{}'", rp.info.name));
-      const int dup = ::fcntl(ce.events.front().fd(), F_DUPFD_CLOEXEC, 0);
-      if (dup < 0) {
-        throw Error(ErrorCategory::kRuntime, {errno, std::generic_category()},
-                    fmt::format("probe '{}': dup of the ring fd failed", rp.info.name));
-      }
-      auto r = std::make_unique<Reader>(Reader{
+      auto r = std::make_unique<Reader>(
           core::RingReader(std::move(*ring), rp.info.index, cpu, &probes[rp.info.index].layout,
                            opts.max_batch, opts.decode_samples),
-          asio::posix::stream_descriptor(strand, dup)});
+          strand, ce.events.front().fd(), probes[rp.info.index].attr);
       ce.reader = r.get();
       readers.push_back(std::move(r));
     }
@@ -456,15 +461,10 @@ void Engine::Impl::open_output_channel(const BpfOptions& b, bpf::Object& obj) {
   for (auto& slot : output->cpus()) {
     if (!slot)
       continue;
-    const int dup = ::fcntl(slot->event.fd(), F_DUPFD_CLOEXEC, 0);
-    if (dup < 0) {
-      throw Error(ErrorCategory::kRuntime, {errno, std::generic_category()},
-                  "bpf output channel: dup of a ring fd failed");
-    }
     auto r = std::make_unique<Reader>(
-        Reader{core::RingReader(std::move(slot->ring), out_info.index, slot->cpu, &out_info.layout,
-                                opts.max_batch, opts.decode_samples),
-               asio::posix::stream_descriptor(strand, dup)});
+        core::RingReader(std::move(slot->ring), out_info.index, slot->cpu, &out_info.layout,
+                         opts.max_batch, opts.decode_samples),
+        strand, slot->event.fd(), out_info.attr);
     output_readers.push_back(r.get());
     readers.push_back(std::move(r));
   }
@@ -666,22 +666,23 @@ void Engine::Impl::arm(Reader& r) {
   if (r.armed || !running)
     return;
   r.armed = true;
-  r.wait.async_wait(asio::posix::stream_descriptor::wait_read,
-                    [self = shared_from_this(), &r](const boost::system::error_code& ec) {
-                      // After stop() the reader may be gone: look at `running` before `r`.
-                      if (ec || !self->running)
-                        return;
-                      r.armed = false;
-                      r.reader.count_wakeup();
-                      r.reader.drain(self->batch_handler);
+  r.wait.async_wait(
+      [self = shared_from_this(), &r](const boost::system::error_code& ec, bool kernel_wakeup) {
+        // After stop() the reader may be gone: look at `running` before `r`.
+        if (ec || !self->running)
+          return;
+        r.armed = false;
+        if (kernel_wakeup)
+          r.reader.count_wakeup();
+        r.reader.drain(self->batch_handler);
 
-                      if (self->check_handler_failure()) {
-                        self->stop();
+        if (self->check_handler_failure()) {
+          self->stop();
 
-                        return;
-                      }
-                      self->arm(r);
-                    });
+          return;
+        }
+        self->arm(r);
+      });
 }
 
 void Engine::Impl::arm_timer() {
@@ -809,10 +810,8 @@ void Engine::Impl::stop() {
 void Engine::Impl::cleanup() noexcept {
   boost::system::error_code ignored;
   [[maybe_unused]] const auto n = flush_timer.cancel(ignored);
-  for (auto& r : readers) {
-    [[maybe_unused]] const auto& c = r->wait.cancel(ignored);
-    [[maybe_unused]] const auto& d = r->wait.close(ignored);
-  }
+  for (auto& r : readers)
+    r->wait.cancel();
   if (child_watch) {
     [[maybe_unused]] const auto& c = child_watch->cancel(ignored);
     [[maybe_unused]] const auto& d = child_watch->close(ignored);

@@ -16,7 +16,8 @@ RingReader::RingReader(perf::Ring ring,
       layout_(layout),
       max_batch_(max_batch == 0 ? 1 : max_batch),
       decode_samples_(decode_samples),
-      batch_(max_batch_) {
+      batch_(max_batch_),
+      ready_(max_batch_, nullptr) {
   for (auto& r : batch_) {
     r.probe = probe_;
     r.cpu = cpu_;
@@ -57,7 +58,9 @@ std::uint64_t RingReader::drain(const BatchHandler& handler) noexcept {
   constexpr std::uint64_t kCommon = PERF_SAMPLE_IDENTIFIER | PERF_SAMPLE_TID | PERF_SAMPLE_TIME |
                                     PERF_SAMPLE_CPU;  // every probe (probe_resolver)
   constexpr std::uint64_t kClock = PERF_SAMPLE_TIME | PERF_SAMPLE_CPU;
-  switch (decode_samples_ && layout_->fixed ? layout_->sample_type : 0) {
+  if (!decode_samples_)
+    return drain_as<0, false>(handler);
+  switch (layout_->fixed ? layout_->sample_type : 0) {
     case PERF_SAMPLE_RAW:  // BPF output channel with [bpf] time
       return drain_as<PERF_SAMPLE_RAW>(handler);
     case PERF_SAMPLE_RAW | kClock:  // BPF output channel
@@ -109,76 +112,148 @@ void RingReader::account(RecordRef& ref) noexcept {
   }
 }
 
-// variant::emplace of nothrow-constructible alternatives cannot throw.
+namespace {
+
+/// Decodes a sample into a batch slot. `ready`: the slot's Sample when it holds the last
+/// complete one of this fixed layout (kSampleType != 0), whose fields alone are then rewritten
+/// (no look at the slot's variant, whose index lives cache lines away); updated for the next
+/// record in the slot. @return false if the record is too short for its fields.
 template <std::uint64_t kSampleType>
+bool decode_into_slot(std::span<const std::byte> rec,
+                      const perf_event_header& h,
+                      const perf::SampleLayout& layout,
+                      perf::Record& out,
+                      perf::Sample*& ready) noexcept {
+  if constexpr (kSampleType != 0) {
+    if (ready != nullptr) [[likely]] {
+      if (perf::detail::write_fixed_sample<kSampleType>(rec, h, layout, out, *ready, true))
+        return true;
+      ready = nullptr;
+      return false;
+    }
+  }
+  if (perf::detail::decode_sample_record<kSampleType>(rec, h, layout, out) !=
+      perf::DecodeError::kOk) {
+    ready = nullptr;
+    return false;
+  }
+  if constexpr (kSampleType != 0)
+    ready = std::get_if<perf::Sample>(&out.body);
+  return true;
+}
+
+}  // namespace
+
+// variant::emplace of nothrow-constructible alternatives cannot throw.
+template <std::uint64_t kSampleType, bool kDecode>
 std::uint64_t RingReader::drain_as(  // NOLINT(bugprone-exception-escape)
     const BatchHandler& handler) noexcept {
-  // Locals, not members, in the loop: the stores into the batch could alias members, which
+  // Everything the loop touches per record lives in locals (the ring's cursor too, see
+  // perf::Ring::data_area), not members: the stores into the batch could alias members, which
   // would then be reloaded and stored back per record. The counts reach stats_ before every
   // handler call (a handler may read the engine's stats) and at the end.
   const perf::SampleLayout layout = *layout_;
-  const bool decode_samples = decode_samples_;
-  std::uint64_t delivered = 0, samples = 0, bytes = 0, total = 0;
+  const std::uint64_t head = ring_.load_head();
+  const std::span<const std::byte> area = ring_.data_area();
+  const std::byte* const data = area.data();
+  const std::uint64_t data_size = area.size();
+  std::uint64_t pos = ring_.read_position();
+  // Records are 8-byte aligned and the data area a multiple of 8: from an aligned position a
+  // header never wraps and is always inside the area (a short tail of a damaged ring is caught
+  // by the size test).
+  if (pos % 8 != 0) [[unlikely]] {
+    ++stats_.decode_errors;
+    corrupt_ = true;
+    return 0;
+  }
+  RecordRef* const slots = batch_.data();
+  perf::Sample** const ready = ready_.data();
+  RecordRef* const slots_end = slots + max_batch_;
+  RecordRef* ref = slots + used_;  // the next slot, and its entry in ready_
+  perf::Sample** slot_ready = ready + used_;
+  bool itrace = itrace_seen_;
+  std::uint64_t step = 0;  // the last record's size
+  // Delivered records are the slots filled; samples those minus the other records.
+  std::uint64_t others = 0, total = 0, published_to = pos;
   const auto publish = [&] {
-    stats_.samples += samples;
-    stats_.bytes += bytes;
+    const auto delivered = static_cast<std::uint64_t>(ref - slots);
     stats_.records += delivered;
+    stats_.samples += delivered - others;
+    stats_.bytes += pos - published_to;
     total += delivered;
-    samples = bytes = delivered = 0;
+    others = 0;
+    published_to = pos;
+    used_ = static_cast<std::size_t>(ref - slots);
   };
-  ring_.load_head();
-  for (auto p = ring_.peek(); !p.record.empty() || p.error != perf::DecodeError::kOk;
-       p = ring_.peek()) {
-    if (p.error != perf::DecodeError::kOk) {
-      // Only a damaged (synthetic or replayed) ring gets here: stop reading it for good.
+  while (pos != head) {
+    const std::uint64_t off = pos & (data_size - 1);
+    const auto h = perf::load<perf_event_header>(data + off);
+    if (h.size % 8 != 0 || std::uint64_t{h.size} - 1 >= head - pos) [[unlikely]] {
+      // Size 0, misaligned or past the published data: only a damaged (synthetic or replayed)
+      // ring gets here. Stop reading it for good.
       ++stats_.decode_errors;
       corrupt_ = true;
       break;
     }
-    RecordRef& ref = batch_[used_];
-    const auto h = perf::load<perf_event_header>(p.record.data());
-    ring_.consume(p.record.size());
-    bytes += p.record.size();
-    if (h.type == perf::abi::kSample) {
-      if (decode_samples) {
-        // Inline: the common case, once per record (peek() checked the header).
-        if (perf::detail::decode_sample_record<kSampleType>(p.record, h, layout, ref.record) !=
-            perf::DecodeError::kOk) {
+    const std::span<const std::byte> rec = off + h.size <= data_size
+                                               ? std::span<const std::byte>(data + off, h.size)
+                                               : ring_.wrapped(off, h.size);
+    // The next position as a branch on the record's size, not as a sum with it: a ring of
+    // records of one size (a BPF program's fixed struct, a tracepoint's fields) then has
+    // positions that do not wait for the header loads, and those loads run ahead of the
+    // decoding instead of one after another.
+    if (h.size == step) [[likely]] {
+      // Keeps the compiler from seeing that step equals the size just loaded (it would then
+      // add the loaded size: a dependency on the load again). Emits nothing.
+      asm("" : "+r"(step));
+    } else {
+      step = h.size;
+    }
+    pos += step;
+    if (h.type == perf::abi::kSample) [[likely]] {
+      if constexpr (kDecode) {
+        if (!decode_into_slot<kSampleType>(rec, h, layout, ref->record, *slot_ready)) [[unlikely]] {
           ++stats_.decode_errors;
           continue;
         }
       } else {
-        // Header only: the consumer decodes the samples it looks at (peek() checked the size).
-        auto& rec = ref.record;
-        rec.type = h.type;
-        rec.misc = h.misc;
-        rec.size = h.size;
-        rec.bytes = p.record;
-        if (rec.sample_id.present)
-          rec.sample_id = {};
-        if (rec.body.index() != 0)
-          rec.body.emplace<perf::Unknown>();
+        // Header only: the consumer decodes the samples it looks at (no slot is ever `ready`
+        // in this mode).
+        auto& r = ref->record;
+        r.type = h.type;
+        r.misc = h.misc;
+        r.size = h.size;
+        r.bytes = rec;
+        if (r.sample_id.present)
+          r.sample_id = {};
+        if (r.body.index() != 0)
+          r.body.emplace<perf::Unknown>();
       }
-      ++samples;
     } else {
-      if (perf::decode(p.record, layout, ref.record) != perf::DecodeError::kOk) {
+      *slot_ready = nullptr;
+      if (perf::decode(rec, layout, ref->record) != perf::DecodeError::kOk) {
         ++stats_.decode_errors;
         continue;
       }
-      account(ref);
+      account(*ref);
+      itrace = itrace_seen_;
+      ++others;
     }
     // Until a ring sees ITRACE_START (an AUX event's), every slot holds the zeros it started with.
-    if (itrace_seen_) {
-      ref.itrace_pid = itrace_pid_;
-      ref.itrace_tid = itrace_tid_;
+    if (itrace) [[unlikely]] {
+      ref->itrace_pid = itrace_pid_;
+      ref->itrace_tid = itrace_tid_;
     }
-    ++delivered;
-    if (++used_ == max_batch_) {
+    ++slot_ready;
+    if (++ref == slots_end) {
       publish();
       flush(handler);
+      ref = slots;
+      slot_ready = ready;
     }
   }
   publish();
+  ring_.seek(pos);
   flush(handler);
   ring_.commit();
   return total;

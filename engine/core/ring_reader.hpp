@@ -39,8 +39,9 @@ class RingReader {
 
  private:
   void flush(const BatchHandler& handler) noexcept;
-  /// drain() for samples of sample_type kSampleType (a fixed layout), or any layout (0).
-  template <std::uint64_t kSampleType>
+  /// drain() for samples of sample_type kSampleType (a fixed layout), or any layout (0);
+  /// kDecode false: samples are handed on undecoded (header only).
+  template <std::uint64_t kSampleType, bool kDecode = true>
   std::uint64_t drain_as(const BatchHandler& handler) noexcept;
   /// Counts a non-SAMPLE record (losses, AUX chunks, ITRACE_START context).
   void account(RecordRef& ref) noexcept;
@@ -52,6 +53,9 @@ class RingReader {
   std::uint32_t max_batch_;
   bool decode_samples_;
   std::vector<RecordRef> batch_;
+  /// Per slot: its Sample when it holds the last complete sample of the reader's fixed layout
+  /// (rewritten in place by the next one), else nullptr.
+  std::vector<perf::Sample*> ready_;
   std::size_t used_ = 0;
   RingStats stats_;
   std::uint32_t itrace_pid_ = 0, itrace_tid_ = 0;

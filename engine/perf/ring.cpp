@@ -35,6 +35,11 @@ void store_release(__u64& v, std::uint64_t x) noexcept {
 
 }  // namespace
 
+std::uint64_t unread_bytes(const perf_event_mmap_page& meta) noexcept {
+  const std::uint64_t tail = load_acquire(meta.data_tail);
+  return load_acquire(meta.data_head) - tail;
+}
+
 std::uint64_t TimeConv::to_perf_time(std::uint64_t cyc) const noexcept {
   // include/uapi/linux/perf_event.h, "If cap_usr_time_zero ...":
   if (cap_user_time_short)

@@ -85,6 +85,70 @@ template <std::uint64_t kSampleType = 0>
                                          const SampleLayout& l,
                                          Sample& s) noexcept;
 
+/// `[bpf] time`: the sample's time read from its payload, where the layout says (0 if the
+/// payload is too short for it).
+inline void set_payload_time(const SampleLayout& layout, Sample& s) noexcept {
+  if (layout.raw_time_offset >= 0) {
+    const auto off = static_cast<std::size_t>(layout.raw_time_offset);
+    s.time = s.raw.size() >= off + 8 ? load<std::uint64_t>(s.raw.data() + off) : 0;
+  }
+}
+
+/// Every field of a sample's sample_id copy, from the sample (no reset needed).
+inline void set_sample_id(std::uint64_t sample_type, const Sample& s, SampleId& id) noexcept {
+  id.pid = s.pid, id.tid = s.tid, id.time = s.time, id.stream_id = s.stream_id;
+  id.id = (sample_type & PERF_SAMPLE_IDENTIFIER) != 0U ? s.identifier : s.id;
+  id.cpu = s.cpu, id.res = s.res;
+  id.present = true;
+}
+
+/// Writes the PERF_RECORD_SAMPLE `rec` (exactly header.size bytes; the caller checked the
+/// header: size >= 8, a multiple of 8) of a fixed layout (kSampleType != 0, or layout.fixed)
+/// into `out`, whose body is `s`. `reused`: `s` holds the last complete Sample this function
+/// wrote with the same layout, and out.sample_id was made from it, so the fields the layout
+/// lacks are zero already and only the ones that change are written. @return false if the
+/// record is too short for its fields (`s` is then marked incomplete: sample_type 0).
+template <std::uint64_t kSampleType = 0>
+[[nodiscard]] inline bool write_fixed_sample(std::span<const std::byte> rec,
+                                             const perf_event_header& h,
+                                             const SampleLayout& layout,
+                                             Record& out,
+                                             Sample& s,
+                                             bool reused) noexcept {
+  out.type = h.type;
+  out.misc = h.misc;
+  out.size = h.size;
+  out.bytes = rec;
+  const std::byte* body = rec.data() + sizeof(perf_event_header);
+  const std::byte* end = rec.data() + rec.size();
+  if (!decode_fixed_sample<kSampleType>(body, end, layout, s)) {
+    // Half written: never reuse it as a complete Sample of this layout.
+    s.sample_type = 0;
+    return false;
+  }
+  set_payload_time(layout, s);
+  auto& id = out.sample_id;
+  if constexpr (kSampleType != 0) {
+    if (reused) {
+      if constexpr ((kSampleType & PERF_SAMPLE_TID) != 0U)
+        id.pid = s.pid, id.tid = s.tid;
+      if ((kSampleType & PERF_SAMPLE_TIME) != 0U || layout.raw_time_offset >= 0)
+        id.time = s.time;
+      if constexpr ((kSampleType & PERF_SAMPLE_IDENTIFIER) != 0U)
+        id.id = s.identifier;
+      else if constexpr ((kSampleType & PERF_SAMPLE_ID) != 0U)
+        id.id = s.id;
+      if constexpr ((kSampleType & PERF_SAMPLE_STREAM_ID) != 0U)
+        id.stream_id = s.stream_id;
+      if constexpr ((kSampleType & PERF_SAMPLE_CPU) != 0U)
+        id.cpu = s.cpu, id.res = s.res;
+      return true;
+    }
+  }
+  set_sample_id(kSampleType != 0 ? kSampleType : layout.sample_type, s, id);
+  return true;
+}
+
 /// Decodes the PERF_RECORD_SAMPLE `rec` (exactly header.size bytes; the caller checked the
 /// header: size >= 8, a multiple of 8) into `out`. kSampleType: as for decode_fixed_sample
 /// (non-zero only when layout.sample_type equals it).
@@ -95,10 +159,6 @@ template <std::uint64_t kSampleType = 0>
     const perf_event_header& h,
     const SampleLayout& layout,
     Record& out) noexcept {
-  out.type = h.type;
-  out.misc = h.misc;
-  out.size = h.size;
-  out.bytes = rec;
   // Re-zeroing the whole Sample per record costs ~40% of decode time. A Sample decoded with the
   // same sample_type has every unconditional field overwritten below and its absent fields still
   // zero, so only the fields written conditionally (registers with ABI_NONE, an empty user
@@ -118,50 +178,23 @@ template <std::uint64_t kSampleType = 0>
   } else {
     s = &out.body.emplace<Sample>();
   }
+  if (kSampleType != 0 || layout.fixed) {
+    return write_fixed_sample<kSampleType>(rec, h, layout, out, *s, reused)
+               ? DecodeError::kOk
+               : DecodeError::kFieldOverrun;
+  }
+  out.type = h.type;
+  out.misc = h.misc;
+  out.size = h.size;
+  out.bytes = rec;
   const std::byte* body = rec.data() + sizeof(perf_event_header);
   const std::byte* end = rec.data() + rec.size();
-  bool ok = false;
-  if constexpr (kSampleType != 0) {
-    ok = decode_fixed_sample<kSampleType>(body, end, layout, *s);
-  } else {
-    ok = layout.fixed ? decode_fixed_sample(body, end, layout, *s)
-                      : decode_general_sample(body, end, layout, *s);
-  }
-  if (!ok) {
-    // Half written: never reuse it as a complete Sample of this layout.
-    s->sample_type = 0;
+  if (!decode_general_sample(body, end, layout, *s)) {
+    s->sample_type = 0;  // half written: never reused as complete
     return DecodeError::kFieldOverrun;
   }
-  if (layout.raw_time_offset >= 0) {
-    const auto off = static_cast<std::size_t>(layout.raw_time_offset);
-    s->time = s->raw.size() >= off + 8 ? load<std::uint64_t>(s->raw.data() + off) : 0;
-  }
-  auto& id = out.sample_id;
-  if constexpr (kSampleType != 0) {
-    if (reused) {
-      // The slot's last record was a complete Sample of this very layout, and its sample_id
-      // was made from it: the fields the layout lacks are zero there already. Only write the
-      // ones that change (a RAW-only sample: time alone).
-      if constexpr ((kSampleType & PERF_SAMPLE_TID) != 0U)
-        id.pid = s->pid, id.tid = s->tid;
-      if ((kSampleType & PERF_SAMPLE_TIME) != 0U || layout.raw_time_offset >= 0)
-        id.time = s->time;
-      if constexpr ((kSampleType & PERF_SAMPLE_IDENTIFIER) != 0U)
-        id.id = s->identifier;
-      else if constexpr ((kSampleType & PERF_SAMPLE_ID) != 0U)
-        id.id = s->id;
-      if constexpr ((kSampleType & PERF_SAMPLE_STREAM_ID) != 0U)
-        id.stream_id = s->stream_id;
-      if constexpr ((kSampleType & PERF_SAMPLE_CPU) != 0U)
-        id.cpu = s->cpu, id.res = s->res;
-      return DecodeError::kOk;
-    }
-  }
-  // Every field of sample_id is written: no reset needed.
-  id.pid = s->pid, id.tid = s->tid, id.time = s->time, id.stream_id = s->stream_id;
-  id.id = (st & PERF_SAMPLE_IDENTIFIER) != 0U ? s->identifier : s->id;
-  id.cpu = s->cpu, id.res = s->res;
-  id.present = true;
+  set_payload_time(layout, *s);
+  set_sample_id(st, *s, out.sample_id);
   return DecodeError::kOk;
 }
 

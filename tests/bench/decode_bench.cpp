@@ -3,12 +3,23 @@
 // a header-only walk of the same ring (the floor: touching each record once) and a memcpy of
 // the same bytes (memory bandwidth).
 #include <benchmark/benchmark.h>
+#include <bpf/libbpf.h>
+#include <linux/perf_event.h>
+#include <sched.h>
+#include <sys/ioctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <cstring>
+#include <optional>
+#include <string>
 
 #include "core/ring_reader.hpp"
 #include "support/synthetic_ring.hpp"
+#include "tracer/bpf/object.hpp"
+#include "tracer/perf/event.hpp"
 #include "tracer/perf/ring.hpp"
+#include "tracer/tracefs/tracefs.hpp"
 
 namespace {
 
@@ -169,6 +180,151 @@ void BM_RingReaderDrainPayloadTime(benchmark::State& state) {
   f.report(state);
 }
 BENCHMARK(BM_RingReaderDrainPayloadTime)->Arg(1)->Arg(0);
+
+// The BPF output channel against libbpf's own consumer, over one ring the kernel filled: the
+// shipped syscall_output program on sys_enter_getppid writes ~7/8 of a default-size channel ring
+// on CPU 0 (104-byte records, as the end-to-end benchmark's), then its events are disabled so
+// nothing else arrives. Every pass rewinds the ring's tail and reads the same records:
+//   - libbpf: perf_buffer__consume_buffer with a callback per record that counts samples (the
+//     end-to-end benchmark's reference);
+//   - the engine: RingReader::drain over the same mapping, payload time decoded, with a batch
+//     handler that counts samples.
+// Needs root and BPF (skips otherwise).
+class KernelFilledRing {
+ public:
+  KernelFilledRing() {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(0, &one);
+    cpu_set_t saved;
+    if (::sched_getaffinity(0, sizeof(saved), &saved) != 0 ||
+        ::sched_setaffinity(0, sizeof(one), &one) != 0) {
+      fail("cannot pin to CPU 0");
+      return;
+    }
+    fill();
+    ::sched_setaffinity(0, sizeof(saved), &saved);
+  }
+  KernelFilledRing(const KernelFilledRing&) = delete;
+  KernelFilledRing& operator=(const KernelFilledRing&) = delete;
+  ~KernelFilledRing() {
+    if (pb_ != nullptr)
+      perf_buffer__free(pb_);
+  }
+
+  [[nodiscard]] const std::string& error() const { return error_; }
+  [[nodiscard]] perf_buffer* pb() const { return pb_; }
+  [[nodiscard]] perf_event_mmap_page* meta() const { return meta_; }
+  [[nodiscard]] std::span<std::byte> meta_and_data() const {
+    return {reinterpret_cast<std::byte*>(meta_), 4096 + data_size_};
+  }
+  void rewind() const { meta_->data_tail = 0; }
+  void report(benchmark::State& state) const {
+    state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * records_));
+    state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * meta_->data_head));
+  }
+  std::uint64_t samples = 0;  // what libbpf's callback counts
+
+ private:
+  void fail(std::string why) { error_ = std::move(why); }
+  void fill() {
+    auto obj = tracer::bpf::Object::open_shipped("syscall_output");
+    if (!obj)
+      return fail("syscall_output does not open");
+    obj_.emplace(std::move(*obj));
+    if (!obj_->set_global("nr_args", std::uint32_t{0}) || !obj_->load() ||
+        !obj_->update_elem<std::uint32_t, std::uint8_t>("tgids",
+                                                        static_cast<std::uint32_t>(::getpid()), 1))
+      return fail("syscall_output does not load (root and BPF needed)");
+    auto fs = tracer::tracefs::Tracefs::open();
+    if (!fs)
+      return fail("no tracefs");
+    auto id = fs->tracepoint_id({"syscalls", "sys_enter_getppid"});
+    if (!id)
+      return fail("no tracepoint syscalls:sys_enter_getppid");
+    tracer::perf::EventAttr ta;
+    ta.type(PERF_TYPE_TRACEPOINT).config(*id);
+    auto tp = tracer::perf::Event::open(ta, {.pid = ::getpid(), .cpu = -1});
+    if (!tp || !tp->set_bpf(*obj_->program_fd("syscall_output")))
+      return fail("cannot attach syscall_output");
+    perf_event_attr attr{};
+    attr.size = sizeof(attr);
+    attr.type = PERF_TYPE_SOFTWARE;
+    attr.config = PERF_COUNT_SW_BPF_OUTPUT;
+    attr.sample_type = PERF_SAMPLE_RAW;
+    attr.sample_period = 1;
+    attr.watermark = 1;
+    attr.wakeup_watermark = tracer::kDefaultOutputPages * 4096 / 4;
+    const auto on_event = [](void* ctx, int /*cpu*/, perf_event_header* h) {
+      if (h->type == PERF_RECORD_SAMPLE)
+        ++static_cast<KernelFilledRing*>(ctx)->samples;
+      return LIBBPF_PERF_EVENT_CONT;
+    };
+    pb_ = perf_buffer__new_raw(*obj_->map_fd("events"), tracer::kDefaultOutputPages, &attr,
+                               on_event, this, nullptr);
+    void* base = nullptr;
+    if (pb_ == nullptr || perf_buffer__buffer(pb_, 0, &base, &data_size_) != 0)
+      return fail("libbpf perf_buffer__new_raw failed");
+    meta_ = static_cast<perf_event_mmap_page*>(base);
+    while (meta_->data_head + 256 < data_size_ * 7 / 8) {
+      ::syscall(SYS_getppid);
+      ++records_;
+    }
+    // Nothing more: the program off the tracepoint, the ring's event disabled.
+    tp->disable().value();
+    ::ioctl(perf_buffer__buffer_fd(pb_, 0), PERF_EVENT_IOC_DISABLE, 0);
+    if (meta_->data_head != records_ * 104)
+      return fail("the kernel wrote other than one 104-byte record per call");
+  }
+
+  std::optional<tracer::bpf::Object> obj_;
+  perf_buffer* pb_ = nullptr;
+  perf_event_mmap_page* meta_ = nullptr;
+  std::size_t data_size_ = 0;
+  std::uint64_t records_ = 0;
+  std::string error_;
+};
+
+void BM_KernelRingLibbpfConsume(benchmark::State& state) {
+  KernelFilledRing k;
+  if (!k.error().empty()) {
+    state.SkipWithError(k.error().c_str());
+    return;
+  }
+  for (auto _ : state) {
+    k.rewind();
+    perf_buffer__consume_buffer(k.pb(), 0);
+  }
+  benchmark::DoNotOptimize(k.samples);
+  k.report(state);
+}
+BENCHMARK(BM_KernelRingLibbpfConsume);
+
+void BM_KernelRingEngineDrain(benchmark::State& state) {
+  KernelFilledRing k;
+  if (!k.error().empty()) {
+    state.SkipWithError(k.error().c_str());
+    return;
+  }
+  std::uint64_t samples = 0;
+  const tracer::BatchHandler handler = [&](const tracer::Batch& b) {
+    for (const auto& r : b.records)
+      samples += r.record.type == PERF_RECORD_SAMPLE ? 1 : 0;
+  };
+  // One reader for every pass (as the engine keeps one per ring): its position goes back with
+  // the ring's tail.
+  tracer::core::RingReader reader(*Ring::adopt(k.meta_and_data(), {}, false), 0, 0,
+                                  &kPayloadTimeLayout, static_cast<std::uint32_t>(state.range(1)),
+                                  state.range(0) != 0);
+  for (auto _ : state) {
+    k.rewind();
+    reader.ring().seek(0);
+    reader.drain(handler);
+  }
+  benchmark::DoNotOptimize(samples);
+  k.report(state);
+}
+BENCHMARK(BM_KernelRingEngineDrain)->ArgsProduct({{1, 0}, {16, 32, 64}});
 
 void BM_HeaderWalkPayloadTimeReference(benchmark::State& state) {
   Fixture f(kPayloadTimeLayout, 92, tracer::kDefaultOutputPages);

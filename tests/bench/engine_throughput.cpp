@@ -165,6 +165,30 @@ void print(const std::vector<Summary>& runs, long calls, int rounds) {
     fmt::print("{:<46} {:>10.3f} {:>8.2f}x {:>12.1f} {:>26}\n", run.name, m, m / base_median,
                median(cpu), cpu.empty() ? "-" : lost);
   }
+  // The machine's speed drifts between rounds (and with where the scheduler puts the consumer):
+  // each round's ratio to the reference run of the same round is steadier than a ratio of
+  // medians.
+  const auto ref = std::find_if(runs.begin(), runs.end(),
+                                [](const Summary& r) { return r.name.starts_with("(c)"); });
+  if (ref == runs.end() || ref->rounds.empty())
+    return;
+  fmt::print("\nper round, against {} (median of the rounds' ratios, rounds below 1):\n",
+             ref->name);
+  fmt::print("{:<46} {:>10} {:>9} {:>12}\n", "run", "slowdown", "CPU", "CPU wins");
+  for (const auto& run : runs) {
+    if (&run == &*ref || run.rounds.size() != ref->rounds.size() ||
+        per_event_ns(run.rounds[0]) == 0)
+      continue;
+    std::vector<double> slow, cpu;
+    int wins = 0;
+    for (std::size_t i = 0; i < run.rounds.size(); ++i) {
+      slow.push_back(run.rounds[i].workload_seconds / ref->rounds[i].workload_seconds);
+      cpu.push_back(per_event_ns(run.rounds[i]) / per_event_ns(ref->rounds[i]));
+      wins += cpu.back() < 1 ? 1 : 0;
+    }
+    fmt::print("{:<46} {:>9.3f}x {:>8.3f}x {:>8}/{}\n", run.name, median(slow), median(cpu), wins,
+               run.rounds.size());
+  }
 }
 
 }  // namespace tracer::bench

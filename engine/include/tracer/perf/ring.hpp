@@ -124,6 +124,24 @@ class Ring {
   }
   /// Advances our read position past `bytes` (a record peek() returned).
   void consume(std::size_t bytes) noexcept { read_pos_ += bytes; }
+
+  // The same walk with the cursor in a caller's locals (a drain loop that stores into memory
+  // per record would otherwise reload the ring's members after every store):
+  //   const auto area = ring.data_area();  std::uint64_t pos = ring.read_position();
+  //   const std::uint64_t head = ring.load_head();
+  //   ... records at area[pos & (size - 1)], wrapped() for one that crosses the end ...
+  //   ring.seek(pos);  ring.commit();
+  [[nodiscard]] std::span<const std::byte> data_area() const noexcept {
+    return {data_, data_size_};
+  }
+  [[nodiscard]] std::uint64_t read_position() const noexcept { return read_pos_; }
+  /// Moves our read position to `pos` (between it and the loaded head).
+  void seek(std::uint64_t pos) noexcept { read_pos_ = pos; }
+  /// The record of `size` bytes at data offset `off` that wraps the end of the data area,
+  /// copied once into scratch (valid until the next call).
+  [[nodiscard]] std::span<const std::byte> wrapped(std::uint64_t off, std::uint16_t size) noexcept {
+    return peek_wrapped(off, size).record;
+  }
   /// Release-stores data_tail = read position, handing the space back to the kernel.
   void commit() noexcept;
   /// Bytes published but not yet consumed, as of the last load_head().
@@ -171,6 +189,11 @@ class Ring {
   std::vector<std::byte> scratch_;
   AuxStats aux_stats_;
 };
+
+/// Bytes the kernel has published in a forward ring that the reader has not handed back yet
+/// (data_head - data_tail), read from the ring's shared page with acquire loads: callable from
+/// any thread while the ring is mapped (the reactor looks at it to decide if a wait is over).
+[[nodiscard]] std::uint64_t unread_bytes(const perf_event_mmap_page& meta) noexcept;
 
 /// Walks records laid out back to back in `bytes` (a snapshot, a perf.data data section) and
 /// calls fn(span) for each; stops at the first malformed header and returns its error.
