@@ -2,7 +2,9 @@
 
 #include <boost/asio/execution/context.hpp>
 #include <boost/asio/query.hpp>
-#include <boost/system/system_error.hpp>
+#include <system_error>
+
+#include "tracer/error.hpp"
 
 namespace tracer::core {
 
@@ -23,8 +25,8 @@ RingWait::RingWait(Strand strand,
     // EPOLLIN | EPOLLERR | EPOLLHUP | EPOLLPRI | EPOLLET, once: what every Asio descriptor gets.
     if (const int err = reactor_->register_descriptor(fd_, data_); err != 0) {
       reactor_->cleanup_descriptor_data(data_);
-      throw boost::system::system_error(err, boost::system::system_category(),
-                                        "ring wait: epoll registration");
+      throw Error(ErrorCategory::kRuntime, {err, std::generic_category()},
+                  "engine: the reactor refused a ring's fd (epoll_ctl ADD)");
     }
     return;
   }

@@ -63,7 +63,7 @@ class RingWait {
   /// Watches `fd` (a ring's event; it must stay open while this lives, and is not closed here)
   /// for the ring whose shared page is `meta`. `watermark` is the fill level in bytes the kernel
   /// wakes at (0: it wakes by sample count, and a wait never completes without a wakeup).
-  /// @throws boost::system::system_error if the reactor refuses the descriptor.
+  /// @throws tracer::Error (runtime) if the reactor refuses the descriptor.
   RingWait(Strand strand,
            int fd,
            const perf_event_mmap_page& meta,

@@ -31,7 +31,7 @@ constexpr std::size_t kStepPages = kWatermark / kRecord / 4;  // a quarter of th
 
 /// Faults in `pages` fresh pages of this process: one minor fault (one sample) each.
 void fault_pages(std::size_t pages) {
-  const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
   void* p =
       ::mmap(nullptr, pages * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   ASSERT_NE(p, MAP_FAILED);
