@@ -10,10 +10,8 @@
 #include <cstring>
 
 #include "bench_common.hpp"
-#include "tracer/bpf/object.hpp"
+#include "libbpf_reference.hpp"
 #include "tracer/engine.hpp"
-#include "tracer/perf/event.hpp"
-#include "tracer/tracefs/tracefs.hpp"
 
 namespace tracer::bench {
 namespace {
@@ -79,33 +77,15 @@ enum bpf_perf_event_ret on_event(void* ctx, int /*cpu*/, perf_event_header* h) {
 
 Row run_libbpf_reference(long calls) {
   Workload w(calls);
-  auto obj = bpf::Object::open_shipped("syscall_output");
-  if (!obj || !obj->set_global("nr_args", std::uint32_t{0}) || !obj->load())
+  auto prog = attach_syscall_output(w.pid());
+  if (!prog)
     std::abort();
-  if (!obj->update_elem<std::uint32_t, std::uint8_t>("tgids", static_cast<std::uint32_t>(w.pid()),
-                                                     1))
-    std::abort();
-  // The program on the tracepoint: one counting event, SET_BPF once (as the engine does).
-  auto fs = tracefs::Tracefs::open();
-  auto id = fs->tracepoint_id({"syscalls", "sys_enter_getppid"});
-  perf::EventAttr ta;
-  ta.type(PERF_TYPE_TRACEPOINT).config(*id);
-  auto tp = perf::Event::open(ta, {.pid = w.pid(), .cpu = -1});
-  if (!tp || !tp->set_bpf(*obj->program_fd("syscall_output")))
-    std::abort();
-  // libbpf's perf_buffer over the PERF_EVENT_ARRAY, RAW only, wakeups batched by watermark
-  // like the engine's (perf_buffer__new would wake on every sample).
-  perf_event_attr attr{};
-  attr.size = sizeof(attr);
-  attr.type = PERF_TYPE_SOFTWARE;
-  attr.config = PERF_COUNT_SW_BPF_OUTPUT;
-  attr.sample_type = PERF_SAMPLE_RAW;
-  attr.sample_period = 1;
-  attr.watermark = 1;
-  attr.wakeup_watermark = kPages * 4096 / 4;
+  auto& obj = prog->object;
+  // libbpf's perf_buffer over the PERF_EVENT_ARRAY, with the engine's ring and wakeup.
+  perf_event_attr attr = reference_output_attr();  // libbpf takes it non-const
   RefCounts counts;
   perf_buffer* pb =
-      perf_buffer__new_raw(*obj->map_fd("events"), kPages, &attr, on_event, &counts, nullptr);
+      perf_buffer__new_raw(*obj.map_fd("events"), kPages, &attr, on_event, &counts, nullptr);
   if (pb == nullptr)
     std::abort();
   const double cpu0 = process_cpu_seconds();
@@ -120,7 +100,7 @@ Row run_libbpf_reference(long calls) {
   perf_buffer__consume(pb);
   const double cpu = process_cpu_seconds() - cpu0;
   perf_buffer__free(pb);
-  std::uint64_t drops = obj->percpu_array_sum<std::uint64_t>("output_drops").value_or(0);
+  std::uint64_t drops = obj.percpu_array_sum<std::uint64_t>("output_drops").value_or(0);
   return {"(c) libbpf perf_buffer (reference)", secs, counts.samples, std::max(counts.lost, drops),
           cpu};
 }

@@ -15,11 +15,9 @@
 #include <string>
 
 #include "core/ring_reader.hpp"
+#include "libbpf_reference.hpp"
 #include "support/synthetic_ring.hpp"
-#include "tracer/bpf/object.hpp"
-#include "tracer/perf/event.hpp"
 #include "tracer/perf/ring.hpp"
-#include "tracer/tracefs/tracefs.hpp"
 
 namespace {
 
@@ -228,39 +226,17 @@ class KernelFilledRing {
  private:
   void fail(std::string why) { error_ = std::move(why); }
   void fill() {
-    auto obj = tracer::bpf::Object::open_shipped("syscall_output");
-    if (!obj)
-      return fail("syscall_output does not open");
-    obj_.emplace(std::move(*obj));
-    if (!obj_->set_global("nr_args", std::uint32_t{0}) || !obj_->load() ||
-        !obj_->update_elem<std::uint32_t, std::uint8_t>("tgids",
-                                                        static_cast<std::uint32_t>(::getpid()), 1))
-      return fail("syscall_output does not load (root and BPF needed)");
-    auto fs = tracer::tracefs::Tracefs::open();
-    if (!fs)
-      return fail("no tracefs");
-    auto id = fs->tracepoint_id({"syscalls", "sys_enter_getppid"});
-    if (!id)
-      return fail("no tracepoint syscalls:sys_enter_getppid");
-    tracer::perf::EventAttr ta;
-    ta.type(PERF_TYPE_TRACEPOINT).config(*id);
-    auto tp = tracer::perf::Event::open(ta, {.pid = ::getpid(), .cpu = -1});
-    if (!tp || !tp->set_bpf(*obj_->program_fd("syscall_output")))
-      return fail("cannot attach syscall_output");
-    perf_event_attr attr{};
-    attr.size = sizeof(attr);
-    attr.type = PERF_TYPE_SOFTWARE;
-    attr.config = PERF_COUNT_SW_BPF_OUTPUT;
-    attr.sample_type = PERF_SAMPLE_RAW;
-    attr.sample_period = 1;
-    attr.watermark = 1;
-    attr.wakeup_watermark = tracer::kDefaultOutputPages * 4096 / 4;
+    auto prog = tracer::bench::attach_syscall_output(::getpid());
+    if (!prog)
+      return fail(prog.error());
+    prog_.emplace(std::move(*prog));
+    perf_event_attr attr = tracer::bench::reference_output_attr();  // libbpf takes it non-const
     const auto on_event = [](void* ctx, int /*cpu*/, perf_event_header* h) {
       if (h->type == PERF_RECORD_SAMPLE)
         ++static_cast<KernelFilledRing*>(ctx)->samples;
       return LIBBPF_PERF_EVENT_CONT;
     };
-    pb_ = perf_buffer__new_raw(*obj_->map_fd("events"), tracer::kDefaultOutputPages, &attr,
+    pb_ = perf_buffer__new_raw(*prog_->object.map_fd("events"), tracer::kDefaultOutputPages, &attr,
                                on_event, this, nullptr);
     void* base = nullptr;
     if (pb_ == nullptr || perf_buffer__buffer(pb_, 0, &base, &data_size_) != 0)
@@ -271,13 +247,13 @@ class KernelFilledRing {
       ++records_;
     }
     // Nothing more: the program off the tracepoint, the ring's event disabled.
-    tp->disable().value();
+    prog_->tracepoint.disable().value();
     ::ioctl(perf_buffer__buffer_fd(pb_, 0), PERF_EVENT_IOC_DISABLE, 0);
     if (meta_->data_head != records_ * 104)
       return fail("the kernel wrote other than one 104-byte record per call");
   }
 
-  std::optional<tracer::bpf::Object> obj_;
+  std::optional<tracer::bench::SyscallOutputOnGetppid> prog_;
   perf_buffer* pb_ = nullptr;
   perf_event_mmap_page* meta_ = nullptr;
   std::size_t data_size_ = 0;

@@ -72,6 +72,15 @@ class RingWaitLive : public ::testing::TestWithParam<RingWait::Mode> {
     io_.poll();  // the aborted waits' handlers
   }
 
+  /// Why a test of the reactor-level wait's own behaviour does not apply, or nullptr.
+  const char* reactor_level_only() const {
+    if (GetParam() == RingWait::Mode::kPortable)
+      return "the portable wait completes on every readiness of the descriptor";
+    if (!wait_->reactor_level())
+      return "this Asio has no reactor-level ring wait (Boost 1.74-1.77, epoll)";
+    return nullptr;
+  }
+
   /// The child faults in `quarters` quarters of a watermark's worth of samples.
   void produce(int quarters) {
     for (int i = 0; i < quarters; ++i)
@@ -125,10 +134,8 @@ TEST_P(RingWaitLive, BelowTheWatermarkItWaitsForTheKernelsWakeup) {
 }
 
 TEST_P(RingWaitLive, AWatermarksWorthAlreadyThereCompletesWithoutAWakeup) {
-  if (GetParam() == RingWait::Mode::kPortable)
-    GTEST_SKIP() << "the portable wait completes on the descriptor's readiness only";
-  if (!wait_->reactor_level())
-    GTEST_SKIP() << "this Asio has no reactor-level ring wait (Boost 1.74-1.77, epoll)";
+  if (const char* why = reactor_level_only())
+    GTEST_SKIP() << why;
   produce(8);
   drain();     // what the wakeup was for is gone: the kernel's edge is spent
   produce(5);  // a watermark's worth again, past the next wakeup point
@@ -140,10 +147,8 @@ TEST_P(RingWaitLive, AWatermarksWorthAlreadyThereCompletesWithoutAWakeup) {
 }
 
 TEST_P(RingWaitLive, AWakeupForDataAlreadyDrainedDoesNotCompleteAnEmptyWait) {
-  if (GetParam() == RingWait::Mode::kPortable)
-    GTEST_SKIP() << "the portable wait completes on every readiness of the descriptor";
-  if (!wait_->reactor_level())
-    GTEST_SKIP() << "this Asio has no reactor-level ring wait (Boost 1.74-1.77, epoll)";
+  if (const char* why = reactor_level_only())
+    GTEST_SKIP() << why;
   start_wait();
   produce(8);  // the kernel wakes the fd...
   drain();     // ...and a timer's drain takes the data first
