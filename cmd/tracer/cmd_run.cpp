@@ -223,7 +223,8 @@ int run_recipe(const RunOptions& given) {
   auto pipelines = make_pipelines(recipe, out, o.json, diags, {}, o.perf_data);
   diags.throw_if_any();
 
-  asio::io_context io;
+  // One thread runs it (this one): the engine's handlers then need no strand.
+  asio::io_context io(1);
   Engine engine(io.get_executor(), std::move(eo));
   const bool status_line = !o.json && ::isatty(STDERR_FILENO) == 1;
   bool status_shown = false;

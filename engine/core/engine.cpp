@@ -12,7 +12,6 @@
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
-#include <boost/asio/strand.hpp>
 #include <chrono>
 #include <csignal>
 #include <cstring>
@@ -111,11 +110,11 @@ std::vector<pid_t> threads_of(pid_t pid) {
 struct Engine::Impl : std::enable_shared_from_this<Engine::Impl> {
   struct Reader {
     Reader(core::RingReader r,
-           const asio::strand<asio::any_io_executor>& strand,
+           const asio::any_io_executor& executor,
            int fd,
            const perf::EventAttr& attr)
         : reader(std::move(r)),
-          wait(strand,
+          wait(executor,
                fd,
                *reader.ring().meta(),
                attr.raw()->watermark != 0 ? attr.raw()->wakeup_watermark : 0) {}
@@ -132,9 +131,11 @@ struct Engine::Impl : std::enable_shared_from_this<Engine::Impl> {
   };
 
   Impl(asio::any_io_executor ex, EngineOptions o)
-      : strand(asio::make_strand(ex)), opts(std::move(o)), flush_timer(strand) {}
+      : serial(core::serial_executor(ex)), opts(std::move(o)), flush_timer(serial) {}
 
-  asio::strand<asio::any_io_executor> strand;
+  // Every handler of the engine's runs here: a strand of the given executor, or the executor
+  // itself when one thread runs its io_context (core::serial_executor).
+  asio::any_io_executor serial;
   EngineOptions opts;
   BatchHandler batch_handler;
   std::function<void()> done_handler;
@@ -156,6 +157,13 @@ struct Engine::Impl : std::enable_shared_from_this<Engine::Impl> {
   int go_fd = -1;
   bool running = false;
   bool stopped = false;
+  // Passes over every ring: when the last began, how many were made and how many of them the
+  // flush timer woke the engine for. timer_generation counts arm_timer() calls: a timer wait
+  // armed before the latest one is stale.
+  std::chrono::steady_clock::time_point last_pass{};
+  std::uint64_t passes = 0;
+  std::uint64_t timer_passes = 0;
+  std::uint64_t timer_generation = 0;
   std::exception_ptr failure;
   Stats final_stats;
 
@@ -173,6 +181,8 @@ struct Engine::Impl : std::enable_shared_from_this<Engine::Impl> {
   void release_command();
   void arm(Reader& r);
   void arm_timer();
+  /// True when a pass over every ring is due within half a flush interval.
+  [[nodiscard]] bool pass_due() const noexcept;
   void watch_child();
   void drain_all() noexcept;
   /// True (and `failure` set) when a batch handler threw: the engine must stop.
@@ -282,7 +292,7 @@ void Engine::Impl::open_probe(core::ResolvedProbe& rp,
       auto r = std::make_unique<Reader>(
           core::RingReader(std::move(*ring), rp.info.index, cpu, &probes[rp.info.index].layout,
                            opts.max_batch, opts.decode_samples),
-          strand, ce.events.front().fd(), probes[rp.info.index].attr);
+          serial, ce.events.front().fd(), probes[rp.info.index].attr);
       ce.reader = r.get();
       readers.push_back(std::move(r));
     }
@@ -464,7 +474,7 @@ void Engine::Impl::open_output_channel(const BpfOptions& b, bpf::Object& obj) {
     auto r = std::make_unique<Reader>(
         core::RingReader(std::move(slot->ring), out_info.index, slot->cpu, &out_info.layout,
                          opts.max_batch, opts.decode_samples),
-        strand, slot->event.fd(), out_info.attr);
+        serial, slot->event.fd(), out_info.attr);
     output_readers.push_back(r.get());
     readers.push_back(std::move(r));
   }
@@ -530,6 +540,11 @@ void Engine::Impl::start() {
   if (opts.probes.empty()) {
     throw Error(ErrorCategory::kUsage, std::make_error_code(std::errc::invalid_argument),
                 "engine: no probes to start", "add at least one probe");
+  }
+  if (opts.flush_interval_ms == 0) {
+    throw Error(ErrorCategory::kUsage, std::make_error_code(std::errc::invalid_argument),
+                "engine: flush_interval_ms is 0",
+                "give the longest time a record may wait in a quiet ring, in milliseconds");
   }
   for (std::size_t i = 0; i < opts.probes.size(); ++i) {
     for (std::size_t j = 0; j < i; ++j) {
@@ -653,6 +668,7 @@ void Engine::Impl::start() {
     throw;
   }
   running = true;
+  last_pass = std::chrono::steady_clock::now();
   for (auto& r : readers)
     arm(*r);
   arm_timer();
@@ -675,6 +691,14 @@ void Engine::Impl::arm(Reader& r) {
         if (kernel_wakeup)
           r.reader.count_wakeup();
         r.reader.drain(self->batch_handler);
+        // Every ring gets a pass at least once per flush interval. One due within half an
+        // interval is made now, on this wakeup, and the timer pushed back: the wakeups of busy
+        // rings flush the quiet ones too, and the timer wakes the engine only when no ring has
+        // for half an interval (a timer wakeup costs as much as a ring's).
+        if (self->pass_due()) {
+          self->drain_all();
+          self->arm_timer();
+        }
 
         if (self->check_handler_failure()) {
           self->stop();
@@ -685,22 +709,32 @@ void Engine::Impl::arm(Reader& r) {
       });
 }
 
+bool Engine::Impl::pass_due() const noexcept {
+  return std::chrono::steady_clock::now() - last_pass >=
+         std::chrono::microseconds(std::uint64_t{opts.flush_interval_ms} * 500);
+}
+
 void Engine::Impl::arm_timer() {
   if (!running)
     return;
+  // Re-arming cancels a pending wait (it completes with operation_aborted); one that had
+  // already expired and is queued completes without error, and is told apart by generation.
+  const std::uint64_t generation = ++timer_generation;
   flush_timer.expires_after(std::chrono::milliseconds(opts.flush_interval_ms));
-  flush_timer.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
-    if (ec || !self->running)
-      return;
-    self->drain_all();
+  flush_timer.async_wait(
+      [self = shared_from_this(), generation](const boost::system::error_code& ec) {
+        if (ec || !self->running || generation != self->timer_generation)
+          return;
+        ++self->timer_passes;
+        self->drain_all();
 
-    if (self->check_handler_failure()) {
-      self->stop();
+        if (self->check_handler_failure()) {
+          self->stop();
 
-      return;
-    }
-    self->arm_timer();
-  });
+          return;
+        }
+        self->arm_timer();
+      });
 }
 
 void Engine::Impl::watch_child() {
@@ -708,7 +742,7 @@ void Engine::Impl::watch_child() {
   const long pidfd = ::syscall(SYS_pidfd_open, child, 0);
   if (pidfd < 0)
     return;  // without pidfds the command is reaped at stop()
-  child_watch.emplace(strand, static_cast<int>(pidfd));
+  child_watch.emplace(serial, static_cast<int>(pidfd));
   child_watch->async_wait(asio::posix::stream_descriptor::wait_read,
                           [self = shared_from_this()](const boost::system::error_code& ec) {
                             if (ec || !self->running)
@@ -721,6 +755,8 @@ void Engine::Impl::watch_child() {
 }
 
 void Engine::Impl::drain_all() noexcept {
+  last_pass = std::chrono::steady_clock::now();
+  ++passes;
   for (auto& r : readers)
     r->reader.drain(batch_handler);
   if (round_handler) {
@@ -779,6 +815,8 @@ Stats Engine::Impl::collect_stats() const {
     }
     s.probes.push_back(std::move(ps));
   }
+  s.passes = passes;
+  s.timer_passes = timer_passes;
   return s;
 }
 
@@ -804,7 +842,7 @@ void Engine::Impl::stop() {
   stopped = true;
   cleanup();
   if (was_running && done_handler)
-    asio::post(strand, done_handler);
+    asio::post(serial, done_handler);
 }
 
 void Engine::Impl::cleanup() noexcept {

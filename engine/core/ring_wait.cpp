@@ -2,21 +2,60 @@
 
 #include <boost/asio/execution/context.hpp>
 #include <boost/asio/query.hpp>
+#include <boost/asio/strand.hpp>
 #include <system_error>
+
+#if BOOST_VERSION >= 107400 && BOOST_VERSION < 107800
+#include <boost/asio/detail/concurrency_hint.hpp>
+#include <boost/asio/detail/scheduler.hpp>
+#define TRACER_HAS_SCHEDULER_HINT 1
+#else
+#define TRACER_HAS_SCHEDULER_HINT 0
+#endif
 
 #include "tracer/error.hpp"
 
 namespace tracer::core {
 
-RingWait::RingWait(Strand strand,
+namespace {
+
+/// True when `ex` is an io_context's executor and that io_context was made for one thread.
+bool one_thread_io_context(const boost::asio::any_io_executor& ex) {
+#if TRACER_HAS_SCHEDULER_HINT
+  const auto* io = target_as<boost::asio::io_context::executor_type>(ex);
+  if (io == nullptr)
+    return false;
+  // io_context(hint) hands its hint to its scheduler, the service that is its implementation.
+  const int hint =
+      boost::asio::use_service<boost::asio::detail::scheduler>(io->context()).concurrency_hint();
+  return hint == 1 || !BOOST_ASIO_CONCURRENCY_HINT_IS_LOCKING(SCHEDULER, hint);
+#else
+  (void)ex;
+  return false;  // no portable way to ask: a strand is always safe
+#endif
+}
+
+}  // namespace
+
+boost::asio::any_io_executor serial_executor(const boost::asio::any_io_executor& ex) {
+  if (one_thread_io_context(ex))
+    return ex;
+  return boost::asio::make_strand(ex);
+}
+
+RingWait::RingWait(boost::asio::any_io_executor executor,
                    int fd,
                    const perf_event_mmap_page& meta,
                    std::uint64_t watermark,
                    Mode mode)
-    : strand_(std::move(strand)), fd_(fd), meta_(&meta), watermark_(watermark) {
+    : executor_(std::move(executor)),
+      direct_(target_as<boost::asio::io_context::executor_type>(executor_) != nullptr),
+      fd_(fd),
+      meta_(&meta),
+      watermark_(watermark) {
 #if TRACER_RING_WAIT_REACTOR
   if (mode == Mode::kBest) {
-    auto& ctx = boost::asio::query(strand_.get_inner_executor(), boost::asio::execution::context);
+    auto& ctx = boost::asio::query(executor_, boost::asio::execution::context);
     reactor_ = &boost::asio::use_service<Reactor>(ctx);
     // Puts the reactor's task on the scheduler, as Asio's own descriptor and timer services do
     // when they are created: without it an io_context with no other I/O object never waits on
@@ -34,7 +73,7 @@ RingWait::RingWait(Strand strand,
   (void)mode;
 #endif
   // Not owned: release()d, never closed, in the destructor.
-  portable_.emplace(strand_, fd_);
+  portable_.emplace(executor_, fd_);
 }
 
 RingWait::~RingWait() {

@@ -26,6 +26,7 @@
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/dispatch.hpp>
+#include <boost/asio/io_context.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/system/error_code.hpp>
@@ -33,6 +34,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <typeinfo>
 #include <utility>
 
 #include "tracer/perf/ring.hpp"
@@ -52,19 +54,33 @@
 
 namespace tracer::core {
 
+/// `ex`'s target when it is a T, else nullptr. (Boost 1.74's any_executor::target<T>() casts
+/// without looking at the type.)
+template <typename T>
+const T* target_as(const boost::asio::any_io_executor& ex) noexcept {
+  return ex && ex.target_type() == typeid(T) ? ex.target<T>() : nullptr;
+}
+
+/// The executor an engine's handlers run on: `ex` itself when it is an io_context's executor
+/// and that io_context was made for one thread (concurrency hint 1, as tracer's CLI makes it:
+/// Asio then assumes one thread runs it), else a new strand of `ex`. A strand costs every
+/// completion a mutex and a queued operation; a single-threaded loop needs neither.
+boost::asio::any_io_executor serial_executor(const boost::asio::any_io_executor& ex);
+
 class RingWait {
  public:
-  using Strand = boost::asio::strand<boost::asio::any_io_executor>;
   enum class Mode {
     kBest,      // the reactor-level wait where available, else the portable one
     kPortable,  // always the stream_descriptor wait
   };
 
   /// Watches `fd` (a ring's event; it must stay open while this lives, and is not closed here)
-  /// for the ring whose shared page is `meta`. `watermark` is the fill level in bytes the kernel
-  /// wakes at (0: it wakes by sample count, and a wait never completes without a wakeup).
+  /// for the ring whose shared page is `meta`; handlers run on `executor` (a strand, or an
+  /// io_context executor that one thread runs: see serial_executor). `watermark` is the fill level
+  /// in bytes the kernel wakes at (0: it wakes by sample count, and a wait never completes without
+  /// a wakeup).
   /// @throws tracer::Error (runtime) if the reactor refuses the descriptor.
-  RingWait(Strand strand,
+  RingWait(boost::asio::any_io_executor executor,
            int fd,
            const perf_event_mmap_page& meta,
            std::uint64_t watermark,
@@ -77,7 +93,7 @@ class RingWait {
   /// True when waits avoid the per-wait epoll_ctl (the reactor-level wait is in use).
   [[nodiscard]] bool reactor_level() const noexcept { return !portable_; }
 
-  /// Calls handler(ec, kernel_wakeup) on the strand once the ring is worth draining.
+  /// Calls handler(ec, kernel_wakeup) on the executor once the ring is worth draining.
   /// kernel_wakeup: the kernel's wakeup completed the wait (false: the ring held a watermark's
   /// worth when the wait started). ec: operation_aborted after cancel() or destruction.
   /// At most one wait at a time.
@@ -95,7 +111,10 @@ class RingWait {
   Reactor* reactor_ = nullptr;
   Reactor::per_descriptor_data data_{};
 #endif
-  Strand strand_;
+  boost::asio::any_io_executor executor_;
+  // The executor is an io_context's own: a completion, which runs on a thread inside that
+  // io_context's run(), calls the handler directly (what dispatch() would do, minus its cost).
+  bool direct_ = false;
   int fd_;
   const perf_event_mmap_page* meta_;
   std::uint64_t watermark_;
@@ -111,7 +130,7 @@ class RingWait::Op : public boost::asio::detail::reactor_op {
   Op(Handler h, const RingWait& w)
       : reactor_op(boost::system::error_code(), &Op::do_perform, &Op::do_complete),
         handler_(std::move(h)),
-        strand_(w.strand_),
+        executor_(w.direct_ ? boost::asio::any_io_executor() : w.executor_),
         meta_(w.meta_),
         watermark_(w.watermark_) {}
 
@@ -136,14 +155,24 @@ class RingWait::Op : public boost::asio::detail::reactor_op {
     std::unique_ptr<Op> o(static_cast<Op*>(base));
     if (owner == nullptr)
       return;  // the io_context is shutting down: destroy the handler, do not call it
+    if (!o->executor_) {
+      // The wait's executor is this io_context's (one thread runs it): called here, with the
+      // operation freed first so that the handler can start the next wait.
+      Handler h = std::move(o->handler_);
+      const boost::system::error_code ec = o->ec_;
+      const bool kernel = o->kernel_wakeup_;
+      o.reset();
+      h(ec, kernel);
+      return;
+    }
     // On the strand, as the portable wait's handler would run (inline when the strand is free
     // and this thread runs the io_context).
-    boost::asio::dispatch(o->strand_, [h = std::move(o->handler_), ec = o->ec_,
-                                       kernel = o->kernel_wakeup_]() mutable { h(ec, kernel); });
+    boost::asio::dispatch(o->executor_, [h = std::move(o->handler_), ec = o->ec_,
+                                         kernel = o->kernel_wakeup_]() mutable { h(ec, kernel); });
   }
 
   Handler handler_;
-  Strand strand_;
+  boost::asio::any_io_executor executor_;  // empty: call the handler directly
   const perf_event_mmap_page* meta_;
   std::uint64_t watermark_;
   bool speculative_ = true;

@@ -21,7 +21,7 @@ constexpr std::uint32_t kPages = kDefaultOutputPages;
 
 Row run_engine_bpf_output(long calls, bool decode_samples) {
   Workload w(calls);
-  boost::asio::io_context io;
+  boost::asio::io_context io(1);  // as the CLI runs it: one thread, no strand
   Engine engine(io.get_executor(),
                 {.target = {.kind = Target::Kind::kPid, .pid = w.pid()},
                  .probes = {{.name = "getppid",

@@ -99,7 +99,7 @@ Row run_untraced(long calls) {
 
 Row run_engine_tracepoint(long calls) {
   Workload w(calls);
-  boost::asio::io_context io;
+  boost::asio::io_context io(1);  // as the CLI runs it: one thread, no strand
   Engine engine(io.get_executor(), {.target = {.kind = Target::Kind::kPid, .pid = w.pid()},
                                     .probes = {{.name = "getppid",
                                                 .kind = ProbeKind::kTracepoint,

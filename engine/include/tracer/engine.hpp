@@ -12,8 +12,11 @@
 //   engine.stop();                        // drains what remains, detaches, closes
 //   auto stats = engine.stats();
 //
-// Threading: the engine's handlers run on a strand of the executor. Call its member functions
-// from that executor's threads (for instance through asio::post) or before running it.
+// Threading: the engine's handlers run on a strand of the executor, or directly on it when the
+// executor is an io_context's made for one thread (io_context(1), as the CLI's: Asio then
+// assumes one thread runs it, and a strand would only add a mutex and a queued operation to every
+// completion). Call the engine's member functions from that executor's threads (for instance
+// through asio::post) or before running it.
 #pragma once
 
 #include <sys/types.h>
@@ -137,7 +140,9 @@ struct EngineOptions {
   bool verbose = false;
   /// Place kprobes/uprobes through tracefs dynamic events even where a probe PMU exists.
   bool prefer_tracefs_probes = false;
-  /// Period of the timer that drains rings whose wakeup has not come (low-rate probes).
+  /// Every ring is drained at least this often, wakeup or not (low-rate probes): on a busy
+  /// ring's wakeup when the last pass over every ring is half an interval old, else by a timer,
+  /// which then wakes the engine only when no ring has. Not 0.
   std::uint32_t flush_interval_ms = 100;
   /// Records handed to on_batch at most at once (one drain may deliver several batches). A
   /// RecordRef is ~0.5 KiB: 64 of them stay in L1/L2 while the stages read them (measured:
@@ -217,6 +222,10 @@ struct ProbeStats {
 
 struct Stats {
   std::vector<ProbeStats> probes;
+  /// Passes over every ring (each ends with on_round), and those of them the flush timer woke
+  /// the engine for; the others were made on a ring's wakeup.
+  std::uint64_t passes = 0;
+  std::uint64_t timer_passes = 0;
 };
 
 /// The entries of one BPF map at one moment, with their layout: aggregations kept in the kernel
@@ -249,10 +258,10 @@ class Engine {
   void on_batch(BatchHandler handler);
   /// Called once when the engine stopped by itself (the traced command exited) or by stop().
   void on_done(std::function<void()> handler);
-  /// Called after each pass that drained every ring to its head (the flush timer's, and the last
-  /// one in stop()): a record delivered after it was written to its ring after the pass began,
-  /// so a sink can end a reorder round there, as perf record writes FINISHED_ROUND after each
-  /// pass over its mmaps.
+  /// Called after each pass that drained every ring to its head (at least once per flush
+  /// interval, and the last one in stop()): a record delivered after it was written to its ring
+  /// after the pass began, so a sink can end a reorder round there, as perf record writes
+  /// FINISHED_ROUND after each pass over its mmaps.
   void on_round(std::function<void()> handler);
 
   /// What start() would do short of opening anything: resolves every probe (tracepoint ids and

@@ -254,7 +254,66 @@ TEST(EngineLive, FlushTimerDeliversLowRateEvents) {
   ASSERT_TRUE(child.go());
   io.run_for(200ms);
   EXPECT_EQ(c.samples, 3U) << "delivered by the timer, before stop()";
+  EXPECT_GE(engine.stats().timer_passes, 1U) << "no ring woke the engine: the timer did";
   engine.stop();
+}
+
+// One thread runs the io_context (its handlers run without a strand). A busy ring's wakeups
+// come every few milliseconds; a quiet ring below its watermark gets its records handed on by
+// the passes those wakeups make, and the flush timer, pushed back each time, never wakes the
+// engine.
+TEST(EngineLive, BusyRingsWakeupsFlushTheQuietOnesWithoutTheTimer) {
+  testing::Child child([](int step) {
+    if (step == 0) {
+      lseeks(3);
+      return;
+    }
+    for (int i = 0; i < 5000; ++i)
+      ::syscall(SYS_getppid);
+  });
+  boost::asio::io_context io(1);
+  auto quiet = lseek_probe("quiet");
+  quiet.wakeup.watermark_bytes = 200 * 1024;  // 3 samples never reach it
+  ProbeOptions busy{.name = "busy",
+                    .kind = ProbeKind::kTracepoint,
+                    .spec = "syscalls:sys_enter_getppid",
+                    .ring_pages = 2};  // 8 KiB, woken at 2 KiB: a wakeup per ~50 calls
+  Engine engine(io.get_executor(), {.target = {.kind = Target::Kind::kPid, .pid = child.pid()},
+                                    .probes = {quiet, busy},
+                                    .flush_interval_ms = 400});
+  std::uint64_t quiet_samples = 0, busy_samples = 0;
+  engine.on_batch([&](const Batch& b) {
+    for (const auto& r : b.records) {
+      if (r.record.type == perf::abi::kSample)
+        ++(r.probe == 0 ? quiet_samples : busy_samples);
+    }
+  });
+  engine.start();
+  ASSERT_TRUE(child.go());  // the quiet probe's 3 records
+  const auto end = std::chrono::steady_clock::now() + 1s;
+  while (std::chrono::steady_clock::now() < end) {
+    ASSERT_TRUE(child.go());
+    io.run_for(10ms);
+  }
+  const Stats st = engine.stats();
+  EXPECT_EQ(quiet_samples, 3U) << "handed on by a pass on the busy ring's wakeups";
+  EXPECT_GT(busy_samples, 0U);
+  EXPECT_GE(st.passes, 2U) << "a pass every half interval at least";
+  EXPECT_EQ(st.timer_passes, 0U) << "the busy ring's wakeups kept pushing the timer back";
+  EXPECT_GT(st.probes[1].total().wakeups, st.passes);
+  engine.stop();
+}
+
+TEST(EngineErrors, AZeroFlushIntervalIsAUsageError) {
+  boost::asio::io_context io;
+  Engine engine(io.get_executor(), {.probes = {lseek_probe()}, .flush_interval_ms = 0});
+  try {
+    engine.start();
+    FAIL() << "started with a zero flush interval";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.category(), ErrorCategory::kUsage);
+    EXPECT_NE(std::string(e.what()).find("flush_interval_ms"), std::string::npos) << e.what();
+  }
 }
 
 TEST(EngineLive, AThrowingHandlerStopsTheEngineAndIsReported) {

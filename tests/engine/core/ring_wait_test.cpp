@@ -12,7 +12,10 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/strand.hpp>
 #include <chrono>
+#include <functional>
 #include <optional>
+#include <ostream>
+#include <string>
 
 #include "support/child.hpp"
 #include "tracer/perf/event.hpp"
@@ -47,7 +50,17 @@ struct Outcome {
   bool kernel_wakeup = false;
 };
 
-class RingWaitLive : public ::testing::TestWithParam<RingWait::Mode> {
+struct WaitKind {
+  RingWait::Mode mode;
+  bool one_thread;  // an io_context(1): handlers called directly, else on a strand
+};
+
+void PrintTo(const WaitKind& k, std::ostream* os) {
+  *os << (k.mode == RingWait::Mode::kBest ? "best" : "portable") << " wait, "
+      << (k.one_thread ? "io_context(1)" : "strand");
+}
+
+class RingWaitLive : public ::testing::TestWithParam<WaitKind> {
  protected:
   void SetUp() override {
     EventAttr a;
@@ -64,7 +77,7 @@ class RingWaitLive : public ::testing::TestWithParam<RingWait::Mode> {
     auto ring = perf::Ring::map(event_->fd(), {.data_pages = 8});  // 32 KiB
     ASSERT_TRUE(ring.has_value()) << ring.error().describe();
     ring_.emplace(std::move(*ring));
-    wait_.emplace(strand_, event_->fd(), *ring_->meta(), kWatermark, GetParam());
+    wait_.emplace(executor_, event_->fd(), *ring_->meta(), kWatermark, GetParam().mode);
     ASSERT_TRUE(event_->enable().has_value());
   }
   void TearDown() override {
@@ -74,7 +87,7 @@ class RingWaitLive : public ::testing::TestWithParam<RingWait::Mode> {
 
   /// Why a test of the reactor-level wait's own behaviour does not apply, or nullptr.
   const char* reactor_level_only() const {
-    if (GetParam() == RingWait::Mode::kPortable)
+    if (GetParam().mode == RingWait::Mode::kPortable)
       return "the portable wait completes on every readiness of the descriptor";
     if (!wait_->reactor_level())
       return "this Asio has no reactor-level ring wait (Boost 1.74-1.77, epoll)";
@@ -113,8 +126,8 @@ class RingWaitLive : public ::testing::TestWithParam<RingWait::Mode> {
   }
 
   std::optional<testing::Child> child_;
-  asio::io_context io_;
-  asio::strand<asio::any_io_executor> strand_{asio::make_strand(io_.get_executor())};
+  asio::io_context io_{GetParam().one_thread ? 1 : BOOST_ASIO_CONCURRENCY_HINT_DEFAULT};
+  asio::any_io_executor executor_{serial_executor(io_.get_executor())};
   std::optional<perf::Event> event_;
   std::optional<perf::Ring> ring_;
   std::optional<RingWait> wait_;
@@ -157,6 +170,26 @@ TEST_P(RingWaitLive, AWakeupForDataAlreadyDrainedDoesNotCompleteAnEmptyWait) {
   produce(8);
   ASSERT_TRUE(run_until_done(std::chrono::seconds(5)));
   EXPECT_TRUE(outcome_->kernel_wakeup);
+}
+
+TEST_P(RingWaitLive, AHandlerStartsTheNextWait) {
+  int completions = 0;
+  std::function<void(const boost::system::error_code&, bool)> again;
+  again = [&](const boost::system::error_code& ec, bool kernel) {
+    ASSERT_FALSE(ec) << ec.message();
+    outcome_ = Outcome{ec, kernel};
+    if (++completions < 3) {
+      drain();
+      wait_->async_wait(again);  // from inside the completion, as the engine re-arms
+    }
+  };
+  wait_->async_wait(again);
+  for (int i = 0; i < 3; ++i) {
+    outcome_.reset();
+    produce(8);
+    ASSERT_TRUE(run_until_done(std::chrono::seconds(5))) << "wait " << i;
+  }
+  EXPECT_EQ(completions, 3);
 }
 
 TEST_P(RingWaitLive, CancelCompletesThePendingWaitWithOperationAborted) {
@@ -209,10 +242,38 @@ TEST_P(RingWaitLive, EpollCtlCallsPerWait) {
 
 INSTANTIATE_TEST_SUITE_P(Modes,
                          RingWaitLive,
-                         ::testing::Values(RingWait::Mode::kBest, RingWait::Mode::kPortable),
+                         ::testing::Values(WaitKind{RingWait::Mode::kBest, false},
+                                           WaitKind{RingWait::Mode::kPortable, false},
+                                           WaitKind{RingWait::Mode::kBest, true},
+                                           WaitKind{RingWait::Mode::kPortable, true}),
                          [](const auto& p) {
-                           return p.param == RingWait::Mode::kBest ? "Best" : "Portable";
+                           return std::string(p.param.mode == RingWait::Mode::kBest ? "Best"
+                                                                                    : "Portable") +
+                                  (p.param.one_thread ? "OneThread" : "Strand");
                          });
+
+TEST(SerialExecutor, AnIoContextForOneThreadIsUsedAsIs) {
+  asio::io_context one(1);
+  const auto ex = serial_executor(one.get_executor());
+  EXPECT_NE(target_as<asio::io_context::executor_type>(ex), nullptr)
+      << "Asio assumes one thread runs an io_context(1): no strand needed";
+}
+
+TEST(SerialExecutor, AnyOtherIoContextGetsAStrand) {
+  asio::io_context many;  // any number of threads may run it
+  const auto ex = serial_executor(many.get_executor());
+  EXPECT_EQ(target_as<asio::io_context::executor_type>(ex), nullptr);
+  EXPECT_NE(target_as<asio::strand<asio::any_io_executor>>(ex), nullptr);
+}
+
+TEST(SerialExecutor, AStrandGivenIsWrappedInAnother) {
+  // Not an io_context's executor itself (a strand the embedder made): serialised again, which
+  // is safe whatever runs it.
+  asio::io_context one(1);
+  const auto ex = serial_executor(asio::make_strand(one.get_executor()));
+  EXPECT_EQ(target_as<asio::io_context::executor_type>(ex), nullptr);
+  EXPECT_NE(target_as<asio::strand<asio::any_io_executor>>(ex), nullptr);
+}
 
 }  // namespace
 }  // namespace tracer::core
