@@ -315,6 +315,8 @@ int run_recipe(const RunOptions& given) {
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   print_summary(engine.stats(), o.json, seconds);
+  if (o.pid > 0 && engine.target_exited())
+    fmt::print(stderr, "tracer: process {} exited\n", o.pid);
   if (auto e = engine.failure())
     std::rethrow_exception(e);
   return kExitOk;

@@ -2,10 +2,13 @@
 // started by tracer, with interval output. The live counting demo of the README.
 #include <fcntl.h>
 #include <fmt/core.h>
+#include <poll.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <cstring>
@@ -207,6 +210,19 @@ int run_stat(const StatOptions& opts) {
     return v;
   };
 
+  // A -p process is watched through a pidfd (readable once it has exited, reaped or not): the
+  // count ends with it, as perf stat -p's does.
+  const bool watch_pid = !command && opts.pid > 0;
+  const int pidfd = watch_pid ? static_cast<int>(::syscall(SYS_pidfd_open, opts.pid, 0)) : -1;
+  const auto target_gone = [&] {
+    if (!watch_pid)
+      return false;
+    if (pidfd < 0)
+      return ::kill(opts.pid, 0) != 0 && errno == ESRCH;
+    pollfd p{pidfd, POLLIN, 0};
+    return ::poll(&p, 1, 0) == 1;
+  };
+  bool target_exited = false;
   int child_status = 0;
   auto next_tick = start + interval;
   std::vector<double> prev(counters.size(), 0.0);
@@ -217,6 +233,10 @@ int run_stat(const StatOptions& opts) {
       break;
     if (child > 0 && ::waitpid(child, &child_status, WNOHANG) == child) {
       child = -1;
+      break;
+    }
+    if (target_gone()) {
+      target_exited = true;
       break;
     }
     if (interval.count() > 0 && clock::now() >= next_tick) {
@@ -242,6 +262,10 @@ int run_stat(const StatOptions& opts) {
   }
   fmt::print("\n Counter stats for '{}' ({:.2f} s):\n\n", target, seconds);
   print_counts(counters, totals, seconds);
+  if (pidfd >= 0)
+    ::close(pidfd);
+  if (target_exited)
+    fmt::print(stderr, "tracer: process {} exited\n", opts.pid);
   if (child > 0) {  // stopped early: do not leave the command behind
     ::kill(child, SIGTERM);
     ::waitpid(child, &child_status, 0);

@@ -145,7 +145,7 @@ struct Engine::Impl : std::enable_shared_from_this<Engine::Impl> {
   std::vector<std::vector<CpuEvents>> events;  // [probe][cpu slot]
   std::vector<std::unique_ptr<Reader>> readers;
   asio::steady_timer flush_timer;
-  std::optional<asio::posix::stream_descriptor> child_watch;
+  std::optional<asio::posix::stream_descriptor> exit_watch;  // the target's pidfd
   UniqueFd cgroup_fd;
   std::optional<tracefs::DynamicProbes> dynamic;  // removed after the events close
   std::optional<bpf::Object> bpf_object;          // closed last: programs detach with the events
@@ -157,6 +157,7 @@ struct Engine::Impl : std::enable_shared_from_this<Engine::Impl> {
   int go_fd = -1;
   bool running = false;
   bool stopped = false;
+  bool target_exited = false;  // the engine stopped because the command or pid target exited
   // Passes over every ring: when the last began, how many were made and how many of them the
   // flush timer woke the engine for. timer_generation counts arm_timer() calls: a timer wait
   // armed before the latest one is stale.
@@ -183,7 +184,9 @@ struct Engine::Impl : std::enable_shared_from_this<Engine::Impl> {
   void arm_timer();
   /// True when a pass over every ring is due within half a flush interval.
   [[nodiscard]] bool pass_due() const noexcept;
-  void watch_child();
+  /// Stops the engine when `pid` exits (a started command, which is then reaped, or a pid
+  /// target).
+  void watch_exit(pid_t pid);
   void drain_all() noexcept;
   /// True (and `failure` set) when a batch handler threw: the engine must stop.
   bool check_handler_failure();
@@ -673,8 +676,10 @@ void Engine::Impl::start() {
     arm(*r);
   arm_timer();
   if (target.kind == Target::Kind::kCommand) {
-    watch_child();
+    watch_exit(child);
     release_command();
+  } else if (target.kind == Target::Kind::kPid) {
+    watch_exit(target.pid);  // as perf record -p: the trace ends with the process
   }
 }
 
@@ -737,21 +742,33 @@ void Engine::Impl::arm_timer() {
       });
 }
 
-void Engine::Impl::watch_child() {
+void Engine::Impl::watch_exit(pid_t pid) {
   // A pidfd becomes readable when the process exits (Linux 5.3+).
-  const long pidfd = ::syscall(SYS_pidfd_open, child, 0);
-  if (pidfd < 0)
-    return;  // without pidfds the command is reaped at stop()
-  child_watch.emplace(serial, static_cast<int>(pidfd));
-  child_watch->async_wait(asio::posix::stream_descriptor::wait_read,
-                          [self = shared_from_this()](const boost::system::error_code& ec) {
-                            if (ec || !self->running)
-                              return;
-                            if (::waitpid(self->child, &self->child_status, 0) == self->child) {
-                              self->child = -1;
-                            }
-                            self->stop();
-                          });
+  const long pidfd = ::syscall(SYS_pidfd_open, pid, 0);
+  if (pidfd < 0) {
+    if (errno == ESRCH) {
+      // Gone already (between opening its events and now): what it left is drained at once.
+      asio::post(serial, [self = shared_from_this()] {
+        if (self->running) {
+          self->target_exited = true;
+          self->stop();
+        }
+      });
+    }
+    return;  // no pidfds (or a thread's id): a started command is reaped at stop()
+  }
+  exit_watch.emplace(serial, static_cast<int>(pidfd));
+  exit_watch->async_wait(
+      asio::posix::stream_descriptor::wait_read,
+      [self = shared_from_this()](const boost::system::error_code& ec) {
+        if (ec || !self->running)
+          return;
+        self->target_exited = true;
+        if (self->child > 0 && ::waitpid(self->child, &self->child_status, 0) == self->child) {
+          self->child = -1;
+        }
+        self->stop();
+      });
 }
 
 void Engine::Impl::drain_all() noexcept {
@@ -850,9 +867,9 @@ void Engine::Impl::cleanup() noexcept {
   [[maybe_unused]] const auto n = flush_timer.cancel(ignored);
   for (auto& r : readers)
     r->wait.cancel();
-  if (child_watch) {
-    [[maybe_unused]] const auto& c = child_watch->cancel(ignored);
-    [[maybe_unused]] const auto& d = child_watch->close(ignored);
+  if (exit_watch) {
+    [[maybe_unused]] const auto& c = exit_watch->cancel(ignored);
+    [[maybe_unused]] const auto& d = exit_watch->close(ignored);
   }
   // Readers before events: the rings unmap, then the fds close.
   readers.clear();
@@ -917,6 +934,10 @@ void Engine::start() {
 
 void Engine::stop() {
   impl_->stop();
+}
+
+bool Engine::target_exited() const noexcept {
+  return impl_->target_exited;
 }
 
 bool Engine::running() const noexcept {

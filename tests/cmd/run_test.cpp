@@ -6,6 +6,7 @@
 #include <csignal>
 
 #include <array>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -139,6 +140,79 @@ TEST(CliRun, SigintStopsCleanlyWithASummary) {
   EXPECT_EQ(ev.str().find("tracer_" + std::to_string(pid) + "_"), std::string::npos);
   fs::remove(out);
   fs::remove(recipe);
+}
+
+// tracer run -p PID ends by itself when the process exits, as perf record -p does.
+TEST(CliRun, APidTargetsExitEndsTheRun) {
+  constexpr int kCalls = 1000;
+  const pid_t target = ::fork();
+  if (target == 0) {
+    ::usleep(1000 * 1000);  // time for tracer to start
+    for (int i = 0; i < kCalls; ++i)
+      ::getppid();
+    ::_exit(0);
+  }
+  const auto recipe = write_recipe("pid_exit", kGetppid);
+  const fs::path out = fs::temp_directory_path() / ("tracer_pid_" + std::to_string(::getpid()));
+  const fs::path err = out.string() + ".err";
+  const pid_t tracer = ::fork();
+  if (tracer == 0) {
+    std::freopen(out.c_str(), "w", stdout);
+    std::freopen(err.c_str(), "w", stderr);
+    const std::string pid = std::to_string(target);
+    ::execl(TRACER_CLI_PATH, TRACER_CLI_PATH, "run", recipe.c_str(), "--json", "-p", pid.c_str(),
+            nullptr);
+    ::_exit(127);
+  }
+  int status = 0;
+  bool exited = false;
+  for (int i = 0; i < 1000 && !exited; ++i) {  // 10 s
+    exited = ::waitpid(tracer, &status, WNOHANG) == tracer;
+    if (!exited)
+      ::usleep(10 * 1000);
+  }
+  if (!exited) {
+    ::kill(tracer, SIGINT);
+    ::waitpid(tracer, &status, 0);
+  }
+  ::waitpid(target, nullptr, 0);
+  auto slurp = [](const fs::path& p) {
+    std::ifstream in(p);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  };
+  const std::string o = slurp(out), e = slurp(err);
+  fs::remove(out);
+  fs::remove(err);
+  fs::remove(recipe);
+  ASSERT_TRUE(exited) << "tracer still ran 9 s after its target exited\n" << e;
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << e;
+  EXPECT_NE(e.find("process " + std::to_string(target) + " exited"), std::string::npos) << e;
+  EXPECT_NE(last_line(o).find(R"("getppid":{"events":1000,"lost":0)"), std::string::npos) << o;
+}
+
+// tracer stat -p PID ends by itself when the process exits, with its exact count, as perf stat
+// -p does (-d 20s only bounds the test if it did not).
+TEST(CliStat, APidTargetsExitEndsTheCount) {
+  const pid_t target = ::fork();
+  if (target == 0) {
+    ::usleep(1000 * 1000);  // time for tracer to start
+    for (int i = 0; i < 700; ++i)
+      ::getppid();
+    ::_exit(0);
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto r = run("stat -d 20s -e syscalls:sys_enter_getppid -p " + std::to_string(target));
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ::waitpid(target, nullptr, 0);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_LT(secs, 10.0) << "ran on after the process exited";
+  EXPECT_NE(r.err.find("process " + std::to_string(target) + " exited"), std::string::npos)
+      << r.err;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(\b700\s+syscalls:sys_enter_getppid)")))
+      << r.out;
 }
 
 TEST(CliRun, ListStagesAndRecipes) {

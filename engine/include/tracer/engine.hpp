@@ -61,7 +61,7 @@ enum class ProbeKind : std::uint8_t {
 struct Target {
   enum class Kind : std::uint8_t { kAllCpus, kPid, kCgroup, kCommand };
   Kind kind = Kind::kAllCpus;
-  pid_t pid = -1;                      // kPid: the process (its threads and future children too)
+  pid_t pid = -1;  // kPid: the process (its threads and future children too); its exit ends it
   std::string cgroup{};                // kCgroup: a cgroup v2 directory (/sys/fs/cgroup/...)
   std::vector<std::string> command{};  // kCommand: argv of a command tracer starts and waits for
 };
@@ -256,7 +256,8 @@ class Engine {
 
   /// Where decoded records go (set before start()).
   void on_batch(BatchHandler handler);
-  /// Called once when the engine stopped by itself (the traced command exited) or by stop().
+  /// Called once when the engine stopped by itself (the traced command or pid target exited, see
+  /// target_exited(); a batch handler threw) or by stop().
   void on_done(std::function<void()> handler);
   /// Called after each pass that drained every ring to its head (at least once per flush
   /// interval, and the last one in stop()): a record delivered after it was written to its ring
@@ -279,6 +280,9 @@ class Engine {
   /// probes. Idempotent.
   void stop();
   [[nodiscard]] bool running() const noexcept;
+  /// True once the engine stopped by itself because its target exited: the started command,
+  /// or the process of a pid target (as perf record -p ends with its process).
+  [[nodiscard]] bool target_exited() const noexcept;
 
   /// Probes as resolved by start().
   [[nodiscard]] std::span<const ProbeInfo> probes() const noexcept;

@@ -98,6 +98,32 @@ TEST(EngineLive, PidTargetDeliversExactlyTheChildsCalls) {
 
 // decode_samples = false: samples arrive as header + bytes (body Unknown) and decode later with
 // the probe's layout to the same values; the loss accounting is unchanged.
+// As perf record -p: the trace of a process ends when it exits, with what it left drained.
+TEST(EngineLive, APidTargetsExitStopsTheEngine) {
+  testing::Child child([](int) { lseeks(5); });
+  boost::asio::io_context io(1);
+  Engine engine(io.get_executor(), {.target = {.kind = Target::Kind::kPid, .pid = child.pid()},
+                                    .probes = {lseek_probe()},
+                                    .flush_interval_ms = 3600 * 1000});
+  Collected c;
+  engine.on_batch(collect(c, child.pid(), engine));
+  bool done = false;
+  engine.on_done([&] { done = true; });
+  engine.start();
+  ASSERT_TRUE(child.go());
+  io.run_for(100ms);
+  EXPECT_TRUE(engine.running()) << "the process is still there";
+  EXPECT_FALSE(engine.target_exited());
+  child.finish();
+  const auto end = std::chrono::steady_clock::now() + 5s;
+  while (!done && std::chrono::steady_clock::now() < end)
+    io.run_for(10ms);
+  EXPECT_TRUE(done) << "on_done fires when the process exits";
+  EXPECT_FALSE(engine.running());
+  EXPECT_TRUE(engine.target_exited());
+  EXPECT_EQ(c.samples, 5U) << "what the process left in the ring is drained at the stop";
+}
+
 TEST(EngineLive, UndecodedSamplesCarryBytesThatDecodeWithTheProbesLayout) {
   testing::Child child([](int) { lseeks(1000); });
   boost::asio::io_context io;
