@@ -220,10 +220,7 @@ std::uint64_t RingReader::drain_as(  // NOLINT(bugprone-exception-escape)
         // Header only: the consumer decodes the samples it looks at (no slot is ever `ready`
         // in this mode).
         auto& r = ref->record;
-        r.type = h.type;
-        r.misc = h.misc;
-        r.size = h.size;
-        r.bytes = rec;
+        perf::detail::write_header(rec, h, r);
         if (r.sample_id.present)
           r.sample_id = {};
         if (r.body.index() != 0)

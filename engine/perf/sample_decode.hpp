@@ -102,6 +102,16 @@ inline void set_sample_id(std::uint64_t sample_type, const Sample& s, SampleId& 
   id.present = true;
 }
 
+/// The record fields every decoded record starts with: its header's, and its bytes `rec`.
+inline void write_header(std::span<const std::byte> rec,
+                         const perf_event_header& h,
+                         Record& out) noexcept {
+  out.type = h.type;
+  out.misc = h.misc;
+  out.size = h.size;
+  out.bytes = rec;
+}
+
 /// Writes the PERF_RECORD_SAMPLE `rec` (exactly header.size bytes; the caller checked the
 /// header: size >= 8, a multiple of 8) of a fixed layout (kSampleType != 0, or layout.fixed)
 /// into `out`, whose body is `s`. `reused`: `s` holds the last complete Sample this function
@@ -115,10 +125,7 @@ template <std::uint64_t kSampleType = 0>
                                              Record& out,
                                              Sample& s,
                                              bool reused) noexcept {
-  out.type = h.type;
-  out.misc = h.misc;
-  out.size = h.size;
-  out.bytes = rec;
+  write_header(rec, h, out);
   const std::byte* body = rec.data() + sizeof(perf_event_header);
   const std::byte* end = rec.data() + rec.size();
   if (!decode_fixed_sample<kSampleType>(body, end, layout, s)) {
@@ -183,10 +190,7 @@ template <std::uint64_t kSampleType = 0>
                ? DecodeError::kOk
                : DecodeError::kFieldOverrun;
   }
-  out.type = h.type;
-  out.misc = h.misc;
-  out.size = h.size;
-  out.bytes = rec;
+  write_header(rec, h, out);
   const std::byte* body = rec.data() + sizeof(perf_event_header);
   const std::byte* end = rec.data() + rec.size();
   if (!decode_general_sample(body, end, layout, *s)) {
