@@ -8,10 +8,14 @@
 #include <linux/types.h>
 #endif
 
+/* The BPF C side needs macros (array bounds, map sizes); C++ includes this too.
+ */
+/* NOLINTBEGIN(modernize-macro-to-enum) */
 #define SYSCALL_OUTPUT_MAX_ARGS 6
 #define SYSCALL_OUTPUT_COMM_LEN 16
 /* Entries in the `tgids` map: processes whose syscalls are emitted. */
 #define SYSCALL_OUTPUT_MAX_TGIDS 1024
+/* NOLINTEND(modernize-macro-to-enum) */
 
 struct syscall_output_event {
 	__u64 ts;  /* bpf_ktime_get_ns(): CLOCK_MONOTONIC */

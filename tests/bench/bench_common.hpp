@@ -5,12 +5,17 @@
 
 #include <sys/types.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
 
 namespace tracer::bench {
+
+/// The CPU the workload runs on (--pin), or -1: where the scheduler puts it.
+inline int workload_cpu = -1;
+void pin_to(int cpu);
 
 /// A forked child that makes `calls` getppid calls when start()ed and reports its own time.
 class Workload {
@@ -38,7 +43,12 @@ struct Row {
   std::uint64_t events = 0;
   std::uint64_t lost = 0;
   double consumer_cpu_seconds = 0;
+  /// False for a run whose consumer CPU is no comparison (the floor's one cold consume).
+  bool cpu_measured = true;
 };
+
+/// The floor run maps rings that hold a whole run: at most this much memory for all CPUs.
+inline constexpr std::size_t kFloorMemoryLimit = std::size_t{2} << 30;
 
 double process_cpu_seconds();
 

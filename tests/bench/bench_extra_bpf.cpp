@@ -8,9 +8,11 @@
 #include <algorithm>
 #include <boost/asio/io_context.hpp>
 #include <cstring>
+#include <string>
 
 #include "bench_common.hpp"
 #include "libbpf_reference.hpp"
+#include "syscall_output.h"
 #include "tracer/engine.hpp"
 
 namespace tracer::bench {
@@ -105,11 +107,46 @@ Row run_libbpf_reference(long calls) {
           cpu};
 }
 
+/// The floor of the slowdown: the same program and channel, with rings that hold the whole run
+/// and a wakeup watermark of a whole ring, so the kernel never wakes a consumer and no consumer
+/// runs or reads while the workload does; one consume after it. No consumer of this channel can
+/// slow the workload less. Its consume reads a cold ring in one go: its CPU is no reference.
+Row run_floor(long calls) {
+  // header, raw size, the struct and the raw area's padding; 1 MiB to spare.
+  const std::size_t bytes = static_cast<std::size_t>(calls) * (sizeof(syscall_output_event) + 16);
+  std::size_t pages = 1;
+  while (pages * 4096 < bytes + (std::size_t{1} << 20))
+    pages *= 2;
+  const std::string name = "(e) floor: no consumer during the run";
+  const auto cpus = static_cast<std::size_t>(::sysconf(_SC_NPROCESSORS_ONLN));
+  if (pages * 4096 * cpus > kFloorMemoryLimit)
+    return {name + " (skipped: rings too large)", 0, 0, 0, 0, false};
+  Workload w(calls);
+  auto prog = attach_syscall_output(w.pid());
+  if (!prog)
+    std::abort();
+  auto& obj = prog->object;
+  perf_event_attr attr = reference_output_attr();
+  attr.wakeup_watermark = static_cast<std::uint32_t>(pages * 4096);
+  RefCounts counts;
+  perf_buffer* pb =
+      perf_buffer__new_raw(*obj.map_fd("events"), pages, &attr, on_event, &counts, nullptr);
+  if (pb == nullptr)
+    std::abort();
+  w.start();
+  const double secs = w.wait();
+  perf_buffer__consume(pb);
+  perf_buffer__free(pb);
+  std::uint64_t drops = obj.percpu_array_sum<std::uint64_t>("output_drops").value_or(0);
+  return {name, secs, counts.samples, std::max(counts.lost, drops), 0, false};
+}
+
 }  // namespace
 
 std::vector<std::function<Row(long)>> extra_runs() {
   return {[](long calls) { return run_engine_bpf_output(calls, true); },
-          [](long calls) { return run_engine_bpf_output(calls, false); }, run_libbpf_reference};
+          [](long calls) { return run_engine_bpf_output(calls, false); }, run_libbpf_reference,
+          run_floor};
 }
 
 }  // namespace tracer::bench

@@ -3,16 +3,21 @@
 //   (a) raw tracepoint samples (RAW|TID|TIME|CPU) through the engine
 //   (b) the BPF output channel through the engine           [when built with BPF]
 //   (c) a minimal libbpf perf_buffer consumer of the same BPF program, batched wakeups
+//   (e) the floor of (b) and (c)'s slowdown: the same program and channel, and nothing
+//       consuming (no wakeup, no read) while the workload runs
 // (b) and (c) get the same ring and wakeup watermark (the engine's defaults), and the same
 // payload: (b) takes each record's time from it, (c) samples RAW only.
 // Prints one table: workload time and slowdown vs (d), events delivered and lost, and the
 // consumer's CPU time per event (from the workload's start to the last record consumed, set-up
 // and teardown left out for every run), as medians over rounds in which the runs are
 // interleaved (this machine's speed drifts between runs).
-// Usage: tracer_bench_engine [N [ROUNDS [K]]] (default 2,000,000 calls, 3 rounds; K: only run K).
+// Usage: tracer_bench_engine [--pin] [--rounds] [N [ROUNDS [K]]] (default 2,000,000 calls,
+// 3 rounds; K: only run K; --pin: workload and consumer on CPUs of their own; --rounds: print
+// every round).
 #include <fcntl.h>
 #include <fmt/core.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -22,15 +27,25 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bench_common.hpp"
 #include "tracer/engine.hpp"
 
 namespace tracer::bench {
+
+void pin_to(int cpu) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  if (::sched_setaffinity(0, sizeof(set), &set) != 0)
+    std::abort();
+}
 
 Workload::Workload(long calls) : calls_(calls) {
   int go[2], done[2];
@@ -137,6 +152,33 @@ double median(std::vector<double> v) {
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
+/// A distribution-free 95% confidence interval of the median of `v` (order statistics: the
+/// k-th smallest and largest values, with k the largest for which a Binomial(n, 1/2) tail
+/// below k is at most 2.5%). Empty (lo > hi) below 6 values, too few for 95%.
+std::pair<double, double> median_ci95(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  double tail = 0, term = std::pow(0.5, static_cast<double>(n));  // P(B = 0)
+  std::size_t k = 0;  // P(B <= k - 1) <= 0.025 holds for k
+  for (std::size_t j = 0; j < n / 2; ++j) {
+    tail += term;
+    if (tail > 0.025)
+      break;
+    k = j + 1;
+    term = term * static_cast<double>(n - j) / static_cast<double>(j + 1);
+  }
+  if (k == 0)
+    return {1, 0};
+  return {v[k - 1], v[n - k]};
+}
+
+std::string ratio_with_ci(const std::vector<double>& v) {
+  const auto [lo, hi] = median_ci95(v);
+  if (lo > hi)
+    return fmt::format("{:.3f}x", median(v));
+  return fmt::format("{:.3f}x [{:.3f}, {:.3f}]", median(v), lo, hi);
+}
+
 double per_event_ns(const Row& r) {
   return r.events > 0 ? r.consumer_cpu_seconds * 1e9 / static_cast<double>(r.events) : 0;
 }
@@ -155,15 +197,18 @@ void print(const std::vector<Summary>& runs, long calls, int rounds) {
       continue;
     std::vector<double> secs, cpu;
     std::string lost;
+    bool traced = false;
     for (const auto& r : run.rounds) {
       secs.push_back(r.workload_seconds);
-      if (r.events > 0)
+      if (r.events > 0 && r.cpu_measured)
         cpu.push_back(per_event_ns(r));
+      if (r.events > 0)
+        traced = true;
       lost += fmt::format("{}{}", lost.empty() ? "" : " ", r.lost);
     }
     const double m = median(secs);
-    fmt::print("{:<46} {:>10.3f} {:>8.2f}x {:>12.1f} {:>26}\n", run.name, m, m / base_median,
-               median(cpu), cpu.empty() ? "-" : lost);
+    fmt::print("{:<46} {:>10.3f} {:>8.2f}x {:>12} {:>26}\n", run.name, m, m / base_median,
+               cpu.empty() ? "-" : fmt::format("{:.1f}", median(cpu)), traced ? lost : "-");
   }
   // The machine's speed drifts between rounds (and with where the scheduler puts the consumer):
   // each round's ratio to the reference run of the same round is steadier than a ratio of
@@ -172,22 +217,26 @@ void print(const std::vector<Summary>& runs, long calls, int rounds) {
                                 [](const Summary& r) { return r.name.starts_with("(c)"); });
   if (ref == runs.end() || ref->rounds.empty())
     return;
-  fmt::print("\nper round, against {} (median of the rounds' ratios, rounds below 1):\n",
-             ref->name);
-  fmt::print("{:<46} {:>10} {:>9} {:>12}\n", "run", "slowdown", "CPU", "CPU wins");
+  fmt::print(
+      "\nper round, against {}: median of the rounds' ratios [95% confidence interval of that "
+      "median], rounds below 1:\n",
+      ref->name);
+  fmt::print("{:<46} {:>26} {:>26} {:>9}\n", "run", "slowdown", "CPU per event", "CPU wins");
   for (const auto& run : runs) {
-    if (&run == &*ref || run.rounds.size() != ref->rounds.size() ||
-        per_event_ns(run.rounds[0]) == 0)
+    if (&run == &*ref || run.rounds.size() != ref->rounds.size() || run.rounds[0].events == 0)
       continue;
     std::vector<double> slow, cpu;
     int wins = 0;
     for (std::size_t i = 0; i < run.rounds.size(); ++i) {
       slow.push_back(run.rounds[i].workload_seconds / ref->rounds[i].workload_seconds);
+      if (!run.rounds[i].cpu_measured)
+        continue;
       cpu.push_back(per_event_ns(run.rounds[i]) / per_event_ns(ref->rounds[i]));
       wins += cpu.back() < 1 ? 1 : 0;
     }
-    fmt::print("{:<46} {:>9.3f}x {:>8.3f}x {:>8}/{}\n", run.name, median(slow), median(cpu), wins,
-               run.rounds.size());
+    fmt::print("{:<46} {:>26} {:>26} {:>9}\n", run.name, ratio_with_ci(slow),
+               cpu.empty() ? "-" : ratio_with_ci(cpu),
+               cpu.empty() ? "-" : fmt::format("{}/{}", wins, run.rounds.size()));
   }
 }
 
@@ -195,11 +244,35 @@ void print(const std::vector<Summary>& runs, long calls, int rounds) {
 
 int main(int argc, char** argv) {
   using namespace tracer::bench;
-  const long calls = argc > 1 ? std::atol(argv[1]) : 2'000'000;
-  const int rounds = argc > 2 ? std::atoi(argv[2]) : 3;
+  std::vector<std::string> args;
+  bool pin = false, detail = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--pin") {
+      pin = true;
+    } else if (a == "--rounds") {
+      detail = true;
+    } else if (a.starts_with("--")) {
+      fmt::print(stderr, "usage: tracer_bench_engine [--pin] [--rounds] [N [ROUNDS [K]]]\n");
+      return 2;
+    } else {
+      args.push_back(a);
+    }
+  }
+  const long calls = !args.empty() ? std::atol(args[0].c_str()) : 2'000'000;
+  const int rounds = args.size() > 1 ? std::atoi(args[1].c_str()) : 3;
   // A third argument runs only the untraced reference and run number K (1: (a), 2: (b), ...),
   // to profile one consumer.
-  const std::size_t only = argc > 3 ? static_cast<std::size_t>(std::atoi(argv[3])) : 0;
+  const std::size_t only =
+      args.size() > 2 ? static_cast<std::size_t>(std::atoi(args[2].c_str())) : 0;
+  // --pin: the workload on CPU 0, every consumer on the last CPU. Takes out where the scheduler
+  // puts a woken consumer (next to the workload, or not), which swings the consumer's CPU per
+  // event 2-3x between rounds here.
+  const auto cpus = static_cast<int>(::sysconf(_SC_NPROCESSORS_ONLN));
+  if (pin && cpus >= 2) {
+    workload_cpu = 0;
+    pin_to(cpus - 1);
+  }
   std::vector<std::function<Row(long)>> kinds = {run_untraced, run_engine_tracepoint};
   for (auto& extra : extra_runs())
     kinds.push_back(extra);
@@ -213,6 +286,20 @@ int main(int argc, char** argv) {
       runs[k].rounds.push_back(std::move(row));
     }
   }
+  if (pin)
+    fmt::print("pinned: workload on CPU 0, consumers on CPU {}\n", cpus - 1);
   print(runs, calls, rounds);
+  // --rounds: every round's workload seconds and consumer CPU ns per event.
+  if (detail) {
+    fmt::print("\nper round: workload s / CPU ns per event\n");
+    for (const auto& run : runs) {
+      std::string l;
+      for (const auto& r : run.rounds)
+        l += r.events > 0 && r.cpu_measured
+                 ? fmt::format(" {:.3f}/{:.1f}", r.workload_seconds, per_event_ns(r))
+                 : fmt::format(" {:.3f}/-", r.workload_seconds);
+      fmt::print("{:<46}{}\n", run.name, l);
+    }
+  }
   return 0;
 }
