@@ -8,8 +8,7 @@
 #include <linux/types.h>
 #endif
 
-/* The BPF C side needs macros (array bounds, map sizes); C++ includes this too.
- */
+/* Macros: the BPF C side sizes arrays and maps with them. */
 /* NOLINTBEGIN(modernize-macro-to-enum) */
 #define SYSCALL_OUTPUT_MAX_ARGS 6
 #define SYSCALL_OUTPUT_COMM_LEN 16
