@@ -334,7 +334,7 @@ int check_recipe(const RunOptions& o) {
   Sink out = Sink::to_file(stdout);
   auto pipelines = make_pipelines(recipe, out, false, diags);
   for (auto& p : pipelines)
-    p->bind(probes, diags);
+    p->bind(probes, diags, {}, &engine.maps());
   diags.throw_if_any();
   fmt::print("{}: ok ({} probes, {} pipelines)\n", o.recipe, probes.size(),
              recipe.pipelines.size());

@@ -1084,7 +1084,8 @@ std::vector<ProbeInfo> Engine::check(std::vector<std::string>* notes) {
       info.payload = std::move(payload.schema);
       out.push_back(std::move(info));
     }
-    impl_->bpf_object.reset();
+    // The loaded object stays (nothing is attached to it) so that maps() can answer the
+    // pipelines' questions about map names and layouts; start() loads a fresh one.
   }
   return out;  // ctx's dynamic tracefs probes, if any, are removed here
 }

@@ -121,19 +121,19 @@ void BpfMap::bind(BindContext& ctx, Diagnostics& diags) {
   keys_.clear();
   values_.clear();
   if (maps_ == nullptr || map_.empty())
-    return;  // `tracer check` has no loaded object: the map is checked when the run starts
+    return;  // no map source (tracer replay): nothing to check the name against
   auto schema = maps_->schema(map_);
   if (!schema) {
-    const auto names = maps_->map_names();
+    // The object's own maps: libbpf's internal ones (".rodata", "obj.bss") are no C names.
+    auto names = maps_->map_names();
+    std::erase_if(names, [](const std::string& n) { return n.find('.') != std::string::npos; });
     std::string hint = schema.error().hint;
     if (!names.empty()) {
-      // The nearest name first ("did you mean"), then all of them.
-      std::vector<std::size_t> row;
-      const auto best =
-          std::min_element(names.begin(), names.end(), [&](const auto& a, const auto& b) {
-            return detail::edit_distance(map_, a, row) < detail::edit_distance(map_, b, row);
-          });
-      hint = fmt::format("did you mean '{}'? maps: {}", *best, fmt::join(names, ", "));
+      // The nearest name ("did you mean", when one is near), then all of them.
+      const auto near = detail::nearest(map_, names, 1);
+      hint = fmt::format("{}maps: {}",
+                         near.empty() ? "" : fmt::format("did you mean '{}'? ", near.front()),
+                         fmt::join(names, ", "));
     }
     diags.add(map_where_, schema.error().message, hint);
     return;

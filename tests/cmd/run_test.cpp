@@ -114,6 +114,49 @@ tracepoint = "syscalls:sys_enter_opnat"
   fs::remove(recipe);
 }
 
+// tracer check loads the recipe's BPF object (the verifier runs, nothing is attached) and checks
+// the bpf-map stage's map and field names against the object's maps and their BTF.
+TEST(CliRun, CheckNamesAMissingBpfMapAndField) {
+  const std::string source =
+      std::string(TRACER_TEST_DATA_DIR) + "/../../configs/syscalls-in-kernel.bpf.c";
+  const auto recipe_with = [&](const std::string& stage) {
+    return R"([recipe]
+name = "maps"
+[[probe]]
+name = "sys_enter"
+tracepoint = "raw_syscalls:sys_enter"
+counting = true
+bpf = "count_syscalls"
+[bpf]
+source = ")" +
+           source + R"("
+[[stage]]
+use = "bpf-map"
+)" + stage;
+  };
+  const auto map_typo = write_recipe("map_typo", recipe_with("map = \"count\"\n"));
+  auto r = run("check " + map_typo.string());
+  fs::remove(map_typo);
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find(map_typo.string() + ":12:7"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("did you mean 'counts'? maps: counts\n"), std::string::npos)
+      << r.err << " (libbpf's internal .rodata map is not the user's)";
+
+  const auto field_typo =
+      write_recipe("field_typo", recipe_with("map = \"counts\"\nvalues = [\"cals\"]\n"));
+  r = run("check " + field_typo.string());
+  fs::remove(field_typo);
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("map 'counts' has no value field 'cals'"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("calls (__u64)"), std::string::npos) << r.err;
+
+  const auto good =
+      write_recipe("maps_ok", recipe_with("map = \"counts\"\nvalues = [\"calls\"]\n"));
+  r = run("check " + good.string());
+  fs::remove(good);
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+}
+
 TEST(CliRun, SigintStopsCleanlyWithASummary) {
   const auto recipe = write_recipe("forever", kGetppid);
   const fs::path out = fs::temp_directory_path() / ("tracer_sigint_" + std::to_string(::getpid()));

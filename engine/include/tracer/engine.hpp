@@ -267,8 +267,10 @@ class Engine {
 
   /// What start() would do short of opening anything: resolves every probe (tracepoint ids and
   /// formats, symbols, PMUs), loads the BPF object (compiling a source; the verifier runs) and
-  /// opens no event and attaches nothing. Notes worth a user's attention (a BPF program that
-  /// gates every perf consumer of its tracepoint) are appended to `notes`.
+  /// opens no event and attaches nothing. The loaded object is kept, attached to nothing, so
+  /// maps() describes its maps (a bpf-map stage's names and fields are checked against them).
+  /// Notes worth a user's attention (a BPF program that gates every perf consumer of its
+  /// tracepoint) are appended to `notes`.
   /// @return the probes as start() would resolve them. Throws tracer::Error like start().
   std::vector<ProbeInfo> check(std::vector<std::string>* notes = nullptr);
 
