@@ -37,7 +37,7 @@ void readaheads(int n) {
 // In-kernel aggregation: configs/syscalls-in-kernel.bpf.c counts syscalls by (pid, nr, comm) in a
 // per-CPU hash map; Engine::maps() reads it with its BTF layout after stop(), the per-CPU counts
 // summed: exactly the child's calls. A read with `clear` empties what it saw; the bpf-map stage
-// turns the map into a table.
+// turns the map into a table. A check() before start() makes the layouts known early.
 TEST(EngineBpf, InKernelCountsReadThroughMaps) {
   constexpr int kCalls = 700;
   testing::Child child([](int) {
@@ -55,6 +55,12 @@ TEST(EngineBpf, InKernelCountsReadThroughMaps) {
        .bpf = BpfOptions{.source = TRACER_TEST_DATA_DIR "/../../configs/syscalls-in-kernel.bpf.c",
                          .output_optional = true,
                          .globals = {{"only_tgid", static_cast<std::uint64_t>(child.pid())}}}});
+  // check() keeps the object it loaded, attached to nothing: the maps' layouts are known before
+  // start(), which loads a fresh object and runs as without the check.
+  engine.check();
+  auto checked = engine.maps().schema("counts");
+  ASSERT_TRUE(checked.has_value()) << checked.error().message;
+  EXPECT_NE(checked->value.field("calls"), nullptr);
   engine.start();
   ASSERT_EQ(engine.probes().size(), 1U) << "no output channel without an events map";
   ASSERT_TRUE(child.go());
