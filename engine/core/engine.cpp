@@ -1034,6 +1034,11 @@ Stats Engine::stats() const {
 }
 
 std::vector<ProbeInfo> Engine::check(std::vector<std::string>* notes) {
+  if (impl_->running || impl_->stopped) {
+    // Its BPF object would replace the one start() attached (and whose maps stay readable).
+    throw Error(ErrorCategory::kUsage, std::make_error_code(std::errc::operation_not_permitted),
+                "engine: check() goes before start()");
+  }
   auto& o = impl_->opts;
   core::ResolveContext ctx;
   ctx.prefer_tracefs_probes = o.prefer_tracefs_probes;

@@ -271,6 +271,7 @@ class Engine {
   /// maps() describes its maps (a bpf-map stage's names and fields are checked against them).
   /// Notes worth a user's attention (a BPF program that gates every perf consumer of its
   /// tracepoint) are appended to `notes`.
+  /// Only before start(): afterwards a usage error.
   /// @return the probes as start() would resolve them. Throws tracer::Error like start().
   std::vector<ProbeInfo> check(std::vector<std::string>* notes = nullptr);
 

@@ -465,6 +465,22 @@ TEST(EngineErrors, AuxPmuThatDoesNotExistSaysWhichExist) {
   EXPECT_NE(e.hint().find("AUX-capable PMUs here"), std::string::npos) << e.hint();
 }
 
+// check() loads a BPF object of its own: after start() it would replace the attached one.
+TEST(EngineErrors, CheckAfterStartIsAUsageError) {
+  boost::asio::io_context io;
+  Engine engine(io.get_executor(), {.probes = {lseek_probe()}});
+  engine.start();
+  try {
+    engine.check();
+    ADD_FAILURE() << "check() after start() did not fail";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.category(), ErrorCategory::kUsage) << e.what();
+  }
+  EXPECT_TRUE(engine.running()) << "the refused check() leaves the run alone";
+  engine.stop();
+  EXPECT_THROW(engine.check(), Error) << "nor after stop(): the maps stay readable";
+}
+
 TEST(EngineErrors, UsageMistakes) {
   EXPECT_EQ(start_error({.name = "s", .kind = ProbeKind::kSoftware, .spec = "cpu-clok"}).category(),
             ErrorCategory::kUsage);
