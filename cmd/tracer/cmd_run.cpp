@@ -129,6 +129,21 @@ void enable_task_records(EngineOptions& eo) {
   }
 }
 
+/// Thread names at event time: the first sampling probe asks the kernel for COMM/FORK/EXIT
+/// records (on every CPU), so a short-lived process still has its comm after it exited.
+void enable_comm_records(EngineOptions& eo) {
+  for (auto& p : eo.probes) {
+    if (p.task_records || p.comm_records)
+      return;
+  }
+  for (auto& p : eo.probes) {
+    if (!p.counting) {
+      p.comm_records = true;
+      return;
+    }
+  }
+}
+
 std::string json_escape(std::string_view s) {
   std::string out;
   for (char c : s) {
@@ -156,8 +171,24 @@ std::string json_escape(std::string_view s) {
   return out;
 }
 
-void print_summary(const Stats& stats, bool json, double seconds) {
+using Counters = std::vector<std::pair<std::string, std::uint64_t>>;
+
+/// The stages' accounting of every pipeline ("latency.paired", "order.late", ...); the
+/// pipelines after the first prefix theirs with "pipelineN.".
+Counters pipeline_counters(const std::vector<std::unique_ptr<Pipeline>>& pipelines) {
+  Counters out;
+  for (std::size_t i = 0; i < pipelines.size(); ++i) {
+    for (auto& [name, value] : pipelines[i]->counters())
+      out.emplace_back(i == 0 ? name : fmt::format("pipeline{}.{}", i, name), value);
+  }
+  return out;
+}
+
+void print_summary(const Stats& stats, const Counters& counters, bool json, double seconds) {
   if (json) {
+    std::string stages;
+    for (const auto& [name, value] : counters)
+      stages += fmt::format(R"({}"{}":{})", stages.empty() ? "" : ",", json_escape(name), value);
     std::string probes;
     for (const auto& p : stats.probes) {
       const auto t = p.total();
@@ -166,7 +197,8 @@ void print_summary(const Stats& stats, bool json, double seconds) {
                             probes.empty() ? "" : ",", json_escape(p.name), t.samples, lost,
                             t.bytes, t.aux_truncated);
     }
-    fmt::print("{{\"type\":\"summary\",\"seconds\":{:.3f},\"probes\":{{{}}}}}\n", seconds, probes);
+    fmt::print("{{\"type\":\"summary\",\"seconds\":{:.3f},\"probes\":{{{}}},\"stages\":{{{}}}}}\n",
+               seconds, probes, stages);
     std::fflush(stdout);
     return;
   }
@@ -180,6 +212,11 @@ void print_summary(const Stats& stats, bool json, double seconds) {
     }
     fmt::print(stderr, "{:<24} {:>12} {:>10}  {}\n", p.name, t.samples, lost, cpus);
   }
+  std::string line;
+  for (const auto& [name, value] : counters)
+    line += fmt::format("{}{} {}", line.empty() ? "" : ", ", name, value);
+  if (!line.empty())
+    fmt::print(stderr, "stages: {}\n", line);
   fmt::print(stderr, "({:.2f} s)\n", seconds);
 }
 
@@ -195,6 +232,7 @@ int run_recipe(const RunOptions& given) {
   bool stage_to_stdout = false;
   if (has_perf_data_stage(recipe, &stage_to_stdout) || !o.perf_data.empty())
     enable_task_records(eo);
+  enable_comm_records(eo);
   const bool stdout_is_perf_data = o.perf_data == "-" || stage_to_stdout;
   if (stdout_is_perf_data && o.json) {
     throw Error(ErrorCategory::kUsage, std::make_error_code(std::errc::invalid_argument),
@@ -239,6 +277,8 @@ int run_recipe(const RunOptions& given) {
       p->on_batch(b);
   });
   engine.start();
+  if (o.verbose)
+    fmt::print(stderr, "tracer: rings: {}\n", engine.ring_note());
   for (auto& p : pipelines)
     p->bind(engine.probes(), diags, {}, &engine.maps());
   if (!diags.empty()) {
@@ -314,7 +354,7 @@ int run_recipe(const RunOptions& given) {
     p->stop(monotonic_now());
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  print_summary(engine.stats(), o.json, seconds);
+  print_summary(engine.stats(), pipeline_counters(pipelines), o.json, seconds);
   if (o.pid > 0 && engine.target_exited())
     fmt::print(stderr, "tracer: process {} exited\n", o.pid);
   if (auto e = engine.failure())
@@ -368,7 +408,8 @@ void add_run_command(CLI::App& app, Runner& run) {
                   "Also write every record of every probe as a perf.data file that perf "
                   "script/report read (\"-\": a pipe-mode stream on stdout, text goes to stderr)");
   cmd->add_flag("--json", o->json, "JSON lines on stdout; the last line is the summary");
-  cmd->add_flag("-v,--verbose", o->verbose, "Full verifier logs on BPF errors");
+  cmd->add_flag("-v,--verbose", o->verbose,
+                "Full verifier logs on BPF errors; how the rings were sized");
   cmd->callback([o, &run] { run = [o] { return run_recipe(*o); }; });
 
   auto c = std::make_shared<RunOptions>();

@@ -21,6 +21,7 @@
 #include "common/edit_distance.hpp"
 #include "core/privileges.hpp"
 #include "core/probe_resolver.hpp"
+#include "core/ring_budget.hpp"
 #include "core/ring_reader.hpp"
 #include "core/ring_wait.hpp"
 #include "tracer/bpf/object.hpp"
@@ -165,6 +166,8 @@ struct Engine::Impl : std::enable_shared_from_this<Engine::Impl> {
   std::uint64_t passes = 0;
   std::uint64_t timer_passes = 0;
   std::uint64_t timer_generation = 0;
+  std::string ring_note;                // how the rings were sized (Engine::ring_note)
+  std::uint32_t output_ring_pages = 0;  // the output channel's default within a budget, or 0
   std::exception_ptr failure;
   Stats final_stats;
 
@@ -435,8 +438,12 @@ OutputPayload output_payload(const BpfOptions& b, const bpf::Object& obj) {
   return out;
 }
 
-bpf::OutputChannelOptions output_channel_options(const BpfOptions& b, std::int32_t time_offset) {
-  const std::uint32_t pages = b.output_pages != 0 ? b.output_pages : kDefaultOutputPages;
+bpf::OutputChannelOptions output_channel_options(const BpfOptions& b,
+                                                 std::int32_t time_offset,
+                                                 std::uint32_t budget_pages = 0) {
+  const std::uint32_t pages = b.output_pages != 0 ? b.output_pages
+                              : budget_pages != 0 ? budget_pages
+                                                  : kDefaultOutputPages;
   return {.data_pages = pages,
           .wakeup_events = b.wakeup.events,
           .wakeup_watermark_bytes = b.wakeup.events != 0            ? 0
@@ -454,8 +461,8 @@ void Engine::Impl::open_output_channel(const BpfOptions& b, bpf::Object& obj) {
   if (!wants_output(b, obj))
     return;
   OutputPayload payload = output_payload(b, obj);
-  auto channel =
-      bpf::OutputChannel::open(obj, b.output_map, output_channel_options(b, payload.time_offset));
+  auto channel = bpf::OutputChannel::open(
+      obj, b.output_map, output_channel_options(b, payload.time_offset, output_ring_pages));
   if (!channel)
     throw_failure(ErrorCategory::kRuntime, channel.error(), "bpf output channel");
   output.emplace(std::move(*channel));
@@ -586,6 +593,23 @@ void Engine::Impl::start() {
   if (auto fs = tracefs::Tracefs::open()) {
     [[maybe_unused]] auto removed = tracefs::DynamicProbes::remove_stale(*fs);
   }
+  // Ring sizes: the locked-memory budget shared by every ring (each sampling probe's per CPU,
+  // and the BPF output channel's).
+  {
+    std::size_t rings = 0;
+    for (const auto& p : opts.probes)
+      rings += p.counting || p.ring_pages != 0 ? 0 : 1;
+    const bool channel = opts.bpf && !opts.bpf->output_map.empty() && opts.bpf->output_pages == 0;
+    rings += channel ? 1 : 0;
+    const auto cpus = perf::online_cpus();
+    rings *= cpus ? std::max<std::size_t>(1, cpus->size()) : 1;
+    const auto budget = core::mlock_budget();
+    const auto plan = core::plan_rings(rings, budget);
+    ctx.default_ring_pages = plan.data_pages;
+    ring_note = plan.why;
+    // The output channel keeps its measured default where no limit applies (kDefaultOutputPages).
+    output_ring_pages = budget.unlimited ? 0 : std::min(plan.data_pages, kDefaultOutputPages);
+  }
   std::vector<core::ResolvedProbe> resolved;
   resolved.reserve(opts.probes.size());
   for (std::size_t i = 0; i < opts.probes.size(); ++i) {
@@ -677,7 +701,9 @@ void Engine::Impl::start() {
   arm_timer();
   if (target.kind == Target::Kind::kCommand) {
     watch_exit(child);
-    release_command();
+    // The command starts once the reactor runs (the caller binds its pipelines first): its
+    // first burst then finds a consumer waiting on the rings.
+    asio::post(serial, [self = shared_from_this()] { self->release_command(); });
   } else if (target.kind == Target::Kind::kPid) {
     watch_exit(target.pid);  // as perf record -p: the trace ends with the process
   }
@@ -1097,6 +1123,10 @@ std::vector<ProbeInfo> Engine::check(std::vector<std::string>* notes) {
 
 std::exception_ptr Engine::failure() const noexcept {
   return impl_->failure;
+}
+
+std::string Engine::ring_note() const {
+  return impl_->ring_note;
 }
 
 pid_t Engine::command_pid() const noexcept {

@@ -74,6 +74,13 @@ void Pipeline::bind(std::span<const ProbeInfo> probes,
     upstream = upstream || slot.stage->aggregates();
   }
   derived_ = schema_->derived_count();
+  bool ordered = schema_->comm_bound();
+  for (const auto& slot : stages_)
+    ordered = ordered || slot.stage->ordered();
+  if (ordered) {
+    order_ = std::make_unique<Reorder>(options_.reorder);
+    ordered_out_ = [this](const Batch& b) { run_chunks(b.records); };
+  }
 }
 
 void Pipeline::start(std::chrono::nanoseconds now) {
@@ -90,12 +97,57 @@ BatchHandler Pipeline::handler() {
 void Pipeline::round() noexcept {
   if (stopped_)
     return;
+  if (order_) {
+    try {
+      order_->round(ordered_out_);
+    } catch (...) {  // out of memory while compacting: release everything instead
+      drain_order();
+    }
+  }
   for (auto& slot : stages_)
     slot.stage->on_round();
 }
 
+void Pipeline::drain_order() noexcept {
+  if (!order_)
+    return;
+  try {
+    order_->flush_all(ordered_out_);
+  } catch (...) {
+    ++stats_.decode_errors;
+  }
+}
+
 void Pipeline::on_batch(const Batch& batch) noexcept {
-  auto records = batch.records;
+  if (order_ && schema_ != nullptr) {
+    const auto probes = schema_->probes();
+    for (const RecordRef& r : batch.records) {
+      const RecordRef* ref = &r;
+      if (ref->probe >= probes.size() || !Reorder::queueable(*ref)) {
+        run_chunks({ref, 1});  // AUX chunks are not copied: handed on as they come
+        continue;
+      }
+      if (kind_of(ref->record) == RecordKind::kSample &&
+          !std::holds_alternative<perf::Sample>(ref->record.body)) {
+        ref = decode_sample(*ref, 0);  // its time decides its place
+        if (ref == nullptr) {
+          ++stats_.decode_errors;
+          continue;
+        }
+      }
+      try {
+        order_->push(*ref, probes[ref->probe].layout, ordered_out_);
+      } catch (...) {  // out of memory: release what is queued, then this one as it is
+        drain_order();
+        run_chunks({ref, 1});
+      }
+    }
+    return;
+  }
+  run_chunks(batch.records);
+}
+
+void Pipeline::run_chunks(std::span<const RecordRef> records) noexcept {
   while (!records.empty()) {
     const std::size_t n = std::min(records.size(), events_.size());
     run(records.first(n));
@@ -148,13 +200,21 @@ void Pipeline::run(std::span<const RecordRef> records) noexcept {
       e.derived[d] = std::monostate{};
     ++stats_.records;
     ++stats_.by_kind[static_cast<std::size_t>(e.kind)];
-    if (e.kind == RecordKind::kComm) {
-      // Every stage sees comm by thread, whether or not it asked for COMM records.
+    if (e.kind == RecordKind::kComm || e.kind == RecordKind::kFork) {
+      // Every stage sees comm by thread, whether or not it asked for COMM records. The events
+      // before this record run first, so each sees the name its thread had at its time.
+      dispatch();
       if (const auto* c = std::get_if<perf::Comm>(&r.record.body))
         comm_.update(c->tid, c->comm);
+      else if (const auto* f = std::get_if<perf::TaskEvent>(&r.record.body))
+        comm_.fork(f->ptid, f->tid);
     }
     alive_.push_back(&e);
   }
+  dispatch();
+}
+
+void Pipeline::dispatch() noexcept {
   for (auto& slot : stages_) {
     if (alive_.empty())
       break;
@@ -170,6 +230,23 @@ void Pipeline::run(std::span<const RecordRef> records) noexcept {
     std::erase_if(alive_, [](const Event* e) { return e->dropped; });
     stats_.dropped += before - alive_.size();
   }
+  alive_.clear();
+}
+
+std::vector<std::pair<std::string, std::uint64_t>> Pipeline::counters() const {
+  std::vector<std::pair<std::string, std::uint64_t>> out, one;
+  for (const auto& slot : stages_) {
+    one.clear();
+    slot.stage->counters(one);
+    for (auto& [name, value] : one)
+      out.emplace_back(slot.name + "." + name, value);
+  }
+  if (order_ != nullptr) {
+    const auto& o = order_->stats();
+    out.emplace_back("order.late", o.late);
+    out.emplace_back("order.forced_flushes", o.forced_flushes);
+  }
+  return out;
 }
 
 void Pipeline::emit(std::size_t index, std::chrono::nanoseconds now, bool reset) {
@@ -207,6 +284,7 @@ void Pipeline::tick(std::chrono::nanoseconds now) {
 void Pipeline::stop(std::chrono::nanoseconds now) {
   if (stopped_)
     return;
+  drain_order();  // the last records, in time order, before the final tables
   stopped_ = true;
   for (std::size_t i = 0; i < stages_.size(); ++i) {
     if (stages_[i].stage->aggregates()) {

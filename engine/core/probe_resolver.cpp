@@ -497,6 +497,8 @@ ResolvedProbe resolve_probe(const ProbeOptions& o, std::uint32_t index, ResolveC
     // both, as perf record does.
     a.flag(perf::Flag::kMmap).flag(perf::Flag::kMmap2);
   }
+  if (o.comm_records && !o.task_records)
+    a.flag(perf::Flag::kComm).flag(perf::Flag::kCommExec).flag(perf::Flag::kTask);
   if (o.context_switches)
     a.flag(perf::Flag::kContextSwitch);
   if (o.counting) {
@@ -512,7 +514,9 @@ ResolvedProbe resolve_probe(const ProbeOptions& o, std::uint32_t index, ResolveC
     a.sample_freq(kDefaultFreq);
   }
 
-  r.ring.data_pages = o.ring_pages != 0 ? o.ring_pages : kDefaultRingPages;
+  r.ring.data_pages = o.ring_pages != 0             ? o.ring_pages
+                      : ctx.default_ring_pages != 0 ? ctx.default_ring_pages
+                                                    : kDefaultRingPages;
   const std::uint64_t ring_bytes = static_cast<std::uint64_t>(r.ring.data_pages) * 4096;
   if (o.wakeup.events != 0) {
     a.wakeup_events(o.wakeup.events);

@@ -37,6 +37,9 @@ struct ResolveContext {
   std::string command{};
   /// Use tracefs dynamic events even where a probe PMU exists.
   bool prefer_tracefs_probes = false;
+  /// Data pages of a ring whose probe sets no ring_pages (0: 64), from the locked-memory budget
+  /// (core::plan_rings).
+  std::uint32_t default_ring_pages = 0;
   const tracefs::Tracefs& fs();
   tracefs::DynamicProbes& dynamic_probes();
 };

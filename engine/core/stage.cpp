@@ -156,7 +156,21 @@ void CommCache::update(std::uint32_t tid, std::string_view comm) noexcept {
   e.stamp = ++clock_;
 }
 
+void CommCache::fork(std::uint32_t parent, std::uint32_t child) noexcept {
+  if (parent == child)
+    return;  // the first thread of a new process forked by itself: nothing new
+  std::array<char, kCommLen> name{};
+  const std::string_view p = lookup(parent);
+  const std::size_t n = std::min(p.size(), kCommLen);
+  std::memcpy(name.data(), p.data(), n);  // before the child's slot may evict the parent's
+  if (n == 0)
+    return;
+  update(child, std::string_view(name.data(), n));
+}
+
 std::string_view CommCache::lookup(std::uint32_t tid) noexcept {
+  if (tid == 0)
+    return "swapper";  // the idle tasks (perf script's name for tid 0)
   bool found = false;
   Entry& e = slot_for(tid, found);
   e.stamp = ++clock_;
@@ -278,6 +292,8 @@ Value FieldRef::read(const Event& e) const noexcept {
     case Source::kComm:
       if (const auto* c = std::get_if<perf::Comm>(&e.ref->record.body))
         return c->comm;
+      if (e.sample == nullptr && tid_of(e) == 0 && !e.ref->record.sample_id.present)
+        return std::string_view{};  // no thread at all (LOST without sample_id_all)
       return schema_->comm().lookup(tid_of(e));
     case Source::kCpu:
       if (e.sample != nullptr && (e.sample->sample_type & PERF_SAMPLE_CPU) != 0)
@@ -614,6 +630,8 @@ std::optional<FieldRef> Schema::bind(std::string_view name,
   ref.by_probe_.resize(probes_.size());
   for (std::uint32_t p = 0; p < probes_.size(); ++p) {
     if (auto a = resolve(p, name)) {
+      if (a->source == Source::kComm)
+        comm_bound_ = true;
       ref.by_probe_[p] = *a;
       if (!any)
         ref.type_ = a->type;

@@ -147,7 +147,17 @@ void Latency::on_events(std::span<Event* const> events) noexcept {
 
 void Latency::stop() {
   stats_.missing_exit += pending_count_;
+  stats_.pending_at_stop += pending_count_;
   pending_count_ = 0;
+}
+
+void Latency::counters(std::vector<std::pair<std::string, std::uint64_t>>& out) const {
+  out.emplace_back("paired", stats_.paired);
+  out.emplace_back("unmatched_exits", stats_.missing_entry);
+  out.emplace_back("unmatched_entries", stats_.missing_exit);
+  out.emplace_back("pending_at_stop", stats_.pending_at_stop);
+  out.emplace_back("out_of_order", stats_.out_of_order);
+  out.emplace_back("evicted", stats_.evicted);
 }
 
 }  // namespace tracer::stages

@@ -15,10 +15,12 @@ namespace tracer::stages {
 
 struct LatencyStats {
   std::uint64_t paired = 0;
-  std::uint64_t missing_entry = 0;  // exit with no pending entry
-  std::uint64_t missing_exit = 0;   // entry replaced by a newer one, or pending at stop
-  std::uint64_t out_of_order = 0;   // exit time before entry time
-  std::uint64_t evicted = 0;        // pending entries dropped when the table was full
+  std::uint64_t missing_entry = 0;    // exit with no pending entry
+  std::uint64_t missing_exit = 0;     // entry replaced by a newer one, or pending at stop
+  std::uint64_t out_of_order = 0;     // exit time before entry time
+  std::uint64_t evicted = 0;          // pending entries dropped when the table was full
+  std::uint64_t pending_at_stop = 0;  // entries still waiting for their exit at the end (also
+                                      // in missing_exit)
 };
 
 class Latency : public Stage {
@@ -29,6 +31,9 @@ class Latency : public Stage {
   void bind(BindContext& ctx, Diagnostics& diags) override;
   void on_events(std::span<Event* const> events) noexcept override;
   void stop() override;
+  /// Entries and exits must meet in time order, whichever ring and CPU they came from.
+  [[nodiscard]] bool ordered() const noexcept override { return true; }
+  void counters(std::vector<std::pair<std::string, std::uint64_t>>& out) const override;
   [[nodiscard]] const LatencyStats& stats() const noexcept { return stats_; }
 
  private:

@@ -64,6 +64,8 @@ void OutputStage::bind_output(BindContext& ctx, Diagnostics& diags) {
     }
   }
   fields_.clear();
+  if (!per_event_ && field_names_.empty())
+    return;  // tables only: no per-event fields to bind (binding comm would order the pipeline)
   auto names = field_names_;
   if (names.empty()) {
     // Default: the common sample fields, then the union of every probe's payload fields, then

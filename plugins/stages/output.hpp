@@ -24,6 +24,8 @@ class OutputStage : public Stage {
   /// Per-event output (true) or aggregation rows only (false): `events` option, else per-event
   /// unless an aggregation precedes the output.
   [[nodiscard]] bool per_event() const noexcept { return per_event_; }
+  /// Per-event lines come in time order across rings and probes, as perf script prints them.
+  [[nodiscard]] bool ordered() const noexcept override { return per_event_; }
 
  protected:
   void configure_output(StageOptions& opts);

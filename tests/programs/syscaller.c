@@ -1,20 +1,54 @@
 /* Makes an exact number of system calls, for tests that trace a command started by tracer.
- * Usage: syscaller lseek|getppid N [CPU]
- *   lseek:   N calls of lseek(12345, i, SEEK_CUR) (EBADF: harmless)
- *   getppid: N calls of getppid()
+ * Usage: syscaller lseek|getppid|readv|pingpong N [CPU]
+ *   lseek:    N calls of lseek(12345, i, SEEK_CUR) (EBADF: harmless)
+ *   getppid:  N calls of getppid()
+ *   readv:    N calls of readv() of one byte from /dev/zero (the C runtime's start-up makes no
+ *             readv call: a test counts exactly N)
+ *   pingpong: a parent and a child pass a byte back and forth over two pipes N times: each
+ *             pass wakes the other, blocked in read() (at least N wakeups in all)
  * pinned to CPU when given. Exits 0. */
 #define _GNU_SOURCE
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+static int pingpong(long n) {
+  int there[2], back[2];
+  if (pipe(there) != 0 || pipe(back) != 0)
+    return 4;
+  char c = 'x';
+  const pid_t child = fork();
+  if (child < 0)
+    return 4;
+  if (child == 0) {
+    for (long i = 0; i < n; ++i) {
+      if (read(there[0], &c, 1) != 1 || write(back[1], &c, 1) != 1)
+        _exit(5);
+    }
+    _exit(0);
+  }
+  for (long i = 0; i < n; ++i) {
+    if (write(there[1], &c, 1) != 1 || read(back[0], &c, 1) != 1)
+      return 5;
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 6;
+}
 
 int main(int argc, char** argv) {
   const int getppid_mode = argc >= 3 && strcmp(argv[1], "getppid") == 0;
-  if (argc < 3 || (strcmp(argv[1], "lseek") != 0 && !getppid_mode)) {
-    fprintf(stderr, "usage: %s lseek|getppid N [CPU]\n", argv[0]);
+  const int readv_mode = argc >= 3 && strcmp(argv[1], "readv") == 0;
+  const int pingpong_mode = argc >= 3 && strcmp(argv[1], "pingpong") == 0;
+  if (argc < 3 ||
+      (strcmp(argv[1], "lseek") != 0 && !getppid_mode && !readv_mode && !pingpong_mode)) {
+    fprintf(stderr, "usage: %s lseek|getppid|readv|pingpong N [CPU]\n", argv[0]);
     return 2;
   }
   long n = strtol(argv[2], NULL, 10);
@@ -25,8 +59,16 @@ int main(int argc, char** argv) {
     if (sched_setaffinity(0, sizeof(set), &set) != 0)
       return 3;
   }
+  if (pingpong_mode)
+    return pingpong(n);
+  const int zero = readv_mode ? open("/dev/zero", O_RDONLY | O_CLOEXEC) : -1;
+  char byte = 0;
+  struct iovec iov = {.iov_base = &byte, .iov_len = 1};
   for (long i = 0; i < n; ++i) {
-    if (getppid_mode) {
+    if (readv_mode) {
+      if (readv(zero, &iov, 1) != 1)
+        return 4;
+    } else if (getppid_mode) {
       syscall(SYS_getppid);
     } else {
       syscall(SYS_lseek, 12345, i, SEEK_CUR);

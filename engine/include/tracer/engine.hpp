@@ -89,7 +89,11 @@ struct ProbeOptions {
   bool context_switches = false;  // SWITCH records
   std::string filter{};           // tracefs filter expression (tracepoints, probes)
   std::string bpf_program{};      // program of the engine's BPF object to attach (SET_BPF)
-  std::uint32_t ring_pages = 0;   // data pages per CPU ring (power of two); 0: 64
+  std::uint32_t ring_pages = 0;   // data pages per CPU ring (power of two); 0: from the
+                                  // locked-memory budget (Engine::ring_note), 2 MiB unlimited
+  /// COMM/FORK/EXIT records only (no MMAP): thread names at event time. A sampling probe with
+  /// them on every CPU covers every task the engine traces.
+  bool comm_records = false;
   WakeupPolicy wakeup{};
   std::uint64_t aux_bytes = 0;  // kAux: AUX area size (power-of-two pages); 0: 4 MiB
   bool aux_snapshot = false;    // kAux: overwrite (snapshot) mode
@@ -297,6 +301,9 @@ class Engine {
   /// The maps of the engine's BPF object (none without one). They stay readable after stop(),
   /// until the engine is destroyed.
   [[nodiscard]] const MapSource& maps() const noexcept;
+  /// How start() sized the rings of probes without ring_pages (and the output channel): their
+  /// number and size, and the locked-memory budget they share (for -v).
+  [[nodiscard]] std::string ring_note() const;
   /// The pid of the command started for a kCommand target (-1 otherwise).
   [[nodiscard]] pid_t command_pid() const noexcept;
 

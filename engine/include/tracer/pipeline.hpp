@@ -25,6 +25,7 @@
 #include <string_view>
 #include <vector>
 
+#include "tracer/reorder.hpp"
 #include "tracer/stage.hpp"
 
 namespace tracer {
@@ -36,6 +37,8 @@ struct PipelineOptions {
   CommCacheOptions comm{};
   /// Append a `print` stage when an aggregation has no output stage after it.
   bool implicit_print = true;
+  /// The time-order merge used when a stage is ordered() or binds `comm`.
+  ReorderOptions reorder{};
 };
 
 struct PipelineStats {
@@ -75,8 +78,18 @@ class Pipeline {
   void on_batch(const Batch& batch) noexcept;
   /// A BatchHandler that calls on_batch (the pipeline must outlive it).
   [[nodiscard]] BatchHandler handler();
-  /// The engine finished a pass over every ring (Engine::on_round): tells every stage.
+  /// The engine finished a pass over every ring (Engine::on_round), or a perf.data file's
+  /// FINISHED_ROUND: an ordered pipeline hands on the records that are now safe in time order,
+  /// then every stage is told. Live runs must call it (the CLI does from Engine::on_round).
   void round() noexcept;
+  /// Whether records are merged in time order before the stages (set by bind()).
+  [[nodiscard]] bool ordered() const noexcept { return order_ != nullptr; }
+  /// The merge's counters (late records, forced flushes), when ordered().
+  [[nodiscard]] const ReorderStats* order_stats() const noexcept {
+    return order_ ? &order_->stats() : nullptr;
+  }
+  /// Every stage's counters (Stage::counters), as "stage.name" -> value, in stage order.
+  [[nodiscard]] std::vector<std::pair<std::string, std::uint64_t>> counters() const;
 
   /// Emits the tables of aggregations whose `every` elapsed by `now`, then flushes outputs.
   void tick(std::chrono::nanoseconds now);
@@ -97,7 +110,10 @@ class Pipeline {
     std::chrono::nanoseconds last_emit{};
     std::uint32_t emitted = 0;
   };
+  void run_chunks(std::span<const RecordRef> records) noexcept;
   void run(std::span<const RecordRef> records) noexcept;
+  void dispatch() noexcept;
+  void drain_order() noexcept;
   /// A sample the engine handed on undecoded (EngineOptions::decode_samples = false), decoded
   /// into decoded_[slot]; nullptr if it does not decode.
   const RecordRef* decode_sample(const RecordRef& ref, std::size_t slot) noexcept;
@@ -112,6 +128,8 @@ class Pipeline {
   std::vector<RecordRef> decoded_;
   std::vector<Event*> alive_, routed_;
   std::size_t derived_ = 0;
+  std::unique_ptr<Reorder> order_;
+  BatchHandler ordered_out_;
   PipelineStats stats_;
   bool stopped_ = false;
 };

@@ -114,7 +114,7 @@ using PayloadSchema = std::vector<PayloadField>;
 // comm of every thread: from COMM records as they pass, from /proc/TID/comm on a miss.
 
 struct CommCacheOptions {
-  std::size_t capacity = 4096;      // entries (rounded up to a multiple of kWays); bounded memory
+  std::size_t capacity = 32768;     // entries (rounded up to a multiple of kWays); bounded memory
   std::string proc_root = "/proc";  // tests point this at a fake tree
   bool read_proc = true;
 };
@@ -129,7 +129,11 @@ class CommCache {
 
   /// A COMM record: the thread was renamed (exec or prctl).
   void update(std::uint32_t tid, std::string_view comm) noexcept;
-  /// The comm of `tid`, or "" when unknown. The view stays valid until that entry is evicted (at
+  /// A FORK record: the new thread `child` starts with the comm of `parent` (as the kernel's
+  /// copy_process copies task->comm), so short-lived children keep a name after they exit.
+  void fork(std::uint32_t parent, std::uint32_t child) noexcept;
+  /// The comm of `tid` ("swapper" for tid 0, the idle tasks, as perf names them), or "" when
+  /// unknown. The view stays valid until that entry is evicted (at
   /// least until `capacity / kWays` other threads were looked up).
   [[nodiscard]] std::string_view lookup(std::uint32_t tid) noexcept;
   [[nodiscard]] std::uint64_t proc_reads() const noexcept { return proc_reads_; }
@@ -253,6 +257,9 @@ class Schema {
   [[nodiscard]] std::size_t derived_count() const noexcept { return derived_.size(); }
 
   [[nodiscard]] CommCache& comm() const noexcept { return *comm_; }
+  /// Whether some stage bound the sample field `comm` (thread names at event time then need the
+  /// records in time order, COMM and FORK records included).
+  [[nodiscard]] bool comm_bound() const noexcept { return comm_bound_; }
 
  private:
   std::optional<FieldRef::Accessor> resolve(std::uint32_t probe, std::string_view name) const;
@@ -260,6 +267,7 @@ class Schema {
   std::vector<PayloadSchema> payloads_;
   std::vector<std::pair<std::string, FieldType>> derived_;
   CommCache* comm_;
+  mutable bool comm_bound_ = false;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -379,9 +387,17 @@ class Stage {
   virtual void start() {}
   /// Record kinds this stage wants; others flow past it untouched.
   [[nodiscard]] virtual KindMask kinds() const noexcept { return kind_bit(RecordKind::kSample); }
-  /// The events of one batch that this stage asked for, in ring order. Call Event::drop() to
-  /// stop an event here.
+  /// The events of one batch that this stage asked for: in time order across every ring and
+  /// probe when some stage of the pipeline is ordered(), else in ring order. Call Event::drop()
+  /// to stop an event here.
   virtual void on_events(std::span<Event* const> events) noexcept = 0;
+  /// Whether this stage needs events in time order across rings and probes (pairing entries
+  /// with exits, per-event output): the pipeline then merges records by time (tracer::Reorder)
+  /// before its first stage. Aggregations that do not pair do not pay for it.
+  [[nodiscard]] virtual bool ordered() const noexcept { return false; }
+  /// Accounting a user must see at the end of a run (latency: pairs, unmatched entries and
+  /// exits, evictions): name and value, shown in the run's summary and --json.
+  virtual void counters(std::vector<std::pair<std::string, std::uint64_t>>& /*out*/) const {}
 
   /// Aggregations: true, and snapshot() fills tables.
   [[nodiscard]] virtual bool aggregates() const noexcept { return false; }

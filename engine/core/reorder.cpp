@@ -1,0 +1,145 @@
+// Reorder: records queued with copies of their bytes, released in (time, arrival) order.
+#include "tracer/reorder.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+namespace tracer {
+
+Reorder::Reorder(ReorderOptions options) : options_(options) {
+  options_.max_batch = std::max<std::size_t>(1, options_.max_batch);
+  refs_.reserve(options_.max_batch);
+}
+
+std::optional<std::uint64_t> Reorder::time_of(const perf::Record& r) noexcept {
+  std::uint64_t t = 0;
+  if (const auto* s = std::get_if<perf::Sample>(&r.body))
+    t = s->time;
+  else if (r.sample_id.present)
+    t = r.sample_id.time;
+  // A real CLOCK_MONOTONIC (or perf_clock) time is never 0: 0 means the layout has no TIME.
+  if (t == 0)
+    return std::nullopt;
+  return t;
+}
+
+void Reorder::push(const RecordRef& ref,
+                   const perf::SampleLayout& layout,
+                   const BatchHandler& out) {
+  std::uint64_t time = 0;
+  if (auto t = time_of(ref.record)) {
+    time = *t;
+  } else {
+    ++stats_.untimed;
+    time = max_time_;  // placed after what came before it
+  }
+  if (any_released_ && time < released_upto_)
+    ++stats_.late;
+  max_time_ = std::max(max_time_, time);
+  const auto bytes = ref.record.bytes;
+  Entry e;
+  e.time = time;
+  e.seq = seq_++;
+  e.offset = static_cast<std::uint32_t>(bytes_.size());
+  e.size = static_cast<std::uint32_t>(bytes.size());
+  e.probe = ref.probe;
+  e.cpu = ref.cpu;
+  e.itrace_pid = ref.itrace_pid;
+  e.itrace_tid = ref.itrace_tid;
+  e.layout = &layout;
+  bytes_.insert(bytes_.end(), bytes.begin(), bytes.end());
+  entries_.push_back(e);
+  ++stats_.queued;
+  stats_.max_queued = std::max<std::uint64_t>(stats_.max_queued, entries_.size());
+  if (bytes_.size() > options_.max_bytes && entries_.size() > 1) {
+    // Over budget: release the older half now (perf's OE_FLUSH__HALF). What arrives later with
+    // an older time is counted as late.
+    std::vector<std::uint64_t> times;
+    times.reserve(entries_.size());
+    for (const auto& q : entries_)
+      times.push_back(q.time);
+    auto mid = times.begin() + static_cast<std::ptrdiff_t>(times.size() / 2);
+    std::nth_element(times.begin(), mid, times.end());
+    ++stats_.forced_flushes;
+    flush_until(*mid, out);
+  }
+}
+
+void Reorder::round(const BatchHandler& out) {
+  ++stats_.rounds;
+  if (!entries_.empty())
+    flush_until(next_flush_, out);
+  next_flush_ = max_time_;
+}
+
+void Reorder::flush_all(const BatchHandler& out) {
+  flush_until(UINT64_MAX, out);
+}
+
+void Reorder::flush_until(std::uint64_t time, const BatchHandler& out) {
+  if (entries_.empty())
+    return;
+  // Entries are in arrival order; a stable partition keeps it within both parts, and the sort
+  // of the released part by (time, seq) keeps each ring's records in ring order on equal times.
+  // (By hand rather than std::stable_partition, which allocates a buffer on every call.)
+  held_.clear();
+  std::size_t count = 0;
+  for (std::size_t i = 0; i < entries_.size(); ++i) {
+    if (entries_[i].time <= time)
+      entries_[count++] = entries_[i];  // count <= i: never overwrites one not yet read
+    else
+      held_.push_back(entries_[i]);
+  }
+  std::copy(held_.begin(), held_.end(), entries_.begin() + static_cast<std::ptrdiff_t>(count));
+  if (count == 0)
+    return;
+  const auto mid = entries_.begin() + static_cast<std::ptrdiff_t>(count);
+  std::sort(entries_.begin(), mid, [](const Entry& a, const Entry& b) {
+    return a.time != b.time ? a.time < b.time : a.seq < b.seq;
+  });
+  release(count, out);
+}
+
+void Reorder::release(std::size_t count, const BatchHandler& out) {
+  for (std::size_t i = 0; i < count;) {
+    refs_.clear();
+    for (; i < count && refs_.size() < options_.max_batch; ++i) {
+      const Entry& e = entries_[i];
+      refs_.emplace_back();
+      RecordRef& r = refs_.back();
+      r.probe = e.probe;
+      r.cpu = e.cpu;
+      r.itrace_pid = e.itrace_pid;
+      r.itrace_tid = e.itrace_tid;
+      const std::span<const std::byte> copy(bytes_.data() + e.offset, e.size);
+      if (perf::decode(copy, *e.layout, r.record) != perf::DecodeError::kOk) {
+        // It decoded when it was pushed (or was handed on header-only): keep the header.
+        r.record = perf::Record{};
+        perf::Record header;
+        std::memcpy(&header.type, copy.data(), sizeof(header.type));
+        std::memcpy(&header.misc, copy.data() + 4, sizeof(header.misc));
+        std::memcpy(&header.size, copy.data() + 6, sizeof(header.size));
+        header.bytes = copy;
+        r.record = header;
+      }
+      released_upto_ = std::max(released_upto_, e.time);
+    }
+    any_released_ = true;
+    stats_.released += refs_.size();
+    if (out)
+      out(Batch{refs_});
+  }
+  refs_.clear();
+  // Keep what was not released, compacted to the front of a fresh byte buffer.
+  spare_.clear();
+  for (std::size_t j = count; j < entries_.size(); ++j) {
+    Entry& e = entries_[j];
+    const auto* from = bytes_.data() + e.offset;
+    e.offset = static_cast<std::uint32_t>(spare_.size());
+    spare_.insert(spare_.end(), from, from + e.size);
+  }
+  entries_.erase(entries_.begin(), entries_.begin() + static_cast<std::ptrdiff_t>(count));
+  std::swap(bytes_, spare_);
+}
+
+}  // namespace tracer

@@ -1,0 +1,101 @@
+// Reorder: merges the records of every ring (every probe, every CPU) into time order, the way
+// perf's ordered_events does for perf report: records are queued (their bytes copied, since a
+// ring's bytes are handed back to the kernel after each batch), and a queued record is released
+// only once no record written before it can still arrive. The one ordering mechanism of live
+// runs (Pipeline, fed by Engine::on_batch and Engine::on_round) and of replay (fed by a
+// perf.data file, with its FINISHED_ROUND records as the rounds).
+//
+// When is a record safe to release? After a pass over every ring that began after the record was
+// written. The engine's rounds (Engine::on_round) and perf's FINISHED_ROUND both mark the end of
+// such a pass, so at the end of round n every record with a time up to the largest time seen by
+// the end of round n-1 has been read (kernel tools/perf/util/session.c process_finished_round,
+// ordered_events.c). round() releases exactly those. A record that arrives with a time before
+// what was already released is late: it is counted (ReorderStats::late) and released at the
+// next flush, never dropped. Memory is bounded: past `max_bytes` queued, the older half is
+// released early (ReorderStats::forced_flushes); records it overtakes then count as late.
+//
+// Usage:
+//   Reorder order({.max_bytes = 64 << 20});
+//   on batch:  for (auto& r : batch.records) order.push(r, layout_of(r.probe), handler);
+//   on round:  order.round(handler);          // hands on what is now safe, in time order
+//   at stop:   order.flush_all(handler);
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <vector>
+
+#include "tracer/engine.hpp"
+
+namespace tracer {
+
+struct ReorderOptions {
+  /// Bytes of queued records before the older half is released early.
+  std::size_t max_bytes = std::size_t{64} << 20;
+  /// Records per batch handed on.
+  std::size_t max_batch = 512;
+};
+
+struct ReorderStats {
+  std::uint64_t queued = 0;          // records pushed
+  std::uint64_t released = 0;        // records handed on
+  std::uint64_t late = 0;            // records older than what was released before them
+  std::uint64_t untimed = 0;         // records without a time (given the latest time seen)
+  std::uint64_t forced_flushes = 0;  // early releases for want of memory
+  std::uint64_t max_queued = 0;      // most records queued at once
+  std::uint64_t rounds = 0;
+};
+
+class Reorder {
+ public:
+  explicit Reorder(ReorderOptions options = {});
+
+  /// Queues a copy of `ref`, to be decoded again with `layout` (the one it was decoded with,
+  /// which must outlive the queue) when released. Records that carry AUX data (RecordRef::aux)
+  /// are not copied: the caller hands them on directly (see queueable()). Past max_bytes queued,
+  /// the older half is released to `out` at once.
+  void push(const RecordRef& ref, const perf::SampleLayout& layout, const BatchHandler& out);
+  [[nodiscard]] static bool queueable(const RecordRef& ref) noexcept { return !ref.aux; }
+
+  /// The end of a pass over every ring: releases, in time order, every record up to the largest
+  /// time seen at the previous round's end.
+  void round(const BatchHandler& out);
+  /// Releases every record with a time up to `time`.
+  void flush_until(std::uint64_t time, const BatchHandler& out);
+  /// Releases everything (end of input).
+  void flush_all(const BatchHandler& out);
+
+  [[nodiscard]] const ReorderStats& stats() const noexcept { return stats_; }
+  [[nodiscard]] std::size_t queued() const noexcept { return entries_.size(); }
+
+  /// The time of a record: the sample's time, else its sample_id trailer's; nullopt without one.
+  [[nodiscard]] static std::optional<std::uint64_t> time_of(const perf::Record& r) noexcept;
+
+ private:
+  struct Entry {
+    std::uint64_t time = 0;
+    std::uint64_t seq = 0;  // arrival order: ties keep it (records of one ring stay in order)
+    std::uint32_t offset = 0, size = 0;
+    std::uint32_t probe = 0;
+    std::int32_t cpu = -1;
+    std::uint32_t itrace_pid = 0, itrace_tid = 0;
+    const perf::SampleLayout* layout = nullptr;
+  };
+  void release(std::size_t count, const BatchHandler& out);
+
+  ReorderOptions options_;
+  std::vector<Entry> entries_;  // queued, in arrival order
+  std::vector<Entry> held_;     // flush_until's scratch (kept: no allocation once warm)
+  std::vector<std::byte> bytes_, spare_;
+  std::vector<RecordRef> refs_;
+  std::uint64_t seq_ = 0;
+  std::uint64_t max_time_ = 0;       // largest time pushed
+  std::uint64_t next_flush_ = 0;     // round(): release up to this (max_time_ at the last round)
+  std::uint64_t released_upto_ = 0;  // largest time released
+  bool any_released_ = false;
+  ReorderStats stats_;
+};
+
+}  // namespace tracer

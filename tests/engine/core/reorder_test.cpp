@@ -1,0 +1,201 @@
+// Reorder: records of several rings merged in time order at rounds, late ones counted, memory
+// bounded; and the pipeline's use of it (pairing, comm at event time).
+#include "tracer/reorder.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+#include <vector>
+
+#include "support/stage_batches.hpp"
+#include "tracer/pipeline.hpp"
+
+namespace tracer {
+namespace {
+
+using testing::FakeEvent;
+using testing::Records;
+
+FakeEvent ev(std::int32_t nr) {
+  FakeEvent e;
+  e.nr = nr;
+  return e;
+}
+
+struct Seen {
+  std::vector<std::uint64_t> times;
+  std::vector<std::int32_t> nrs;
+  BatchHandler handler() {
+    return [this](const Batch& b) {
+      for (const auto& r : b.records) {
+        const auto* s = std::get_if<perf::Sample>(&r.record.body);
+        ASSERT_NE(s, nullptr);
+        times.push_back(s->time);
+        std::int32_t nr = 0;
+        std::memcpy(&nr, s->raw.data() + 8, 4);  // the fake format's `nr`
+        nrs.push_back(nr);
+      }
+    };
+  }
+};
+
+TEST(Reorder, RoundsReleaseWhatIsSafeInTimeOrder) {
+  const ProbeInfo enter = testing::fake_probe(0, "enter");
+  const ProbeInfo exit = testing::fake_probe(1, "exit");
+  Records recs;
+  // Round 1 reads exit's ring first (times 20, 40), then enter's (10, 30).
+  recs.event(exit, ev(20), 1, 1, 20, 1);
+  recs.event(exit, ev(40), 1, 1, 40, 1);
+  recs.event(enter, ev(10), 1, 1, 10, 0);
+  recs.event(enter, ev(30), 1, 1, 30, 0);
+  Reorder order;
+  Seen seen;
+  const auto out = seen.handler();
+  for (const auto& r : recs.refs())
+    order.push(r, r.probe == 0 ? enter.layout : exit.layout, out);
+  order.round(out);  // nothing was seen before this round: nothing is safe yet
+  EXPECT_TRUE(seen.times.empty());
+  recs.clear();
+  recs.event(enter, ev(50), 1, 1, 50, 0);
+  recs.event(exit, ev(35), 1, 1, 35, 1);  // written before round 1 ended
+  for (const auto& r : recs.refs())
+    order.push(r, r.probe == 0 ? enter.layout : exit.layout, out);
+  order.round(out);  // releases up to 40, the largest time of round 1
+  EXPECT_EQ(seen.times, (std::vector<std::uint64_t>{10, 20, 30, 35, 40}));
+  EXPECT_EQ(seen.nrs, (std::vector<std::int32_t>{10, 20, 30, 35, 40}));
+  EXPECT_EQ(order.stats().late, 0u);
+  recs.clear();
+  recs.event(exit, ev(39), 1, 1, 39, 1);  // older than what was released: late
+  order.push(recs.refs()[0], exit.layout, out);
+  EXPECT_EQ(order.stats().late, 1u);
+  order.flush_all(out);
+  EXPECT_EQ(seen.times, (std::vector<std::uint64_t>{10, 20, 30, 35, 40, 39, 50}));
+  EXPECT_EQ(order.stats().released, 7u);
+  EXPECT_EQ(order.queued(), 0u);
+}
+
+TEST(Reorder, ManyRingsMergeIntoOneSortedStreamWithEqualTimesInRingOrder) {
+  const ProbeInfo p = testing::fake_probe(0, "p");
+  std::mt19937 rng(7);
+  Reorder order({.max_bytes = std::size_t{64} << 20, .max_batch = 7});
+  Seen seen;
+  const auto out = seen.handler();
+  std::uint64_t clock = 1000;
+  std::int32_t nr = 0;
+  for (int round = 0; round < 50; ++round) {
+    Records recs;
+    // Four rings, each in its own time order, read one after the other.
+    std::vector<std::vector<std::uint64_t>> rings(4);
+    for (int i = 0; i < 200; ++i)
+      rings[rng() % 4].push_back(clock += rng() % 3);  // equal times happen
+    for (std::size_t c = 0; c < rings.size(); ++c) {
+      for (auto t : rings[c])
+        recs.event(p, ev(nr++), 1, 1, t, static_cast<std::int32_t>(c));
+    }
+    for (const auto& r : recs.refs())
+      order.push(r, p.layout, out);
+    order.round(out);
+  }
+  order.flush_all(out);
+  ASSERT_EQ(seen.times.size(), 50u * 200u);
+  EXPECT_TRUE(std::is_sorted(seen.times.begin(), seen.times.end()));
+  EXPECT_EQ(order.stats().late, 0u);
+  // Equal times keep arrival order (a ring's own order).
+  for (std::size_t i = 1; i < seen.times.size(); ++i) {
+    if (seen.times[i] == seen.times[i - 1]) {
+      EXPECT_LT(seen.nrs[i - 1], seen.nrs[i]) << i;
+    }
+  }
+}
+
+TEST(Reorder, OverBudgetReleasesTheOlderHalfAndCountsWhatComesLate) {
+  const ProbeInfo p = testing::fake_probe(0, "p");
+  Reorder order({.max_bytes = 4096, .max_batch = 512});
+  Seen seen;
+  const auto out = seen.handler();
+  Records recs;
+  for (std::uint64_t t = 1; t <= 200; ++t)
+    recs.event(p, ev(static_cast<std::int32_t>(t)), 1, 1, t * 10);
+  for (const auto& r : recs.refs())
+    order.push(r, p.layout, out);
+  EXPECT_GT(order.stats().forced_flushes, 0u);
+  EXPECT_FALSE(seen.times.empty());
+  EXPECT_TRUE(std::is_sorted(seen.times.begin(), seen.times.end()));
+  recs.clear();
+  recs.event(p, ev(0), 1, 1, 5);  // older than what was forced out
+  order.push(recs.refs()[0], p.layout, out);
+  order.flush_all(out);
+  EXPECT_EQ(order.stats().late, 1u);
+  EXPECT_EQ(seen.times.size(), 201u);  // nothing dropped
+}
+
+// A pipeline with a latency stage pairs exits that its batches deliver before their entries.
+TEST(Reorder, PipelinePairsExitsDeliveredBeforeTheirEntries) {
+  const std::vector<ProbeInfo> probes = {testing::fake_probe(0, "enter"),
+                                         testing::fake_probe(1, "exit")};
+  std::string text;
+  Sink sink = Sink::to_string(&text);
+  Pipeline pipeline(sink);
+  Diagnostics diags;
+  pipeline.add(StageRegistry::global(), "latency",
+               testing::cv_table({{"entry", testing::cv("enter")}, {"exit", testing::cv("exit")}}),
+               diags);
+  pipeline.add(StageRegistry::global(), "count", testing::cv_table({}), diags);
+  pipeline.bind(probes, diags);
+  ASSERT_TRUE(diags.empty()) << diags.format();
+  ASSERT_TRUE(pipeline.ordered());
+  pipeline.start(std::chrono::nanoseconds(0));
+  constexpr int kCalls = 1000;
+  std::uint64_t t = 100;
+  for (int batch = 0; batch < kCalls / 100; ++batch) {
+    Records exits, entries;
+    for (int i = 0; i < 100; ++i) {
+      const std::uint32_t tid = 10 + static_cast<std::uint32_t>(i % 7);
+      entries.event(probes[0], {}, tid, tid, t += 10, 0);
+      exits.event(probes[1], {}, tid, tid, t += 10, 1);
+    }
+    pipeline.on_batch(exits.batch());  // the exit ring is drained first
+    pipeline.on_batch(entries.batch());
+    pipeline.round();
+  }
+  pipeline.stop(std::chrono::nanoseconds(t));
+  std::uint64_t paired = 0, unmatched = 0;
+  for (const auto& [name, value] : pipeline.counters()) {
+    if (name == "latency.paired")
+      paired = value;
+    if (name == "latency.unmatched_exits" || name == "latency.unmatched_entries")
+      unmatched += value;
+  }
+  EXPECT_EQ(paired, static_cast<std::uint64_t>(kCalls));
+  EXPECT_EQ(unmatched, 0u);
+}
+
+// comm at event time: a sample before a COMM record keeps the old name, one after gets the new
+// one, even within one batch; a forked child inherits its parent's name; tid 0 is swapper.
+TEST(Reorder, CommIsTheNameAtTheEventsTime) {
+  const std::vector<ProbeInfo> probes = {testing::fake_probe(0, "p")};
+  std::string text;
+  Sink sink = Sink::to_string(&text);
+  Pipeline pipeline(sink, {.comm = {.read_proc = false}});
+  Diagnostics diags;
+  pipeline.add(StageRegistry::global(), "print",
+               testing::cv_table({{"format", testing::cv("{tid} {comm} {nr}")}}), diags);
+  pipeline.bind(probes, diags);
+  ASSERT_TRUE(diags.empty()) << diags.format();
+  pipeline.start(std::chrono::nanoseconds(0));
+  Records recs;
+  recs.comm(probes[0], 7, 7, "bash");
+  recs.event(probes[0], ev(1), 7, 7, 100);
+  recs.comm(probes[0], 7, 7, "python3");
+  recs.event(probes[0], ev(2), 7, 7, 300);
+  recs.event(probes[0], ev(3), 0, 0, 400);
+  pipeline.on_batch(recs.batch());
+  pipeline.stop(std::chrono::nanoseconds(1000));
+  EXPECT_NE(text.find("7 bash 1\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("7 python3 2\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("0 swapper 3\n"), std::string::npos) << text;
+}
+
+}  // namespace
+}  // namespace tracer
