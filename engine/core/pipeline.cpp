@@ -77,6 +77,8 @@ void Pipeline::bind(std::span<const ProbeInfo> probes,
   bool ordered = schema_->comm_bound();
   for (const auto& slot : stages_)
     ordered = ordered || slot.stage->ordered();
+  if (schema_->comm_bound())
+    comm_.seed();  // threads that exit before their events are looked at keep their names
   if (ordered) {
     order_ = std::make_unique<Reorder>(options_.reorder);
     ordered_out_ = [this](const Batch& b) { run_chunks(b.records); };

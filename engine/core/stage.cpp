@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <charconv>
 #include <cstring>
+#include <filesystem>
 #include <system_error>
 
 #include "common/edit_distance.hpp"
@@ -154,6 +155,29 @@ void CommCache::update(std::uint32_t tid, std::string_view comm) noexcept {
   std::memcpy(e.comm.data(), comm.data(), n);
   e.len = static_cast<std::uint8_t>(n);
   e.stamp = ++clock_;
+}
+
+std::size_t CommCache::seed() {
+  if (!options_.read_proc)
+    return 0;
+  std::size_t n = 0;
+  std::error_code ec;
+  namespace fs = std::filesystem;
+  for (const auto& proc : fs::directory_iterator(options_.proc_root, ec)) {
+    const auto pid_name = proc.path().filename().string();
+    if (pid_name.empty() || pid_name.find_first_not_of("0123456789") != std::string::npos)
+      continue;
+    std::error_code task_ec;
+    for (const auto& task : fs::directory_iterator(proc.path() / "task", task_ec)) {
+      std::uint32_t tid = 0;
+      const auto name = task.path().filename().string();
+      if (std::from_chars(name.data(), name.data() + name.size(), tid).ec != std::errc{})
+        continue;
+      (void)lookup(tid);  // a miss reads /proc/TID/comm into the cache
+      ++n;
+    }
+  }
+  return n;
 }
 
 void CommCache::fork(std::uint32_t parent, std::uint32_t child) noexcept {

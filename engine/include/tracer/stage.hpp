@@ -127,6 +127,10 @@ class CommCache {
   static constexpr std::size_t kWays = 4;
   static constexpr std::size_t kCommLen = 16;  // TASK_COMM_LEN
 
+  /// Reads the comm of every thread now in /proc (proc_root), so threads that exit before their
+  /// first event is looked at keep their name. Does nothing without read_proc.
+  /// @return the threads read.
+  std::size_t seed();
   /// A COMM record: the thread was renamed (exec or prctl).
   void update(std::uint32_t tid, std::string_view comm) noexcept;
   /// A FORK record: the new thread `child` starts with the comm of `parent` (as the kernel's
