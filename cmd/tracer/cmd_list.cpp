@@ -35,7 +35,20 @@ tracefs::TracepointName glob_as_name(std::string_view glob) {
   return {.system = {}, .event = plain};
 }
 
-int list_tracepoints(const std::string& glob) {
+/// A format field as bpftrace -lv shows it: "char prev_comm[16]", "__data_loc char[] name".
+std::string field_line(const tracefs::Field& f) {
+  if (f.is_data_loc || f.is_rel_loc) {
+    std::string type = f.type;
+    if (type.starts_with("__data_loc ") || type.starts_with("__rel_loc "))
+      return fmt::format("{} {}", type, f.name);
+    return fmt::format("{} {}[] {}", f.is_data_loc ? "__data_loc" : "__rel_loc", type, f.name);
+  }
+  if (f.array_len)
+    return fmt::format("{} {}[{}]", f.type, f.name, *f.array_len);
+  return fmt::format("{} {}", f.type, f.name);
+}
+
+int list_tracepoints(const std::string& glob, bool verbose) {
   auto fs = tracefs::Tracefs::open();
   if (!fs)
     return report(fs.error());
@@ -58,6 +71,18 @@ int list_tracepoints(const std::string& glob) {
     out += ':';
     out += tp.event;
     out += '\n';
+    if (!verbose)
+      continue;
+    // As bpftrace -lv: the event's own fields (common_* are in every event).
+    auto format = fs->format(tp);
+    if (!format) {
+      out += fmt::format("    (no format: {})\n", format.error().message);
+      continue;
+    }
+    for (const auto& f : format->fields) {
+      if (!f.is_common)
+        out += fmt::format("    {}\n", field_line(f));
+    }
   }
   fmt::print("{}", out);
   return kExitOk;
@@ -170,9 +195,14 @@ void add_list_command(CLI::App& app, Runner& run) {
   list->require_subcommand(1);
 
   auto glob = std::make_shared<std::string>();
+  auto verbose = std::make_shared<bool>(false);
   auto* tps = list->add_subcommand("tracepoints", "List tracepoints as system:event");
   tps->add_option("glob", *glob, "Shell glob on system:event, e.g. 'sched:*'");
-  tps->callback([&run, glob] { run = [glob] { return list_tracepoints(*glob); }; });
+  tps->add_flag("-v,--verbose", *verbose,
+                "Also list each tracepoint's fields with their C types (as bpftrace -lv)");
+  tps->callback([&run, glob, verbose] {
+    run = [glob, verbose] { return list_tracepoints(*glob, *verbose); };
+  });
 
   auto* pmus = list->add_subcommand("pmus", "List PMUs, their format terms and capabilities");
   pmus->callback([&run] { run = [] { return list_pmus(); }; });

@@ -220,13 +220,56 @@ void print_summary(const Stats& stats, const Counters& counters, bool json, doub
   fmt::print(stderr, "({:.2f} s)\n", seconds);
 }
 
+/// The recipe, a missing or unreadable file being a usage error (exit 2) as a bad argument is.
+Recipe load_recipe(const RunOptions& o) {
+  try {
+    return Recipe::load(o.recipe, {.sets = o.sets, .stages = catalog()});
+  } catch (const Error& e) {
+    if (e.category() != ErrorCategory::kNotFound)
+      throw;
+    throw Error(ErrorCategory::kUsage, e.code(), e.what(), e.hint(), e.where());
+  }
+}
+
+/// What check_system() finds (unknown tracepoints, uprobe symbols, filter fields), as
+/// `tracer check` reports it: file:line:column, exit 2.
+void check_recipe_system(const Recipe& recipe, const RunOptions& o) {
+  Diagnostics diags;
+  recipe.check_system(diags, o.pid > 0 ? std::optional<pid_t>(o.pid) : std::nullopt);
+  diags.throw_if_any();
+}
+
+/// An engine error about one probe ("probe 'x': ...") at that probe's place in the recipe: its
+/// filter's for a rejected filter, else its tracepoint/uprobe/... value's. A probe the system
+/// lacks or refuses as written is a recipe error (exit 2); other failures keep their category.
+[[noreturn]] void rethrow_at_probe(const Error& e, const Recipe& recipe) {
+  const std::string_view what = e.what();
+  for (const auto& p : recipe.probes) {
+    // A glob's probes are "name:event".
+    const std::string prefix = fmt::format("probe '{}", p.options.name);
+    if (!what.starts_with(prefix + "':") && !what.starts_with(prefix + ":"))
+      continue;
+    const bool filter = !p.options.filter.empty() && what.find("filter") != std::string_view::npos;
+    const SourceRegion& where = p.where_of(filter ? "filter" : to_string(p.options.kind));
+    if (where.path.empty())
+      break;
+    const bool recipe_error =
+        e.category() == ErrorCategory::kUsage || e.category() == ErrorCategory::kNotFound;
+    throw Error(recipe_error ? ErrorCategory::kRecipe : e.category(), e.code(),
+                fmt::format("{}:{}:{}: {}", where.path, where.line, where.column, what), e.hint(),
+                where);
+  }
+  throw e;
+}
+
 int run_recipe(const RunOptions& given) {
   RunOptions o = given;
   if (o.perf_data.empty() && o.output.ends_with(".data")) {
     o.perf_data = o.output;  // -o FILE.data: a perf.data file, not text
     o.output.clear();
   }
-  Recipe recipe = Recipe::load(o.recipe, {.sets = o.sets, .stages = catalog()});
+  Recipe recipe = load_recipe(o);
+  check_recipe_system(recipe, o);
   EngineOptions eo = recipe.to_engine_options(target_from(o));
   eo.verbose = o.verbose;
   bool stage_to_stdout = false;
@@ -239,6 +282,8 @@ int run_recipe(const RunOptions& given) {
                 "a perf.data stream and --json both write to stdout",
                 "write the perf.data to a file, or leave out --json");
   }
+  // Machine output on stdout: the command's own output must not mix into it.
+  eo.target.stdout_to_stderr = o.json || stdout_is_perf_data;
   std::optional<std::chrono::nanoseconds> duration = recipe.duration;
   if (!o.duration.empty()) {
     auto d = parse_duration(o.duration);
@@ -276,7 +321,11 @@ int run_recipe(const RunOptions& given) {
     for (auto& p : pipelines)
       p->on_batch(b);
   });
-  engine.start();
+  try {
+    engine.start();
+  } catch (const Error& e) {
+    rethrow_at_probe(e, recipe);
+  }
   if (o.verbose)
     fmt::print(stderr, "tracer: rings: {}\n", engine.ring_note());
   for (auto& p : pipelines)
@@ -363,14 +412,18 @@ int run_recipe(const RunOptions& given) {
 }
 
 int check_recipe(const RunOptions& o) {
-  Recipe recipe = Recipe::load(o.recipe, {.sets = o.sets, .stages = catalog()});
+  Recipe recipe = load_recipe(o);
+  check_recipe_system(recipe, o);
   Diagnostics diags;
-  recipe.check_system(diags);
-  diags.throw_if_any();
   asio::io_context io;
   Engine engine(io.get_executor(), recipe.to_engine_options(target_from(o)));
   std::vector<std::string> notes;
-  const auto probes = engine.check(&notes);
+  std::vector<ProbeInfo> probes;
+  try {
+    probes = engine.check(&notes);
+  } catch (const Error& e) {
+    rethrow_at_probe(e, recipe);
+  }
   Sink out = Sink::to_file(stdout);
   auto pipelines = make_pipelines(recipe, out, false, diags);
   for (auto& p : pipelines)

@@ -221,6 +221,8 @@ void Engine::Impl::start_command() {
     char c = 0;
     if (::read(pipefd[0], &c, 1) != 1)
       ::_exit(126);  // the engine gave up before starting it
+    if (opts.target.stdout_to_stderr && ::dup2(STDERR_FILENO, STDOUT_FILENO) < 0)
+      ::_exit(126);
     ::execvp(argv[0], argv.data());
     const char* msg = "tracer: cannot execute the command\n";
     [[maybe_unused]] auto n = ::write(2, msg, std::strlen(msg));

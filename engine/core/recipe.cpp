@@ -25,6 +25,7 @@
 #include "common/text_file.hpp"
 #include "tracer/core/elf_symbols.hpp"
 #include "tracer/duration.hpp"
+#include "tracer/tracefs/filter.hpp"
 #include "tracer/tracefs/tracefs.hpp"
 
 namespace tracer {
@@ -1479,6 +1480,61 @@ class Loader {
   std::size_t probe_index_ = 0;
 };
 
+/// Whether a tracepoint spec is a shell glob ("syscalls:sys_enter_*"): one probe per match.
+bool is_tracepoint_glob(std::string_view spec) {
+  return spec.find_first_of("*?[") != std::string_view::npos;
+}
+
+/// The glob with its wildcard characters removed, as a name to look near matches up with.
+tracefs::TracepointName glob_as_name(std::string_view glob) {
+  std::string plain;
+  for (char c : glob) {
+    if (c != '*' && c != '?' && c != '[' && c != ']')
+      plain.push_back(c);
+  }
+  if (auto tp = tracefs::split_tracepoint(plain))
+    return *tp;
+  return {.system = {}, .event = plain};
+}
+
+/// A glob that matches nothing, at the spec's position, with what it may have meant.
+void no_match(const RecipeProbe& p, const tracefs::Tracefs& fs, Diagnostics& diagnostics) {
+  const auto near = fs.near_matches(glob_as_name(p.options.spec));
+  diagnostics.add(p.where_of(to_string(p.options.kind)),
+                  fmt::format("no tracepoint matches '{}'", p.options.spec),
+                  near.empty() ? std::string("see `tracer list tracepoints 'GLOB'`")
+                               : fmt::format("near matches: {}", plain_list(near)));
+}
+
+/// The kernel answers a filter naming a field its event lacks with a bare EINVAL: name the
+/// field here, at the filter's position, with the fields it may have meant.
+void check_filter_fields(const RecipeProbe& p,
+                         const tracefs::Format& format,
+                         Diagnostics& diagnostics) {
+  std::vector<std::string> names;
+  for (const auto& f : format.fields)
+    names.push_back(f.name);
+  for (const auto& ff : tracefs::filter_fields(p.options.filter)) {
+    if (format.field(ff.name) != nullptr || tracefs::is_generic_filter_field(ff.name))
+      continue;
+    const auto near = nearest(ff.name, names);
+    std::vector<std::string> own;  // the event's own fields, without common_*
+    for (const auto& f : format.fields) {
+      if (!f.is_common)
+        own.push_back(f.name);
+    }
+    const std::string hint =
+        !near.empty() ? fmt::format("did you mean {}?", quoted_list(near))
+                      : fmt::format("{} has the fields {} (and common_pid, cpu, comm, ...)",
+                                    p.options.spec, plain_list(own));
+    diagnostics.add(p.where_of("filter"),
+                    fmt::format("filter of probe '{}': {} has no field '{}' (at offset {} of "
+                                "the filter)",
+                                p.options.name, p.options.spec, ff.name, ff.offset),
+                    hint);
+  }
+}
+
 }  // namespace
 
 const SourceRegion& RecipeProbe::where_of(std::string_view key) const noexcept {
@@ -1501,7 +1557,7 @@ Recipe Recipe::load(const std::filesystem::path& file, const LoadOptions& option
   return load_string(*text, file.string(), options);
 }
 
-void Recipe::check_system(Diagnostics& diagnostics) const {
+void Recipe::check_system(Diagnostics& diagnostics, std::optional<pid_t> pid) const {
   std::optional<Result<tracefs::Tracefs>> tracefs;
   for (const auto& p : probes) {
     const ProbeOptions& o = p.options;
@@ -1517,6 +1573,28 @@ void Recipe::check_system(Diagnostics& diagnostics) const {
       }
       if (!*tracefs)
         continue;
+      if (is_tracepoint_glob(o.spec)) {
+        auto matches = (*tracefs)->list_tracepoints(o.spec);
+        if (!matches) {
+          diagnostics.add(where, matches.error().message, matches.error().hint);
+        } else if (matches->empty()) {
+          no_match(p, **tracefs, diagnostics);
+        } else if (!o.filter.empty()) {
+          // The filter goes to every match: each must have its fields.
+          for (const auto& m : *matches) {
+            if (auto format = (*tracefs)->format(m)) {
+              Diagnostics one;
+              check_filter_fields(p, *format, one);
+              if (!one.empty()) {
+                for (const auto& d : one.items())
+                  diagnostics.add(d.where, d.message, d.hint);
+                break;  // one event lacking the field says it
+              }
+            }
+          }
+        }
+        continue;
+      }
       const auto tp = tracefs::split_tracepoint(o.spec);
       if (!tp) {
         diagnostics.add(where, fmt::format("malformed tracepoint '{}'", o.spec),
@@ -1530,9 +1608,11 @@ void Recipe::check_system(Diagnostics& diagnostics) const {
                             ? fmt::format("unknown tracepoint '{}'", o.spec)
                             : format.error().message,
                         format.error().hint);
+      } else if (!o.filter.empty()) {
+        check_filter_fields(p, *format, diagnostics);
       }
     } else if (o.kind == ProbeKind::kUprobe || o.kind == ProbeKind::kUretprobe) {
-      auto target = core::parse_uprobe_spec(o.spec, std::nullopt);
+      auto target = core::parse_uprobe_spec(o.spec, pid);
       if (!target)
         diagnostics.add(where, target.error().message, target.error().hint);
     }
@@ -1558,8 +1638,37 @@ EngineOptions Recipe::to_engine_options(const Target& target) const {
   EngineOptions out;
   out.target = target;
   out.probes.reserve(probes.size());
-  for (const auto& p : probes)
-    out.probes.push_back(p.options);
+  std::optional<Result<tracefs::Tracefs>> tracefs;
+  Diagnostics diags;
+  for (const auto& p : probes) {
+    if (p.options.kind != ProbeKind::kTracepoint || !is_tracepoint_glob(p.options.spec)) {
+      out.probes.push_back(p.options);
+      continue;
+    }
+    // A glob is one probe per matching tracepoint, each its own perf event: "name:event".
+    if (!tracefs)
+      tracefs = tracefs::Tracefs::open();
+    if (!*tracefs) {
+      diags.add(p.where_of("tracepoint"),
+                fmt::format("cannot expand '{}': {}", p.options.spec, tracefs->error().message),
+                tracefs->error().hint);
+      continue;
+    }
+    auto matches = (*tracefs)->list_tracepoints(p.options.spec);
+    if (!matches) {
+      diags.add(p.where_of("tracepoint"), matches.error().message, matches.error().hint);
+      continue;
+    }
+    if (matches->empty())
+      no_match(p, **tracefs, diags);
+    for (const auto& m : *matches) {
+      ProbeOptions o = p.options;
+      o.name = fmt::format("{}:{}", p.options.name, m.event);
+      o.spec = fmt::format("{}:{}", m.system, m.event);
+      out.probes.push_back(std::move(o));
+    }
+  }
+  diags.throw_if_any();
   if (bpf) {
     BpfOptions b;
     b.builtin = bpf->builtin;

@@ -14,6 +14,7 @@
 #include <system_error>
 
 #include "common/edit_distance.hpp"
+#include "core/syscall_names.hpp"
 #include "tracer/duration.hpp"
 #include "tracer/perf/abi.hpp"
 
@@ -392,6 +393,18 @@ Value FieldRef::read(const Event& e) const noexcept {
       }
       return load_number(p, a.size, a.is_signed);
     }
+    case Source::kSyscallName: {
+      if (e.sample == nullptr)
+        return {};
+      if (a.field == nullptr)  // syscalls:sys_enter_X: the name is the event's
+        return std::string_view(schema_->probes()[probe].format->name).substr(a.offset);
+      const auto nr = tracefs::read_int(*a.field, e.sample->raw);
+      if (!nr)
+        return {};
+      if (const auto name = core::syscall_name(*nr); !name.empty())
+        return name;
+      return *nr;  // a number this build's table lacks stays a number
+    }
     case Source::kReg: {
       if (e.sample == nullptr || e.sample->regs_user.abi == 0)
         return {};
@@ -553,6 +566,37 @@ std::optional<std::uint32_t> Schema::probe_index(std::string_view name) const no
   return std::nullopt;
 }
 
+namespace {
+
+/// `syscall`: the system call's name, where the event's own fields only have its number.
+constexpr std::string_view kSyscallField = "syscall";
+
+/// raw_syscalls:sys_enter/sys_exit read `id` and name it; syscalls:sys_enter_X/sys_exit_X are
+/// one system call each: X (the kernel's name, e.g. "newfstatat").
+std::optional<FieldRef::Accessor> syscall_accessor(const ProbeInfo& info) {
+  if (!info.format || info.format->field(kSyscallField) != nullptr)
+    return std::nullopt;
+  const auto& fmt = *info.format;
+  if (fmt.system == "raw_syscalls") {
+    const tracefs::Field* id = fmt.field("id");
+    if (id == nullptr || id->is_string || id->array_len || id->is_data_loc || id->is_rel_loc)
+      return std::nullopt;
+    return FieldRef::Accessor{
+        .source = Source::kSyscallName, .type = FieldType::kString, .field = id};
+  }
+  if (fmt.system == "syscalls") {
+    for (std::string_view prefix : {"sys_enter_", "sys_exit_"}) {
+      if (fmt.name.starts_with(prefix) && fmt.name.size() > prefix.size())
+        return FieldRef::Accessor{.source = Source::kSyscallName,
+                                  .type = FieldType::kString,
+                                  .offset = static_cast<std::uint32_t>(prefix.size())};
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 std::optional<FieldRef::Accessor> Schema::resolve(std::uint32_t probe,
                                                   std::string_view name) const {
   const ProbeInfo& info = probes_[probe];
@@ -601,6 +645,10 @@ std::optional<FieldRef::Accessor> Schema::resolve(std::uint32_t probe,
                                 .is_signed = f->is_signed,
                                 .field = f};
     }
+  }
+  if (name == kSyscallField) {
+    if (auto a = syscall_accessor(info))
+      return a;
   }
   for (const auto& pf : payloads_[probe]) {
     if (pf.name != name)
@@ -693,6 +741,8 @@ std::vector<std::string> Schema::field_names(std::uint32_t probe) const {
   }
   auto payload = payload_field_names(probe);
   out.insert(out.end(), payload.begin(), payload.end());
+  if (syscall_accessor(info))
+    out.emplace_back(kSyscallField);
   for (const auto& r : kRegs) {
     if (r.reg >= 0 && info.layout.has(PERF_SAMPLE_REGS_USER) &&
         perf::reg_slot(info.sample_regs_user, r.reg) >= 0)

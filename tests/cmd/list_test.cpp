@@ -49,6 +49,24 @@ TEST(CliList, OneTracepointByExactName) {
   EXPECT_EQ(r.err, "");
 }
 
+// -v lists the fields of each tracepoint with their C types, as bpftrace -lv does, and leaves
+// out the common_* fields every event has.
+TEST(CliList, VerboseListsFieldsWithTypes) {
+  const auto r = run_cli("list tracepoints -v 'sched:sched_switch'");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, ::testing::StartsWith("sched:sched_switch\n"));
+  EXPECT_THAT(r.out, HasSubstr("\n    char prev_comm[16]\n"));
+  EXPECT_THAT(r.out, HasSubstr("\n    pid_t prev_pid\n"));
+  EXPECT_THAT(r.out, HasSubstr("\n    pid_t next_pid\n"));
+  EXPECT_THAT(r.out, ::testing::Not(HasSubstr("common_pid")));
+  const auto openat = run_cli("list tracepoints -v 'syscalls:sys_enter_openat'");
+  ASSERT_EQ(openat.exit_code, 0) << openat.err;
+  EXPECT_THAT(openat.out, HasSubstr("\n    const char * filename\n"));
+  EXPECT_THAT(openat.out, HasSubstr("\n    int flags\n"));
+  // Without -v: names only.
+  EXPECT_EQ(run_cli("list tracepoints 'sched:sched_switch'").out, "sched:sched_switch\n");
+}
+
 TEST(CliList, GlobListsSortedSystemEventLines) {
   const auto r = run_cli("list tracepoints 'sched:sched_wak*'");
   ASSERT_EQ(r.exit_code, 0) << r.err;

@@ -84,6 +84,31 @@ TEST(CliRun, JsonSummaryCountsExactlyTheCommandsCalls) {
   EXPECT_NE(r.out.find("\"count\":25000"), std::string::npos) << r.out;
 }
 
+// With --json, stdout is tracer's JSON lines only: the command's own stdout goes to stderr.
+TEST(CliRun, JsonStdoutCarriesNoCommandOutput) {
+  const auto recipe = write_recipe("getppid_json", kGetppid);
+  const auto r = run("run " + recipe.string() +
+                     " --json -- sh -c 'echo command-says-hello; echo second line; exec " +
+                     TRACER_SYSCALLER_PATH + " getppid 300'");
+  fs::remove(recipe);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::istringstream lines(r.out);
+  int n = 0;
+  for (std::string line; std::getline(lines, line); ++n)
+    EXPECT_TRUE(line.starts_with("{") && line.ends_with("}")) << "not JSON: " << line;
+  EXPECT_GE(n, 2) << r.out;  // a count line and the summary
+  EXPECT_EQ(r.out.find("command-says-hello"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("command-says-hello\nsecond line\n"), std::string::npos) << r.err;
+  // The syscaller's 300 calls (sh makes one of its own before exec): counted and summarised.
+  std::smatch events, count;
+  const std::string summary = last_line(r.out);
+  ASSERT_TRUE(std::regex_search(summary, events, std::regex(R"("getppid":\{"events":(\d+),)")))
+      << summary;
+  ASSERT_TRUE(std::regex_search(r.out, count, std::regex(R"("count":(\d+)\})"))) << r.out;
+  EXPECT_GE(std::stoi(events[1]), 300) << summary;
+  EXPECT_EQ(events[1], count[1]) << r.out;
+}
+
 TEST(CliRun, RecipeErrorsExitTwoWithPositions) {
   const auto recipe = write_recipe("bad", R"([recipe]
 name = "bad"
@@ -112,6 +137,168 @@ tracepoint = "syscalls:sys_enter_opnat"
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_NE(r.err.find("sys_enter_openat"), std::string::npos) << r.err;
   fs::remove(recipe);
+}
+
+// A filter naming a field its tracepoint lacks is found by check and by run, at the filter's
+// position, with the field meant; the kernel itself would only say EINVAL.
+TEST(CliRun, FilterOnAMisspeltFieldIsARecipeError) {
+  const auto recipe = write_recipe("filter_typo", R"T([recipe]
+name = "filter_typo"
+[[probe]]
+name = "sw"
+tracepoint = "sched:sched_switch"
+filter = "prev_pid > 0 && (prev_pidd == 1 || common_pid == 1)"
+)T");
+  for (const std::string cmd : {"check ", "run -d 1s "}) {
+    const auto r = run(cmd + recipe.string());
+    EXPECT_EQ(r.exit_code, 2) << cmd << r.err;
+    EXPECT_NE(r.err.find(recipe.string() + ":6:10:"), std::string::npos) << cmd << r.err;
+    EXPECT_NE(r.err.find("no field 'prev_pidd'"), std::string::npos) << cmd << r.err;
+    EXPECT_NE(r.err.find("did you mean 'prev_pid'?"), std::string::npos) << cmd << r.err;
+  }
+  fs::remove(recipe);
+}
+
+// The kernel's generic fields (cpu, comm) and common_* fields are fields of every event.
+TEST(CliRun, FilterOnCommonAndGenericFieldsPassesCheck) {
+  const auto recipe = write_recipe("filter_ok", R"([recipe]
+name = "filter_ok"
+[[probe]]
+name = "sw"
+tracepoint = "sched:sched_switch"
+filter = "(common_pid != 0 || cpu >= 0) && comm != \"nobody\" && next_comm ~ \"s*\""
+)");
+  const auto r = run("check " + recipe.string());
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  fs::remove(recipe);
+}
+
+// A filter the kernel rejects although its fields exist (a string field compared with '<')
+// fails the run at the filter's position, exit 2.
+TEST(CliRun, FilterTheKernelRejectsIsReportedAtItsPosition) {
+  const auto recipe = write_recipe("filter_rejected", R"([recipe]
+name = "filter_rejected"
+[[probe]]
+name = "sw"
+tracepoint = "sched:sched_switch"
+filter = "prev_comm < 5"
+)");
+  const auto r = run("run -d 1s " + recipe.string());
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find(recipe.string() + ":6:10:"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("rejected"), std::string::npos) << r.err;
+  fs::remove(recipe);
+}
+
+// run finds what check finds, with the same position and exit code: an unknown tracepoint and a
+// uprobe on a symbol the binary lacks.
+TEST(CliRun, RunReportsAMissingTracepointOrSymbolLikeCheck) {
+  const auto tp = write_recipe("run_typo", R"([recipe]
+name = "run_typo"
+[[probe]]
+name = "x"
+tracepoint = "syscalls:sys_enter_opnat"
+)");
+  for (const std::string cmd : {"check ", "run -d 1s "}) {
+    const auto r = run(cmd + tp.string());
+    EXPECT_EQ(r.exit_code, 2) << cmd << r.err;
+    EXPECT_NE(r.err.find(tp.string() + ":5:14:"), std::string::npos) << cmd << r.err;
+    EXPECT_NE(r.err.find("sys_enter_openat"), std::string::npos) << cmd << r.err;
+  }
+  fs::remove(tp);
+  const auto up = write_recipe("run_nosym", std::string(R"([recipe]
+name = "run_nosym"
+[[probe]]
+name = "u"
+uprobe = ")") + TRACER_UPROBE_TARGET + R"(:tracer_test_fnn"
+)");
+  for (const std::string cmd : {"check ", "run -d 1s "}) {
+    const auto r = run(cmd + up.string());
+    EXPECT_EQ(r.exit_code, 2) << cmd << r.err;
+    EXPECT_NE(r.err.find(up.string() + ":5:10:"), std::string::npos) << cmd << r.err;
+    EXPECT_NE(r.err.find("tracer_test_fn"), std::string::npos) << cmd << r.err;
+  }
+  fs::remove(up);
+}
+
+// A recipe file that is not there is a bad argument: exit 2, for check and run.
+TEST(CliRun, MissingRecipeFileIsAUsageError) {
+  for (const std::string cmd : {"check ", "run "}) {
+    const auto r = run(std::string(cmd) + "/nonexistent/missing.toml");
+    EXPECT_EQ(r.exit_code, 2) << cmd << r.err;
+    EXPECT_NE(r.err.find("missing.toml"), std::string::npos) << cmd << r.err;
+  }
+}
+
+// raw_syscalls carries a number in `id`; the `syscall` field names it: a count by syscall shows
+// "getppid" with the command's exact number of calls.
+TEST(CliRun, CountBySyscallNamesRawSyscallIds) {
+  const auto recipe = write_recipe("by_syscall", R"([recipe]
+name = "by_syscall"
+[[probe]]
+name = "sys"
+tracepoint = "raw_syscalls:sys_enter"
+ring = "4MiB"
+[[stage]]
+use = "count"
+by = ["syscall"]
+)");
+  const auto r = run("run " + recipe.string() + " --json -- " TRACER_SYSCALLER_PATH " getppid 777");
+  fs::remove(recipe);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(
+      std::regex_search(r.out, std::regex(R"("keys":\{"syscall":"getppid"\}[^\n]*"count":777\b)")))
+      << r.out;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"("keys":\{"syscall":"exit_group"\})")))
+      << r.out;
+  EXPECT_FALSE(std::regex_search(r.out, std::regex(R"("syscall":\d)"))) << r.out;
+}
+
+// A tracepoint glob is one probe per match ("name:event"), each its own perf event: the
+// getppid probe among them counts the command's calls exactly, the others their own.
+TEST(CliRun, TracepointGlobExpandsToOneProbePerMatch) {
+  const auto recipe = write_recipe("glob", R"([recipe]
+name = "glob"
+[[probe]]
+name = "g"
+tracepoint = "syscalls:sys_enter_getp*"
+ring = "1MiB"
+[[stage]]
+use = "count"
+by = ["probe", "syscall"]
+)");
+  const auto r = run("run " + recipe.string() + " --json -- " TRACER_SYSCALLER_PATH " getppid 432");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string summary = last_line(r.out);
+  EXPECT_NE(summary.find(R"("g:sys_enter_getppid":{"events":432,"lost":0)"), std::string::npos)
+      << summary;
+  EXPECT_NE(summary.find(R"("g:sys_enter_getpid":{"events":)"), std::string::npos) << summary;
+  EXPECT_NE(summary.find(R"("g:sys_enter_getpgid":{"events":)"), std::string::npos) << summary;
+  EXPECT_TRUE(std::regex_search(
+      r.out,
+      std::regex(
+          R"("keys":\{"probe":"g:sys_enter_getppid","syscall":"getppid"\}[^\n]*"count":432\b)")))
+      << r.out;
+  const auto listed = run("check " + recipe.string());
+  EXPECT_EQ(listed.exit_code, 0) << listed.err;
+  EXPECT_NE(listed.out.find("g:sys_enter_getppid"), std::string::npos) << listed.out;
+  fs::remove(recipe);
+
+  const auto none = write_recipe("glob_none", R"([recipe]
+name = "glob_none"
+[[probe]]
+name = "g"
+tracepoint = "syscalls:sys_enter_getppidd*"
+)");
+  for (const std::string cmd : {"check ", "run -d 1s "}) {
+    const auto n = run(cmd + none.string());
+    EXPECT_EQ(n.exit_code, 2) << cmd << n.err;
+    EXPECT_NE(n.err.find(none.string() + ":5:14:"), std::string::npos) << cmd << n.err;
+    EXPECT_NE(n.err.find("no tracepoint matches 'syscalls:sys_enter_getppidd*'"), std::string::npos)
+        << cmd << n.err;
+    EXPECT_NE(n.err.find("syscalls:sys_enter_getppid"), std::string::npos) << cmd << n.err;
+  }
+  fs::remove(none);
 }
 
 // tracer check loads the recipe's BPF object (the verifier runs, nothing is attached) and checks
@@ -254,8 +441,8 @@ TEST(CliStat, APidTargetsExitEndsTheCount) {
   EXPECT_LT(secs, 10.0) << "ran on after the process exited";
   EXPECT_NE(r.err.find("process " + std::to_string(target) + " exited"), std::string::npos)
       << r.err;
-  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(\b700\s+syscalls:sys_enter_getppid)")))
-      << r.out;
+  EXPECT_TRUE(std::regex_search(r.err, std::regex(R"(\b700\s+syscalls:sys_enter_getppid)")))
+      << r.err;
 }
 
 TEST(CliRun, ListStagesAndRecipes) {

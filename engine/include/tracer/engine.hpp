@@ -64,6 +64,9 @@ struct Target {
   pid_t pid = -1;  // kPid: the process (its threads and future children too); its exit ends it
   std::string cgroup{};                // kCgroup: a cgroup v2 directory (/sys/fs/cgroup/...)
   std::vector<std::string> command{};  // kCommand: argv of a command tracer starts and waits for
+  /// kCommand: the command's stdout goes to tracer's stderr (its fd 1 is a dup of fd 2), for when
+  /// tracer's own stdout carries machine output (JSON lines, a perf.data stream).
+  bool stdout_to_stderr = false;
 };
 
 /// When the kernel wakes the reactor for a ring.

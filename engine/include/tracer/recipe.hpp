@@ -113,11 +113,18 @@ struct Recipe {
   /// What load() cannot know without the running system: tracepoints exist (with near matches
   /// in the hint), uprobe binaries and symbols resolve, [bpf] source/object files exist. Adds a
   /// diagnostic per problem at the value's position; never throws. Needs tracefs access for
-  /// tracepoints (usually root).
-  void check_system(Diagnostics& diagnostics) const;
+  /// tracepoints (usually root). A tracepoint probe's filter names only fields of the
+  /// tracepoint's format (or the kernel's generic ones): an unknown field is reported at the
+  /// filter's position with a "did you mean". `pid`: the traced process, for "lib:symbol"
+  /// uprobes found through its maps.
+  void check_system(Diagnostics& diagnostics, std::optional<pid_t> pid = std::nullopt) const;
 
   /// The engine's options for this recipe's probes and `target` (BPF object, duration and
-  /// pipelines are wired by the caller).
+  /// pipelines are wired by the caller). A tracepoint glob ("syscalls:sys_enter_*", fnmatch on
+  /// system:event as `tracer list tracepoints`) becomes one probe per match, named
+  /// "<probe name>:<event>", each its own perf event with the probe's other options.
+  /// @throw Error (kRecipe, at the spec's position) when a glob matches nothing, with near
+  /// matches, or tracefs cannot be read to expand it.
   [[nodiscard]] EngineOptions to_engine_options(const Target& target) const;
 };
 

@@ -209,6 +209,7 @@ class FieldRef {
     kPayload,         // a PayloadField
     kReg,             // a sample_regs_user register
     kDerived,         // Event::derived[slot]
+    kSyscallName,     // `syscall`: raw_syscalls' `id` (`field`) by name, or syscalls:sys_*_X's X
   };
   struct Accessor {
     Source source = Source::kMissing;

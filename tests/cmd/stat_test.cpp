@@ -1,0 +1,149 @@
+// tracer stat end to end: where the counts go, the command's exit status, repeats, event
+// modifiers and events this machine lacks.
+#include <gtest/gtest.h>
+#include <linux/perf_event.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <string>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Result {
+  int exit_code = -1;
+  std::string out, err;
+};
+
+Result run(const std::string& args) {
+  const fs::path err_file =
+      fs::temp_directory_path() / ("tracer_stat_err_" + std::to_string(::getpid()));
+  const std::string cmd = std::string(TRACER_CLI_PATH) + " " + args + " 2>" + err_file.string();
+  Result r;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  std::array<char, 4096> buf{};
+  while (std::fgets(buf.data(), buf.size(), p) != nullptr)
+    r.out += buf.data();
+  const int status = ::pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  std::ifstream in(err_file);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  r.err = ss.str();
+  fs::remove(err_file);
+  return r;
+}
+
+/// The count printed for `event` ("   123       event  # ..."), or -1.
+double count_of(const std::string& text, const std::string& event) {
+  const std::regex line(R"((?:^|\n)\s*([0-9.]+)\s+(?:msec\s+)?)" +
+                        std::regex_replace(event, std::regex(R"([.*+?^$(){}|\[\]\\])"), R"(\$&)") +
+                        R"(\s)");
+  std::smatch m;
+  if (!std::regex_search(text, m, line))
+    return -1;
+  return std::stod(m[1].str());
+}
+
+const std::string kSyscaller = TRACER_SYSCALLER_PATH;
+
+// The counts go to stderr as perf stat's do, so `tracer stat -- cmd >/dev/null` keeps them and
+// the command's stdout is the command's alone.
+TEST(CliStat, CountsGoToStderrAndStdoutIsTheCommands) {
+  auto r = run("stat -e syscalls:sys_enter_getppid -- " + kSyscaller + " getppid 321");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(count_of(r.err, "syscalls:sys_enter_getppid"), 321) << r.err;
+  r = run("stat -e page-faults -- sh -c 'echo from-the-command'");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "from-the-command\n");
+  EXPECT_GT(count_of(r.err, "page-faults"), 0) << r.err;
+}
+
+// The command's exit status is tracer stat's, as with perf stat; a signal gives 128+N.
+TEST(CliStat, ExitsWithTheCommandsStatus) {
+  auto r = run("stat -e page-faults -- sh -c 'exit 3'");
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  EXPECT_NE(r.err.find("page-faults"), std::string::npos) << r.err;  // counts still printed
+  r = run("stat -e page-faults -- sh -c 'kill -TERM $$'");
+  EXPECT_EQ(r.exit_code, 128 + SIGTERM) << r.err;
+  r = run("stat -e page-faults -- true");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  r = run("stat -e page-faults -- /nonexistent/command");
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("cannot run '/nonexistent/command'"), std::string::npos) << r.err;
+}
+
+// -r N runs the command N times and prints each count's mean with perf's "+- x%".
+TEST(CliStat, RepeatPrintsTheMeanOfEachRun) {
+  const auto r =
+      run("stat -r 3 -e syscalls:sys_enter_getppid,task-clock -- " + kSyscaller + " getppid 1234");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("(3 runs)"), std::string::npos) << r.err;
+  // Every run makes exactly 1234 calls: the mean is 1234 and it does not vary.
+  EXPECT_TRUE(std::regex_search(
+      r.err, std::regex(R"(\b1234\s+syscalls:sys_enter_getppid\s.*\( \+-\s+0\.00% \))")))
+      << r.err;
+  EXPECT_GT(count_of(r.err, "task-clock"), 0) << r.err;
+  EXPECT_NE(r.err.find("seconds time elapsed"), std::string::npos) << r.err;
+}
+
+// perf's modifiers: :u counts user mode only, :k kernel mode only (perf stat gives the same
+// numbers). sched_process_exec fires in the kernel, once for the command; a page fault is in
+// one mode or the other.
+TEST(CliStat, EventModifiersExcludeKernelOrUser) {
+  const auto r =
+      run("stat -e sched:sched_process_exec:u,sched:sched_process_exec:k,page-faults:u,"
+          "page-faults:k,page-faults -- " +
+          kSyscaller + " getppid 500");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(count_of(r.err, "sched:sched_process_exec:u"), 0) << r.err;
+  EXPECT_EQ(count_of(r.err, "sched:sched_process_exec:k"), 1) << r.err;
+  const double user_faults = count_of(r.err, "page-faults:u");
+  const double kernel_faults = count_of(r.err, "page-faults:k");
+  EXPECT_GT(user_faults, 0) << r.err;
+  EXPECT_EQ(user_faults + kernel_faults, count_of(r.err, "page-faults")) << r.err;
+
+  const auto bad = run("stat -e page-faults:x -- true");
+  EXPECT_EQ(bad.exit_code, 2) << bad.err;
+  EXPECT_NE(bad.err.find("unknown modifier 'x'"), std::string::npos) << bad.err;
+  EXPECT_EQ(bad.err.find("iommu"), std::string::npos) << bad.err;
+}
+
+// A hardware event on a machine without a PMU is "not here", not "unknown"; where the PMU
+// exists, it counts.
+TEST(CliStat, HardwareEventWithoutAPmuSaysSo) {
+  perf_event_attr a{};
+  a.size = sizeof a;
+  a.type = PERF_TYPE_HARDWARE;
+  a.config = PERF_COUNT_HW_CPU_CYCLES;
+  a.disabled = 1;
+  const long fd = ::syscall(SYS_perf_event_open, &a, 0, -1, -1, 0);
+  const int err = fd < 0 ? errno : 0;
+  if (fd >= 0)
+    ::close(static_cast<int>(fd));
+  const auto typo = run("stat -e cylces -- true");
+  EXPECT_EQ(typo.exit_code, 2) << typo.err;
+  EXPECT_NE(typo.err.find("did you mean 'cycles'?"), std::string::npos) << typo.err;
+
+  const auto r = run("stat -e cycles -- " + kSyscaller + " getppid 10");
+  EXPECT_EQ(r.err.find("unknown event"), std::string::npos) << r.err;
+  if (fd >= 0) {
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_GT(count_of(r.err, "cycles"), 0) << r.err;
+    return;
+  }
+  ASSERT_TRUE(err == ENOENT || err == EOPNOTSUPP) << "perf_event_open: " << err;
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("cycles: no hardware PMU on this machine"), std::string::npos) << r.err;
+}
+
+}  // namespace
