@@ -76,7 +76,7 @@ std::string event_name(const perf::EventAttr& attr, const TracingData* tracing) 
         if (const auto* f = tracing->find(static_cast<std::uint32_t>(a.config)))
           return f->system + ":" + f->name;
       }
-      return fmt::format("unknown tracepoint id {}", a.config);  // no TRACING_DATA
+      return "unknown tracepoint";  // no TRACING_DATA: perf's name too
     case PERF_TYPE_HW_CACHE: {
       const auto type = a.config & 0xff, op = (a.config >> 8) & 0xff,
                  result = (a.config >> 16) & 0xff;

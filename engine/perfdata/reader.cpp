@@ -396,6 +396,8 @@ struct Reader::Impl {
                                     "of the file ({} bytes)",
                                     hdr.data.offset, fsize));
     }
+    // The header says which features were written even when their sections are cut off.
+    features.bits = {hdr.features[0], hdr.features[1], hdr.features[2], hdr.features[3]};
     if (end > fsize) {
       // Records up to the end of the file are still read; the truncation is reported there.
       deferred = ReadError{.offset = fsize,
