@@ -29,6 +29,18 @@ namespace {
 constexpr std::uint64_t kNoEnd = std::numeric_limits<std::uint64_t>::max();
 constexpr std::uint32_t kTracepointType = 2;  // PERF_TYPE_TRACEPOINT
 constexpr std::uint32_t kZstd = 1;            // enum perf_compress_type: PERF_COMP_ZSTD
+// The last record type a kernel writes: PERF_RECORD_AUX_OUTPUT_HW_ID (21) in uapi 6.1, and
+// PERF_RECORD_CALLCHAIN_DEFERRED (22) after it in newer kernels (enum perf_event_type).
+constexpr std::uint32_t kLastKernelRecordType = 22;
+// The last of perf's own record types (tools/lib/perf/include/perf/event.h perf_user_event_type).
+constexpr std::uint32_t kLastUserRecordType = kCompressed2;
+
+/// Could a record of this type be in a perf.data file? 0, 23..63 and past perf's own types
+/// are not written by anyone: the header there is not a record header.
+constexpr bool valid_record_type(std::uint32_t type) noexcept {
+  return (type >= 1 && type <= kLastKernelRecordType) ||
+         (type >= kHeaderAttr && type <= kLastUserRecordType);
+}
 
 // evsel__calc_id_pos(): where the id sits in a SAMPLE body, in u64s from its start.
 int id_pos(std::uint64_t st) noexcept {
@@ -230,7 +242,7 @@ struct Reader::Impl {
       if (e.name.empty() && e.format)
         e.name = e.format->system + ":" + e.format->name;
       if (e.name.empty())
-        e.name = fmt::format("{}:{:#x}", a->type, a->config);
+        e.name = event_name(e.attr, tracing ? &*tracing : nullptr);
     }
   }
 
@@ -384,6 +396,8 @@ struct Reader::Impl {
                                     "of the file ({} bytes)",
                                     hdr.data.offset, fsize));
     }
+    // The header says which features were written even when their sections are cut off.
+    features.bits = {hdr.features[0], hdr.features[1], hdr.features[2], hdr.features[3]};
     if (end > fsize) {
       // Records up to the end of the file are still read; the truncation is reported there.
       deferred = ReadError{.offset = fsize,
@@ -474,6 +488,8 @@ struct Reader::Impl {
       keep_from = sizeof(PipeHeader);  // keep the preamble for next()
     }
     preamble_end = pos;
+    // next() delivers the preamble again: count its records then, not twice.
+    stats = ReadStats{};
     pos = sizeof(PipeHeader);
     keep_from = pos;
     done = false;
@@ -595,12 +611,33 @@ struct Reader::Impl {
     return deliver(out, whole.first(size), whole.subspan(size), process);
   }
 
-  /// Native-order bytes of `rec`, decoded into `out`.
+  /// Native-order bytes of `rec`, decoded into `out`. Only a record that decodes is counted in
+  /// stats.records (the count a read error reports as "read before it").
   bool deliver(Item& out,
                std::span<const std::byte> rec,
                std::span<const std::byte> payload,
                bool process) {
+    if (!deliver_record(out, rec, payload, process))
+      return false;
+    ++stats.records;
+    stats.bytes += rec.size();
+    return true;
+  }
+
+  bool deliver_record(Item& out,
+                      std::span<const std::byte> rec,
+                      std::span<const std::byte> payload,
+                      bool process) {
     const auto type = detail::maybe_swap(load<std::uint32_t>(rec.data()), swap);
+    if (!valid_record_type(type)) {
+      // perf stops here too ("failed to process type"): a type no kernel or perf writes means
+      // the bytes are not a record, and whatever follows cannot be trusted to be one either.
+      return fail(out.offset,
+                  fmt::format("record type {} is neither a kernel record type (1-{}) nor a perf "
+                              "record type ({}-{}): the file is damaged here",
+                              type, kLastKernelRecordType, static_cast<std::uint32_t>(kHeaderAttr),
+                              kLastUserRecordType));
+    }
     std::int32_t attr = -1;
     if (type < kHeaderAttr) {
       attr = pick(rec, type);
@@ -619,15 +656,13 @@ struct Reader::Impl {
       rec = mut;
     }
     out.attr = attr;
-    ++stats.records;
-    stats.bytes += rec.size();
     if (type >= kHeaderAttr) {
-      ++stats.user_records;
       set_header_only(out.record, rec);
       if (!decode_user(rec, out.user)) {
         return fail(out.offset, fmt::format("{} record of {} bytes does not fit its fields",
                                             record_name(type), rec.size()));
       }
+      ++stats.user_records;
       if (auto* a = std::get_if<Auxtrace>(&out.user))
         a->data = payload;
       if (auto* t = std::get_if<TracingDataRecord>(&out.user))

@@ -10,6 +10,7 @@
 #include <sstream>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "support/perf_tool.hpp"
 #include "support/temp_dir.hpp"
@@ -21,6 +22,7 @@ using tracer::testing::shell;
 
 const std::string kTracer = TRACER_CLI_PATH;
 const std::string kSyscaller = TRACER_SYSCALLER_PATH;
+const std::string kBusyLoop = TRACER_BUSY_LOOP;
 
 #define REQUIRE_PERF()                                                \
   do {                                                                \
@@ -56,7 +58,7 @@ by = ["comm"]
 using Key = std::tuple<std::uint32_t, std::uint32_t, std::string>;  // tid, cpu, time
 
 std::multiset<Key> keys(const std::string& text) {
-  static const std::regex line(R"(^\s*(\S+)\s+(\d+)\s+\[(\d+)\]\s+(\d+\.\d+):\s+(\S+):.*$)");
+  static const std::regex line(R"(^\s*(\S+)\s+(\d+)\s+\[(\d+)\]\s+(\d+\.\d+):\s+(.+)$)");
   std::multiset<Key> out;
   std::istringstream in(text);
   for (std::string l; std::getline(in, l);) {
@@ -172,6 +174,317 @@ TEST(CliReplay, DamagedFilePrintsWhatWasReadThenTheOffset) {
   const auto missing = shell(kTracer + " replay " + (dir.path() / "nope.data").string());
   EXPECT_EQ(missing.exit_code, 1);
   EXPECT_NE(missing.err.find("No such file"), std::string::npos) << missing.err;
+}
+
+// ---------------------------------------------------------------------------------------------
+// perf script agreement (tracer replay --perf): every line compared with what perf script
+// itself prints from the same file, so losses of perf record on a busy machine do not matter.
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string l; std::getline(in, l);) {
+    while (!l.empty() && l.back() == ' ')
+      l.pop_back();  // perf pads some tracepoint lines with a trailing blank
+    out.push_back(l);
+  }
+  return out;
+}
+
+/// The first line where `ours` and `perfs` differ ("" when none), with the count of equal ones.
+std::string first_difference(const std::vector<std::string>& ours,
+                             const std::vector<std::string>& perfs) {
+  std::size_t same = 0;
+  for (std::size_t i = 0; i < std::min(ours.size(), perfs.size()); ++i) {
+    if (ours[i] != perfs[i]) {
+      return "line " + std::to_string(i + 1) + " (after " + std::to_string(same) +
+             " equal):\n  tracer: '" + ours[i] + "'\n  perf:   '" + perfs[i] + "'";
+    }
+    ++same;
+  }
+  if (ours.size() != perfs.size()) {
+    return std::to_string(ours.size()) + " lines from tracer, " + std::to_string(perfs.size()) +
+           " from perf script (the first " + std::to_string(same) + " equal)";
+  }
+  return {};
+}
+
+/// "  1234.567890:" of a perf script line, as nanoseconds/1000 (microseconds).
+std::uint64_t time_us(const std::string& line) {
+  static const std::regex t(R"((\d+)\.(\d{6}):)");
+  std::smatch m;
+  if (!std::regex_search(line, m, t))
+    return 0;
+  return std::stoull(m[1]) * 1000000 + std::stoull(m[2]);
+}
+
+void expect_time_order(const std::vector<std::string>& lines) {
+  std::uint64_t last = 0;
+  for (std::size_t i = 0; i < lines.size(); ++i) {
+    const auto t = time_us(lines[i]);
+    ASSERT_GE(t, last) << "line " << i + 1 << " goes back in time: " << lines[i];
+    last = t;
+  }
+}
+
+struct RecordAt {
+  std::uint64_t offset = 0;
+  std::uint32_t type = 0;
+  std::uint16_t size = 0;
+};
+
+/// The records of a file-mode perf.data's data section (or of a pipe-mode stream after its
+/// 16-byte header), by walking their headers.
+std::vector<RecordAt> records_of(const std::vector<std::byte>& b, bool pipe = false) {
+  std::uint64_t off = 16, end = b.size();
+  if (!pipe) {
+    std::memcpy(&off, b.data() + 40, 8);
+    std::uint64_t size = 0;
+    std::memcpy(&size, b.data() + 48, 8);
+    end = off + size;
+  }
+  std::vector<RecordAt> out;
+  while (off + 8 <= end) {
+    RecordAt r;
+    r.offset = off;
+    std::memcpy(&r.type, b.data() + off, 4);
+    std::memcpy(&r.size, b.data() + off + 6, 2);
+    if (r.size < 8)
+      break;
+    out.push_back(r);
+    std::uint64_t extra = 0;
+    if (r.type == 66)  // HEADER_TRACING_DATA: its payload follows the record
+      std::memcpy(&extra, b.data() + off + 8, 4);
+    off += r.size + extra;
+  }
+  return out;
+}
+
+TEST(CliReplay, SystemWideSchedSwitchMatchesPerfScriptLineByLineInTimeOrder) {
+  REQUIRE_PERF();
+  tracer::testing::TempDir dir;
+  const auto file = (dir.path() / "switch.data").string();
+  ASSERT_EQ(shell("perf record -q -a -e sched:sched_switch -o " + file + " -- sleep 1").exit_code,
+            0);
+  const auto perfs = shell("perf script -i " + file);
+  ASSERT_EQ(perfs.exit_code, 0) << perfs.err;
+  const auto ours = shell(kTracer + " replay --perf " + file);
+  ASSERT_EQ(ours.exit_code, 0) << ours.err;
+  EXPECT_EQ(ours.err, "");
+  const auto a = lines_of(ours.out), b = lines_of(perfs.out);
+  EXPECT_GT(b.size(), 10U);
+  EXPECT_EQ(first_difference(a, b), "");
+  expect_time_order(a);
+  // Both CPUs and the print fmt's flags (prev_state) evaluated.
+  EXPECT_NE(ours.out.find("[000]"), std::string::npos);
+  EXPECT_NE(ours.out.find("[001]"), std::string::npos);
+  // The idle task (tid 0) is "swapper" as in perf, when the machine was idle at all.
+  if (perfs.out.find(" swapper     0 ") != std::string::npos) {
+    EXPECT_NE(ours.out.find(" swapper     0 "), std::string::npos);
+  }
+  EXPECT_EQ(ours.out.find(":-1"), std::string::npos);
+  EXPECT_TRUE(std::regex_search(ours.out, std::regex(R"(prev_state=[RSDI])")));
+  // The default print is in time order too, with comms at the sample's time.
+  const auto plain = shell(kTracer + " replay " + file);
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  expect_time_order(lines_of(plain.out));
+  EXPECT_EQ(keys(plain.out), keys(perfs.out));
+}
+
+TEST(CliReplay, CommChangesAtTheExecNotInFileOrder) {
+  REQUIRE_PERF();
+  tracer::testing::TempDir dir;
+  const auto file = (dir.path() / "exec.data").string();
+  // The same thread makes 2000 lseek calls as python3, then 3000 as tracer_test_sys.
+  const std::string py =
+      "import os\n"
+      "for i in range(2000):\n"
+      "  try: os.lseek(12345, i, 1)\n"
+      "  except OSError: pass\n"
+      "os.execv('" +
+      kSyscaller + "', ['x', 'lseek', '3000'])\n";
+  std::ofstream(dir.path() / "exec.py") << py;
+  const auto rec = shell("perf record -q -e syscalls:sys_enter_lseek -o " + file +
+                         " -- /usr/bin/python3 " + (dir.path() / "exec.py").string());
+  ASSERT_EQ(rec.exit_code, 0) << rec.err;
+  const auto perfs = shell("perf script -i " + file);
+  ASSERT_EQ(perfs.exit_code, 0) << perfs.err;
+  const auto ours = shell(kTracer + " replay --perf " + file);
+  ASSERT_EQ(ours.exit_code, 0) << ours.err;
+  const auto a = lines_of(ours.out), b = lines_of(perfs.out);
+  EXPECT_EQ(first_difference(a, b), "");
+  expect_time_order(a);
+  const auto count = [](const std::vector<std::string>& ls, const std::string& comm) {
+    return std::count_if(ls.begin(), ls.end(), [&](const std::string& l) {
+      return l.find(" " + comm + " ") != std::string::npos &&
+             l.find("whence: 0x") != std::string::npos;
+    });
+  };
+  EXPECT_GE(count(a, "python3"), 2000);
+  EXPECT_EQ(count(a, "python3"), count(b, "python3"));
+  EXPECT_GE(count(a, "tracer_test_sys"), 3000);
+  EXPECT_EQ(count(a, "tracer_test_sys"), count(b, "tracer_test_sys"));
+
+  // A recipe that counts by comm agrees with perf script's comms too.
+  const auto recipe = write_recipe(dir, kCountRecipe);
+  const auto r = shell(kTracer + " replay " + file + " " + recipe.string() + " --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const std::string comm : {"python3", "tracer_test_sys"}) {
+    const std::regex n("\"keys\":\\{\"comm\":\"" + comm + "\"\\},\"count\":(\\d+)\\}");
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(r.out, m, n)) << comm << ": " << r.out;
+    EXPECT_EQ(std::stol(m[1]), count(b, comm)) << comm;
+  }
+}
+
+TEST(CliReplay, GroupReadPrintsEveryMemberWithItsOwnPeriod) {
+  REQUIRE_PERF();
+  tracer::testing::TempDir dir;
+  const auto file = (dir.path() / "group.data").string();
+  const auto rec = shell("perf record -q -e '{cpu-clock,task-clock}:S' -o " + file + " -- " +
+                         kBusyLoop + " 300");
+  if (rec.exit_code != 0)
+    GTEST_SKIP() << "perf record refuses the group here: " << rec.err;
+  const auto perfs = shell("perf script -F comm,tid,time,period,event,ip -i " + file);
+  ASSERT_EQ(perfs.exit_code, 0) << perfs.err;
+  const auto ours = shell(kTracer + " replay --perf " + file);
+  ASSERT_EQ(ours.exit_code, 0) << ours.err;
+  const auto a = lines_of(ours.out), b = lines_of(perfs.out);
+  EXPECT_GT(b.size(), 100U);
+  EXPECT_EQ(first_difference(a, b), "");
+  EXPECT_NE(ours.out.find(" task-clock: "), std::string::npos);
+  EXPECT_NE(ours.out.find("  cpu-clock: "), std::string::npos);
+}
+
+TEST(CliReplay, FileWithoutFeaturesNamesEventsFromTheirAttrsAndSaysWhatIsMissing) {
+  REQUIRE_PERF();
+  tracer::testing::TempDir dir;
+  const auto file = (dir.path() / "clock.data").string();
+  ASSERT_EQ(shell("perf record -q -e cpu-clock -o " + file + " -- " + kBusyLoop + " 100").exit_code,
+            0);
+  auto bytes = tracer::testing::read_file(file);
+  std::fill(bytes.begin() + 72, bytes.begin() + 104, std::byte{0});  // adds_features bitmap
+  const auto bare = dir.path() / "bare.data";
+  tracer::testing::write_file(bare, bytes);
+  // perf names the events of such a file from their attrs too.
+  const auto perfs = shell("perf script -F comm,tid,time,period,event,ip -i " + bare.string());
+  ASSERT_EQ(perfs.exit_code, 0) << perfs.err;
+  const auto ours = shell(kTracer + " replay --perf " + bare.string());
+  ASSERT_EQ(ours.exit_code, 0) << ours.err;
+  EXPECT_EQ(first_difference(lines_of(ours.out), lines_of(perfs.out)), "");
+  EXPECT_NE(ours.out.find(" cpu-clock: "), std::string::npos);
+  EXPECT_NE(ours.err.find("no header features"), std::string::npos) << ours.err;
+
+  // A tracepoint file without its tracing data: named by id, and the missing fields said.
+  const auto tp = record_lseek(dir, 20);
+  auto tpb = tracer::testing::read_file(tp);
+  std::fill(tpb.begin() + 72, tpb.begin() + 104, std::byte{0});
+  const auto tp_bare = dir.path() / "tp_bare.data";
+  tracer::testing::write_file(tp_bare, tpb);
+  const auto t = shell(kTracer + " replay " + tp_bare.string());
+  EXPECT_EQ(t.exit_code, 0) << t.err;
+  EXPECT_NE(t.err.find("no tracing data"), std::string::npos) << t.err;
+  EXPECT_NE(t.err.find("unknown tracepoint (id "), std::string::npos) << t.err;
+  EXPECT_NE(t.out.find(" unknown tracepoint:"), std::string::npos) << t.out;
+  EXPECT_EQ(keys(t.out).size(), 20U);
+}
+
+TEST(CliReplay, CorruptedRecordTypeStopsAtItsOffsetAfterWhatCameBefore) {
+  REQUIRE_PERF();
+  tracer::testing::TempDir dir;
+  const auto file = record_lseek(dir, 300);
+  auto bytes = tracer::testing::read_file(file);
+  const auto recs = records_of(bytes);
+  std::vector<RecordAt> samples;
+  for (const auto& r : recs) {
+    if (r.type == 9)
+      samples.push_back(r);
+  }
+  ASSERT_GT(samples.size(), 100U);
+  const auto& bad = samples[100];
+  const std::uint32_t type = 0x1234;
+  std::memcpy(bytes.data() + bad.offset, &type, 4);
+  const auto damaged = dir.path() / "type.data";
+  tracer::testing::write_file(damaged, bytes);
+  EXPECT_NE(shell("perf script -i " + damaged.string()).exit_code, 0);  // perf stops too
+  const auto r = shell(kTracer + " replay --perf " + damaged.string());
+  EXPECT_EQ(r.exit_code, 1);
+  std::ostringstream at;
+  at << "offset " << bad.offset << " (0x" << std::hex << bad.offset << ")";
+  EXPECT_NE(r.err.find(at.str()), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("record type 4660"), std::string::npos) << r.err;
+  std::size_t before = 0;
+  while (recs[before].offset != bad.offset)
+    ++before;
+  EXPECT_NE(r.err.find("(" + std::to_string(before) + " records read before it)"),
+            std::string::npos)
+      << r.err;
+  // The 100 samples before it, each as perf script prints it from the undamaged file.
+  const auto whole = lines_of(shell("perf script -i " + file).out);
+  const std::multiset<std::string> all(whole.begin(), whole.end());
+  const auto ours = lines_of(r.out);
+  EXPECT_EQ(ours.size(), 100U);
+  for (const auto& l : ours)
+    EXPECT_EQ(all.count(l), 1U) << l;
+}
+
+TEST(CliReplay, DecodeFailureCountsTheRecordsBeforeItInFileAndPipeMode) {
+  REQUIRE_PERF();
+  tracer::testing::TempDir dir;
+  for (const bool pipe : {false, true}) {
+    SCOPED_TRACE(pipe ? "pipe mode" : "file mode");
+    const auto file = record_lseek(dir, 200, pipe);
+    auto bytes = tracer::testing::read_file(file);
+    const auto recs = records_of(bytes, pipe);
+    std::size_t index = 0, seen = 0;
+    for (; index < recs.size(); ++index) {
+      if (recs[index].type == 9 && ++seen == 50)
+        break;
+    }
+    ASSERT_LT(index, recs.size());
+    // A sample 8 bytes long: a header and none of the fields its layout promises.
+    const std::uint16_t size = 8;
+    const auto at = recs[index].offset;
+    std::memcpy(bytes.data() + at + 6, &size, 2);
+    const auto damaged = dir.path() / (pipe ? "short_pipe.data" : "short.data");
+    tracer::testing::write_file(damaged, bytes);
+    const auto r = shell(pipe ? "cat " + damaged.string() + " | " + kTracer + " replay -"
+                              : kTracer + " replay " + damaged.string());
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_NE(r.err.find("offset " + std::to_string(at) + " "), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("(" + std::to_string(index) + " records read before it)"),
+              std::string::npos)
+        << "record " << index << ": " << r.err;
+    EXPECT_EQ(keys(r.out).size(), 49U);
+  }
+}
+
+TEST(CliReplay, StatRecordPrintsEveryCounterPerfPrintsZerosIncluded) {
+  REQUIRE_PERF();
+  tracer::testing::TempDir dir;
+  const auto file = (dir.path() / "stat.data").string();
+  const auto rec =
+      shell("perf stat record -o " + file +
+            " -e cpu-clock,page-faults,major-faults,cpu-migrations -- " + kBusyLoop + " 50");
+  ASSERT_EQ(rec.exit_code, 0) << rec.err;
+  const auto perfs = shell("perf script -i " + file);
+  ASSERT_EQ(perfs.exit_code, 0) << perfs.err;
+  const auto ours = shell(kTracer + " replay " + file);
+  ASSERT_EQ(ours.exit_code, 0) << ours.err;
+  EXPECT_EQ(first_difference(lines_of(ours.out), lines_of(perfs.out)), "");
+  EXPECT_NE(ours.out.find(" major-faults"), std::string::npos) << ours.out;
+
+  // System-wide: every CPU of every event, by event then CPU, thread -1, as perf prints them.
+  const auto wide = (dir.path() / "wide.data").string();
+  ASSERT_EQ(shell("perf stat record -a -o " + wide +
+                  " -e cpu-clock,major-faults,context-switches -- sleep 0.2")
+                .exit_code,
+            0);
+  const auto wp = shell("perf script -i " + wide);
+  ASSERT_EQ(wp.exit_code, 0) << wp.err;
+  const auto wo = shell(kTracer + " replay " + wide);
+  ASSERT_EQ(wo.exit_code, 0) << wo.err;
+  EXPECT_EQ(first_difference(lines_of(wo.out), lines_of(wp.out)), "");
 }
 
 }  // namespace

@@ -154,10 +154,15 @@ struct TracingData {
 [[nodiscard]] std::optional<ReadError> parse_tracing_data(std::span<const std::byte> bytes,
                                                           TracingData& out);
 
+/// The name perf gives an event from its attr alone (evsel__name: "cpu-clock", "cycles:u",
+/// "L1-dcache-load-misses", "sched:sched_switch" from `tracing`'s formats by id, "raw 0x1234"),
+/// for files that carry no HEADER_EVENT_DESC.
+[[nodiscard]] std::string event_name(const perf::EventAttr& attr, const TracingData* tracing);
+
 /// One event (attr) of the file.
 struct EventDesc {
   std::uint32_t index = 0;
-  std::string name;  // EVENT_DESC / EVENT_UPDATE name, else "type:config"
+  std::string name;  // EVENT_DESC / EVENT_UPDATE name, else from the attr as perf names it
   perf::EventAttr attr;
   std::vector<std::uint64_t> ids;
   perf::SampleLayout layout;
