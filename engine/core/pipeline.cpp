@@ -74,7 +74,7 @@ void Pipeline::bind(std::span<const ProbeInfo> probes,
     upstream = upstream || slot.stage->aggregates();
   }
   derived_ = schema_->derived_count();
-  bool ordered = schema_->comm_bound();
+  bool ordered = options_.force_order || schema_->comm_bound();
   for (const auto& slot : stages_)
     ordered = ordered || slot.stage->ordered();
   if (schema_->comm_bound())

@@ -39,6 +39,8 @@ struct PipelineOptions {
   bool implicit_print = true;
   /// The time-order merge used when a stage is ordered() or binds `comm`.
   ReorderOptions reorder{};
+  /// Merge in time order even when no stage needs it (an embedder's own ordered consumer).
+  bool force_order = false;
 };
 
 struct PipelineStats {
