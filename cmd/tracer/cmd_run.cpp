@@ -193,9 +193,12 @@ void print_summary(const Stats& stats, const Counters& counters, bool json, doub
     for (const auto& p : stats.probes) {
       const auto t = p.total();
       const std::uint64_t lost = std::max(t.lost + t.lost_samples, p.bpf_output_drops);
-      probes += fmt::format(R"({}"{}":{{"events":{},"lost":{},"bytes":{},"aux_truncated":{}}})",
+      std::string kernel;
+      if (t.kernel_hits != 0)
+        kernel = fmt::format(R"(,"kernel_hits":{},"missed":{})", t.kernel_hits, t.missed);
+      probes += fmt::format(R"({}"{}":{{"events":{},"lost":{},"bytes":{},"aux_truncated":{}{}}})",
                             probes.empty() ? "" : ",", json_escape(p.name), t.samples, lost,
-                            t.bytes, t.aux_truncated);
+                            t.bytes, t.aux_truncated, kernel);
     }
     fmt::print("{{\"type\":\"summary\",\"seconds\":{:.3f},\"probes\":{{{}}},\"stages\":{{{}}}}}\n",
                seconds, probes, stages);
@@ -211,6 +214,21 @@ void print_summary(const Stats& stats, const Counters& counters, bool json, doub
       cpus += fmt::format(" cpu{}:{}/{}", cpu, rs.samples, rs.lost + rs.lost_samples);
     }
     fmt::print(stderr, "{:<24} {:>12} {:>10}  {}\n", p.name, t.samples, lost, cpus);
+  }
+  for (const auto& p : stats.probes) {
+    const auto t = p.total();
+    if (t.missed == 0)
+      continue;
+    std::string cpus;
+    for (const auto& [cpu, rs] : p.per_cpu) {
+      if (rs.missed != 0)
+        cpus += fmt::format(" cpu{}:{}/{}", cpu, rs.missed, rs.kernel_hits);
+    }
+    fmt::print(stderr,
+               "warning: probe '{}': the kernel ran its tracepoint {} times, {} of them reached "
+               "no ring and no LOST count (missed/hits:{}): this kernel's perf events drop "
+               "tracepoint hits in some contexts; a BPF program sees them\n",
+               p.name, t.kernel_hits, t.missed, cpus);
   }
   std::string line;
   for (const auto& [name, value] : counters)

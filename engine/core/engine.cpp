@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <bpf/libbpf.h>
 #include <algorithm>
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/post.hpp>
@@ -24,6 +25,7 @@
 #include "core/ring_budget.hpp"
 #include "core/ring_reader.hpp"
 #include "core/ring_wait.hpp"
+#include "progs/tp_hits.h"
 #include "tracer/bpf/object.hpp"
 #include "tracer/bpf/output_channel.hpp"
 #include "tracer/diagnostics.hpp"
@@ -79,6 +81,8 @@ RingStats& RingStats::operator+=(const RingStats& o) noexcept {
   decode_errors += o.decode_errors;
   unrouted += o.unrouted;
   wakeups += o.wakeups;
+  kernel_hits += o.kernel_hits;
+  missed += o.missed;
   return *this;
 }
 
@@ -150,9 +154,18 @@ struct Engine::Impl : std::enable_shared_from_this<Engine::Impl> {
   UniqueFd cgroup_fd;
   std::optional<tracefs::DynamicProbes> dynamic;  // removed after the events close
   std::optional<bpf::Object> bpf_object;          // closed last: programs detach with the events
-  std::unique_ptr<MapSource> map_source;          // Engine::maps(), made on first use
-  std::optional<bpf::OutputChannel> output;       // bpf-output events (rings moved to readers)
-  std::vector<Reader*> output_readers;            // readers of the output channel, per CPU
+  // The tracepoint hit counter (count_tracepoint_hits): the object, each probe's tracepoint id
+  // (0: not counted) and the per-CPU counts when the events were enabled.
+  std::optional<bpf::Object> hits_object;
+  struct LinkDestroy {
+    void operator()(::bpf_link* l) const noexcept { ::bpf_link__destroy(l); }
+  };
+  std::vector<std::unique_ptr<::bpf_link, LinkDestroy>> hit_links;  // detached in cleanup()
+  std::vector<std::uint32_t> hit_ids;
+  std::vector<std::vector<std::uint64_t>> hit_base, hit_final;
+  std::unique_ptr<MapSource> map_source;     // Engine::maps(), made on first use
+  std::optional<bpf::OutputChannel> output;  // bpf-output events (rings moved to readers)
+  std::vector<Reader*> output_readers;       // readers of the output channel, per CPU
   pid_t child = -1;
   int child_status = 0;
   int go_fd = -1;
@@ -181,6 +194,9 @@ struct Engine::Impl : std::enable_shared_from_this<Engine::Impl> {
   void load_bpf(const BpfOptions& b, const std::vector<core::ResolvedProbe>& resolved);
   void open_output_channel(const BpfOptions& b, bpf::Object& obj);
   void attach_bpf_programs();
+  void attach_hit_counters();
+  /// Per-CPU hits of probe `p`'s tracepoint so far (empty when not counted).
+  [[nodiscard]] std::vector<std::uint64_t> read_hits(std::size_t p) const;
   void fill_tgids();
   void release_command();
   void arm(Reader& r);
@@ -518,6 +534,43 @@ void Engine::Impl::attach_bpf_programs() {
   }
 }
 
+void Engine::Impl::attach_hit_counters() {
+  hit_ids.assign(events.size(), 0);
+  if (!opts.count_tracepoint_hits || opts.target.kind != Target::Kind::kAllCpus)
+    return;
+  for (std::size_t p = 0; p < events.size() && p < TP_HITS_MAX_TRACEPOINTS; ++p) {
+    const auto& o = opts.probes[p];
+    // A probe with its own program keeps the tracepoint's single attach of ours for it.
+    if (o.kind != ProbeKind::kTracepoint || !o.bpf_program.empty() || !probes[p].format ||
+        events[p].empty() || events[p].front().events.empty())
+      continue;
+    if (!hits_object) {
+      auto obj = bpf::Object::open_shipped("tp_hits");
+      if (!obj || !obj->load())
+        return;  // counting is an extra: a run without it is still a run
+      hits_object.emplace(std::move(*obj));
+    }
+    ::bpf_program* prog = ::bpf_object__find_program_by_name(hits_object->raw(), "tp_hits");
+    if (prog == nullptr)
+      return;
+    // A link with a cookie (the probe's slot) per tracepoint: one program counts them all.
+    LIBBPF_OPTS(bpf_perf_event_opts, link_opts, .bpf_cookie = p);
+    ::bpf_link* link = ::bpf_program__attach_perf_event_opts(
+        prog, events[p].front().events.front().fd(), &link_opts);
+    if (link == nullptr)
+      continue;  // EEXIST: another probe of ours on the same tracepoint counts it already
+    hit_links.emplace_back(link);
+    hit_ids[p] = 1;
+  }
+}
+
+std::vector<std::uint64_t> Engine::Impl::read_hits(std::size_t p) const {
+  if (!hits_object || p >= hit_ids.size() || hit_ids[p] == 0)
+    return {};
+  auto v = hits_object->percpu_array<std::uint64_t>("hits", static_cast<std::uint32_t>(p));
+  return v ? std::move(*v) : std::vector<std::uint64_t>{};
+}
+
 void Engine::Impl::fill_tgids() {
   if (!bpf_object)
     return;
@@ -678,6 +731,7 @@ void Engine::Impl::start() {
     } else {
       attach_bpf_programs();  // reports probes that name a program without a BPF object
     }
+    attach_hit_counters();
     if (target.kind != Target::Kind::kCommand) {
       for (auto& per_cpu : events) {
         for (auto& ce : per_cpu) {
@@ -688,6 +742,9 @@ void Engine::Impl::start() {
         }
       }
     }
+    hit_base.assign(hit_ids.size(), {});
+    for (std::size_t p = 0; p < hit_ids.size(); ++p)
+      hit_base[p] = read_hits(p);
     if (output) {
       if (auto st = output->enable(); !st)
         throw_failure(ErrorCategory::kRuntime, st.error(), "bpf output channel");
@@ -843,6 +900,16 @@ Stats Engine::Impl::collect_stats() const {
           }
         }
         rs.lost = std::max(rs.lost, read_lost);
+        const auto now =
+            p < hit_final.size() && !hit_final[p].empty() ? hit_final[p] : read_hits(p);
+        if (!now.empty() && p < hit_base.size() && ce.cpu >= 0 &&
+            static_cast<std::size_t>(ce.cpu) < now.size()) {
+          const auto c = static_cast<std::size_t>(ce.cpu);
+          const std::uint64_t base = c < hit_base[p].size() ? hit_base[p][c] : 0;
+          rs.kernel_hits = now[c] - std::min(now[c], base);
+          const std::uint64_t got = rs.samples + rs.lost + rs.lost_samples;
+          rs.missed = rs.kernel_hits > got ? rs.kernel_hits - got : 0;
+        }
         ps.per_cpu.emplace_back(ce.cpu, rs);
       }
     }
@@ -869,6 +936,12 @@ void Engine::Impl::stop() {
   if (stopped)
     return;
   const bool was_running = running;
+  // The hit counters' last read comes just before the events stop (and their first just after
+  // the events started): a hit they count was one the events were on for, so `missed` never
+  // counts the edges.
+  hit_final.assign(hit_ids.size(), {});
+  for (std::size_t p = 0; p < hit_ids.size(); ++p)
+    hit_final[p] = read_hits(p);
   // Stop producing, then read everything that was produced.
   for (auto& per_cpu : events) {
     for (auto& ce : per_cpu) {
@@ -906,7 +979,8 @@ void Engine::Impl::cleanup() noexcept {
       ce.reader = nullptr;
   }
   output_readers.clear();
-  output.reset();  // clears its PERF_EVENT_ARRAY entries, closes the bpf-output events
+  output.reset();     // clears its PERF_EVENT_ARRAY entries, closes the bpf-output events
+  hit_links.clear();  // a link holds its event: detach before the events close
   events.clear();
   // Dynamic tracefs probes can only be removed once no perf event holds them (EBUSY).
   dynamic.reset();

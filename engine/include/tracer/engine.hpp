@@ -155,6 +155,11 @@ struct EngineOptions {
   /// RecordRef is ~0.5 KiB: 64 of them stay in L1/L2 while the stages read them (measured:
   /// tracer_bench_decode BM_RingReaderDrainOutput).
   std::uint32_t max_batch = 64;
+  /// System-wide tracepoint probes without a BPF program of their own get a BPF counter of the
+  /// tracepoint's hits per CPU (a shipped program that returns 1: it gates nothing), so events
+  /// the kernel ran the tracepoint for but that no perf event recorded are counted
+  /// (RingStats::kernel_hits, missed). Costs one BPF program run per hit.
+  bool count_tracepoint_hits = true;
   /// Decode SAMPLE records before handing them on (RecordRef::record.body holds the Sample).
   /// false: a sample arrives with type, misc, size and bytes only (body Unknown, sample_id
   /// empty), for consumers that forward bytes or look at few records; decode one with
@@ -213,6 +218,14 @@ struct RingStats {
   std::uint64_t decode_errors = 0;  // malformed records (never from a sane kernel)
   std::uint64_t unrouted = 0;       // records whose id matched no probe
   std::uint64_t wakeups = 0;        // drains triggered by the kernel
+  /// Tracepoint probes of a system-wide engine (EngineOptions::count_tracepoint_hits): how often
+  /// the kernel ran the tracepoint on this CPU while the engine ran (a BPF counter beside the
+  /// perf event). 0 when not counted.
+  std::uint64_t kernel_hits = 0;
+  /// Hits that reached neither the ring as a sample nor a LOST count: kernel_hits - samples -
+  /// lost when positive (perf's per-CPU tracepoint events miss events in some contexts on some
+  /// machines; see DESIGN notes). Never silent: reported per probe and CPU.
+  std::uint64_t missed = 0;
   RingStats& operator+=(const RingStats& o) noexcept;
 };
 
