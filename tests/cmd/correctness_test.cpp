@@ -351,6 +351,27 @@ top = 1000
   EXPECT_EQ(named, kProcesses) << text;
 }
 
+// configs/execsnoop.toml names the program of every successful exec ("exec ok: PID COMM FILE"):
+// the comm there is the new program's, from the kernel's COMM record at the exec.
+TEST(CliCorrectness, ExecsnoopNamesEveryExecdProgram) {
+  const fs::path link = fs::temp_directory_path() / "tracer_execok";
+  fs::remove(link);
+  fs::create_symlink("/bin/true", link);
+  const auto r = tracer("run " + (fs::path(TRACER_CONFIGS_DIR) / "execsnoop.toml").string() +
+                        " -- sh -c 'for i in 1 2 3 4 5; do " + link.string() + "; done'");
+  fs::remove(link);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  int ok = 0;
+  std::istringstream in(r.out);
+  for (std::string line; std::getline(in, line);) {
+    if (line.starts_with("exec ok:") && line.find(link.string()) != std::string::npos) {
+      EXPECT_NE(line.find(" tracer_execok " + link.string()), std::string::npos) << line;
+      ++ok;
+    }
+  }
+  EXPECT_EQ(ok, 5) << r.out;
+}
+
 // A burst of a two-probe per-event recipe with the default rings: nothing lost, everything
 // paired (the dd run lost 1,860 + 2,109 events with the old default).
 TEST(CliCorrectness, ABurstFitsTheDefaultRings) {
