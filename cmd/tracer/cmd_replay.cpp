@@ -20,7 +20,6 @@
 #include <vector>
 
 #include "commands.hpp"
-#include "pipelines.hpp"
 #include "tracer/diagnostics.hpp"
 #include "tracer/engine.hpp"
 #include "tracer/error.hpp"
@@ -29,6 +28,7 @@
 #include "tracer/pipeline.hpp"
 #include "tracer/recipe.hpp"
 #include "tracer/reorder.hpp"
+#include "tracer/session.hpp"
 #include "tracer/stage.hpp"
 
 namespace tracer::cli {
@@ -199,7 +199,7 @@ int report_read_error(const std::string& path, const perfdata::Reader& r) {
 }
 
 int replay_recipe(const ReplayOptions& o) {
-  Recipe recipe = Recipe::load(o.recipe, {.sets = o.sets, .stages = catalog()});
+  Recipe recipe = Recipe::load(o.recipe, {.sets = o.sets, .stages = stage_catalog()});
   auto reader = open_file(o.file);
 
   // Recipe probes -> the file's events.

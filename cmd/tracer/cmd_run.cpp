@@ -1,6 +1,6 @@
-// tracer run RECIPE / tracer check RECIPE: load a recipe, resolve and start its probes, run its
-// pipelines on the engine's batches, stop cleanly on SIGINT/SIGTERM, --duration or the command's
-// exit, and print a summary of events and losses per probe.
+// tracer run RECIPE / tracer check RECIPE: a thin front end over tracer::Session (options, the
+// output sink, SIGINT/SIGTERM, the status line) that prints the summary of events and losses per
+// probe and the stages' accounting.
 #include <fmt/core.h>
 #include <unistd.h>
 
@@ -16,13 +16,13 @@
 #include <vector>
 
 #include "commands.hpp"
-#include "pipelines.hpp"
 #include "tracer/diagnostics.hpp"
 #include "tracer/duration.hpp"
 #include "tracer/engine.hpp"
 #include "tracer/error.hpp"
 #include "tracer/pipeline.hpp"
 #include "tracer/recipe.hpp"
+#include "tracer/session.hpp"
 #include "tracer/stage.hpp"
 
 namespace tracer::cli {
@@ -41,12 +41,6 @@ struct RunOptions {
   bool verbose = false;
   std::vector<std::string> sets;
 };
-
-std::chrono::nanoseconds monotonic_now() {
-  timespec ts{};
-  ::clock_gettime(CLOCK_MONOTONIC, &ts);
-  return std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec);
-}
 
 // Splits -c "CMD ARGS" like a shell would for plain words and simple quotes.
 std::vector<std::string> split_command(const std::string& text) {
@@ -97,53 +91,6 @@ Target target_from(const RunOptions& o) {
   return t;
 }
 
-/// Whether a recipe stage writes perf.data; `to_stdout`: one of them to "-" (pipe mode).
-bool has_perf_data_stage(const Recipe& recipe, bool* to_stdout = nullptr) {
-  bool any = false;
-  for (const auto& p : recipe.pipelines) {
-    for (const auto& st : p.stages) {
-      if (st.use != "perf-data")
-        continue;
-      any = true;
-      const ConfigValue* path = st.options.find("path");
-      if (to_stdout != nullptr && path != nullptr && path->string() != nullptr &&
-          *path->string() == "-")
-        *to_stdout = true;
-    }
-  }
-  return any;
-}
-
-/// perf report needs COMM/MMAP2 of the processes that start during the run: as perf record
-/// does, the first sampling probe asks the kernel for task records (when no probe does yet).
-void enable_task_records(EngineOptions& eo) {
-  for (const auto& p : eo.probes) {
-    if (p.task_records)
-      return;
-  }
-  for (auto& p : eo.probes) {
-    if (!p.counting) {
-      p.task_records = true;
-      return;
-    }
-  }
-}
-
-/// Thread names at event time: the first sampling probe asks the kernel for COMM/FORK/EXIT
-/// records (on every CPU), so a short-lived process still has its comm after it exited.
-void enable_comm_records(EngineOptions& eo) {
-  for (auto& p : eo.probes) {
-    if (p.task_records || p.comm_records)
-      return;
-  }
-  for (auto& p : eo.probes) {
-    if (!p.counting) {
-      p.comm_records = true;
-      return;
-    }
-  }
-}
-
 std::string json_escape(std::string_view s) {
   std::string out;
   for (char c : s) {
@@ -172,17 +119,6 @@ std::string json_escape(std::string_view s) {
 }
 
 using Counters = std::vector<std::pair<std::string, std::uint64_t>>;
-
-/// The stages' accounting of every pipeline ("latency.paired", "order.late", ...); the
-/// pipelines after the first prefix theirs with "pipelineN.".
-Counters pipeline_counters(const std::vector<std::unique_ptr<Pipeline>>& pipelines) {
-  Counters out;
-  for (std::size_t i = 0; i < pipelines.size(); ++i) {
-    for (auto& [name, value] : pipelines[i]->counters())
-      out.emplace_back(i == 0 ? name : fmt::format("pipeline{}.{}", i, name), value);
-  }
-  return out;
-}
 
 void print_summary(const Stats& stats, const Counters& counters, bool json, double seconds) {
   if (json) {
@@ -241,43 +177,12 @@ void print_summary(const Stats& stats, const Counters& counters, bool json, doub
 /// The recipe, a missing or unreadable file being a usage error (exit 2) as a bad argument is.
 Recipe load_recipe(const RunOptions& o) {
   try {
-    return Recipe::load(o.recipe, {.sets = o.sets, .stages = catalog()});
+    return Recipe::load(o.recipe, {.sets = o.sets, .stages = stage_catalog()});
   } catch (const Error& e) {
     if (e.category() != ErrorCategory::kNotFound)
       throw;
     throw Error(ErrorCategory::kUsage, e.code(), e.what(), e.hint(), e.where());
   }
-}
-
-/// What check_system() finds (unknown tracepoints, uprobe symbols, filter fields), as
-/// `tracer check` reports it: file:line:column, exit 2.
-void check_recipe_system(const Recipe& recipe, const RunOptions& o) {
-  Diagnostics diags;
-  recipe.check_system(diags, o.pid > 0 ? std::optional<pid_t>(o.pid) : std::nullopt);
-  diags.throw_if_any();
-}
-
-/// An engine error about one probe ("probe 'x': ...") at that probe's place in the recipe: its
-/// filter's for a rejected filter, else its tracepoint/uprobe/... value's. A probe the system
-/// lacks or refuses as written is a recipe error (exit 2); other failures keep their category.
-[[noreturn]] void rethrow_at_probe(const Error& e, const Recipe& recipe) {
-  const std::string_view what = e.what();
-  for (const auto& p : recipe.probes) {
-    // A glob's probes are "name:event".
-    const std::string prefix = fmt::format("probe '{}", p.options.name);
-    if (!what.starts_with(prefix + "':") && !what.starts_with(prefix + ":"))
-      continue;
-    const bool filter = !p.options.filter.empty() && what.find("filter") != std::string_view::npos;
-    const SourceRegion& where = p.where_of(filter ? "filter" : to_string(p.options.kind));
-    if (where.path.empty())
-      break;
-    const bool recipe_error =
-        e.category() == ErrorCategory::kUsage || e.category() == ErrorCategory::kNotFound;
-    throw Error(recipe_error ? ErrorCategory::kRecipe : e.category(), e.code(),
-                fmt::format("{}:{}:{}: {}", where.path, where.line, where.column, what), e.hint(),
-                where);
-  }
-  throw e;
 }
 
 int run_recipe(const RunOptions& given) {
@@ -287,166 +192,83 @@ int run_recipe(const RunOptions& given) {
     o.output.clear();
   }
   Recipe recipe = load_recipe(o);
-  check_recipe_system(recipe, o);
-  EngineOptions eo = recipe.to_engine_options(target_from(o));
-  eo.verbose = o.verbose;
-  bool stage_to_stdout = false;
-  if (has_perf_data_stage(recipe, &stage_to_stdout) || !o.perf_data.empty())
-    enable_task_records(eo);
-  enable_comm_records(eo);
-  const bool stdout_is_perf_data = o.perf_data == "-" || stage_to_stdout;
-  if (stdout_is_perf_data && o.json) {
-    throw Error(ErrorCategory::kUsage, std::make_error_code(std::errc::invalid_argument),
-                "a perf.data stream and --json both write to stdout",
-                "write the perf.data to a file, or leave out --json");
-  }
-  // Machine output on stdout: the command's own output must not mix into it.
-  eo.target.stdout_to_stderr = o.json || stdout_is_perf_data;
-  std::optional<std::chrono::nanoseconds> duration = recipe.duration;
+  SessionOptions so{.target = target_from(o),
+                    .duration = std::nullopt,
+                    .json = o.json,
+                    .perf_data = o.perf_data,
+                    .verbose = o.verbose};
   if (!o.duration.empty()) {
     auto d = parse_duration(o.duration);
     if (!d) {
       throw Error(ErrorCategory::kUsage, d.error().code, "--duration: " + d.error().message,
                   d.error().hint);
     }
-    duration = *d;
+    so.duration = *d;
   }
-
   // A perf.data stream on stdout leaves the text output stderr.
-  Sink out = Sink::to_file(stdout_is_perf_data ? stderr : stdout);
+  Sink out = Sink::to_file(Session::takes_stdout(recipe, so) ? stderr : stdout);
   if (!o.output.empty()) {
     auto s = Sink::open(o.output);
     if (!s)
       throw Error(ErrorCategory::kUsage, s.error());
     out = std::move(*s);
   }
-  Diagnostics diags;
-  auto pipelines = make_pipelines(recipe, out, o.json, diags, {}, o.perf_data);
-  diags.throw_if_any();
 
   // One thread runs it (this one): the engine's handlers then need no strand.
   asio::io_context io(1);
-  Engine engine(io.get_executor(), std::move(eo));
+  Session session(io.get_executor(), recipe, out, std::move(so));
   const bool status_line = !o.json && ::isatty(STDERR_FILENO) == 1;
   bool status_shown = false;
-  std::uint64_t delivered = 0;
-  engine.on_batch([&](const Batch& b) {
+  const auto clear_status = [&] {
     if (status_shown) {  // never mix the status line with output
       std::fputs("\r\033[K", stderr);
       status_shown = false;
     }
-    delivered += b.records.size();
-    for (auto& p : pipelines)
-      p->on_batch(b);
-  });
-  try {
-    engine.start();
-  } catch (const Error& e) {
-    rethrow_at_probe(e, recipe);
-  }
-  if (o.verbose)
-    fmt::print(stderr, "tracer: rings: {}\n", engine.ring_note());
-  for (auto& p : pipelines)
-    p->bind(engine.probes(), diags, {}, &engine.maps());
-  if (!diags.empty()) {
-    engine.stop();
-    diags.throw_if_any();
-  }
-  const auto t0 = std::chrono::steady_clock::now();
-  for (auto& p : pipelines)
-    p->start(monotonic_now());
-
-  bool finished = false;
-  auto finish = [&] {
-    if (finished)
-      return;
-    finished = true;
-    engine.stop();  // drains: the last batches reach the pipelines
-    io.stop();
   };
-  engine.on_done(finish);
-  // perf-data sinks end a FINISHED_ROUND where the engine finished a pass over every ring.
-  engine.on_round([&] {
-    for (auto& p : pipelines)
-      p->round();
+  session.on_delivery([&](std::size_t) { clear_status(); });
+  session.on_done([&] { io.stop(); });
+  std::uint64_t last_delivered = 0;
+  session.on_tick([&] {
+    clear_status();
+    if (!status_line)
+      return;
+    const auto st = session.stats();
+    std::uint64_t lost = 0;
+    for (const auto& p : st.engine.probes)
+      lost += p.total().lost;
+    fmt::print(stderr, "\r[{:7.1f}s] {:>10} events/s  {:>12} events  {:>8} lost", st.seconds,
+               (st.delivered - last_delivered) * 4, st.delivered, lost);
+    std::fflush(stderr);
+    status_shown = true;
+    last_delivered = st.delivered;
   });
+  session.start();
+  if (o.verbose)
+    fmt::print(stderr, "tracer: rings: {}\n", session.engine().ring_note());
   asio::signal_set signals(io, SIGINT, SIGTERM);
   signals.async_wait([&](const boost::system::error_code& ec, int) {
     if (!ec)
-      finish();
+      session.stop();
   });
-  asio::steady_timer deadline(io);
-  if (duration) {
-    deadline.expires_after(*duration);
-    deadline.async_wait([&](const boost::system::error_code& ec) {
-      if (!ec)
-        finish();
-    });
-  }
-  asio::steady_timer ticker(io);
-  std::uint64_t last_delivered = 0;
-  std::function<void(const boost::system::error_code&)> tick =
-      [&](const boost::system::error_code& ec) {
-        if (ec || finished)
-          return;
-        if (status_shown) {
-          std::fputs("\r\033[K", stderr);
-          status_shown = false;
-        }
-        for (auto& p : pipelines)
-          p->tick(monotonic_now());
-        if (status_line) {
-          const double secs =
-              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-          std::uint64_t lost = 0;
-          for (const auto& p : engine.stats().probes)
-            lost += p.total().lost;
-          fmt::print(stderr, "\r[{:7.1f}s] {:>10} events/s  {:>12} events  {:>8} lost", secs,
-                     (delivered - last_delivered) * 4, delivered, lost);
-          std::fflush(stderr);
-          status_shown = true;
-        }
-        last_delivered = delivered;
-        ticker.expires_after(std::chrono::milliseconds(250));
-        ticker.async_wait(tick);
-      };
-  ticker.expires_after(std::chrono::milliseconds(250));
-  ticker.async_wait(tick);
-
   io.run();
-  finish();
-  if (status_shown)
-    std::fputs("\r\033[K", stderr);
-  for (auto& p : pipelines)
-    p->stop(monotonic_now());
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  print_summary(engine.stats(), pipeline_counters(pipelines), o.json, seconds);
-  if (o.pid > 0 && engine.target_exited())
+  session.stop();
+  clear_status();
+  const auto st = session.stats();
+  print_summary(st.engine, st.counters, o.json, st.seconds);
+  if (o.pid > 0 && session.target_exited())
     fmt::print(stderr, "tracer: process {} exited\n", o.pid);
-  if (auto e = engine.failure())
+  if (auto e = session.failure())
     std::rethrow_exception(e);
   return kExitOk;
 }
 
 int check_recipe(const RunOptions& o) {
   Recipe recipe = load_recipe(o);
-  check_recipe_system(recipe, o);
-  Diagnostics diags;
   asio::io_context io;
-  Engine engine(io.get_executor(), recipe.to_engine_options(target_from(o)));
-  std::vector<std::string> notes;
-  std::vector<ProbeInfo> probes;
-  try {
-    probes = engine.check(&notes);
-  } catch (const Error& e) {
-    rethrow_at_probe(e, recipe);
-  }
   Sink out = Sink::to_file(stdout);
-  auto pipelines = make_pipelines(recipe, out, false, diags);
-  for (auto& p : pipelines)
-    p->bind(probes, diags, {}, &engine.maps());
-  diags.throw_if_any();
+  Session session(io.get_executor(), recipe, out, {.target = target_from(o)});
+  std::vector<std::string> notes;
+  const auto probes = session.check(&notes);
   fmt::print("{}: ok ({} probes, {} pipelines)\n", o.recipe, probes.size(),
              recipe.pipelines.size());
   for (const auto& p : probes) {

@@ -34,9 +34,11 @@ std::vector<std::string> own_cmdline() {
 }  // namespace
 
 StageSpec PerfData::spec() {
-  return {.name = "perf-data",
-          .summary = "write every record as a perf.data file (perf script/report read it)",
-          .options = {
+  return {
+      .name = "perf-data",
+      .summary = "write every record as a perf.data file (perf script/report read it)",
+      .options =
+          {
               {.name = "path",
                .type = OptionSpec::Type::kString,
                .required = true,
@@ -51,7 +53,8 @@ StageSpec PerfData::spec() {
                .required = false,
                .help = "COMM/MMAP2 records from /proc for processes that exist at start or "
                        "appear in samples, so perf resolves comms and symbols (default true)"},
-          }};
+          },
+      .needs = {.task_records = true, .stdout_option = "path"}};
 }
 
 void PerfData::configure(const ConfigValue& options, Diagnostics& diags) {

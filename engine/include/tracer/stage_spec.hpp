@@ -27,10 +27,21 @@ struct OptionSpec {
   std::string help;
 };
 
+/// What a stage needs from a run beyond its probes' samples: a Session provides it, so no
+/// front end special-cases a stage by name.
+struct StageNeeds {
+  /// COMM/FORK/EXIT/MMAP2 records of every task (perf report needs them in a perf.data file).
+  bool task_records = false;
+  /// The option whose value "-" makes the stage write machine output on stdout (then nothing
+  /// else may: text output moves to stderr, --json is refused). Empty: none.
+  std::string stdout_option{};
+};
+
 struct StageSpec {
   std::string name;     // "count"
   std::string summary;  // one line for `tracer list stages`
   std::vector<OptionSpec> options;
+  StageNeeds needs{};
 };
 
 }  // namespace tracer

@@ -1,0 +1,131 @@
+// Session: a recipe run end to end by the library: the recipe's probes on an Engine, its
+// pipelines (Pipeline) fed by the engine's batches, rounds (time order), interval ticks
+// (`every`), the duration, the drain at stop, the stages' accounting and the loss ledger. What
+// `tracer run` and `tracer check` do, for any program: an embedder runs a recipe on its own
+// executor without copying the CLI.
+//
+// Usage:
+//   boost::asio::io_context io(1);
+//   tracer::Recipe recipe = tracer::Recipe::load("configs/runqlat.toml", {.stages = specs});
+//   tracer::Sink out = tracer::Sink::to_file(stdout);
+//   tracer::Session session(io.get_executor(), recipe, out, {.duration = 5s});
+//   session.on_done([&] { io.stop(); });   // the duration, the target's exit, a failure
+//   session.start();                       // throws tracer::Error (recipe positions, hints)
+//   io.run();
+//   session.stop();                        // drains, final tables, flush (idempotent)
+//   auto s = session.stats();              // events/lost/missed per probe, stage counters
+#pragma once
+
+#include <boost/asio/any_io_executor.hpp>
+#include <chrono>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tracer/diagnostics.hpp"
+#include "tracer/engine.hpp"
+#include "tracer/pipeline.hpp"
+#include "tracer/recipe.hpp"
+#include "tracer/stage.hpp"
+
+namespace tracer {
+
+struct SessionOptions {
+  Target target{};
+  /// Stops the session after this long (else the recipe's `duration`, else stop() or the
+  /// target's exit).
+  std::optional<std::chrono::nanoseconds> duration{};
+  /// Output as JSON lines: print stages become jsonl, and an aggregation without an output gets
+  /// one.
+  bool json = false;
+  /// Also write every record of every probe as perf.data ("-": a pipe-mode stream on stdout).
+  std::string perf_data{};
+  /// Full verifier logs in errors.
+  bool verbose = false;
+  /// How often interval outputs (`every`) are due and on_tick observers run.
+  std::chrono::milliseconds tick{250};
+  /// Options of every pipeline (its comm cache, time-order merge).
+  PipelineOptions pipeline{};
+};
+
+/// A Session's accounting: the engine's per probe and CPU, and the stages'.
+struct SessionStats {
+  Stats engine{};
+  /// Stage counters ("latency.paired", "order.late", ...); the pipelines after the first
+  /// prefix theirs with "pipelineN.".
+  std::vector<std::pair<std::string, std::uint64_t>> counters{};
+  std::uint64_t delivered = 0;  // records handed to the pipelines
+  double seconds = 0;           // since start()
+};
+
+/// The pipelines of `recipe` writing to `out` (what a Session runs; replay feeds them from a
+/// file). A recipe without stages gets one pipeline that prints every event; `json` and
+/// `perf_data` as in SessionOptions. Problems go to `diags`.
+[[nodiscard]] std::vector<std::unique_ptr<Pipeline>> make_pipelines(
+    const Recipe& recipe,
+    Sink& out,
+    bool json,
+    Diagnostics& diags,
+    const PipelineOptions& base = {},
+    const std::string& perf_data = {});
+
+/// The specs of every registered stage (what Recipe::load checks stages against).
+[[nodiscard]] std::vector<StageSpec> stage_catalog();
+
+class Session {
+ public:
+  /// Builds the engine options and the pipelines. Throws tracer::Error: kUsage for conflicting
+  /// options, kRecipe with positions for stage problems.
+  Session(boost::asio::any_io_executor executor,
+          const Recipe& recipe,
+          Sink& out,
+          SessionOptions options = {});
+  ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  /// `tracer check`: resolves every probe, compiles and verifies BPF, binds every stage;
+  /// attaches nothing. Notes worth a user's attention go to `notes`.
+  /// @return the probes as start() would resolve them. Throws tracer::Error.
+  std::vector<ProbeInfo> check(std::vector<std::string>* notes = nullptr);
+  /// Checks the recipe against the system, starts the engine, binds and starts the pipelines,
+  /// arms the duration and the ticks. Errors about a probe point at its place in the recipe.
+  void start();
+  /// Stops the engine (the last records reach the pipelines), emits the final tables, flushes.
+  /// Idempotent; on_done observers run once.
+  void stop();
+
+  /// The session ended (the duration, the target's exit, a failure, or stop()). Set before
+  /// start().
+  void on_done(std::function<void()> handler);
+  /// Before records reach the pipelines (a status line clears itself there).
+  void on_delivery(std::function<void(std::size_t records)> handler);
+  /// After each tick's interval output.
+  void on_tick(std::function<void()> handler);
+
+  [[nodiscard]] SessionStats stats() const;
+  [[nodiscard]] bool running() const noexcept;
+  /// The pid or command target exited (the session stopped by itself).
+  [[nodiscard]] bool target_exited() const noexcept;
+  /// What a batch handler threw, if anything (the session stopped).
+  [[nodiscard]] std::exception_ptr failure() const noexcept;
+  [[nodiscard]] Engine& engine() noexcept;
+  [[nodiscard]] std::span<const std::unique_ptr<Pipeline>> pipelines() const noexcept;
+
+  /// Whether a session of `recipe` with `options` writes machine output (a perf.data stream)
+  /// on stdout: a front end then sends its text output elsewhere.
+  [[nodiscard]] static bool takes_stdout(const Recipe& recipe, const SessionOptions& options);
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tracer
