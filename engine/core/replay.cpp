@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "tracer/error.hpp"
+#include "tracer/perf/software.hpp"
 #include "tracer/session.hpp"
 
 namespace tracer {
@@ -78,6 +79,11 @@ bool matches(const RecipeProbe& p, const perfdata::EventDesc& e) {
   const auto& spec = p.options.spec;
   if (spec == e.name || p.options.name == e.name)
     return true;
+  // A software event by what it counts, whatever perf named it ("cpu-clock/call-graph=fp/").
+  if (p.options.kind == ProbeKind::kSoftware && e.attr.raw()->type == PERF_TYPE_SOFTWARE) {
+    if (auto sw = perf::find_software_event(spec); sw && sw->config == e.attr.raw()->config)
+      return true;
+  }
   if (e.format) {
     const std::string tp = e.format->system + ":" + e.format->name;
     if (spec == tp || spec == e.format->system + "/" + e.format->name)
