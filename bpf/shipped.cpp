@@ -7,6 +7,7 @@
 // Generated C; their include directory is a SYSTEM one (no project warnings).
 #include "syscall_output.skel.h"
 #include "tgid_gate.skel.h"
+#include "tp_deliver.skel.h"
 #include "tp_hits.skel.h"
 
 namespace tracer::bpf {
@@ -26,6 +27,7 @@ std::span<const ShippedProgram> shipped_programs() noexcept {
       {"syscall_output", elf(&syscall_output__elf_bytes)},
       {"tgid_gate", elf(&tgid_gate__elf_bytes)},
       {"tp_hits", elf(&tp_hits__elf_bytes)},
+      {"tp_deliver", elf(&tp_deliver__elf_bytes)},
   };
   return kPrograms;
 }

@@ -25,6 +25,8 @@
 #include "core/ring_budget.hpp"
 #include "core/ring_reader.hpp"
 #include "core/ring_wait.hpp"
+#include "core/tp_delivery.hpp"
+#include "progs/tp_deliver.h"
 #include "progs/tp_hits.h"
 #include "tracer/bpf/object.hpp"
 #include "tracer/bpf/output_channel.hpp"
@@ -124,7 +126,9 @@ struct Engine::Impl : std::enable_shared_from_this<Engine::Impl> {
                *reader.ring().meta(),
                attr.raw()->watermark != 0 ? attr.raw()->wakeup_watermark : 0) {}
     core::RingReader reader;
-    core::RingWait wait;  // on the ring's event fd (not owned); destroyed before the ring unmaps
+    core::RingWait wait;
+    BatchHandler via;  // set: this ring's batches go through it (tracepoint delivery)  // on the
+                       // ring's event fd (not owned); destroyed before the ring unmaps
     bool armed = false;
   };
   // The events of one probe on one CPU (one per traced thread for a pid target): the first
@@ -162,7 +166,10 @@ struct Engine::Impl : std::enable_shared_from_this<Engine::Impl> {
   };
   std::vector<std::unique_ptr<::bpf_link, LinkDestroy>> hit_links;  // detached in cleanup()
   std::vector<std::uint32_t> hit_ids;
-  std::vector<std::vector<std::uint64_t>> hit_base, hit_final;
+  std::vector<std::vector<std::uint64_t>> hit_base, hit_final, drop_base, drop_final;
+  // Tracepoint probes delivered through BPF (deliver_tracepoints_via_bpf), by probe.
+  std::optional<core::TracepointDelivery> delivery;
+  std::vector<bool> delivered;
   std::unique_ptr<MapSource> map_source;     // Engine::maps(), made on first use
   std::optional<bpf::OutputChannel> output;  // bpf-output events (rings moved to readers)
   std::vector<Reader*> output_readers;       // readers of the output channel, per CPU
@@ -179,8 +186,9 @@ struct Engine::Impl : std::enable_shared_from_this<Engine::Impl> {
   std::uint64_t passes = 0;
   std::uint64_t timer_passes = 0;
   std::uint64_t timer_generation = 0;
-  std::string ring_note;                // how the rings were sized (Engine::ring_note)
-  std::uint32_t output_ring_pages = 0;  // the output channel's default within a budget, or 0
+  std::string ring_note;                 // how the rings were sized (Engine::ring_note)
+  std::uint32_t output_ring_pages = 0;   // the output channel's default within a budget, or 0
+  std::uint32_t ring_pages_default = 0;  // core::plan_rings' pages per ring
   std::exception_ptr failure;
   Stats final_stats;
 
@@ -195,6 +203,10 @@ struct Engine::Impl : std::enable_shared_from_this<Engine::Impl> {
   void open_output_channel(const BpfOptions& b, bpf::Object& obj);
   void attach_bpf_programs();
   void attach_hit_counters();
+  /// Which probes deliver through BPF; their events then sample nothing (side-band records only).
+  void plan_delivery(std::vector<core::ResolvedProbe>& resolved);
+  void open_delivery();
+  [[nodiscard]] std::vector<std::uint64_t> read_drops(std::size_t p) const;
   /// Per-CPU hits of probe `p`'s tracepoint so far (empty when not counted).
   [[nodiscard]] std::vector<std::uint64_t> read_hits(std::size_t p) const;
   void fill_tgids();
@@ -536,13 +548,18 @@ void Engine::Impl::attach_bpf_programs() {
 
 void Engine::Impl::attach_hit_counters() {
   hit_ids.assign(events.size(), 0);
+  for (std::size_t p = 0; p < events.size() && p < delivered.size(); ++p)
+    hit_ids[p] = delivered[p] ? 1 : 0;  // the delivery program counts their hits
   if (!opts.count_tracepoint_hits || opts.target.kind != Target::Kind::kAllCpus)
     return;
   for (std::size_t p = 0; p < events.size() && p < TP_HITS_MAX_TRACEPOINTS; ++p) {
     const auto& o = opts.probes[p];
-    // A probe with its own program keeps the tracepoint's single attach of ours for it.
-    if (o.kind != ProbeKind::kTracepoint || !o.bpf_program.empty() || !probes[p].format ||
-        events[p].empty() || events[p].front().events.empty())
+    if (hit_ids[p] != 0)
+      continue;
+    // A probe with its own program keeps the tracepoint's single attach of ours for it; a
+    // filtered probe's events see fewer than the tracepoint's hits by design.
+    if (o.kind != ProbeKind::kTracepoint || !o.bpf_program.empty() || !o.filter.empty() ||
+        !probes[p].format || events[p].empty() || events[p].front().events.empty())
       continue;
     if (!hits_object) {
       auto obj = bpf::Object::open_shipped("tp_hits");
@@ -564,7 +581,79 @@ void Engine::Impl::attach_hit_counters() {
   }
 }
 
+std::vector<std::uint64_t> Engine::Impl::read_drops(std::size_t p) const {
+  if (!delivery || p >= delivered.size() || !delivered[p])
+    return {};
+  return delivery->drops(static_cast<std::uint32_t>(p));
+}
+
+void Engine::Impl::plan_delivery(std::vector<core::ResolvedProbe>& resolved) {
+  delivered.assign(resolved.size(), false);
+  if (!opts.deliver_tracepoints_via_bpf || opts.target.kind != Target::Kind::kAllCpus)
+    return;
+  for (std::size_t p = 0; p < resolved.size(); ++p) {
+    auto& rp = resolved[p];
+    const auto& o = opts.probes[p];
+    const auto* a = rp.attr.raw();
+    // What the delivery rebuilds: a tracepoint's default samples, every hit.
+    // A tracefs filter gates the perf event's samples, not a BPF program's view: such probes
+    // sample through their events (a filter compiled to BPF would lift this).
+    if (o.kind != ProbeKind::kTracepoint || rp.counting || !o.bpf_program.empty() ||
+        !o.filter.empty() || !rp.info.format || a->sample_type != core::kDeliveredSampleType ||
+        a->freq != 0 || a->sample_period != 1 || p >= TP_DELIVER_MAX_SLOTS)
+      continue;
+    delivered[p] = true;
+    // The probe's own events sample nothing (their ring carries side-band records only: COMM,
+    // FORK, EXIT when they were asked for); they remain the attach point of the program.
+    constexpr std::uint32_t kSideBandPages = 16;
+    rp.attr.sample_period(0);
+    rp.ring.data_pages = std::min(rp.ring.data_pages, kSideBandPages);
+    if (a->watermark != 0)
+      rp.attr.wakeup_watermark(kSideBandPages * 4096 / 4);
+  }
+}
+
+void Engine::Impl::open_delivery() {
+  if (std::find(delivered.begin(), delivered.end(), true) == delivered.end())
+    return;
+  const std::uint32_t pages = ring_pages_default != 0 ? ring_pages_default : kDefaultOutputPages;
+  auto d =
+      core::TracepointDelivery::open(delivered.size(), {.data_pages = pages,
+                                                        .wakeup_events = 0,
+                                                        .wakeup_watermark_bytes = pages * 4096 / 4,
+                                                        .extra_sample_type = 0,
+                                                        .payload_time_offset = 0,
+                                                        .start_disabled = false});
+  if (!d) {
+    // Without BPF delivery the probes sample through their own events, as before.
+    throw_failure(ErrorCategory::kRuntime, d.error(), "tracepoint delivery (BPF)");
+  }
+  delivery.emplace(std::move(*d));
+  for (auto& slot : delivery->channel().cpus()) {
+    if (!slot)
+      continue;
+    auto r = std::make_unique<Reader>(
+        core::RingReader(std::move(slot->ring), UINT32_MAX, slot->cpu,
+                         &delivery->channel().layout(), opts.max_batch, true),
+        serial, slot->event.fd(), delivery->channel().attr());
+    r->via = [this](const Batch& b) { delivery->convert(b, probes, batch_handler); };
+    readers.push_back(std::move(r));
+  }
+  for (std::size_t p = 0; p < delivered.size(); ++p) {
+    if (!delivered[p] || events[p].empty() || events[p].front().events.empty())
+      continue;
+    if (auto st = delivery->attach(static_cast<std::uint32_t>(p), *probes[p].format,
+                                   events[p].front().events.front().fd());
+        !st) {
+      throw_failure(ErrorCategory::kRuntime, st.error(),
+                    fmt::format("probe '{}': tracepoint delivery (BPF)", probes[p].name));
+    }
+  }
+}
+
 std::vector<std::uint64_t> Engine::Impl::read_hits(std::size_t p) const {
+  if (p < delivered.size() && delivered[p] && delivery)
+    return delivery->hits(static_cast<std::uint32_t>(p));
   if (!hits_object || p >= hit_ids.size() || hit_ids[p] == 0)
     return {};
   auto v = hits_object->percpu_array<std::uint64_t>("hits", static_cast<std::uint32_t>(p));
@@ -661,6 +750,7 @@ void Engine::Impl::start() {
     const auto budget = core::mlock_budget();
     const auto plan = core::plan_rings(rings, budget);
     ctx.default_ring_pages = plan.data_pages;
+    ring_pages_default = plan.data_pages;
     ring_note = plan.why;
     // The output channel keeps its measured default where no limit applies (kDefaultOutputPages).
     output_ring_pages = budget.unlimited ? 0 : std::min(plan.data_pages, kDefaultOutputPages);
@@ -720,8 +810,10 @@ void Engine::Impl::start() {
       start_command();
       pids = {child};
     }
+    plan_delivery(resolved);
     for (auto& rp : resolved)
       open_probe(rp, *online, pids);
+    open_delivery();
     if (opts.bpf) {
       load_bpf(*opts.bpf, resolved);
       if (bpf_object)
@@ -743,8 +835,11 @@ void Engine::Impl::start() {
       }
     }
     hit_base.assign(hit_ids.size(), {});
-    for (std::size_t p = 0; p < hit_ids.size(); ++p)
+    drop_base.assign(hit_ids.size(), {});
+    for (std::size_t p = 0; p < hit_ids.size(); ++p) {
       hit_base[p] = read_hits(p);
+      drop_base[p] = read_drops(p);
+    }
     if (output) {
       if (auto st = output->enable(); !st)
         throw_failure(ErrorCategory::kRuntime, st.error(), "bpf output channel");
@@ -780,7 +875,7 @@ void Engine::Impl::arm(Reader& r) {
         r.armed = false;
         if (kernel_wakeup)
           r.reader.count_wakeup();
-        r.reader.drain(self->batch_handler);
+        r.reader.drain(r.via ? r.via : self->batch_handler);
         // Every ring gets a pass at least once per flush interval. One due within half an
         // interval is made now, on this wakeup, and the timer pushed back: the wakeups of busy
         // rings flush the quiet ones too, and the timer wakes the engine only when no ring has
@@ -860,7 +955,7 @@ void Engine::Impl::drain_all() noexcept {
   last_pass = std::chrono::steady_clock::now();
   ++passes;
   for (auto& r : readers)
-    r->reader.drain(batch_handler);
+    r->reader.drain(r->via ? r->via : batch_handler);
   if (round_handler) {
     try {
       round_handler();
@@ -900,6 +995,17 @@ Stats Engine::Impl::collect_stats() const {
           }
         }
         rs.lost = std::max(rs.lost, read_lost);
+        if (p < delivered.size() && delivered[p] && delivery) {
+          // Its samples came through the delivery channel; what did not fit there was counted
+          // per slot and CPU by the program.
+          rs.samples = delivery->delivered(static_cast<std::uint32_t>(p), ce.cpu);
+          const auto d =
+              p < drop_final.size() && !drop_final[p].empty() ? drop_final[p] : read_drops(p);
+          const auto c = static_cast<std::size_t>(std::max(ce.cpu, 0));
+          const std::uint64_t base =
+              p < drop_base.size() && c < drop_base[p].size() ? drop_base[p][c] : 0;
+          rs.lost = c < d.size() ? d[c] - std::min(d[c], base) : 0;
+        }
         const auto now =
             p < hit_final.size() && !hit_final[p].empty() ? hit_final[p] : read_hits(p);
         if (!now.empty() && p < hit_base.size() && ce.cpu >= 0 &&
@@ -940,8 +1046,11 @@ void Engine::Impl::stop() {
   // the events started): a hit they count was one the events were on for, so `missed` never
   // counts the edges.
   hit_final.assign(hit_ids.size(), {});
-  for (std::size_t p = 0; p < hit_ids.size(); ++p)
+  drop_final.assign(hit_ids.size(), {});
+  for (std::size_t p = 0; p < hit_ids.size(); ++p) {
     hit_final[p] = read_hits(p);
+    drop_final[p] = read_drops(p);
+  }
   // Stop producing, then read everything that was produced.
   for (auto& per_cpu : events) {
     for (auto& ce : per_cpu) {
@@ -981,9 +1090,12 @@ void Engine::Impl::cleanup() noexcept {
   output_readers.clear();
   output.reset();     // clears its PERF_EVENT_ARRAY entries, closes the bpf-output events
   hit_links.clear();  // a link holds its event: detach before the events close
+  if (delivery)
+    delivery->detach();
   events.clear();
   // Dynamic tracefs probes can only be removed once no perf event holds them (EBUSY).
   dynamic.reset();
+  delivery.reset();  // its rings were unmapped with the readers
   // The BPF object stays: its programs were detached with their events, and its maps stay
   // readable until the engine is destroyed (the final read of in-kernel aggregations comes
   // after stop(): Engine::maps()).

@@ -160,10 +160,11 @@ bool have_bpftrace() {
   return ::access("/usr/bin/bpftrace", X_OK) == 0;
 }
 
-// Run-queue latency of a ping-pong over two pipes (each pass wakes the other side), pinned to CPU
-// 0: the shipped runqlat pairing (wakeup's pid with switch's next_pid) narrowed to the workload's
-// comm counts at least one latency per pass, and exactly as many as bpftrace's runqlat pairing
-// over the same events (up to the windows' edges).
+// Run-queue latency of a ping-pong over two pipes (each pass wakes the other side, on whichever
+// CPU): the shipped runqlat pairing (wakeup's pid with switch's next_pid) narrowed to the
+// workload's comm counts at least one latency per pass, and exactly as many as bpftrace's runqlat
+// pairing over the same events (up to the windows' edges). Idle-context wakeups and switches on
+// CPU 1 are missed by this machine's perf tracepoint events: they arrive through BPF delivery.
 TEST(CliCorrectness, RunqlatCountsWhatBpftraceCountsOnAPingPong) {
   constexpr int kPasses = 3000;
   // The workload's comm (TASK_COMM_LEN - 1 bytes of the program's name).
@@ -230,11 +231,10 @@ TEST(CliCorrectness, RunqlatCountsWhatBpftraceCountsOnAPingPong) {
     fs::remove(p);
 }
 
-// The kernel's own count of a tracepoint's hits (a BPF counter beside the perf events) agrees
-// with bpftrace's count of the same tracepoint, CPU by CPU, and every hit the perf events did not
-// record (on some machines per-CPU tracepoint events miss hits in some contexts: on this one,
-// idle-context sched_switch on CPU 1) is reported as missed, never silent.
-TEST(CliCorrectness, TracepointHitsThePerfEventsMissAreReported) {
+// A system-wide tracepoint delivers every hit bpftrace sees (this machine's per-CPU perf
+// tracepoint events miss idle-context sched_switch on CPU 1; tracer receives them through BPF),
+// and the kernel's own count of the hits agrees: nothing missed, every hit delivered or lost.
+TEST(CliCorrectness, SystemWideTracepointDeliversEveryHitBpftraceSees) {
   if (!have_bpftrace())
     GTEST_SKIP() << "bpftrace is not installed (apt-get install bpftrace): it is the reference";
   const auto recipe = write_file("switch_hits.toml", R"([recipe]
@@ -280,8 +280,9 @@ by = ["cpu"]
   const long long hits = json_number(summary, "kernel_hits");
   const long long missed = json_number(summary, "missed");
   ASSERT_GT(hits, 0) << summary;
-  // Every hit is a sample, a LOST count, or reported missed.
-  EXPECT_GE(events + lost + missed, hits) << summary;
+  // Every hit is a sample or a LOST count.
+  EXPECT_EQ(missed, 0) << summary;
+  EXPECT_EQ(events + lost, hits) << summary;
   long long bpftrace_total = 0;
   const std::regex row(R"(@\[(\d+)\]: (\d+))");
   for (auto it = std::sregex_iterator(bo.begin(), bo.end(), row); it != std::sregex_iterator();
@@ -289,9 +290,9 @@ by = ["cpu"]
     bpftrace_total += std::stoll((*it)[2]);
   ASSERT_GT(bpftrace_total, 16000) << bo;
   // The two windows differ by the tools' start-up: background switches only.
-  EXPECT_NEAR(static_cast<double>(hits), static_cast<double>(bpftrace_total),
+  EXPECT_NEAR(static_cast<double>(events), static_cast<double>(bpftrace_total),
               0.05 * static_cast<double>(bpftrace_total))
-      << "kernel_hits " << hits << " bpftrace " << bpftrace_total << "\n"
+      << "delivered " << events << " bpftrace " << bpftrace_total << "\n"
       << summary << "\n"
       << bo;
   std::cout << "sched_switch: bpftrace " << bpftrace_total << ", tracer kernel_hits " << hits

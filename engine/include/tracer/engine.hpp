@@ -155,6 +155,12 @@ struct EngineOptions {
   /// RecordRef is ~0.5 KiB: 64 of them stay in L1/L2 while the stages read them (measured:
   /// tracer_bench_decode BM_RingReaderDrainOutput).
   std::uint32_t max_batch = 64;
+  /// System-wide tracepoint probes (without a BPF program of their own, and sampling only what
+  /// tracepoints sample by default) receive their hits through a BPF program that copies each
+  /// record into a BPF output channel (bpf/progs/tp_deliver.bpf.c), rebuilt as the samples their
+  /// own events would write: every hit arrives, also where the kernel's per-CPU perf tracepoint
+  /// events miss some (idle context on some machines). false: the perf events sample.
+  bool deliver_tracepoints_via_bpf = true;
   /// System-wide tracepoint probes without a BPF program of their own get a BPF counter of the
   /// tracepoint's hits per CPU (a shipped program that returns 1: it gates nothing), so events
   /// the kernel ran the tracepoint for but that no perf event recorded are counted

@@ -1,0 +1,154 @@
+#include "core/tp_delivery.hpp"
+
+#include <linux/perf_event.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "progs/tp_deliver.h"
+
+namespace tracer::core {
+namespace {
+
+constexpr std::size_t kBytes = std::size_t{1} << 20;  // rebuilt samples handed on at once
+
+template <typename T>
+void put(std::vector<std::byte>& out, const T& v) {
+  const auto* p = reinterpret_cast<const std::byte*>(&v);
+  out.insert(out.end(), p, p + sizeof(T));
+}
+
+}  // namespace
+
+Result<TracepointDelivery> TracepointDelivery::open(std::size_t slots,
+                                                    const bpf::OutputChannelOptions& channel) {
+  TracepointDelivery d;
+  TRACER_ASSIGN_OR_RETURN(auto obj, bpf::Object::open_shipped("tp_deliver"));
+  TRACER_TRY(obj.load());
+  d.object_ = std::make_unique<bpf::Object>(std::move(obj));
+  TRACER_ASSIGN_OR_RETURN(auto ch, bpf::OutputChannel::open(*d.object_, "events", channel));
+  d.channel_ = std::make_unique<bpf::OutputChannel>(std::move(ch));
+  d.cpus_ = static_cast<std::size_t>(std::max(1, libbpf_num_possible_cpus()));
+  d.attached_.assign(slots, false);
+  d.delivered_.assign(slots * d.cpus_, 0);
+  d.bytes_.reserve(kBytes + 2 * TP_DELIVER_MAX_RECORD);
+  return d;
+}
+
+TracepointDelivery::TracepointDelivery(TracepointDelivery&&) noexcept = default;
+TracepointDelivery& TracepointDelivery::operator=(TracepointDelivery&&) noexcept = default;
+TracepointDelivery::~TracepointDelivery() {
+  detach();
+}
+
+Status TracepointDelivery::attach(std::uint32_t slot, const tracefs::Format& format, int event_fd) {
+  if (slot >= attached_.size() || slot >= TP_DELIVER_MAX_SLOTS)
+    return fail(EINVAL, "tp_deliver: slot out of range");
+  tp_deliver_cfg cfg{};
+  cfg.id = format.id;
+  for (const auto& f : format.fields) {
+    cfg.fixed_size = std::max(cfg.fixed_size, f.offset + f.size);
+    if ((f.is_data_loc || f.is_rel_loc) && cfg.nloc < TP_DELIVER_MAX_LOC)
+      cfg.loc[cfg.nloc++] = f.offset | (f.is_rel_loc ? TP_DELIVER_REL_LOC : 0U);
+  }
+  TRACER_TRY(object_->update_elem("cfg", slot, cfg));
+  ::bpf_program* prog = ::bpf_object__find_program_by_name(object_->raw(), "tp_deliver");
+  if (prog == nullptr)
+    return fail(ENOENT, "tp_deliver: no program tp_deliver");
+  LIBBPF_OPTS(bpf_perf_event_opts, opts, .bpf_cookie = slot);
+  ::bpf_link* link = ::bpf_program__attach_perf_event_opts(prog, event_fd, &opts);
+  if (link == nullptr) {
+    const int err = errno;
+    return fail(err, "tp_deliver: attaching to the tracepoint's event failed");
+  }
+  links_.emplace_back(link);
+  attached_[slot] = true;
+  return {};
+}
+
+bool TracepointDelivery::attached(std::uint32_t slot) const noexcept {
+  return slot < attached_.size() && attached_[slot];
+}
+
+void TracepointDelivery::convert(const Batch& in,
+                                 std::span<const ProbeInfo> probes,
+                                 const BatchHandler& out) {
+  bytes_.clear();
+  refs_.clear();
+  auto& starts = starts_;  // bytes_ is reserved: it does not move while a batch is built
+  starts.clear();
+  const auto flush = [&] {
+    for (std::size_t i = 0; i < refs_.size(); ++i) {
+      const std::size_t end = i + 1 < starts.size() ? starts[i + 1] : bytes_.size();
+      const std::span<const std::byte> rec(bytes_.data() + starts[i], end - starts[i]);
+      if (perf::decode(rec, probes[refs_[i].probe].layout, refs_[i].record) !=
+          perf::DecodeError::kOk) {
+        refs_[i].record = perf::Record{};  // cannot happen: built for this layout
+      }
+    }
+    if (!refs_.empty() && out)
+      out(Batch{refs_});
+    bytes_.clear();
+    refs_.clear();
+    starts.clear();
+  };
+  for (const RecordRef& r : in.records) {
+    const auto* s = std::get_if<perf::Sample>(&r.record.body);
+    if (s == nullptr || s->raw.size() < sizeof(tp_deliver_hdr))
+      continue;  // LOST: the program counted the failed output per slot
+    tp_deliver_hdr h{};
+    std::memcpy(&h, s->raw.data(), sizeof(h));
+    const auto data = s->raw.subspan(sizeof(h));
+    const std::size_t size = std::min<std::size_t>(h.size, data.size());
+    if (h.slot >= probes.size() || h.slot >= attached_.size())
+      continue;
+    if (bytes_.size() > kBytes)
+      flush();
+    // PERF_RECORD_SAMPLE with IDENTIFIER | TID | TIME | CPU | RAW, as perf_prepare_sample()
+    // lays it out: RAW is a u32 size and the record, zero-padded so the sample ends 8-aligned.
+    const std::size_t raw_size = (size + sizeof(std::uint32_t) + 7) / 8 * 8 - sizeof(std::uint32_t);
+    const std::size_t total = 8 + 8 + 8 + 8 + 8 + 4 + raw_size;
+    starts.push_back(bytes_.size());
+    put<std::uint32_t>(bytes_, PERF_RECORD_SAMPLE);
+    put<std::uint16_t>(bytes_, PERF_RECORD_MISC_KERNEL);
+    put<std::uint16_t>(bytes_, static_cast<std::uint16_t>(total));
+    put<std::uint64_t>(bytes_, 0);  // identifier: the record is routed by its slot
+    put<std::uint32_t>(bytes_, h.pid);
+    put<std::uint32_t>(bytes_, h.tid);
+    put<std::uint64_t>(bytes_, h.time);
+    put<std::uint32_t>(bytes_, static_cast<std::uint32_t>(std::max(r.cpu, 0)));
+    put<std::uint32_t>(bytes_, 0);
+    put<std::uint32_t>(bytes_, static_cast<std::uint32_t>(raw_size));
+    bytes_.insert(bytes_.end(), data.begin(), data.begin() + static_cast<std::ptrdiff_t>(size));
+    bytes_.resize(bytes_.size() + (raw_size - size));
+    RecordRef ref;
+    ref.probe = h.slot;
+    ref.cpu = r.cpu;
+    refs_.push_back(ref);
+    if (r.cpu >= 0 && static_cast<std::size_t>(r.cpu) < cpus_)
+      ++delivered_[h.slot * cpus_ + static_cast<std::size_t>(r.cpu)];
+  }
+  flush();
+}
+
+std::uint64_t TracepointDelivery::delivered(std::uint32_t slot, int cpu) const noexcept {
+  if (cpu < 0 || static_cast<std::size_t>(cpu) >= cpus_ || slot >= attached_.size())
+    return 0;
+  return delivered_[slot * cpus_ + static_cast<std::size_t>(cpu)];
+}
+
+std::vector<std::uint64_t> TracepointDelivery::hits(std::uint32_t slot) const {
+  auto v = object_->percpu_array<std::uint64_t>("hits", slot);
+  return v ? std::move(*v) : std::vector<std::uint64_t>{};
+}
+
+std::vector<std::uint64_t> TracepointDelivery::drops(std::uint32_t slot) const {
+  auto v = object_->percpu_array<std::uint64_t>("drops", slot);
+  return v ? std::move(*v) : std::vector<std::uint64_t>{};
+}
+
+void TracepointDelivery::detach() noexcept {
+  links_.clear();
+}
+
+}  // namespace tracer::core
