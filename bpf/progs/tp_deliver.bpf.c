@@ -66,8 +66,9 @@ int tp_deliver(void *ctx)
 	struct tp_deliver_buf *b = bpf_map_lookup_elem(&scratch, &zero);
 	if (!b)
 		return 1;
-	/* The record: its fixed part, then what its dynamic fields point at. The
-	 * context pointer as a number: its fields are read with the helper. */
+	/* The record: its fixed part, then what its dynamic fields point at.
+	 * The context pointer as a number: its fields are read with the helper.
+	 */
 	unsigned long base = (unsigned long)ctx;
 	__u32 size = c->fixed_size;
 	for (int i = 0; i < TP_DELIVER_MAX_LOC; i++) {
@@ -87,8 +88,8 @@ int tp_deliver(void *ctx)
 	}
 	if (size > TP_DELIVER_MAX_RECORD - 1)
 		size = TP_DELIVER_MAX_RECORD - 1;
-	/* The bound the verifier needs, in the register the helper gets (clang would
-	 * drop a C mask after the clamp, and pass an unclamped copy). */
+	/* The bound the verifier needs, in the register the helper gets (clang
+	 * would drop a C mask after the clamp, and pass an unclamped copy). */
 	asm volatile("%0 &= 4095" : "+r"(size));
 	bpf_probe_read_kernel(b->data, size, (void *)base);
 	/* The first 8 bytes of a tracepoint program's context hold the kernel's

@@ -1,8 +1,10 @@
-/* tp_hits: what the kernel ran each traced tracepoint for, per CPU (shared with C++). */
+/* tp_hits: what the kernel ran each traced tracepoint for, per CPU (shared with
+ * C++). */
 #ifndef TRACER_TP_HITS_H
 #define TRACER_TP_HITS_H
 
-/* Probes one engine counts at most (the map's max_entries; slot = probe index). */
+/* Probes one engine counts at most (the map's max_entries; slot = probe index).
+ */
 #define TP_HITS_MAX_TRACEPOINTS 4096
 
 #endif

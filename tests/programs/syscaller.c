@@ -8,11 +8,11 @@
  *             pass wakes the other, blocked in read() (at least N wakeups in all)
  * pinned to CPU when given. Exits 0. */
 #define _GNU_SOURCE
+#include <fcntl.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <fcntl.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
