@@ -15,8 +15,7 @@
 /* Bytes copied of a record at most, plus one (a power of two: the program masks
  * with it); the rest of a longer record is cut, its size says so. */
 #define TP_DELIVER_MAX_RECORD 4096
-/* loc[] entries: this bit marks a __rel_loc (offset from the end of the field).
- */
+/* loc[] entries: this bit marks a __rel_loc (offset from the field's end). */
 #define TP_DELIVER_REL_LOC 0x80000000u
 /* NOLINTEND(modernize-macro-to-enum) */
 
@@ -26,12 +25,11 @@ struct tp_deliver_cfg {
 	__u32 fixed_size; /* bytes of the fixed part of the record */
 	__u32 nloc;	  /* entries of loc[] in use */
 	__u32 pad;
-	__u32 loc[TP_DELIVER_MAX_LOC]; /* offsets of the dynamic fields (|
-					  REL_LOC) */
+	/* offsets of the dynamic fields (| TP_DELIVER_REL_LOC) */
+	__u32 loc[TP_DELIVER_MAX_LOC];
 };
 
-/* Each output record: this header, then `size` bytes of the tracepoint record.
- */
+/* Each output record: this header, then `size` bytes of the record. */
 struct tp_deliver_hdr {
 	__u64 time; /* bpf_ktime_get_ns(): CLOCK_MONOTONIC, as the engine's
 		       events */
