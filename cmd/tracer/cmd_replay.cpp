@@ -215,11 +215,13 @@ class ScriptPrinter {
     std::string_view comm = comms_.lookup(s.tid);
     std::string unknown;
     if (comm.empty()) {
-      unknown = fmt::format(":{}", s.tid);  // perf's name for a thread it saw no COMM of
+      // perf's name for a thread it saw no COMM of; a tid of -1 (a task the kernel could not
+      // name in the sampling namespace, e.g. exiting) prints signed, as perf prints it.
+      unknown = fmt::format(":{}", static_cast<std::int32_t>(s.tid));
       comm = unknown;
     }
     const bool tracepoint = ev.attr.raw()->type == PERF_TYPE_TRACEPOINT;
-    fmt::format_to(out, "{:>16} {:>5} ", comm, s.tid);
+    fmt::format_to(out, "{:>16} {:>5} ", comm, static_cast<std::int32_t>(s.tid));
     if ((st & PERF_SAMPLE_CPU) != 0)
       fmt::format_to(out, "[{:03}] ", s.cpu);
     if ((st & PERF_SAMPLE_TIME) != 0)
