@@ -39,6 +39,7 @@ struct RunOptions {
   std::string perf_data;  // --perf-data FILE, or -o FILE.data
   bool json = false;
   bool verbose = false;
+  std::string delivery = "bpf";  // system-wide tracepoints: "bpf" or "perf"
   std::vector<std::string> sets;
 };
 
@@ -196,7 +197,8 @@ int run_recipe(const RunOptions& given) {
                     .duration = std::nullopt,
                     .json = o.json,
                     .perf_data = o.perf_data,
-                    .verbose = o.verbose};
+                    .verbose = o.verbose,
+                    .deliver_tracepoints_via_bpf = o.delivery == "bpf"};
   if (!o.duration.empty()) {
     auto d = parse_duration(o.duration);
     if (!d) {
@@ -301,6 +303,10 @@ void add_run_command(CLI::App& app, Runner& run) {
                   "Also write every record of every probe as a perf.data file that perf "
                   "script/report read (\"-\": a pipe-mode stream on stdout, text goes to stderr)");
   cmd->add_flag("--json", o->json, "JSON lines on stdout; the last line is the summary");
+  cmd->add_option("--delivery", o->delivery,
+                  "System-wide tracepoints: every hit through BPF (bpf, the default), or "
+                  "sampled by their own perf events (perf)")
+      ->check(CLI::IsMember({"bpf", "perf"}));
   cmd->add_flag("-v,--verbose", o->verbose,
                 "Full verifier logs on BPF errors; how the rings were sized");
   cmd->callback([o, &run] { run = [o] { return run_recipe(*o); }; });

@@ -10,6 +10,7 @@
 
 #include <bpf/libbpf.h>
 #include <algorithm>
+#include <bit>
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -613,10 +614,17 @@ void Engine::Impl::plan_delivery(std::vector<core::ResolvedProbe>& resolved) {
   }
 }
 
+constexpr std::uint32_t kMaxDeliveryPages = 4096;  // 16 MiB per CPU
+
 void Engine::Impl::open_delivery() {
   if (std::find(delivered.begin(), delivered.end(), true) == delivered.end())
     return;
-  const std::uint32_t pages = ring_pages_default != 0 ? ring_pages_default : kDefaultOutputPages;
+  // One ring per CPU carries every delivered probe: the share each probe's own ring would have
+  // had, times their number (at most 16 MiB).
+  const auto n = static_cast<std::uint32_t>(std::count(delivered.begin(), delivered.end(), true));
+  const std::uint32_t share = ring_pages_default != 0 ? ring_pages_default : kDefaultOutputPages;
+  const std::uint32_t pages =
+      std::bit_floor(std::min<std::uint32_t>(share * std::max(1U, n), kMaxDeliveryPages));
   auto d =
       core::TracepointDelivery::open(delivered.size(), {.data_pages = pages,
                                                         .wakeup_events = 0,

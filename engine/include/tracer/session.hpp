@@ -48,6 +48,9 @@ struct SessionOptions {
   std::string perf_data{};
   /// Full verifier logs in errors.
   bool verbose = false;
+  /// System-wide tracepoints through BPF (EngineOptions::deliver_tracepoints_via_bpf), or
+  /// sampled by their own perf events (false).
+  bool deliver_tracepoints_via_bpf = true;
   /// How often interval outputs (`every`) are due and on_tick observers run.
   std::chrono::milliseconds tick{250};
   /// Options of every pipeline (its comm cache, time-order merge).
