@@ -120,7 +120,7 @@ class ScriptPrinter {
     for (const auto& e : reader.events()) {
       name_width_ = std::max(name_width_, e.name.size());
       if (e.format && perf_mode_)
-        fmts_.push_back(perfdata::PrintFmt::parse(*e.format));
+        fmts_.emplace_back(perfdata::PrintFmt::parse(*e.format));
       else
         fmts_.emplace_back(std::nullopt);
     }
@@ -130,11 +130,12 @@ class ScriptPrinter {
   /// Says once per event which print fmt cannot be evaluated (perf mode).
   void warn_formats(const std::string& path) const {
     for (std::size_t i = 0; i < fmts_.size(); ++i) {
-      if (fmts_[i] && !fmts_[i]->supported()) {
+      const auto& f = fmts_[i];
+      if (f.has_value() && !f->supported()) {
         fmt::print(stderr,
                    "tracer: warning: {}: {}: print fmt not evaluated ({}); its fields print as "
                    "name=value\n",
-                   path, reader_.events()[i].name, fmts_[i]->problem());
+                   path, reader_.events()[i].name, f->problem());
       }
     }
   }
@@ -233,8 +234,8 @@ class ScriptPrinter {
         fmt::format_to(out, "{:>10} ", period);
       fmt::format_to(out, "{:>{}}: ", ev.name, name_width_);
       if (tracepoint) {
-        if (fmts_[event])
-          fmts_[event]->print(s.raw, line_);
+        if (const auto& f = fmts_[event]; f.has_value())
+          f->print(s.raw, line_);
       } else if ((st & PERF_SAMPLE_IP) != 0) {
         fmt::format_to(out, " {:>16x}", s.ip);
       }

@@ -648,9 +648,11 @@ void Engine::Impl::open_delivery() {
     readers.push_back(std::move(r));
   }
   for (std::size_t p = 0; p < delivered.size(); ++p) {
-    if (!delivered[p] || events[p].empty() || events[p].front().events.empty())
+    const auto& format = probes[p].format;
+    if (!delivered[p] || events[p].empty() || events[p].front().events.empty() ||
+        !format.has_value())
       continue;
-    if (auto st = delivery->attach(static_cast<std::uint32_t>(p), *probes[p].format,
+    if (auto st = delivery->attach(static_cast<std::uint32_t>(p), *format,
                                    events[p].front().events.front().fd());
         !st) {
       throw_failure(ErrorCategory::kRuntime, st.error(),

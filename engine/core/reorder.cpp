@@ -84,11 +84,12 @@ void Reorder::flush_until(std::uint64_t time, const BatchHandler& out) {
   // (By hand rather than std::stable_partition, which allocates a buffer on every call.)
   held_.clear();
   std::size_t count = 0;
-  for (std::size_t i = 0; i < entries_.size(); ++i) {
-    if (entries_[i].time <= time)
-      entries_[count++] = entries_[i];  // count <= i: never overwrites one not yet read
+  for (const Entry& e : entries_) {
+    // `count` never passes the entry being read: it overwrites only entries already read.
+    if (e.time <= time)
+      entries_[count++] = e;
     else
-      held_.push_back(entries_[i]);
+      held_.push_back(e);
   }
   std::copy(held_.begin(), held_.end(), entries_.begin() + static_cast<std::ptrdiff_t>(count));
   if (count == 0)

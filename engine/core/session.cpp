@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <boost/asio/steady_timer.hpp>
+#include <cstdio>
 #include <ctime>
 
 #include "tracer/error.hpp"
@@ -140,8 +141,8 @@ std::vector<std::unique_ptr<Pipeline>> make_pipelines(const Recipe& recipe,
 }
 
 struct Session::Impl {
-  Impl(asio::any_io_executor ex, const Recipe& r, Sink& o, SessionOptions so)
-      : recipe(r), out(&o), opts(std::move(so)), deadline(ex), ticker(ex) {}
+  Impl(const asio::any_io_executor& ex, Recipe r, Sink& o, SessionOptions so)
+      : recipe(std::move(r)), out(&o), opts(std::move(so)), deadline(ex), ticker(ex) {}
 
   Recipe recipe;
   Sink* out;
@@ -216,7 +217,10 @@ Session::Session(asio::any_io_executor executor,
 Session::~Session() {
   try {
     stop();
-  } catch (...) {  // a destructor does not throw: what stop() would report is lost with it
+  } catch (const std::exception& e) {  // a destructor does not throw; say what stop() met
+    std::fprintf(stderr, "tracer: session: stopping at destruction: %s\n", e.what());
+  } catch (...) {
+    std::fputs("tracer: session: stopping at destruction failed\n", stderr);
   }
 }
 

@@ -396,8 +396,11 @@ Value FieldRef::read(const Event& e) const noexcept {
     case Source::kSyscallName: {
       if (e.sample == nullptr)
         return {};
-      if (a.field == nullptr)  // syscalls:sys_enter_X: the name is the event's
-        return std::string_view(schema_->probes()[probe].format->name).substr(a.offset);
+      if (a.field == nullptr) {  // syscalls:sys_enter_X: the name is the event's
+        const auto& format = schema_->probes()[probe].format;
+        return format.has_value() ? std::string_view(format->name).substr(a.offset)
+                                  : std::string_view{};
+      }
       const auto nr = tracefs::read_int(*a.field, e.sample->raw);
       if (!nr)
         return {};

@@ -31,7 +31,7 @@ Result<TracepointDelivery> TracepointDelivery::open(std::size_t slots,
   d.cpus_ = static_cast<std::size_t>(std::max(1, libbpf_num_possible_cpus()));
   d.attached_.assign(slots, false);
   d.delivered_.assign(slots * d.cpus_, 0);
-  d.bytes_.reserve(kBytes + 2 * TP_DELIVER_MAX_RECORD);
+  d.bytes_.reserve(kBytes + std::size_t{2} * TP_DELIVER_MAX_RECORD);
   return d;
 }
 

@@ -771,7 +771,11 @@ bool PrintFmt::print(std::span<const std::byte> raw, std::string& out) const {
   char spec[32];
   char buf[512];
   const auto next_int = [&](std::int64_t& i) {
-    if (arg >= m.args.size() || !eval(m.nodes, m.args[arg++], raw, v) || v.is_str)
+    if (arg >= m.args.size())
+      return false;
+    const auto at = m.args[arg];
+    ++arg;
+    if (!eval(m.nodes, at, raw, v) || v.is_str)
       return false;
     i = v.i;
     return true;
@@ -783,7 +787,10 @@ bool PrintFmt::print(std::span<const std::byte> raw, std::string& out) const {
     std::int64_t width = c.width, precision = c.precision;
     if ((c.width_arg && !next_int(width)) || (c.precision_arg && !next_int(precision)))
       goto fallback;
-    if (arg >= m.args.size() || !eval(m.nodes, m.args[arg++], raw, v))
+    if (arg >= m.args.size())
+      goto fallback;
+    ++arg;
+    if (!eval(m.nodes, m.args[arg - 1], raw, v))
       goto fallback;
     {
       std::string f = "%" + c.flags;

@@ -330,7 +330,7 @@ TEST(CliReplay, CommChangesAtTheExecNotInFileOrder) {
   const auto r = shell(kTracer + " replay " + file + " " + recipe.string() + " --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   for (const std::string comm : {"python3", "tracer_test_sys"}) {
-    const std::regex n("\"keys\":\\{\"comm\":\"" + comm + "\"\\},\"count\":(\\d+)\\}");
+    const std::regex n(R"("keys":\{"comm":")" + comm + R"("\},"count":(\d+)\})");
     std::smatch m;
     ASSERT_TRUE(std::regex_search(r.out, m, n)) << comm << ": " << r.out;
     EXPECT_EQ(std::stol(m[1]), count(b, comm)) << comm;

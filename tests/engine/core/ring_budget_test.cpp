@@ -19,14 +19,15 @@ TEST(RingBudget, WithoutALimitEachRingGetsFourMiBUntilTheTotalCap) {
 
 TEST(RingBudget, ABudgetIsSharedWithAMetadataPagePerRing) {
   // CAP_PERFMON without CAP_IPC_LOCK here: perf_event_mlock_kb 516 x 2 CPUs, RLIMIT_MEMLOCK 8 MiB.
-  const MlockBudget user{.unlimited = false, .perf_bytes = 516 * 1024 * 2, .rlimit_bytes = 0};
+  const MlockBudget user{
+      .unlimited = false, .perf_bytes = std::uint64_t{516} * 1024 * 2, .rlimit_bytes = 0};
   // 1032 KiB over 4 rings: 258 KiB each, 254 KiB of data -> 32 pages (128 KiB, a power of two).
   const auto p = plan_rings(4, user);
   EXPECT_EQ(p.data_pages, 32u);
   EXPECT_LE((p.data_pages + 1) * 4096u * 4u, user.perf_bytes);  // every ring maps
   EXPECT_NE(p.why.find("perf_event_mlock_kb"), std::string::npos) << p.why;
   const MlockBudget with_rlimit{
-      .unlimited = false, .perf_bytes = 516 * 1024 * 2, .rlimit_bytes = 8 << 20};
+      .unlimited = false, .perf_bytes = std::uint64_t{516} * 1024 * 2, .rlimit_bytes = 8 << 20};
   const auto q = plan_rings(4, with_rlimit);
   EXPECT_EQ(q.data_pages, 512u);  // (1032 KiB + 8 MiB) / 4 - 4 KiB -> 2 MiB
   EXPECT_LE((q.data_pages + 1) * 4096ull * 4u, with_rlimit.perf_bytes + with_rlimit.rlimit_bytes);
