@@ -18,45 +18,24 @@
 #include <thread>
 #include <vector>
 
+#include "support/cli.hpp"
+
+namespace tracer {
 namespace {
 
 namespace fs = std::filesystem;
 
-struct Result {
-  int exit_code = -1;
-  std::string out, err;
-};
+using testing::exited_ok;
+using testing::shell;
+using testing::slurp;
+using testing::spawn_to_file;
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-Result shell(const std::string& cmd) {
-  const fs::path err_file =
-      fs::temp_directory_path() / ("tracer_corr_err_" + std::to_string(::getpid()));
-  Result r;
-  FILE* p = ::popen((cmd + " 2>" + err_file.string()).c_str(), "r");
-  std::array<char, 4096> buf{};
-  while (std::fgets(buf.data(), buf.size(), p) != nullptr)
-    r.out += buf.data();
-  const int status = ::pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.err = slurp(err_file);
-  fs::remove(err_file);
-  return r;
-}
-
-Result tracer(const std::string& args) {
-  return shell(std::string(TRACER_CLI_PATH) + " " + args);
+testing::CliResult tracer(const std::string& args) {
+  return testing::run_tracer(args);
 }
 
 fs::path write_file(const std::string& name, const std::string& text) {
-  const fs::path p = fs::temp_directory_path() / (name + "_" + std::to_string(::getpid()));
-  std::ofstream(p) << text;
-  return p;
+  return testing::write_temp(name, text);
 }
 
 /// The value of "key":N in a JSON line (the first occurrence), or -1.
@@ -188,28 +167,16 @@ TEST(CliCorrectness, RunqlatCountsWhatBpftraceCountsOnAPingPong) {
   const fs::path tracer_out = write_file("runqlat_tracer.out", "");
   const fs::path bt_out = write_file("runqlat_bt.out", "");
   // Both tools run across the whole workload: started 2 s before it, stopped 2+ s after.
-  const pid_t t = ::fork();
-  if (t == 0) {
-    std::freopen(tracer_out.c_str(), "w", stdout);
-    ::execl(TRACER_CLI_PATH, TRACER_CLI_PATH, "run", recipe.c_str(), "--json", "-d", "6s", nullptr);
-    ::_exit(127);
-  }
+  const pid_t t =
+      spawn_to_file({TRACER_CLI_PATH, "run", recipe.string(), "--json", "-d", "6s"}, tracer_out);
   pid_t b = -1;
   if (have_bpftrace()) {
-    b = ::fork();
-    if (b == 0) {
-      std::freopen(bt_out.c_str(), "w", stdout);
-      ::execl("/usr/bin/bpftrace", "bpftrace", bt.c_str(), nullptr);
-      ::_exit(127);
-    }
+    b = spawn_to_file({"/usr/bin/bpftrace", bt.string()}, bt_out);
   }
   std::this_thread::sleep_for(std::chrono::seconds(2));
-  const auto w =
-      shell(std::string(TRACER_SYSCALLER_PATH) + " pingpong " + std::to_string(kPasses) + " 0");
+  const auto w = shell(std::string(TRACER_SYSCALLER_PATH) + " pingpong " + std::to_string(kPasses));
   ASSERT_EQ(w.exit_code, 0) << w.err;
-  int status = 0;
-  ::waitpid(t, &status, 0);
-  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  ASSERT_TRUE(exited_ok(t));
   const std::string out = slurp(tracer_out);
   const long long hist = json_number(line_of(out, R"({"stage":"hist")"), "count");
   const auto summary = line_of(out, R"({"type":"summary")");
@@ -217,7 +184,7 @@ TEST(CliCorrectness, RunqlatCountsWhatBpftraceCountsOnAPingPong) {
   EXPECT_GE(hist, kPasses) << out;
   EXPECT_EQ(json_number(summary, "latency.paired"), hist) << summary;
   if (b > 0) {
-    ::waitpid(b, &status, 0);
+    ASSERT_TRUE(exited_ok(b));
     const std::string bo = slurp(bt_out);
     std::smatch m;
     ASSERT_TRUE(std::regex_search(bo, m, std::regex(R"(@n: (\d+))"))) << bo;
@@ -251,26 +218,16 @@ by = ["cpu"]
                              "interval:ms:3000 { exit(); }\n");
   const fs::path tracer_out = write_file("switch_hits_tracer.out", "");
   const fs::path bt_out = write_file("switch_hits_bt.out", "");
-  const pid_t t = ::fork();
-  if (t == 0) {
-    std::freopen(tracer_out.c_str(), "w", stdout);
-    ::execl(TRACER_CLI_PATH, TRACER_CLI_PATH, "run", recipe.c_str(), "--json", "-d", "3s", nullptr);
-    ::_exit(127);
-  }
-  const pid_t b = ::fork();
-  if (b == 0) {
-    std::freopen(bt_out.c_str(), "w", stdout);
-    ::execl("/usr/bin/bpftrace", "bpftrace", bt.c_str(), nullptr);
-    ::_exit(127);
-  }
+  const pid_t t =
+      spawn_to_file({TRACER_CLI_PATH, "run", recipe.string(), "--json", "-d", "3s"}, tracer_out);
+  const pid_t b = spawn_to_file({"/usr/bin/bpftrace", bt.string()}, bt_out);
   std::this_thread::sleep_for(std::chrono::milliseconds(700));
   // Thousands of switches on each CPU, in and out of idle.
   const std::string s = TRACER_SYSCALLER_PATH;
   const auto w = shell(s + " pingpong 4000 0 & " + s + " pingpong 4000 1; wait");
   ASSERT_EQ(w.exit_code, 0) << w.err;
-  int status = 0;
-  ::waitpid(t, &status, 0);
-  ::waitpid(b, &status, 0);
+  ASSERT_TRUE(exited_ok(t));
+  ASSERT_TRUE(exited_ok(b));
   const std::string out = slurp(tracer_out), bo = slurp(bt_out);
   for (const auto& p : {recipe, bt, tracer_out, bt_out})
     fs::remove(p);
@@ -314,12 +271,8 @@ by = ["comm"]
 top = 1000
 )");
   const fs::path out = write_file("exit_comm.out", "");
-  const pid_t t = ::fork();
-  if (t == 0) {
-    std::freopen(out.c_str(), "w", stdout);
-    ::execl(TRACER_CLI_PATH, TRACER_CLI_PATH, "run", recipe.c_str(), "--json", "-d", "4s", nullptr);
-    ::_exit(127);
-  }
+  const pid_t t =
+      spawn_to_file({TRACER_CLI_PATH, "run", recipe.string(), "--json", "-d", "4s"}, out);
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));
   // /bin/true through a symlink of another name: its comm is the link's name.
   const fs::path link = fs::temp_directory_path() / "tracer_shortlv";
@@ -328,10 +281,9 @@ top = 1000
   const auto w =
       shell("for i in $(seq " + std::to_string(kProcesses) + "); do " + link.string() + "; done");
   ASSERT_EQ(w.exit_code, 0) << w.err;
-  int status = 0;
-  ::waitpid(t, &status, 0);
+  const bool ok = exited_ok(t);
   fs::remove(link);
-  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  ASSERT_TRUE(ok);
   const std::string text = slurp(out);
   fs::remove(out);
   fs::remove(recipe);
@@ -409,3 +361,4 @@ field = "duration"
 }
 
 }  // namespace
+}  // namespace tracer

@@ -14,32 +14,16 @@
 #include <sstream>
 #include <string>
 
+#include "support/cli.hpp"
+
 namespace {
 
 namespace fs = std::filesystem;
 
-struct Result {
-  int exit_code = -1;
-  std::string out, err;
-};
+using Result = tracer::testing::CliResult;
 
 Result run(const std::string& args) {
-  const fs::path err_file =
-      fs::temp_directory_path() / ("tracer_err_" + std::to_string(::getpid()));
-  const std::string cmd = std::string(TRACER_CLI_PATH) + " " + args + " 2>" + err_file.string();
-  Result r;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  std::array<char, 4096> buf{};
-  while (std::fgets(buf.data(), buf.size(), p) != nullptr)
-    r.out += buf.data();
-  const int status = ::pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  std::ifstream in(err_file);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  r.err = ss.str();
-  fs::remove(err_file);
-  return r;
+  return tracer::testing::run_tracer(args);
 }
 
 fs::path write_recipe(const std::string& name, const std::string& text) {

@@ -1,0 +1,31 @@
+// Test support for end-to-end CLI tests: run `tracer` and capture its exit code, stdout and
+// stderr (testing::shell of perf_tool.hpp for any other command); small file and process helpers.
+#pragma once
+
+#include <sys/types.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "support/perf_tool.hpp"
+
+namespace tracer::testing {
+
+using CliResult = ShellResult;
+#ifdef TRACER_CLI_PATH
+/// Runs the tracer CLI under test (TRACER_CLI_PATH, defined for the test binary) with `args`.
+inline CliResult run_tracer(const std::string& args) {
+  return shell(std::string(TRACER_CLI_PATH) + " " + args);
+}
+#endif
+/// The whole content of a file ("" if unreadable).
+std::string slurp(const std::filesystem::path& path);
+/// Writes `text` to a new file named after `name` and this process in the temp directory.
+std::filesystem::path write_temp(const std::string& name, const std::string& text);
+/// Forks and execs argv[0] with argv, its stdout to `out` (its stderr inherited).
+pid_t spawn_to_file(const std::vector<std::string>& argv, const std::filesystem::path& out);
+/// Waits for `pid`; true when it exited with 0.
+bool exited_ok(pid_t pid);
+
+}  // namespace tracer::testing
