@@ -572,11 +572,16 @@ void Engine::Impl::attach_hit_counters() {
     if (prog == nullptr)
       return;
     // A link with a cookie (the probe's slot) per tracepoint: one program counts them all.
+    // libbpf's perf_event link owns (and closes) the fd it is given: a duplicate.
+    const int dup = ::fcntl(events[p].front().events.front().fd(), F_DUPFD_CLOEXEC, 0);
+    if (dup < 0)
+      continue;
     LIBBPF_OPTS(bpf_perf_event_opts, link_opts, .bpf_cookie = p);
-    ::bpf_link* link = ::bpf_program__attach_perf_event_opts(
-        prog, events[p].front().events.front().fd(), &link_opts);
-    if (link == nullptr)
+    ::bpf_link* link = ::bpf_program__attach_perf_event_opts(prog, dup, &link_opts);
+    if (link == nullptr) {
+      ::close(dup);
       continue;  // EEXIST: another probe of ours on the same tracepoint counts it already
+    }
     hit_links.emplace_back(link);
     hit_ids[p] = 1;
   }

@@ -1,6 +1,8 @@
 #include "core/tp_delivery.hpp"
 
+#include <fcntl.h>
 #include <linux/perf_event.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -55,10 +57,16 @@ Status TracepointDelivery::attach(std::uint32_t slot, const tracefs::Format& for
   ::bpf_program* prog = ::bpf_object__find_program_by_name(object_->raw(), "tp_deliver");
   if (prog == nullptr)
     return fail(ENOENT, "tp_deliver: no program tp_deliver");
+  // libbpf's perf_event link owns the fd it is given (bpf_link__destroy closes it): give it a
+  // duplicate, the engine's perf::Event keeps its own.
+  const int dup = ::fcntl(event_fd, F_DUPFD_CLOEXEC, 0);
+  if (dup < 0)
+    return fail(errno, "tp_deliver: cannot duplicate the event's fd");
   LIBBPF_OPTS(bpf_perf_event_opts, opts, .bpf_cookie = slot);
-  ::bpf_link* link = ::bpf_program__attach_perf_event_opts(prog, event_fd, &opts);
+  ::bpf_link* link = ::bpf_program__attach_perf_event_opts(prog, dup, &opts);
   if (link == nullptr) {
     const int err = errno;
+    ::close(dup);
     return fail(err, "tp_deliver: attaching to the tracepoint's event failed");
   }
   links_.emplace_back(link);
