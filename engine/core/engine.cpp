@@ -161,11 +161,7 @@ struct Engine::Impl : std::enable_shared_from_this<Engine::Impl> {
   std::optional<bpf::Object> bpf_object;          // closed last: programs detach with the events
   // The tracepoint hit counter (count_tracepoint_hits): the object, each probe's tracepoint id
   // (0: not counted) and the per-CPU counts when the events were enabled.
-  std::optional<bpf::Object> hits_object;
-  struct LinkDestroy {
-    void operator()(::bpf_link* l) const noexcept { ::bpf_link__destroy(l); }
-  };
-  std::vector<std::unique_ptr<::bpf_link, LinkDestroy>> hit_links;  // detached in cleanup()
+  core::TracepointHits hit_counter;  // detached in cleanup()
   std::vector<std::uint32_t> hit_ids;
   std::vector<std::vector<std::uint64_t>> hit_base, hit_final, drop_base, drop_final;
   // Tracepoint probes delivered through BPF (deliver_tracepoints_via_bpf), by probe.
@@ -562,28 +558,9 @@ void Engine::Impl::attach_hit_counters() {
     if (o.kind != ProbeKind::kTracepoint || !o.bpf_program.empty() || !o.filter.empty() ||
         !probes[p].format || events[p].empty() || events[p].front().events.empty())
       continue;
-    if (!hits_object) {
-      auto obj = bpf::Object::open_shipped("tp_hits");
-      if (!obj || !obj->load())
-        return;  // counting is an extra: a run without it is still a run
-      hits_object.emplace(std::move(*obj));
-    }
-    ::bpf_program* prog = ::bpf_object__find_program_by_name(hits_object->raw(), "tp_hits");
-    if (prog == nullptr)
-      return;
-    // A link with a cookie (the probe's slot) per tracepoint: one program counts them all.
-    // libbpf's perf_event link owns (and closes) the fd it is given: a duplicate.
-    const int dup = ::fcntl(events[p].front().events.front().fd(), F_DUPFD_CLOEXEC, 0);
-    if (dup < 0)
-      continue;
-    LIBBPF_OPTS(bpf_perf_event_opts, link_opts, .bpf_cookie = p);
-    ::bpf_link* link = ::bpf_program__attach_perf_event_opts(prog, dup, &link_opts);
-    if (link == nullptr) {
-      ::close(dup);
-      continue;  // EEXIST: another probe of ours on the same tracepoint counts it already
-    }
-    hit_links.emplace_back(link);
-    hit_ids[p] = 1;
+    // One program counts every probe's tracepoint, each link's cookie its slot.
+    if (hit_counter.attach(static_cast<std::uint32_t>(p), events[p].front().events.front().fd()))
+      hit_ids[p] = 1;
   }
 }
 
@@ -669,10 +646,9 @@ void Engine::Impl::open_delivery() {
 std::vector<std::uint64_t> Engine::Impl::read_hits(std::size_t p) const {
   if (p < delivered.size() && delivered[p] && delivery)
     return delivery->hits(static_cast<std::uint32_t>(p));
-  if (!hits_object || p >= hit_ids.size() || hit_ids[p] == 0)
+  if (p >= hit_ids.size() || hit_ids[p] == 0)
     return {};
-  auto v = hits_object->percpu_array<std::uint64_t>("hits", static_cast<std::uint32_t>(p));
-  return v ? std::move(*v) : std::vector<std::uint64_t>{};
+  return hit_counter.read(static_cast<std::uint32_t>(p));
 }
 
 void Engine::Impl::fill_tgids() {
@@ -1103,8 +1079,8 @@ void Engine::Impl::cleanup() noexcept {
       ce.reader = nullptr;
   }
   output_readers.clear();
-  output.reset();     // clears its PERF_EVENT_ARRAY entries, closes the bpf-output events
-  hit_links.clear();  // a link holds its event: detach before the events close
+  output.reset();        // clears its PERF_EVENT_ARRAY entries, closes the bpf-output events
+  hit_counter.detach();  // a link holds its event: detach before the events close
   if (delivery)
     delivery->detach();
   events.clear();

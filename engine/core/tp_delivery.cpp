@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "progs/tp_deliver.h"
+#include "progs/tp_hits.h"
 
 namespace tracer::core {
 namespace {
@@ -21,6 +22,52 @@ void put(std::vector<std::byte>& out, const T& v) {
 }
 
 }  // namespace
+
+Result<BpfLink> attach_perf_event(const bpf::Object& obj,
+                                  std::string_view prog,
+                                  int event_fd,
+                                  std::uint64_t cookie) {
+  ::bpf_program* p = ::bpf_object__find_program_by_name(obj.raw(), std::string(prog).c_str());
+  if (p == nullptr)
+    return fail(ENOENT,
+                "bpf: object '" + obj.name() + "' has no program '" + std::string(prog) + "'");
+  const int dup = ::fcntl(event_fd, F_DUPFD_CLOEXEC, 0);
+  if (dup < 0)
+    return fail(errno, "bpf: cannot duplicate a perf event's fd");
+  LIBBPF_OPTS(bpf_perf_event_opts, opts, .bpf_cookie = cookie);
+  ::bpf_link* link = ::bpf_program__attach_perf_event_opts(p, dup, &opts);
+  if (link == nullptr) {
+    const int err = errno;
+    ::close(dup);
+    return fail(err, "bpf: attaching '" + std::string(prog) + "' to a perf event failed");
+  }
+  return BpfLink(link);
+}
+
+bool TracepointHits::attach(std::uint32_t slot, int event_fd) {
+  if (unavailable_ || slot >= TP_HITS_MAX_TRACEPOINTS)
+    return false;
+  if (!object_) {
+    auto obj = bpf::Object::open_shipped("tp_hits");
+    if (!obj || !obj->load()) {
+      unavailable_ = true;  // counting is an extra: a run without it is still a run
+      return false;
+    }
+    object_ = std::make_unique<bpf::Object>(std::move(*obj));
+  }
+  auto link = attach_perf_event(*object_, "tp_hits", event_fd, slot);
+  if (!link)
+    return false;  // EEXIST: another probe of ours on the same tracepoint counts it already
+  links_.push_back(std::move(*link));
+  return true;
+}
+
+std::vector<std::uint64_t> TracepointHits::read(std::uint32_t slot) const {
+  if (!object_)
+    return {};
+  auto v = object_->percpu_array<std::uint64_t>("hits", slot);
+  return v ? std::move(*v) : std::vector<std::uint64_t>{};
+}
 
 Result<TracepointDelivery> TracepointDelivery::open(std::size_t slots,
                                                     const bpf::OutputChannelOptions& channel) {
@@ -54,22 +101,8 @@ Status TracepointDelivery::attach(std::uint32_t slot, const tracefs::Format& for
       cfg.loc[cfg.nloc++] = f.offset | (f.is_rel_loc ? TP_DELIVER_REL_LOC : 0U);
   }
   TRACER_TRY(object_->update_elem("cfg", slot, cfg));
-  ::bpf_program* prog = ::bpf_object__find_program_by_name(object_->raw(), "tp_deliver");
-  if (prog == nullptr)
-    return fail(ENOENT, "tp_deliver: no program tp_deliver");
-  // libbpf's perf_event link owns the fd it is given (bpf_link__destroy closes it): give it a
-  // duplicate, the engine's perf::Event keeps its own.
-  const int dup = ::fcntl(event_fd, F_DUPFD_CLOEXEC, 0);
-  if (dup < 0)
-    return fail(errno, "tp_deliver: cannot duplicate the event's fd");
-  LIBBPF_OPTS(bpf_perf_event_opts, opts, .bpf_cookie = slot);
-  ::bpf_link* link = ::bpf_program__attach_perf_event_opts(prog, dup, &opts);
-  if (link == nullptr) {
-    const int err = errno;
-    ::close(dup);
-    return fail(err, "tp_deliver: attaching to the tracepoint's event failed");
-  }
-  links_.emplace_back(link);
+  TRACER_ASSIGN_OR_RETURN(auto link, attach_perf_event(*object_, "tp_deliver", event_fd, slot));
+  links_.push_back(std::move(link));
   attached_[slot] = true;
   return {};
 }

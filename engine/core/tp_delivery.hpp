@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "tracer/bpf/object.hpp"
@@ -27,6 +28,39 @@
 #include "tracer/tracefs/tracefs.hpp"
 
 namespace tracer::core {
+
+struct BpfLinkDestroy {
+  void operator()(::bpf_link* l) const noexcept { ::bpf_link__destroy(l); }
+};
+using BpfLink = std::unique_ptr<::bpf_link, BpfLinkDestroy>;
+
+/// Attaches program `prog` of the loaded `obj` to the perf event `event_fd` through a BPF link
+/// with `cookie` (bpf_get_attach_cookie). The link owns a duplicate of the fd (libbpf closes the
+/// fd of a perf_event link when it is destroyed), so the caller's event keeps its own.
+/// @return the link, or the errno of the attach (EEXIST: this program is on that tracepoint).
+[[nodiscard]] Result<BpfLink> attach_perf_event(const bpf::Object& obj,
+                                                std::string_view prog,
+                                                int event_fd,
+                                                std::uint64_t cookie);
+
+/// How often the kernel ran each tracepoint a probe samples, per CPU (bpf/progs/tp_hits.bpf.c,
+/// a program that returns 1): beside a probe's perf events, it tells the hits those events did
+/// not record (RingStats::missed).
+class TracepointHits {
+ public:
+  /// Counts the hits of `event_fd`'s tracepoint in `slot`. False when it cannot (no BPF here,
+  /// or the tracepoint counted already).
+  bool attach(std::uint32_t slot, int event_fd);
+  /// Per CPU (index = CPU); empty when the slot is not counted.
+  [[nodiscard]] std::vector<std::uint64_t> read(std::uint32_t slot) const;
+  /// Detaches every link (before the events they hold close).
+  void detach() noexcept { links_.clear(); }
+
+ private:
+  std::unique_ptr<bpf::Object> object_;
+  std::vector<BpfLink> links_;
+  bool unavailable_ = false;
+};
 
 /// The sample_type a delivered probe's samples are rebuilt with (what the engine's tracepoint
 /// probes sample by default).
@@ -65,12 +99,9 @@ class TracepointDelivery {
 
  private:
   TracepointDelivery() = default;
-  struct LinkDestroy {
-    void operator()(::bpf_link* l) const noexcept { ::bpf_link__destroy(l); }
-  };
   std::unique_ptr<bpf::Object> object_;
   std::unique_ptr<bpf::OutputChannel> channel_;
-  std::vector<std::unique_ptr<::bpf_link, LinkDestroy>> links_;
+  std::vector<BpfLink> links_;
   std::vector<bool> attached_;
   std::size_t cpus_ = 1;
   std::vector<std::uint64_t> delivered_;  // [slot * cpus_ + cpu]
