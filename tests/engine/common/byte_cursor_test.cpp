@@ -15,7 +15,7 @@ TEST(ByteCursor, ReadsInOrderAndFailsForGoodAtTheFirstOverrun) {
   const std::uint64_t b = 0x1122334455667788;
   std::memcpy(buf.data(), &a, 4);
   std::memcpy(buf.data() + 4, &b, 8);
-  ByteCursor<const std::byte> c(std::span<const std::byte>(buf));
+  ByteCursor<const std::byte> c{std::span<const std::byte>(buf)};
   EXPECT_EQ(c.take<std::uint32_t>(), 7U);
   EXPECT_EQ(c.left(), 8U);
   EXPECT_EQ(c.take<std::uint64_t>(), b);
@@ -27,16 +27,16 @@ TEST(ByteCursor, ReadsInOrderAndFailsForGoodAtTheFirstOverrun) {
 
 TEST(ByteCursor, ArraysAreOverflowSafe) {
   std::array<std::byte, 16> buf{};
-  ByteCursor<const std::byte> c(std::span<const std::byte>(buf));
+  ByteCursor<const std::byte> c{std::span<const std::byte>(buf)};
   EXPECT_EQ(c.take_array(2, 8).size(), 16U);
-  ByteCursor<const std::byte> d(std::span<const std::byte>(buf));
+  ByteCursor<const std::byte> d{std::span<const std::byte>(buf)};
   EXPECT_TRUE(d.take_array(std::uint64_t{1} << 61, 8).empty());
   EXPECT_FALSE(d.ok());
 }
 
 TEST(ByteCursor, TakeSwappedSwapsInPlace) {
   std::array<std::byte, 4> buf{std::byte{1}, std::byte{2}, std::byte{3}, std::byte{4}};
-  ByteCursor<std::byte> c(std::span<std::byte>(buf));
+  ByteCursor<std::byte> c{std::span<std::byte>(buf)};
   std::uint32_t want = 0;
   std::memcpy(&want, buf.data(), 4);
   want = std::byteswap(want);
