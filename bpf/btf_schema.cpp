@@ -169,7 +169,7 @@ Result<StructSchema> Object::struct_schema(std::string_view struct_name) const {
         names.emplace_back(name_of(btf, c));
     }
     // The object's BTF also holds every kernel struct its programs touch: suggest near names.
-    const auto near = detail::nearest(struct_name, names, 5);
+    const auto near = detail::nearest(struct_name, names, {.limit = 5});
     std::string hint;
     for (const auto& c : near)
       hint += (hint.empty() ? "did you mean " : ", ") + c;

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "commands.hpp"
+#include "common/edit_distance.hpp"
 #include "tracer/duration.hpp"
 #include "tracer/error.hpp"
 #include "tracer/perf/event.hpp"
@@ -181,33 +182,6 @@ std::vector<std::string> generic_event_names() {
   return out;
 }
 
-/// The candidate nearest to `word` by edit distance, when near enough to be a typo.
-std::optional<std::string> nearest_name(std::string_view word,
-                                        const std::vector<std::string>& candidates) {
-  std::optional<std::string> best;
-  std::size_t best_d = std::max<std::size_t>(2, word.size() / 3) + 1;
-  std::vector<std::size_t> row;
-  for (const auto& c : candidates) {
-    row.assign(c.size() + 1, 0);
-    for (std::size_t j = 0; j <= c.size(); ++j)
-      row[j] = j;
-    for (std::size_t i = 1; i <= word.size(); ++i) {
-      std::size_t diag = row[0];
-      row[0] = i;
-      for (std::size_t j = 1; j <= c.size(); ++j) {
-        const std::size_t up = row[j];
-        row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (word[i - 1] == c[j - 1] ? 0 : 1)});
-        diag = up;
-      }
-    }
-    if (row[c.size()] < best_d) {
-      best_d = row[c.size()];
-      best = c;
-    }
-  }
-  return best;
-}
-
 perf::EventAttr resolve(const std::string& text, std::optional<tracefs::Tracefs>& fs) {
   const EventSpec spec = split_modifiers(text);
   const std::string& name = spec.name;
@@ -233,10 +207,11 @@ perf::EventAttr resolve(const std::string& text, std::optional<tracefs::Tracefs>
     a.type(PERF_TYPE_TRACEPOINT).config(*id);
   } else {
     const auto names = generic_event_names();
-    const auto near = nearest_name(name, names);
+    const auto near =
+        tracer::detail::nearest(name, names, {.max_distance = 2, .related_only = false});
     std::string hint;
-    if (near) {
-      hint = fmt::format("did you mean '{}'?", *near);
+    if (!near.empty()) {
+      hint = fmt::format("did you mean '{}'?", near.front());
     } else {
       std::string list;
       for (const auto& n : names)

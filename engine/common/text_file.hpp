@@ -3,7 +3,9 @@
 
 #include <charconv>
 #include <cstddef>
+#include <cstdint>
 #include <filesystem>
+#include <iterator>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -32,6 +34,64 @@ template <typename T>
   if (s.empty() || ec != std::errc() || ptr != end)
     return std::nullopt;
   return v;
+}
+
+/// `s` without leading and trailing white space (as std::isspace has it in the C locale).
+[[nodiscard]] inline std::string_view trim(std::string_view s) noexcept {
+  constexpr std::string_view kSpace = " \t\n\v\f\r";
+  const auto first = s.find_first_not_of(kSpace);
+  if (first == std::string_view::npos)
+    return {};
+  return s.substr(first, s.find_last_not_of(kSpace) - first + 1);
+}
+
+/// The lines of a text (procfs, sysfs, tracefs files), each without its '\n'; a last line
+/// without one counts too, and an empty text has none.
+/// Usage: for (const std::string_view line : detail::lines(text)) { ... }
+class LineRange {
+ public:
+  explicit LineRange(std::string_view text) noexcept : text_(text) {}
+
+  class iterator {
+   public:
+    using value_type = std::string_view;
+    using difference_type = std::ptrdiff_t;
+
+    iterator() = default;
+    explicit iterator(std::string_view rest) noexcept : rest_(rest) { ++*this; }
+    std::string_view operator*() const noexcept { return line_; }
+    iterator& operator++() noexcept {
+      if (rest_.empty()) {
+        done_ = true;
+        return *this;
+      }
+      const auto eol = rest_.find('\n');
+      line_ = rest_.substr(0, eol);
+      rest_ = eol == std::string_view::npos ? std::string_view{} : rest_.substr(eol + 1);
+      return *this;
+    }
+    iterator operator++(int) noexcept {
+      auto old = *this;
+      ++*this;
+      return old;
+    }
+    bool operator==(std::default_sentinel_t) const noexcept { return done_; }
+
+   private:
+    std::string_view rest_;
+    std::string_view line_;
+    bool done_ = false;
+  };
+
+  [[nodiscard]] iterator begin() const noexcept { return iterator(text_); }
+  [[nodiscard]] std::default_sentinel_t end() const noexcept { return {}; }
+
+ private:
+  std::string_view text_;
+};
+
+[[nodiscard]] inline LineRange lines(std::string_view text) noexcept {
+  return LineRange(text);
 }
 
 }  // namespace tracer::detail

@@ -184,32 +184,6 @@ std::optional<std::uint64_t> vaddr_to_offset(Elf* elf, std::uint64_t vaddr) {
   return std::nullopt;
 }
 
-std::vector<std::string> nearest(std::string_view query, const std::set<std::string>& names) {
-  // Beyond this distance a suggestion is noise rather than a likely typo; a name that contains
-  // the query (or is contained in it) counts as close whatever its length.
-  const std::size_t threshold = std::max<std::size_t>(3, query.size() / 3);
-  std::vector<std::pair<std::size_t, std::string_view>> scored;
-  std::vector<std::size_t> row;
-  for (const auto& n : names) {
-    const std::size_t gap =
-        n.size() > query.size() ? n.size() - query.size() : query.size() - n.size();
-    std::size_t score = gap <= threshold ? detail::edit_distance(query, n, row) : threshold + 1;
-    if (query.size() >= 3 &&
-        (n.find(query) != std::string::npos || query.find(n) != std::string_view::npos))
-      score = std::min(score, threshold);
-    if (score <= threshold)
-      scored.emplace_back(score, n);
-  }
-  std::sort(scored.begin(), scored.end());
-  std::vector<std::string> out;
-  for (const auto& [score, n] : scored) {
-    if (out.size() == kMaxNearMatches)
-      break;
-    out.emplace_back(n);
-  }
-  return out;
-}
-
 template <typename T>
 std::optional<T> parse_number(std::string_view s) {
   int base = 10;
@@ -251,11 +225,7 @@ Result<fs::path> find_in_maps(pid_t pid, std::string_view name) {
   if (!maps)
     return fail(maps.error().code.value(),
                 fmt::format("pid {}'s maps ({})", pid, maps.error().message));
-  std::string_view all = *maps;
-  while (!all.empty()) {
-    const auto eol = all.find('\n');
-    std::string_view line = all.substr(0, eol);
-    all = eol == std::string_view::npos ? std::string_view{} : all.substr(eol + 1);
+  for (const std::string_view line : detail::lines(*maps)) {
     // "start-end perms offset dev inode    /path"; anonymous mappings have no path, and
     // "[heap]"-style pseudo paths do not start with '/'.
     const auto slash = line.find('/');
@@ -349,7 +319,11 @@ Result<ElfSymbol> find_symbol(const fs::path& binary, std::string_view name, boo
   if (found.empty())  // stripped: .dynsym still has what the binary exports
     scan_table(elf, SHT_DYNSYM, name, found, functions, data);
   if (found.empty()) {
-    const auto near = nearest(name, functions);
+    // Beyond a third of the name (at least 3) a suggestion is noise rather than a likely typo; a
+    // name that contains the query (or is contained in it) counts as close whatever its length.
+    const auto near = detail::nearest(
+        name, functions,
+        {.max_distance = 3, .limit = kMaxNearMatches, .related_only = false, .substring = true});
     std::string hint;
     if (near.empty()) {
       hint = fmt::format("{} has {} function symbols; `nm -D {}` lists the exported ones",
@@ -423,13 +397,7 @@ Result<std::uint64_t> load_bias(const fs::path& binary, pid_t pid) {
                                                  "breakpoint", kMaxMapsBytes));
   std::error_code ec;
   const fs::path want = fs::canonical(binary, ec);
-  std::size_t pos = 0;
-  while (pos < maps.size()) {
-    auto end = maps.find('\n', pos);
-    if (end == std::string::npos)
-      end = maps.size();
-    const std::string_view line(maps.data() + pos, end - pos);
-    pos = end + 1;
+  for (const std::string_view line : detail::lines(maps)) {
     // start-end perms offset dev inode path
     const auto slash = line.find('/');
     if (slash == std::string_view::npos || fs::path(std::string(line.substr(slash))) != want)

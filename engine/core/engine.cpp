@@ -446,7 +446,7 @@ OutputPayload output_payload(const BpfOptions& b, const bpf::Object& obj) {
     std::vector<std::string> names;
     for (const auto& field : schema.fields)
       names.push_back(field.name);
-    const auto near = detail::nearest(b.payload_time, names, 3);
+    const auto near = detail::nearest(b.payload_time, names, {.limit = 3});
     throw_bpf_value_error(
         b.payload_time_where,
         fmt::format("[bpf] time: struct '{}' has no field '{}'", schema.name, b.payload_time),

@@ -167,25 +167,13 @@ const KindKey* find_kind(std::string_view key) {
 // ---------------------------------------------------------------------------------------------
 // Messages.
 
-/// The candidates nearest to `word` by edit distance, if near enough to be a typo.
+/// The candidates nearest to `word` by edit distance, if near enough to be a typo (all of those
+/// equally near).
 std::vector<std::string> nearest(std::string_view word,
                                  const std::vector<std::string>& candidates) {
-  std::vector<std::size_t> row;
-  const std::size_t threshold = std::max<std::size_t>(2, word.size() / 3);
-  std::size_t best = threshold + 1;
-  std::vector<std::string> out;
-  for (const auto& c : candidates) {
-    const std::size_t d = detail::edit_distance(word, c, row);
-    if (d >= std::max(word.size(), c.size()))
-      continue;  // nothing in common: "ab" is not a typo of "xy"
-    if (d < best) {
-      best = d;
-      out.clear();
-    }
-    if (d == best && d <= threshold)
-      out.push_back(c);
-  }
-  return out;
+  return detail::nearest(
+      word, candidates,
+      {.max_distance = 2, .limit = detail::NearestOptions::kAnyDistance, .best_only = true});
 }
 
 std::string quoted_list(const std::vector<std::string>& items, std::string_view last_sep = "or") {

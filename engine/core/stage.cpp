@@ -480,18 +480,10 @@ FieldType tracefs_type(const tracefs::Field& f) noexcept {
   return f.is_signed ? FieldType::kInt : FieldType::kUint;
 }
 
+/// The candidate nearest to `name`, when near enough to be a typo; empty if none.
 std::string closest(std::string_view name, const std::vector<std::string>& candidates) {
-  std::vector<std::size_t> row;
-  std::string best;
-  std::size_t best_d = std::max<std::size_t>(2, name.size() / 3) + 1;
-  for (const auto& c : candidates) {
-    const std::size_t d = detail::edit_distance(name, c, row);
-    if (d < best_d) {
-      best_d = d;
-      best = c;
-    }
-  }
-  return best;
+  auto near = detail::nearest(name, candidates, {.max_distance = 2, .related_only = false});
+  return near.empty() ? std::string() : std::move(near.front());
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <ranges>
 #include <system_error>
 
 #include "common/edit_distance.hpp"
@@ -68,17 +69,12 @@ std::vector<const StageSpec*> StageRegistry::specs() const {
 }
 
 std::string StageRegistry::suggest(std::string_view name) const {
-  std::vector<std::size_t> row;
-  std::string best;
-  std::size_t best_d = std::max<std::size_t>(2, name.size() / 3) + 1;
-  for (const auto& item : items_) {
-    const std::size_t d = detail::edit_distance(name, item.spec.name, row);
-    if (d < best_d) {
-      best_d = d;
-      best = item.spec.name;
-    }
-  }
-  return best;
+  auto near = detail::nearest(
+      name, items_ | std::views::transform([](const auto& item) -> std::string_view {
+              return item.spec.name;
+            }),
+      {.max_distance = 2, .related_only = false});
+  return near.empty() ? std::string() : std::move(near.front());
 }
 
 void register_stage(StageSpec spec, StageFactory factory) {

@@ -18,6 +18,7 @@
 #include <utility>
 
 #include "common/kernel_config.hpp"
+#include "common/proc_mounts.hpp"
 #include "tracer/unique_fd.hpp"
 
 namespace tracer::perf {
@@ -27,14 +28,6 @@ namespace fs = std::filesystem;
 
 // sysfs attribute files are at most a page.
 constexpr std::size_t kMaxFileBytes = 1 << 16;
-
-std::string_view trim(std::string_view s) {
-  const auto first = s.find_first_not_of(" \t\r\n");
-  if (first == std::string_view::npos)
-    return {};
-  const auto last = s.find_last_not_of(" \t\r\n");
-  return s.substr(first, last - first + 1);
-}
 
 /// perf's term values: decimal or 0x-prefixed hex.
 std::optional<std::uint64_t> parse_term_value(std::string_view s) {
@@ -97,7 +90,7 @@ std::uint64_t term_mask(const PmuFormatTerm& t) {
 /// "0-3,8" (cpumask/cpus files) -> {0,1,2,3,8}; empty on anything unexpected.
 std::vector<int> parse_cpu_list(std::string_view s) {
   std::vector<int> cpus;
-  s = trim(s);
+  s = detail::trim(s);
   while (!s.empty()) {
     const auto comma = s.find(',');
     const std::string_view r = s.substr(0, comma);
@@ -129,20 +122,20 @@ Result<Pmu> read_pmu(const fs::path& dir, std::string name) {
   pmu.dir = dir;
   TRACER_ASSIGN_OR_RETURN(const std::string type_text,
                           detail::read_text_file(dir / "type", "pmu", kMaxFileBytes));
-  const auto type = detail::parse_uint<std::uint32_t>(trim(type_text));
+  const auto type = detail::parse_uint<std::uint32_t>(detail::trim(type_text));
   if (!type)
     return fail(EINVAL, fmt::format("pmu {}: {} does not hold a number: '{}'", pmu.name,
-                                    (dir / "type").string(), trim(type_text)));
+                                    (dir / "type").string(), detail::trim(type_text)));
   pmu.type = *type;
 
   for (auto& term : sorted_entries(dir / "format")) {
     TRACER_ASSIGN_OR_RETURN(const std::string spec,
                             detail::read_text_file(dir / "format" / term, "pmu", kMaxFileBytes));
-    auto parsed = parse_format_spec(term, trim(spec));
+    auto parsed = parse_format_spec(term, detail::trim(spec));
     if (!parsed)
       return fail(EINVAL,
                   fmt::format("pmu {}: format/{} has an unrecognised spec '{}'", pmu.name, term,
-                              trim(spec)),
+                              detail::trim(spec)),
                   "expected e.g. config:0-7, config1:0-63 or config:0-7,32-35");
     pmu.formats.push_back(std::move(*parsed));
   }
@@ -155,11 +148,12 @@ Result<Pmu> read_pmu(const fs::path& dir, std::string name) {
     auto terms = detail::read_text_file(events / ev, "pmu", kMaxFileBytes);
     if (!terms)
       continue;  // some aliases are root-only or unreadable on this CPU model
-    PmuEventAlias alias{.name = ev, .terms = std::string(trim(*terms)), .unit = {}, .scale = {}};
+    PmuEventAlias alias{
+        .name = ev, .terms = std::string(detail::trim(*terms)), .unit = {}, .scale = {}};
     if (auto unit = detail::read_text_file(events / (ev + ".unit"), "pmu", kMaxFileBytes))
-      alias.unit = std::string(trim(*unit));
+      alias.unit = std::string(detail::trim(*unit));
     if (auto scale = detail::read_text_file(events / (ev + ".scale"), "pmu", kMaxFileBytes))
-      alias.scale = std::string(trim(*scale));
+      alias.scale = std::string(detail::trim(*scale));
     pmu.events.push_back(std::move(alias));
   }
 
@@ -169,10 +163,10 @@ Result<Pmu> read_pmu(const fs::path& dir, std::string name) {
     pmu.cpus = parse_cpu_list(*cpus);
   }
   if (auto nr = detail::read_text_file(dir / "nr_addr_filters", "pmu", kMaxFileBytes))
-    pmu.nr_addr_filters = detail::parse_uint<std::uint32_t>(trim(*nr)).value_or(0);
+    pmu.nr_addr_filters = detail::parse_uint<std::uint32_t>(detail::trim(*nr)).value_or(0);
   for (auto& cap : sorted_entries(dir / "caps")) {
     if (auto value = detail::read_text_file(dir / "caps" / cap, "pmu", kMaxFileBytes))
-      pmu.caps.emplace_back(cap, std::string(trim(*value)));
+      pmu.caps.emplace_back(cap, std::string(detail::trim(*value)));
   }
   return pmu;
 }
@@ -203,25 +197,25 @@ Status apply_term(const Pmu& pmu, const PmuFormatTerm& term, std::uint64_t value
 }
 
 Status encode_into(const Pmu& pmu, std::string_view terms, PmuConfig& out, bool allow_alias) {
-  if (trim(terms).empty())
+  if (detail::trim(terms).empty())
     return {};
   std::size_t pos = 0;
   while (pos <= terms.size()) {
     auto comma = terms.find(',', pos);
     if (comma == std::string_view::npos)
       comma = terms.size();
-    const std::string_view term = trim(terms.substr(pos, comma - pos));
+    const std::string_view term = detail::trim(terms.substr(pos, comma - pos));
     pos = comma + 1;
     if (term.empty())
       return fail(EINVAL, fmt::format("pmu {}: empty term in '{}'", pmu.name, terms));
     const auto eq = term.find('=');
-    const std::string_view key = trim(term.substr(0, eq));
+    const std::string_view key = detail::trim(term.substr(0, eq));
     const bool bare = eq == std::string_view::npos;
     if (key == "name")
       continue;               // perf's display name; not part of the encoding
     std::uint64_t value = 1;  // a bare flag term ("pt", "retprobe") means =1
     if (!bare) {
-      const std::string_view text = trim(term.substr(eq + 1));
+      const std::string_view text = detail::trim(term.substr(eq + 1));
       const auto v = parse_term_value(text);
       if (!v)
         return fail(EINVAL,
@@ -281,24 +275,7 @@ std::optional<fs::path> tracefs_root() {
   auto mounts = detail::read_text_file("/proc/mounts", "pmu", kMaxFileBytes);
   if (!mounts)
     return std::nullopt;
-  std::string_view all = *mounts;
-  std::optional<fs::path> debugfs;
-  while (!all.empty()) {
-    const auto eol = all.find('\n');
-    const std::string_view line = all.substr(0, eol);
-    all = eol == std::string_view::npos ? std::string_view{} : all.substr(eol + 1);
-    const auto sp1 = line.find(' ');
-    const auto sp2 = sp1 == std::string_view::npos ? sp1 : line.find(' ', sp1 + 1);
-    if (sp2 == std::string_view::npos)
-      continue;
-    const std::string_view dir = line.substr(sp1 + 1, sp2 - sp1 - 1);
-    const std::string_view rest = line.substr(sp2 + 1);
-    if (rest.starts_with("tracefs "))
-      return fs::path(std::string(dir));
-    if (rest.starts_with("debugfs ") && !debugfs)
-      debugfs = fs::path(std::string(dir)) / "tracing";
-  }
-  return debugfs;
+  return detail::find_mounted_tracefs(*mounts);
 }
 
 std::string errno_name(int err) {
@@ -497,7 +474,7 @@ std::optional<std::string> pmu_name_for_type(std::uint32_t type, const PmuScanOp
     auto text = detail::read_text_file(it->path() / "type", "pmu", kMaxFileBytes);
     if (!text)
       continue;
-    if (detail::parse_uint<std::uint32_t>(trim(*text)) == type)
+    if (detail::parse_uint<std::uint32_t>(detail::trim(*text)) == type)
       matches.push_back(it->path().filename().string());
   }
   if (!matches.empty())

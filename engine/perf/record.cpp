@@ -1,5 +1,6 @@
 #include "tracer/perf/record.hpp"
 
+#include "common/byte_cursor.hpp"
 #include "perf/sample_decode.hpp"
 
 #include <bit>
@@ -13,68 +14,15 @@ using abi::RecordType;
 
 constexpr std::uint32_t kHeaderSize = sizeof(perf_event_header);
 
-/// A bounds-checked forward reader over one record's body. Every take_* fails (and stays
-/// failed) instead of reading past `end_`.
-class Cursor {
- public:
-  Cursor(const std::byte* p, const std::byte* end) noexcept : p_(p), end_(end) {}
+/// A bounds-checked forward reader over one record's body: every take* fails (and stays failed)
+/// instead of reading past the end.
+using Cursor = tracer::detail::ByteCursor<const std::byte>;
 
-  [[nodiscard]] bool ok() const noexcept { return ok_; }
-  [[nodiscard]] std::size_t left() const noexcept { return ok_ ? end_ - p_ : 0; }
-  [[nodiscard]] const std::byte* pos() const noexcept { return p_; }
-
-  template <typename T>
-  T take() noexcept {
-    if (!ensure(sizeof(T)))
-      return T{};
-    T v = load<T>(p_);
-    p_ += sizeof(T);
-    return v;
-  }
-  /// `n` bytes as a span (n may come from the record: checked against what is left).
-  std::span<const std::byte> take_bytes(std::uint64_t n) noexcept {
-    if (!ensure(n))
-      return {};
-    std::span<const std::byte> s(p_, static_cast<std::size_t>(n));
-    p_ += n;
-    return s;
-  }
-  /// `n` u64s; n*8 overflow-safe.
-  U64Array take_u64s(std::uint64_t n) noexcept {
-    if (n > left() / 8) {
-      ok_ = false;
-      return {};
-    }
-    U64Array a{p_, n};
-    p_ += n * 8;
-    return a;
-  }
-  /// A NUL-terminated string padded to 8 bytes, filling the rest of the record up to `limit`.
-  std::string_view take_string(const std::byte* limit) noexcept {
-    if (!ok_ || limit < p_) {
-      ok_ = false;
-      return {};
-    }
-    const auto* s = reinterpret_cast<const char*>(p_);
-    const std::size_t max = limit - p_;
-    const std::size_t n = ::strnlen(s, max);
-    p_ = limit;
-    return {s, n};
-  }
-  void fail() noexcept { ok_ = false; }
-
- private:
-  bool ensure(std::uint64_t n) noexcept {
-    if (!ok_ || n > static_cast<std::uint64_t>(end_ - p_)) {
-      ok_ = false;
-      return false;
-    }
-    return true;
-  }
-  const std::byte* p_;
-  const std::byte* end_;
-  bool ok_ = true;
-};
+/// `n` u64s (n from the record; overflow-safe).
+U64Array take_u64s(Cursor& c, std::uint64_t n) noexcept {
+  const auto b = c.take_array(n, 8);
+  return c.ok() ? U64Array{b.data(), n} : U64Array{};
+}
 
 std::uint32_t id_trailer_size_for(std::uint64_t st) noexcept {
   std::uint32_t n = 0;
@@ -140,7 +88,7 @@ Regs take_regs(Cursor& c, std::uint32_t count) noexcept {
   Regs r;
   r.abi = c.take<std::uint64_t>();
   if (r.abi != PERF_SAMPLE_REGS_ABI_NONE)
-    r.regs = c.take_u64s(count);
+    r.regs = take_u64s(c, count);
   return r;
 }
 
@@ -173,7 +121,7 @@ void decode_sample(Cursor& c, const SampleLayout& l, Sample& s) noexcept {
   if ((st & PERF_SAMPLE_READ) != 0U)
     s.read = take_read(c, l.read_format);
   if ((st & PERF_SAMPLE_CALLCHAIN) != 0U)
-    s.callchain = c.take_u64s(c.take<std::uint64_t>());
+    s.callchain = take_u64s(c, c.take<std::uint64_t>());
   if ((st & PERF_SAMPLE_RAW) != 0U)
     s.raw = c.take_bytes(c.take<std::uint32_t>());
   if ((st & PERF_SAMPLE_BRANCH_STACK) != 0U) {
@@ -188,7 +136,7 @@ void decode_sample(Cursor& c, const SampleLayout& l, Sample& s) noexcept {
     } else {
       b.entries = c.take_bytes(b.nr * 24).data();
       if ((l.branch_sample_type & abi::kBranchCounters) != 0U)
-        b.counters = c.take_u64s(b.nr);
+        b.counters = take_u64s(c, b.nr);
     }
   }
   if ((st & PERF_SAMPLE_REGS_USER) != 0U)
@@ -507,7 +455,7 @@ DecodeError decode(std::span<const std::byte> bytes,  // NOLINT(bugprone-excepti
       m.addr = c.take<std::uint64_t>();
       m.len = c.take<std::uint64_t>();
       m.pgoff = c.take<std::uint64_t>();
-      m.filename = c.take_string(body_end);
+      m.filename = c.take_string();
       break;
     }
     case RecordType::kMmap2: {
@@ -535,7 +483,7 @@ DecodeError decode(std::span<const std::byte> bytes,  // NOLINT(bugprone-excepti
       }
       m.prot = c.take<std::uint32_t>();
       m.flags = c.take<std::uint32_t>();
-      m.filename = c.take_string(body_end);
+      m.filename = c.take_string();
       break;
     }
     case RecordType::kLost: {
@@ -548,7 +496,7 @@ DecodeError decode(std::span<const std::byte> bytes,  // NOLINT(bugprone-excepti
       auto& m = out.body.emplace<Comm>();
       m.pid = c.take<std::uint32_t>();
       m.tid = c.take<std::uint32_t>();
-      m.comm = c.take_string(body_end);
+      m.comm = c.take_string();
       m.exec = (h.misc & abi::kMiscCommExec) != 0U;
       break;
     }
@@ -626,7 +574,7 @@ DecodeError decode(std::span<const std::byte> bytes,  // NOLINT(bugprone-excepti
       k.len = c.take<std::uint32_t>();
       k.ksym_type = c.take<std::uint16_t>();
       k.flags = c.take<std::uint16_t>();
-      k.name = c.take_string(body_end);
+      k.name = c.take_string();
       break;
     }
     case RecordType::kBpfEvent: {
@@ -640,7 +588,7 @@ DecodeError decode(std::span<const std::byte> bytes,  // NOLINT(bugprone-excepti
     case RecordType::kCgroup: {
       auto& g = out.body.emplace<Cgroup>();
       g.id = c.take<std::uint64_t>();
-      g.path = c.take_string(body_end);
+      g.path = c.take_string();
       break;
     }
     case RecordType::kTextPoke: {

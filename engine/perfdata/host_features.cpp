@@ -12,11 +12,14 @@
 #include <string>
 #include <vector>
 
+#include "common/text_file.hpp"
 #include "tracer/perf/software.hpp"
 #include "tracer/perfdata/writer.hpp"
 
 namespace tracer::perfdata {
 namespace {
+
+using tracer::detail::trim;
 
 std::string read_small(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -34,16 +37,8 @@ std::string read_small(const std::string& path) {
   return text;
 }
 
-std::string trim(std::string_view s) {
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front())) != 0)
-    s.remove_prefix(1);
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back())) != 0)
-    s.remove_suffix(1);
-  return std::string(s);
-}
-
 std::uint32_t to_u32(std::string_view s, std::uint32_t fallback) {
-  const std::string t = trim(s);
+  const std::string_view t = trim(s);
   std::uint32_t v = 0;
   const auto [p, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
   return ec == std::errc{} && p == t.data() + t.size() ? v : fallback;
@@ -51,16 +46,10 @@ std::uint32_t to_u32(std::string_view s, std::uint32_t fallback) {
 
 // The value of the first "key\t: value" line of /proc/cpuinfo whose key is `key`.
 std::string cpuinfo_value(const std::string& cpuinfo, std::string_view key) {
-  std::size_t pos = 0;
-  while (pos < cpuinfo.size()) {
-    std::size_t end = cpuinfo.find('\n', pos);
-    if (end == std::string::npos)
-      end = cpuinfo.size();
-    const std::string_view line(cpuinfo.data() + pos, end - pos);
+  for (const std::string_view line : tracer::detail::lines(cpuinfo)) {
     const auto colon = line.find(':');
     if (colon != std::string_view::npos && trim(line.substr(0, colon)) == key)
-      return trim(line.substr(colon + 1));
-    pos = end + 1;
+      return std::string(trim(line.substr(colon + 1)));
   }
   return {};
 }
@@ -76,7 +65,7 @@ std::string squash_spaces(const std::string& s) {
       out.push_back(c);
     }
   }
-  return trim(out);
+  return std::string(trim(out));
 }
 
 void add_unique(std::vector<std::string>& lists, std::string s) {
@@ -121,9 +110,9 @@ HostInfo HostInfo::read() {
   const std::string meminfo = read_small("/proc/meminfo");
   if (const auto p = meminfo.find("MemTotal:"); p != std::string::npos) {
     const auto end = meminfo.find('\n', p);
-    std::string v = trim(std::string_view(meminfo).substr(p + 9, end - p - 9));
+    std::string v(trim(std::string_view(meminfo).substr(p + 9, end - p - 9)));
     if (v.ends_with("kB"))
-      v = trim(std::string_view(v).substr(0, v.size() - 2));
+      v = std::string(trim(std::string_view(v).substr(0, v.size() - 2)));
     std::from_chars(v.data(), v.data() + v.size(), h.total_mem_kb);
   }
 
@@ -144,15 +133,15 @@ HostInfo HostInfo::read() {
   h.cpus.resize(h.nr_cpus_avail);
   for (std::uint32_t cpu = 0; cpu < h.nr_cpus_avail; ++cpu) {
     const std::string topo = sys_cpu + "cpu" + std::to_string(cpu) + "/topology/";
-    std::string package = trim(read_small(topo + "package_cpus_list"));
+    std::string package(trim(read_small(topo + "package_cpus_list")));
     if (package.empty())
-      package = trim(read_small(topo + "core_siblings_list"));
-    std::string threads = trim(read_small(topo + "core_cpus_list"));
+      package = std::string(trim(read_small(topo + "core_siblings_list")));
+    std::string threads(trim(read_small(topo + "core_cpus_list")));
     if (threads.empty())
-      threads = trim(read_small(topo + "thread_siblings_list"));
+      threads = std::string(trim(read_small(topo + "thread_siblings_list")));
     add_unique(h.core_siblings, package);
     add_unique(h.thread_siblings, threads);
-    add_unique(h.die_siblings, trim(read_small(topo + "die_cpus_list")));
+    add_unique(h.die_siblings, std::string(trim(read_small(topo + "die_cpus_list"))));
     h.cpus[cpu].core_id = to_u32(read_small(topo + "core_id"), 0xffffffffU);
     h.cpus[cpu].socket_id = to_u32(read_small(topo + "physical_package_id"), 0xffffffffU);
     h.cpus[cpu].die_id = to_u32(read_small(topo + "die_id"), 0xffffffffU);
@@ -164,7 +153,7 @@ HostInfo HostInfo::read() {
       const std::string name = e->d_name;
       if (name == "." || name == "..")
         continue;
-      const std::string type = trim(read_small("/sys/bus/event_source/devices/" + name + "/type"));
+      const std::string type(trim(read_small("/sys/bus/event_source/devices/" + name + "/type")));
       if (!type.empty())
         h.pmus.emplace_back(to_u32(type, 0), name);
     }

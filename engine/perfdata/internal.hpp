@@ -10,6 +10,7 @@
 #include <string>
 #include <string_view>
 
+#include "common/byte_cursor.hpp"
 #include "tracer/perf/record.hpp"
 #include "tracer/tracefs/tracefs.hpp"
 
@@ -24,33 +25,21 @@ template <typename T>
   }
 }
 
-/// Reads fixed-width integers in the file's byte order, never past `end`. After the first
+/// Reads fixed-width integers in the file's byte order, never past the end. After the first
 /// overrun every read returns 0 and ok() is false.
-class Cursor {
+class Cursor : public tracer::detail::ByteCursor<const std::byte> {
  public:
   Cursor(std::span<const std::byte> bytes, bool swap) noexcept
-      : begin_(bytes.data()), p_(bytes.data()), end_(bytes.data() + bytes.size()), swap_(swap) {}
+      : ByteCursor(bytes), begin_(bytes.data()), swap_(swap) {}
 
   template <typename T>
   T take() noexcept {
-    if (!ensure(sizeof(T)))
-      return T{};
-    T v;
-    std::memcpy(&v, p_, sizeof(T));
-    p_ += sizeof(T);
-    return maybe_swap(v, swap_);
-  }
-  std::span<const std::byte> bytes(std::uint64_t n) noexcept {
-    if (!ensure(n))
-      return {};
-    std::span<const std::byte> s(p_, static_cast<std::size_t>(n));
-    p_ += n;
-    return s;
+    return maybe_swap(ByteCursor::take<T>(), swap_);
   }
   /// struct perf_header_string: u32 len (NUL and padding included), then the bytes.
   std::string string() {
     const auto len = take<std::uint32_t>();
-    const auto b = bytes(len);
+    const auto b = take_bytes(len);
     std::string_view s(reinterpret_cast<const char*>(b.data()), b.size());
     return std::string(s.substr(0, s.find('\0')));
   }
@@ -66,29 +55,13 @@ class Cursor {
     p_ = nul + 1;
     return s;
   }
-  void skip(std::uint64_t n) noexcept { (void)bytes(n); }
-  [[nodiscard]] bool ok() const noexcept { return ok_; }
-  [[nodiscard]] std::uint64_t left() const noexcept {
-    return ok_ ? static_cast<std::uint64_t>(end_ - p_) : 0;
-  }
   [[nodiscard]] std::uint64_t offset() const noexcept {
     return static_cast<std::uint64_t>(p_ - begin_);
   }
-  void fail() noexcept { ok_ = false; }
 
  private:
-  bool ensure(std::uint64_t n) noexcept {
-    if (!ok_ || n > static_cast<std::uint64_t>(end_ - p_)) {
-      ok_ = false;
-      return false;
-    }
-    return true;
-  }
   const std::byte* begin_;
-  const std::byte* p_;
-  const std::byte* end_;
   bool swap_;
-  bool ok_ = true;
 };
 
 /// Swaps a perf_event_attr of `size` bytes in place (tools/perf/util/session.c

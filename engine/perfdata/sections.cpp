@@ -96,7 +96,7 @@ bool decode_user(std::span<const std::byte> bytes,  // NOLINT(bugprone-exception
   if (h.size > bytes.size() || h.size < 8)
     return false;
   detail::Cursor c(bytes.subspan(8, h.size - 8U), false);
-  const auto rest = [&] { return c.bytes(c.left()); };
+  const auto rest = [&] { return c.take_bytes(c.left()); };
   switch (h.type) {
     case kHeaderAttr: {
       HeaderAttr a;
@@ -119,7 +119,7 @@ bool decode_user(std::span<const std::byte> bytes,  // NOLINT(bugprone-exception
     case kHeaderBuildId: {
       BuildIdRecord b;
       b.pid = static_cast<std::int32_t>(c.take<std::uint32_t>());
-      const auto id = c.bytes(24);
+      const auto id = c.take_bytes(24);
       if (!c.ok())
         return false;
       const bool sized = (h.misc & (1U << 15)) != 0;  // PERF_RECORD_MISC_BUILD_ID_SIZE
@@ -142,7 +142,7 @@ bool decode_user(std::span<const std::byte> bytes,  // NOLINT(bugprone-exception
       x.nr = c.take<std::uint64_t>();
       if (!c.ok() || x.nr > c.left() / sizeof(IdIndexEntry))
         return false;
-      x.entries = c.bytes(x.nr * sizeof(IdIndexEntry)).data();
+      x.entries = c.take_bytes(x.nr * sizeof(IdIndexEntry)).data();
       out = x;
       return true;
     }
@@ -180,7 +180,7 @@ bool decode_user(std::span<const std::byte> bytes,  // NOLINT(bugprone-exception
       e.fmt = c.take<std::uint32_t>();
       e.ip = c.take<std::uint64_t>();
       e.time = c.take<std::uint64_t>();
-      const auto msg = c.bytes(64);
+      const auto msg = c.take_bytes(64);
       if (!c.ok())
         return false;
       std::string_view s(reinterpret_cast<const char*>(msg.data()), msg.size());
@@ -197,7 +197,7 @@ bool decode_user(std::span<const std::byte> bytes,  // NOLINT(bugprone-exception
       t.nr = c.take<std::uint64_t>();
       if (!c.ok() || t.nr > c.left() / 24)
         return false;
-      t.entries = c.bytes(t.nr * 24).data();
+      t.entries = c.take_bytes(t.nr * 24).data();
       out = t;
       return true;
     }
@@ -209,7 +209,7 @@ bool decode_user(std::span<const std::byte> bytes,  // NOLINT(bugprone-exception
       s.nr = c.take<std::uint64_t>();
       if (!c.ok() || s.nr > c.left() / 16)
         return false;
-      s.entries = c.bytes(s.nr * 16).data();
+      s.entries = c.take_bytes(s.nr * 16).data();
       out = s;
       return true;
     }
@@ -285,7 +285,7 @@ bool decode_user(std::span<const std::byte> bytes,  // NOLINT(bugprone-exception
       return true;
     case kCompressed2: {
       const auto n = c.take<std::uint64_t>();
-      const auto data = c.bytes(n);
+      const auto data = c.take_bytes(n);
       if (!c.ok())
         return false;
       out = CompressedRecord{data};
@@ -397,11 +397,11 @@ std::optional<ReadError> parse_feature(std::uint32_t bit,
         BuildId b;
         b.misc = maybe_swap(h.misc, swap);
         b.pid = static_cast<std::int32_t>(e.take<std::uint32_t>());
-        const auto id = e.bytes(24);
+        const auto id = e.take_bytes(24);
         const bool sized = (b.misc & (1U << 15)) != 0;
         b.build_id = hex(
             id.first(sized ? std::min<std::size_t>(static_cast<std::uint8_t>(id[20]), 20) : 20));
-        const auto fname = e.bytes(e.left());
+        const auto fname = e.take_bytes(e.left());
         std::string_view s(reinterpret_cast<const char*>(fname.data()), fname.size());
         b.filename = std::string(s.substr(0, s.find('\0')));
         b.misc &= perf::abi::kMiscCpumodeMask;
@@ -454,7 +454,7 @@ std::optional<ReadError> parse_feature(std::uint32_t bit,
         return problem(c, fmt::format("event_desc: {} events of {} bytes", nre, sz));
       for (std::uint32_t i = 0; i < nre && c.ok(); ++i) {
         EventDescEntry e;
-        const auto attr = c.bytes(sz);
+        const auto attr = c.take_bytes(sz);
         if (!c.ok())
           break;
         if (read_attr(attr.data(), attr.size(), swap, e.attr) == 0)
@@ -664,7 +664,7 @@ std::optional<ReadError> parse_tracing_data(std::span<const std::byte> bytes, Tr
   const auto fail = [&](std::string what) {
     return ReadError{.offset = c.offset(), .message = "tracing_data: " + std::move(what)};
   };
-  const auto magic = c.bytes(kTracingMagic.size());
+  const auto magic = c.take_bytes(kTracingMagic.size());
   if (!c.ok() || std::memcmp(magic.data(), kTracingMagic.data(), magic.size()) != 0)
     return fail(R"(no "\027\bDtracing" magic)");
   out.version = c.c_string();
@@ -684,11 +684,11 @@ std::optional<ReadError> parse_tracing_data(std::span<const std::byte> bytes, Tr
     return std::string_view(reinterpret_cast<const char*>(b.data()), b.size());
   };
   out.page_size = n.take<std::uint32_t>();
-  const auto hp = n.bytes(12);
+  const auto hp = n.take_bytes(12);
   if (!n.ok() || text(hp) != std::string_view("header_page\0", 12))
     return nfail("no header_page");
   n.skip(n.take<std::uint64_t>());
-  const auto he = n.bytes(13);
+  const auto he = n.take_bytes(13);
   if (!n.ok() || text(he) != std::string_view("header_event\0", 13))
     return nfail("no header_event");
   n.skip(n.take<std::uint64_t>());
@@ -704,7 +704,7 @@ std::optional<ReadError> parse_tracing_data(std::span<const std::byte> bytes, Tr
     for (std::uint32_t e = 0; e < count && n.ok(); ++e) {
       const auto size = n.take<std::uint64_t>();
       const std::uint64_t at = base + n.offset();
-      const auto body = n.bytes(size);
+      const auto body = n.take_bytes(size);
       if (!n.ok())
         break;
       auto fmt = tracefs::parse_format(text(body), sys);

@@ -16,56 +16,19 @@ namespace {
 
 namespace abi = perf::abi;
 
-/// Walks a mutable record, swapping each field in place and returning its native value.
-class Swapper {
- public:
-  Swapper(std::byte* p, std::byte* end) noexcept : p_(p), end_(end) {}
+/// Walks a mutable record, swapping each field in place (take_swapped) and returning its native
+/// value.
+using Swapper = tracer::detail::ByteCursor<std::byte>;
 
-  template <typename T>
-  T take() noexcept {
-    if (!ensure(sizeof(T)))
-      return T{};
-    T v;
-    std::memcpy(&v, p_, sizeof(T));
-    v = std::byteswap(v);
-    std::memcpy(p_, &v, sizeof(T));
-    p_ += sizeof(T);
-    return v;
+/// Swaps `n` u64s in place (n from the record; overflow-safe).
+void swap_u64s(Swapper& s, std::uint64_t n) noexcept {
+  if (n > s.left() / 8) {
+    s.fail();
+    return;
   }
-  void u64s(std::uint64_t n) noexcept {
-    if (n > left() / 8) {
-      ok_ = false;
-      return;
-    }
-    for (std::uint64_t i = 0; i < n; ++i)
-      (void)take<std::uint64_t>();
-  }
-  std::byte* skip(std::uint64_t n) noexcept {
-    if (!ensure(n))
-      return nullptr;
-    std::byte* s = p_;
-    p_ += n;
-    return s;
-  }
-  [[nodiscard]] std::uint64_t left() const noexcept {
-    return ok_ ? static_cast<std::uint64_t>(end_ - p_) : 0;
-  }
-  [[nodiscard]] bool ok() const noexcept { return ok_; }
-  [[nodiscard]] std::byte* pos() const noexcept { return p_; }
-  void fail() noexcept { ok_ = false; }
-
- private:
-  bool ensure(std::uint64_t n) noexcept {
-    if (!ok_ || n > static_cast<std::uint64_t>(end_ - p_)) {
-      ok_ = false;
-      return false;
-    }
-    return true;
-  }
-  std::byte* p_;
-  std::byte* end_;
-  bool ok_ = true;
-};
+  for (std::uint64_t i = 0; i < n; ++i)
+    (void)s.take_swapped<std::uint64_t>();
+}
 
 std::uint8_t reverse_bits(std::uint8_t b) noexcept {
   b = static_cast<std::uint8_t>((b & 0xf0U) >> 4 | (b & 0x0fU) << 4);
@@ -76,21 +39,21 @@ std::uint8_t reverse_bits(std::uint8_t b) noexcept {
 
 void swap_sample_id(Swapper& s, std::uint64_t st) noexcept {
   if ((st & PERF_SAMPLE_TID) != 0U) {
-    (void)s.take<std::uint32_t>();
-    (void)s.take<std::uint32_t>();
+    (void)s.take_swapped<std::uint32_t>();
+    (void)s.take_swapped<std::uint32_t>();
   }
   if ((st & PERF_SAMPLE_TIME) != 0U)
-    (void)s.take<std::uint64_t>();
+    (void)s.take_swapped<std::uint64_t>();
   if ((st & PERF_SAMPLE_ID) != 0U)
-    (void)s.take<std::uint64_t>();
+    (void)s.take_swapped<std::uint64_t>();
   if ((st & PERF_SAMPLE_STREAM_ID) != 0U)
-    (void)s.take<std::uint64_t>();
+    (void)s.take_swapped<std::uint64_t>();
   if ((st & PERF_SAMPLE_CPU) != 0U) {
-    (void)s.take<std::uint32_t>();
-    (void)s.take<std::uint32_t>();
+    (void)s.take_swapped<std::uint32_t>();
+    (void)s.take_swapped<std::uint32_t>();
   }
   if ((st & PERF_SAMPLE_IDENTIFIER) != 0U)
-    (void)s.take<std::uint64_t>();
+    (void)s.take_swapped<std::uint64_t>();
 }
 
 void swap_read(Swapper& s, std::uint64_t format) noexcept {
@@ -98,7 +61,7 @@ void swap_read(Swapper& s, std::uint64_t format) noexcept {
   std::uint64_t nr = 1;
   std::uint64_t consumed = 0;
   if ((format & PERF_FORMAT_GROUP) != 0U) {
-    nr = s.take<std::uint64_t>();
+    nr = s.take_swapped<std::uint64_t>();
     consumed = 8;
   }
   const std::uint32_t per =
@@ -107,115 +70,115 @@ void swap_read(Swapper& s, std::uint64_t format) noexcept {
     s.fail();
     return;
   }
-  s.u64s((perf::ReadView::size_for(format, nr) - consumed) / 8);
+  swap_u64s(s, (perf::ReadView::size_for(format, nr) - consumed) / 8);
 }
 
 void swap_regs(Swapper& s, std::uint32_t count) noexcept {
-  if (s.take<std::uint64_t>() != PERF_SAMPLE_REGS_ABI_NONE)
-    s.u64s(count);
+  if (s.take_swapped<std::uint64_t>() != PERF_SAMPLE_REGS_ABI_NONE)
+    swap_u64s(s, count);
 }
 
 void swap_sample(Swapper& s, const perf::SampleLayout& l, const tracefs::Format* format) noexcept {
   const std::uint64_t st = l.sample_type;
   if ((st & PERF_SAMPLE_IDENTIFIER) != 0U)
-    (void)s.take<std::uint64_t>();
+    (void)s.take_swapped<std::uint64_t>();
   if ((st & PERF_SAMPLE_IP) != 0U)
-    (void)s.take<std::uint64_t>();
+    (void)s.take_swapped<std::uint64_t>();
   if ((st & PERF_SAMPLE_TID) != 0U) {
-    (void)s.take<std::uint32_t>();
-    (void)s.take<std::uint32_t>();
+    (void)s.take_swapped<std::uint32_t>();
+    (void)s.take_swapped<std::uint32_t>();
   }
   if ((st & PERF_SAMPLE_TIME) != 0U)
-    (void)s.take<std::uint64_t>();
+    (void)s.take_swapped<std::uint64_t>();
   if ((st & PERF_SAMPLE_ADDR) != 0U)
-    (void)s.take<std::uint64_t>();
+    (void)s.take_swapped<std::uint64_t>();
   if ((st & PERF_SAMPLE_ID) != 0U)
-    (void)s.take<std::uint64_t>();
+    (void)s.take_swapped<std::uint64_t>();
   if ((st & PERF_SAMPLE_STREAM_ID) != 0U)
-    (void)s.take<std::uint64_t>();
+    (void)s.take_swapped<std::uint64_t>();
   if ((st & PERF_SAMPLE_CPU) != 0U) {
-    (void)s.take<std::uint32_t>();
-    (void)s.take<std::uint32_t>();
+    (void)s.take_swapped<std::uint32_t>();
+    (void)s.take_swapped<std::uint32_t>();
   }
   if ((st & PERF_SAMPLE_PERIOD) != 0U)
-    (void)s.take<std::uint64_t>();
+    (void)s.take_swapped<std::uint64_t>();
   if ((st & PERF_SAMPLE_READ) != 0U)
     swap_read(s, l.read_format);
   if ((st & PERF_SAMPLE_CALLCHAIN) != 0U)
-    s.u64s(s.take<std::uint64_t>());
+    swap_u64s(s, s.take_swapped<std::uint64_t>());
   if ((st & PERF_SAMPLE_RAW) != 0U) {
-    const auto size = s.take<std::uint32_t>();
+    const auto size = s.take_swapped<std::uint32_t>();
     std::byte* raw = s.skip(size);
     if (raw != nullptr && format != nullptr)
       swap_raw({raw, size}, *format);
   }
   if ((st & PERF_SAMPLE_BRANCH_STACK) != 0U) {
-    const auto nr = s.take<std::uint64_t>();
+    const auto nr = s.take_swapped<std::uint64_t>();
     if ((l.branch_sample_type & abi::kBranchHwIndex) != 0U)
-      (void)s.take<std::uint64_t>();
+      (void)s.take_swapped<std::uint64_t>();
     if (nr > s.left() / 24) {
       s.fail();
       return;
     }
-    s.u64s(nr * 3);
+    swap_u64s(s, nr * 3);
     if ((l.branch_sample_type & abi::kBranchCounters) != 0U)
-      s.u64s(nr);
+      swap_u64s(s, nr);
   }
   if ((st & PERF_SAMPLE_REGS_USER) != 0U)
     swap_regs(s, l.regs_user_count);
   if ((st & PERF_SAMPLE_STACK_USER) != 0U) {
-    const auto size = s.take<std::uint64_t>();
+    const auto size = s.take_swapped<std::uint64_t>();
     if (size != 0) {
       (void)s.skip(size);  // stack bytes stay as the machine had them
-      (void)s.take<std::uint64_t>();
+      (void)s.take_swapped<std::uint64_t>();
     }
   }
   if ((st & abi::kSampleWeightStruct) != 0U) {
-    (void)s.take<std::uint32_t>();
-    (void)s.take<std::uint16_t>();
-    (void)s.take<std::uint16_t>();
+    (void)s.take_swapped<std::uint32_t>();
+    (void)s.take_swapped<std::uint16_t>();
+    (void)s.take_swapped<std::uint16_t>();
   } else if ((st & PERF_SAMPLE_WEIGHT) != 0U) {
-    (void)s.take<std::uint64_t>();
+    (void)s.take_swapped<std::uint64_t>();
   }
   if ((st & PERF_SAMPLE_DATA_SRC) != 0U)
-    (void)s.take<std::uint64_t>();
+    (void)s.take_swapped<std::uint64_t>();
   if ((st & PERF_SAMPLE_TRANSACTION) != 0U)
-    (void)s.take<std::uint64_t>();
+    (void)s.take_swapped<std::uint64_t>();
   if ((st & PERF_SAMPLE_REGS_INTR) != 0U)
     swap_regs(s, l.regs_intr_count);
   if ((st & PERF_SAMPLE_PHYS_ADDR) != 0U)
-    (void)s.take<std::uint64_t>();
+    (void)s.take_swapped<std::uint64_t>();
   if ((st & abi::kSampleCgroup) != 0U)
-    (void)s.take<std::uint64_t>();
+    (void)s.take_swapped<std::uint64_t>();
   if ((st & abi::kSampleDataPageSize) != 0U)
-    (void)s.take<std::uint64_t>();
+    (void)s.take_swapped<std::uint64_t>();
   if ((st & abi::kSampleCodePageSize) != 0U)
-    (void)s.take<std::uint64_t>();
+    (void)s.take_swapped<std::uint64_t>();
   if ((st & abi::kSampleAux) != 0U)
-    (void)s.skip(s.take<std::uint64_t>());
+    (void)s.skip(s.take_swapped<std::uint64_t>());
 }
 
 // struct perf_record_cpu_map_data (packed): u16 type, then per type.
 void swap_cpu_map_data(Swapper& s) noexcept {
-  const auto type = s.take<std::uint16_t>();
+  const auto type = s.take_swapped<std::uint16_t>();
   if (type == 0) {  // PERF_CPU_MAP__CPUS: u16 nr, u16 cpu[nr]
-    const auto nr = s.take<std::uint16_t>();
+    const auto nr = s.take_swapped<std::uint16_t>();
     for (std::uint32_t i = 0; i < nr && s.ok(); ++i)
-      (void)s.take<std::uint16_t>();
+      (void)s.take_swapped<std::uint16_t>();
   } else if (type == 1) {  // PERF_CPU_MAP__MASK: u16 nr, u16 long_size, masks
-    const auto nr = s.take<std::uint16_t>();
-    const auto long_size = s.take<std::uint16_t>();
+    const auto nr = s.take_swapped<std::uint16_t>();
+    const auto long_size = s.take_swapped<std::uint16_t>();
     if (long_size == 4) {
       for (std::uint32_t i = 0; i < nr && s.ok(); ++i)
-        (void)s.take<std::uint32_t>();
+        (void)s.take_swapped<std::uint32_t>();
     } else {
       (void)s.skip(4);
-      s.u64s(nr);
+      swap_u64s(s, nr);
     }
   } else if (type == 2) {  // PERF_CPU_MAP__RANGE_CPUS: u8 any_cpu, u8 pad, u16 start, u16 end
     (void)s.skip(2);
-    (void)s.take<std::uint16_t>();
-    (void)s.take<std::uint16_t>();
+    (void)s.take_swapped<std::uint16_t>();
+    (void)s.take_swapped<std::uint16_t>();
   }
 }
 
@@ -234,49 +197,49 @@ bool swap_user(Swapper& s, std::uint32_t type, std::uint16_t misc) noexcept {
         return false;
       swap_attr(attr, size);
       (void)s.skip(size);
-      s.u64s(s.left() / 8);
+      swap_u64s(s, s.left() / 8);
       return true;
     }
     case kHeaderTracingData:  // u32 size
     case kHeaderBuildId:      // pid; the build id and the file name are bytes
-      (void)s.take<std::uint32_t>();
+      (void)s.take_swapped<std::uint32_t>();
       return s.ok();
     case kIdIndex:
     case kStatConfig:
     case kStatRound:
-      s.u64s(s.left() / 8);
+      swap_u64s(s, s.left() / 8);
       return s.ok();
     case kAuxtraceInfo:
-      (void)s.take<std::uint32_t>();
-      (void)s.take<std::uint32_t>();
-      s.u64s(s.left() / 8);
+      (void)s.take_swapped<std::uint32_t>();
+      (void)s.take_swapped<std::uint32_t>();
+      swap_u64s(s, s.left() / 8);
       return s.ok();
     case kAuxtrace:
-      s.u64s(3);
+      swap_u64s(s, 3);
       for (int i = 0; i < 4; ++i)
-        (void)s.take<std::uint32_t>();
+        (void)s.take_swapped<std::uint32_t>();
       return s.ok();
     case kAuxtraceError: {
       std::uint32_t fmt = 0;
       for (int i = 0; i < 6; ++i) {
-        const auto v = s.take<std::uint32_t>();
+        const auto v = s.take_swapped<std::uint32_t>();
         if (i == 5)
           fmt = v;
       }
-      s.u64s(2);
+      swap_u64s(s, 2);
       (void)s.skip(64);
       if (fmt >= 2 && s.left() >= 8) {
-        (void)s.take<std::uint32_t>();
-        (void)s.take<std::uint32_t>();
+        (void)s.take_swapped<std::uint32_t>();
+        (void)s.take_swapped<std::uint32_t>();
       }
       return s.ok();
     }
     case kThreadMap: {
-      const auto nr = s.take<std::uint64_t>();
+      const auto nr = s.take_swapped<std::uint64_t>();
       if (nr > s.left() / 24)
         return false;
       for (std::uint64_t i = 0; i < nr; ++i) {
-        (void)s.take<std::uint64_t>();
+        (void)s.take_swapped<std::uint64_t>();
         (void)s.skip(16);
       }
       return s.ok();
@@ -285,26 +248,26 @@ bool swap_user(Swapper& s, std::uint32_t type, std::uint16_t misc) noexcept {
       swap_cpu_map_data(s);
       return s.ok();
     case kStat:
-      (void)s.take<std::uint64_t>();
-      (void)s.take<std::uint32_t>();
-      (void)s.take<std::uint32_t>();
-      s.u64s(3);
+      (void)s.take_swapped<std::uint64_t>();
+      (void)s.take_swapped<std::uint32_t>();
+      (void)s.take_swapped<std::uint32_t>();
+      swap_u64s(s, 3);
       return s.ok();
     case kEventUpdate: {
-      const auto kind = s.take<std::uint64_t>();
-      (void)s.take<std::uint64_t>();
+      const auto kind = s.take_swapped<std::uint64_t>();
+      (void)s.take_swapped<std::uint64_t>();
       if (kind == 1)  // scale: a double, swapped as a u64
-        (void)s.take<std::uint64_t>();
+        (void)s.take_swapped<std::uint64_t>();
       else if (kind == 3)
         swap_cpu_map_data(s);
       return s.ok();
     }
     case kTimeConv:
-      s.u64s(std::min<std::uint64_t>(5, s.left() / 8));
+      swap_u64s(s, std::min<std::uint64_t>(5, s.left() / 8));
       return s.ok();
     case kHeaderFeature:  // feat_id; the contents are parsed with the swap flag
     case kCompressed2:    // data_size; zstd frames are bytes
-      (void)s.take<std::uint64_t>();
+      (void)s.take_swapped<std::uint64_t>();
       return s.ok();
     default:  // FINISHED_ROUND, FINISHED_INIT, COMPRESSED, EVENT_TYPE: nothing to swap
       (void)misc;
@@ -382,9 +345,9 @@ bool swap_record(std::span<std::byte> rec,
   if (rec.size() < 8)
     return false;
   Swapper h(rec.data(), rec.data() + 8);
-  const auto type = h.take<std::uint32_t>();
-  const auto misc = h.take<std::uint16_t>();
-  (void)h.take<std::uint16_t>();
+  const auto type = h.take_swapped<std::uint32_t>();
+  const auto misc = h.take_swapped<std::uint16_t>();
+  (void)h.take_swapped<std::uint16_t>();
   std::byte* body = rec.data() + 8;
   std::byte* end = rec.data() + rec.size();
   if (type >= kHeaderAttr) {
@@ -412,23 +375,23 @@ bool swap_record(std::span<std::byte> rec,
   Swapper s(body, end);
   switch (type) {
     case abi::kMmap:
-      (void)s.take<std::uint32_t>();
-      (void)s.take<std::uint32_t>();
-      s.u64s(3);
+      (void)s.take_swapped<std::uint32_t>();
+      (void)s.take_swapped<std::uint32_t>();
+      swap_u64s(s, 3);
       break;
     case abi::kMmap2:
-      (void)s.take<std::uint32_t>();
-      (void)s.take<std::uint32_t>();
-      s.u64s(3);
+      (void)s.take_swapped<std::uint32_t>();
+      (void)s.take_swapped<std::uint32_t>();
+      swap_u64s(s, 3);
       if ((misc & abi::kMiscMmapBuildId) != 0U) {
         (void)s.skip(24);  // u8 size, u8[3], u8 build_id[20]
       } else {
-        (void)s.take<std::uint32_t>();
-        (void)s.take<std::uint32_t>();
-        s.u64s(2);
+        (void)s.take_swapped<std::uint32_t>();
+        (void)s.take_swapped<std::uint32_t>();
+        swap_u64s(s, 2);
       }
-      (void)s.take<std::uint32_t>();
-      (void)s.take<std::uint32_t>();
+      (void)s.take_swapped<std::uint32_t>();
+      (void)s.take_swapped<std::uint32_t>();
       break;
     case abi::kLost:
     case abi::kThrottle:
@@ -436,50 +399,50 @@ bool swap_record(std::span<std::byte> rec,
     case abi::kAux:
     case abi::kLostSamples:
     case abi::kAuxOutputHwId:
-      s.u64s(s.left() / 8);
+      swap_u64s(s, s.left() / 8);
       break;
     case abi::kComm:
     case abi::kItraceStart:
     case abi::kSwitchCpuWide:
-      (void)s.take<std::uint32_t>();
-      (void)s.take<std::uint32_t>();
+      (void)s.take_swapped<std::uint32_t>();
+      (void)s.take_swapped<std::uint32_t>();
       break;
     case abi::kExit:
     case abi::kFork:
       for (int i = 0; i < 4; ++i)
-        (void)s.take<std::uint32_t>();
-      (void)s.take<std::uint64_t>();
+        (void)s.take_swapped<std::uint32_t>();
+      (void)s.take_swapped<std::uint64_t>();
       break;
     case abi::kRead:
-      (void)s.take<std::uint32_t>();
-      (void)s.take<std::uint32_t>();
+      (void)s.take_swapped<std::uint32_t>();
+      (void)s.take_swapped<std::uint32_t>();
       if (layout != nullptr)
         swap_read(s, layout->read_format);
       break;
     case abi::kNamespaces: {
-      (void)s.take<std::uint32_t>();
-      (void)s.take<std::uint32_t>();
-      s.u64s(s.take<std::uint64_t>() * 2);
+      (void)s.take_swapped<std::uint32_t>();
+      (void)s.take_swapped<std::uint32_t>();
+      swap_u64s(s, s.take_swapped<std::uint64_t>() * 2);
       break;
     }
     case abi::kKsymbol:
-      (void)s.take<std::uint64_t>();
-      (void)s.take<std::uint32_t>();
-      (void)s.take<std::uint16_t>();
-      (void)s.take<std::uint16_t>();
+      (void)s.take_swapped<std::uint64_t>();
+      (void)s.take_swapped<std::uint32_t>();
+      (void)s.take_swapped<std::uint16_t>();
+      (void)s.take_swapped<std::uint16_t>();
       break;
     case abi::kBpfEvent:
-      (void)s.take<std::uint16_t>();
-      (void)s.take<std::uint16_t>();
-      (void)s.take<std::uint32_t>();
+      (void)s.take_swapped<std::uint16_t>();
+      (void)s.take_swapped<std::uint16_t>();
+      (void)s.take_swapped<std::uint32_t>();
       break;
     case abi::kCgroup:
-      (void)s.take<std::uint64_t>();
+      (void)s.take_swapped<std::uint64_t>();
       break;
     case abi::kTextPoke:
-      (void)s.take<std::uint64_t>();
-      (void)s.take<std::uint16_t>();
-      (void)s.take<std::uint16_t>();
+      (void)s.take_swapped<std::uint64_t>();
+      (void)s.take_swapped<std::uint16_t>();
+      (void)s.take_swapped<std::uint16_t>();
       break;
     default:  // SWITCH and unknown kernel types: nothing to swap
       break;

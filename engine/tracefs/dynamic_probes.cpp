@@ -320,11 +320,7 @@ Result<std::size_t> DynamicProbes::remove_stale(const Tracefs& fs) {
     }
     // Lines read "p:GROUP/EVENT /path:0x..." or "r:GROUP/EVENT sym+0" (trace_uprobe.c
     // probes_seq_show(), trace_kprobe.c trace_kprobe_show()).
-    std::string_view all = *text;
-    while (!all.empty()) {
-      const auto eol = all.find('\n');
-      const std::string_view line = all.substr(0, eol);
-      all = eol == std::string_view::npos ? std::string_view{} : all.substr(eol + 1);
+    for (const std::string_view line : detail::lines(*text)) {
       const auto colon = line.find(':');
       const auto space = line.find(' ');
       if (colon == std::string_view::npos || space == std::string_view::npos || colon > space)

@@ -20,6 +20,7 @@
 #include <utility>
 
 #include "common/edit_distance.hpp"
+#include "common/proc_mounts.hpp"
 #include "tracer/unique_fd.hpp"
 
 namespace tracer::tracefs {
@@ -32,65 +33,6 @@ constexpr std::string_view kProcMounts = "/proc/mounts";
 // A format file is a few KiB at most; sysfs/tracefs files never exceed a page or two. The cap only
 // protects against reading an unexpected huge file through a fake root.
 constexpr std::size_t kMaxFileBytes = 1 << 20;
-
-std::string_view trim(std::string_view s) {
-  const auto first = s.find_first_not_of(" \t\r\n");
-  if (first == std::string_view::npos)
-    return {};
-  const auto last = s.find_last_not_of(" \t\r\n");
-  return s.substr(first, last - first + 1);
-}
-
-/// /proc/mounts escapes space, tab, newline and backslash in paths as \ooo octal.
-std::string unescape_mount_path(std::string_view s) {
-  std::string out;
-  out.reserve(s.size());
-  for (std::size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '\\' && i + 3 < s.size() && s[i + 1] >= '0' && s[i + 1] <= '3' && s[i + 2] >= '0' &&
-        s[i + 2] <= '7' && s[i + 3] >= '0' && s[i + 3] <= '7') {
-      out.push_back(
-          static_cast<char>((s[i + 1] - '0') * 64 + (s[i + 2] - '0') * 8 + (s[i + 3] - '0')));
-      i += 3;
-    } else {
-      out.push_back(s[i]);
-    }
-  }
-  return out;
-}
-
-/// Finds a tracefs root in /proc/mounts: a tracefs mount, else <debugfs>/tracing.
-std::optional<fs::path> find_mounted_tracefs(std::string_view mounts) {
-  std::optional<fs::path> debugfs_candidate;
-  std::size_t pos = 0;
-  while (pos < mounts.size()) {
-    auto eol = mounts.find('\n', pos);
-    if (eol == std::string_view::npos)
-      eol = mounts.size();
-    const std::string_view line = mounts.substr(pos, eol - pos);
-    pos = eol + 1;
-    // "<device> <mount point> <fstype> <options> <dump> <pass>"
-    const auto sp1 = line.find(' ');
-    if (sp1 == std::string_view::npos)
-      continue;
-    const auto sp2 = line.find(' ', sp1 + 1);
-    if (sp2 == std::string_view::npos)
-      continue;
-    const auto sp3 = line.find(' ', sp2 + 1);
-    const std::string_view dir = line.substr(sp1 + 1, sp2 - sp1 - 1);
-    const std::string_view type = line.substr(
-        sp2 + 1, sp3 == std::string_view::npos ? std::string_view::npos : sp3 - sp2 - 1);
-    if (type == "tracefs")
-      return fs::path(unescape_mount_path(dir));
-    if (type == "debugfs" && !debugfs_candidate) {
-      // debugfs automounts tracefs at <debugfs>/tracing on first access.
-      fs::path p = fs::path(unescape_mount_path(dir)) / "tracing";
-      std::error_code ec;
-      if (fs::is_directory(p / "events", ec))
-        debugfs_candidate = std::move(p);
-    }
-  }
-  return debugfs_candidate;
-}
 
 /// A path component from user input must not escape events/ ("..", "a/b").
 bool valid_component(std::string_view s) {
@@ -174,7 +116,7 @@ bool is_ident_char(char c) {
 /// Parses the declaration part of a field line ("unsigned long args[6]", "__data_loc char[] x").
 /// @return an error text (empty on success).
 std::string parse_decl(std::string_view decl, Field& f) {
-  decl = trim(decl);
+  decl = detail::trim(decl);
   std::string_view array_suffix;
   bool has_array_suffix = false;
   if (decl.ends_with(']')) {
@@ -183,7 +125,7 @@ std::string parse_decl(std::string_view decl, Field& f) {
       return "unbalanced ']' in the declaration";
     array_suffix = decl.substr(open + 1, decl.size() - open - 2);
     has_array_suffix = true;
-    decl = trim(decl.substr(0, open));
+    decl = detail::trim(decl.substr(0, open));
   }
   std::size_t name_start = decl.size();
   while (name_start > 0 && is_ident_char(decl[name_start - 1]))
@@ -193,7 +135,7 @@ std::string parse_decl(std::string_view decl, Field& f) {
   f.name = std::string(decl.substr(name_start));
   if (f.name[0] >= '0' && f.name[0] <= '9')
     return "field name starts with a digit";
-  std::string_view type = trim(decl.substr(0, name_start));
+  std::string_view type = detail::trim(decl.substr(0, name_start));
   if (type.empty())
     return "no type in the declaration";
   f.type = std::string(type);
@@ -207,9 +149,9 @@ std::string parse_decl(std::string_view decl, Field& f) {
   }
   if (f.is_data_loc || f.is_rel_loc) {
     // "__data_loc char[] name": the element type carries the [] (kernel's __dynamic_array()).
-    type = trim(type);
+    type = detail::trim(type);
     if (type.ends_with("[]"))
-      type = trim(type.substr(0, type.size() - 2));
+      type = detail::trim(type.substr(0, type.size() - 2));
     if (has_array_suffix)
       return "dynamic (__data_loc/__rel_loc) field with an array suffix";
     f.element_size = scalar_size(type);
@@ -245,11 +187,11 @@ std::string parse_field_line(std::string_view line, Field& f) {
   while (pos < line.size()) {
     auto semi = line.find(';', pos);
     if (semi == std::string_view::npos) {
-      if (!trim(line.substr(pos)).empty())
+      if (!detail::trim(line.substr(pos)).empty())
         return "missing ';' after the last attribute";
       break;
     }
-    const std::string_view part = trim(line.substr(pos, semi - pos));
+    const std::string_view part = detail::trim(line.substr(pos, semi - pos));
     pos = semi + 1;
     if (part.empty())
       continue;
@@ -257,7 +199,7 @@ std::string parse_field_line(std::string_view line, Field& f) {
     if (colon == std::string_view::npos)
       return fmt::format("attribute '{}' has no ':'", part);
     const std::string_view key = part.substr(0, colon);
-    const std::string_view value = trim(part.substr(colon + 1));
+    const std::string_view value = detail::trim(part.substr(colon + 1));
     if (first) {
       if (key != "field")
         return "a field line must start with 'field:'";
@@ -343,7 +285,7 @@ Result<Format> parse_format(std::string_view text,
   auto error = [&](std::size_t lineno, std::string_view line, std::string_view why) {
     // Quote the line, shortened: a runaway line would otherwise drown the message.
     constexpr std::size_t kMaxQuote = 160;
-    std::string_view quoted = trim(line);
+    std::string_view quoted = detail::trim(line);
     const bool cut = quoted.size() > kMaxQuote;
     if (cut)
       quoted = quoted.substr(0, kMaxQuote);
@@ -362,18 +304,18 @@ Result<Format> parse_format(std::string_view text,
     const std::string_view line = text.substr(pos, eol - pos);
     pos = eol + 1;
     ++lineno;
-    const std::string_view t = trim(line);
+    const std::string_view t = detail::trim(line);
     if (t.empty())
       continue;
     seen_any = true;
     if (t.starts_with("name:")) {
-      const auto n = trim(t.substr(5));
+      const auto n = detail::trim(t.substr(5));
       if (n.empty())
         return error(lineno, line, "empty name");
       if (out.name.empty())
         out.name = std::string(n);
     } else if (t.starts_with("ID:")) {
-      const auto id = detail::parse_uint<std::uint32_t>(trim(t.substr(3)));
+      const auto id = detail::parse_uint<std::uint32_t>(detail::trim(t.substr(3)));
       if (!id)
         return error(lineno, line, "bad ID");
       out.id = *id;
@@ -392,7 +334,7 @@ Result<Format> parse_format(std::string_view text,
       // The kernel prints the format string verbatim, and a literal "\n" inside it (ext4's
       // ext4_fc_stats, ext4_fsmap_*) breaks it over several lines: it runs to the end of the file.
       const auto start = static_cast<std::size_t>(t.data() - text.data()) + 10;
-      out.print_fmt = std::string(trim(text.substr(start)));
+      out.print_fmt = std::string(detail::trim(text.substr(start)));
       break;
     } else {
       return error(lineno, line, "unrecognised line");
@@ -483,7 +425,7 @@ Result<Tracefs> Tracefs::open() {
   TRACER_ASSIGN_OR_RETURN(
       const std::string mounts,
       detail::read_text_file(std::string(kProcMounts), "tracefs", kMaxFileBytes));
-  if (auto root = find_mounted_tracefs(mounts))
+  if (auto root = detail::find_mounted_tracefs(mounts))
     return Tracefs(std::move(*root));
 
   const fs::path target{kDefaultMount};
@@ -577,36 +519,18 @@ std::vector<std::string> Tracefs::near_matches(const TracepointName& tp, std::si
   if (!all || max == 0)
     return {};
   const std::string query = tp_string(tp);
-  // Beyond this distance a suggestion is noise rather than a likely typo.
-  const std::size_t threshold = std::max<std::size_t>(3, query.size() / 3);
-  std::vector<std::pair<std::size_t, std::string>> scored;
-  std::vector<std::size_t> row;
+  // Ties in name order; the name asked for is no suggestion for itself.
+  std::vector<std::string> names;
+  names.reserve(all->size());
   for (const auto& c : *all) {
-    std::string name = tp_string(c);
-    const std::size_t len_gap =
-        name.size() > query.size() ? name.size() - query.size() : query.size() - name.size();
-    std::size_t score =
-        len_gap <= threshold ? detail::edit_distance(query, name, row) : threshold + 1;
-    // The same event filed under another system ("sched_switch" asked as "sys:sched_switch").
-    if (c.system != tp.system) {
-      const std::size_t ev_gap = c.event.size() > tp.event.size()
-                                     ? c.event.size() - tp.event.size()
-                                     : tp.event.size() - c.event.size();
-      if (ev_gap <= threshold)
-        score = std::min(score, detail::edit_distance(tp.event, c.event, row) + 1);
-    }
-    if (score == 0 || score > threshold)
-      continue;
-    scored.emplace_back(score, std::move(name));
+    if (auto name = tp_string(c); name != query)
+      names.push_back(std::move(name));
   }
-  std::sort(scored.begin(), scored.end());
-  std::vector<std::string> out;
-  for (auto& [score, name] : scored) {
-    if (out.size() == max)
-      break;
-    out.push_back(std::move(name));
-  }
-  return out;
+  std::sort(names.begin(), names.end());
+  // Beyond a third of the name (at least 3) a suggestion is noise rather than a likely typo; the
+  // same event filed under another system ("sched_switch" asked as "sys:sched_switch") is near.
+  return detail::nearest(
+      query, names, {.max_distance = 3, .limit = max, .related_only = false, .separator = ':'});
 }
 
 Result<std::uint32_t> Tracefs::tracepoint_id(const TracepointName& tp) const {
@@ -622,10 +546,10 @@ Result<std::uint32_t> Tracefs::tracepoint_id(const TracepointName& tp) const {
                   near_hint(near_matches(tp)));
     return fail(std::move(text).error());
   }
-  const auto id = detail::parse_uint<std::uint32_t>(trim(*text));
+  const auto id = detail::parse_uint<std::uint32_t>(detail::trim(*text));
   if (!id)
     return fail(EINVAL, fmt::format("tracefs: {} does not hold a number: '{}'", path.string(),
-                                    trim(*text)));
+                                    detail::trim(*text)));
   return *id;
 }
 

@@ -6,9 +6,11 @@
 #include <chrono>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "tracer/stage.hpp"
@@ -82,6 +84,25 @@ class KeyedStates {
   std::vector<State> states_;
 };
 
+/// The buckets of a histogram row, from the first non-empty one to the last: each with its count,
+/// its bounds and label set by describe(bucket index, bucket).
+template <typename Describe>
+void append_buckets(TableRow& row, std::span<const std::uint64_t> counts, Describe&& describe) {
+  std::size_t first = counts.size(), last = 0;
+  for (std::size_t b = 0; b < counts.size(); ++b) {
+    if (counts[b] != 0) {
+      first = std::min(first, b);
+      last = b;
+    }
+  }
+  for (std::size_t b = first; b <= last; ++b) {
+    HistBucket hb;
+    hb.count = counts[b];
+    describe(b, hb);
+    row.buckets.push_back(std::move(hb));
+  }
+}
+
 /// Base of the aggregations: reads by/top/every, binds the keys, orders and cuts rows.
 class AggregateStage : public Stage {
  public:
@@ -107,6 +128,59 @@ class AggregateStage : public Stage {
   void describe(Table& t, std::string_view what) const;
   /// Sorts rows by score descending (ties by key text) and keeps `top`.
   void order(Table& t, std::vector<double>& scores) const;
+
+  /// The bind of a distribution (hist, lhist, quantiles): the keys, the value field, and room
+  /// for `expected_keys` keys.
+  template <typename State>
+  void bind_distribution(BindContext& ctx,
+                         Diagnostics& diags,
+                         std::optional<FieldRef>& value,
+                         KeyedStates<State>& states,
+                         std::size_t expected_keys) {
+    bind_keys(ctx, diags);
+    if (!value_name_.empty())
+      value = bind_value(ctx, diags);
+    states.reserve(expected_keys);
+  }
+
+  /// The per-key loop of a distribution (hist, lhist, quantiles): for each event whose value
+  /// field is set, add(state of its key, value), the state made by make() for a new key.
+  template <typename State, typename Make, typename Add>
+  void accumulate(std::span<Event* const> events,
+                  const std::optional<FieldRef>& value,
+                  KeyedStates<State>& states,
+                  Make&& make,
+                  Add&& add) noexcept {
+    if (!value)
+      return;
+    for (const Event* e : events) {
+      const Value v = value->read(*e);
+      if (is_none(v))
+        continue;
+      add(states.get(key_of(*e), make), v);
+    }
+  }
+
+  /// The snapshot of a distribution: a row per key with samples (State::total), its values
+  /// filled by fill(state, row), scored by its total, ordered and cut to `top`; then, if
+  /// `reset`, every state zeroed by zero(state) for the next interval.
+  template <typename State, typename Fill, typename Zero>
+  void snapshot_rows(Table& out, KeyedStates<State>& states, bool reset, Fill&& fill, Zero&& zero) {
+    std::vector<double> scores;
+    for (std::size_t i = 0; i < states.size(); ++i) {
+      const State& s = states.state(i);
+      if (s.total == 0)
+        continue;
+      TableRow row;
+      row.keys = decode_key(states.key(i));
+      fill(s, row);
+      out.rows.push_back(std::move(row));
+      scores.push_back(static_cast<double>(s.total));
+    }
+    order(out, scores);
+    if (reset)
+      states.reset(zero);
+  }
 
   std::vector<std::pair<std::string, SourceRegion>> by_names_;
   std::vector<FieldRef> by_;

@@ -130,7 +130,7 @@ void BpfMap::bind(BindContext& ctx, Diagnostics& diags) {
     std::string hint = schema.error().hint;
     if (!names.empty()) {
       // The nearest name ("did you mean", when one is near), then all of them.
-      const auto near = detail::nearest(map_, names, 1);
+      const auto near = detail::nearest(map_, names);
       hint = fmt::format("{}maps: {}",
                          near.empty() ? "" : fmt::format("did you mean '{}'? ", near.front()),
                          fmt::join(names, ", "));

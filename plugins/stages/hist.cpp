@@ -40,72 +40,47 @@ void Hist::configure(const ConfigValue& options, Diagnostics& diags) {
 }
 
 void Hist::bind(BindContext& ctx, Diagnostics& diags) {
-  bind_keys(ctx, diags);
-  if (!value_name_.empty())
-    value_ = bind_value(ctx, diags);
-  states_.reserve(1024);
+  bind_distribution(ctx, diags, value_, states_, 1024);
 }
 
 void Hist::on_events(std::span<Event* const> events) noexcept {
-  if (!value_)
-    return;
-  for (const Event* e : events) {
-    const Value v = value_->read(*e);
-    if (is_none(v))
-      continue;
-    State& s = states_.get(key_of(*e), [] { return State{}; });
-    ++s.counts[bucket(to_int(v).value_or(0))];
-    ++s.total;
-  }
+  accumulate(
+      events, value_, states_, [] { return State{}; },
+      [](State& s, const Value& v) {
+        ++s.counts[bucket(to_int(v).value_or(0))];
+        ++s.total;
+      });
 }
 
 void Hist::snapshot(Table& out, bool reset) {
   describe(out, fmt::format("hist of {}", value_name_));
   out.histogram = true;
   out.value_names = {value_name_};
-  std::vector<double> scores;
-  for (std::size_t i = 0; i < states_.size(); ++i) {
-    const State& s = states_.state(i);
-    if (s.total == 0)
-      continue;
-    TableRow row;
-    row.keys = decode_key(states_.key(i));
-    std::size_t first = kBuckets, last = 0;
-    for (std::size_t b = 0; b < kBuckets; ++b) {
-      if (s.counts[b] != 0) {
-        first = std::min(first, b);
-        last = b;
-      }
-    }
-    for (std::size_t b = first; b <= last; ++b) {
-      HistBucket hb;
-      hb.count = s.counts[b];
-      if (b == 0) {
-        hb.lo_unbounded = true;
-        hb.hi = 0;
-        hb.label = "(..., 0)";
-      } else if (b == 1 || b == 2) {
-        hb.lo = static_cast<std::int64_t>(b - 1);
-        hb.hi = hb.lo + 1;
-        hb.label = fmt::format("[{}]", hb.lo);
-      } else {
-        const auto k = static_cast<unsigned>(b - 2);
-        hb.lo = std::int64_t{1} << k;
-        if (k + 1 >= 63)
-          hb.hi_unbounded = true;
-        else
-          hb.hi = std::int64_t{1} << (k + 1);
-        hb.label = fmt::format("[{}, {})", power_label(k), power_label(k + 1));
-      }
-      row.buckets.push_back(std::move(hb));
-    }
-    row.values.emplace_back(s.total);
-    out.rows.push_back(std::move(row));
-    scores.push_back(static_cast<double>(s.total));
-  }
-  order(out, scores);
-  if (reset)
-    states_.reset([](State& s) { s = State{}; });
+  snapshot_rows(
+      out, states_, reset,
+      [](const State& s, TableRow& row) {
+        append_buckets(row, s.counts, [](std::size_t b, HistBucket& hb) {
+          if (b == 0) {
+            hb.lo_unbounded = true;
+            hb.hi = 0;
+            hb.label = "(..., 0)";
+          } else if (b == 1 || b == 2) {
+            hb.lo = static_cast<std::int64_t>(b - 1);
+            hb.hi = hb.lo + 1;
+            hb.label = fmt::format("[{}]", hb.lo);
+          } else {
+            const auto k = static_cast<unsigned>(b - 2);
+            hb.lo = std::int64_t{1} << k;
+            if (k + 1 >= 63)
+              hb.hi_unbounded = true;
+            else
+              hb.hi = std::int64_t{1} << (k + 1);
+            hb.label = fmt::format("[{}, {})", power_label(k), power_label(k + 1));
+          }
+        });
+        row.values.emplace_back(s.total);
+      },
+      [](State& s) { s = State{}; });
 }
 
 }  // namespace tracer::stages

@@ -57,10 +57,7 @@ void Lhist::configure(const ConfigValue& options, Diagnostics& diags) {
 }
 
 void Lhist::bind(BindContext& ctx, Diagnostics& diags) {
-  bind_keys(ctx, diags);
-  if (!value_name_.empty())
-    value_ = bind_value(ctx, diags);
-  states_.reserve(1024);
+  bind_distribution(ctx, diags, value_, states_, 1024);
 }
 
 std::size_t Lhist::bucket(std::int64_t v) const noexcept {
@@ -72,66 +69,43 @@ std::size_t Lhist::bucket(std::int64_t v) const noexcept {
 }
 
 void Lhist::on_events(std::span<Event* const> events) noexcept {
-  if (!value_)
-    return;
-  for (const Event* e : events) {
-    const Value v = value_->read(*e);
-    if (is_none(v))
-      continue;
-    State& s = states_.get(key_of(*e), [this] {
-      return State{.counts = std::vector<std::uint64_t>(inner_ + 2), .total = 0};
-    });
-    ++s.counts[bucket(to_int(v).value_or(0))];
-    ++s.total;
-  }
+  accumulate(
+      events, value_, states_,
+      [this] { return State{.counts = std::vector<std::uint64_t>(inner_ + 2), .total = 0}; },
+      [this](State& s, const Value& v) {
+        ++s.counts[bucket(to_int(v).value_or(0))];
+        ++s.total;
+      });
 }
 
 void Lhist::snapshot(Table& out, bool reset) {
   describe(out, fmt::format("lhist of {}", value_name_));
   out.histogram = true;
   out.value_names = {value_name_};
-  std::vector<double> scores;
-  for (std::size_t i = 0; i < states_.size(); ++i) {
-    const State& s = states_.state(i);
-    if (s.total == 0)
-      continue;
-    TableRow row;
-    row.keys = decode_key(states_.key(i));
-    std::size_t first = s.counts.size(), last = 0;
-    for (std::size_t b = 0; b < s.counts.size(); ++b) {
-      if (s.counts[b] != 0) {
-        first = std::min(first, b);
-        last = b;
-      }
-    }
-    for (std::size_t b = first; b <= last; ++b) {
-      HistBucket hb;
-      hb.count = s.counts[b];
-      if (b == 0) {
-        hb.lo_unbounded = true;
-        hb.hi = min_;
-        hb.label = fmt::format("(..., {})", min_);
-      } else if (b == inner_ + 1) {
-        hb.lo = max_;
-        hb.hi_unbounded = true;
-        hb.label = fmt::format("[{}, ...)", max_);
-      } else {
-        hb.lo = min_ + static_cast<std::int64_t>(b - 1) * step_;
-        hb.hi = std::min(hb.lo + step_, max_);
-        hb.label = fmt::format("[{}, {})", hb.lo, hb.hi);
-      }
-      row.buckets.push_back(std::move(hb));
-    }
-    row.values.emplace_back(s.total);
-    out.rows.push_back(std::move(row));
-    scores.push_back(static_cast<double>(s.total));
-  }
-  order(out, scores);
-  if (reset)
-    states_.reset([](State& s) {
-      std::fill(s.counts.begin(), s.counts.end(), 0);
-      s.total = 0;
-    });
+  snapshot_rows(
+      out, states_, reset,
+      [this](const State& s, TableRow& row) {
+        append_buckets(row, s.counts, [this](std::size_t b, HistBucket& hb) {
+          if (b == 0) {
+            hb.lo_unbounded = true;
+            hb.hi = min_;
+            hb.label = fmt::format("(..., {})", min_);
+          } else if (b == inner_ + 1) {
+            hb.lo = max_;
+            hb.hi_unbounded = true;
+            hb.label = fmt::format("[{}, ...)", max_);
+          } else {
+            hb.lo = min_ + static_cast<std::int64_t>(b - 1) * step_;
+            hb.hi = std::min(hb.lo + step_, max_);
+            hb.label = fmt::format("[{}, {})", hb.lo, hb.hi);
+          }
+        });
+        row.values.emplace_back(s.total);
+      },
+      [](State& s) {
+        std::fill(s.counts.begin(), s.counts.end(), 0);
+        s.total = 0;
+      });
 }
 
 }  // namespace tracer::stages

@@ -90,29 +90,21 @@ void Quantiles::configure(const ConfigValue& options, Diagnostics& diags) {
 }
 
 void Quantiles::bind(BindContext& ctx, Diagnostics& diags) {
-  bind_keys(ctx, diags);
-  if (!value_name_.empty())
-    value_ = bind_value(ctx, diags);
-  states_.reserve(256);
+  bind_distribution(ctx, diags, value_, states_, 256);
 }
 
 void Quantiles::on_events(std::span<Event* const> events) noexcept {
-  if (!value_)
-    return;
-  for (const Event* e : events) {
-    const Value v = value_->read(*e);
-    if (is_none(v))
-      continue;
-    State& s = states_.get(key_of(*e), [] {
-      return State{.counts = std::vector<std::uint64_t>(kBuckets), .total = 0};
-    });
-    const std::int64_t i = to_int(v).value_or(0);
-    const std::uint64_t u = i < 0 ? 0 : static_cast<std::uint64_t>(i);
-    ++s.counts[bucket(u)];
-    ++s.total;
-    s.min = std::min(s.min, u);
-    s.max = std::max(s.max, u);
-  }
+  accumulate(
+      events, value_, states_,
+      [] { return State{.counts = std::vector<std::uint64_t>(kBuckets), .total = 0}; },
+      [](State& s, const Value& v) {
+        const std::int64_t i = to_int(v).value_or(0);
+        const std::uint64_t u = i < 0 ? 0 : static_cast<std::uint64_t>(i);
+        ++s.counts[bucket(u)];
+        ++s.total;
+        s.min = std::min(s.min, u);
+        s.max = std::max(s.max, u);
+      });
 }
 
 void Quantiles::snapshot(Table& out, bool reset) {
@@ -121,42 +113,34 @@ void Quantiles::snapshot(Table& out, bool reset) {
   out.value_names.insert(out.value_names.end(), names_.begin(), names_.end());
   out.value_names.emplace_back("max");
   out.note = "quantiles within 1/128 (0.79%) of the exact nearest-rank value";
-  std::vector<double> scores;
-  for (std::size_t i = 0; i < states_.size(); ++i) {
-    const State& s = states_.state(i);
-    if (s.total == 0)
-      continue;
-    TableRow row;
-    row.keys = decode_key(states_.key(i));
-    row.values.emplace_back(s.total);
-    row.values.emplace_back(s.min);
-    for (double q : qs_) {
-      // Nearest rank: the smallest value with at least ceil(q * n) samples at or below it.
-      const auto rank = std::max<std::uint64_t>(
-          1, static_cast<std::uint64_t>(std::ceil(q * static_cast<double>(s.total))));
-      std::uint64_t seen = 0;
-      std::uint64_t value = s.max;
-      for (std::size_t b = 0; b < kBuckets; ++b) {
-        seen += s.counts[b];
-        if (seen >= rank) {
-          value = std::clamp(representative(b), s.min, s.max);
-          break;
+  snapshot_rows(
+      out, states_, reset,
+      [this](const State& s, TableRow& row) {
+        row.values.emplace_back(s.total);
+        row.values.emplace_back(s.min);
+        for (double q : qs_) {
+          // Nearest rank: the smallest value with at least ceil(q * n) samples at or below it.
+          const auto rank = std::max<std::uint64_t>(
+              1, static_cast<std::uint64_t>(std::ceil(q * static_cast<double>(s.total))));
+          std::uint64_t seen = 0;
+          std::uint64_t value = s.max;
+          for (std::size_t b = 0; b < kBuckets; ++b) {
+            seen += s.counts[b];
+            if (seen >= rank) {
+              value = std::clamp(representative(b), s.min, s.max);
+              break;
+            }
+          }
+          row.values.emplace_back(value);
         }
-      }
-      row.values.emplace_back(value);
-    }
-    row.values.emplace_back(s.max);
-    out.rows.push_back(std::move(row));
-    scores.push_back(static_cast<double>(s.total));
-  }
-  order(out, scores);
-  if (reset)
-    states_.reset([](State& s) {
-      std::fill(s.counts.begin(), s.counts.end(), 0);
-      s.total = 0;
-      s.min = UINT64_MAX;
-      s.max = 0;
-    });
+        row.values.emplace_back(s.max);
+      },
+      [](State& s) {
+        std::fill(s.counts.begin(), s.counts.end(), 0);
+        s.total = 0;
+        s.min = UINT64_MAX;
+        s.max = 0;
+      });
 }
 
 }  // namespace tracer::stages
