@@ -60,32 +60,33 @@ void enable_task_records(EngineOptions& eo, bool full) {
   throw e;
 }
 
-/// Whether some stage of the recipe writes machine output on stdout (its stdout option is "-").
-bool stage_takes_stdout(const Recipe& recipe) {
+/// Whether some stage of the recipe, with its spec's needs, satisfies `pred(spec, stage)`.
+template <typename Pred>
+bool any_stage(const Recipe& recipe, Pred pred) {
   const auto& registry = StageRegistry::global();
   for (const auto& p : recipe.pipelines) {
     for (const auto& st : p.stages) {
       const StageSpec* spec = registry.find(st.use);
-      if (spec == nullptr || spec->needs.stdout_option.empty())
-        continue;
-      const ConfigValue* v = st.options.find(spec->needs.stdout_option);
-      if (v != nullptr && v->string() != nullptr && *v->string() == "-")
+      if (spec != nullptr && pred(*spec, st))
         return true;
     }
   }
   return false;
 }
 
+/// Whether some stage of the recipe writes machine output on stdout (its stdout option is "-").
+bool stage_takes_stdout(const Recipe& recipe) {
+  return any_stage(recipe, [](const StageSpec& spec, const RecipeStage& st) {
+    if (spec.needs.stdout_option.empty())
+      return false;
+    const ConfigValue* v = st.options.find(spec.needs.stdout_option);
+    return v != nullptr && v->string() != nullptr && *v->string() == "-";
+  });
+}
+
 bool stages_need_task_records(const Recipe& recipe) {
-  const auto& registry = StageRegistry::global();
-  for (const auto& p : recipe.pipelines) {
-    for (const auto& st : p.stages) {
-      const StageSpec* spec = registry.find(st.use);
-      if (spec != nullptr && spec->needs.task_records)
-        return true;
-    }
-  }
-  return false;
+  return any_stage(
+      recipe, [](const StageSpec& spec, const RecipeStage&) { return spec.needs.task_records; });
 }
 
 }  // namespace
