@@ -12,6 +12,7 @@
 #include "tracer/recipe.hpp"
 #include "tracer/result.hpp"
 #include "tracer/stage.hpp"
+#include "tracer/stages.hpp"
 #include "tracer/tracefs/tracefs.hpp"
 
 namespace tracer::cli {
@@ -143,7 +144,7 @@ int list_pmus() {
 }  // namespace
 
 int list_stages() {
-  for (const auto* spec : StageRegistry::global().specs()) {
+  for (const auto* spec : stage_registry().specs()) {
     fmt::print("{:<10} {}\n", spec->name, spec->summary);
     for (const auto& o : spec->options) {
       fmt::print("    {:<12}{} {}\n", o.name, o.required ? " (required)" : "", o.help);

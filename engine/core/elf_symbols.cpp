@@ -1,5 +1,5 @@
 // ELF function symbols to file offsets (libelf/gelf), and binary names to paths.
-#include "tracer/core/elf_symbols.hpp"
+#include "core/elf_symbols.hpp"
 #include "common/text_file.hpp"
 
 #include <fcntl.h>

@@ -40,6 +40,9 @@ void Pipeline::add(const StageRegistry& registry,
   }
   stage->configure(options, diags);
   add(std::move(stage), std::string(use));
+  // The implicit output comes from the registry the stages do (core names no stage itself).
+  if (options_.implicit_print && !implicit_print_)
+    implicit_print_ = registry.make("print");
 }
 
 void Pipeline::bind(std::span<const ProbeInfo> probes,
@@ -47,7 +50,7 @@ void Pipeline::bind(std::span<const ProbeInfo> probes,
                     std::span<const PayloadSchema> payloads,
                     const MapSource* maps) {
   schema_ = std::make_unique<Schema>(probes, payloads, comm_);
-  if (options_.implicit_print) {
+  if (options_.implicit_print && implicit_print_) {
     bool pending = false;  // an aggregation with no output after it
     for (const auto& slot : stages_) {
       if (slot.stage->aggregates())
@@ -56,10 +59,8 @@ void Pipeline::bind(std::span<const ProbeInfo> probes,
         pending = false;
     }
     if (pending) {
-      if (auto print = StageRegistry::global().make("print")) {
-        print->configure(ConfigValue{.value = ConfigTable{}, .where = {}}, diags);
-        add(std::move(print), "print");
-      }
+      implicit_print_->configure(ConfigValue{.value = ConfigTable{}, .where = {}}, diags);
+      add(std::move(implicit_print_), "print");
     }
   }
   bool upstream = false;

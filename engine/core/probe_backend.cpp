@@ -1,5 +1,5 @@
 // Choosing between the probe PMUs and tracefs dynamic events, and building PMU attrs.
-#include "tracer/core/probe_backend.hpp"
+#include "core/probe_backend.hpp"
 
 #include <fmt/core.h>
 

@@ -10,8 +10,8 @@
 #include <ctime>
 #include <filesystem>
 
-#include "tracer/core/elf_symbols.hpp"
-#include "tracer/core/probe_backend.hpp"
+#include "core/elf_symbols.hpp"
+#include "core/probe_backend.hpp"
 #include "tracer/error.hpp"
 #include "tracer/perf/pmu.hpp"
 #include "tracer/perf/software.hpp"

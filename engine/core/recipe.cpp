@@ -23,7 +23,7 @@
 
 #include "common/edit_distance.hpp"
 #include "common/text_file.hpp"
-#include "tracer/core/elf_symbols.hpp"
+#include "core/elf_symbols.hpp"
 #include "tracer/duration.hpp"
 #include "tracer/tracefs/filter.hpp"
 #include "tracer/tracefs/tracefs.hpp"

@@ -1,5 +1,6 @@
-// The stage registry: the explicit table of built-ins (no static-initialiser self-registration),
-// checked for duplicate names, plus stages embedders register at run time.
+// The stage registry: a table of stages (the built-ins are the stages layer's, tracer/stages.hpp;
+// no static-initialiser self-registration) checked for duplicate names, plus stages embedders
+// register at run time.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -11,24 +12,20 @@
 
 namespace tracer {
 
-StageRegistry StageRegistry::with_builtins() {
+StageRegistry StageRegistry::from_table(std::span<const StageEntry> table) {
   StageRegistry r;
-  for (const auto& entry : builtin_stages()) {
+  for (const auto& entry : table) {
     StageSpec spec = entry.spec();
     if (r.find(spec.name) != nullptr) {
-      throw Error(ErrorCategory::kRuntime, std::make_error_code(std::errc::file_exists),
-                  fmt::format("stage registry: built-in stage '{}' is listed twice", spec.name),
-                  "remove the duplicate from kAllStages (plugins/stages/all_stages.cpp)");
+      throw Error(
+          ErrorCategory::kRuntime, std::make_error_code(std::errc::file_exists),
+          fmt::format("stage registry: built-in stage '{}' is listed twice", spec.name),
+          "remove the duplicate from the table (the built-ins: plugins/stages/all_stages.cpp)");
     }
     auto* make = entry.make;
     r.items_.push_back({std::move(spec), [make] { return make(); }});
   }
   return r;
-}
-
-StageRegistry& StageRegistry::global() {
-  static StageRegistry registry = with_builtins();
-  return registry;
 }
 
 void StageRegistry::register_stage(StageSpec spec, StageFactory factory) {
@@ -75,10 +72,6 @@ std::string StageRegistry::suggest(std::string_view name) const {
             }),
       {.max_distance = 2, .related_only = false});
   return near.empty() ? std::string() : std::move(near.front());
-}
-
-void register_stage(StageSpec spec, StageFactory factory) {
-  StageRegistry::global().register_stage(std::move(spec), std::move(factory));
 }
 
 }  // namespace tracer

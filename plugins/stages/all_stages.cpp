@@ -1,5 +1,7 @@
 // The one explicit table of built-in stages (no static-initialiser self-registration).
-// StageRegistry::with_builtins() checks it for duplicate names at startup.
+// StageRegistry::from_table() checks it for duplicate names at startup.
+#include "tracer/stages.hpp"
+
 #include "plugins/stages/bpf_map.hpp"
 #include "plugins/stages/csv.hpp"
 #include "plugins/stages/filter.hpp"
@@ -26,6 +28,19 @@ constexpr StageEntry kAllStages[] = {
 
 std::span<const StageEntry> builtin_stages() noexcept {
   return kAllStages;
+}
+
+StageRegistry builtin_stage_registry() {
+  return StageRegistry::from_table(builtin_stages());
+}
+
+StageRegistry& stage_registry() {
+  static StageRegistry registry = builtin_stage_registry();
+  return registry;
+}
+
+void register_stage(StageSpec spec, StageFactory factory) {
+  stage_registry().register_stage(std::move(spec), std::move(factory));
 }
 
 }  // namespace tracer

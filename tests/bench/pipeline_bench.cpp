@@ -10,6 +10,7 @@
 #include "support/stage_batches.hpp"
 #include "tracer/perf/ring.hpp"
 #include "tracer/pipeline.hpp"
+#include "tracer/stages.hpp"
 
 namespace {
 
@@ -120,7 +121,7 @@ void BM_DecodeFilterCount(benchmark::State& state) {
                            .reorder = {},
                            .force_order = ordered});
   Diagnostics diags;
-  auto& reg = StageRegistry::global();
+  auto& reg = stage_registry();
   pipeline.add(reg, "filter",
                testing::cv_table({{"expr", testing::cv("nr >= 1 && name != \"idle*\"")}}), diags);
   pipeline.add(reg, "count", testing::cv_table({{"by", testing::cv_list({"name", "pid"})}}), diags);

@@ -282,7 +282,11 @@ TEST(CliReplay, SystemWideSchedSwitchMatchesPerfScriptLineByLineInTimeOrder) {
   if (perfs.out.find(" swapper     0 ") != std::string::npos) {
     EXPECT_NE(ours.out.find(" swapper     0 "), std::string::npos);
   }
-  EXPECT_EQ(ours.out.find(":-1"), std::string::npos);
+  // No unresolved thread ("comm:-1") of ours: perf prints one only for a thread that exited
+  // while recording (another process's, on a busy machine), and then so do we (the lines match).
+  if (perfs.out.find(":-1") == std::string::npos) {
+    EXPECT_EQ(ours.out.find(":-1"), std::string::npos);
+  }
   EXPECT_TRUE(std::regex_search(ours.out, std::regex(R"(prev_state=[RSDI])")));
   // The default print is in time order too, with comms at the sample's time.
   const auto plain = shell(kTracer + " replay " + file);

@@ -1,7 +1,7 @@
 // ELF symbol -> file offset, checked against an independent computation (section headers
 // instead of program headers) and against the kernel: a uprobe at the offset fires exactly once
 // per call (see probe_backend_test.cpp for the PMU, dynamic_probes_test.cpp for tracefs).
-#include "tracer/core/elf_symbols.hpp"
+#include "core/elf_symbols.hpp"
 
 #include <fcntl.h>
 #include <gelf.h>

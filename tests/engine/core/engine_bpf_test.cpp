@@ -17,6 +17,7 @@
 #include "tracer/engine.hpp"
 #include "tracer/error.hpp"
 #include "tracer/pipeline.hpp"
+#include "tracer/stages.hpp"
 
 namespace tracer {
 namespace {
@@ -99,7 +100,7 @@ TEST(EngineBpf, InKernelCountsReadThroughMaps) {
   ConfigTable t;
   t.emplace_back("map", ConfigValue{.value = std::string("counts"), .where = {}});
   t.emplace_back("sort", ConfigValue{.value = std::string("calls"), .where = {}});
-  pipeline.add(StageRegistry::global(), "bpf-map", ConfigValue{.value = std::move(t), .where = {}},
+  pipeline.add(stage_registry(), "bpf-map", ConfigValue{.value = std::move(t), .where = {}},
                diags);
   pipeline.bind(engine.probes(), diags, {}, &maps);
   ASSERT_EQ(diags.format(), "");

@@ -8,7 +8,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "tracer/core/probe_backend.hpp"
+#include "core/probe_backend.hpp"
 #include "tracer/engine.hpp"
 #include "tracer/error.hpp"
 

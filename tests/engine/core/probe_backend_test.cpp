@@ -2,7 +2,7 @@
 // uprobe PMU present), and live uprobes/uretprobes through the uprobe PMU: exactly one sample
 // per call of the target function, from the child's pid, with the argument (DI) on entry and
 // the return value (AX) on return.
-#include "tracer/core/probe_backend.hpp"
+#include "core/probe_backend.hpp"
 
 #include <asm/perf_regs.h>
 #include <gtest/gtest.h>
@@ -13,7 +13,7 @@
 
 #include "support/probe_hits.hpp"
 #include "support/temp_dir.hpp"
-#include "tracer/core/elf_symbols.hpp"
+#include "core/elf_symbols.hpp"
 
 namespace tracer::core {
 namespace {

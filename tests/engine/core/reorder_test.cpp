@@ -10,6 +10,7 @@
 
 #include "support/stage_batches.hpp"
 #include "tracer/pipeline.hpp"
+#include "tracer/stages.hpp"
 
 namespace tracer {
 namespace {
@@ -138,10 +139,10 @@ TEST(Reorder, PipelinePairsExitsDeliveredBeforeTheirEntries) {
   Sink sink = Sink::to_string(&text);
   Pipeline pipeline(sink);
   Diagnostics diags;
-  pipeline.add(StageRegistry::global(), "latency",
+  pipeline.add(stage_registry(), "latency",
                testing::cv_table({{"entry", testing::cv("enter")}, {"exit", testing::cv("exit")}}),
                diags);
-  pipeline.add(StageRegistry::global(), "count", testing::cv_table({}), diags);
+  pipeline.add(stage_registry(), "count", testing::cv_table({}), diags);
   pipeline.bind(probes, diags);
   ASSERT_TRUE(diags.empty()) << diags.format();
   ASSERT_TRUE(pipeline.ordered());
@@ -179,7 +180,7 @@ TEST(Reorder, CommIsTheNameAtTheEventsTime) {
   Sink sink = Sink::to_string(&text);
   Pipeline pipeline(sink, {.comm = {.read_proc = false}});
   Diagnostics diags;
-  pipeline.add(StageRegistry::global(), "print",
+  pipeline.add(stage_registry(), "print",
                testing::cv_table({{"format", testing::cv("{tid} {comm} {nr}")}}), diags);
   pipeline.bind(probes, diags);
   ASSERT_TRUE(diags.empty()) << diags.format();

@@ -21,6 +21,7 @@
 #include "support/alloc_counter.hpp"
 #include "support/stage_batches.hpp"
 #include "tracer/pipeline.hpp"
+#include "tracer/stages.hpp"
 
 namespace tracer {
 namespace {
@@ -48,7 +49,7 @@ struct Harness {
   explicit Harness(std::vector<ProbeInfo> p, PipelineOptions o = {})
       : pipeline(sink, std::move(o)), probes(std::move(p)) {}
   Harness& add(std::string_view use, ConfigTable options = {}) {
-    pipeline.add(StageRegistry::global(), use, cv_table(std::move(options)), diags);
+    pipeline.add(stage_registry(), use, cv_table(std::move(options)), diags);
     return *this;
   }
   void bind() {
@@ -276,7 +277,7 @@ std::vector<std::string> lines(const std::string& s) {
 // Registry and options
 
 TEST(StageRegistry, BuiltinsAreListedOnceWithSpecs) {
-  auto reg = StageRegistry::with_builtins();
+  auto reg = builtin_stage_registry();
   for (std::string_view name :
        {"filter", "count", "sum", "min", "max", "avg", "hist", "lhist", "quantiles", "rate",
         "latency", "print", "jsonl", "csv", "bpf-map", "perf-data"}) {
@@ -297,7 +298,7 @@ TEST(StageRegistry, BuiltinsAreListedOnceWithSpecs) {
 }
 
 TEST(StageRegistry, EmbedderStagesAndDuplicates) {
-  auto reg = StageRegistry::with_builtins();
+  auto reg = builtin_stage_registry();
   struct Mine : Stage {
     void configure(const ConfigValue&, Diagnostics&) override {}
     void bind(BindContext&, Diagnostics&) override {}
@@ -515,7 +516,7 @@ TEST(BpfMapStage, RowsFromBtfFieldsSortedAndCut) {
   Sink sink = Sink::to_string(&out);
   Pipeline pipeline(sink);
   Diagnostics diags;
-  pipeline.add(StageRegistry::global(), "bpf-map",
+  pipeline.add(stage_registry(), "bpf-map",
                cv_table({{"map", cv("counts")},
                          {"sort", cv("calls")},
                          {"top", cv(2)},
@@ -536,13 +537,13 @@ TEST(BpfMapStage, RowsFromBtfFieldsSortedAndCut) {
 
   Pipeline bad(sink);
   Diagnostics d2;
-  bad.add(StageRegistry::global(), "bpf-map", cv_table({{"map", cv("countz", 3, 7)}}), d2);
+  bad.add(stage_registry(), "bpf-map", cv_table({{"map", cv("countz", 3, 7)}}), d2);
   bad.bind(probes, d2, {}, &maps);
   EXPECT_THAT(d2.format(), HasSubstr("r.toml:3:7")) << d2.format();
   EXPECT_THAT(d2.format(), HasSubstr("did you mean 'counts'")) << d2.format();
   Pipeline bad2(sink);
   Diagnostics d3;
-  bad2.add(StageRegistry::global(), "bpf-map",
+  bad2.add(stage_registry(), "bpf-map",
            cv_table({{"map", cv("counts")}, {"keys", cv_list({"pid", "tgid"}, 4)}}), d3);
   bad2.bind(probes, d3, {}, &maps);
   EXPECT_THAT(d3.format(), HasSubstr("no key field 'tgid'")) << d3.format();
@@ -1101,7 +1102,7 @@ TEST(Pipeline, SteadyStateDoesNotAllocate) {
   Sink sink = Sink::to_file(devnull);
   Pipeline pipeline(sink);
   Diagnostics diags;
-  auto& reg = StageRegistry::global();
+  auto& reg = stage_registry();
   const auto add = [&](std::string_view use, ConfigTable t) {
     pipeline.add(reg, use, cv_table(std::move(t)), diags);
   };

@@ -17,7 +17,7 @@
 
 #include "support/probe_hits.hpp"
 #include "support/temp_dir.hpp"
-#include "tracer/core/elf_symbols.hpp"
+#include "core/elf_symbols.hpp"
 #include "tracer/perf/event.hpp"
 
 namespace tracer::tracefs {

@@ -442,16 +442,12 @@ template <typename S>
   return {&S::spec, []() -> std::unique_ptr<Stage> { return std::make_unique<S>(); }};
 }
 
-/// The table of built-in stages (plugins/stages/all_stages.cpp).
-[[nodiscard]] std::span<const StageEntry> builtin_stages() noexcept;
-
 class StageRegistry {
  public:
-  /// The built-in stages, checked for duplicate names.
-  /// Throws tracer::Error (kRuntime) on a duplicate: a bug in the table.
-  [[nodiscard]] static StageRegistry with_builtins();
-  /// The process-wide registry the recipe loader and the CLI use (with_builtins() on first use).
-  [[nodiscard]] static StageRegistry& global();
+  /// A registry of the stages of `table`, checked for duplicate names (the built-in table is
+  /// the stages layer's: tracer/stages.hpp). Throws tracer::Error (kRuntime) on a duplicate: a
+  /// bug in the table.
+  [[nodiscard]] static StageRegistry from_table(std::span<const StageEntry> table);
 
   /// Adds an embedder's stage. Throws tracer::Error (kUsage) if the name is taken.
   void register_stage(StageSpec spec, StageFactory factory);
@@ -469,8 +465,5 @@ class StageRegistry {
   };
   std::vector<Item> items_;
 };
-
-/// register_stage on the global registry (A1 libbpf_register_prog_handler).
-void register_stage(StageSpec spec, StageFactory factory);
 
 }  // namespace tracer

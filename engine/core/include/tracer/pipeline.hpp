@@ -35,7 +35,8 @@ struct PipelineOptions {
   /// buffer never grows after construction.
   std::size_t max_events = 512;
   CommCacheOptions comm{};
-  /// Append a `print` stage when an aggregation has no output stage after it.
+  /// Append a `print` stage when an aggregation has no output stage after it (made by the
+  /// registry the stages were added from; a pipeline of hand-made stages gets none).
   bool implicit_print = true;
   /// The time-order merge used when a stage is ordered() or binds `comm`.
   ReorderOptions reorder{};
@@ -112,6 +113,7 @@ class Pipeline {
     std::chrono::nanoseconds last_emit{};
     std::uint32_t emitted = 0;
   };
+  std::unique_ptr<Stage> implicit_print_;  // from the registry of add(registry, ...)
   void run_chunks(std::span<const RecordRef> records) noexcept;
   void run(std::span<const RecordRef> records) noexcept;
   void dispatch() noexcept;

@@ -9,6 +9,7 @@
 #include <ctime>
 
 #include "tracer/error.hpp"
+#include "tracer/stages.hpp"
 
 namespace tracer {
 namespace {
@@ -63,7 +64,7 @@ void enable_task_records(EngineOptions& eo, bool full) {
 /// Whether some stage of the recipe, with its spec's needs, satisfies `pred(spec, stage)`.
 template <typename Pred>
 bool any_stage(const Recipe& recipe, Pred pred) {
-  const auto& registry = StageRegistry::global();
+  const auto& registry = stage_registry();
   for (const auto& p : recipe.pipelines) {
     for (const auto& st : p.stages) {
       const StageSpec* spec = registry.find(st.use);
@@ -93,7 +94,7 @@ bool stages_need_task_records(const Recipe& recipe) {
 
 std::vector<StageSpec> stage_catalog() {
   std::vector<StageSpec> specs;
-  for (const auto* s : StageRegistry::global().specs())
+  for (const auto* s : stage_registry().specs())
     specs.push_back(*s);
   return specs;
 }
@@ -105,7 +106,7 @@ std::vector<std::unique_ptr<Pipeline>> make_pipelines(const Recipe& recipe,
                                                       const PipelineOptions& base,
                                                       const std::string& perf_data) {
   std::vector<std::unique_ptr<Pipeline>> pipelines;
-  const auto& registry = StageRegistry::global();
+  const auto& registry = stage_registry();
   auto options = [&](bool implicit_print) {
     PipelineOptions o = base;
     o.implicit_print = implicit_print;
