@@ -16,10 +16,8 @@
 //   the blob padded to 8; EVENT_UPDATE NAME gives each attr its name.
 #include "tracer/perfdata/writer.hpp"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -28,13 +26,13 @@
 #include <array>
 #include <bit>
 #include <cerrno>
-#include <charconv>
-#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <optional>
 #include <utility>
 
+#include "perfdata/record_bytes.hpp"
+#include "perfdata/synthesize.hpp"
 #include "tracer/perf/abi.hpp"
 #include "tracer/perf/event_attr.hpp"
 #include "tracer/perf/software.hpp"
@@ -43,6 +41,11 @@ namespace tracer::perfdata {
 namespace {
 
 namespace abi = perf::abi;
+using detail::align8;
+using detail::header;
+using detail::put;
+using detail::put_raw;
+using detail::put_zeros;
 
 constexpr std::uint64_t kIdBits = PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_ID |
                                   PERF_SAMPLE_STREAM_ID | PERF_SAMPLE_CPU | PERF_SAMPLE_IDENTIFIER;
@@ -50,46 +53,12 @@ constexpr std::uint64_t kIdBits = PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMP
 constexpr std::uint64_t kRebuiltSampleType = PERF_SAMPLE_IDENTIFIER | PERF_SAMPLE_IP |
                                              PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_CPU |
                                              PERF_SAMPLE_PERIOD;
-constexpr std::uint16_t kMiscKernel = 1;  // PERF_RECORD_MISC_KERNEL
-constexpr std::uint16_t kMiscUser = 2;    // PERF_RECORD_MISC_USER
-constexpr std::size_t kProcBuffer = std::size_t{64} * 1024;
-constexpr std::size_t kSeenCapacity = 1U << 16;   // pids/tids remembered (open addressing)
 constexpr std::size_t kMaxIdIndexEntries = 2000;  // ID_INDEX records stay under 64 KiB
 constexpr std::size_t kDefaultMaxRoundBytes = 64U << 20;
 
 [[nodiscard]] std::uint32_t trailer_size(std::uint64_t sample_type) noexcept {
   return static_cast<std::uint32_t>(std::popcount(sample_type & kIdBits)) * 8;
 }
-
-[[nodiscard]] constexpr std::size_t align8(std::size_t n) noexcept {
-  return (n + 7) & ~std::size_t{7};
-}
-
-/// A set of u32 keys in fixed memory (linear probing). Full: everything counts as seen (and
-/// nothing more is synthesized), never an allocation.
-class SeenSet {
- public:
-  SeenSet() : keys_(kSeenCapacity, kEmpty) {}
-  /// True if `key` was already there; inserts it otherwise.
-  bool check_insert(std::uint32_t key) noexcept {
-    if (key == kEmpty || used_ * 4 >= keys_.size() * 3)
-      return true;
-    std::size_t i = static_cast<std::size_t>(key * 2654435761U) & (keys_.size() - 1);
-    while (keys_[i] != kEmpty) {
-      if (keys_[i] == key)
-        return true;
-      i = (i + 1) & (keys_.size() - 1);
-    }
-    keys_[i] = key;
-    ++used_;
-    return false;
-  }
-
- private:
-  static constexpr std::uint32_t kEmpty = 0xffffffffU;
-  std::vector<std::uint32_t> keys_;
-  std::size_t used_ = 0;
-};
 
 struct AttrOut {
   std::uint32_t probe = 0;
@@ -116,17 +85,6 @@ struct FeatureSection {
   FileSection where;
 };
 
-void put_raw(std::vector<std::byte>& out, const void* p, std::size_t n) {
-  const auto* b = static_cast<const std::byte*>(p);
-  out.insert(out.end(), b, b + n);
-}
-template <typename T>
-void put(std::vector<std::byte>& out, const T& v) {
-  put_raw(out, &v, sizeof(T));
-}
-void put_zeros(std::vector<std::byte>& out, std::size_t n) {
-  out.insert(out.end(), n, std::byte{0});
-}
 /// do_write_string(): u32 length (NUL included, padded to 64), then the padded bytes.
 void put_string(std::vector<std::byte>& out, std::string_view s) {
   const std::size_t len = (s.size() + 1 + kNameAlign - 1) / kNameAlign * kNameAlign;
@@ -135,39 +93,15 @@ void put_string(std::vector<std::byte>& out, std::string_view s) {
   put_zeros(out, len - s.size());
 }
 
-perf_event_header header(std::uint32_t type, std::uint16_t misc, std::size_t size) {
-  return perf_event_header{.type = type, .misc = misc, .size = static_cast<std::uint16_t>(size)};
-}
-
 Failure io_failure(int err, const std::string& what) {
   return Failure{std::error_code(err, std::generic_category()),
                  "perf-data: " + what + ": " + std::strerror(err),
                  {}};
 }
 
-// Parses a hex number at the start of `s`, advancing it.
-bool take_hex(std::string_view& s, std::uint64_t& v) {
-  const auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v, 16);
-  if (ec != std::errc{})
-    return false;
-  s.remove_prefix(static_cast<std::size_t>(p - s.data()));
-  return true;
-}
-bool take_dec(std::string_view& s, std::uint64_t& v) {
-  const auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v, 10);
-  if (ec != std::errc{})
-    return false;
-  s.remove_prefix(static_cast<std::size_t>(p - s.data()));
-  return true;
-}
-void skip_spaces(std::string_view& s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t'))
-    s.remove_prefix(1);
-}
-
 }  // namespace
 
-struct Writer::Impl {
+struct Writer::Impl final : detail::RecordSink {
   int fd = -1;
   bool owns_fd = false;
   bool pipe = false;
@@ -193,8 +127,7 @@ struct Writer::Impl {
   std::optional<Failure> error;
   WriterStats stats;
 
-  SeenSet seen_pids, seen_tids;
-  std::vector<char> proc_buf;
+  std::optional<detail::ProcSynthesizer> synth;  // set up once the first attr's trailer is known
   std::vector<std::byte> tail;  // SAMPLE_TIME + feature table (file mode checkpoints)
 
   ~Impl() {
@@ -287,265 +220,11 @@ struct Writer::Impl {
 
   // -- records ------------------------------------------------------------------------------------
 
-  /// A zeroed sample_id trailer as the first attr has it (what perf expects of records with id 0).
-  void put_synth_trailer() { put_zeros(buf, attrs.front().trailer); }
-
-  void put_comm(std::uint32_t pid, std::uint32_t tid, std::string_view comm) {
-    comm = comm.substr(0, 15);
-    const std::size_t name = align8(comm.size() + 1);
-    const std::size_t size = 8 + 8 + name + attrs.front().trailer;
+  std::vector<std::byte>* synthesized_record(std::size_t size) noexcept override {
     if (!room(size))
-      return;
-    put(buf, header(abi::kComm, 0, size));
-    put(buf, pid);
-    put(buf, tid);
-    put_raw(buf, comm.data(), comm.size());
-    put_zeros(buf, name - comm.size());
-    put_synth_trailer();
+      return nullptr;
     ++stats.synthesized;
-  }
-
-  void put_mmap2(std::uint32_t pid,
-                 std::uint64_t start,
-                 std::uint64_t len,
-                 std::uint64_t pgoff,
-                 std::uint32_t maj,
-                 std::uint32_t min,
-                 std::uint64_t ino,
-                 std::uint32_t prot,
-                 std::uint32_t flags,
-                 std::string_view file) {
-    const std::size_t name = align8(file.size() + 1);
-    const std::size_t size = 8 + 8 + 24 + 24 + 8 + name + attrs.front().trailer;
-    if (size > 0xffff || !room(size))
-      return;
-    put(buf, header(abi::kMmap2, kMiscUser, size));
-    put(buf, pid);
-    put(buf, pid);
-    put(buf, start);
-    put(buf, len);
-    put(buf, pgoff);
-    put(buf, maj);
-    put(buf, min);
-    put(buf, ino);
-    put<std::uint64_t>(buf, 0);  // ino_generation
-    put(buf, prot);
-    put(buf, flags);
-    put_raw(buf, file.data(), file.size());
-    put_zeros(buf, name - file.size());
-    put_synth_trailer();
-    ++stats.synthesized;
-  }
-
-  /// Reads a small /proc file into proc_buf; the text without a trailing newline.
-  std::string_view read_proc_small(const char* file) noexcept {
-    const int f = ::open(file, O_RDONLY | O_CLOEXEC);
-    if (f < 0)
-      return {};
-    const ssize_t n = ::read(f, proc_buf.data(), 255);
-    ::close(f);
-    if (n <= 0)
-      return {};
-    std::string_view s(proc_buf.data(), static_cast<std::size_t>(n));
-    while (!s.empty() && (s.back() == '\n' || s.back() == '\0'))
-      s.remove_suffix(1);
-    return s;
-  }
-
-  void synthesize_comm(std::uint32_t pid, std::uint32_t tid) noexcept {
-    char file[96];
-    std::snprintf(file, sizeof(file), "%s/%u/task/%u/comm", opts.proc_root.c_str(), pid, tid);
-    const std::string_view comm = read_proc_small(file);
-    if (!comm.empty())
-      put_comm(pid, tid, comm);
-  }
-
-  /// MMAP2 for every executable mapping of `pid`, from /proc/PID/maps read in fixed chunks.
-  void synthesize_maps(std::uint32_t pid) noexcept {
-    char file[96];
-    std::snprintf(file, sizeof(file), "%s/%u/maps", opts.proc_root.c_str(), pid);
-    const int f = ::open(file, O_RDONLY | O_CLOEXEC);
-    if (f < 0)
-      return;
-    std::size_t have = 0;
-    for (;;) {
-      const ssize_t n = ::read(f, proc_buf.data() + have, proc_buf.size() - have);
-      if (n < 0 && errno == EINTR)
-        continue;
-      const bool eof = n <= 0;
-      if (!eof)
-        have += static_cast<std::size_t>(n);
-      std::size_t start = 0;
-      for (;;) {
-        const void* nl = std::memchr(proc_buf.data() + start, '\n', have - start);
-        if (nl == nullptr)
-          break;
-        const auto end = static_cast<std::size_t>(static_cast<const char*>(nl) - proc_buf.data());
-        map_line(pid, std::string_view(proc_buf.data() + start, end - start));
-        start = end + 1;
-      }
-      if (eof) {
-        if (start < have)
-          map_line(pid, std::string_view(proc_buf.data() + start, have - start));
-        break;
-      }
-      std::memmove(proc_buf.data(), proc_buf.data() + start, have - start);
-      have -= start;
-      if (have == proc_buf.size())
-        have = 0;  // a line longer than the buffer: drop it
-    }
-    ::close(f);
-  }
-
-  // "start-end perms offset maj:min inode   path"
-  void map_line(std::uint32_t pid, std::string_view s) noexcept {
-    std::uint64_t start = 0, end = 0, pgoff = 0, maj = 0, min = 0, ino = 0;
-    if (!take_hex(s, start) || s.empty() || s.front() != '-')
-      return;
-    s.remove_prefix(1);
-    if (!take_hex(s, end))
-      return;
-    skip_spaces(s);
-    if (s.size() < 4)
-      return;
-    const std::string_view perms = s.substr(0, 4);
-    s.remove_prefix(4);
-    if (perms[2] != 'x')
-      return;  // perf record synthesizes executable mappings only (without --data)
-    skip_spaces(s);
-    if (!take_hex(s, pgoff))
-      return;
-    skip_spaces(s);
-    if (!take_hex(s, maj) || s.empty() || s.front() != ':')
-      return;
-    s.remove_prefix(1);
-    if (!take_hex(s, min))
-      return;
-    skip_spaces(s);
-    if (!take_dec(s, ino))
-      return;
-    skip_spaces(s);
-    std::string_view file = s;
-    if (file.empty())
-      file = "//anon";
-    if (file == "[vsyscall]")
-      return;
-    std::uint32_t prot = 0;
-    if (perms[0] == 'r')
-      prot |= PROT_READ;
-    if (perms[1] == 'w')
-      prot |= PROT_WRITE;
-    prot |= PROT_EXEC;
-    const std::uint32_t flags = perms[3] == 's' ? MAP_SHARED : MAP_PRIVATE;
-    put_mmap2(pid, start, end - start, pgoff, static_cast<std::uint32_t>(maj),
-              static_cast<std::uint32_t>(min), ino, prot, flags, file);
-  }
-
-  /// COMM and maps for a thread first seen in a sample (once per tid and per pid).
-  void synthesize_new(std::uint32_t pid, std::uint32_t tid) noexcept {
-    if (pid == 0 || pid == 0xffffffffU || tid == 0xffffffffU)
-      return;
-    if (!seen_tids.check_insert(tid))
-      synthesize_comm(pid, tid);
-    if (!seen_pids.check_insert(pid)) {
-      if (tid != pid && !seen_tids.check_insert(pid))
-        synthesize_comm(pid, pid);
-      synthesize_maps(pid);
-    }
-  }
-
-  /// Every process in /proc: COMM per thread, MMAP2 per executable mapping.
-  void synthesize_all() {
-    DIR* d = ::opendir(opts.proc_root.c_str());
-    if (d == nullptr)
-      return;
-    std::vector<std::uint32_t> pids;
-    while (const dirent* e = ::readdir(d)) {
-      std::uint32_t pid = 0;
-      const std::string_view n = e->d_name;
-      const auto [p, ec] = std::from_chars(n.data(), n.data() + n.size(), pid);
-      if (ec == std::errc{} && p == n.data() + n.size() && pid != 0)
-        pids.push_back(pid);
-    }
-    ::closedir(d);
-    std::sort(pids.begin(), pids.end());
-    for (const std::uint32_t pid : pids) {
-      const std::string task = opts.proc_root + "/" + std::to_string(pid) + "/task";
-      std::vector<std::uint32_t> tids;
-      if (DIR* t = ::opendir(task.c_str())) {
-        while (const dirent* e = ::readdir(t)) {
-          std::uint32_t tid = 0;
-          const std::string_view n = e->d_name;
-          const auto [p, ec] = std::from_chars(n.data(), n.data() + n.size(), tid);
-          if (ec == std::errc{} && p == n.data() + n.size())
-            tids.push_back(tid);
-        }
-        ::closedir(t);
-      }
-      std::sort(tids.begin(), tids.end());
-      if (tids.empty())
-        continue;  // gone
-      for (const std::uint32_t tid : tids) {
-        seen_tids.check_insert(tid);
-        synthesize_comm(pid, tid);
-      }
-      seen_pids.check_insert(pid);
-      synthesize_maps(pid);
-    }
-  }
-
-  /// The kernel's text as perf record announces it: MMAP of "[kernel.kallsyms]_text".
-  void synthesize_kernel() {
-    const int f = ::open("/proc/kallsyms", O_RDONLY | O_CLOEXEC);
-    if (f < 0)
-      return;
-    std::uint64_t text = 0, etext = 0;
-    std::size_t have = 0;
-    bool eof = false;
-    while (!eof && (text == 0 || etext == 0)) {
-      const ssize_t n = ::read(f, proc_buf.data() + have, proc_buf.size() - have);
-      eof = n <= 0;
-      if (!eof)
-        have += static_cast<std::size_t>(n);
-      std::size_t start = 0;
-      for (;;) {
-        const void* nl = std::memchr(proc_buf.data() + start, '\n', have - start);
-        if (nl == nullptr)
-          break;
-        const auto end = static_cast<std::size_t>(static_cast<const char*>(nl) - proc_buf.data());
-        std::string_view line(proc_buf.data() + start, end - start);
-        start = end + 1;
-        std::uint64_t addr = 0;
-        if (!take_hex(line, addr) || line.size() < 3)
-          continue;
-        const std::string_view name = line.substr(3);
-        if (name == "_text" && text == 0)
-          text = addr;
-        else if (name == "_etext")
-          etext = addr;
-      }
-      std::memmove(proc_buf.data(), proc_buf.data() + start, have - start);
-      have -= start;
-    }
-    ::close(f);
-    if (text == 0)
-      return;  // kptr_restrict hides addresses
-    const std::uint64_t len = etext > text ? etext - text : ~std::uint64_t{0} - text;
-    constexpr std::string_view kName = "[kernel.kallsyms]_text";
-    const std::size_t name = align8(kName.size() + 1);
-    const std::size_t size = 8 + 8 + 24 + name + attrs.front().trailer;
-    if (!room(size))
-      return;
-    put(buf, header(abi::kMmap, kMiscKernel, size));
-    put<std::uint32_t>(buf, 0xffffffffU);  // HOST_KERNEL_ID
-    put<std::uint32_t>(buf, 0);
-    put(buf, text);
-    put(buf, len);
-    put(buf, text);  // pgoff: the address of the reference symbol (_text)
-    put_raw(buf, kName.data(), kName.size());
-    put_zeros(buf, name - kName.size());
-    put_synth_trailer();
-    ++stats.synthesized;
+    return &buf;
   }
 
   void put_id_index() {
@@ -846,7 +525,7 @@ struct Writer::Impl {
         tid = a.tid_off >= 0 ? payload_u32(sample->raw, a.tid_off, a.tid_size) : pid;
       }
       if (opts.synthesize_new && pid != 0xffffffffU)
-        synthesize_new(pid, tid);
+        synth->thread(pid, tid);
     } else if (rec.sample_id.present) {
       time = rec.sample_id.time;
     }
@@ -957,7 +636,6 @@ struct Writer::Impl {
   Status setup(std::span<const ProbeInfo> probes) {
     if (!host)
       host = std::make_shared<const HostInfo>(HostInfo::read());
-    proc_buf.resize(kProcBuffer);
     buf.reserve(opts.buffer_bytes);
 
     std::uint32_t max_cpu = 0;
@@ -1030,6 +708,7 @@ struct Writer::Impl {
     }
     // Trailers of synthesized records follow the first attr: every attr must agree on
     // sample_id_all (they do: rebuilt attrs get it).
+    synth.emplace(opts.proc_root, attrs.front().trailer, *this);
     TRACER_ASSIGN_OR_RETURN(auto features, build_features(probes));
     return pipe ? start_pipe(features) : start_file(features);
   }
@@ -1061,8 +740,8 @@ struct Writer::Impl {
     put_id_index();
     put_auxtrace_info();
     if (opts.synthesize) {
-      synthesize_kernel();
-      synthesize_all();
+      synth->kernel();
+      synth->all();
     }
     checkpoint();  // valid from here on
     if (error)
@@ -1112,8 +791,8 @@ struct Writer::Impl {
     put_id_index();
     put_auxtrace_info();
     if (opts.synthesize) {
-      synthesize_kernel();
-      synthesize_all();
+      synth->kernel();
+      synth->all();
     }
     flush_buffer();
     if (error)

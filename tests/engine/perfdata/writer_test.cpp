@@ -13,6 +13,7 @@
 
 #include "support/perf_judge.hpp"
 #include "tracer/perf/abi.hpp"
+#include "tracer/perfdata/reader.hpp"
 
 namespace tracer::perfdata {
 namespace {
@@ -332,6 +333,89 @@ TEST(PerfDataWriter, FileCopiedMidRunReadsUpToTheLastRound) {
 }
 
 // Counting probes deliver nothing: they are left out; with nothing left, open() says why.
+/// Writes `text` to `path`, making its directories.
+void write_file(const fs::path& path, const std::string& text) {
+  fs::create_directories(path.parent_path());
+  std::ofstream(path) << text;
+}
+
+// What perf record synthesizes when it starts, from a /proc of our making: a COMM per thread (the
+// name cut to 15 characters), an MMAP2 per executable mapping (anonymous ones as //anon, shared
+// ones MAP_SHARED, [vsyscall] and writable-only ones left out, the last line read without its
+// newline); and the same for a thread first seen in a sample.
+TEST(PerfDataWriter, SynthesizesThreadsAndExecutableMappingsFromProc) {
+  const fs::path proc = testing::temp_path("proc", "");
+  write_file(proc / "100/task/100/comm", "bash\n");
+  write_file(proc / "100/task/101/comm", "a-very-long-thread-name\n");
+  write_file(proc / "100/maps",
+             "55d0a0000000-55d0a0020000 r--p 00000000 08:01 1234   /usr/bin/bash\n"
+             "55d0a0020000-55d0a00f0000 r-xp 00020000 08:01 1234   /usr/bin/bash\n"
+             "55d0a0200000-55d0a0210000 rw-p 00000000 00:00 0 \n"
+             "7f0000000000-7f0000001000 r-xp 00000000 00:00 0\n"
+             "not a mapping\n"
+             "ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0   [vsyscall]\n"
+             "7f1000000000-7f1000004000 r-xs 00001000 fd:02 77   /dev/shm/shared code");
+  write_file(proc / "200/task/200/comm", "sleep\n");  // no maps file: no MMAP2
+  fs::create_directories(proc / "300/task");          // exited: no threads
+  fs::create_directories(proc / "self");
+  write_file(proc / "400/task/401/comm", "late\n");  // started after the writer
+  write_file(proc / "400/maps", "400000-401000 r-xp 00000000 08:01 9   /opt/late\n");
+
+  const std::vector<ProbeInfo> probes = {software_probe(0, "clock")};
+  const auto path = testing::temp_path("synth", ".data");
+  WriterOptions o;
+  o.proc_root = proc.string();
+  o.cmdline = {"writer_test"};
+  std::uint64_t synthesized = 0;
+  {
+    // /proc/400 appears after the writer read /proc: its thread is synthesized at its sample.
+    const fs::path late = proc.string() + ".late";
+    fs::rename(proc / "400", late);
+    auto w = Writer::open(path, probes, o);
+    fs::rename(late, proc / "400");
+    ASSERT_TRUE(w) << w.error().message;
+    Records recs;
+    recs.add(sample(1, 0x400100, 400, 1'000'000, 0), probes[0], 0);
+    auto& r = recs.refs.back();
+    std::get<perf::Sample>(r.record.body).tid = 401;
+    w->write(r);
+    ASSERT_TRUE(w->close());
+    synthesized = w->stats().synthesized;
+  }
+
+  auto reader = Reader::open(path);
+  ASSERT_TRUE(reader) << reader.error().message;
+  std::vector<std::string> got;
+  std::uint64_t kernel_mmaps = 0;
+  reader->read([&](const Item& item) {
+    if (const auto* c = std::get_if<perf::Comm>(&item.record.body)) {
+      got.push_back(fmt::format("COMM {}/{} {}", c->pid, c->tid, c->comm));
+    } else if (const auto* m = std::get_if<perf::Mmap2>(&item.record.body)) {
+      got.push_back(fmt::format("MMAP2 {}/{} {:x}+{:x} @{:x} {:x}:{:x} {} prot={} flags={} {}",
+                                m->pid, m->tid, m->addr, m->len, m->pgoff, m->maj, m->min, m->ino,
+                                m->prot, m->flags, m->filename));
+    } else if (std::holds_alternative<perf::Mmap>(item.record.body)) {
+      ++kernel_mmaps;  // [kernel.kallsyms]_text, when kptr_restrict shows addresses
+    }
+  });
+  EXPECT_FALSE(reader->error());
+  const std::vector<std::string> want = {
+      "COMM 100/100 bash",
+      "COMM 100/101 a-very-long-thr",
+      "MMAP2 100/100 55d0a0020000+d0000 @20000 8:1 1234 prot=5 flags=2 /usr/bin/bash",
+      "MMAP2 100/100 7f0000000000+1000 @0 0:0 0 prot=5 flags=2 //anon",
+      "MMAP2 100/100 7f1000000000+4000 @1000 fd:2 77 prot=5 flags=1 /dev/shm/shared code",
+      "COMM 200/200 sleep",
+      "COMM 400/401 late",
+      "MMAP2 400/400 400000+1000 @0 8:1 9 prot=5 flags=2 /opt/late",
+  };
+  EXPECT_EQ(got, want);
+  EXPECT_LE(kernel_mmaps, 1U);
+  EXPECT_EQ(synthesized, want.size() + kernel_mmaps);
+  fs::remove(path);
+  fs::remove_all(proc);
+}
+
 TEST(PerfDataWriter, OpenFailsWithoutARecordingProbe) {
   ProbeInfo counter;
   counter.name = "count";

@@ -8,9 +8,13 @@
 //   tracer::Replay replay(recipe, *reader, out, {.json = false});  // throws: probes not in file
 //   replay.run();                                                  // to the end (or damage)
 //   if (reader->error()) ...                                       // what stopped it, if any
+//
+// Without a recipe, replay_print() prints a file the way `perf script` does.
 #pragma once
 
 #include <cstdint>
+#include <cstdio>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -59,5 +63,23 @@ class Replay {
  private:
   std::unique_ptr<Impl> impl_;
 };
+
+struct ReplayPrintOptions {
+  /// Exactly perf script's default lines (tracepoints through their print fmt), to diff with
+  /// perf script; else tracer's: the event's name, then a tracepoint's fields as name=value.
+  bool perf = false;
+  /// The file's name, for warnings.
+  std::string file{};
+  /// Called with each warning about the file (no header features, tracepoints without a format,
+  /// print fmts that cannot be evaluated), before anything is printed. Unset: not said.
+  std::function<void(const std::string&)> warn{};
+};
+
+/// Prints `reader`'s file to `out` the way `perf script` does: each sample as comm, tid, [cpu],
+/// seconds.microseconds, then the event, in time order (FINISHED_ROUND records are the rounds),
+/// each thread named as it was at the sample's time (COMM and FORK applied in order); and a perf
+/// stat record file's counts at each STAT_ROUND. Reads to the end or to what the reader calls
+/// damage (Reader::error()): everything read before it is printed, and `out` flushed.
+void replay_print(perfdata::Reader& reader, std::FILE* out, const ReplayPrintOptions& options = {});
 
 }  // namespace tracer

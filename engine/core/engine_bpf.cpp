@@ -1,0 +1,331 @@
+// Engine::Impl's BPF object: loading it (shipped, file or compiled source; globals), the
+// programs probes name, the output channel, the `tgids` map, and Engine::maps().
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+
+#include "bpf/maps.hpp"
+#include "common/edit_distance.hpp"
+#include "core/engine_impl.hpp"
+#include "tracer/diagnostics.hpp"
+
+namespace tracer {
+
+using core::throw_failure;
+
+void Engine::Impl::load_bpf(const BpfOptions& b, const std::vector<core::ResolvedProbe>& resolved) {
+  const int sources =
+      (b.builtin.empty() ? 0 : 1) + (b.object.empty() ? 0 : 1) + (b.source.empty() ? 0 : 1);
+  if (sources != 1) {
+    throw Error(ErrorCategory::kUsage, std::make_error_code(std::errc::invalid_argument),
+                "engine: BPF options need exactly one of builtin, object or source",
+                R"(e.g. builtin = "syscall_output", object = "x.bpf.o" or source = "x.bpf.c")");
+  }
+  auto obj = !b.builtin.empty()  ? bpf::Object::open_shipped(b.builtin)
+             : !b.object.empty() ? bpf::Object::open_file(b.object)
+                                 : bpf::Object::compile_and_open(b.source, {});
+  if (!obj) {
+    throw_failure(
+        obj.error().errno_value() == ENOENT ? ErrorCategory::kNotFound : ErrorCategory::kRuntime,
+        obj.error(), "bpf");
+  }
+  bool nr_args_given = false;
+  for (const auto& [name, value] : b.globals) {
+    nr_args_given = nr_args_given || name == "nr_args";
+    // The value goes in at the variable's size (a u32 knob takes the low 4 bytes): try 8, then
+    // the narrower sizes the value fits in; only a size mismatch (EINVAL) moves on.
+    auto st = obj->set_global(name, value);
+    for (const std::size_t size : {4U, 2U, 1U}) {
+      if (st || st.error().errno_value() != EINVAL || (size < 8 && value >> (size * 8) != 0))
+        break;
+      st = obj->set_global(name, std::as_bytes(std::span(&value, 1)).first(size));
+    }
+    if (!st)
+      throw_failure(ErrorCategory::kUsage, st.error(), "bpf");
+  }
+  // Programs that read a syscall's arguments must not read past the tracepoint's record (the
+  // kernel refuses the attach): tell them how many a syscalls:sys_enter_* record has.
+  if (!nr_args_given) {
+    for (const auto& rp : resolved) {
+      const auto& po = opts.probes[rp.info.index];
+      if (po.bpf_program.empty() || !rp.info.format || rp.info.format->system != "syscalls" ||
+          !rp.info.format->name.starts_with("sys_enter_")) {
+        continue;
+      }
+      std::uint32_t args = 0;
+      for (const auto& f : rp.info.format->fields) {
+        if (!f.is_common && f.name != "__syscall_nr")
+          ++args;
+      }
+      [[maybe_unused]] auto st = obj->set_global("nr_args", args);  // absent in other programs
+      break;
+    }
+  }
+  if (auto st = obj->load(); !st) {
+    Failure f = st.error();
+    if (const auto& lf = obj->last_load_failure(); opts.verbose && lf.has_value()) {
+      f.hint = "full verifier log:\n" + lf->verifier_log;
+    }
+    throw_failure(ErrorCategory::kRuntime, f, "bpf");
+  }
+  bpf_object.emplace(std::move(*obj));
+}
+
+namespace {
+/// Whether the options ask for an output channel on `obj`.
+bool wants_output(const BpfOptions& b, const bpf::Object& obj) {
+  if (b.output_map.empty())
+    return false;
+  if (!b.output_optional)
+    return true;
+  const auto names = obj.map_names();
+  return std::find(names.begin(), names.end(), b.output_map) != names.end();
+}
+
+/// A usage error about a [bpf] value, at the recipe position when there is one.
+[[noreturn]] void throw_bpf_value_error(const std::optional<SourceRegion>& where,
+                                        const std::string& message,
+                                        const std::string& hint) {
+  if (where) {
+    Diagnostics d;
+    d.add(*where, message, hint);
+    d.throw_if_any();
+  }
+  throw Error(ErrorCategory::kUsage, std::make_error_code(std::errc::invalid_argument), message,
+              hint);
+}
+
+/// The output channel's payload: the struct's schema (if named) and where its timestamp is.
+struct OutputPayload {
+  std::optional<bpf::StructSchema> schema;
+  std::int32_t time_offset = -1;
+};
+
+OutputPayload output_payload(const BpfOptions& b, const bpf::Object& obj) {
+  OutputPayload out;
+  if (!b.payload_struct.empty()) {
+    auto schema = obj.struct_schema(b.payload_struct);
+    if (!schema) {
+      throw_bpf_value_error(b.payload_struct_where, "[bpf] struct: " + schema.error().message,
+                            schema.error().hint);
+    }
+    out.schema = std::move(*schema);
+  }
+  if (b.payload_time.empty())
+    return out;
+  if (!out.schema) {
+    throw_bpf_value_error(b.payload_time_where,
+                          fmt::format("[bpf] time = \"{}\" names a payload field, but no payload "
+                                      "struct is given",
+                                      b.payload_time),
+                          "name the struct the programs emit: struct = \"...\" in [bpf]");
+  }
+  const auto& schema = *out.schema;
+  const bpf::SchemaField* f = schema.field(b.payload_time);
+  if (f == nullptr) {
+    std::vector<std::string> names;
+    for (const auto& field : schema.fields)
+      names.push_back(field.name);
+    const auto near = detail::nearest(b.payload_time, names, {.limit = 3});
+    throw_bpf_value_error(
+        b.payload_time_where,
+        fmt::format("[bpf] time: struct '{}' has no field '{}'", schema.name, b.payload_time),
+        near.empty() ? fmt::format("its fields: {}", fmt::join(names, ", "))
+                     : fmt::format("did you mean {}?", fmt::join(near, ", ")));
+  }
+  if (f->kind != bpf::FieldKind::kUnsigned || f->size != 8 || f->bit_size != 0) {
+    throw_bpf_value_error(
+        b.payload_time_where,
+        fmt::format("[bpf] time: field '{}' of struct '{}' is {} ({} bytes), not a u64", f->name,
+                    schema.name, f->type_name, f->size),
+        "name a __u64 field the programs set to bpf_ktime_get_ns(), or leave time out (the "
+        "kernel then stamps each record)");
+  }
+  out.time_offset = static_cast<std::int32_t>(f->offset);
+  return out;
+}
+
+bpf::OutputChannelOptions output_channel_options(const BpfOptions& b,
+                                                 std::int32_t time_offset,
+                                                 std::uint32_t budget_pages) {
+  const std::uint32_t pages = b.output_pages != 0 ? b.output_pages
+                              : budget_pages != 0 ? budget_pages
+                                                  : kDefaultOutputPages;
+  return {.data_pages = pages,
+          .wakeup_events = b.wakeup.events,
+          .wakeup_watermark_bytes = b.wakeup.events != 0            ? 0
+                                    : b.wakeup.watermark_bytes != 0 ? b.wakeup.watermark_bytes
+                                                                    : pages * 4096 / 4,
+          // A dedicated ring per CPU needs no identifier, and programs put pid/tid in their
+          // payload: records stay small.
+          .extra_sample_type = 0,
+          .payload_time_offset = time_offset,
+          .start_disabled = true};
+}
+
+/// The output channel `b` asks for on `obj`: the options OutputChannel opens with and the
+/// payload's schema (nullopt: no channel).
+struct OutputPlan {
+  bpf::OutputChannelOptions options;
+  std::optional<bpf::StructSchema> payload;
+};
+
+std::optional<OutputPlan> plan_output(const BpfOptions& b,
+                                      const bpf::Object& obj,
+                                      std::uint32_t budget_pages) {
+  if (!wants_output(b, obj))
+    return std::nullopt;
+  OutputPayload payload = output_payload(b, obj);
+  return OutputPlan{.options = output_channel_options(b, payload.time_offset, budget_pages),
+                    .payload = std::move(payload.schema)};
+}
+
+/// The output channel's probe, as check() and start() describe it.
+ProbeInfo output_probe(const BpfOptions& b,
+                       std::uint32_t index,
+                       const perf::SampleLayout& layout,
+                       const perf::EventAttr& attr,
+                       std::optional<bpf::StructSchema> payload) {
+  ProbeInfo info;
+  info.index = index;
+  info.name = b.output_name;
+  info.kind = ProbeKind::kBpfOutput;
+  info.spec = b.output_map;
+  info.layout = layout;
+  info.attr = attr;
+  info.pmu = "software (bpf-output)";
+  info.payload = std::move(payload);
+  return info;
+}
+}  // namespace
+
+std::optional<ProbeInfo> Engine::Impl::check_output_channel(const BpfOptions& b,
+                                                            std::uint32_t index) const {
+  // Before start() sizes the rings (output_ring_pages is 0): the channel's default size.
+  auto plan = plan_output(b, *bpf_object, output_ring_pages);
+  if (!plan)
+    return std::nullopt;
+  // What OutputChannel opens with the options start() uses.
+  return output_probe(b, index, bpf::OutputChannel::layout_for(plan->options),
+                      bpf::OutputChannel::attr_for(plan->options), std::move(plan->payload));
+}
+
+void Engine::Impl::open_output_channel(const BpfOptions& b, bpf::Object& obj) {
+  auto plan = plan_output(b, obj, output_ring_pages);
+  if (!plan)
+    return;
+  auto channel = bpf::OutputChannel::open(obj, b.output_map, plan->options);
+  if (!channel)
+    throw_failure(ErrorCategory::kRuntime, channel.error(), "bpf output channel");
+  output.emplace(std::move(*channel));
+  auto info = output_probe(b, static_cast<std::uint32_t>(probes.size()), output->layout(),
+                           output->attr(), std::move(plan->payload));
+  probes.push_back(std::move(info));  // capacity reserved: layouts do not move
+  counting.push_back(false);
+  const auto& out_info = probes.back();
+  for (auto& slot : output->cpus()) {
+    if (!slot)
+      continue;
+    auto r = std::make_unique<Reader>(
+        core::RingReader(std::move(slot->ring), out_info.index, slot->cpu, &out_info.layout,
+                         opts.max_batch, opts.decode_samples),
+        serial, slot->event.fd(), out_info.attr);
+    output_readers.push_back(r.get());
+    readers.push_back(std::move(r));
+  }
+}
+
+int Engine::Impl::program_fd(std::size_t p) const {
+  const auto& name = opts.probes[p].bpf_program;
+  if (!bpf_object) {
+    throw Error(
+        ErrorCategory::kUsage, std::make_error_code(std::errc::invalid_argument),
+        fmt::format("probe '{}': program '{}' but no BPF object", opts.probes[p].name, name),
+        "give the engine BPF options (a recipe's [bpf] section)");
+  }
+  auto fd = bpf_object->program_fd(name);
+  if (!fd)
+    throw_failure(ErrorCategory::kUsage, fd.error(),
+                  fmt::format("probe '{}'", opts.probes[p].name));
+  return *fd;
+}
+
+void Engine::Impl::attach_bpf_programs() {
+  for (std::size_t p = 0; p < events.size(); ++p) {
+    if (opts.probes[p].bpf_program.empty())
+      continue;
+    const int fd = program_fd(p);
+    if (events[p].empty() || events[p].front().events.empty())
+      continue;
+    // One attach per tracepoint: the program belongs to the tracepoint and runs on every CPU
+    // (a second SET_BPF on another CPU's event of it fails with EEXIST). TOOLCHAIN.md.
+    if (auto st = events[p].front().events.front().set_bpf(fd); !st) {
+      throw_failure(ErrorCategory::kRuntime, st.error(),
+                    fmt::format("probe '{}'", opts.probes[p].name));
+    }
+  }
+}
+
+void Engine::Impl::fill_tgids() {
+  if (!bpf_object)
+    return;
+  const auto maps = bpf_object->map_names();
+  if (std::find(maps.begin(), maps.end(), "tgids") == maps.end())
+    return;
+  // Convention of tracer's programs: a hash `tgids` (u32 tgid -> u8) names the processes whose
+  // events they emit or pass. The engine fills it with the pid or command target and the
+  // processes the options list.
+  std::vector<pid_t> tgids;
+  if (opts.bpf)
+    tgids = opts.bpf->tgids;
+  if (opts.target.kind == Target::Kind::kPid)
+    tgids.push_back(opts.target.pid);
+  if (opts.target.kind == Target::Kind::kCommand)
+    tgids.push_back(targets.command_pid());
+  for (pid_t tgid : tgids) {
+    if (tgid <= 0)
+      continue;
+    auto st = bpf_object->update_elem<std::uint32_t, std::uint8_t>(
+        "tgids", static_cast<std::uint32_t>(tgid), 1);
+    if (!st)
+      throw_failure(ErrorCategory::kRuntime, st.error(), "bpf tgids");
+  }
+}
+
+namespace {
+
+/// Engine::maps(): the maps of the engine's BPF object.
+class EngineMaps final : public MapSource {
+ public:
+  explicit EngineMaps(std::optional<bpf::Object>& obj) : obj_(&obj) {}
+  [[nodiscard]] std::vector<std::string> map_names() const override {
+    return *obj_ ? (*obj_)->map_names() : std::vector<std::string>{};
+  }
+  [[nodiscard]] Result<bpf::MapSchema> schema(std::string_view map) const override {
+    if (!*obj_)
+      return fail(ENOENT, fmt::format("bpf: no BPF object is loaded (map '{}')", map),
+                  "add a [bpf] section with the program that fills the map");
+    return (*obj_)->map_schema(map);
+  }
+  [[nodiscard]] Result<MapSnapshot> read(std::string_view map, bool clear) const override;
+
+ private:
+  std::optional<bpf::Object>* obj_;
+};
+
+Result<MapSnapshot> EngineMaps::read(std::string_view map, bool clear) const {
+  TRACER_ASSIGN_OR_RETURN(bpf::MapSchema schema, this->schema(map));
+  TRACER_ASSIGN_OR_RETURN(auto entries, bpf::read_map(**obj_, map, schema, clear));
+  return MapSnapshot{.schema = std::move(schema), .entries = std::move(entries)};
+}
+
+}  // namespace
+
+const MapSource& Engine::maps() const noexcept {
+  if (!impl_->map_source)
+    impl_->map_source = std::make_unique<EngineMaps>(impl_->bpf_object);
+  return *impl_->map_source;
+}
+
+}  // namespace tracer

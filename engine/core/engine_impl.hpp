@@ -1,0 +1,164 @@
+// Private to the engine: Engine::Impl, whose concerns live in their own files:
+//   engine.cpp          lifecycle: check()/start() (one resolve path), the reactor, stop
+//   engine_bpf.cpp      the BPF object: load, programs, the output channel, tgids, maps()
+//   engine_delivery.cpp tracepoint delivery through BPF and the tracepoint hit counters
+//   engine_stats.cpp    Stats: per probe and CPU, from the rings, the events and the counters
+//   targets.cpp         the traced processes (core::Targets)
+#pragma once
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <chrono>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/probe_resolver.hpp"
+#include "core/ring_reader.hpp"
+#include "core/ring_wait.hpp"
+#include "core/targets.hpp"
+#include "core/tp_delivery.hpp"
+#include "tracer/bpf/object.hpp"
+#include "tracer/bpf/output_channel.hpp"
+#include "tracer/engine.hpp"
+#include "tracer/error.hpp"
+#include "tracer/perf/event.hpp"
+#include "tracer/tracefs/dynamic_probes.hpp"
+
+namespace tracer {
+
+namespace core {
+[[noreturn]] void throw_failure(ErrorCategory cat,
+                                const Failure& f,
+                                const std::string& prefix = {});
+}  // namespace core
+
+struct Engine::Impl : std::enable_shared_from_this<Engine::Impl> {
+  struct Reader {
+    Reader(core::RingReader r,
+           const boost::asio::any_io_executor& executor,
+           int fd,
+           const perf::EventAttr& attr)
+        : reader(std::move(r)),
+          wait(executor,
+               fd,
+               *reader.ring().meta(),
+               attr.raw()->watermark != 0 ? attr.raw()->wakeup_watermark : 0) {}
+    core::RingReader reader;
+    core::RingWait wait;
+    BatchHandler via;  // set: this ring's batches go through it (tracepoint delivery)  // on the
+                       // ring's event fd (not owned); destroyed before the ring unmaps
+    bool armed = false;
+  };
+  // The events of one probe on one CPU (one per traced thread for a pid target): the first
+  // owns the ring, the others SET_OUTPUT into it.
+  struct CpuEvents {
+    int cpu = -1;
+    std::vector<perf::Event> events;
+    Reader* reader = nullptr;
+  };
+
+  Impl(boost::asio::any_io_executor ex, EngineOptions o)
+      : serial(core::serial_executor(ex)), opts(std::move(o)), flush_timer(serial) {}
+
+  // Every handler of the engine's runs here: a strand of the given executor, or the executor
+  // itself when one thread runs its io_context (core::serial_executor).
+  boost::asio::any_io_executor serial;
+  EngineOptions opts;
+  BatchHandler batch_handler;
+  std::function<void()> done_handler;
+  std::function<void()> round_handler;
+  std::vector<ProbeInfo> probes;
+  std::vector<bool> counting;
+  std::vector<std::vector<CpuEvents>> events;  // [probe][cpu slot]
+  std::vector<std::unique_ptr<Reader>> readers;
+  boost::asio::steady_timer flush_timer;
+  core::Targets targets;
+  std::optional<tracefs::DynamicProbes> dynamic;  // removed after the events close
+  std::optional<bpf::Object> bpf_object;          // closed last: programs detach with the events
+  // The tracepoint hit counter (count_tracepoint_hits): the object, each probe's tracepoint id
+  // (0: not counted) and the per-CPU counts when the events were enabled.
+  core::TracepointHits hit_counter;  // detached in cleanup()
+  std::vector<std::uint32_t> hit_ids;
+  std::vector<std::vector<std::uint64_t>> hit_base, hit_final, drop_base, drop_final;
+  // Tracepoint probes delivered through BPF (deliver_tracepoints_via_bpf), by probe.
+  std::optional<core::TracepointDelivery> delivery;
+  std::vector<bool> delivered;
+  std::unique_ptr<MapSource> map_source;     // Engine::maps(), made on first use
+  std::optional<bpf::OutputChannel> output;  // bpf-output events (rings moved to readers)
+  std::vector<Reader*> output_readers;       // readers of the output channel, per CPU
+  bool running = false;
+  bool stopped = false;
+  bool target_exited = false;  // the engine stopped because the command or pid target exited
+  // Passes over every ring: when the last began, how many were made and how many of them the
+  // flush timer woke the engine for. timer_generation counts arm_timer() calls: a timer wait
+  // armed before the latest one is stale.
+  std::chrono::steady_clock::time_point last_pass{};
+  std::uint64_t passes = 0;
+  std::uint64_t timer_passes = 0;
+  std::uint64_t timer_generation = 0;
+  std::string ring_note;                 // how the rings were sized (Engine::ring_note)
+  std::uint32_t output_ring_pages = 0;   // the output channel's default within a budget, or 0
+  std::uint32_t ring_pages_default = 0;  // core::plan_rings' pages per ring
+  std::exception_ptr failure;
+  Stats final_stats;
+
+  // engine.cpp
+  /// The one resolve path of check() and start(): every probe resolved (tracepoint ids and
+  /// formats, symbols, PMUs) before anything opens, so a typo fails fast and opens nothing.
+  /// Dynamic tracefs probes it had to create stay in `ctx`.
+  [[nodiscard]] std::vector<core::ResolvedProbe> resolve(core::ResolveContext& ctx) const;
+  /// Sizes the rings from the locked-memory budget: ring_note, ring_pages_default and
+  /// output_ring_pages. @return the data pages of a ring whose probe gives none.
+  std::uint32_t plan_ring_sizes();
+  void start();
+  void stop();
+  void cleanup() noexcept;
+  void open_probe(core::ResolvedProbe& rp,
+                  const std::vector<int>& cpus,
+                  const std::vector<pid_t>& pids);
+  void arm(Reader& r);
+  void arm_timer();
+  /// True when a pass over every ring is due within half a flush interval.
+  [[nodiscard]] bool pass_due() const noexcept;
+  /// Stops the engine when `pid` exits (a started command, which is then reaped, or a pid
+  /// target).
+  void watch_exit(pid_t pid);
+  void drain_all() noexcept;
+  /// True (and `failure` set) when a batch handler threw: the engine must stop.
+  bool check_handler_failure();
+
+  // engine_bpf.cpp
+  void load_bpf(const BpfOptions& b, const std::vector<core::ResolvedProbe>& resolved);
+  /// The fd of the program probe `p` names. Throws kUsage when there is no BPF object or it
+  /// has no such program.
+  [[nodiscard]] int program_fd(std::size_t p) const;
+  /// The output channel's probe as check() describes it (nullopt: the options ask for none).
+  [[nodiscard]] std::optional<ProbeInfo> check_output_channel(const BpfOptions& b,
+                                                              std::uint32_t index) const;
+  void open_output_channel(const BpfOptions& b, bpf::Object& obj);
+  void attach_bpf_programs();
+  void fill_tgids();
+
+  // engine_delivery.cpp
+  /// Which probes deliver through BPF; their events then sample nothing (side-band records only).
+  void plan_delivery(std::vector<core::ResolvedProbe>& resolved);
+  void open_delivery();
+  void attach_hit_counters();
+  [[nodiscard]] std::vector<std::uint64_t> read_drops(std::size_t p) const;
+  /// Per-CPU hits of probe `p`'s tracepoint so far (empty when not counted).
+  [[nodiscard]] std::vector<std::uint64_t> read_hits(std::size_t p) const;
+  /// Every probe's read_hits() and read_drops() now (hit_base/drop_base when the events start,
+  /// hit_final/drop_final when they stop).
+  void read_kernel_counts(std::vector<std::vector<std::uint64_t>>& hits,
+                          std::vector<std::vector<std::uint64_t>>& drops) const;
+
+  // engine_stats.cpp
+  Stats collect_stats() const;
+};
+
+}  // namespace tracer

@@ -1,0 +1,304 @@
+// replay_print: a perf.data file printed the way `perf script` does (samples in time order,
+// perf stat record counts at each STAT_ROUND): `tracer replay FILE` without a recipe.
+#include <fmt/core.h>
+#include <linux/perf_event.h>
+
+#include <algorithm>
+#include <functional>
+#include <iterator>
+#include <map>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <unordered_map>
+#include <vector>
+
+#include "tracer/engine.hpp"
+#include "tracer/perfdata/print_fmt.hpp"
+#include "tracer/perfdata/reader.hpp"
+#include "tracer/reorder.hpp"
+#include "tracer/replay.hpp"
+#include "tracer/stage.hpp"
+
+namespace tracer {
+namespace {
+
+using Warn = std::function<void(const std::string&)>;
+
+void warn_incompatible(const std::string& path, const perfdata::Reader& r, const Warn& warn) {
+  const auto& bits = r.features().bits;
+  const bool no_features = std::all_of(bits.begin(), bits.end(), [](auto b) { return b == 0; });
+  if (no_features) {
+    warn(
+        fmt::format("{}: the file has no header features (perf calls such a file "
+                    "incompatible): no event names (HEADER_EVENT_DESC), so events are named "
+                    "from their attrs, and nothing about the recording machine",
+                    path));
+  }
+  std::string untraced;
+  for (const auto& e : r.events()) {
+    if (e.attr.raw()->type == PERF_TYPE_TRACEPOINT && !e.format)
+      untraced +=
+          fmt::format("{}{} (id {})", untraced.empty() ? "" : ", ", e.name, e.attr.raw()->config);
+  }
+  if (!untraced.empty()) {
+    warn(fmt::format(
+        "{}: no tracing data ({}) for tracepoint event{} {}: their fields cannot be decoded "
+        "and are not printed",
+        path,
+        r.tracing_data()                                    ? "no format for their ids"
+        : r.features().has(perfdata::Feature::kTracingData) ? "its section is unreadable"
+                                                            : "HEADER_TRACING_DATA missing",
+        untraced.find(',') != std::string::npos ? "s" : "", untraced));
+  }
+}
+
+/// Prints samples the way `perf script` does (tools/perf/builtin-script.c process_event,
+/// perf_sample__fprintf_start), released in time order by a Reorder fed by the file with its
+/// FINISHED_ROUND records as the rounds, and with each thread's comm as it was at the sample's
+/// time (COMM and FORK records applied as they are released).
+class ScriptPrinter {
+ public:
+  ScriptPrinter(const perfdata::Reader& reader, std::FILE* out, bool perf_mode)
+      : reader_(reader),
+        out_(out),
+        perf_mode_(perf_mode),
+        comms_(CommCacheOptions{.capacity = std::size_t{1} << 18, .read_proc = false}) {
+    for (const auto& e : reader.events()) {
+      name_width_ = std::max(name_width_, e.name.size());
+      if (e.format && perf_mode_)
+        fmts_.emplace_back(perfdata::PrintFmt::parse(*e.format));
+      else
+        fmts_.emplace_back(std::nullopt);
+    }
+    handler_ = [this](const Batch& b) { on_batch(b); };
+  }
+
+  /// Says once per event which print fmt cannot be evaluated (perf mode).
+  void warn_formats(const std::string& path, const Warn& warn) const {
+    for (std::size_t i = 0; i < fmts_.size(); ++i) {
+      const auto& f = fmts_[i];
+      if (f.has_value() && !f->supported()) {
+        warn(fmt::format("{}: {}: print fmt not evaluated ({}); its fields print as name=value",
+                         path, reader_.events()[i].name, f->problem()));
+      }
+    }
+  }
+
+  /// A kernel record of the file, in file order.
+  void push(const perfdata::Item& item) {
+    const auto type = item.record.type;
+    // Only what the output depends on is queued: samples, and the task records that name
+    // threads (perf applies every record in time order; the others print nothing here).
+    if (type != PERF_RECORD_SAMPLE && type != PERF_RECORD_COMM && type != PERF_RECORD_FORK)
+      return;
+    RecordRef ref;
+    ref.probe = item.attr >= 0 ? static_cast<std::uint32_t>(item.attr) : kUnknown;
+    ref.record = item.record;
+    if (const auto* s = std::get_if<perf::Sample>(&item.record.body))
+      ref.cpu = static_cast<std::int32_t>(s->cpu);
+    const auto& layout =
+        item.attr >= 0 ? reader_.events()[static_cast<std::size_t>(item.attr)].layout : kNone;
+    order_.push(ref, layout, handler_);
+  }
+  void round() { order_.round(handler_); }
+  void finish() {
+    order_.flush_all(handler_);
+    std::fflush(out_);
+  }
+  [[nodiscard]] const ReorderStats& stats() const noexcept { return order_.stats(); }
+
+ private:
+  static constexpr std::uint32_t kUnknown = UINT32_MAX;
+  static inline const perf::SampleLayout kNone{};
+
+  void on_batch(const Batch& b) {
+    for (const auto& ref : b.records) {
+      const auto& r = ref.record;
+      if (const auto* c = std::get_if<perf::Comm>(&r.body)) {
+        comms_.update(c->tid, c->comm);
+      } else if (const auto* t = std::get_if<perf::TaskEvent>(&r.body)) {
+        if (r.type == PERF_RECORD_FORK)
+          comms_.fork(t->ptid, t->tid);
+      } else if (const auto* s = std::get_if<perf::Sample>(&r.body)) {
+        if (ref.probe != kUnknown)
+          sample(ref.probe, *s);
+      }
+    }
+  }
+
+  /// perf's evlist__deliver_sample: a sample with PERF_SAMPLE_READ is delivered once per value
+  /// it reads (each group member), as the member's event, with the change of that value since
+  /// the previous sample of the same id (and thread, for inherited per-thread counts) as its
+  /// period; a zero change is not delivered (session.c deliver_sample_value).
+  void sample(std::uint32_t event, const perf::Sample& s) {
+    const auto& ev = reader_.events()[event];
+    if ((s.sample_type & PERF_SAMPLE_READ) == 0) {
+      print(event, s, s.period);
+      return;
+    }
+    const auto* a = ev.attr.raw();
+    const bool per_thread = a->inherit != 0 && (a->sample_type & PERF_SAMPLE_TID) != 0;
+    for (std::uint64_t i = 0; i < s.read.count(); ++i) {
+      const std::uint64_t id = s.read.id(i);
+      const std::int32_t member = reader_.event_of_id(id);
+      if (member < 0)
+        continue;  // perf counts it as an unknown id
+      auto& last = periods_[{id, per_thread ? s.tid : 0}];
+      const std::uint64_t value = s.read.value(i);
+      const std::uint64_t period = value - last;
+      last = value;
+      if (period != 0)
+        print(static_cast<std::uint32_t>(member), s, period);
+    }
+  }
+
+  void print(std::uint32_t event, const perf::Sample& s, std::uint64_t period) {
+    const auto& ev = reader_.events()[event];
+    const auto st = s.sample_type;
+    line_.clear();
+    auto out = std::back_inserter(line_);
+    std::string_view comm = comms_.lookup(s.tid);
+    std::string unknown;
+    if (comm.empty()) {
+      // perf's name for a thread it saw no COMM of; a tid of -1 (a task the kernel could not
+      // name in the sampling namespace, e.g. exiting) prints signed, as perf prints it.
+      unknown = fmt::format(":{}", static_cast<std::int32_t>(s.tid));
+      comm = unknown;
+    }
+    const bool tracepoint = ev.attr.raw()->type == PERF_TYPE_TRACEPOINT;
+    fmt::format_to(out, "{:>16} {:>5} ", comm, static_cast<std::int32_t>(s.tid));
+    if ((st & PERF_SAMPLE_CPU) != 0)
+      fmt::format_to(out, "[{:03}] ", s.cpu);
+    if ((st & PERF_SAMPLE_TIME) != 0)
+      fmt::format_to(out, "{:>5}.{:06}: ", s.time / 1000000000, s.time % 1000000000 / 1000);
+    if (perf_mode_) {
+      // perf script's default fields: the period for events that are not tracepoints, the name
+      // right-aligned to the longest, then the tracepoint's text or the sampled ip.
+      if (!tracepoint && (st & (PERF_SAMPLE_PERIOD | PERF_SAMPLE_READ)) != 0)
+        fmt::format_to(out, "{:>10} ", period);
+      fmt::format_to(out, "{:>{}}: ", ev.name, name_width_);
+      if (tracepoint) {
+        if (const auto& f = fmts_[event]; f.has_value())
+          f->print(s.raw, line_);
+      } else if ((st & PERF_SAMPLE_IP) != 0) {
+        fmt::format_to(out, " {:>16x}", s.ip);
+      }
+    } else {
+      fmt::format_to(out, "{}:", ev.name);
+      if (ev.format) {
+        line_ += ' ';
+        perfdata::PrintFmt::print_fields(*ev.format, s.raw, line_);
+      } else if (period != 0) {
+        fmt::format_to(out, " period={}", period);
+      }
+    }
+    line_ += '\n';
+    std::fwrite(line_.data(), 1, line_.size(), out_);
+  }
+
+  struct KeyHash {
+    std::size_t operator()(const std::pair<std::uint64_t, std::uint32_t>& k) const noexcept {
+      return std::hash<std::uint64_t>{}(k.first * 0x9E3779B97F4A7C15ULL ^ k.second);
+    }
+  };
+
+  const perfdata::Reader& reader_;
+  std::FILE* out_;
+  bool perf_mode_;
+  CommCache comms_;
+  std::vector<std::optional<perfdata::PrintFmt>> fmts_;
+  std::size_t name_width_ = 0;
+  Reorder order_;
+  BatchHandler handler_;
+  std::string line_;
+  std::unordered_map<std::pair<std::uint64_t, std::uint32_t>, std::uint64_t, KeyHash> periods_;
+};
+
+/// perf stat record files: perf script keeps the last counts of every (event, thread, cpu) and
+/// prints them all at each STAT_ROUND, by event in file order, then thread, then CPU
+/// (builtin-script.c process_stat_round_event / process_stat), zero counts included.
+class StatPrinter {
+ public:
+  StatPrinter(const perfdata::Reader& reader, std::FILE* out) : reader_(reader), out_(out) {}
+
+  void add(const perfdata::UserRecord& user) {
+    if (const auto* tm = std::get_if<perfdata::ThreadMap>(&user)) {
+      threads_.clear();
+      for (std::uint64_t i = 0; i < tm->nr; ++i)
+        threads_.push_back(static_cast<std::int32_t>(tm->pid(i)));
+    } else if (const auto* cm = std::get_if<perfdata::CpuMapData>(&user)) {
+      std::vector<std::int32_t> cpus;
+      if (cm->cpus(cpus))
+        cpus_ = std::move(cpus);
+    } else if (const auto* st = std::get_if<perfdata::Stat>(&user)) {
+      const auto cpu = static_cast<std::int32_t>(st->cpu);
+      if (std::find(seen_cpus_.begin(), seen_cpus_.end(), cpu) == seen_cpus_.end())
+        seen_cpus_.push_back(cpu);
+      counts_[{st->id, st->thread, cpu}] = *st;
+    } else if (const auto* round = std::get_if<perfdata::StatRound>(&user)) {
+      print(round->time);
+    }
+  }
+
+ private:
+  void print(std::uint64_t time) {
+    if (!header_) {
+      fmt::print(out_, "{:>3} {:>8} {:>15} {:>15} {:>15} {:>15} {}\n", "CPU", "THREAD", "VAL",
+                 "ENA", "RUN", "TIME", "EVENT");
+      header_ = true;
+    }
+    const auto& cpus = cpus_.empty() ? seen_cpus_ : cpus_;
+    const std::size_t nthreads = std::max<std::size_t>(1, threads_.size());
+    for (const auto& ev : reader_.events()) {
+      for (std::uint32_t t = 0; t < nthreads; ++t) {
+        for (const auto cpu : cpus) {
+          perfdata::Stat st;
+          for (const auto id : ev.ids) {  // the id of this event on this CPU and thread
+            const auto it = counts_.find({id, t, cpu});
+            if (it != counts_.end()) {
+              st = it->second;
+              break;
+            }
+          }
+          const std::int32_t pid = t < threads_.size() ? threads_[t] : -1;
+          fmt::print(out_, "{:>3} {:>8} {:>15} {:>15} {:>15} {:>15} {}\n", cpu, pid, st.val, st.ena,
+                     st.run, time, ev.name);
+        }
+      }
+    }
+  }
+
+  const perfdata::Reader& reader_;
+  std::FILE* out_;
+  std::vector<std::int32_t> threads_, cpus_, seen_cpus_;
+  std::map<std::tuple<std::uint64_t, std::uint32_t, std::int32_t>, perfdata::Stat> counts_;
+  bool header_ = false;
+};
+
+}  // namespace
+
+void replay_print(perfdata::Reader& reader, std::FILE* out, const ReplayPrintOptions& options) {
+  const Warn warn = options.warn ? options.warn : [](const std::string&) {};
+  warn_incompatible(options.file, reader, warn);
+  ScriptPrinter printer(reader, out, options.perf);
+  printer.warn_formats(options.file, warn);
+  StatPrinter stat(reader, out);
+  perfdata::Item item;
+  while (reader.next(item)) {
+    if (item.record.type < perfdata::kHeaderAttr) {
+      printer.push(item);
+      continue;
+    }
+    if (std::holds_alternative<perfdata::FinishedRound>(item.user)) {
+      printer.round();
+      continue;
+    }
+    stat.add(item.user);
+  }
+  // Everything read before a damaged record is delivered, in order, before the error.
+  printer.finish();
+  std::fflush(out);
+}
+
+}  // namespace tracer

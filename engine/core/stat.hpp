@@ -1,0 +1,91 @@
+// Counting events as perf stat does: event names in perf's syntax (generic software and
+// hardware events, tracepoints, modifiers) resolved to attrs, counters opened system-wide, for a
+// process or for a command started here, read at intervals and at the end, and summarized over
+// repeated runs. What `tracer stat` does; it prints.
+//
+// Usage:
+//   std::atomic<bool> stop{false};                 // a signal handler sets it
+//   auto r = core::count_events({.events = {"page-faults:u"}, .command = argv}, stop,
+//                               [](const core::StatInterval& i) { ... print i.deltas ... });
+//   print r.values[i] (mean, +- %) per r.counters[i]; r.exit_code is the command's
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tracer/perf/event_attr.hpp"
+#include "tracer/tracefs/tracefs.hpp"
+
+namespace tracer::core {
+
+/// An event named as perf stat -e names it: a software or hardware event ("page-faults",
+/// "cycles") or a tracepoint "system:event", optionally with perf's modifiers after a colon
+/// (u, k, h: only those privilege levels; H, G: host or guest; p: precision), e.g.
+/// "page-faults:u", "sched:sched_switch:k". `fs` is opened on the first tracepoint.
+/// Throws tracer::Error: kUsage for an unknown event (with a near name), tracepoint or modifier;
+/// kRuntime when tracefs cannot be opened or read.
+[[nodiscard]] perf::EventAttr resolve_stat_event(const std::string& text,
+                                                 std::optional<tracefs::Tracefs>& fs);
+
+struct StatOptions {
+  std::vector<std::string> events{};     // as resolve_stat_event takes them
+  bool all_cpus = false;                 // every CPU, also with a pid or a command
+  pid_t pid = -1;                        // a process (and the children it starts)
+  std::vector<std::string> command{};    // argv of a command started and counted (enable_on_exec)
+  std::chrono::nanoseconds duration{0};  // 0: until the command or process ends, or `stop`
+  std::chrono::nanoseconds interval{0};  // > 0: on_interval every interval
+  unsigned repeat = 1;                   // runs of the measurement (stops early on `stop`)
+
+  /// Counters on every CPU for every task: -a, or neither a pid nor a command.
+  [[nodiscard]] bool system_wide() const noexcept {
+    return all_cpus || (command.empty() && pid < 0);
+  }
+};
+
+struct StatCounter {
+  std::string name;  // as given
+  std::string unit;  // "ns" for the software clocks, "" otherwise
+};
+
+/// One counter's value over the runs: the mean, and perf stat's "+- x%": the standard
+/// deviation of the mean relative to the mean (tools/perf/util/stat.c stddev_stats).
+struct StatSummary {
+  double mean = 0;
+  std::optional<double> rel_stddev_pct;  // with two runs or more
+};
+[[nodiscard]] StatSummary summarize(const std::vector<double>& runs);
+
+/// The counts of one interval.
+struct StatInterval {
+  const std::vector<StatCounter>& counters;
+  double elapsed_s = 0;          // since the counters started
+  double interval_s = 0;         // the interval's length
+  std::vector<double> deltas{};  // per counter, since the previous interval
+};
+
+struct StatResult {
+  std::vector<StatCounter> counters;
+  std::vector<StatSummary> values;  // per counter, over the runs
+  StatSummary seconds;              // the runs' elapsed times
+  std::size_t runs = 0;
+  int exit_code = 0;           // the command's in the last run, as a shell reports it (128+N)
+  bool target_exited = false;  // the pid target exited (the count ended with it)
+};
+
+/// Runs the measurement `options.repeat` times (fewer when `stop` is set): opens a counter per
+/// event (per CPU when system-wide), starts the command if any, and counts until the duration
+/// passes, the command or process ends, or `stop` is set; calls `on_interval` every interval.
+/// Throws tracer::Error: what resolve_stat_event throws; kUnsupported for an event this machine
+/// lacks (no hardware PMU) or a modifier it refuses; kPermission; kRuntime for a command that
+/// cannot be run (with exec's errno).
+[[nodiscard]] StatResult count_events(const StatOptions& options,
+                                      const std::atomic<bool>& stop,
+                                      const std::function<void(const StatInterval&)>& on_interval);
+
+}  // namespace tracer::core
