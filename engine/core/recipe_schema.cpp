@@ -24,58 +24,37 @@ std::string type_hint(KeyType t, std::string_view key) {
   return {};
 }
 
-std::string example_of(OptionSpec::Type t) {
-  using T = OptionSpec::Type;
-  switch (t) {
-    case T::kBool:
-      return "true";
-    case T::kInt:
-      return "10";
-    case T::kFloat:
-      return "1.0";
-    case T::kString:
-      return "\"...\"";
-    case T::kDuration:
-      return "\"1s\"";
-    case T::kSize:
-      return "\"64KiB\"";
-    case T::kStringList:
-      return "[\"...\"]";
-    case T::kFieldList:
-      return "[\"comm\"]";
-    case T::kExpression:
-      return "\"pid == 42\"";
-    case T::kAny:
-      return "...";
-  }
-  return "...";
-}
+/// How messages name an option type, and a value of it for "write KEY = EXAMPLE".
+struct TypeWords {
+  std::string_view label;
+  std::string_view example;
+};
 
-std::string_view option_type_label(OptionSpec::Type t) {
+TypeWords words_of(OptionSpec::Type t) {
   using T = OptionSpec::Type;
   switch (t) {
     case T::kBool:
-      return "boolean";
+      return {"boolean", "true"};
     case T::kInt:
-      return "integer";
+      return {"integer", "10"};
     case T::kFloat:
-      return "float";
+      return {"float", "1.0"};
     case T::kString:
-      return "string";
+      return {"string", "\"...\""};
     case T::kDuration:
-      return "duration";
+      return {"duration", "\"1s\""};
     case T::kSize:
-      return "size";
+      return {"size", "\"64KiB\""};
     case T::kStringList:
-      return "array of strings";
+      return {"array of strings", "[\"...\"]"};
     case T::kFieldList:
-      return "array of field names";
+      return {"array of field names", "[\"comm\"]"};
     case T::kExpression:
-      return "expression string";
+      return {"expression string", "\"pid == 42\""};
     case T::kAny:
-      return "any value";
+      return {"any value", "..."};
   }
-  return "?";
+  return {"?", "..."};
 }
 
 /// One option's value against its type.
@@ -86,10 +65,9 @@ void check_option(const std::string& key,
                   Diagnostics& diags) {
   using T = OptionSpec::Type;
   const std::string label = fmt::format("option '{}' of stage '{}'", key, stage);
-  const auto wrong = [&] {
-    wrong_type(diags, v, label, option_type_label(o.type),
-               fmt::format("write {} = {}", key, example_of(o.type)));
-  };
+  const TypeWords words = words_of(o.type);
+  const std::string example = fmt::format("write {} = {}", key, words.example);
+  const auto wrong = [&] { wrong_type(diags, v, label, words.label, example); };
   switch (o.type) {
     case T::kAny:
       reject_date_times(v, label, diags);
@@ -114,8 +92,7 @@ void check_option(const std::string& key,
       if (!v.is_string())
         wrong();
       else if (v.string()->empty())
-        diags.add(v.where, fmt::format("empty expression for {}", label),
-                  fmt::format("write {} = {}", key, example_of(o.type)));
+        diags.add(v.where, fmt::format("empty expression for {}", label), example);
       return;
     case T::kDuration:
       if (!v.is_string()) {
@@ -142,8 +119,7 @@ void check_option(const std::string& key,
       if (const auto* a = v.array()) {
         for (const auto& e : *a) {
           if (!e.is_string())
-            wrong_type(diags, e, fmt::format("an element of {}", label), "string",
-                       fmt::format("write {} = {}", key, example_of(o.type)));
+            wrong_type(diags, e, fmt::format("an element of {}", label), "string", example);
         }
         return;
       }
@@ -372,8 +348,8 @@ void check_stage_options(const StageSpec& spec, const ConfigValue& options, Diag
     if (o.required && options.find(o.name) == nullptr)
       diags.add(options.where, fmt::format("stage '{}' needs option '{}'", spec.name, o.name),
                 o.help.empty()
-                    ? fmt::format("add {} = {}", o.name, example_of(o.type))
-                    : fmt::format("add {} = {} ({})", o.name, example_of(o.type), o.help));
+                    ? fmt::format("add {} = {}", o.name, words_of(o.type).example)
+                    : fmt::format("add {} = {} ({})", o.name, words_of(o.type).example, o.help));
   }
 }
 
