@@ -14,6 +14,7 @@
 #include <system_error>
 
 #include "common/edit_distance.hpp"
+#include "core/recipe_schema.hpp"
 #include "core/syscall_names.hpp"
 #include "tracer/duration.hpp"
 #include "tracer/perf/abi.hpp"
@@ -840,103 +841,10 @@ std::string to_text(const Cell& c) {
 // ---------------------------------------------------------------------------------------------
 // StageOptions
 
-namespace {
-
-bool type_ok(OptionSpec::Type t, const ConfigValue& v) {
-  using T = OptionSpec::Type;
-  switch (t) {
-    case T::kBool:
-      return v.is_bool();
-    case T::kInt:
-      return v.is_int();
-    case T::kFloat:
-      return v.is_float() || v.is_int();
-    case T::kString:
-    case T::kDuration:
-    case T::kExpression:
-      return v.is_string();
-    case T::kSize:
-      return v.is_string() || v.is_int();
-    case T::kStringList:
-    case T::kFieldList:
-      if (v.is_string())
-        return true;
-      if (const auto* a = v.array())
-        return std::all_of(a->begin(), a->end(),
-                           [](const ConfigValue& e) { return e.is_string(); });
-      return false;
-    case T::kAny:
-      return true;
-  }
-  return false;
-}
-
-std::string_view type_text(OptionSpec::Type t) {
-  using T = OptionSpec::Type;
-  switch (t) {
-    case T::kBool:
-      return "a boolean";
-    case T::kInt:
-      return "an integer";
-    case T::kFloat:
-      return "a number";
-    case T::kString:
-      return "a string";
-    case T::kDuration:
-      return R"(a duration string ("1s", "250ms"))";
-    case T::kSize:
-      return "a size (4096 or \"64KiB\")";
-    case T::kStringList:
-      return "a string or an array of strings";
-    case T::kFieldList:
-      return "a field name or an array of field names";
-    case T::kExpression:
-      return "an expression string";
-    case T::kAny:
-      break;
-  }
-  return "a value";
-}
-
-}  // namespace
-
 StageOptions::StageOptions(const StageSpec& spec, const ConfigValue& table, Diagnostics& diags)
     : table_(&table), diags_(&diags) {
-  const auto* t = table.table();
-  if (t == nullptr) {
-    diags.add(table.where, fmt::format("options of stage '{}' must be a table", spec.name));
-    return;
-  }
-  std::vector<std::string> names;
-  names.reserve(spec.options.size());
-  for (const auto& o : spec.options)
-    names.push_back(o.name);
-  for (const auto& [key, value] : *t) {
-    if (key == "use")
-      continue;
-    const auto it = std::find_if(spec.options.begin(), spec.options.end(),
-                                 [&](const OptionSpec& o) { return o.name == key; });
-    if (it == spec.options.end()) {
-      std::string hint = fmt::format("stage '{}' takes: {}", spec.name, fmt::join(names, ", "));
-      if (auto c = closest(key, names); !c.empty())
-        hint = fmt::format("did you mean '{}'? {}", c, hint);
-      diags.add(value.where, fmt::format("unknown option '{}' for stage '{}'", key, spec.name),
-                std::move(hint));
-      continue;
-    }
-    if (!type_ok(it->type, value)) {
-      diags.add(value.where,
-                fmt::format("option '{}' of stage '{}' must be {}, not {}", key, spec.name,
-                            type_text(it->type), value.type_name()),
-                it->help);
-    }
-  }
-  for (const auto& o : spec.options) {
-    if (o.required && table.find(o.name) == nullptr) {
-      diags.add(table.where, fmt::format("stage '{}' needs option '{}'", spec.name, o.name),
-                o.help);
-    }
-  }
+  // The validator the recipe loader runs too: one check and one wording for each mistake.
+  core::check_stage_options(spec, table, diags);
 }
 
 const ConfigValue* StageOptions::get(std::string_view name) const noexcept {
@@ -982,10 +890,8 @@ std::optional<std::chrono::nanoseconds> StageOptions::duration(std::string_view 
   if (v == nullptr || !v->is_string())
     return std::nullopt;
   auto d = parse_duration(*v->string());
-  if (!d) {
-    diags_->add(v->where, fmt::format("option '{}': {}", name, d.error().message), d.error().hint);
-    return std::nullopt;
-  }
+  if (!d)
+    return std::nullopt;  // the constructor reported it
   if (d->count() <= 0) {
     diags_->add(v->where, fmt::format("option '{}' must be a positive duration", name));
     return std::nullopt;

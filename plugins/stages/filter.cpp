@@ -616,7 +616,7 @@ void Filter::configure(const ConfigValue& options, Diagnostics& diags) {
   kinds_ = read_kinds(opts, kind_bit(RecordKind::kSample), diags);
   where_ = opts.where("expr");
   const auto text = opts.string("expr");
-  if (!text)
+  if (!text || text->empty())  // StageOptions reported an empty one
     return;
   FilterError error;
   expr_ = FilterExpr::parse(*text, error);

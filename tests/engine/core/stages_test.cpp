@@ -22,6 +22,8 @@
 #include "support/stage_batches.hpp"
 #include "tracer/pipeline.hpp"
 #include "tracer/stages.hpp"
+#include "tracer/recipe.hpp"
+#include "tracer/session.hpp"
 
 namespace tracer {
 namespace {
@@ -320,10 +322,38 @@ TEST(StageOptions, UnknownWrongTypeAndMissingWithPositions) {
   EXPECT_EQ(items[0].message, "unknown option 'bye' for stage 'hist'");
   EXPECT_EQ(items[0].where.line, 3u);
   EXPECT_THAT(items[0].hint, HasSubstr("did you mean 'by'?"));
-  EXPECT_THAT(items[1].message, HasSubstr("option 'top' of stage 'hist' must be an integer"));
+  EXPECT_EQ(items[1].message,
+            "wrong type for option 'top' of stage 'hist': expected integer, got string");
+  EXPECT_EQ(items[1].hint, "write top = 10");
   EXPECT_EQ(items[1].where.line, 4u);
   EXPECT_EQ(items[1].where.column, 7u);
   EXPECT_EQ(items[2].message, "stage 'hist' needs option 'field'");
+}
+
+// The recipe loader and StageOptions share one validator: one message for one mistake.
+TEST(StageOptions, SameDiagnosticsAsTheRecipeLoader) {
+  const std::string text =
+      "[recipe]\nname = \"x\"\n[[probe]]\nname = \"p\"\nsoftware = \"cpu-clock\"\n"
+      "[[stage]]\nuse = \"hist\"\ntop = 1.5\nbye = [\"comm\"]\nevery = \"soon\"\n";
+  std::string loader;
+  try {
+    (void)Recipe::load_string(text, "r.toml", {.sets = {}, .stages = stage_catalog()});
+  } catch (const Error& e) {
+    loader = e.what();
+  }
+  ASSERT_THAT(loader, HasSubstr("r.toml:8:7: wrong type for option 'top' of stage 'hist': "
+                                "expected integer, got float\n  hint: write top = 10"));
+  // Without the catalog the loader leaves the options to the stage.
+  const Recipe unchecked = Recipe::load_string(text, "r.toml");
+  Diagnostics diags;
+  const StageSpec* hist = nullptr;
+  for (const auto* spec : StageRegistry::global().specs()) {
+    if (spec->name == "hist")
+      hist = spec;
+  }
+  ASSERT_NE(hist, nullptr);
+  const StageOptions opts(*hist, unchecked.pipelines.at(0).stages.at(0).options, diags);
+  EXPECT_EQ(diags.format(), loader + "\n");
 }
 
 TEST(StageOptions, BadDurationAndUnknownStage) {

@@ -15,13 +15,20 @@
 namespace tracer {
 
 struct ConfigValue;
+/// A TOML date, time or date-time. No recipe key takes one: it is kept so that a type error
+/// can say "got date-time" at the value's position.
+struct ConfigDateTime {};
 using ConfigArray = std::vector<ConfigValue>;
 /// A table keeps the order keys were written in.
 using ConfigTable = std::vector<std::pair<std::string, ConfigValue>>;
 
 struct ConfigValue {
-  std::variant<bool, std::int64_t, double, std::string, ConfigArray, ConfigTable> value{};
+  std::variant<bool, std::int64_t, double, std::string, ConfigArray, ConfigTable, ConfigDateTime>
+      value{};
   SourceRegion where{};
+  /// Where the key naming this value was written, for the values of a table read from a file
+  /// (unknown keys are reported there); line 0 when unknown (built in code, array elements).
+  SourceRegion key_where{};
 
   [[nodiscard]] bool is_bool() const noexcept { return std::holds_alternative<bool>(value); }
   [[nodiscard]] bool is_int() const noexcept { return std::holds_alternative<std::int64_t>(value); }
@@ -34,6 +41,9 @@ struct ConfigValue {
   }
   [[nodiscard]] bool is_table() const noexcept {
     return std::holds_alternative<ConfigTable>(value);
+  }
+  [[nodiscard]] bool is_date_time() const noexcept {
+    return std::holds_alternative<ConfigDateTime>(value);
   }
 
   [[nodiscard]] const std::string* string() const noexcept {
@@ -48,6 +58,9 @@ struct ConfigValue {
   [[nodiscard]] const ConfigTable* table() const noexcept {
     return std::get_if<ConfigTable>(&value);
   }
+  [[nodiscard]] ConfigTable* table() noexcept { return std::get_if<ConfigTable>(&value); }
+  [[nodiscard]] ConfigArray* array() noexcept { return std::get_if<ConfigArray>(&value); }
+  [[nodiscard]] const bool* boolean() const noexcept { return std::get_if<bool>(&value); }
   /// A key of a table value, or nullptr.
   [[nodiscard]] const ConfigValue* find(std::string_view key) const noexcept {
     if (const auto* t = table()) {
@@ -58,10 +71,13 @@ struct ConfigValue {
     }
     return nullptr;
   }
-  /// "boolean", "integer", "float", "string", "array", "table" (for messages).
+  [[nodiscard]] ConfigValue* find(std::string_view key) noexcept {
+    return const_cast<ConfigValue*>(std::as_const(*this).find(key));
+  }
+  /// "boolean", "integer", "float", "string", "array", "table", "date-time" (for messages).
   [[nodiscard]] std::string_view type_name() const noexcept {
-    static constexpr std::string_view kNames[] = {"boolean", "integer", "float",
-                                                  "string",  "array",   "table"};
+    static constexpr std::string_view kNames[] = {"boolean", "integer", "float",    "string",
+                                                  "array",   "table",   "date-time"};
     return kNames[value.index()];
   }
 };

@@ -337,9 +337,10 @@ struct Table {
 // ---------------------------------------------------------------------------------------------
 // Stage options: reads a [[stage]] table against the stage's spec.
 
-/// Validates `table` against `spec` (unknown keys with a hint, wrong types, missing required
-/// options; the key `use` is the loader's and is skipped) and gives typed access. Errors go to
-/// `diags` with the position of the offending value.
+/// Validates `table` against `spec` with the recipe loader's validator and wording (unknown keys
+/// with a hint, wrong types with an example, missing required options, bad durations and sizes;
+/// the key `use` is the loader's and is skipped) and gives typed access. Errors go to `diags`
+/// with the position of the offending key or value.
 class StageOptions {
  public:
   StageOptions(const StageSpec& spec, const ConfigValue& table, Diagnostics& diags);
@@ -351,7 +352,8 @@ class StageOptions {
   [[nodiscard]] std::optional<std::int64_t> integer(std::string_view name) const;
   [[nodiscard]] std::optional<double> number(std::string_view name) const;
   [[nodiscard]] std::optional<bool> boolean(std::string_view name) const;
-  /// kDuration: parsed; a bad duration is reported and yields nullopt.
+  /// kDuration: parsed; a bad duration (reported by the constructor) yields nullopt, and so
+  /// does one that is not positive (reported here).
   [[nodiscard]] std::optional<std::chrono::nanoseconds> duration(std::string_view name);
   /// kStringList/kFieldList: each entry with its position (a single string is a list of one).
   [[nodiscard]] std::vector<std::pair<std::string, SourceRegion>> list(std::string_view name) const;

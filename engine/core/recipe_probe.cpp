@@ -1,0 +1,303 @@
+#include "core/recipe_probe.hpp"
+
+#include <fmt/format.h>
+#include <linux/perf_event.h>
+#include <unistd.h>
+
+#if defined(__x86_64__)
+#include <asm/perf_regs.h>
+#endif
+
+#include <algorithm>
+#include <bit>
+#include <limits>
+#include <optional>
+#include <string>
+
+#include "core/recipe_schema.hpp"
+#include "tracer/tracefs/tracefs.hpp"
+
+namespace tracer::core {
+namespace {
+
+std::string format_bytes(std::uint64_t bytes) {
+  if (bytes >= (1ULL << 30) && bytes % (1ULL << 30) == 0)
+    return fmt::format("{}GiB", bytes >> 30);
+  if (bytes >= (1ULL << 20) && bytes % (1ULL << 20) == 0)
+    return fmt::format("{}MiB", bytes >> 20);
+  if (bytes >= (1ULL << 10) && bytes % (1ULL << 10) == 0)
+    return fmt::format("{}KiB", bytes >> 10);
+  return fmt::format("{}", bytes);
+}
+
+std::uint64_t page_bytes() {
+  const long ps = ::sysconf(_SC_PAGESIZE);
+  return ps > 0 ? static_cast<std::uint64_t>(ps) : 4096;
+}
+
+/// Every general-purpose user register perf can sample (perf's PERF_REGS_MASK for x86-64:
+/// the segment registers DS, ES, FS, GS are not sampled by the kernel).
+std::uint64_t all_user_regs() {
+#if defined(__x86_64__)
+  return ((1ULL << PERF_REG_X86_64_MAX) - 1) &
+         ~((1ULL << PERF_REG_X86_DS) | (1ULL << PERF_REG_X86_ES) | (1ULL << PERF_REG_X86_FS) |
+           (1ULL << PERF_REG_X86_GS));
+#else
+  return 0;
+#endif
+}
+
+class ProbeReader {
+ public:
+  ProbeReader(std::span<const RecipeProbe> earlier, Diagnostics& diags)
+      : earlier_(earlier), diags_(diags), keys_(diags) {}
+
+  RecipeProbe read(const ConfigValue& node, std::size_t index) {
+    const ConfigTable& t = *node.table();
+    RecipeProbe probe;
+    probe.where = node.where;
+    ProbeOptions& o = probe.options;
+    const auto keys = names_of(kProbeKeys);
+    const auto kinds = kind_names();
+
+    std::string label = fmt::format("probe #{}", index + 1);
+    if (const auto* n = node.find("name"); n != nullptr && n->string() != nullptr)
+      label = fmt::format("probe '{}'", *n->string());
+
+    const Entry* kind = nullptr;
+    bool kind_reported = false;
+    std::optional<std::uint64_t> ring_bytes;
+    for (const auto& e : t) {
+      const auto& [key, v] = e;
+      if (find_spec(kProbeKeys, key) == nullptr) {
+        auto near = near_names(key, keys);
+        if (!near.empty() && find_kind(near.front()) != nullptr) {
+          diags_.add(v.key_where, fmt::format("unknown probe kind '{}'", key),
+                     fmt::format("did you mean {}?", quoted_list(near)));
+          kind_reported = true;
+        } else {
+          keys_.unknown_key(e, "[[probe]]", keys);
+        }
+        continue;
+      }
+      probe.value_where[key] = v.where;
+      if (const auto* k = find_kind(key)) {
+        if (kind != nullptr) {
+          diags_.add(
+              v.key_where, fmt::format("{} has two kinds: '{}' and '{}'", label, kind->first, key),
+              fmt::format("a probe has exactly one of {}; split it into two [[probe]] tables",
+                          plain_list(kinds)));
+          kind_reported = true;
+          continue;
+        }
+        kind = &e;
+        o.kind = k->kind;
+        if (const auto* s = keys_.string(e)) {
+          o.spec = *s;
+          check_spec(e, k->kind);
+        }
+        continue;
+      }
+      if (key == "name") {
+        if (const auto* s = keys_.string(e)) {
+          if (s->empty())
+            diags_.add(v.where, "empty probe name", "name it: name = \"openat\"");
+          o.name = *s;
+        }
+      } else if (key == "period") {
+        o.period = keys_.count<std::uint64_t>(e);
+      } else if (key == "freq") {
+        o.freq = keys_.count<std::uint64_t>(e);
+      } else if (key == "counting") {
+        if (auto b = keys_.boolean(e))
+          o.counting = *b;
+      } else if (key == "filter") {
+        if (const auto* s = keys_.string(e))
+          o.filter = *s;
+      } else if (key == "bpf") {
+        if (const auto* s = keys_.string(e)) {
+          if (s->empty())
+            diags_.add(v.where, "empty 'bpf' program name",
+                       "name a program of the [bpf] object, or leave the key out");
+          o.bpf_program = *s;
+        }
+      } else if (key == "callchain") {
+        if (auto b = keys_.boolean(e); b && *b)
+          o.extra_sample_type |= PERF_SAMPLE_CALLCHAIN;
+      } else if (key == "user_regs") {
+        if (auto b = keys_.boolean(e); b && *b) {
+          o.sample_regs_user = all_user_regs();
+          if (o.sample_regs_user == 0)
+            diags_.add(v.where, "'user_regs' is supported on x86-64 only",
+                       "leave it out on this architecture");
+          o.extra_sample_type |= PERF_SAMPLE_REGS_USER;
+        }
+      } else if (key == "user_stack") {
+        if (auto bytes = keys_.size(e)) {
+          // perf_copy_attr(): sample_stack_user must be u64-aligned and below USHRT_MAX.
+          if (*bytes == 0 || *bytes % 8 != 0 || *bytes >= 65535) {
+            diags_.add(v.where, fmt::format("bad user_stack size {}", *bytes),
+                       "the kernel takes a multiple of 8 from 8 to 65528 bytes, e.g. \"8KiB\"");
+          } else {
+            o.sample_stack_user = static_cast<std::uint32_t>(*bytes);
+            o.extra_sample_type |= PERF_SAMPLE_STACK_USER;
+          }
+        }
+      } else if (key == "task_records") {
+        if (auto b = keys_.boolean(e))
+          o.task_records = *b;
+      } else if (key == "context_switches") {
+        if (auto b = keys_.boolean(e))
+          o.context_switches = *b;
+      } else if (key == "ring") {
+        if (auto bytes = keys_.size(e)) {
+          if (auto pages = pages_of(v, *bytes, "ring size"))
+            o.ring_pages = *pages;
+          ring_bytes = bytes;
+        }
+      } else if (key == "wakeup_events") {
+        if (auto n = keys_.count<std::uint32_t>(e))
+          o.wakeup.events = *n;
+      } else if (key == "wakeup_bytes") {
+        if (auto bytes = keys_.size(e)) {
+          if (*bytes == 0 || *bytes > std::numeric_limits<std::uint32_t>::max())
+            diags_.add(v.where, fmt::format("bad wakeup_bytes {}", *bytes),
+                       "write a fill level smaller than the ring, e.g. \"64KiB\"");
+          else
+            o.wakeup.watermark_bytes = static_cast<std::uint32_t>(*bytes);
+        }
+      } else if (key == "aux_size") {
+        if (auto bytes = keys_.size(e)) {
+          if (pages_of(v, *bytes, "aux_size"))
+            o.aux_bytes = *bytes;
+        }
+      } else if (key == "aux_snapshot") {
+        if (auto b = keys_.boolean(e))
+          o.aux_snapshot = *b;
+      }
+    }
+
+    if (node.find("name") == nullptr)
+      diags_.add(node.where, fmt::format("missing required key 'name' in {}", label),
+                 "add name = \"...\" (unique; shown in stats and used by --set probe.NAME.KEY)");
+    if (kind == nullptr && !kind_reported)
+      diags_.add(node.where, fmt::format("{} has no kind", label),
+                 fmt::format("add one of {} with its spec, e.g. tracepoint = "
+                             "\"syscalls:sys_enter_openat\"",
+                             plain_list(kinds)));
+    check_probe_combinations(node, probe, label, ring_bytes);
+
+    if (!o.name.empty()) {
+      for (const auto& other : earlier_) {
+        if (other.options.name == o.name) {
+          const auto& first = other.where_of("name");
+          diags_.add(probe.where_of("name"), fmt::format("duplicate probe name '{}'", o.name),
+                     fmt::format("first used at {}:{}:{}; probe names must be unique", first.path,
+                                 first.line, first.column));
+          break;
+        }
+      }
+    }
+    return probe;
+  }
+
+ private:
+  /// Syntax of a kind's spec that needs no system access.
+  void check_spec(const Entry& e, ProbeKind kind) {
+    const auto& [key, v] = e;
+    const std::string& spec = *v.string();
+    if (spec.empty()) {
+      diags_.add(v.where, fmt::format("empty {} spec", key),
+                 "say what to probe, e.g. tracepoint = \"sched:sched_switch\"");
+      return;
+    }
+    if (kind == ProbeKind::kTracepoint && !tracefs::split_tracepoint(spec)) {
+      diags_.add(v.where, fmt::format("malformed tracepoint '{}'", spec),
+                 "write it as system:event, e.g. \"syscalls:sys_enter_openat\"");
+    } else if (kind == ProbeKind::kUprobe || kind == ProbeKind::kUretprobe) {
+      const auto colon = spec.rfind(':');
+      if (colon == std::string::npos || colon == 0 || colon + 1 == spec.size())
+        diags_.add(v.where, fmt::format("malformed {} '{}'", key, spec),
+                   "write it as binary:symbol, e.g. \"/usr/bin/bash:readline\" or "
+                   "\"libc:malloc+0x10\"");
+    }
+  }
+
+  /// Bytes as a power-of-two number of pages (what a ring or an AUX area must be).
+  std::optional<std::uint32_t> pages_of(const ConfigValue& v,
+                                        std::uint64_t bytes,
+                                        std::string_view what) {
+    const std::uint64_t page = page_bytes();
+    const std::uint64_t pages = bytes / page;
+    if (bytes % page == 0 && pages > 0 && std::has_single_bit(pages) &&
+        pages <= std::numeric_limits<std::uint32_t>::max())
+      return static_cast<std::uint32_t>(pages);
+    const std::uint64_t lower = pages == 0 ? 1 : std::bit_floor(pages);
+    const std::string text = v.string() != nullptr ? *v.string() : std::to_string(bytes);
+    const std::string why = bytes % page != 0
+                                ? fmt::format("not a whole number of {}-byte pages", page)
+                                : fmt::format("{} pages is not a power of two", pages);
+    diags_.add(
+        v.where, fmt::format("bad {} '{}': {}", what, text, why),
+        pages == 0 || lower == pages
+            ? fmt::format("use a power of two pages, e.g. {} ({} page)", format_bytes(page), 1)
+            : fmt::format("use a power of two pages: {} ({} pages) or {} ({} pages)",
+                          format_bytes(lower * page), lower, format_bytes(2 * lower * page),
+                          2 * lower));
+    return std::nullopt;
+  }
+
+  void check_probe_combinations(const ConfigValue& node,
+                                const RecipeProbe& probe,
+                                const std::string& label,
+                                std::optional<std::uint64_t> ring_bytes) {
+    const ProbeOptions& o = probe.options;
+    const ConfigTable& t = *node.table();
+    const bool has_kind = std::any_of(t.begin(), t.end(),
+                                      [](const Entry& e) { return find_kind(e.first) != nullptr; });
+    if (o.period && o.freq)
+      diags_.add(probe.where_of("freq"), fmt::format("{} has both 'period' and 'freq'", label),
+                 "keep one: period = N samples every N events, freq = N samples per second");
+    if (o.counting && (o.period || o.freq))
+      diags_.add(
+          probe.where_of(o.period ? "period" : "freq"),
+          fmt::format("{} is counting: it takes no '{}'", label, o.period ? "period" : "freq"),
+          "a counter is read, not sampled; drop the key or counting = true");
+    const bool tracefs_kind = o.kind == ProbeKind::kTracepoint || o.kind == ProbeKind::kKprobe ||
+                              o.kind == ProbeKind::kKretprobe || o.kind == ProbeKind::kUprobe ||
+                              o.kind == ProbeKind::kUretprobe;
+    if (has_kind && !o.filter.empty() && !tracefs_kind)
+      diags_.add(probe.where_of("filter"),
+                 fmt::format("'filter' does not apply to {} probes", to_string(o.kind)),
+                 "tracefs filters work on tracepoints and k/u(ret)probes; filter in a pipeline "
+                 "stage instead");
+    if (has_kind && o.kind != ProbeKind::kAux) {
+      for (std::string_view k : {"aux_size", "aux_snapshot"}) {
+        if (node.find(k) != nullptr)
+          diags_.add(probe.where_of(k),
+                     fmt::format("'{}' does not apply to {} probes", k, to_string(o.kind)),
+                     "only aux probes map an AUX area");
+      }
+    }
+    if (ring_bytes && o.wakeup.watermark_bytes != 0 && o.wakeup.watermark_bytes >= *ring_bytes)
+      diags_.add(probe.where_of("wakeup_bytes"),
+                 fmt::format("'wakeup_bytes' ({}) is not smaller than the ring ({})",
+                             format_bytes(o.wakeup.watermark_bytes), format_bytes(*ring_bytes)),
+                 "the kernel would never wake the reader; use a quarter of the ring");
+  }
+
+  std::span<const RecipeProbe> earlier_;
+  Diagnostics& diags_;
+  KeyReader keys_;
+};
+
+}  // namespace
+
+RecipeProbe read_probe(const ConfigValue& node,
+                       std::size_t index,
+                       std::span<const RecipeProbe> earlier,
+                       Diagnostics& diags) {
+  return ProbeReader(earlier, diags).read(node, index);
+}
+
+}  // namespace tracer::core

@@ -1,0 +1,210 @@
+// What a recipe needs the running system for: `tracer check`'s look at tracepoints, binaries and
+// files (Recipe::check_system), and the engine's options with tracepoint globs expanded
+// (Recipe::to_engine_options).
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <filesystem>
+
+#include "core/recipe_schema.hpp"
+#include "core/elf_symbols.hpp"
+#include "tracer/recipe.hpp"
+#include "tracer/tracefs/filter.hpp"
+#include "tracer/tracefs/tracefs.hpp"
+
+namespace tracer {
+namespace {
+
+namespace fs = std::filesystem;
+using core::near_names;
+using core::plain_list;
+using core::quoted_list;
+
+/// Whether a tracepoint spec is a shell glob ("syscalls:sys_enter_*"): one probe per match.
+bool is_tracepoint_glob(std::string_view spec) {
+  return spec.find_first_of("*?[") != std::string_view::npos;
+}
+
+/// The glob with its wildcard characters removed, as a name to look near matches up with.
+tracefs::TracepointName glob_as_name(std::string_view glob) {
+  std::string plain;
+  for (char c : glob) {
+    if (c != '*' && c != '?' && c != '[' && c != ']')
+      plain.push_back(c);
+  }
+  if (auto tp = tracefs::split_tracepoint(plain))
+    return *tp;
+  return {.system = {}, .event = plain};
+}
+
+/// A glob that matches nothing, at the spec's position, with what it may have meant.
+void no_match(const RecipeProbe& p, const tracefs::Tracefs& fs, Diagnostics& diagnostics) {
+  const auto near = fs.near_matches(glob_as_name(p.options.spec));
+  diagnostics.add(p.where_of(to_string(p.options.kind)),
+                  fmt::format("no tracepoint matches '{}'", p.options.spec),
+                  near.empty() ? std::string("see `tracer list tracepoints 'GLOB'`")
+                               : fmt::format("near matches: {}", plain_list(near)));
+}
+
+/// The kernel answers a filter naming a field its event lacks with a bare EINVAL: name the
+/// field here, at the filter's position, with the fields it may have meant.
+void check_filter_fields(const RecipeProbe& p,
+                         const tracefs::Format& format,
+                         Diagnostics& diagnostics) {
+  std::vector<std::string> names;
+  for (const auto& f : format.fields)
+    names.push_back(f.name);
+  for (const auto& ff : tracefs::filter_fields(p.options.filter)) {
+    if (format.field(ff.name) != nullptr || tracefs::is_generic_filter_field(ff.name))
+      continue;
+    const auto near = near_names(ff.name, names);
+    std::vector<std::string> own;  // the event's own fields, without common_*
+    for (const auto& f : format.fields) {
+      if (!f.is_common)
+        own.push_back(f.name);
+    }
+    const std::string hint =
+        !near.empty() ? fmt::format("did you mean {}?", quoted_list(near))
+                      : fmt::format("{} has the fields {} (and common_pid, cpu, comm, ...)",
+                                    p.options.spec, plain_list(own));
+    diagnostics.add(p.where_of("filter"),
+                    fmt::format("filter of probe '{}': {} has no field '{}' (at offset {} of "
+                                "the filter)",
+                                p.options.name, p.options.spec, ff.name, ff.offset),
+                    hint);
+  }
+}
+
+}  // namespace
+
+void Recipe::check_system(Diagnostics& diagnostics, std::optional<pid_t> pid) const {
+  std::optional<Result<tracefs::Tracefs>> tracefs;
+  for (const auto& p : probes) {
+    const ProbeOptions& o = p.options;
+    const SourceRegion& where = p.where_of(to_string(o.kind));
+    if (o.kind == ProbeKind::kTracepoint) {
+      if (!tracefs) {
+        tracefs = tracefs::Tracefs::open();
+        if (!*tracefs) {
+          diagnostics.add(where,
+                          fmt::format("cannot check tracepoints: {}", tracefs->error().message),
+                          tracefs->error().hint);
+        }
+      }
+      if (!*tracefs)
+        continue;
+      if (is_tracepoint_glob(o.spec)) {
+        auto matches = (*tracefs)->list_tracepoints(o.spec);
+        if (!matches) {
+          diagnostics.add(where, matches.error().message, matches.error().hint);
+        } else if (matches->empty()) {
+          no_match(p, **tracefs, diagnostics);
+        } else if (!o.filter.empty()) {
+          // The filter goes to every match: each must have its fields.
+          for (const auto& m : *matches) {
+            if (auto format = (*tracefs)->format(m)) {
+              Diagnostics one;
+              check_filter_fields(p, *format, one);
+              if (!one.empty()) {
+                for (const auto& d : one.items())
+                  diagnostics.add(d.where, d.message, d.hint);
+                break;  // one event lacking the field says it
+              }
+            }
+          }
+        }
+        continue;
+      }
+      const auto tp = tracefs::split_tracepoint(o.spec);
+      if (!tp) {
+        diagnostics.add(where, fmt::format("malformed tracepoint '{}'", o.spec),
+                        "write it as system:event, e.g. \"syscalls:sys_enter_openat\"");
+        continue;
+      }
+      auto format = (*tracefs)->format(*tp);
+      if (!format) {
+        diagnostics.add(where,
+                        format.error().errno_value() == ENOENT
+                            ? fmt::format("unknown tracepoint '{}'", o.spec)
+                            : format.error().message,
+                        format.error().hint);
+      } else if (!o.filter.empty()) {
+        check_filter_fields(p, *format, diagnostics);
+      }
+    } else if (o.kind == ProbeKind::kUprobe || o.kind == ProbeKind::kUretprobe) {
+      auto target = core::parse_uprobe_spec(o.spec, pid);
+      if (!target)
+        diagnostics.add(where, target.error().message, target.error().hint);
+    }
+  }
+  if (bpf) {
+    const auto check_file = [&](const fs::path& file, std::string_view key) {
+      if (file.empty())
+        return;
+      std::error_code ec;
+      if (!fs::is_regular_file(file, ec)) {
+        const auto it = bpf->value_where.find(key);
+        diagnostics.add(it != bpf->value_where.end() ? it->second : bpf->where,
+                        fmt::format("bpf {} '{}' not found", key, file.string()),
+                        "paths in [bpf] are relative to the recipe's directory");
+      }
+    };
+    check_file(bpf->source, "source");
+    check_file(bpf->object, "object");
+  }
+}
+
+EngineOptions Recipe::to_engine_options(const Target& target) const {
+  EngineOptions out;
+  out.target = target;
+  out.probes.reserve(probes.size());
+  std::optional<Result<tracefs::Tracefs>> tracefs;
+  Diagnostics diags;
+  for (const auto& p : probes) {
+    if (p.options.kind != ProbeKind::kTracepoint || !is_tracepoint_glob(p.options.spec)) {
+      out.probes.push_back(p.options);
+      continue;
+    }
+    // A glob is one probe per matching tracepoint, each its own perf event: "name:event".
+    if (!tracefs)
+      tracefs = tracefs::Tracefs::open();
+    if (!*tracefs) {
+      diags.add(p.where_of("tracepoint"),
+                fmt::format("cannot expand '{}': {}", p.options.spec, tracefs->error().message),
+                tracefs->error().hint);
+      continue;
+    }
+    auto matches = (*tracefs)->list_tracepoints(p.options.spec);
+    if (!matches) {
+      diags.add(p.where_of("tracepoint"), matches.error().message, matches.error().hint);
+      continue;
+    }
+    if (matches->empty())
+      no_match(p, **tracefs, diags);
+    for (const auto& m : *matches) {
+      ProbeOptions o = p.options;
+      o.name = fmt::format("{}:{}", p.options.name, m.event);
+      o.spec = fmt::format("{}:{}", m.system, m.event);
+      out.probes.push_back(std::move(o));
+    }
+  }
+  diags.throw_if_any();
+  if (bpf) {
+    BpfOptions b;
+    b.builtin = bpf->builtin;
+    b.object = bpf->object;
+    b.source = bpf->source;
+    b.output_map = bpf->output;
+    b.output_optional = !bpf->value_where.contains("output");
+    b.payload_struct = bpf->payload_struct;
+    b.payload_time = bpf->payload_time;
+    if (const auto w = bpf->value_where.find("struct"); w != bpf->value_where.end())
+      b.payload_struct_where = w->second;
+    if (const auto w = bpf->value_where.find("time"); w != bpf->value_where.end())
+      b.payload_time_where = w->second;
+    out.bpf = std::move(b);
+  }
+  return out;
+}
+
+}  // namespace tracer
