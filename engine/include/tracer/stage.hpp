@@ -1,5 +1,6 @@
 // The pipeline stage API: what a stage sees (Event), how it reads fields (Schema, FieldRef, Value),
-// where it writes (Sink, Table), its lifecycle (Stage) and the registry of stages by name.
+// where it writes (Sink, Table), its lifecycle (Stage), the roles some stages have (Aggregation,
+// Output) and the registry of stages by name. What a stage type needs of a run: stage_spec.hpp.
 //
 // Usage (a stage's life, driven by tracer::Pipeline):
 //   auto stage = registry.make("count");               // from the explicit table of built-ins
