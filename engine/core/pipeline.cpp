@@ -17,10 +17,13 @@ Pipeline::Pipeline(Sink& out, PipelineOptions options)
 
 Pipeline::~Pipeline() = default;
 
-void Pipeline::add(std::unique_ptr<Stage> stage, std::string name) {
+void Pipeline::add(std::unique_ptr<Stage> stage, std::string name, StageNeeds needs) {
   Slot slot;
+  slot.aggregation = stage->aggregation();
+  slot.output = stage->output();
   slot.stage = std::move(stage);
   slot.name = std::move(name);
+  slot.needs = std::move(needs);
   stages_.push_back(std::move(slot));
 }
 
@@ -39,10 +42,13 @@ void Pipeline::add(const StageRegistry& registry,
     return;
   }
   stage->configure(options, diags);
-  add(std::move(stage), std::string(use));
+  add(std::move(stage), std::string(use), registry.find(use)->needs);
   // The implicit output comes from the registry the stages do (core names no stage itself).
-  if (options_.implicit_print && !implicit_print_)
+  if (options_.implicit_print && !implicit_print_) {
     implicit_print_ = registry.make("print");
+    if (const StageSpec* spec = registry.find("print"); spec != nullptr)
+      implicit_print_needs_ = spec->needs;
+  }
 }
 
 void Pipeline::bind(std::span<const ProbeInfo> probes,
@@ -51,33 +57,35 @@ void Pipeline::bind(std::span<const ProbeInfo> probes,
                     const MapSource* maps) {
   schema_ = std::make_unique<Schema>(probes, payloads, comm_);
   if (options_.implicit_print && implicit_print_) {
-    bool pending = false;  // an aggregation with no output after it
+    bool pending = false;  // an aggregation with no output of tables after it
     for (const auto& slot : stages_) {
-      if (slot.stage->aggregates())
+      if (slot.aggregation != nullptr)
         pending = true;
-      else if (slot.stage->outputs())
+      else if (slot.output != nullptr && slot.output->takes_tables())
         pending = false;
     }
     if (pending) {
       implicit_print_->configure(ConfigValue{.value = ConfigTable{}, .where = {}}, diags);
-      add(std::move(implicit_print_), "print");
+      add(std::move(implicit_print_), "print", implicit_print_needs_);
     }
   }
   bool upstream = false;
+  bool ordered = options_.force_order;
   for (auto& slot : stages_) {
     BindContext ctx{.schema = *schema_,
                     .out = *out_,
                     .upstream_aggregates = upstream,
                     .where = {},
-                    .maps = maps};
+                    .maps = maps,
+                    .kinds = slot.needs.kinds,
+                    .time_order = slot.needs.time_order};
     slot.stage->bind(ctx, diags);
-    slot.kinds = slot.stage->kinds();
-    upstream = upstream || slot.stage->aggregates();
+    slot.kinds = ctx.kinds;
+    ordered = ordered || ctx.time_order;
+    upstream = upstream || slot.aggregation != nullptr;
   }
   derived_ = schema_->derived_count();
-  bool ordered = options_.force_order || schema_->comm_bound();
-  for (const auto& slot : stages_)
-    ordered = ordered || slot.stage->ordered();
+  ordered = ordered || schema_->comm_bound();
   if (schema_->comm_bound())
     comm_.seed();  // threads that exit before their events are looked at keep their names
   if (ordered) {
@@ -107,8 +115,10 @@ void Pipeline::round() noexcept {
       drain_order();
     }
   }
-  for (auto& slot : stages_)
-    slot.stage->on_round();
+  for (auto& slot : stages_) {
+    if (slot.output != nullptr)
+      slot.output->on_round();
+  }
 }
 
 void Pipeline::drain_order() noexcept {
@@ -258,13 +268,13 @@ void Pipeline::emit(std::size_t index, std::chrono::nanoseconds now, bool reset)
   table.since = slot.last_emit;
   table.time = now;
   table.interval = slot.emitted;
-  slot.stage->snapshot(table, reset);
-  if (table.rows.empty() && slot.stage->every())
+  slot.aggregation->snapshot(table, reset);
+  if (table.rows.empty() && slot.aggregation->every())
     return;  // quiet intervals print nothing (as bpftrace's interval probes with empty maps)
   ++slot.emitted;
   for (std::size_t j = index + 1; j < stages_.size(); ++j) {
-    if (stages_[j].stage->outputs())
-      stages_[j].stage->on_table(table);
+    if (Output* out = stages_[j].output; out != nullptr && out->takes_tables())
+      out->on_table(table);
   }
 }
 
@@ -273,14 +283,18 @@ void Pipeline::tick(std::chrono::nanoseconds now) {
     return;
   for (std::size_t i = 0; i < stages_.size(); ++i) {
     Slot& slot = stages_[i];
-    const auto every = slot.stage->every();
-    if (!slot.stage->aggregates() || !every || now - slot.last_emit < *every)
+    if (slot.aggregation == nullptr)
+      continue;
+    const auto every = slot.aggregation->every();
+    if (!every || now - slot.last_emit < *every)
       continue;
     emit(i, now, true);
     slot.last_emit += *every * ((now - slot.last_emit) / *every);
   }
-  for (auto& slot : stages_)
-    slot.stage->flush();
+  for (auto& slot : stages_) {
+    if (slot.output != nullptr)
+      slot.output->flush();
+  }
   out_->flush();
 }
 
@@ -290,7 +304,7 @@ void Pipeline::stop(std::chrono::nanoseconds now) {
   drain_order();  // the last records, in time order, before the final tables
   stopped_ = true;
   for (std::size_t i = 0; i < stages_.size(); ++i) {
-    if (stages_[i].stage->aggregates()) {
+    if (stages_[i].aggregation != nullptr) {
       emit(i, now, true);
       stages_[i].last_emit = now;
     }

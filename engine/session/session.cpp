@@ -122,7 +122,8 @@ std::vector<std::unique_ptr<Pipeline>> make_pipelines(const Recipe& recipe,
         p->add(registry, st.use, st.options, diags);
       }
     }
-    if (json && (p->size() == 0 || !p->stage(p->size() - 1).outputs())) {
+    const Output* last = p->size() == 0 ? nullptr : p->stage(p->size() - 1).output();
+    if (json && (last == nullptr || !last->takes_tables())) {
       p->add(registry, "jsonl", ConfigValue{.value = ConfigTable{}, .where = rp.where}, diags);
     }
     pipelines.push_back(std::move(p));

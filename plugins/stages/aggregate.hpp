@@ -103,10 +103,11 @@ void append_buckets(TableRow& row, std::span<const std::uint64_t> counts, Descri
   }
 }
 
-/// Base of the aggregations: reads by/top/every, binds the keys, orders and cuts rows.
-class AggregateStage : public Stage {
+/// Base of the aggregations (the Aggregation role): reads by/top/every, binds the keys, orders
+/// and cuts rows.
+class AggregateStage : public Stage, public Aggregation {
  public:
-  [[nodiscard]] bool aggregates() const noexcept override { return true; }
+  [[nodiscard]] Aggregation* aggregation() noexcept override { return this; }
   [[nodiscard]] std::optional<std::chrono::nanoseconds> every() const noexcept override {
     return every_;
   }

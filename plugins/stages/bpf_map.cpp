@@ -62,7 +62,8 @@ StageSpec BpfMap::spec() {
               .summary =
                   "read a BPF map the recipe's program fills (in-kernel aggregation) "
                   "at each interval and at the end",
-              .options = {}};
+              .options = {},
+              .needs = {.kinds = 0}};  // no event reaches user space for it
   s.options = {
       {.name = "map",
        .type = OptionSpec::Type::kString,

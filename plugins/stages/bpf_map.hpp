@@ -19,7 +19,6 @@ class BpfMap : public AggregateStage {
 
   void configure(const ConfigValue& options, Diagnostics& diags) override;
   void bind(BindContext& ctx, Diagnostics& diags) override;
-  [[nodiscard]] KindMask kinds() const noexcept override { return 0; }
   void on_events(std::span<Event* const> /*events*/) noexcept override {}
   void snapshot(Table& out, bool reset) override;
 

@@ -13,8 +13,7 @@ void Csv::configure(const ConfigValue& options, Diagnostics& diags) {
   configure_output(opts);
 }
 
-void Csv::bind(BindContext& ctx, Diagnostics& diags) {
-  bind_output(ctx, diags);
+void Csv::bind_format(BindContext& /*ctx*/, Diagnostics& /*diags*/) {
   if (per_event_) {
     std::vector<std::string> names;
     names.reserve(fields_.size());

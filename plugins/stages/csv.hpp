@@ -11,11 +11,11 @@ class Csv : public OutputStage {
  public:
   [[nodiscard]] static StageSpec spec();
   void configure(const ConfigValue& options, Diagnostics& diags) override;
-  void bind(BindContext& ctx, Diagnostics& diags) override;
   void on_events(std::span<Event* const> events) noexcept override;
   void on_table(const Table& table) override;
 
  private:
+  void bind_format(BindContext& ctx, Diagnostics& diags) override;
   void header(const std::vector<std::string>& names);
   bool event_header_done_ = false;
   std::vector<std::string> last_header_;

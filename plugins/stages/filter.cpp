@@ -629,6 +629,7 @@ void Filter::configure(const ConfigValue& options, Diagnostics& diags) {
 }
 
 void Filter::bind(BindContext& ctx, Diagnostics& diags) {
+  ctx.kinds = kinds_;  // the `kinds` option
   bound_ = expr_ && expr_->bind(ctx.schema, where_, diags);
 }
 

@@ -70,7 +70,6 @@ class Filter : public Stage {
   [[nodiscard]] static StageSpec spec();
   void configure(const ConfigValue& options, Diagnostics& diags) override;
   void bind(BindContext& ctx, Diagnostics& diags) override;
-  [[nodiscard]] KindMask kinds() const noexcept override { return kinds_; }
   void on_events(std::span<Event* const> events) noexcept override;
 
  private:

@@ -13,10 +13,6 @@ void Jsonl::configure(const ConfigValue& options, Diagnostics& diags) {
   configure_output(opts);
 }
 
-void Jsonl::bind(BindContext& ctx, Diagnostics& diags) {
-  bind_output(ctx, diags);
-}
-
 void Jsonl::on_events(std::span<Event* const> events) noexcept {
   if (!per_event_)
     return;

@@ -11,7 +11,6 @@ class Jsonl : public OutputStage {
  public:
   [[nodiscard]] static StageSpec spec();
   void configure(const ConfigValue& options, Diagnostics& diags) override;
-  void bind(BindContext& ctx, Diagnostics& diags) override;
   void on_events(std::span<Event* const> events) noexcept override;
   void on_table(const Table& table) override;
 };

@@ -7,29 +7,32 @@ namespace tracer::stages {
 StageSpec Latency::spec() {
   return {.name = "latency",
           .summary = "pair entry/exit probes by key and hand on `duration` (ns)",
-          .options = {
-              {.name = "entry",
-               .type = OptionSpec::Type::kString,
-               .required = true,
-               .help = "the entry probe's name: entry = \"enter_read\""},
-              {.name = "exit",
-               .type = OptionSpec::Type::kString,
-               .required = true,
-               .help = "the exit probe's name: exit = \"exit_read\""},
-              {.name = "key",
-               .type = OptionSpec::Type::kString,
-               .required = false,
-               .help = "the field pairing them (default tid)"},
-              {.name = "exit_key",
-               .type = OptionSpec::Type::kString,
-               .required = false,
-               .help = "the exit probe's pairing field when it is named differently: "
-                       "key = \"pid\", exit_key = \"next_pid\" (default: key)"},
-              {.name = "max_pending",
-               .type = OptionSpec::Type::kInt,
-               .required = false,
-               .help = "bound on pending entries (default 65536)"},
-          }};
+          .options =
+              {
+                  {.name = "entry",
+                   .type = OptionSpec::Type::kString,
+                   .required = true,
+                   .help = "the entry probe's name: entry = \"enter_read\""},
+                  {.name = "exit",
+                   .type = OptionSpec::Type::kString,
+                   .required = true,
+                   .help = "the exit probe's name: exit = \"exit_read\""},
+                  {.name = "key",
+                   .type = OptionSpec::Type::kString,
+                   .required = false,
+                   .help = "the field pairing them (default tid)"},
+                  {.name = "exit_key",
+                   .type = OptionSpec::Type::kString,
+                   .required = false,
+                   .help = "the exit probe's pairing field when it is named differently: "
+                           "key = \"pid\", exit_key = \"next_pid\" (default: key)"},
+                  {.name = "max_pending",
+                   .type = OptionSpec::Type::kInt,
+                   .required = false,
+                   .help = "bound on pending entries (default 65536)"},
+              },
+          // Entries and exits must meet in time order, whichever ring and CPU they came from.
+          .needs = {.time_order = true}};
 }
 
 void Latency::configure(const ConfigValue& options, Diagnostics& diags) {

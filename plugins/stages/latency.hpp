@@ -31,8 +31,6 @@ class Latency : public Stage {
   void bind(BindContext& ctx, Diagnostics& diags) override;
   void on_events(std::span<Event* const> events) noexcept override;
   void stop() override;
-  /// Entries and exits must meet in time order, whichever ring and CPU they came from.
-  [[nodiscard]] bool ordered() const noexcept override { return true; }
   void counters(std::vector<std::pair<std::string, std::uint64_t>>& out) const override;
   [[nodiscard]] const LatencyStats& stats() const noexcept { return stats_; }
 

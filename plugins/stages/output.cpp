@@ -51,7 +51,14 @@ void OutputStage::configure_output(StageOptions& opts) {
   events_opt_ = opts.boolean("events");
 }
 
-void OutputStage::bind_output(BindContext& ctx, Diagnostics& diags) {
+void OutputStage::bind(BindContext& ctx, Diagnostics& diags) {
+  bind_shared(ctx, diags);
+  bind_format(ctx, diags);
+  ctx.kinds = kinds_;
+  ctx.time_order = per_event_;
+}
+
+void OutputStage::bind_shared(BindContext& ctx, Diagnostics& diags) {
   per_event_ = events_opt_.value_or(!ctx.upstream_aggregates);
   sink_ = &ctx.out;
   if (path_) {

@@ -15,21 +15,24 @@ namespace tracer::stages {
 /// Options every output takes: fields, kinds (and path for the file outputs).
 [[nodiscard]] std::vector<OptionSpec> output_options(bool with_path);
 
-class OutputStage : public Stage {
+/// Base of the outputs of events and tables (the Output role).
+class OutputStage : public Stage, public Output {
  public:
-  [[nodiscard]] bool outputs() const noexcept override { return true; }
-  [[nodiscard]] KindMask kinds() const noexcept override { return kinds_; }
-  void flush() override;
+  /// The shared part (sink, per-event fields), then bind_format; then asks the pipeline for the
+  /// `kinds` option's records, in time order when per-event (as perf script prints them).
+  void bind(BindContext& ctx, Diagnostics& diags) final;
   void stop() override;
+  [[nodiscard]] Output* output() noexcept override { return this; }
+  void flush() override;
   /// Per-event output (true) or aggregation rows only (false): `events` option, else per-event
   /// unless an aggregation precedes the output.
   [[nodiscard]] bool per_event() const noexcept { return per_event_; }
-  /// Per-event lines come in time order across rings and probes, as perf script prints them.
-  [[nodiscard]] bool ordered() const noexcept override { return per_event_; }
 
  protected:
   void configure_output(StageOptions& opts);
-  void bind_output(BindContext& ctx, Diagnostics& diags);
+  /// What an output binds of its own after the shared part (a format, a header); it may decide
+  /// per_event_.
+  virtual void bind_format(BindContext& /*ctx*/, Diagnostics& /*diags*/) {}
   void write_buffer() noexcept { sink_->write({buf_.data(), buf_.size()}); }
 
   std::vector<std::pair<std::string, SourceRegion>> field_names_;
@@ -42,6 +45,10 @@ class OutputStage : public Stage {
   Sink* sink_ = nullptr;
   std::optional<Sink> own_;
   fmt::memory_buffer buf_;
+
+ private:
+  /// Sink and per-event fields (per_event_ from `events`, or whether an aggregation precedes).
+  void bind_shared(BindContext& ctx, Diagnostics& diags);
 };
 
 /// Text of a value: numbers in decimal, strings as they are, ip lists as 0x..;0x...

@@ -54,7 +54,7 @@ StageSpec PerfData::spec() {
                .help = "COMM/MMAP2 records from /proc for processes that exist at start or "
                        "appear in samples, so perf resolves comms and symbols (default true)"},
           },
-      .needs = {.task_records = true, .stdout_option = "path"}};
+      .needs = {.kinds = kAllKinds, .task_records = true, .stdout_option = "path"}};
 }
 
 void PerfData::configure(const ConfigValue& options, Diagnostics& diags) {

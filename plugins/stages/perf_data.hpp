@@ -13,17 +13,20 @@
 
 namespace tracer::stages {
 
-class PerfData : public Stage {
+/// An output of records, not tables (Output::takes_tables is false).
+class PerfData : public Stage, public Output {
  public:
   [[nodiscard]] static StageSpec spec();
   void configure(const ConfigValue& options, Diagnostics& diags) override;
   void bind(BindContext& ctx, Diagnostics& diags) override;
   void start() override;
-  [[nodiscard]] KindMask kinds() const noexcept override { return kAllKinds; }
   void on_events(std::span<Event* const> events) noexcept override;
+  void stop() override;
+  [[nodiscard]] Output* output() noexcept override { return this; }
+
+  [[nodiscard]] bool takes_tables() const noexcept override { return false; }
   void on_round() noexcept override;
   void flush() override;
-  void stop() override;
 
   /// The writer's counters (records, synthesized, bytes...) once started.
   [[nodiscard]] const perfdata::WriterStats* writer_stats() const noexcept;

@@ -60,8 +60,7 @@ void Print::configure(const ConfigValue& options, Diagnostics& diags) {
   pieces_.push_back(std::move(cur));
 }
 
-void Print::bind(BindContext& ctx, Diagnostics& diags) {
-  bind_output(ctx, diags);
+void Print::bind_format(BindContext& ctx, Diagnostics& diags) {
   if (has_format_)
     per_event_ = true;
   piece_fields_.clear();

@@ -14,7 +14,6 @@ class Print : public OutputStage {
   [[nodiscard]] static StageSpec spec();
 
   void configure(const ConfigValue& options, Diagnostics& diags) override;
-  void bind(BindContext& ctx, Diagnostics& diags) override;
   void on_events(std::span<Event* const> events) noexcept override;
   void on_table(const Table& table) override;
 
@@ -27,6 +26,7 @@ class Print : public OutputStage {
     std::string field;  // empty: literal only
     SourceRegion where;
   };
+  void bind_format(BindContext& ctx, Diagnostics& diags) override;
   std::vector<Piece> pieces_;
   std::vector<FieldRef> piece_fields_;  // one per piece with a field (same order)
   bool has_format_ = false;

@@ -314,6 +314,41 @@ TEST(StageRegistry, EmbedderStagesAndDuplicates) {
                Error);
 }
 
+// What is fixed per stage type is declared in its spec (StageSpec::needs); the roles are reached
+// through the capability accessors.
+TEST(StageRegistry, NeedsAndRolesAreDeclaredPerStageType) {
+  const auto& reg = stage_registry();
+  const KindMask samples = kind_bit(RecordKind::kSample);
+  for (std::string_view name : {"filter", "count", "hist", "print", "jsonl", "csv"}) {
+    EXPECT_EQ(reg.find(name)->needs.kinds, samples) << name;  // `kinds` options decide at bind
+    EXPECT_FALSE(reg.find(name)->needs.time_order) << name;   // outputs: per-event, at bind
+  }
+  EXPECT_EQ(reg.find("perf-data")->needs.kinds, kAllKinds);
+  EXPECT_TRUE(reg.find("perf-data")->needs.task_records);
+  EXPECT_EQ(reg.find("bpf-map")->needs.kinds, 0u);
+  EXPECT_TRUE(reg.find("latency")->needs.time_order);
+
+  for (std::string_view name : {"count", "sum", "hist", "lhist", "quantiles", "rate", "bpf-map"}) {
+    auto st = reg.make(name);
+    EXPECT_NE(st->aggregation(), nullptr) << name;
+    EXPECT_EQ(st->output(), nullptr) << name;
+  }
+  for (std::string_view name : {"print", "jsonl", "csv"}) {
+    auto st = reg.make(name);
+    EXPECT_EQ(st->aggregation(), nullptr) << name;
+    ASSERT_NE(st->output(), nullptr) << name;
+    EXPECT_TRUE(st->output()->takes_tables()) << name;
+  }
+  auto perf_data = reg.make("perf-data");
+  ASSERT_NE(perf_data->output(), nullptr);
+  EXPECT_FALSE(perf_data->output()->takes_tables());  // records only
+  for (std::string_view name : {"filter", "latency"}) {
+    auto st = reg.make(name);
+    EXPECT_EQ(st->aggregation(), nullptr) << name;
+    EXPECT_EQ(st->output(), nullptr) << name;
+  }
+}
+
 TEST(StageOptions, UnknownWrongTypeAndMissingWithPositions) {
   Harness h({fake_probe(0, "p")});
   h.add("hist", {{"bye", cv_list({"comm"}, 3)}, {"top", cv("ten", 4, 7)}});
@@ -347,7 +382,7 @@ TEST(StageOptions, SameDiagnosticsAsTheRecipeLoader) {
   const Recipe unchecked = Recipe::load_string(text, "r.toml");
   Diagnostics diags;
   const StageSpec* hist = nullptr;
-  for (const auto* spec : StageRegistry::global().specs()) {
+  for (const auto* spec : stage_registry().specs()) {
     if (spec->name == "hist")
       hist = spec;
   }
@@ -1105,6 +1140,73 @@ TEST(Pipeline, RoutesRecordKindsToStagesThatAsked) {
             "\"sample\"},\"count\":2}\n");
   EXPECT_EQ(h.pipeline.stats().by_kind[static_cast<std::size_t>(RecordKind::kLost)], 1u);
   EXPECT_EQ(h.pipeline.stats().by_kind[static_cast<std::size_t>(RecordKind::kSample)], 2u);
+}
+
+// An embedder's stage: the needs it declares at Pipeline::add, and the output role it implements,
+// without a flag on the core interface.
+TEST(Pipeline, AnEmbeddersOutputGetsWhatItDeclares) {
+  struct Tap : Stage, Output {
+    explicit Tap(bool tables) : tables_(tables) {}
+    void configure(const ConfigValue&, Diagnostics&) override {}
+    void bind(BindContext& ctx, Diagnostics&) override { upstream = ctx.upstream_aggregates; }
+    void on_events(std::span<Event* const> events) noexcept override {
+      for (const Event* e : events)
+        kinds += std::string(to_string(e->kind)) + " ";
+    }
+    Output* output() noexcept override { return this; }
+    bool takes_tables() const noexcept override { return tables_; }
+    void on_table(const Table& t) override { titles += t.title + ";"; }
+    void on_round() noexcept override { ++rounds; }
+    void flush() override { ++flushes; }
+    bool tables_;
+    bool upstream = false;
+    std::string kinds, titles;
+    int rounds = 0, flushes = 0;
+  };
+  const ProbeInfo p = fake_probe(0, "p");
+  Records r;
+  r.comm(p, 5, 5, "sleep");
+  r.event(p, ev(0), 5, 5, 1);
+  r.lost(p, 17);
+  {
+    Harness h({p});
+    h.add("count");
+    auto tap = std::make_unique<Tap>(true);
+    Tap& t = *tap;
+    h.pipeline.add(
+        std::move(tap), "tap",
+        {.kinds = kind_bit(RecordKind::kSample) | kind_bit(RecordKind::kComm), .time_order = true});
+    h.bind();
+    ASSERT_TRUE(h.diags.empty()) << h.errors();
+    EXPECT_EQ(h.pipeline.size(), 2u);  // an output of tables follows the count: no implicit print
+    EXPECT_TRUE(h.pipeline.ordered());
+    EXPECT_TRUE(t.upstream);
+    h.pipeline.on_batch(r.batch());
+    h.pipeline.round();
+    h.pipeline.tick(1s);
+    h.pipeline.stop(2s);
+    EXPECT_EQ(t.kinds, "comm sample ");
+    EXPECT_EQ(t.titles, "count;");
+    EXPECT_EQ(t.rounds, 1);
+    EXPECT_EQ(t.flushes, 1);
+    EXPECT_EQ(h.out, "");
+  }
+  {
+    Harness h({p});
+    h.add("count");
+    auto tap = std::make_unique<Tap>(false);
+    Tap& t = *tap;
+    h.pipeline.add(std::move(tap), "tap");  // default needs: samples, ring order
+    h.bind();
+    ASSERT_TRUE(h.diags.empty()) << h.errors();
+    EXPECT_EQ(h.pipeline.size(), 3u);  // records only: the count's table gets a print
+    EXPECT_FALSE(h.pipeline.ordered());
+    h.pipeline.on_batch(r.batch());
+    h.pipeline.stop(2s);
+    EXPECT_EQ(t.kinds, "sample ");
+    EXPECT_EQ(t.titles, "");
+    EXPECT_THAT(h.out, HasSubstr("count"));
+  }
 }
 
 TEST(Pipeline, LongBatchesAreChunked) {

@@ -38,7 +38,8 @@ struct PipelineOptions {
   /// Append a `print` stage when an aggregation has no output stage after it (made by the
   /// registry the stages were added from; a pipeline of hand-made stages gets none).
   bool implicit_print = true;
-  /// The time-order merge used when a stage is ordered() or binds `comm`.
+  /// The time-order merge used when a stage asks for time order (StageNeeds::time_order, or
+  /// BindContext::time_order at bind) or binds `comm`.
   ReorderOptions reorder{};
   /// Merge in time order even when no stage needs it (an embedder's own ordered consumer).
   bool force_order = false;
@@ -58,10 +59,11 @@ class Pipeline {
   Pipeline(const Pipeline&) = delete;
   Pipeline& operator=(const Pipeline&) = delete;
 
-  /// Appends a configured stage (embedders' own stages).
-  void add(std::unique_ptr<Stage> stage, std::string name);
-  /// Makes `use` from `registry` and configures it with `options`; an unknown name is a
-  /// diagnostic at options.where with a "did you mean" hint.
+  /// Appends a configured stage (embedders' own stages) with what it needs of the pipeline (the
+  /// record kinds it wants, time order; the defaults: samples, in ring order).
+  void add(std::unique_ptr<Stage> stage, std::string name, StageNeeds needs = {});
+  /// Makes `use` from `registry` and configures it with `options` (its needs from its spec); an
+  /// unknown name is a diagnostic at options.where with a "did you mean" hint.
   void add(const StageRegistry& registry,
            std::string_view use,
            const ConfigValue& options,
@@ -83,7 +85,8 @@ class Pipeline {
   [[nodiscard]] BatchHandler handler();
   /// The engine finished a pass over every ring (Engine::on_round), or a perf.data file's
   /// FINISHED_ROUND: an ordered pipeline hands on the records that are now safe in time order,
-  /// then every stage is told. Live runs must call it (the CLI does from Engine::on_round).
+  /// then every output is told (Output::on_round). Live runs must call it (the CLI does from
+  /// Engine::on_round).
   void round() noexcept;
   /// Whether records are merged in time order before the stages (set by bind()).
   [[nodiscard]] bool ordered() const noexcept { return order_ != nullptr; }
@@ -94,7 +97,8 @@ class Pipeline {
   /// Every stage's counters (Stage::counters), as "stage.name" -> value, in stage order.
   [[nodiscard]] std::vector<std::pair<std::string, std::uint64_t>> counters() const;
 
-  /// Emits the tables of aggregations whose `every` elapsed by `now`, then flushes outputs.
+  /// Emits the tables of aggregations whose `every` elapsed by `now`, then flushes outputs
+  /// (Output::flush).
   void tick(std::chrono::nanoseconds now);
   /// Emits every aggregation's final table, stops every stage, flushes the sink. Idempotent.
   void stop(std::chrono::nanoseconds now);
@@ -109,11 +113,15 @@ class Pipeline {
   struct Slot {
     std::unique_ptr<Stage> stage;
     std::string name;
-    KindMask kinds = 0;
+    StageNeeds needs;
+    Aggregation* aggregation = nullptr;  // the stage's roles (Stage::aggregation, ::output)
+    Output* output = nullptr;
+    KindMask kinds = 0;  // needs.kinds, or what the stage's options chose at bind
     std::chrono::nanoseconds last_emit{};
     std::uint32_t emitted = 0;
   };
   std::unique_ptr<Stage> implicit_print_;  // from the registry of add(registry, ...)
+  StageNeeds implicit_print_needs_{};
   void run_chunks(std::span<const RecordRef> records) noexcept;
   void run(std::span<const RecordRef> records) noexcept;
   void dispatch() noexcept;

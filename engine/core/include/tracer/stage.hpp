@@ -1,5 +1,6 @@
 // The pipeline stage API: what a stage sees (Event), how it reads fields (Schema, FieldRef, Value),
-// where it writes (Sink, Table), its lifecycle (Stage) and the registry of stages by name.
+// where it writes (Sink, Table), its lifecycle (Stage), the roles some stages have (Aggregation,
+// Output) and the registry of stages by name. What a stage type needs of a run: stage_spec.hpp.
 //
 // Usage (a stage's life, driven by tracer::Pipeline):
 //   auto stage = registry.make("count");               // from the explicit table of built-ins
@@ -7,7 +8,9 @@
 //   stage->bind(ctx, diags);                           // once per run: names -> FieldRef accessors
 //   stage->start();                                    // the run begins (not in `tracer check`)
 //   stage->on_events(events);                          // hot path: noexcept, no allocation
-//   stage->snapshot(table, /*reset=*/true);            // aggregations, at each `every` and at stop
+//   if (auto* agg = stage->aggregation())              // the aggregation role: at each `every`
+//     agg->snapshot(table, /*reset=*/true);            //   and at stop, a table for the
+//                                                      //   outputs after it (Output::on_table)
 //   stage->stop();                                     // flush and close outputs
 //
 // Field names a stage may bind (per probe, resolved once at bind):
@@ -41,34 +44,9 @@
 namespace tracer {
 
 // ---------------------------------------------------------------------------------------------
-// Record kinds: a stage declares which it wants; the pipeline hands it only those.
-
-enum class RecordKind : std::uint8_t {
-  kSample,
-  kAux,          // PERF_RECORD_AUX, with RecordRef::aux and the ring's ITRACE_START context
-  kItraceStart,  // PERF_RECORD_ITRACE_START
-  kLost,         // PERF_RECORD_LOST
-  kLostSamples,  // PERF_RECORD_LOST_SAMPLES
-  kComm,
-  kMmap,  // MMAP and MMAP2
-  kFork,
-  kExit,
-  kSwitch,    // SWITCH and SWITCH_CPU_WIDE
-  kThrottle,  // THROTTLE and UNTHROTTLE
-  kOther,     // every other record type, and unknown ones
-};
-inline constexpr std::size_t kRecordKindCount = 12;
-using KindMask = std::uint32_t;
-[[nodiscard]] constexpr KindMask kind_bit(RecordKind k) noexcept {
-  return KindMask{1} << static_cast<unsigned>(k);
-}
-inline constexpr KindMask kAllKinds = (KindMask{1} << kRecordKindCount) - 1;
+// Record kinds (RecordKind, KindMask: stage_spec.hpp, where a stage declares the kinds it wants).
 
 [[nodiscard]] RecordKind kind_of(const perf::Record& record) noexcept;
-/// "sample", "aux", "itrace_start", "lost", "lost_samples", "comm", "mmap", "fork", "exit",
-/// "switch", "throttle", "other".
-[[nodiscard]] std::string_view to_string(RecordKind k) noexcept;
-[[nodiscard]] std::optional<RecordKind> parse_record_kind(std::string_view name) noexcept;
 
 // ---------------------------------------------------------------------------------------------
 // Values: read in place, never allocated. Strings view the record (or the CommCache) and are valid
@@ -373,10 +351,22 @@ struct BindContext {
   bool upstream_aggregates = false;  // an aggregation stage precedes this one
   SourceRegion where{};              // the stage's table, for diagnostics without an option
   const MapSource* maps = nullptr;   // BPF maps (in-kernel aggregations), when the run has any
+  /// What the stage asks of the pipeline, set by the pipeline from the stage's StageNeeds before
+  /// bind. A stage whose options decide it (a `kinds` option; per-event output only without an
+  /// aggregation before it) sets it in bind; the pipeline reads it back after.
+  KindMask kinds = kind_bit(RecordKind::kSample);
+  bool time_order = false;
 };
 
-/// A pipeline stage. Lifecycle: configure -> bind -> on_events* (interleaved with snapshot and
-/// on_table at intervals) -> stop. Only on_events is on the hot path: it must not throw and must
+class Aggregation;
+class Output;
+
+/// A pipeline stage: the small core every stage has. What only some stages do is a role reached
+/// through a capability accessor (aggregation(), output()); what is fixed per stage type (record
+/// kinds, time order, task records, stdout) is declared in its StageSpec::needs.
+///
+/// Lifecycle: configure -> bind -> start -> on_events* (interleaved with the roles' calls at
+/// rounds and intervals) -> stop. Only on_events is on the hot path: it must not throw and must
 /// not allocate once warm (new keys of an aggregation allocate once each).
 class Stage {
  public:
@@ -387,45 +377,68 @@ class Stage {
 
   /// Reads options. Reports every problem to `diags` (with positions) instead of throwing.
   virtual void configure(const ConfigValue& options, Diagnostics& diags) = 0;
-  /// Resolves field names to accessors once; may add derived fields for later stages.
+  /// Resolves field names to accessors once; may add derived fields for later stages, and set
+  /// what its options decide of its needs (BindContext::kinds, BindContext::time_order).
   virtual void bind(BindContext& ctx, Diagnostics& diags) = 0;
   /// The run begins (Pipeline::start; never called by `tracer check`): open what must not exist
   /// before a real run, such as a perf.data file. May throw tracer::Error.
   virtual void start() {}
-  /// Record kinds this stage wants; others flow past it untouched.
-  [[nodiscard]] virtual KindMask kinds() const noexcept { return kind_bit(RecordKind::kSample); }
-  /// The events of one batch that this stage asked for: in time order across every ring and
-  /// probe when some stage of the pipeline is ordered(), else in ring order. Call Event::drop()
-  /// to stop an event here.
+  /// The events of one batch of the kinds this stage asked for: in time order across every ring
+  /// and probe when some stage of the pipeline asked for time order, else in ring order. Call
+  /// Event::drop() to stop an event here.
   virtual void on_events(std::span<Event* const> events) noexcept = 0;
-  /// Whether this stage needs events in time order across rings and probes (pairing entries
-  /// with exits, per-event output): the pipeline then merges records by time (tracer::Reorder)
-  /// before its first stage. Aggregations that do not pair do not pay for it.
-  [[nodiscard]] virtual bool ordered() const noexcept { return false; }
   /// Accounting a user must see at the end of a run (latency: pairs, unmatched entries and
   /// exits, evictions): name and value, shown in the run's summary and --json.
   virtual void counters(std::vector<std::pair<std::string, std::uint64_t>>& /*out*/) const {}
+  /// End of the run (after the last tables): flush and close.
+  virtual void stop() {}
 
-  /// Aggregations: true, and snapshot() fills tables.
-  [[nodiscard]] virtual bool aggregates() const noexcept { return false; }
-  /// Aggregations with `every`: the interval.
-  [[nodiscard]] virtual std::optional<std::chrono::nanoseconds> every() const noexcept {
-    return std::nullopt;
-  }
-  /// Aggregations: the rows so far (ordered, cut to top); clears the state when `reset`.
-  virtual void snapshot(Table& /*out*/, bool /*reset*/) {}
+  /// The aggregation role (count, hist, bpf-map, ...): tables out. nullptr for other stages.
+  [[nodiscard]] virtual Aggregation* aggregation() noexcept { return nullptr; }
+  /// The output role (print, jsonl, csv, perf-data): where data leaves the pipeline. nullptr
+  /// for other stages.
+  [[nodiscard]] virtual Output* output() noexcept { return nullptr; }
+};
 
-  /// Outputs (print, jsonl, csv): true, and on_table receives upstream aggregations' tables.
-  [[nodiscard]] virtual bool outputs() const noexcept { return false; }
+/// Role: an aggregation. Its state becomes a table at each `every` and at the end of the run;
+/// the pipeline hands the table to the outputs after it (Output::on_table). A stage with this
+/// role returns itself from Stage::aggregation().
+class Aggregation {
+ public:
+  /// The interval of `every`, or nullopt for a table at the end of the run only.
+  [[nodiscard]] virtual std::optional<std::chrono::nanoseconds> every() const noexcept = 0;
+  /// The rows so far (ordered, cut to top); clears the state when `reset`.
+  virtual void snapshot(Table& out, bool reset) = 0;
+
+ protected:
+  Aggregation() = default;
+  ~Aggregation() = default;  // owned and destroyed as a Stage
+  Aggregation(const Aggregation&) = default;
+  Aggregation& operator=(const Aggregation&) = default;
+};
+
+/// Role: an output, where data leaves the pipeline: text, JSON or CSV of events and tables, or
+/// the records themselves (perf-data). A stage with this role returns itself from
+/// Stage::output().
+class Output {
+ public:
+  /// Whether the tables of the aggregations before this output reach on_table. An output of
+  /// records only (perf-data) says no: an aggregation before it still gets an implicit print.
+  [[nodiscard]] virtual bool takes_tables() const noexcept { return true; }
+  /// A table of an aggregation before this stage, at its interval or at the end of the run.
   virtual void on_table(const Table& /*table*/) {}
-  /// The engine finished a pass over every ring (Engine::on_round): records handed on after it
-  /// were written to their rings after the pass began. Sinks that need time order (perf.data's
-  /// FINISHED_ROUND) end a round here. Must not throw.
+  /// The engine finished a pass over every ring (Engine::on_round), or a perf.data file's
+  /// FINISHED_ROUND: records handed on after it were written to their rings after the pass
+  /// began. Outputs that keep time order (perf.data's FINISHED_ROUND) end a round here.
   virtual void on_round() noexcept {}
   /// End of a tick: write what is buffered.
   virtual void flush() {}
-  /// End of the run (after the last tables): flush and close.
-  virtual void stop() {}
+
+ protected:
+  Output() = default;
+  ~Output() = default;  // owned and destroyed as a Stage
+  Output(const Output&) = default;
+  Output& operator=(const Output&) = default;
 };
 
 // ---------------------------------------------------------------------------------------------
