@@ -12,7 +12,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
+#include <cstring>
+#include <ctime>
+#include <fstream>
 #include <map>
 #include <set>
 #include <stdexcept>
@@ -722,6 +726,107 @@ TEST(BpfCodegenLive, AGenerationFlipMidWorkloadLosesAndDoubleCountsNothing) {
   EXPECT_EQ(generations.size(), 2U);
   std::printf("[ measured ] %ld getppid calls over %d flips (%d intervals with events)\n", n, flips,
               nonempty);
+}
+
+// A program that spins for milliseconds (bpf_loop) on fadvise64 calls of one process: the flip
+// must not return while it runs, or an update of the old generation could land after the read.
+constexpr std::string_view kSlowProgram = R"C(
+typedef unsigned int __u32;
+typedef unsigned long long __u64;
+typedef __u32 __be32;
+typedef unsigned short __be16;
+typedef __u32 __wsum;
+typedef __u64 __be64;
+typedef unsigned char __u8;
+typedef long long __s64;
+typedef int __s32;
+typedef unsigned short __u16;
+#include <bpf/bpf_helpers.h>
+char LICENSE[] SEC("license") = "GPL";
+const volatile __u32 target = 0;
+struct state { __u64 started, finished; };
+struct {
+	__uint(type, 2 /* ARRAY */);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct state);
+} slow_state SEC(".maps");
+static long spin(__u32 i, void *ctx) { return 0; }
+SEC("tracepoint")
+int slow(void *ctx)
+{
+	if ((bpf_get_current_pid_tgid() >> 32) != target)
+		return 1;
+	__u32 zero = 0;
+	struct state *s = bpf_map_lookup_elem(&slow_state, &zero);
+	if (!s)
+		return 1;
+	s->started = bpf_ktime_get_ns();
+	bpf_loop(1 << 22, spin, 0, 0);
+	s->finished = bpf_ktime_get_ns();
+	return 1;
+}
+)C";
+
+TEST(BpfCodegenLive, TheFlipWaitsForProgramsRunningWhenItBegins) {
+  REQUIRE_ROOT();
+  testing::TempDir dir;
+  const auto src = dir.path() / "slow.bpf.c";
+  { std::ofstream(src) << kSlowProgram; }
+  auto slow = Object::compile_and_open(src, {.vmlinux_dir = dir.path(), .cache_dir = dir.path()});
+  ASSERT_TRUE(slow.has_value()) << slow.error().describe();
+  ASSERT_TRUE(slow->set_global("target", static_cast<std::uint32_t>(::getpid())).has_value());
+  auto loaded = slow->load();
+  ASSERT_TRUE(loaded.has_value()) << loaded.error().describe();
+  const auto fadvise = format("syscalls", "sys_enter_fadvise64");
+  auto slow_event = attach_tracepoint(*slow, "slow", fadvise.id);
+
+  const auto getppid = format("syscalls", "sys_enter_getppid");
+  Built b = build(count_plan(getppid, {Field::pid()}, {"pid"}));
+  ASSERT_TRUE(b.obj);
+  auto ev = attach_tracepoint(*b.obj, b.prog.programs[0], getppid.id);
+  Reader r(*b.obj, b.prog);
+
+  struct State {
+    std::uint64_t started, finished;
+  };
+  const auto state = [&] {
+    const std::uint32_t zero = 0;
+    auto v = slow->lookup_elem("slow_state", std::as_bytes(std::span(&zero, 1)));
+    State s{};
+    if (v && v->size() == sizeof s)
+      std::memcpy(&s, v->data(), sizeof s);
+    return s;
+  };
+  // Catch the slow program running (on a loaded machine this thread may not run until it is
+  // done: try again), then flip.
+  const std::uint32_t zero = 0;
+  const State clear{};
+  for (int attempt = 0; attempt < 50; ++attempt) {
+    ASSERT_TRUE((slow->update_elem<std::uint32_t, State>("slow_state", zero, clear)).has_value());
+    std::thread caller([] { ::syscall(SYS_fadvise64, 12345, 0, 0, POSIX_FADV_NORMAL); });
+    while (state().started == 0)
+      std::this_thread::yield();
+    if (state().finished != 0) {
+      caller.join();
+      continue;
+    }
+    auto s = r.flip_and_read();  // began while the slow program was running
+    timespec now{};
+    ::clock_gettime(CLOCK_MONOTONIC, &now);
+    const State after = state();
+    caller.join();
+    ASSERT_TRUE(s.has_value()) << s.error().describe();
+    EXPECT_NE(after.finished, 0U) << "flip_and_read returned while a BPF program was running";
+    EXPECT_LE(after.finished, static_cast<std::uint64_t>(now.tv_sec) * 1'000'000'000ULL +
+                                  static_cast<std::uint64_t>(now.tv_nsec));
+    if (after.finished == 0)
+      return;
+    std::printf("[ measured ] the slow program ran %.1f ms (attempt %d)\n",
+                static_cast<double>(after.finished - after.started) / 1e6, attempt + 1);
+    return;
+  }
+  FAIL() << "never caught the slow program running";
 }
 
 TEST(BpfCodegenLive, AnotherToolOnTheTracepointKeepsItsEvents) {
