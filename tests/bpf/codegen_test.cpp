@@ -513,6 +513,10 @@ TEST(BpfCodegenLive, CountByPidIsExactForTheChild) {
   ASSERT_EQ(noise.wait(), 0);
 
   Reader r1(*b1.obj, b1.prog), r2(*b2.obj, b2.prog), r3(*b3.obj, b3.prog);
+  auto peeked = r1.peek();  // the generation being written, left in place
+  ASSERT_TRUE(peeked.has_value());
+  ASSERT_EQ(peeked->rows.size(), 1U);
+  EXPECT_EQ(peeked->rows[0].count, static_cast<std::uint64_t>(kCalls));
   auto s1 = r1.flip_and_read();
   auto s2 = r2.flip_and_read();
   auto s3 = r3.flip_and_read();
@@ -541,18 +545,26 @@ TEST(BpfCodegenLive, SumMinMaxAvgOfATracepointField) {
   REQUIRE_ROOT();
   const auto fmt = format("syscalls", "sys_enter_lseek");
   constexpr long n = 5000;  // lseek(12345, i, SEEK_CUR) for i in [0, n)
+  constexpr long from = 7;  // the filter keeps offset >= 7
   Spawn child(syscaller("lseek", n));
   std::vector<Built> built;
   std::vector<perf::Event> events;
-  for (const AggKind kind : {AggKind::kSum, AggKind::kMin, AggKind::kMax, AggKind::kAvg}) {
-    KernelPlan plan = count_plan(fmt, {field_of(fmt, "fd")}, {"fd"});
-    plan.aggregation.kind = kind;
-    plan.aggregation.value_name = "offset";
-    plan.probes[0].value = field_of(fmt, "offset");
-    plan.tgids = {static_cast<std::uint32_t>(child.pid())};
-    built.push_back(build(plan));
-    ASSERT_TRUE(built.back().obj);
-    events.push_back(attach_tracepoint(*built.back().obj, built.back().prog.programs[0], fmt.id));
+  // Keyed by fd (per-CPU map, plain adds) and by comm (a string key: one shared map, atomic
+  // adds and a cmpxchg loop for min/max).
+  for (const bool by_comm : {false, true}) {
+    for (const AggKind kind : {AggKind::kSum, AggKind::kMin, AggKind::kMax, AggKind::kAvg}) {
+      KernelPlan plan = by_comm ? count_plan(fmt, {Field::comm()}, {"comm"})
+                                : count_plan(fmt, {field_of(fmt, "fd")}, {"fd"});
+      plan.aggregation.kind = kind;
+      plan.aggregation.value_name = "offset";
+      plan.probes[0].value = field_of(fmt, "offset");
+      plan.probes[0].filter = {{cmp(fld(field_of(fmt, "offset")), Cmp::kGe, num(from))}, 0};
+      plan.tgids = {static_cast<std::uint32_t>(child.pid())};
+      built.push_back(build(plan));
+      ASSERT_TRUE(built.back().obj);
+      EXPECT_EQ(built.back().prog.layout.percpu, !by_comm);
+      events.push_back(attach_tracepoint(*built.back().obj, built.back().prog.programs[0], fmt.id));
+    }
   }
   child.go();
   ASSERT_EQ(child.wait(), 0);
@@ -562,14 +574,23 @@ TEST(BpfCodegenLive, SumMinMaxAvgOfATracepointField) {
     auto s = r.flip_and_read();
     ASSERT_TRUE(s.has_value()) << s.error().describe();
     ASSERT_EQ(s->rows.size(), 1U);
-    EXPECT_EQ(std::get<std::uint64_t>(s->rows[0].keys[0]), 12345U) << "fd: unsigned field";
-    EXPECT_EQ(s->rows[0].count, static_cast<std::uint64_t>(n));
+    if (rows.size() < 4)
+      EXPECT_EQ(std::get<std::uint64_t>(s->rows[0].keys[0]), 12345U) << "fd: unsigned field";
+    else
+      EXPECT_EQ(std::get<std::string>(s->rows[0].keys[0]), "tracer_test_sys");
+    EXPECT_EQ(s->rows[0].count, static_cast<std::uint64_t>(n - from));
+    EXPECT_EQ(s->probes[0].total.hits, static_cast<std::uint64_t>(n)) << "before the filter";
     rows.push_back(s->rows[0]);
   }
-  EXPECT_EQ(std::get<std::int64_t>(rows[0].values[0]), n * (n - 1) / 2);
-  EXPECT_EQ(std::get<std::int64_t>(rows[1].values[0]), 0);
-  EXPECT_EQ(std::get<std::int64_t>(rows[2].values[0]), n - 1);
-  EXPECT_DOUBLE_EQ(std::get<double>(rows[3].values[0]), static_cast<double>(n - 1) / 2);
+  const std::int64_t sum = n * (n - 1) / 2 - from * (from - 1) / 2;
+  for (std::size_t k = 0; k < rows.size(); k += 4) {
+    SCOPED_TRACE(k == 0 ? "by fd" : "by comm");
+    EXPECT_EQ(std::get<std::int64_t>(rows[k].values[0]), sum);
+    EXPECT_EQ(std::get<std::int64_t>(rows[k + 1].values[0]), from);
+    EXPECT_EQ(std::get<std::int64_t>(rows[k + 2].values[0]), n - 1);
+    EXPECT_DOUBLE_EQ(std::get<double>(rows[k + 3].values[0]),
+                     static_cast<double>(sum) / static_cast<double>(n - from));
+  }
 }
 
 // lseek(12345, v, SEEK_CUR) for each v, in a child of this test.
