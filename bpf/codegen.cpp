@@ -124,6 +124,16 @@ Role role_of(const KernelPlan& plan, std::uint32_t i) {
   return Role::kAggregate;
 }
 
+}  // namespace
+
+std::uint64_t min_max_xor(AggKind kind) {
+  // Sign bit flipped: signed order becomes unsigned order (max). All but the sign bit flipped:
+  // the order reversed (min).
+  return kind == AggKind::kMin ? 0x7fffffffffffffffULL : 0x8000000000000000ULL;
+}
+
+namespace {
+
 std::uint32_t lhist_inner(const Aggregation& a) {
   if (a.lhist_step <= 0 || a.lhist_max <= a.lhist_min)
     return 0;
@@ -509,6 +519,19 @@ Layout make_layout(const KernelPlan& plan,
   Layout l;
   l.probes = static_cast<std::uint32_t>(plan.probes.size());
   l.keyless = cols_in.empty();
+  if (!l.keyless) {
+    const bool one_target = plan.tgids.size() == 1 && !plan.follow_children;
+    l.by_probe = true;
+    for (std::uint32_t i = 0; i < plan.probes.size(); ++i) {
+      if (!aggregates(role_of(plan, i)))
+        continue;
+      for (const Field& f : plan.probes[i].keys) {
+        const bool known = f.source == Source::kProbe || f.source == Source::kMissing ||
+                           (f.source == Source::kPid && one_target);
+        l.by_probe = l.by_probe && known;
+      }
+    }
+  }
   // Widest alignment first: every integer at a multiple of its size, strings after them.
   std::vector<std::size_t> order(cols_in.size());
   for (std::size_t i = 0; i < order.size(); ++i)
@@ -565,8 +588,10 @@ Layout make_layout(const KernelPlan& plan,
       l.value_size = 8 * l.buckets;
       break;
   }
-  const std::uint64_t percpu_bytes =
-      2ULL * ((l.value_size + 7) / 8 * 8) * cpus * (l.keyless ? 1 : agg.max_keys);
+  const std::uint64_t percpu_bytes = 2ULL * ((l.value_size + 7) / 8 * 8) * cpus *
+                                     (l.keyless    ? 1
+                                      : l.by_probe ? l.probes
+                                                   : agg.max_keys);
   // String keys are wide and many: one shared value per key, updated atomically. Fixed-width
   // keys: a value per CPU, updated without atomics, unless that preallocates too much.
   l.percpu = !any_string && percpu_bytes <= kPercpuPreallocBudget;
@@ -1016,6 +1041,10 @@ class ProbeGen {
       w_.line("__u32 tr_k = 0;");
       return;
     }
+    if (layout_.by_probe) {
+      w_.line("__u32 tr_k = {}; /* the key is this probe's (Layout::by_probe) */", index_);
+      return;
+    }
     w_.line("struct tr_key tr_k;");
     w_.line("__builtin_memset(&tr_k, 0, sizeof(tr_k));");
     for (std::size_t c = 0; c < layout_.columns.size(); ++c) {
@@ -1099,7 +1128,7 @@ class ProbeGen {
 void emit_maps(const KernelPlan& plan, const Layout& l, bool tgid_map, Writer& w) {
   const Aggregation& agg = plan.aggregation;
   // Key.
-  if (!l.keyless) {
+  if (!l.keyless && !l.by_probe) {
     std::uint32_t align = 1;
     for (const auto& c : l.columns)
       align = std::max(align, c.type == KeyColumn::Type::kString && !c.probe_name ? 1U : c.size);
@@ -1138,11 +1167,15 @@ void emit_maps(const KernelPlan& plan, const Layout& l, bool tgid_map, Writer& w
       w.line("__u64 count;");
       break;
     case AggKind::kSum:
-    case AggKind::kMin:
-    case AggKind::kMax:
     case AggKind::kAvg:
       w.line("__u64 count;");
-      w.line("__s64 v; /* {} */", agg_name(agg.kind));
+      w.line("__s64 v; /* the sum */");
+      break;
+    case AggKind::kMin:
+    case AggKind::kMax:
+      w.line("__u64 count;");
+      w.line("__u64 v; /* the {} as TR_ORDER(v): the largest wins, 0 is none */",
+             agg_name(agg.kind));
       break;
     case AggKind::kHist:
     case AggKind::kLhist:
@@ -1153,18 +1186,22 @@ void emit_maps(const KernelPlan& plan, const Layout& l, bool tgid_map, Writer& w
   w.line("}};");
   w.line("_Static_assert(sizeof(struct tr_val) == {}, \"value layout\");", l.value_size);
   w.blank();
-  // What a new key starts from (a read-only global: the helper copies it into the map).
-  if (agg.kind == AggKind::kMin)
-    w.line("const struct tr_val tr_init = {{ .count = 0, .v = 0x7fffffffffffffffLL }};");
-  else if (agg.kind == AggKind::kMax)
-    w.line("const struct tr_val tr_init = {{ .count = 0, .v = -0x7fffffffffffffffLL - 1 }};");
-  else
-    w.line("const struct tr_val tr_init SEC(\".rodata\");");
+  // What a new key starts from: zeros (a read-only global the helper copies into the map).
+  // Arrays start zeroed too, so zero must mean "nothing yet" for every kind: min and max keep
+  // an encoding of the value under which the largest wins and no value is 0.
+  w.line("const struct tr_val tr_init SEC(\".rodata\");");
+  if (agg.kind == AggKind::kMin || agg.kind == AggKind::kMax) {
+    w.line(
+        "/* min: INT64_MAX -> 0 ... INT64_MIN -> ~0; max: INT64_MIN -> 0 ... INT64_MAX -> ~0 "
+        "(bpf/kernel_reader.cpp decodes). */");
+    w.line("#define TR_ORDER(v) ((__u64)(v) ^ {:#x}ULL)", min_max_xor(agg.kind));
+  }
   w.blank();
   // Aggregation maps, two generations.
-  const std::string key_type = l.keyless ? "__u32" : "struct tr_key";
-  std::string type, flags;
-  if (l.keyless) {
+  const bool array = l.keyless || l.by_probe;
+  const std::string key_type = array ? "__u32" : "struct tr_key";
+  std::string type;
+  if (array) {
     type = l.percpu ? "BPF_MAP_TYPE_PERCPU_ARRAY" : "BPF_MAP_TYPE_ARRAY";
   } else {
     type = l.percpu ? "BPF_MAP_TYPE_PERCPU_HASH" : "BPF_MAP_TYPE_HASH";
@@ -1174,7 +1211,7 @@ void emit_maps(const KernelPlan& plan, const Layout& l, bool tgid_map, Writer& w
   for (const char* name : kAggMaps) {
     w.line("struct {{");
     w.line("\t__uint(type, {});", type);
-    w.line("\t__uint(max_entries, {});", l.keyless ? 1 : agg.max_keys);
+    w.line("\t__uint(max_entries, {});", l.keyless ? 1 : l.by_probe ? l.probes : agg.max_keys);
     w.line("\t__type(key, {});", key_type);
     w.line("\t__type(value, struct tr_val);");
     w.line("}} {} SEC(\".maps\");", name);
@@ -1355,12 +1392,12 @@ static __always_inline __u32 tr_bucket(__s64 v)
         break;
       case AggKind::kMin:
       case AggKind::kMax: {
-        const std::string_view better = agg.kind == AggKind::kMin ? "<" : ">";
+        w.line("__u64 e = TR_ORDER(v);");
         if (cas) {
-          w.line("__s64 old = p->v;");
+          w.line("__u64 old = p->v;");
           w.line("int i;");
-          w.line("for (i = 0; i < 64 && v {} old; i++) {{", better);
-          w.line("\t__s64 seen = __sync_val_compare_and_swap(&p->v, old, v);");
+          w.line("for (i = 0; i < 64 && e > old; i++) {{");
+          w.line("\t__u64 seen = __sync_val_compare_and_swap(&p->v, old, e);");
           w.line("\tif (seen == old)");
           w.line("\t\tbreak;");
           w.line("\told = seen;");
@@ -1368,8 +1405,8 @@ static __always_inline __u32 tr_bucket(__s64 v)
           w.line("if (i == 64)");
           w.line("\t{}(&st->contended);", inc);
         } else {
-          w.line("if (v {} p->v)", better);
-          w.line("\tp->v = v;");
+          w.line("if (e > p->v)");
+          w.line("\tp->v = e;");
         }
         w.line("{}(&p->count);", vinc);
         break;

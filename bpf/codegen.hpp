@@ -193,6 +193,10 @@ struct KeyColumn {
 struct Layout {
   bool percpu = true;   // PERCPU_HASH / PERCPU_ARRAY, else HASH with atomic updates
   bool keyless = true;  // no `by`: an array of one slot
+  /// Every key cell is known from the probe alone (pid when the target is one constant tgid,
+  /// probe, a field the probe lacks): an array indexed by probe, no hashing per event; the
+  /// reader fills the cells.
+  bool by_probe = false;
   std::uint32_t key_size = 4, value_size = 8;
   std::vector<KeyColumn> columns;
   std::uint32_t missing_offset = 0;  // offset of the `missing` byte when some column has a bit
@@ -234,6 +238,10 @@ struct GeneratedProgram {
   Layout layout;
   KernelPlan plan;
 };
+
+/// min and max values are kept as (u64)v ^ min_max_xor(kind): the largest encoded value wins
+/// and 0 means no value, so zeroed array slots and new keys need no initial sentinel.
+[[nodiscard]] std::uint64_t min_max_xor(AggKind kind);
 
 /// Whether `plan` can run in the kernel.
 /// @return nullopt, or the reason it cannot (naming the probe, field or option).

@@ -201,11 +201,24 @@ Cell Reader::decode_key(const KeyColumn& c, const std::byte* key) const {
   return std::monostate{};
 }
 
-Row Reader::make_row(const std::byte* key, std::span<const std::byte> values) const {
+Row Reader::make_row(const std::byte* key,
+                     std::span<const std::byte> values,
+                     std::uint32_t slot) const {
   const Aggregation& agg = prog_.plan.aggregation;
   const Layout& l = prog_.layout;
   Row row;
-  if (!l.keyless) {
+  if (l.by_probe) {
+    // The slot is the probe; its key fields are the target pid, its name, or none.
+    const ProbePlan& p = prog_.plan.probes[slot];
+    for (const Field& f : p.keys) {
+      if (f.source == Source::kPid && !prog_.plan.tgids.empty())
+        row.keys.emplace_back(std::int64_t{prog_.plan.tgids[0]});
+      else if (f.source == Source::kProbe)
+        row.keys.emplace_back(p.name);
+      else
+        row.keys.emplace_back(std::monostate{});
+    }
+  } else if (!l.keyless) {
     for (const KeyColumn& c : l.columns)
       row.keys.push_back(decode_key(c, key));
   }
@@ -231,8 +244,9 @@ Row Reader::make_row(const std::byte* key, std::span<const std::byte> values) co
       case AggKind::kMax: {
         const auto c = load<std::uint64_t>(v);
         if (c == 0)
-          break;  // this CPU saw no event of the key: its value is the initial sentinel
-        const auto x = load<std::int64_t>(v + 8);
+          break;  // this CPU saw no event of the key
+        const auto x =
+            static_cast<std::int64_t>(load<std::uint64_t>(v + 8) ^ min_max_xor(agg.kind));
         row.value = first                       ? x
                     : agg.kind == AggKind::kMin ? std::min(row.value, x)
                                                 : std::max(row.value, x);
@@ -332,18 +346,20 @@ Result<std::vector<Row>> Reader::read_rows(std::uint32_t gen, bool clear) const 
     return fail(err, fmt::format("bpf: object '{}': map '{}': {}: {}", obj_->name(), map, what,
                                  errno_text(err)));
   };
-  if (l.keyless) {
-    const std::uint32_t zero = 0;
-    if (bpf_map_lookup_elem(fd, &zero, value.data()) != 0)
-      return failed("lookup");
-    Row row = make_row(nullptr, value);
-    if (clear) {
-      std::fill(value.begin(), value.end(), std::byte{0});
-      if (bpf_map_update_elem(fd, &zero, value.data(), BPF_ANY) != 0)
-        return failed("clear");
+  if (l.keyless || l.by_probe) {  // an array: one slot, or one per probe
+    const std::uint32_t slots = l.keyless ? 1 : l.probes;
+    for (std::uint32_t slot = 0; slot < slots; ++slot) {
+      if (bpf_map_lookup_elem(fd, &slot, value.data()) != 0)
+        return failed("lookup");
+      Row row = make_row(nullptr, value, slot);
+      if (clear && row.count != 0) {
+        std::fill(value.begin(), value.end(), std::byte{0});
+        if (bpf_map_update_elem(fd, &slot, value.data(), BPF_ANY) != 0)
+          return failed("clear");
+      }
+      if (row.count != 0)
+        rows.push_back(std::move(row));
     }
-    if (row.count != 0)
-      rows.push_back(std::move(row));
     return rows;
   }
   // Keys first, then their values: nothing writes this generation while it is read (or, for
@@ -365,7 +381,7 @@ Result<std::vector<Row>> Reader::read_rows(std::uint32_t gen, bool clear) const 
         continue;
       return failed("lookup");
     }
-    Row row = make_row(key, value);
+    Row row = make_row(key, value, 0);
     if (row.count != 0)
       rows.push_back(std::move(row));
   }

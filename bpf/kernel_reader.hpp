@@ -98,7 +98,9 @@ class Reader {
   [[nodiscard]] Status fill_counters(Snapshot& s) const;
   [[nodiscard]] Status set_generation(std::uint32_t gen);
   [[nodiscard]] Status wait_for_programs() const;
-  [[nodiscard]] Row make_row(const std::byte* key, std::span<const std::byte> values) const;
+  [[nodiscard]] Row make_row(const std::byte* key,
+                             std::span<const std::byte> values,
+                             std::uint32_t slot) const;
   [[nodiscard]] Cell decode_key(const KeyColumn& c, const std::byte* key) const;
   [[nodiscard]] Snapshot empty_snapshot() const;
 

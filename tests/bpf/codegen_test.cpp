@@ -501,6 +501,10 @@ TEST(BpfCodegenLive, CountByPidIsExactForTheChild) {
   EXPECT_FALSE(b1.prog.tgid_map);
   EXPECT_TRUE(b2.prog.tgid_map);
   EXPECT_TRUE(b1.prog.layout.percpu);
+  // One constant target: the pid key is known, an array slot per probe, no hashing.
+  EXPECT_TRUE(b1.prog.layout.by_probe);
+  EXPECT_FALSE(b2.prog.layout.by_probe);
+  EXPECT_FALSE(b3.prog.layout.by_probe);
   auto e1 = attach_tracepoint(*b1.obj, b1.prog.programs[0], fmt.id);
   auto e2 = attach_tracepoint(*b2.obj, b2.prog.programs[0], fmt.id);
   auto e3 = attach_tracepoint(*b3.obj, b3.prog.programs[0], fmt.id);
@@ -549,12 +553,14 @@ TEST(BpfCodegenLive, SumMinMaxAvgOfATracepointField) {
   Spawn child(syscaller("lseek", n));
   std::vector<Built> built;
   std::vector<perf::Event> events;
-  // Keyed by fd (per-CPU map, plain adds) and by comm (a string key: one shared map, atomic
-  // adds and a cmpxchg loop for min/max).
-  for (const bool by_comm : {false, true}) {
+  // Keyed by fd (per-CPU hash, plain adds), by comm (a string key: one shared map, atomic adds
+  // and a cmpxchg loop for min/max), and by nothing (a per-CPU array: slots start zeroed).
+  for (const int keys : {0, 1, 2}) {
+    const bool by_comm = keys == 1;
     for (const AggKind kind : {AggKind::kSum, AggKind::kMin, AggKind::kMax, AggKind::kAvg}) {
-      KernelPlan plan = by_comm ? count_plan(fmt, {Field::comm()}, {"comm"})
-                                : count_plan(fmt, {field_of(fmt, "fd")}, {"fd"});
+      KernelPlan plan = keys == 0 ? count_plan(fmt, {field_of(fmt, "fd")}, {"fd"})
+                        : by_comm ? count_plan(fmt, {Field::comm()}, {"comm"})
+                                  : count_plan(fmt, {}, {});
       plan.aggregation.kind = kind;
       plan.aggregation.value_name = "offset";
       plan.probes[0].value = field_of(fmt, "offset");
@@ -576,15 +582,17 @@ TEST(BpfCodegenLive, SumMinMaxAvgOfATracepointField) {
     ASSERT_EQ(s->rows.size(), 1U);
     if (rows.size() < 4)
       EXPECT_EQ(std::get<std::uint64_t>(s->rows[0].keys[0]), 12345U) << "fd: unsigned field";
-    else
+    else if (rows.size() < 8)
       EXPECT_EQ(std::get<std::string>(s->rows[0].keys[0]), "tracer_test_sys");
+    else
+      EXPECT_TRUE(s->rows[0].keys.empty());
     EXPECT_EQ(s->rows[0].count, static_cast<std::uint64_t>(n - from));
     EXPECT_EQ(s->probes[0].total.hits, static_cast<std::uint64_t>(n)) << "before the filter";
     rows.push_back(s->rows[0]);
   }
   const std::int64_t sum = n * (n - 1) / 2 - from * (from - 1) / 2;
   for (std::size_t k = 0; k < rows.size(); k += 4) {
-    SCOPED_TRACE(k == 0 ? "by fd" : "by comm");
+    SCOPED_TRACE(k == 0 ? "by fd" : k == 4 ? "by comm" : "no key");
     EXPECT_EQ(std::get<std::int64_t>(rows[k].values[0]), sum);
     EXPECT_EQ(std::get<std::int64_t>(rows[k + 1].values[0]), from);
     EXPECT_EQ(std::get<std::int64_t>(rows[k + 2].values[0]), n - 1);
@@ -706,47 +714,64 @@ TEST(BpfCodegenLive, AFullMapCountsTheEventsOfKeysThatDidNotFit) {
   EXPECT_EQ(s2->map_full, 84U * 3 + 4) << "cumulative";
 }
 
-TEST(BpfCodegenLive, AGenerationFlipMidWorkloadLosesAndDoubleCountsNothing) {
-  REQUIRE_ROOT();
+// A child makes `n` getppid calls (another process makes n / 2) while this thread flips every
+// ~2 ms: the intervals' counts sum to exactly n (and n / 2 for the other when it is a target).
+void flip_mid_workload(bool two_targets) {
   const auto fmt = format("syscalls", "sys_enter_getppid");
   constexpr long n = 3'000'000;
   Spawn child(syscaller("getppid", n));
   Spawn noise(syscaller("getppid", n / 2));
   KernelPlan plan = count_plan(fmt, {Field::pid()}, {"pid"});
   plan.tgids = {static_cast<std::uint32_t>(child.pid())};
+  if (two_targets)  // a hash map keyed by pid (else an array slot: one constant pid)
+    plan.tgids.push_back(static_cast<std::uint32_t>(noise.pid()));
   Built b = build(plan);
   ASSERT_TRUE(b.obj);
+  EXPECT_EQ(b.prog.layout.by_probe, !two_targets);
   auto ev = attach_tracepoint(*b.obj, b.prog.programs[0], fmt.id);
   Reader r(*b.obj, b.prog);
   child.go();
   noise.go();
-  std::uint64_t total = 0;
+  std::map<std::string, std::uint64_t> total;
   int flips = 0, nonempty = 0;
   std::set<std::uint32_t> generations;
   bool done = false;
   while (!done) {
-    done = child.exited();
+    done = child.exited() && (!two_targets || noise.exited());
     auto s = r.flip_and_read();
     ASSERT_TRUE(s.has_value()) << s.error().describe();
     ++flips;
     generations.insert(s->generation);
-    std::uint64_t got = 0;
     for (const Row& row : s->rows)
-      got += row.count;
-    total += got;
-    nonempty += got != 0 ? 1 : 0;
+      total[key_text(row)] += row.count;
+    nonempty += s->rows.empty() ? 0 : 1;
     if (!done)
       std::this_thread::sleep_for(2ms);
   }
-  auto last = r.flip_and_read();  // nothing can be left: the child exited before the last flip
+  auto last = r.flip_and_read();  // nothing can be left: the targets exited before the last flip
   ASSERT_TRUE(last.has_value());
   EXPECT_TRUE(last->rows.empty());
-  noise.wait();
-  EXPECT_EQ(total, static_cast<std::uint64_t>(n));
+  if (!two_targets)
+    noise.wait();
+  EXPECT_EQ(total[std::to_string(child.pid())], static_cast<std::uint64_t>(n));
+  if (two_targets) {
+    EXPECT_EQ(total[std::to_string(noise.pid())], static_cast<std::uint64_t>(n / 2));
+  }
+  EXPECT_EQ(total.size(), two_targets ? 2U : 1U);
   EXPECT_GE(nonempty, 3) << "the workload spanned several generations (" << flips << " flips)";
   EXPECT_EQ(generations.size(), 2U);
   std::printf("[ measured ] %ld getppid calls over %d flips (%d intervals with events)\n", n, flips,
               nonempty);
+}
+
+TEST(BpfCodegenLive, AGenerationFlipMidWorkloadLosesAndDoubleCountsNothing) {
+  REQUIRE_ROOT();
+  flip_mid_workload(false);
+}
+
+TEST(BpfCodegenLive, AGenerationFlipMidWorkloadIsExactInAHashMapToo) {
+  REQUIRE_ROOT();
+  flip_mid_workload(true);
 }
 
 // A program that spins for milliseconds (bpf_loop) on fadvise64 calls of one process: the flip
