@@ -74,6 +74,7 @@ struct ReaderOptions {
   std::function<std::string(std::int64_t)> syscall_name{};
 };
 
+/// One reader per loaded object, used from one thread (it owns the flip).
 class Reader {
  public:
   /// `obj` is the loaded object of `prog` and must outlive the reader.
