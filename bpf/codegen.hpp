@@ -1,0 +1,268 @@
+// bpf::gen: a recipe's pipeline run in the kernel. A KernelPlan (plain data: the probes, the
+// target processes, a filter per probe, one aggregation, an optional latency pairing) becomes
+// BPF C text (generate), compiled by clang and cached by content hash (compile), and its maps
+// are read back as typed rows (bpf/kernel_reader.hpp).
+//
+// Usage:
+//   gen::KernelPlan plan{.probes = {{.name = "getppid", .kind = gen::ProbeKind::kTracepoint,
+//                                    .keys = {gen::Field::pid()}}},
+//                        .aggregation = {.kind = gen::AggKind::kCount, .key_names = {"pid"}},
+//                        .tgids = {child}};
+//   auto why = gen::check(plan);                   // nullopt, or why it cannot run in the kernel
+//   auto prog = gen::generate(plan);               // the C text and its map layout
+//   auto obj = gen::compile(*prog);                // clang -target bpf, cached; not loaded
+//   TRACER_TRY(obj->load());
+//   TRACER_TRY(gen::set_targets(*obj, *prog, tgids));  // only when prog->tgid_map
+//   perf_event.set_bpf(*obj->program_fd(prog->programs[0]));   // ONE event per probe
+//   gen::Reader reader(*obj, *prog);
+//   auto snap = reader.flip_and_read();            // every interval, and once at the end
+//
+// Layering: bpf/ only (the bpf glue, tracer/perf); the lead maps recipe stages to a KernelPlan
+// and the rows to tracer::Table.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tracer/bpf/object.hpp"
+#include "tracer/result.hpp"
+
+namespace tracer::bpf::gen {
+
+enum class ProbeKind : std::uint8_t { kTracepoint, kKprobe, kKretprobe, kUprobe, kUretprobe };
+
+/// Where a value comes from when the program runs.
+enum class Source : std::uint8_t {
+  kMissing,    // the probe lacks the field: every comparison on it is false, a key cell is none
+  kPid,        // current tgid (the sample's pid)                      -> int
+  kTid,        // current thread id                                    -> int
+  kComm,       // current->comm, char[16]                               -> string
+  kCpu,        // bpf_get_smp_processor_id()                            -> int
+  kUid,        // current uid                                           -> uint
+  kGid,        // current gid                                           -> uint
+  kCgroup,     // cgroup v2 id of the current task                      -> uint
+  kProbe,      // the probe's name (a key by probe over several probes) -> string
+  kTpInt,      // an integer field of the tracepoint record              -> int or uint (is_signed)
+  kTpString,   // a fixed char array field of the record (char comm[16])    -> string
+  kTpDataLoc,  // a __data_loc (or __rel_loc) char[] field of the record    -> string
+  kArg,        // kprobe/uprobe argument `index` (0..5, PT_REGS_PARMn)      -> uint
+  kRetval,     // kretprobe/uretprobe return value (PT_REGS_RC)             -> int
+  kDuration,   // latency: exit time - entry time, ns (exit probe, after pairing) -> uint
+};
+
+/// A field as the program reads it: the name (for messages and tables) and where it comes from.
+/// The record layout is the tracepoint's `format` file's (offset, size, signed).
+struct Field {
+  Source source = Source::kMissing;
+  std::string name;
+  std::uint32_t offset = 0;  // kTpInt, kTpString, kTpDataLoc: byte offset in the record (>= 8)
+  std::uint32_t size = 0;    // kTpInt: 1, 2, 4 or 8; kTpString: the array's length
+  bool is_signed = false;    // kTpInt
+  bool rel_loc = false;      // kTpDataLoc: __rel_loc (offset counted from the end of the field)
+  bool syscall_id = false;   // kTpInt: a system call number (the reader names it)
+  std::uint32_t index = 0;   // kArg: 0..5
+
+  [[nodiscard]] static Field missing(std::string name);
+  [[nodiscard]] static Field pid() { return {.source = Source::kPid, .name = "pid"}; }
+  [[nodiscard]] static Field tid() { return {.source = Source::kTid, .name = "tid"}; }
+  [[nodiscard]] static Field comm() { return {.source = Source::kComm, .name = "comm"}; }
+  [[nodiscard]] static Field cpu() { return {.source = Source::kCpu, .name = "cpu"}; }
+  [[nodiscard]] static Field uid() { return {.source = Source::kUid, .name = "uid"}; }
+  [[nodiscard]] static Field gid() { return {.source = Source::kGid, .name = "gid"}; }
+  [[nodiscard]] static Field cgroup() { return {.source = Source::kCgroup, .name = "cgroup"}; }
+  [[nodiscard]] static Field probe() { return {.source = Source::kProbe, .name = "probe"}; }
+  [[nodiscard]] static Field duration() {
+    return {.source = Source::kDuration, .name = "duration"};
+  }
+  [[nodiscard]] static Field retval() { return {.source = Source::kRetval, .name = "retval"}; }
+  [[nodiscard]] static Field arg(std::uint32_t n);
+  [[nodiscard]] static Field tp_int(std::string name,
+                                    std::uint32_t offset,
+                                    std::uint32_t size,
+                                    bool is_signed);
+  [[nodiscard]] static Field tp_string(std::string name, std::uint32_t offset, std::uint32_t len);
+  [[nodiscard]] static Field tp_data_loc(std::string name, std::uint32_t offset, bool rel = false);
+};
+
+/// The filter expression tree, the shape of plugins/stages/filter.hpp FilterExpr::Node with the
+/// field operands resolved for one probe. Integers compare by value whatever their signedness
+/// (as the user-space filter's 128-bit compare); strings compare by equality (== !=) with a
+/// literal, or with a literal prefix when the literal is a glob whose only metacharacter is one
+/// trailing `*`. A missing field makes every comparison on it false.
+enum class Cmp : std::uint8_t { kEq, kNe, kLt, kLe, kGt, kGe };
+struct Operand {
+  enum class Kind : std::uint8_t { kField, kInt, kUint, kString };
+  Kind kind = Kind::kInt;
+  Field field{};
+  std::int64_t ival = 0;
+  std::uint64_t uval = 0;
+  std::string text{};  // string literal
+  bool glob = false;   // the literal is a glob pattern (holds * ? or [)
+};
+struct FilterNode {
+  enum class Kind : std::uint8_t { kOr, kAnd, kNot, kCmp, kTruth };
+  Kind kind = Kind::kTruth;
+  int lhs = -1, rhs = -1;  // node indexes (kOr, kAnd: both; kNot: lhs)
+  Cmp op = Cmp::kEq;
+  Operand a{}, b{};  // kCmp: a op b; kTruth: a (non-zero, non-empty)
+};
+struct Filter {
+  std::vector<FilterNode> nodes;
+  int root = -1;  // -1: every event passes
+  [[nodiscard]] bool empty() const noexcept { return root < 0; }
+};
+
+enum class AggKind : std::uint8_t { kCount, kSum, kMin, kMax, kAvg, kHist, kLhist };
+
+/// The one aggregation of the pipeline. Buckets are those of plugins/stages/hist.cpp (66 log2
+/// buckets: negative, 0, 1, then [2^k, 2^(k+1))) and lhist.cpp (below min, [min + i*step, ...),
+/// at or above max).
+struct Aggregation {
+  AggKind kind = AggKind::kCount;
+  std::vector<std::string> key_names{};  // the `by` fields, in order (ProbePlan::keys match)
+  std::string value_name{};              // sum, min, max, avg, hist, lhist: the field's name
+  std::int64_t lhist_min = 0, lhist_max = 100, lhist_step = 10;
+  /// Keys the map holds (per generation); events of keys that do not fit are counted
+  /// (Snapshot::map_full), never silently dropped.
+  std::uint32_t max_keys = 10240;
+  /// Bytes kept of a __data_loc string key, NUL included (longer ones are cut and counted in
+  /// Snapshot::truncated). At most 256.
+  std::uint32_t string_key_bytes = 128;
+};
+
+/// Entry/exit pairing (plugins/stages/latency.cpp): the entry probe stores the time under its
+/// key, the exit probe takes it and aggregates `duration` (Source::kDuration).
+struct Latency {
+  std::uint32_t entry_probe = 0, exit_probe = 1;  // indexes in KernelPlan::probes
+  std::uint32_t max_pending = 65536;
+};
+
+enum class Role : std::uint8_t { kAggregate, kLatencyEntry, kLatencyExit };
+
+struct ProbePlan {
+  std::string name;
+  ProbeKind kind = ProbeKind::kTracepoint;
+  /// Events failing it stop here (before the latency pairing).
+  Filter filter{};
+  /// One per Aggregation::key_names: this probe's source of each key.
+  std::vector<Field> keys{};
+  /// The aggregated value (sum .. lhist); kMissing: this probe's events are not aggregated.
+  Field value{};
+  /// Latency: the pairing key (an integer; tid by default).
+  Field latency_key = Field::tid();
+  /// Latency exit (and aggregate probes): a filter applied after the pairing (may read duration).
+  Filter post_filter{};
+  /// The fixed size of a tracepoint's record (its format's last field end): fields must lie
+  /// within it (0: not checked).
+  std::uint32_t record_size = 0;
+};
+
+/// sched:sched_process_fork's child_pid, for following the children of the target processes.
+struct ForkTracepoint {
+  std::uint32_t child_pid_offset = 20;
+  std::uint32_t child_pid_size = 4;
+};
+
+struct KernelPlan {
+  std::vector<ProbePlan> probes;
+  Aggregation aggregation{};
+  std::optional<Latency> latency{};
+  /// Target processes. Empty: every process; one (and no follow_children): a constant compare
+  /// compiled in; more: a hash map filled by set_targets().
+  std::vector<std::uint32_t> tgids{};
+  std::uint32_t max_tgids = 4096;
+  /// Adds a program for sched:sched_process_fork that adds the children of target processes
+  /// to the target map (a command's children are traced as perf's inherit does).
+  std::optional<ForkTracepoint> follow_children{};
+};
+
+/// Where one key column lives in the packed key struct and what it decodes to.
+struct KeyColumn {
+  std::string name;
+  enum class Type : std::uint8_t { kInt, kUint, kString } type = Type::kInt;
+  std::uint32_t offset = 0, size = 0;  // in the key struct
+  bool is_signed = false;              // integer storage
+  bool syscall_id = false;
+  bool probe_name = false;  // stored as the probe index, decoded to its name
+  int missing_bit = -1;     // bit in the key's `missing` byte when some probe lacks the field
+};
+
+/// The maps a generated object has, as the reader needs them.
+struct Layout {
+  bool percpu = true;   // PERCPU_HASH / PERCPU_ARRAY, else HASH with atomic updates
+  bool keyless = true;  // no `by`: an array of one slot
+  /// Every key cell is known from the probe alone (pid when the target is one constant tgid,
+  /// probe, a field the probe lacks): an array indexed by probe, no hashing per event; the
+  /// reader fills the cells.
+  bool by_probe = false;
+  std::uint32_t key_size = 4, value_size = 8;
+  std::vector<KeyColumn> columns;
+  std::uint32_t missing_offset = 0;  // offset of the `missing` byte when some column has a bit
+  std::uint32_t buckets = 0;         // hist, lhist: counts per key
+  std::uint32_t lhist_inner = 0;
+  std::uint32_t probes = 0;  // stats slots: one per probe, then one for the pipeline
+};
+
+/// Names of what a generated object holds.
+inline constexpr const char* kAggMaps[2] = {"tr_agg0", "tr_agg1"};
+inline constexpr const char* kStatsMap = "tr_stats";
+inline constexpr const char* kTgidsMap = "tr_tgids";
+inline constexpr const char* kStartMap = "tr_start";
+inline constexpr const char* kSyncMap = "tr_sync";
+inline constexpr const char* kSyncInnerMap = "tr_sync_in";
+inline constexpr const char* kGenerationVar = "tr_gen";
+inline constexpr const char* kForkProgram = "tr_fork";
+
+/// Per-probe (and, in the last slot, per-pipeline) counters, per CPU in the tr_stats map.
+struct Stats {
+  std::uint64_t hits = 0;       // events of the target processes the probe saw
+  std::uint64_t map_full = 0;   // events whose key did not fit (or whose update failed)
+  std::uint64_t truncated = 0;  // string keys cut to string_key_bytes
+  std::uint64_t contended = 0;  // shared-map min/max updates given up after 64 retries
+  std::uint64_t paired = 0;     // latency (pipeline slot)
+  std::uint64_t unmatched_exits = 0;
+  std::uint64_t unmatched_entries = 0;  // an entry overwritten before its exit
+  std::uint64_t out_of_order = 0;
+  std::uint64_t entries_dropped = 0;  // the pending-entry map was full
+  std::uint64_t targets_dropped = 0;  // follow_children: the target map was full
+};
+
+struct GeneratedProgram {
+  std::string source;                 // the BPF C text
+  std::string name;                   // object name: "trk_<hash>"
+  std::string hash;                   // 16 hex digits of the text's hash
+  std::vector<std::string> programs;  // one per KernelPlan::probes, same order
+  bool tgid_map = false;              // targets go in tr_tgids (set_targets)
+  Layout layout;
+  KernelPlan plan;
+};
+
+/// min and max values are kept as (u64)v ^ min_max_xor(kind): the largest encoded value wins
+/// and 0 means no value, so zeroed array slots and new keys need no initial sentinel.
+[[nodiscard]] std::uint64_t min_max_xor(AggKind kind);
+
+/// Whether `plan` can run in the kernel.
+/// @return nullopt, or the reason it cannot (naming the probe, field or option).
+[[nodiscard]] std::optional<std::string> check(const KernelPlan& plan);
+
+/// Generates the BPF C text of `plan`. `possible_cpus` (0: this machine's) sizes the per-CPU
+/// maps: a key too wide or a value too large for per-CPU copies of every key on every CPU
+/// within 64 MiB uses a shared HASH map with atomic updates instead.
+/// @return the program, or EINVAL with check()'s reason.
+[[nodiscard]] Result<GeneratedProgram> generate(const KernelPlan& plan,
+                                                std::uint32_t possible_cpus = 0);
+
+/// Compiles `prog` with clang (Object::compile_and_open: the text is written to
+/// <cache>/gen/<name>.bpf.c and the object cached by content hash; the same text is compiled
+/// once) and opens it. Not loaded.
+/// @return the object, or compile_and_open's failure.
+[[nodiscard]] Result<Object> compile(const GeneratedProgram& prog, const CompileOptions& opts = {});
+
+/// Fills the target map (prog.tgid_map) with `tgids`. After load.
+[[nodiscard]] Status set_targets(Object& obj,
+                                 const GeneratedProgram& prog,
+                                 const std::vector<std::uint32_t>& tgids);
+
+}  // namespace tracer::bpf::gen

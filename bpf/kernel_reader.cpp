@@ -1,0 +1,472 @@
+// bpf::gen::Reader: flips a generated program's generation and reads the old one back.
+//
+// Why the flip is exact (docs/architecture.md, "In-kernel recipes (codegen)"):
+//   1. Each program run reads tr_gen once, at entry, and sends every update of that event to
+//      tr_agg<gen>. An event is therefore counted whole in exactly one generation.
+//   2. User space stores the new tr_gen (an ARRAY map write, bpf_map_update_elem), then updates
+//      the ARRAY_OF_MAPS tr_sync: the kernel's map-in-map update waits for every BPF program
+//      running at that time to return (kernel/bpf/syscall.c maybe_wait_bpf_programs:
+//      synchronize_rcu(); tracepoint and kprobe programs run under rcu_read_lock() in
+//      trace_call_bpf, uprobe programs too when they are not sleepable). A program that read
+//      the old generation started before the grace period, so it has finished; one that starts
+//      after it sees the new tr_gen (RCU's guarantee that stores before synchronize_rcu() are
+//      seen by readers that begin after it).
+//   3. The old generation is then quiescent: read, summed over CPUs, and cleared (keys deleted,
+//      so the capacity max_keys is per interval) before it becomes the one written again at the
+//      next flip.
+// tr_gen only ever holds 0 or 1, so even a torn store could only be read as 0 or 1.
+#include "bpf/kernel_reader.hpp"
+
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include <fmt/format.h>
+
+namespace tracer::bpf::gen {
+namespace {
+
+std::string errno_text(int err) {
+  return std::generic_category().message(err);
+}
+
+std::size_t round_up8(std::size_t n) {
+  return (n + 7) & ~std::size_t{7};
+}
+
+template <typename T>
+T load(const std::byte* p) {
+  T v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+std::int64_t load_int(const std::byte* p, std::uint32_t size, bool is_signed) {
+  switch (size) {
+    case 1:
+      return is_signed ? load<std::int8_t>(p) : load<std::uint8_t>(p);
+    case 2:
+      return is_signed ? load<std::int16_t>(p) : load<std::uint16_t>(p);
+    case 4:
+      return is_signed ? load<std::int32_t>(p) : load<std::uint32_t>(p);
+    default:
+      return load<std::int64_t>(p);
+  }
+}
+
+// The Stats fields in tr_stats' order.
+constexpr std::size_t kStatsFields = 10;
+Stats stats_from(const std::uint64_t* v) {
+  return {.hits = v[0],
+          .map_full = v[1],
+          .truncated = v[2],
+          .contended = v[3],
+          .paired = v[4],
+          .unmatched_exits = v[5],
+          .unmatched_entries = v[6],
+          .out_of_order = v[7],
+          .entries_dropped = v[8],
+          .targets_dropped = v[9]};
+}
+void add(Stats& a, const Stats& b) {
+  a.hits += b.hits;
+  a.map_full += b.map_full;
+  a.truncated += b.truncated;
+  a.contended += b.contended;
+  a.paired += b.paired;
+  a.unmatched_exits += b.unmatched_exits;
+  a.unmatched_entries += b.unmatched_entries;
+  a.out_of_order += b.out_of_order;
+  a.entries_dropped += b.entries_dropped;
+  a.targets_dropped += b.targets_dropped;
+}
+
+// The internal map of .bss (libbpf names it "<object prefix>.bss").
+::bpf_map* bss_map(::bpf_object* obj) {
+  ::bpf_map* m = nullptr;
+  bpf_object__for_each_map(m, obj) {
+    const std::string_view name = bpf_map__name(m);
+    if (bpf_map__is_internal(m) && name.size() >= 4 && name.substr(name.size() - 4) == ".bss")
+      return m;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+std::string power_label(unsigned power) {
+  static constexpr std::string_view kSuffix[] = {"", "K", "M", "G", "T", "P", "E"};
+  const unsigned group = std::min(power / 10, 6U);
+  return fmt::format("{}{}", std::uint64_t{1} << (power - group * 10), kSuffix[group]);
+}
+
+Reader::Reader(Object& obj, GeneratedProgram prog, ReaderOptions opts)
+    : obj_(&obj), prog_(std::move(prog)), opts_(std::move(opts)) {
+  const int n = libbpf_num_possible_cpus();
+  cpus_ = n > 0 ? static_cast<std::uint32_t>(n) : 1;
+}
+
+Snapshot Reader::empty_snapshot() const {
+  const Aggregation& agg = prog_.plan.aggregation;
+  Snapshot s;
+  s.key_names = agg.key_names;
+  switch (agg.kind) {
+    case AggKind::kCount:
+      s.value_names = {"count"};
+      break;
+    case AggKind::kSum:
+      s.value_names = {"sum"};
+      break;
+    case AggKind::kMin:
+      s.value_names = {"min"};
+      break;
+    case AggKind::kMax:
+      s.value_names = {"max"};
+      break;
+    case AggKind::kAvg:
+      s.value_names = {"avg"};
+      break;
+    case AggKind::kHist:
+    case AggKind::kLhist:
+      s.value_names = {agg.value_name};
+      s.histogram = true;
+      break;
+  }
+  return s;
+}
+
+Status Reader::set_generation(std::uint32_t gen) {
+  ::bpf_map* m = bss_map(obj_->raw());
+  if (m == nullptr)
+    return fail(ENOENT,
+                fmt::format("bpf: object '{}' has no .bss map ({})", obj_->name(), kGenerationVar));
+  if (bpf_map__value_size(m) != sizeof(std::uint32_t))
+    return fail(EINVAL, fmt::format("bpf: object '{}': .bss is {} bytes, not tr_gen's 4",
+                                    obj_->name(), bpf_map__value_size(m)));
+  const std::uint32_t zero = 0;
+  if (bpf_map_update_elem(bpf_map__fd(m), &zero, &gen, BPF_ANY) != 0) {
+    const int err = errno;
+    return fail(err, fmt::format("bpf: object '{}': writing {}: {}", obj_->name(), kGenerationVar,
+                                 errno_text(err)));
+  }
+  return {};
+}
+
+Status Reader::wait_for_programs() const {
+  TRACER_ASSIGN_OR_RETURN(const int outer, obj_->map_fd(kSyncMap));
+  TRACER_ASSIGN_OR_RETURN(const int inner, obj_->map_fd(kSyncInnerMap));
+  const std::uint32_t zero = 0;
+  // kernel/bpf/syscall.c map_update_elem -> maybe_wait_bpf_programs(): synchronize_rcu() for
+  // ARRAY_OF_MAPS and HASH_OF_MAPS, "so that userspace, when we return to it, knows that all
+  // non-sleepable programs that could be running use the new map value".
+  if (bpf_map_update_elem(outer, &zero, &inner, BPF_ANY) != 0) {
+    const int err = errno;
+    return fail(err, fmt::format("bpf: object '{}': the grace-period update of {}: {}",
+                                 obj_->name(), kSyncMap, errno_text(err)));
+  }
+  return {};
+}
+
+Cell Reader::decode_key(const KeyColumn& c, const std::byte* key) const {
+  const Layout& l = prog_.layout;
+  if (c.missing_bit >= 0) {
+    const auto bits = static_cast<unsigned>(load<std::uint8_t>(key + l.missing_offset));
+    if ((bits & (1U << static_cast<unsigned>(c.missing_bit))) != 0)
+      return std::monostate{};
+  }
+  const std::byte* p = key + c.offset;
+  if (c.probe_name) {
+    const auto i = load<std::uint32_t>(p);
+    return i < prog_.plan.probes.size() ? Cell{prog_.plan.probes[i].name} : Cell{};
+  }
+  switch (c.type) {
+    case KeyColumn::Type::kString: {
+      const auto* s = reinterpret_cast<const char*>(p);
+      return std::string(s, ::strnlen(s, c.size));
+    }
+    case KeyColumn::Type::kInt: {
+      const std::int64_t v = load_int(p, c.size, c.is_signed);
+      if (c.syscall_id && opts_.syscall_name) {
+        if (std::string name = opts_.syscall_name(v); !name.empty())
+          return name;
+      }
+      return v;
+    }
+    case KeyColumn::Type::kUint:
+      return static_cast<std::uint64_t>(load_int(p, c.size, c.is_signed));
+  }
+  return std::monostate{};
+}
+
+Row Reader::make_row(const std::byte* key,
+                     std::span<const std::byte> values,
+                     std::uint32_t slot) const {
+  const Aggregation& agg = prog_.plan.aggregation;
+  const Layout& l = prog_.layout;
+  Row row;
+  if (l.by_probe) {
+    // The slot is the probe; its key fields are the target pid, its name, or none.
+    const ProbePlan& p = prog_.plan.probes[slot];
+    for (const Field& f : p.keys) {
+      if (f.source == Source::kPid && !prog_.plan.tgids.empty())
+        row.keys.emplace_back(std::int64_t{prog_.plan.tgids[0]});
+      else if (f.source == Source::kProbe)
+        row.keys.emplace_back(p.name);
+      else
+        row.keys.emplace_back(std::monostate{});
+    }
+  } else if (!l.keyless) {
+    for (const KeyColumn& c : l.columns)
+      row.keys.push_back(decode_key(c, key));
+  }
+  const std::size_t stride = l.percpu ? round_up8(l.value_size) : 0;
+  const std::size_t n = l.percpu ? cpus_ : 1;
+  bool first = true;
+  if (agg.kind == AggKind::kHist || agg.kind == AggKind::kLhist)
+    row.counts.assign(l.buckets, 0);
+  for (std::size_t cpu = 0; cpu < n; ++cpu) {
+    const std::byte* v = values.data() + cpu * stride;
+    switch (agg.kind) {
+      case AggKind::kCount:
+        row.count += load<std::uint64_t>(v);
+        break;
+      case AggKind::kSum:
+      case AggKind::kAvg:
+        row.count += load<std::uint64_t>(v);
+        // Wrapping, as the stage's and the kernel's 64-bit sums.
+        row.value = static_cast<std::int64_t>(static_cast<std::uint64_t>(row.value) +
+                                              load<std::uint64_t>(v + 8));
+        break;
+      case AggKind::kMin:
+      case AggKind::kMax: {
+        const auto c = load<std::uint64_t>(v);
+        if (c == 0)
+          break;  // this CPU saw no event of the key
+        const auto x =
+            static_cast<std::int64_t>(load<std::uint64_t>(v + 8) ^ min_max_xor(agg.kind));
+        row.value = first                       ? x
+                    : agg.kind == AggKind::kMin ? std::min(row.value, x)
+                                                : std::max(row.value, x);
+        first = false;
+        row.count += c;
+        break;
+      }
+      case AggKind::kHist:
+      case AggKind::kLhist:
+        for (std::uint32_t b = 0; b < l.buckets; ++b) {
+          const auto c = load<std::uint64_t>(v + 8 * b);
+          row.counts[b] += c;
+          row.count += c;
+        }
+        break;
+    }
+  }
+  switch (agg.kind) {
+    case AggKind::kCount:
+      row.values.emplace_back(row.count);
+      break;
+    case AggKind::kSum:
+    case AggKind::kMin:
+    case AggKind::kMax:
+      row.values.emplace_back(row.value);
+      break;
+    case AggKind::kAvg:
+      row.values.emplace_back(
+          row.count == 0 ? 0.0 : static_cast<double>(row.value) / static_cast<double>(row.count));
+      break;
+    case AggKind::kHist:
+    case AggKind::kLhist: {
+      std::size_t lo = row.counts.size(), hi = 0;
+      for (std::size_t b = 0; b < row.counts.size(); ++b) {
+        if (row.counts[b] != 0) {
+          lo = std::min(lo, b);
+          hi = b;
+        }
+      }
+      for (std::size_t b = lo; b <= hi && lo < row.counts.size(); ++b) {
+        Bucket hb;
+        hb.count = row.counts[b];
+        if (agg.kind == AggKind::kHist) {
+          // plugins/stages/hist.cpp Hist::snapshot
+          if (b == 0) {
+            hb.lo_unbounded = true;
+            hb.hi = 0;
+            hb.label = "(..., 0)";
+          } else if (b == 1 || b == 2) {
+            hb.lo = static_cast<std::int64_t>(b - 1);
+            hb.hi = hb.lo + 1;
+            hb.label = fmt::format("[{}]", hb.lo);
+          } else {
+            const auto k = static_cast<unsigned>(b - 2);
+            hb.lo = std::int64_t{1} << k;
+            if (k + 1 >= 63)
+              hb.hi_unbounded = true;
+            else
+              hb.hi = std::int64_t{1} << (k + 1);
+            hb.label = fmt::format("[{}, {})", power_label(k), power_label(k + 1));
+          }
+        } else {
+          // plugins/stages/lhist.cpp Lhist::snapshot
+          const std::int64_t min = agg.lhist_min, max = agg.lhist_max, step = agg.lhist_step;
+          if (b == 0) {
+            hb.lo_unbounded = true;
+            hb.hi = min;
+            hb.label = fmt::format("(..., {})", min);
+          } else if (b == l.lhist_inner + 1) {
+            hb.lo = max;
+            hb.hi_unbounded = true;
+            hb.label = fmt::format("[{}, ...)", max);
+          } else {
+            hb.lo = min + static_cast<std::int64_t>(b - 1) * step;
+            hb.hi = std::min(hb.lo + step, max);
+            hb.label = fmt::format("[{}, {})", hb.lo, hb.hi);
+          }
+        }
+        row.buckets.push_back(std::move(hb));
+      }
+      row.values.emplace_back(row.count);
+      break;
+    }
+  }
+  return row;
+}
+
+Result<std::vector<Row>> Reader::read_rows(std::uint32_t gen, bool clear) const {
+  const Layout& l = prog_.layout;
+  const char* map = kAggMaps[gen & 1];
+  TRACER_ASSIGN_OR_RETURN(const int fd, obj_->map_fd(map));
+  const std::size_t value_bytes = l.percpu ? round_up8(l.value_size) * cpus_ : l.value_size;
+  std::vector<std::byte> value(value_bytes);
+  std::vector<Row> rows;
+  const auto failed = [&](std::string_view what) {
+    const int err = errno;
+    return fail(err, fmt::format("bpf: object '{}': map '{}': {}: {}", obj_->name(), map, what,
+                                 errno_text(err)));
+  };
+  if (l.keyless || l.by_probe) {  // an array: one slot, or one per probe
+    const std::uint32_t slots = l.keyless ? 1 : l.probes;
+    for (std::uint32_t slot = 0; slot < slots; ++slot) {
+      if (bpf_map_lookup_elem(fd, &slot, value.data()) != 0)
+        return failed("lookup");
+      Row row = make_row(nullptr, value, slot);
+      if (clear && row.count != 0) {
+        std::fill(value.begin(), value.end(), std::byte{0});
+        if (bpf_map_update_elem(fd, &slot, value.data(), BPF_ANY) != 0)
+          return failed("clear");
+      }
+      if (row.count != 0)
+        rows.push_back(std::move(row));
+    }
+    return rows;
+  }
+  // Keys first, then their values: nothing writes this generation while it is read (or, for
+  // peek(), a key added meanwhile is simply not in this view).
+  std::vector<std::byte> keys;
+  std::vector<std::byte> cur(l.key_size), next(l.key_size);
+  const void* prev = nullptr;
+  while (bpf_map_get_next_key(fd, prev, next.data()) == 0) {
+    keys.insert(keys.end(), next.begin(), next.end());
+    cur = next;
+    prev = cur.data();
+  }
+  if (errno != ENOENT)
+    return failed("iterating keys");
+  for (std::size_t at = 0; at < keys.size(); at += l.key_size) {
+    const std::byte* key = keys.data() + at;
+    if (bpf_map_lookup_elem(fd, key, value.data()) != 0) {
+      if (errno == ENOENT)
+        continue;
+      return failed("lookup");
+    }
+    Row row = make_row(key, value, 0);
+    if (row.count != 0)
+      rows.push_back(std::move(row));
+  }
+  if (clear) {
+    for (std::size_t at = 0; at < keys.size(); at += l.key_size) {
+      if (bpf_map_delete_elem(fd, keys.data() + at) != 0 && errno != ENOENT)
+        return failed("delete");
+    }
+  }
+  return rows;
+}
+
+Result<std::vector<ProbeStats>> Reader::probe_stats() const {
+  TRACER_ASSIGN_OR_RETURN(const int fd, obj_->map_fd(kStatsMap));
+  const std::size_t stride = round_up8(kStatsFields * 8);
+  std::vector<std::byte> buf(stride * cpus_);
+  std::vector<ProbeStats> out;
+  for (std::uint32_t slot = 0; slot <= prog_.plan.probes.size(); ++slot) {
+    if (bpf_map_lookup_elem(fd, &slot, buf.data()) != 0) {
+      const int err = errno;
+      return fail(err, fmt::format("bpf: object '{}': map '{}': lookup: {}", obj_->name(),
+                                   kStatsMap, errno_text(err)));
+    }
+    ProbeStats ps;
+    ps.name = slot < prog_.plan.probes.size() ? prog_.plan.probes[slot].name : "";
+    for (std::uint32_t cpu = 0; cpu < cpus_; ++cpu) {
+      std::uint64_t v[kStatsFields];
+      std::memcpy(v, buf.data() + cpu * stride, sizeof v);
+      const Stats s = stats_from(v);
+      ps.hits_per_cpu.push_back(s.hits);
+      add(ps.total, s);
+    }
+    if (slot < prog_.programs.size()) {
+      if (auto pfd = obj_->program_fd(prog_.programs[slot])) {
+        bpf_prog_info info{};
+        std::uint32_t len = sizeof info;
+        if (bpf_obj_get_info_by_fd(*pfd, &info, &len) == 0)
+          ps.recursion_misses = info.recursion_misses;
+      }
+    }
+    out.push_back(std::move(ps));
+  }
+  return out;
+}
+
+Status Reader::fill_counters(Snapshot& s) const {
+  TRACER_ASSIGN_OR_RETURN(auto all, probe_stats());
+  s.pipeline = all.back().total;
+  all.pop_back();
+  for (const auto& p : all) {
+    s.map_full += p.total.map_full;
+    s.truncated += p.total.truncated;
+  }
+  s.probes = std::move(all);
+  if (prog_.plan.latency) {
+    TRACER_ASSIGN_OR_RETURN(const int fd, obj_->map_fd(kStartMap));
+    std::uint64_t cur = 0, next = 0;
+    const void* prev = nullptr;
+    while (bpf_map_get_next_key(fd, prev, &next) == 0) {
+      ++s.pending;
+      cur = next;
+      prev = &cur;
+    }
+  }
+  return {};
+}
+
+Result<Snapshot> Reader::flip_and_read() {
+  const std::uint32_t old = gen_;
+  TRACER_TRY(set_generation(old ^ 1U));
+  gen_ = old ^ 1U;
+  TRACER_TRY(wait_for_programs());
+  Snapshot s = empty_snapshot();
+  s.generation = old;
+  TRACER_ASSIGN_OR_RETURN(s.rows, read_rows(old, /*clear=*/true));
+  TRACER_TRY(fill_counters(s));
+  return s;
+}
+
+Result<Snapshot> Reader::peek() const {
+  Snapshot s = empty_snapshot();
+  s.generation = gen_;
+  TRACER_ASSIGN_OR_RETURN(s.rows, read_rows(gen_, /*clear=*/false));
+  TRACER_TRY(fill_counters(s));
+  return s;
+}
+
+}  // namespace tracer::bpf::gen

@@ -1,0 +1,119 @@
+// bpf::gen::Reader: the rows of a generated program's aggregation (bpf/codegen.hpp), read one
+// generation at a time so that interval output loses and double-counts nothing.
+//
+// The row types map 1:1 to tracer::Table's (engine/include/tracer/stage.hpp): Cell is the same
+// variant, Bucket is HistBucket, Row is TableRow plus the raw state (events, the sum/min/max,
+// every bucket) for a stage that keeps its own state and orders, cuts (top) and labels itself.
+//
+// Usage:
+//   gen::Reader reader(obj, prog, {.syscall_name = [](std::int64_t nr) { return name(nr); }});
+//   every interval:  auto snap = reader.flip_and_read();   // rows of the interval just ended
+//   at the end, after detaching: reader.flip_and_read() once more (the rest).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "bpf/codegen.hpp"
+
+namespace tracer::bpf::gen {
+
+/// tracer::Cell.
+using Cell = std::variant<std::monostate, std::int64_t, std::uint64_t, double, std::string>;
+
+/// tracer::HistBucket: [lo, hi), labels as plugins/stages/hist.cpp and lhist.cpp render them.
+struct Bucket {
+  std::int64_t lo = 0, hi = 0;
+  bool lo_unbounded = false;
+  bool hi_unbounded = false;
+  std::uint64_t count = 0;
+  std::string label;
+};
+
+/// tracer::TableRow, plus the raw state summed over CPUs.
+struct Row {
+  std::vector<Cell> keys;       // one per Aggregation::key_names
+  std::vector<Cell> values;     // one per Snapshot::value_names (count: uint; sum, min, max: int;
+                                // avg: double; hist, lhist: the total, uint)
+  std::vector<Bucket> buckets;  // hist, lhist: from the first to the last non-empty bucket
+  std::uint64_t count = 0;      // events aggregated
+  std::int64_t value = 0;       // sum (sum, avg), min, max
+  std::vector<std::uint64_t> counts;  // hist, lhist: every bucket (Hist::kBuckets, inner + 2)
+};
+
+/// A probe's counters since load (cumulative), summed over CPUs.
+struct ProbeStats {
+  std::string name;
+  Stats total;
+  std::vector<std::uint64_t> hits_per_cpu;  // index = CPU number
+  /// Runs the kernel skipped because another BPF program was running on that CPU
+  /// (bpf_prog_info.recursion_misses): events the probe's program did not see.
+  std::uint64_t recursion_misses = 0;
+};
+
+struct Snapshot {
+  std::vector<std::string> key_names;
+  std::vector<std::string> value_names;
+  bool histogram = false;
+  std::vector<Row> rows;         // in the map's order (the stage orders and cuts them)
+  std::uint32_t generation = 0;  // the generation these rows were read from
+  // Cumulative counters (since load), at the time of the read.
+  std::vector<ProbeStats> probes;
+  Stats pipeline;               // latency counters, targets_dropped (the pipeline's slot)
+  std::uint64_t map_full = 0;   // events whose key did not fit, every probe
+  std::uint64_t truncated = 0;  // string keys cut, every probe
+  std::uint64_t pending = 0;    // latency: entries waiting for their exit now
+};
+
+struct ReaderOptions {
+  /// Names a system call number (Field::syscall_id keys); empty or unset: the number.
+  std::function<std::string(std::int64_t)> syscall_name{};
+};
+
+/// One reader per loaded object, used from one thread (it owns the flip).
+class Reader {
+ public:
+  /// `obj` is the loaded object of `prog` and must outlive the reader.
+  Reader(Object& obj, GeneratedProgram prog, ReaderOptions opts = {});
+
+  /// Flips the generation the programs write (tr_gen), waits until no program can still be
+  /// writing the old one (a grace period: every BPF program running when it began has
+  /// returned), then reads the old generation's rows and clears it.
+  /// @return the rows and counters, or the failing map operation's errno.
+  [[nodiscard]] Result<Snapshot> flip_and_read();
+  /// The generation being written, read without flipping: a live view, not interval-exact
+  /// (an update may land between two keys' reads).
+  [[nodiscard]] Result<Snapshot> peek() const;
+  /// The counters alone.
+  [[nodiscard]] Result<std::vector<ProbeStats>> probe_stats() const;
+  /// The generation programs write now (0 or 1).
+  [[nodiscard]] std::uint32_t generation() const noexcept { return gen_; }
+  [[nodiscard]] const GeneratedProgram& program() const noexcept { return prog_; }
+
+ private:
+  [[nodiscard]] Result<std::vector<Row>> read_rows(std::uint32_t gen, bool clear) const;
+  [[nodiscard]] Status fill_counters(Snapshot& s) const;
+  [[nodiscard]] Status set_generation(std::uint32_t gen);
+  [[nodiscard]] Status wait_for_programs() const;
+  [[nodiscard]] Row make_row(const std::byte* key,
+                             std::span<const std::byte> values,
+                             std::uint32_t slot) const;
+  [[nodiscard]] Cell decode_key(const KeyColumn& c, const std::byte* key) const;
+  [[nodiscard]] Snapshot empty_snapshot() const;
+
+  Object* obj_;
+  GeneratedProgram prog_;
+  ReaderOptions opts_;
+  std::uint32_t gen_ = 0;
+  std::uint32_t cpus_ = 1;
+};
+
+/// The label bpftrace gives 2^power (plugins/stages/hist.cpp Hist::power_label): 1, 2 ... 512,
+/// 1K ... 16E.
+[[nodiscard]] std::string power_label(unsigned power);
+
+}  // namespace tracer::bpf::gen
