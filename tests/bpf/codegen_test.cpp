@@ -30,7 +30,7 @@
 #include "plugins/stages/hist.hpp"
 #include "support/child.hpp"
 #include "support/temp_dir.hpp"
-#include "tracer/core/elf_symbols.hpp"
+#include "core/elf_symbols.hpp"
 #include "tracer/perf/event.hpp"
 #include "tracer/perf/pmu.hpp"
 #include "tracer/perf/ring.hpp"
