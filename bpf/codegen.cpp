@@ -680,7 +680,25 @@ class ProbeGen {
     w_.in();
     w_.line("__u64 tr_pid_tgid = bpf_get_current_pid_tgid();");
     w_.line("__u32 tr_tgid = tr_pid_tgid >> 32;");
-    if (tgid_map) {
+    if (plan_.arm_on_exec && !plan_.tgids.empty()) {
+      // The first target (a command) counts from its exec on; its children and the other
+      // targets are in tr_tgids.
+      w_.line("if (tr_tgid == {}u) {{ /* the command, once it exec'd */", plan_.tgids[0]);
+      w_.line("	if (!*(volatile __u32 *)&tr_armed)");
+      w_.line("		return 1;");
+      if (tgid_map) {
+        w_.line("}} else if (!bpf_map_lookup_elem(&tr_tgids, &tr_tgid)) {{");
+      } else {
+        w_.line("}} else {{");
+      }
+      w_.line("	return 1;");
+      w_.line("}}");
+    } else if (tgid_map && !plan_.tgids.empty()) {
+      // The first target (the command or pid) is a constant: its events skip the map lookup;
+      // its children and the other targets are in tr_tgids.
+      w_.line("if (tr_tgid != {}u && !bpf_map_lookup_elem(&tr_tgids, &tr_tgid))", plan_.tgids[0]);
+      w_.line("\treturn 1;");
+    } else if (tgid_map) {
       w_.line("if (!bpf_map_lookup_elem(&tr_tgids, &tr_tgid))");
       w_.line("\treturn 1;");
     } else if (plan_.tgids.size() == 1) {
@@ -1217,6 +1235,8 @@ void emit_maps(const KernelPlan& plan, const Layout& l, bool tgid_map, Writer& w
     w.line("}} {} SEC(\".maps\");", name);
   }
   w.line("__u32 tr_gen SEC(\".bss\");");
+  if (plan.arm_on_exec)
+    w.line("__u32 tr_armed SEC(\".data.tr_armed\") = 0; /* the command exec'd (tr_exec) */");
   w.blank();
   // Counters, per probe then the pipeline's slot.
   w.line("struct tr_stats {{");
@@ -1507,6 +1527,17 @@ Result<GeneratedProgram> generate(const KernelPlan& plan, std::uint32_t possible
   }
   if (plan.follow_children)
     emit_fork(plan, w);
+  if (plan.arm_on_exec && !plan.tgids.empty()) {
+    w.line("/* sched:sched_process_exec: the command's events count from its exec on. */");
+    w.line("SEC(\"tracepoint\")");
+    w.line("int {}(void *ctx)", kExecProgram);
+    w.line("{{");
+    w.line("	if ((__u32)(bpf_get_current_pid_tgid() >> 32) == {}u)", plan.tgids[0]);
+    w.line("		tr_armed = 1;");
+    w.line("	return 1;");
+    w.line("}}");
+    w.blank();
+  }
   out.source = w.take();
   out.hash = fmt::format("{:016x}", fnv1a64(out.source));
   out.name = "trk_" + out.hash;

@@ -176,6 +176,10 @@ struct KernelPlan {
   /// Adds a program for sched:sched_process_fork that adds the children of target processes
   /// to the target map (a command's children are traced as perf's inherit does).
   std::optional<ForkTracepoint> follow_children{};
+  /// The first target is a command held before its exec (perf's enable_on_exec): its events
+  /// count only once it has exec'd; a program on sched:sched_process_exec (kExecProgram) arms
+  /// them.
+  bool arm_on_exec = false;
 };
 
 /// Where one key column lives in the packed key struct and what it decodes to.
@@ -214,6 +218,7 @@ inline constexpr const char* kSyncMap = "tr_sync";
 inline constexpr const char* kSyncInnerMap = "tr_sync_in";
 inline constexpr const char* kGenerationVar = "tr_gen";
 inline constexpr const char* kForkProgram = "tr_fork";
+inline constexpr const char* kExecProgram = "tr_exec";
 
 /// Per-probe (and, in the last slot, per-pipeline) counters, per CPU in the tr_stats map.
 struct Stats {

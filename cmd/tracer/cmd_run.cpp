@@ -40,6 +40,8 @@ struct RunOptions {
   bool json = false;
   bool verbose = false;
   std::string delivery = "bpf";  // system-wide tracepoints: "bpf" or "perf"
+  std::string placement;         // "", "auto", "kernel", "user"
+  bool plan = false;             // check --plan
   std::vector<std::string> sets;
 };
 
@@ -129,7 +131,8 @@ void print_summary(const Stats& stats, const Counters& counters, bool json, doub
     std::string probes;
     for (const auto& p : stats.probes) {
       const auto t = p.total();
-      const std::uint64_t lost = std::max(t.lost + t.lost_samples, p.bpf_output_drops);
+      const std::uint64_t lost =
+          std::max(t.lost + t.lost_samples, p.bpf_output_drops) + p.kernel_dropped;
       std::string kernel;
       if (t.kernel_hits != 0)
         kernel = fmt::format(R"(,"kernel_hits":{},"missed":{})", t.kernel_hits, t.missed);
@@ -145,7 +148,8 @@ void print_summary(const Stats& stats, const Counters& counters, bool json, doub
   fmt::print(stderr, "\n{:<24} {:>12} {:>10}   per CPU (events/lost)\n", "probe", "events", "lost");
   for (const auto& p : stats.probes) {
     const auto t = p.total();
-    const std::uint64_t lost = std::max(t.lost + t.lost_samples, p.bpf_output_drops);
+    const std::uint64_t lost =
+        std::max(t.lost + t.lost_samples, p.bpf_output_drops) + p.kernel_dropped;
     std::string cpus;
     for (const auto& [cpu, rs] : p.per_cpu) {
       cpus += fmt::format(" cpu{}:{}/{}", cpu, rs.samples, rs.lost + rs.lost_samples);
@@ -198,7 +202,8 @@ int run_recipe(const RunOptions& given) {
                     .json = o.json,
                     .perf_data = o.perf_data,
                     .verbose = o.verbose,
-                    .deliver_tracepoints_via_bpf = o.delivery == "bpf"};
+                    .deliver_tracepoints_via_bpf = o.delivery == "bpf",
+                    .placement = parse_placement(o.placement)};
   if (!o.duration.empty()) {
     auto d = parse_duration(o.duration);
     if (!d) {
@@ -268,9 +273,14 @@ int check_recipe(const RunOptions& o) {
   Recipe recipe = load_recipe(o);
   asio::io_context io;
   Sink out = Sink::to_file(stdout);
-  Session session(io.get_executor(), recipe, out, {.target = target_from(o)});
+  Session session(io.get_executor(), recipe, out,
+                  {.target = target_from(o), .placement = parse_placement(o.placement)});
   std::vector<std::string> notes;
   const auto probes = session.check(&notes);
+  if (o.plan) {
+    fmt::print("{}", session.placement());
+    return kExitOk;
+  }
   fmt::print("{}: ok ({} probes, {} pipelines)\n", o.recipe, probes.size(),
              recipe.pipelines.size());
   for (const auto& p : probes) {
@@ -287,6 +297,10 @@ void common_options(CLI::App* cmd, RunOptions& o) {
   cmd->add_option("-c,--command", o.command, "Run this command and trace it (or give it after --)");
   cmd->add_option("--set", o.sets, "Override a recipe value: param=value, recipe.duration=5s, ...")
       ->allow_extra_args(false);
+  cmd->add_option("--placement", o.placement,
+                  "Where stages run: auto (in the kernel where they can), kernel (or fail), "
+                  "user; instead of the recipe's [recipe] placement")
+      ->check(CLI::IsMember({"auto", "kernel", "user"}));
 }
 
 }  // namespace
@@ -315,6 +329,8 @@ void add_run_command(CLI::App& app, Runner& run) {
   auto* check = app.add_subcommand(
       "check", "Validate a recipe and resolve everything (probes, BPF) without attaching");
   common_options(check, *c);
+  check->add_flag("--plan", c->plan,
+                  "Print where each stage runs (kernel or user) and why, attaching nothing");
   check->callback([c, &run] { run = [c] { return check_recipe(*c); }; });
 }
 

@@ -267,6 +267,32 @@ void Engine::Impl::attach_bpf_programs() {
   }
 }
 
+void Engine::attach_bpf(std::uint32_t probe, int prog_fd) {
+  auto& im = *impl_;
+  if (probe >= im.events.size() || im.events[probe].empty() ||
+      im.events[probe].front().events.empty()) {
+    throw Error(ErrorCategory::kUsage, std::make_error_code(std::errc::invalid_argument),
+                fmt::format("attach_bpf: probe {} has no open event (call after start())", probe));
+  }
+  // An event holds one program: the first may carry the engine's own (the hit counter), so the
+  // program goes on the first event that has none.
+  Status st;
+  for (const auto& cpu : im.events[probe]) {
+    for (const auto& ev : cpu.events) {
+      st = ev.set_bpf(prog_fd);
+      if (st || st.error().errno_value() != EEXIST)
+        break;
+    }
+    if (st || st.error().errno_value() != EEXIST)
+      break;
+  }
+  if (!st) {
+    throw_failure(
+        ErrorCategory::kRuntime, st.error(),
+        fmt::format("probe '{}': attaching its in-kernel program", im.opts.probes[probe].name));
+  }
+}
+
 void Engine::Impl::fill_tgids() {
   if (!bpf_object)
     return;

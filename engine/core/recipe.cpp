@@ -17,6 +17,29 @@
 #include "core/recipe_toml.hpp"
 
 namespace tracer {
+
+std::string_view to_string(Placement p) noexcept {
+  switch (p) {
+    case Placement::kKernel:
+      return "kernel";
+    case Placement::kUser:
+      return "user";
+    case Placement::kAuto:
+      break;
+  }
+  return "auto";
+}
+
+std::optional<Placement> parse_placement(std::string_view text) noexcept {
+  if (text == "auto")
+    return Placement::kAuto;
+  if (text == "kernel")
+    return Placement::kKernel;
+  if (text == "user")
+    return Placement::kUser;
+  return std::nullopt;
+}
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -151,6 +174,14 @@ class Loader {
       } else if (key == "description") {
         if (const auto* s = keys_.string(e))
           recipe_.description = *s;
+      } else if (key == "placement") {
+        if (const auto* s = keys_.string(e)) {
+          if (auto p = parse_placement(*s))
+            recipe_.placement = *p;
+          else
+            diags_.add(v.where, fmt::format("unknown placement '{}'", *s),
+                       "placement is \"auto\" (the default), \"kernel\" or \"user\"");
+        }
       } else if (key == "duration") {
         if (auto d = keys_.duration(e)) {
           if (d->count() <= 0)

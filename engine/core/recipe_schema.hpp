@@ -37,6 +37,7 @@ inline constexpr KeySpec kRecipeKeys[] = {
     {"name", KeyType::kString},
     {"description", KeyType::kString},
     {"duration", KeyType::kDuration},
+    {"placement", KeyType::kString},
 };
 
 struct KindKey {

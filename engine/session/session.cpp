@@ -4,12 +4,18 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <boost/asio/steady_timer.hpp>
 #include <cstdio>
 #include <ctime>
 
+#include "bpf/kernel_reader.hpp"
+#include "core/syscall_names.hpp"
+#include "session/placement.hpp"
 #include "tracer/error.hpp"
+#include "tracer/perf/event.hpp"
 #include "tracer/stages.hpp"
+#include "tracer/tracefs/tracefs.hpp"
 
 namespace tracer {
 namespace {
@@ -143,9 +149,29 @@ std::vector<std::unique_ptr<Pipeline>> make_pipelines(const Recipe& recipe,
   return pipelines;
 }
 
+/// A pipeline placed in the kernel: its generated object, attached to its probes' events.
+struct KernelRun {
+  std::size_t pipeline = 0;
+  session::PipelinePlace place;
+  std::unique_ptr<bpf::Object> object;  // the reader keeps its address
+  std::unique_ptr<bpf::gen::Reader> reader;
+  perf::Event fork_event;  // sched_process_fork, when the targets' children are followed
+  perf::Event exec_event;  // sched_process_exec, arming a command's events at its exec
+  /// The events the programs are attached to: one per tracepoint, opened here and never
+  /// inherited (an inherited copy of an event carries its program, and a child's exit would
+  /// detach it from the tracepoint for everyone).
+  std::vector<perf::Event> events;
+  std::vector<bpf::gen::ProbeStats> last;  // counters at the last read
+};
+
 struct Session::Impl {
   Impl(const asio::any_io_executor& ex, Recipe r, Sink& o, SessionOptions so)
-      : recipe(std::move(r)), out(&o), opts(std::move(so)), deadline(ex), ticker(ex) {}
+      : recipe(std::move(r)),
+        out(&o),
+        opts(std::move(so)),
+        executor(ex),
+        deadline(ex),
+        ticker(ex) {}
 
   Recipe recipe;
   Sink* out;
@@ -153,6 +179,11 @@ struct Session::Impl {
   std::vector<std::unique_ptr<Pipeline>> pipelines;
   // After the pipelines: destroyed first (an engine's destructor drains into them).
   std::unique_ptr<Engine> engine;
+  EngineOptions engine_options;  // what engine was made with (placement may remake it)
+  asio::any_io_executor executor;
+  std::vector<session::PipelinePlace> places;
+  std::vector<KernelRun> kernel;  // before engine in destruction: programs detach with events
+  std::vector<bool> in_kernel;    // per pipeline: placed in the kernel
   asio::steady_timer deadline, ticker;
   std::vector<std::function<void()>> done_handlers, tick_handlers;
   std::function<void(std::size_t)> delivery;
@@ -162,11 +193,40 @@ struct Session::Impl {
   bool started = false, stopped = false;
   bool live = false;  // the pipelines were bound and started: stop() has tables to emit
 
+  void make_engine(Session* self) {
+    engine = std::make_unique<Engine>(executor, engine_options);
+    engine->on_batch([this](const Batch& b) {
+      if (delivery)
+        delivery(b.records.size());
+      delivered += b.records.size();
+      for (std::size_t i = 0; i < pipelines.size(); ++i) {
+        if (i >= in_kernel.size() || !in_kernel[i])  // a kernel pipeline's events stay there
+          pipelines[i]->on_batch(b);
+      }
+    });
+    // Rounds: the time-order merge releases there, perf-data sinks end a FINISHED_ROUND.
+    engine->on_round([this] {
+      for (auto& p : pipelines)
+        p->round();
+    });
+    engine->on_done([self] { self->stop(); });
+  }
+
+  /// Placement: which pipelines run in the kernel (probes resolved by a check of the engine).
+  /// Probes that only kernel pipelines consume become counting events (no ring).
+  void plan_placement(Session* self);
+  /// Generates, loads and attaches the kernel pipelines' programs (after the engine started,
+  /// before the command target runs).
+  void start_kernel();
+  /// Hands what the kernel aggregated since the last read to the aggregation stages.
+  void absorb_kernel();
+
   void arm_tick() {
     ticker.expires_after(opts.tick);
     ticker.async_wait([this](const boost::system::error_code& ec) {
       if (ec || stopped)
         return;
+      absorb_kernel();
       for (auto& p : pipelines)
         p->tick(monotonic_now());
       for (auto& h : tick_handlers)
@@ -201,20 +261,8 @@ Session::Session(asio::any_io_executor executor,
   Diagnostics diags;
   s.pipelines = make_pipelines(recipe, out, s.opts.json, diags, s.opts.pipeline, s.opts.perf_data);
   diags.throw_if_any();
-  s.engine = std::make_unique<Engine>(executor, std::move(eo));
-  s.engine->on_batch([&s](const Batch& b) {
-    if (s.delivery)
-      s.delivery(b.records.size());
-    s.delivered += b.records.size();
-    for (auto& p : s.pipelines)
-      p->on_batch(b);
-  });
-  // Rounds: the time-order merge releases there, perf-data sinks end a FINISHED_ROUND.
-  s.engine->on_round([&s] {
-    for (auto& p : s.pipelines)
-      p->round();
-  });
-  s.engine->on_done([this] { stop(); });
+  s.engine_options = std::move(eo);
+  s.make_engine(this);
 }
 
 Session::~Session() {
@@ -227,6 +275,210 @@ Session::~Session() {
   }
 }
 
+namespace {
+
+/// Whether some pipeline has an aggregation that could run in the kernel (options only): then
+/// placement resolves the probes before the run.
+bool kernel_candidate(const std::vector<std::unique_ptr<Pipeline>>& pipelines) {
+  for (const auto& p : pipelines) {
+    for (std::size_t i = 0; i < p->size(); ++i) {
+      const auto f = p->stage(i).kernel_form();
+      if (f.kind == KernelForm::Kind::kNone)
+        break;
+      if (f.kind == KernelForm::Kind::kAggregate)
+        return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+void Session::Impl::plan_placement(Session* self) {
+  const Placement mode = opts.placement.value_or(recipe.placement);
+  places.clear();
+  if (mode != Placement::kKernel && (mode == Placement::kUser || !kernel_candidate(pipelines))) {
+    // Nothing to resolve: the reasons come from the stages' forms (or the mode).
+    places = session::place(pipelines, {}, {}, mode, false);
+    return;
+  }
+  std::vector<ProbeInfo> probes;
+  try {
+    probes = engine->check();
+  } catch (const Error& e) {
+    rethrow_at_probe(e, recipe);
+  }
+  std::vector<bool> sampling;
+  for (const auto& p : engine_options.probes)
+    sampling.push_back(!p.counting);
+  places = session::place(pipelines, probes, sampling, mode,
+                          engine_options.target.kind != Target::Kind::kAllCpus);
+  if (mode == Placement::kKernel) {
+    for (std::size_t p = 0; p < places.size(); ++p) {
+      if (places[p].plan)
+        continue;
+      // The first stage that stays in user space, at its place in the recipe.
+      const auto& st = places[p].stages.front();
+      SourceRegion where{.path = recipe.path};
+      if (p < recipe.pipelines.size() && !recipe.pipelines[p].stages.empty())
+        where = recipe.pipelines[p].stages.front().where;
+      throw Error(ErrorCategory::kRecipe, std::make_error_code(std::errc::not_supported),
+                  fmt::format("{}:{}:{}: placement = \"kernel\": pipeline {} cannot run in the "
+                              "kernel: {}",
+                              where.path, where.line, where.column, p + 1, st.why),
+                  "use placement = \"auto\" to run it in user space", where);
+    }
+  }
+  // Probes no user-space pipeline reads become counting events: their events go nowhere but
+  // into the kernel programs (a perf.data output reads every probe).
+  bool user_reads = !opts.perf_data.empty();
+  bool any_kernel = false;
+  for (const auto& pl : places) {
+    user_reads = user_reads || !pl.plan;
+    any_kernel = any_kernel || pl.plan.has_value();
+  }
+  if (!any_kernel || user_reads)
+    return;
+  for (const auto& pl : places) {
+    for (std::uint32_t pi : pl.probes)
+      engine_options.probes[pi].counting = true;
+  }
+  make_engine(self);
+}
+
+void Session::Impl::start_kernel() {
+  namespace gen = bpf::gen;
+  kernel.clear();
+  in_kernel.assign(pipelines.size(), false);
+  // The processes the programs count: the pid or the command (and their children, as the
+  // engine's inherited events follow them).
+  std::vector<std::uint32_t> tgids;
+  const auto& t = engine_options.target;
+  if (t.kind == Target::Kind::kPid)
+    tgids.push_back(static_cast<std::uint32_t>(t.pid));
+  else if (t.kind == Target::Kind::kCommand)
+    tgids.push_back(static_cast<std::uint32_t>(engine->command_pid()));
+  std::optional<gen::ForkTracepoint> fork;
+  std::uint32_t fork_id = 0, exec_id = 0;
+  if (!tgids.empty()) {
+    auto fs = tracefs::Tracefs::open();
+    auto format = fs ? fs->format({.system = "sched", .event = "sched_process_fork"})
+                     : Result<tracefs::Format>(std::unexpected(fs.error()));
+    const tracefs::Field* child = format ? format->field("child_pid") : nullptr;
+    if (child == nullptr) {
+      throw Error(ErrorCategory::kRuntime, std::make_error_code(std::errc::not_supported),
+                  "in-kernel placement: sched:sched_process_fork has no child_pid field",
+                  "run with placement = \"user\"");
+    }
+    fork = gen::ForkTracepoint{.child_pid_offset = child->offset, .child_pid_size = child->size};
+    fork_id = format->id;
+    auto exec = fs->format({.system = "sched", .event = "sched_process_exec"});
+    if (!exec) {
+      throw Error(ErrorCategory::kRuntime, exec.error().code,
+                  "in-kernel placement: " + exec.error().message, "run with placement = \"user\"");
+    }
+    exec_id = exec->id;
+  }
+  for (std::size_t p = 0; p < places.size(); ++p) {
+    if (!places[p].plan)
+      continue;
+    KernelRun run;
+    run.pipeline = p;
+    run.place = places[p];
+    auto& plan = *run.place.plan;
+    plan.tgids = tgids;
+    plan.follow_children = fork;
+    plan.arm_on_exec = t.kind == Target::Kind::kCommand;
+    auto fail = [&](const Failure& f, std::string_view what) {
+      throw Error(ErrorCategory::kRuntime, f.code,
+                  fmt::format("pipeline {} in the kernel: {}: {}", p + 1, what, f.message),
+                  f.hint.empty() ? "run it in user space: placement = \"user\"" : f.hint);
+    };
+    auto prog = gen::generate(plan);
+    if (!prog)
+      fail(prog.error(), "generating its program");
+    auto obj = gen::compile(*prog);
+    if (!obj)
+      fail(obj.error(), "compiling its program");
+    run.object = std::make_unique<bpf::Object>(std::move(*obj));
+    if (auto st = run.object->load(); !st)
+      fail(st.error(), "loading its program");
+    if (prog->tgid_map) {
+      if (auto st = gen::set_targets(*run.object, *prog, tgids); !st)
+        fail(st.error(), "filling its target map");
+    }
+    // One event per tracepoint: its program runs on every CPU and for every task.
+    auto on_tracepoint = [&](std::uint64_t id, std::string_view prog_name) {
+      auto fd = run.object->program_fd(prog_name);
+      if (!fd)
+        fail(fd.error(), "finding its program");
+      perf::EventAttr a;
+      a.type(PERF_TYPE_TRACEPOINT).config(id).flag(perf::Flag::kDisabled);
+      auto ev = perf::Event::open(a, {.pid = -1, .cpu = 0});
+      if (!ev)
+        fail(ev.error(), "opening a tracepoint event for its program");
+      if (auto st = ev->set_bpf(*fd); !st)
+        fail(st.error(), "attaching its program");
+      return std::move(*ev);
+    };
+    for (std::size_t i = 0; i < prog->programs.size(); ++i) {
+      const std::uint32_t pi = run.place.probes[i];
+      const perf::EventAttr& attr = engine->probes()[pi].attr;
+      if (attr.type() == PERF_TYPE_TRACEPOINT) {
+        run.events.push_back(on_tracepoint(attr.config(), prog->programs[i]));
+      } else {  // a probe PMU's kprobe/uprobe, system-wide (place() keeps task targets out)
+        auto fd = run.object->program_fd(prog->programs[i]);
+        if (!fd)
+          fail(fd.error(), "finding its program");
+        engine->attach_bpf(pi, *fd);
+      }
+    }
+    if (fork)  // children of the targets join them
+      run.fork_event = on_tracepoint(fork_id, gen::kForkProgram);
+    if (plan.arm_on_exec)
+      run.exec_event = on_tracepoint(exec_id, gen::kExecProgram);
+    run.reader = std::make_unique<gen::Reader>(
+        *run.object, std::move(*prog), gen::ReaderOptions{.syscall_name = [](std::int64_t nr) {
+          return std::string(core::syscall_name(nr));
+        }});
+    in_kernel[p] = true;
+    kernel.push_back(std::move(run));
+  }
+}
+
+void Session::Impl::absorb_kernel() {
+  for (auto& run : kernel) {
+    auto snap = run.reader->flip_and_read();
+    if (!snap) {
+      std::fprintf(stderr, "tracer: pipeline %zu in the kernel: reading its maps: %s\n",
+                   run.pipeline + 1, snap.error().message.c_str());
+      continue;
+    }
+    Pipeline& p = *pipelines[run.pipeline];
+    std::vector<KernelRow> rows;
+    rows.reserve(snap->rows.size());
+    for (auto& r : snap->rows) {  // gen::Cell is tracer's Cell
+      rows.push_back(KernelRow{.keys = std::move(r.keys),
+                               .count = r.count,
+                               .value = r.value,
+                               .counts = std::move(r.counts)});
+    }
+    if (auto* agg = p.stage(run.place.aggregation).aggregation())
+      agg->absorb(rows);
+    if (run.place.latency) {
+      const auto& l = snap->pipeline;
+      p.stage(*run.place.latency)
+          .absorb_counters({.paired = l.paired,
+                            .unmatched_exits = l.unmatched_exits,
+                            .unmatched_entries = l.unmatched_entries,
+                            .out_of_order = l.out_of_order,
+                            .entries_dropped = l.entries_dropped,
+                            .pending = snap->pending});
+    }
+    run.last = std::move(snap->probes);
+  }
+}
+
 std::vector<ProbeInfo> Session::check(std::vector<std::string>* notes) {
   auto& s = *impl_;
   Diagnostics diags;
@@ -234,6 +486,7 @@ std::vector<ProbeInfo> Session::check(std::vector<std::string>* notes) {
   s.recipe.check_system(diags,
                         t.kind == Target::Kind::kPid ? std::optional<pid_t>(t.pid) : std::nullopt);
   diags.throw_if_any();
+  s.plan_placement(this);
   std::vector<ProbeInfo> probes;
   try {
     probes = s.engine->check(notes);
@@ -258,10 +511,19 @@ void Session::start() {
   s.recipe.check_system(diags,
                         t.kind == Target::Kind::kPid ? std::optional<pid_t>(t.pid) : std::nullopt);
   diags.throw_if_any();
+  s.plan_placement(this);
   try {
     s.engine->start();
   } catch (const Error& e) {
     rethrow_at_probe(e, s.recipe);
+  }
+  try {
+    s.start_kernel();
+  } catch (...) {
+    s.kernel.clear();
+    s.engine->stop();
+    s.stopped = true;
+    throw;
   }
   for (auto& p : s.pipelines)
     p->bind(s.engine->probes(), diags, {}, &s.engine->maps());
@@ -296,7 +558,13 @@ void Session::stop() {
   boost::system::error_code ignored;
   [[maybe_unused]] auto a = s.deadline.cancel(ignored);
   [[maybe_unused]] auto b = s.ticker.cancel(ignored);
-  s.engine->stop();  // drains: the last batches reach the pipelines
+  s.engine->stop();             // drains: the last batches reach the pipelines
+  for (auto& run : s.kernel) {  // the programs detach with their events
+    run.events.clear();
+    run.fork_event = {};
+    run.exec_event = {};
+  }
+  s.absorb_kernel();  // what the kernel aggregated since the last tick
   for (auto& p : s.pipelines)
     p->stop(monotonic_now());
   s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - s.t0).count();
@@ -324,6 +592,35 @@ SessionStats Session::stats() const {
     for (auto& [name, value] : s.pipelines[i]->counters())
       out.counters.emplace_back(i == 0 ? name : fmt::format("pipeline{}.{}", i, name), value);
   }
+  // In-kernel pipelines: the events each probe's program saw (per CPU) and the events whose key
+  // did not fit the map, as of the last read.
+  for (const auto& run : s.kernel) {
+    for (std::size_t i = 0; i < run.last.size() && i < run.place.probes.size(); ++i) {
+      const std::uint32_t pi = run.place.probes[i];
+      if (pi >= out.engine.probes.size())
+        continue;
+      auto& ps = out.engine.probes[pi];
+      ps.kernel_dropped += run.last[i].total.map_full;
+      const bool counting = s.engine_options.probes[pi].counting;
+      for (std::size_t cpu = 0; cpu < run.last[i].hits_per_cpu.size(); ++cpu) {
+        const std::uint64_t hits = run.last[i].hits_per_cpu[cpu];
+        auto it = std::find_if(ps.per_cpu.begin(), ps.per_cpu.end(),
+                               [&](const auto& e) { return e.first == static_cast<int>(cpu); });
+        if (it == ps.per_cpu.end()) {
+          if (hits == 0)
+            continue;
+          ps.per_cpu.emplace_back(static_cast<int>(cpu), RingStats{});
+          it = ps.per_cpu.end() - 1;
+        }
+        if (counting) {  // no ring: the events are the program's, its count the kernel's
+          it->second.samples = hits;
+          it->second.kernel_hits = 0;
+          it->second.missed = 0;
+        } else
+          it->second.kernel_hits = std::max(it->second.kernel_hits, hits);
+      }
+    }
+  }
   out.delivered = s.delivered;
   out.seconds =
       s.stopped ? s.seconds
@@ -341,6 +638,10 @@ bool Session::target_exited() const noexcept {
 
 std::exception_ptr Session::failure() const noexcept {
   return impl_->engine->failure();
+}
+
+std::string Session::placement() const {
+  return session::describe(impl_->places);
 }
 
 Engine& Session::engine() noexcept {

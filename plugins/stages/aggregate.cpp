@@ -45,6 +45,11 @@ std::vector<OptionSpec> aggregate_options() {
        .type = OptionSpec::Type::kDuration,
        .required = false,
        .help = R"(emit and reset at this interval: every = "1s")"},
+      {.name = "max_keys",
+       .type = OptionSpec::Type::kInt,
+       .required = false,
+       .help = "placed in the kernel: keys its map holds per interval (default 10240); the "
+               "events of keys that do not fit are counted as lost"},
   };
 }
 
@@ -127,10 +132,40 @@ void AggregateStage::configure_common(StageOptions& opts) {
     top_.reset();
   }
   every_ = opts.duration("every");
+  if (auto m = opts.integer("max_keys")) {
+    if (*m <= 0 || *m > (std::int64_t{1} << 24))
+      opts.diags().add(opts.where("max_keys"), "option 'max_keys' must be in 1..16777216");
+    else
+      max_keys_ = static_cast<std::uint32_t>(*m);
+  }
   if (auto f = opts.string("field")) {
     value_name_ = *f;
     value_where_ = opts.where("field");
   }
+}
+
+KernelForm AggregateStage::kernel_base(KernelForm::Agg agg) const {
+  KernelForm f{.kind = KernelForm::Kind::kAggregate, .agg = agg, .max_keys = max_keys_};
+  for (const auto& [name, where] : by_names_)
+    f.by.push_back(name);
+  f.value = value_name_;
+  return f;
+}
+
+std::string_view AggregateStage::key_of(const KernelRow& row) {
+  keys_enc_.clear();
+  for (const auto& cell : row.keys) {
+    std::visit(
+        [this](const auto& c) {
+          using T = std::decay_t<decltype(c)>;
+          if constexpr (std::is_same_v<T, std::string>)
+            keys_enc_.add(Value{std::string_view(c)});
+          else
+            keys_enc_.add(Value{c});
+        },
+        cell);
+  }
+  return keys_enc_.bytes();
 }
 
 void AggregateStage::bind_keys(BindContext& ctx, Diagnostics& diags) {

@@ -125,6 +125,10 @@ class AggregateStage : public Stage, public Aggregation {
       keys_enc_.add(f.read(e));
     return keys_enc_.bytes();
   }
+  /// The key of a row an in-kernel run computed (valid until the next call).
+  [[nodiscard]] std::string_view key_of(const KernelRow& row);
+  /// The kernel form of this aggregation: `agg` over value_name_, keyed by `by`.
+  [[nodiscard]] KernelForm kernel_base(KernelForm::Agg agg) const;
   /// Fills key names and title ("count by comm").
   void describe(Table& t, std::string_view what) const;
   /// Sorts rows by score descending (ties by key text) and keeps `top`.
@@ -162,6 +166,18 @@ class AggregateStage : public Stage, public Aggregation {
     }
   }
 
+  /// absorb() of a distribution (hist, lhist): each row's bucket counts added to its key's.
+  template <typename State, typename Make>
+  void absorb_buckets(const std::vector<KernelRow>& rows, KeyedStates<State>& states, Make&& make) {
+    for (const auto& r : rows) {
+      State& s = states.get(key_of(r), make);
+      const std::size_t n = std::min(s.counts.size(), r.counts.size());
+      for (std::size_t b = 0; b < n; ++b)
+        s.counts[b] += r.counts[b];
+      s.total += r.count;
+    }
+  }
+
   /// The snapshot of a distribution: a row per key with samples (State::total), its values
   /// filled by fill(state, row), scored by its total, ordered and cut to `top`; then, if
   /// `reset`, every state zeroed by zero(state) for the next interval.
@@ -186,6 +202,7 @@ class AggregateStage : public Stage, public Aggregation {
   std::vector<std::pair<std::string, SourceRegion>> by_names_;
   std::vector<FieldRef> by_;
   std::optional<std::int64_t> top_;
+  std::uint32_t max_keys_ = 10240;
   std::optional<std::chrono::nanoseconds> every_;
   std::string value_name_;
   SourceRegion value_where_;

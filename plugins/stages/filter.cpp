@@ -628,6 +628,37 @@ void Filter::configure(const ConfigValue& options, Diagnostics& diags) {
   }
 }
 
+void FilterExpr::to_kernel(KernelForm& out) const {
+  auto operand = [](const Operand& o) {
+    return KernelForm::Operand{.kind = static_cast<KernelForm::Operand::Kind>(o.kind),
+                               .text = o.text,
+                               .ival = o.ival,
+                               .uval = o.uval,
+                               .glob = o.glob};
+  };
+  out.kind = KernelForm::Kind::kFilter;
+  out.nodes.clear();
+  for (const auto& n : nodes_) {
+    out.nodes.push_back({.kind = static_cast<KernelForm::Node::Kind>(n.kind),
+                         .lhs = n.lhs,
+                         .rhs = n.rhs,
+                         .op = static_cast<KernelForm::Cmp>(n.op),
+                         .a = operand(n.a),
+                         .b = operand(n.b)});
+  }
+  out.root = root_;
+}
+
+KernelForm Filter::kernel_form() const {
+  if (!expr_)
+    return {.why_not = "no expression"};
+  if (kinds_ != kind_bit(RecordKind::kSample))
+    return {.why_not = "it filters records other than samples (option 'kinds')"};
+  KernelForm f;
+  expr_->to_kernel(f);
+  return f;
+}
+
 void Filter::bind(BindContext& ctx, Diagnostics& diags) {
   ctx.kinds = kinds_;  // the `kinds` option
   bound_ = expr_ && expr_->bind(ctx.schema, where_, diags);

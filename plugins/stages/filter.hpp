@@ -37,6 +37,8 @@ class FilterExpr {
   [[nodiscard]] bool eval(const Event& e) const noexcept;
   /// The tree as an s-expression, for tests: (&& (== comm "bash") (! (> pid 5))).
   [[nodiscard]] std::string dump() const;
+  /// The tree with field operands by name, for the in-kernel planner.
+  void to_kernel(KernelForm& out) const;
 
   enum class Cmp : std::uint8_t { kEq, kNe, kLt, kLe, kGt, kGe };
   struct Operand {
@@ -71,6 +73,7 @@ class Filter : public Stage {
   void configure(const ConfigValue& options, Diagnostics& diags) override;
   void bind(BindContext& ctx, Diagnostics& diags) override;
   void on_events(std::span<Event* const> events) noexcept override;
+  [[nodiscard]] KernelForm kernel_form() const override;
 
  private:
   std::optional<FilterExpr> expr_;

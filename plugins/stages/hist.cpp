@@ -52,6 +52,10 @@ void Hist::on_events(std::span<Event* const> events) noexcept {
       });
 }
 
+void Hist::absorb(const std::vector<KernelRow>& rows) {
+  absorb_buckets(rows, states_, [] { return State{}; });
+}
+
 void Hist::snapshot(Table& out, bool reset) {
   describe(out, fmt::format("hist of {}", value_name_));
   out.histogram = true;

@@ -21,6 +21,10 @@ class Hist : public AggregateStage {
   void bind(BindContext& ctx, Diagnostics& diags) override;
   void on_events(std::span<Event* const> events) noexcept override;
   void snapshot(Table& out, bool reset) override;
+  [[nodiscard]] KernelForm kernel_form() const override {
+    return kernel_base(KernelForm::Agg::kHist);
+  }
+  void absorb(const std::vector<KernelRow>& rows) override;
 
  private:
   struct State {

@@ -148,6 +148,26 @@ void Latency::on_events(std::span<Event* const> events) noexcept {
   }
 }
 
+KernelForm Latency::kernel_form() const {
+  return {.kind = KernelForm::Kind::kLatency,
+          .entry = entry_name_,
+          .exit = exit_name_,
+          .key = key_name_,
+          .exit_key = exit_key_name_,
+          .max_pending = static_cast<std::uint32_t>(std::min<std::size_t>(max_pending_, 1U << 24))};
+}
+
+void Latency::absorb_counters(const KernelLatencyCounters& c) {
+  // Cumulative in the kernel: the stage's own (no events reached it) become the kernel's. The
+  // entries still pending are the stage's pending ones (stop() adds them to missing_exit).
+  stats_.paired = c.paired;
+  stats_.missing_entry = c.unmatched_exits;
+  stats_.missing_exit = c.unmatched_entries;
+  stats_.out_of_order = c.out_of_order;
+  stats_.evicted = c.entries_dropped;
+  pending_count_ = c.pending;
+}
+
 void Latency::stop() {
   stats_.missing_exit += pending_count_;
   stats_.pending_at_stop += pending_count_;

@@ -32,6 +32,8 @@ class Latency : public Stage {
   void on_events(std::span<Event* const> events) noexcept override;
   void stop() override;
   void counters(std::vector<std::pair<std::string, std::uint64_t>>& out) const override;
+  [[nodiscard]] KernelForm kernel_form() const override;
+  void absorb_counters(const KernelLatencyCounters& c) override;
   [[nodiscard]] const LatencyStats& stats() const noexcept { return stats_; }
 
  private:

@@ -56,6 +56,20 @@ void Lhist::configure(const ConfigValue& options, Diagnostics& diags) {
   inner_ = static_cast<std::size_t>((max_ - min_ + step_ - 1) / step_);
 }
 
+KernelForm Lhist::kernel_form() const {
+  KernelForm f = kernel_base(KernelForm::Agg::kLhist);
+  f.lhist_min = min_;
+  f.lhist_max = max_;
+  f.lhist_step = step_;
+  return f;
+}
+
+void Lhist::absorb(const std::vector<KernelRow>& rows) {
+  absorb_buckets(rows, states_, [this] {
+    return State{.counts = std::vector<std::uint64_t>(inner_ + 2), .total = 0};
+  });
+}
+
 void Lhist::bind(BindContext& ctx, Diagnostics& diags) {
   bind_distribution(ctx, diags, value_, states_, 1024);
 }

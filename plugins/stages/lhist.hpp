@@ -15,6 +15,8 @@ class Lhist : public AggregateStage {
   void bind(BindContext& ctx, Diagnostics& diags) override;
   void on_events(std::span<Event* const> events) noexcept override;
   void snapshot(Table& out, bool reset) override;
+  [[nodiscard]] KernelForm kernel_form() const override;
+  void absorb(const std::vector<KernelRow>& rows) override;
 
   /// Index of `v`: 0 below min, 1 + (v - min) / step inside, last at or above max.
   [[nodiscard]] std::size_t bucket(std::int64_t v) const noexcept;

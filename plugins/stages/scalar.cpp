@@ -77,6 +77,48 @@ void ScalarAggregate::on_events(std::span<Event* const> events) noexcept {
   }
 }
 
+KernelForm ScalarAggregate::kernel_form() const {
+  using Agg = KernelForm::Agg;
+  switch (op_) {
+    case ScalarOp::kCount:
+    case ScalarOp::kRate:  // a count per interval, divided by its length at the snapshot
+      return kernel_base(Agg::kCount);
+    case ScalarOp::kSum:
+      return kernel_base(Agg::kSum);
+    case ScalarOp::kMin:
+      return kernel_base(Agg::kMin);
+    case ScalarOp::kMax:
+      return kernel_base(Agg::kMax);
+    case ScalarOp::kAvg:
+      return kernel_base(Agg::kAvg);
+  }
+  return {.why_not = "unknown operation"};
+}
+
+void ScalarAggregate::absorb(const std::vector<KernelRow>& rows) {
+  for (const auto& r : rows) {
+    if (r.count == 0)
+      continue;
+    State& s = states_.get(key_of(r), [] { return State{}; });
+    s.count += r.count;
+    switch (op_) {
+      case ScalarOp::kSum:
+      case ScalarOp::kAvg:
+        s.isum = static_cast<std::int64_t>(static_cast<std::uint64_t>(s.isum) +
+                                           static_cast<std::uint64_t>(r.value));
+        break;
+      case ScalarOp::kMin:
+        s.imin = std::min(s.imin, r.value);
+        break;
+      case ScalarOp::kMax:
+        s.imax = std::max(s.imax, r.value);
+        break;
+      default:
+        break;
+    }
+  }
+}
+
 void ScalarAggregate::snapshot(Table& out, bool reset) {
   const auto name = kNames[static_cast<std::size_t>(op_)];
   describe(out, needs_field(op_) ? fmt::format("{} of {}", name, value_name_) : std::string(name));

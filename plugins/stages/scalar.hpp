@@ -17,6 +17,8 @@ class ScalarAggregate : public AggregateStage {
   void bind(BindContext& ctx, Diagnostics& diags) override;
   void on_events(std::span<Event* const> events) noexcept override;
   void snapshot(Table& out, bool reset) override;
+  [[nodiscard]] KernelForm kernel_form() const override;
+  void absorb(const std::vector<KernelRow>& rows) override;
 
  private:
   struct State {

@@ -219,7 +219,10 @@ by = ["cpu"]
   const fs::path tracer_out = write_file("switch_hits_tracer.out", "");
   const fs::path bt_out = write_file("switch_hits_bt.out", "");
   const pid_t t =
-      spawn_to_file({TRACER_CLI_PATH, "run", recipe.string(), "--json", "-d", "3s"}, tracer_out);
+      // User placement: the events themselves cross (the in-kernel count has its own test).
+      spawn_to_file(
+          {TRACER_CLI_PATH, "run", recipe.string(), "--json", "-d", "3s", "--placement", "user"},
+          tracer_out);
   const pid_t b = spawn_to_file({"/usr/bin/bpftrace", bt.string()}, bt_out);
   std::this_thread::sleep_for(std::chrono::milliseconds(700));
   // Thousands of switches on each CPU, in and out of idle.

@@ -22,7 +22,9 @@ fs::path write_recipe(const std::string& name, const std::string& text) {
 
 // A command's exact getppid calls, counted by a recipe's count stage, through a Session on an
 // io_context the test owns; the session ends by itself when the command exits.
-TEST(Session, RunsARecipeOnTheCallersIoContext) {
+/// Runs the count-by-comm recipe on a command making 4321 getppid calls through a Session on
+/// this thread's io_context, with the stages placed as `placement` says.
+void run_count_on_callers_io_context(Placement placement) {
   const auto path = write_recipe("session_count", R"([recipe]
 name = "session-count"
 [[probe]]
@@ -39,7 +41,8 @@ by = ["comm"]
   boost::asio::io_context io(1);
   Session session(io.get_executor(), recipe, out,
                   {.target = {.kind = Target::Kind::kCommand,
-                              .command = {TRACER_SYSCALLER_PATH, "getppid", "4321"}}});
+                              .command = {TRACER_SYSCALLER_PATH, "getppid", "4321"}},
+                   .placement = placement});
   bool done = false;
   session.on_done([&] {
     done = true;
@@ -55,12 +58,24 @@ by = ["comm"]
   ASSERT_EQ(stats.engine.probes.size(), 1u);
   EXPECT_EQ(stats.engine.probes[0].total().samples, 4321u);
   EXPECT_EQ(stats.engine.probes[0].total().lost, 0u);
-  EXPECT_GE(stats.delivered, 4321u);
+  if (placement == Placement::kUser)
+    EXPECT_GE(stats.delivered, 4321u);  // the events went through the pipeline
+  else
+    EXPECT_EQ(stats.delivered, 0u);  // counted in the kernel: no event crossed
   // The implicit print stage wrote the final table to the caller's sink.
   std::smatch m;
   ASSERT_TRUE(std::regex_search(text, m, std::regex(R"(tracer_test_sys\s+(\d+))"))) << text;
   EXPECT_EQ(m[1], "4321") << text;
   session.stop();  // idempotent
+}
+
+TEST(Session, RunsARecipeOnTheCallersIoContext) {
+  run_count_on_callers_io_context(Placement::kUser);
+}
+
+// The same recipe with the count placed in the kernel: the same table, no event delivered.
+TEST(Session, RunsARecipeInTheKernelOnTheCallersIoContext) {
+  run_count_on_callers_io_context(Placement::kKernel);
 }
 
 TEST(Session, AMisspeltTracepointIsARecipeErrorAtItsPosition) {

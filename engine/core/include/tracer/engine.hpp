@@ -243,6 +243,9 @@ struct ProbeStats {
   /// ring was full is also in the ring's LOST count: events lost = max(lost, drops) when the
   /// program counts every failure.
   std::uint64_t bpf_output_drops = 0;
+  /// Placed in the kernel (tracer::Session): events an aggregation's map had no room for (its
+  /// max_keys), counted by the probe's program. Lost, and reported as such.
+  std::uint64_t kernel_dropped = 0;
   [[nodiscard]] RingStats total() const noexcept;
 };
 
@@ -328,6 +331,12 @@ class Engine {
   [[nodiscard]] std::string ring_note() const;
   /// The pid of the command started for a kCommand target (-1 otherwise).
   [[nodiscard]] pid_t command_pid() const noexcept;
+  /// Attaches a loaded BPF program (its fd) to probe `probe`'s perf event (PERF_EVENT_IOC_SET_BPF
+  /// on one event: a tracepoint's or probe's program runs on every CPU and for every task, so
+  /// it must filter its targets itself). After start(), before the first batch of a command
+  /// target (whose command starts once the reactor runs). The program stays attached until the
+  /// events close at stop(). Throws tracer::Error (kRuntime) with the errno.
+  void attach_bpf(std::uint32_t probe, int prog_fd);
 
   struct Impl;
 

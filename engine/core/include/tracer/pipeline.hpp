@@ -108,6 +108,10 @@ class Pipeline {
   [[nodiscard]] const PipelineStats& stats() const noexcept { return stats_; }
   [[nodiscard]] std::size_t size() const noexcept { return stages_.size(); }
   [[nodiscard]] Stage& stage(std::size_t i) noexcept { return *stages_[i].stage; }
+  /// The name stage i was added under (its `use`).
+  [[nodiscard]] const std::string& stage_name(std::size_t i) const noexcept {
+    return stages_[i].name;
+  }
 
  private:
   struct Slot {

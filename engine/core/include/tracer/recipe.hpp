@@ -84,6 +84,11 @@ struct RecipePipeline {
 };
 
 /// A loaded, validated recipe. Passive data plus its loaders.
+enum class Placement : std::uint8_t { kAuto, kKernel, kUser };
+[[nodiscard]] std::string_view to_string(Placement p) noexcept;
+/// "auto", "kernel", "user"; nullopt for anything else.
+[[nodiscard]] std::optional<Placement> parse_placement(std::string_view text) noexcept;
+
 struct Recipe {
   using LoadOptions = RecipeLoadOptions;
 
@@ -91,6 +96,10 @@ struct Recipe {
   std::string name{};
   std::string description{};
   std::optional<std::chrono::nanoseconds> duration{};
+  /// Where the stages run ([recipe] placement): "auto" puts a pipeline's filters and its
+  /// aggregation in the kernel when every field they use is readable there, "kernel" requires
+  /// it (an error names the stage and the reason), "user" keeps every stage in user space.
+  Placement placement = Placement::kAuto;
   std::vector<RecipeParam> params{};  // in the order written
   std::vector<RecipeProbe> probes{};  // in the order written
   std::optional<RecipeBpf> bpf{};

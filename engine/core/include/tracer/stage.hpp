@@ -39,6 +39,7 @@
 #include "tracer/config_value.hpp"
 #include "tracer/diagnostics.hpp"
 #include "tracer/engine.hpp"
+#include "tracer/kernel_form.hpp"
 #include "tracer/stage_spec.hpp"
 
 namespace tracer {
@@ -239,6 +240,13 @@ class Schema {
   [[nodiscard]] std::optional<std::uint32_t> add_derived(std::string name, FieldType type);
   [[nodiscard]] std::size_t derived_count() const noexcept { return derived_.size(); }
 
+  /// Where probe `probe` keeps field `name` (not derived ones), or nullopt: what bind() resolves
+  /// per probe, for the in-kernel planner.
+  [[nodiscard]] std::optional<FieldRef::Accessor> lookup(std::uint32_t probe,
+                                                         std::string_view name) const {
+    return resolve(probe, name);
+  }
+
   [[nodiscard]] CommCache& comm() const noexcept { return *comm_; }
   /// Whether some stage bound the sample field `comm` (thread names at event time then need the
   /// records in time order, COMM and FORK records included).
@@ -395,6 +403,13 @@ class Stage {
 
   /// The aggregation role (count, hist, bpf-map, ...): tables out. nullptr for other stages.
   [[nodiscard]] virtual Aggregation* aggregation() noexcept { return nullptr; }
+  /// In-kernel placement: what this stage computes, as configured, in a form the planner can
+  /// compile to BPF; kNone with the reason when it has none. Called after configure().
+  [[nodiscard]] virtual KernelForm kernel_form() const {
+    return {.why_not = "this stage runs in user space only"};
+  }
+  /// A latency pairing placed in the kernel: its counters so far (replace the stage's own).
+  virtual void absorb_counters(const KernelLatencyCounters& /*counters*/) {}
   /// The output role (print, jsonl, csv, perf-data): where data leaves the pipeline. nullptr
   /// for other stages.
   [[nodiscard]] virtual Output* output() noexcept { return nullptr; }
@@ -409,6 +424,9 @@ class Aggregation {
   [[nodiscard]] virtual std::optional<std::chrono::nanoseconds> every() const noexcept = 0;
   /// The rows so far (ordered, cut to top); clears the state when `reset`.
   virtual void snapshot(Table& out, bool reset) = 0;
+  /// Placed in the kernel: adds the rows the kernel computed since the last read to the state,
+  /// as if their events had reached on_events (snapshot() then renders them as ever).
+  virtual void absorb(const std::vector<KernelRow>& /*rows*/) {}
 
  protected:
   Aggregation() = default;

@@ -55,6 +55,8 @@ struct SessionOptions {
   std::chrono::milliseconds tick{250};
   /// Options of every pipeline (its comm cache, time-order merge).
   PipelineOptions pipeline{};
+  /// Where stages run, instead of the recipe's [recipe] placement (`tracer run --placement`).
+  std::optional<Placement> placement{};
 };
 
 /// A Session's accounting: the engine's per probe and CPU, and the stages'.
@@ -119,6 +121,9 @@ class Session {
   /// What a batch handler threw, if anything (the session stopped).
   [[nodiscard]] std::exception_ptr failure() const noexcept;
   [[nodiscard]] Engine& engine() noexcept;
+  /// Where each stage runs and why (`tracer check --plan`): a line per stage. Valid after
+  /// check() or start().
+  [[nodiscard]] std::string placement() const;
   [[nodiscard]] std::span<const std::unique_ptr<Pipeline>> pipelines() const noexcept;
 
   /// Whether a session of `recipe` with `options` writes machine output (a perf.data stream)

@@ -1,0 +1,339 @@
+// Placement: stage kernel forms + resolved probes -> a bpf::gen::KernelPlan per pipeline, or the
+// reason a pipeline stays in user space.
+#include "session/placement.hpp"
+
+#include <fmt/format.h>
+
+#include <linux/perf_event.h>
+
+#include <algorithm>
+#include <utility>
+
+#include "tracer/error.hpp"
+
+namespace tracer::session {
+namespace {
+
+namespace gen = bpf::gen;
+using Source = FieldRef::Source;
+
+std::optional<gen::ProbeKind> gen_kind(ProbeKind k) {
+  switch (k) {
+    case ProbeKind::kTracepoint:
+      return gen::ProbeKind::kTracepoint;
+    case ProbeKind::kKprobe:
+      return gen::ProbeKind::kKprobe;
+    case ProbeKind::kKretprobe:
+      return gen::ProbeKind::kKretprobe;
+    case ProbeKind::kUprobe:
+      return gen::ProbeKind::kUprobe;
+    case ProbeKind::kUretprobe:
+      return gen::ProbeKind::kUretprobe;
+    default:
+      return std::nullopt;
+  }
+}
+
+std::uint32_t record_size(const tracefs::Format& f) {
+  std::uint32_t end = 0;
+  for (const auto& x : f.fields)
+    end = std::max(end, x.offset + x.size);
+  return end;
+}
+
+/// Resolves field names of one probe to what its BPF program reads; the first name that has no
+/// kernel form is kept in `why`.
+class FieldMap {
+ public:
+  FieldMap(const Schema& schema, std::uint32_t probe, std::string& why)
+      : schema_(&schema), probe_(probe), why_(&why) {}
+
+  /// `duration`: the latency pairing's, on the exit probe (elsewhere missing).
+  std::optional<gen::Field> operator()(const std::string& name, bool duration_here = false) {
+    if (name == "duration" && duration_here)
+      return gen::Field::duration();
+    const auto a = schema_->lookup(probe_, name);
+    if (!a)
+      return gen::Field::missing(name);  // as in user space: every comparison on it is false
+    switch (a->source) {
+      case Source::kPid:
+        return gen::Field::pid();
+      case Source::kTid:
+        return gen::Field::tid();
+      case Source::kComm:
+        return gen::Field::comm();
+      case Source::kCpu:
+        return gen::Field::cpu();
+      case Source::kProbe:
+        return gen::Field::probe();
+      case Source::kTracefs: {
+        const tracefs::Field* f = a->field;
+        if (f == nullptr)
+          break;
+        if (f->is_data_loc || f->is_rel_loc) {
+          if (!f->is_string)
+            break;  // a dynamic array of integers
+          return gen::Field::tp_data_loc(f->name, f->offset, f->is_rel_loc);
+        }
+        if (f->is_string)
+          return gen::Field::tp_string(f->name, f->offset, f->size);
+        if (f->array_len)
+          break;
+        return gen::Field::tp_int(f->name, f->offset, f->size, f->is_signed);
+      }
+      case Source::kSyscallName:
+        if (a->field != nullptr) {  // raw_syscalls' id, named by the reader
+          auto f = gen::Field::tp_int(name, a->field->offset, a->field->size, a->field->is_signed);
+          f.syscall_id = true;
+          return f;
+        }
+        break;
+      case Source::kReg:
+        if (name == "retval")
+          return gen::Field::retval();
+        if (name.size() == 4 && name.starts_with("arg") && name[3] >= '0' && name[3] <= '5')
+          return gen::Field::arg(static_cast<std::uint32_t>(name[3] - '0'));
+        break;
+      default:
+        break;
+    }
+    if (why_->empty()) {
+      *why_ = fmt::format("field '{}' of probe '{}' is not readable in a BPF program", name,
+                          schema_->probes()[probe_].name);
+    }
+    return std::nullopt;
+  }
+
+ private:
+  const Schema* schema_;
+  std::uint32_t probe_;
+  std::string* why_;
+};
+
+/// Appends filter `f` (field operands resolved for one probe) to `out`, ANDed with what is there.
+bool append_filter(const KernelForm& f, FieldMap& fields, bool duration_here, gen::Filter& out) {
+  const int base = static_cast<int>(out.nodes.size());
+  for (const auto& n : f.nodes) {
+    gen::FilterNode g{.kind = static_cast<gen::FilterNode::Kind>(n.kind),
+                      .lhs = n.lhs < 0 ? -1 : n.lhs + base,
+                      .rhs = n.rhs < 0 ? -1 : n.rhs + base,
+                      .op = static_cast<gen::Cmp>(n.op)};
+    for (auto [src, dst] : {std::pair{&n.a, &g.a}, std::pair{&n.b, &g.b}}) {
+      dst->kind = static_cast<gen::Operand::Kind>(src->kind);
+      dst->ival = src->ival;
+      dst->uval = src->uval;
+      dst->glob = src->glob;
+      if (src->kind == KernelForm::Operand::Kind::kField) {
+        auto field = fields(src->text, duration_here);
+        if (!field)
+          return false;
+        dst->field = std::move(*field);
+      } else {
+        dst->text = src->text;
+      }
+    }
+    out.nodes.push_back(std::move(g));
+  }
+  if (f.root < 0)
+    return true;
+  const int root = f.root + base;
+  if (out.root < 0) {
+    out.root = root;
+  } else {
+    out.nodes.push_back({.kind = gen::FilterNode::Kind::kAnd, .lhs = out.root, .rhs = root});
+    out.root = static_cast<int>(out.nodes.size() - 1);
+  }
+  return true;
+}
+
+gen::AggKind agg_kind(KernelForm::Agg a) {
+  return static_cast<gen::AggKind>(a);  // same order (static_asserts below)
+}
+static_assert(static_cast<int>(gen::AggKind::kLhist) == static_cast<int>(KernelForm::Agg::kLhist));
+static_assert(static_cast<int>(gen::AggKind::kAvg) == static_cast<int>(KernelForm::Agg::kAvg));
+static_assert(static_cast<int>(gen::Cmp::kGe) == static_cast<int>(KernelForm::Cmp::kGe));
+static_assert(static_cast<int>(gen::FilterNode::Kind::kTruth) ==
+              static_cast<int>(KernelForm::Node::Kind::kTruth));
+
+void all_user(PipelinePlace& out, const std::string& why) {
+  for (auto& s : out.stages) {
+    s.kernel = false;
+    s.why = why;
+  }
+  out.plan.reset();
+}
+
+PipelinePlace place_one(Pipeline& p,
+                        const Schema& schema,
+                        std::span<const ProbeInfo> probes,
+                        const std::vector<bool>& sampling,
+                        Placement mode,
+                        bool task_target) {
+  PipelinePlace out;
+  for (std::size_t i = 0; i < p.size(); ++i)
+    out.stages.push_back({.use = p.stage_name(i), .kernel = false, .why = {}});
+  if (mode == Placement::kUser) {
+    all_user(out, "placement = \"user\"");
+    return out;
+  }
+  // The kernel part: filters, at most one latency, filters, then one aggregation.
+  std::vector<KernelForm> forms;
+  std::optional<std::size_t> agg;
+  for (std::size_t i = 0; i < p.size() && !agg; ++i) {
+    forms.push_back(p.stage(i).kernel_form());
+    const auto& f = forms.back();
+    if (f.kind == KernelForm::Kind::kNone) {
+      all_user(out, fmt::format("stage {} ('{}') stays in user space: {}", i + 1, p.stage_name(i),
+                                f.why_not));
+      return out;
+    }
+    if (f.kind == KernelForm::Kind::kLatency) {
+      if (out.latency) {
+        all_user(out, "two latency stages in one pipeline");
+        return out;
+      }
+      out.latency = i;
+    }
+    if (f.kind == KernelForm::Kind::kAggregate)
+      agg = i;
+  }
+  if (!agg) {
+    all_user(out, "no aggregation: every event goes to user space");
+    return out;
+  }
+  out.aggregation = *agg;
+  const KernelForm& a = forms[*agg];
+
+  gen::KernelPlan plan;
+  plan.aggregation = {.kind = agg_kind(a.agg),
+                      .key_names = a.by,
+                      .value_name = a.value,
+                      .lhist_min = a.lhist_min,
+                      .lhist_max = a.lhist_max,
+                      .lhist_step = a.lhist_step,
+                      .max_keys = a.max_keys};
+  std::string why;
+  std::optional<std::uint32_t> entry_probe, exit_probe;
+  for (std::uint32_t pi = 0; pi < probes.size(); ++pi) {
+    if (pi < sampling.size() && !sampling[pi])
+      continue;
+    const ProbeInfo& info = probes[pi];
+    const auto kind = gen_kind(info.kind);
+    if (!kind) {
+      all_user(out, fmt::format("probe '{}' is a {} event (in-kernel programs attach to "
+                                "tracepoints, kprobes and uprobes)",
+                                info.name, to_string(info.kind)));
+      return out;
+    }
+    if (task_target && info.attr.type() != PERF_TYPE_TRACEPOINT) {
+      all_user(out, fmt::format("probe '{}' is a {} of a process target: it stays in user space "
+                                "(its per-task events are inherited, and a child's exit would "
+                                "detach a program shared with them)",
+                                info.name, to_string(info.kind)));
+      return out;
+    }
+    FieldMap fields(schema, pi, why);
+    gen::ProbePlan pp{.name = info.name, .kind = *kind};
+    if (info.format)
+      pp.record_size = record_size(*info.format);
+    const auto plan_index = static_cast<std::uint32_t>(plan.probes.size());
+    bool exit_here = false;
+    if (out.latency) {
+      const KernelForm& l = forms[*out.latency];
+      if (info.name == l.entry) {
+        entry_probe = plan_index;
+        if (auto k = fields(l.key))
+          pp.latency_key = *k;
+      } else if (info.name == l.exit) {
+        exit_probe = plan_index;
+        exit_here = true;
+        if (auto k = fields(l.exit_key.empty() ? l.key : l.exit_key))
+          pp.latency_key = *k;
+      } else {
+        all_user(out,
+                 fmt::format("probe '{}' is neither the latency's entry nor its exit", info.name));
+        return out;
+      }
+    }
+    for (std::size_t i = 0; i < *agg; ++i) {
+      if (forms[i].kind != KernelForm::Kind::kFilter)
+        continue;
+      const bool after_latency = out.latency && i > *out.latency;
+      if (!append_filter(forms[i], fields, exit_here, after_latency ? pp.post_filter : pp.filter))
+        break;
+    }
+    for (const auto& k : a.by) {
+      if (auto f = fields(k, exit_here))
+        pp.keys.push_back(std::move(*f));
+    }
+    if (!a.value.empty()) {
+      if (auto f = fields(a.value, exit_here))
+        pp.value = std::move(*f);
+    }
+    if (!why.empty()) {
+      all_user(out, why);
+      return out;
+    }
+    plan.probes.push_back(std::move(pp));
+    out.probes.push_back(pi);
+  }
+  if (plan.probes.empty()) {
+    all_user(out, "no probe delivers events");
+    return out;
+  }
+  if (out.latency) {
+    if (!entry_probe || !exit_probe) {
+      all_user(out, "the latency's entry or exit probe is missing");
+      return out;
+    }
+    plan.latency = gen::Latency{.entry_probe = *entry_probe,
+                                .exit_probe = *exit_probe,
+                                .max_pending = forms[*out.latency].max_pending};
+  }
+  if (auto reason = gen::check(plan)) {
+    all_user(out, *reason);
+    return out;
+  }
+  for (std::size_t i = 0; i < out.stages.size(); ++i) {
+    auto& s = out.stages[i];
+    if (i < forms.size()) {
+      s.kernel = true;
+      s.why = forms[i].kind == KernelForm::Kind::kFilter    ? "filter in the probe's program"
+              : forms[i].kind == KernelForm::Kind::kLatency ? "pairs in a map of start times"
+                                                            : "aggregates in BPF maps";
+    } else {
+      s.why = "reads the aggregation's tables";
+    }
+  }
+  out.plan = std::move(plan);
+  return out;
+}
+
+}  // namespace
+
+std::vector<PipelinePlace> place(std::span<const std::unique_ptr<Pipeline>> pipelines,
+                                 std::span<const ProbeInfo> probes,
+                                 const std::vector<bool>& sampling,
+                                 Placement mode,
+                                 bool task_target) {
+  CommCache comm;
+  Schema schema(probes, {}, comm);
+  std::vector<PipelinePlace> out;
+  for (const auto& p : pipelines)
+    out.push_back(place_one(*p, schema, probes, sampling, mode, task_target));
+  return out;
+}
+
+std::string describe(std::span<const PipelinePlace> places) {
+  std::string text;
+  for (std::size_t p = 0; p < places.size(); ++p) {
+    for (std::size_t i = 0; i < places[p].stages.size(); ++i) {
+      const auto& s = places[p].stages[i];
+      text += fmt::format("pipeline {} stage {} {:<10} {:<6}  {}\n", p + 1, i + 1, s.use,
+                          s.kernel ? "kernel" : "user", s.why);
+    }
+  }
+  return text;
+}
+
+}  // namespace tracer::session

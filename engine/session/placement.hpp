@@ -1,0 +1,53 @@
+// Placement: which stages of a pipeline run in the kernel. A pipeline whose stages, up to and
+// including its aggregation, all have a kernel form (Stage::kernel_form) over fields every probe
+// can read in a BPF program becomes one generated program per probe (bpf/codegen.hpp); the
+// stages after the aggregation (outputs of its tables) stay in user space and see the same
+// tables, the aggregation absorbing the kernel's rows (Aggregation::absorb).
+//
+// Usage (Session's):
+//   auto places = session::place(pipelines, probes, sampling, recipe.placement);
+//   for each p with places[i].plan: set its tgids, generate, compile, load, attach per probe
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "bpf/codegen.hpp"
+#include "tracer/pipeline.hpp"
+#include "tracer/recipe.hpp"
+
+namespace tracer::session {
+
+struct StagePlace {
+  std::string use;
+  bool kernel = false;
+  std::string why;  // what the kernel computes, or why the stage stays in user space
+};
+
+struct PipelinePlace {
+  std::vector<StagePlace> stages;            // one per stage of the pipeline
+  std::optional<bpf::gen::KernelPlan> plan;  // set: the pipeline runs in the kernel
+  std::vector<std::uint32_t> probes;         // plan->probes[i] is engine probe probes[i]
+  std::size_t aggregation = 0;               // the aggregation stage (absorbs the rows)
+  std::optional<std::size_t> latency;        // a latency stage before it (absorbs counters)
+};
+
+/// Decides every pipeline's placement against the resolved probes (`sampling[i]`: probe i
+/// delivers events; counting probes do not). `mode` kUser keeps everything in user space;
+/// kKernel is the same decision as kAuto (Session turns a user placement into an error).
+/// `task_target`: a pid or command target (probe-PMU kprobes/uprobes then stay in user space:
+/// their per-task events are inherited, and an inherited event's exit detaches its program).
+[[nodiscard]] std::vector<PipelinePlace> place(std::span<const std::unique_ptr<Pipeline>> pipelines,
+                                               std::span<const ProbeInfo> probes,
+                                               const std::vector<bool>& sampling,
+                                               Placement mode,
+                                               bool task_target);
+
+/// The placement as `tracer check --plan` prints it: a line per stage.
+[[nodiscard]] std::string describe(std::span<const PipelinePlace> places);
+
+}  // namespace tracer::session
