@@ -294,7 +294,7 @@ tracepoint = "syscalls:sys_enter_getppidd*"
 // the bpf-map stage's map and field names against the object's maps and their BTF.
 TEST(CliRun, CheckNamesAMissingBpfMapAndField) {
   const std::string source =
-      std::string(TRACER_TEST_DATA_DIR) + "/../../configs/syscalls-in-kernel.bpf.c";
+      std::string(TRACER_TEST_DATA_DIR) + "/syscalls_by_pid.bpf.c";
   const auto recipe_with = [&](const std::string& stage) {
     return R"([recipe]
 name = "maps"

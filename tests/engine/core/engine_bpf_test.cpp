@@ -35,7 +35,7 @@ void readaheads(int n) {
     ::syscall(SYS_readahead, 12345, i, 0);
 }
 
-// In-kernel aggregation: configs/syscalls-in-kernel.bpf.c counts syscalls by (pid, nr, comm) in a
+// In-kernel aggregation: tests/data/syscalls_by_pid.bpf.c counts syscalls by (pid, nr, comm) in a
 // per-CPU hash map; Engine::maps() reads it with its BTF layout after stop(), the per-CPU counts
 // summed: exactly the child's calls. A read with `clear` empties what it saw; the bpf-map stage
 // turns the map into a table. A check() before start() makes the layouts known early.
@@ -53,7 +53,7 @@ TEST(EngineBpf, InKernelCountsReadThroughMaps) {
                    .spec = "raw_syscalls:sys_enter",
                    .counting = true,
                    .bpf_program = "count_syscalls"}},
-       .bpf = BpfOptions{.source = TRACER_TEST_DATA_DIR "/../../configs/syscalls-in-kernel.bpf.c",
+       .bpf = BpfOptions{.source = TRACER_TEST_DATA_DIR "/syscalls_by_pid.bpf.c",
                          .output_optional = true,
                          .globals = {{"only_tgid", static_cast<std::uint64_t>(child.pid())}}}});
   // check() keeps the object it loaded, attached to nothing: the maps' layouts are known before
