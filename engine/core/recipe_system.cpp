@@ -6,8 +6,8 @@
 #include <cerrno>
 #include <filesystem>
 
-#include "core/recipe_schema.hpp"
 #include "core/elf_symbols.hpp"
+#include "core/recipe_schema.hpp"
 #include "tracer/recipe.hpp"
 #include "tracer/tracefs/filter.hpp"
 #include "tracer/tracefs/tracefs.hpp"

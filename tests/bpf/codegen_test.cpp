@@ -27,10 +27,10 @@
 
 #include "bpf/codegen.hpp"
 #include "bpf/kernel_reader.hpp"
+#include "core/elf_symbols.hpp"
 #include "plugins/stages/hist.hpp"
 #include "support/child.hpp"
 #include "support/temp_dir.hpp"
-#include "core/elf_symbols.hpp"
 #include "tracer/perf/event.hpp"
 #include "tracer/perf/pmu.hpp"
 #include "tracer/perf/ring.hpp"

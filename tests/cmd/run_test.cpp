@@ -293,8 +293,7 @@ tracepoint = "syscalls:sys_enter_getppidd*"
 // tracer check loads the recipe's BPF object (the verifier runs, nothing is attached) and checks
 // the bpf-map stage's map and field names against the object's maps and their BTF.
 TEST(CliRun, CheckNamesAMissingBpfMapAndField) {
-  const std::string source =
-      std::string(TRACER_TEST_DATA_DIR) + "/syscalls_by_pid.bpf.c";
+  const std::string source = std::string(TRACER_TEST_DATA_DIR) + "/syscalls_by_pid.bpf.c";
   const auto recipe_with = [&](const std::string& stage) {
     return R"([recipe]
 name = "maps"

@@ -100,8 +100,7 @@ TEST(EngineBpf, InKernelCountsReadThroughMaps) {
   ConfigTable t;
   t.emplace_back("map", ConfigValue{.value = std::string("counts"), .where = {}});
   t.emplace_back("sort", ConfigValue{.value = std::string("calls"), .where = {}});
-  pipeline.add(stage_registry(), "bpf-map", ConfigValue{.value = std::move(t), .where = {}},
-               diags);
+  pipeline.add(stage_registry(), "bpf-map", ConfigValue{.value = std::move(t), .where = {}}, diags);
   pipeline.bind(engine.probes(), diags, {}, &maps);
   ASSERT_EQ(diags.format(), "");
   pipeline.start(0ns);

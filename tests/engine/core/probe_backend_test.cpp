@@ -11,9 +11,9 @@
 
 #include <string>
 
+#include "core/elf_symbols.hpp"
 #include "support/probe_hits.hpp"
 #include "support/temp_dir.hpp"
-#include "core/elf_symbols.hpp"
 
 namespace tracer::core {
 namespace {

@@ -21,9 +21,9 @@
 #include "support/alloc_counter.hpp"
 #include "support/stage_batches.hpp"
 #include "tracer/pipeline.hpp"
-#include "tracer/stages.hpp"
 #include "tracer/recipe.hpp"
 #include "tracer/session.hpp"
+#include "tracer/stages.hpp"
 
 namespace tracer {
 namespace {

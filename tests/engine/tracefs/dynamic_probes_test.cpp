@@ -15,9 +15,9 @@
 #include <sstream>
 #include <string>
 
+#include "core/elf_symbols.hpp"
 #include "support/probe_hits.hpp"
 #include "support/temp_dir.hpp"
-#include "core/elf_symbols.hpp"
 #include "tracer/perf/event.hpp"
 
 namespace tracer::tracefs {
