@@ -266,7 +266,7 @@ std::optional<std::string> check_filter(const ProbePlan& p, const Filter& f, boo
           return fmt::format("{}: the filter's string holds a NUL byte", where(p));
         if (o->glob && !has_only_trailing_star(o->text))
           return fmt::format(
-              "{}: the glob \"{}\" (only a prefix pattern such as \"name*\" runs in the kernel)",
+              R"({}: the glob "{}" (only a prefix pattern such as "name*" runs in the kernel))",
               where(p), o->text);
       }
     }
@@ -536,8 +536,12 @@ Layout make_layout(const KernelPlan& plan,
   std::vector<std::size_t> order(cols_in.size());
   for (std::size_t i = 0; i < order.size(); ++i)
     order[i] = i;
-  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-    return cols_in[a].align > cols_in[b].align;
+  // Widest first, written order among equals (std::sort with the index as tie-break: libstdc++'s
+  // stable_sort uses the deprecated get_temporary_buffer).
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    if (cols_in[a].align != cols_in[b].align)
+      return cols_in[a].align > cols_in[b].align;
+    return a < b;
   });
   std::uint32_t at = 0, max_align = 1;
   bool any_missing = false, any_string = false;
@@ -588,7 +592,7 @@ Layout make_layout(const KernelPlan& plan,
       l.value_size = 8 * l.buckets;
       break;
   }
-  const std::uint64_t percpu_bytes = 2ULL * ((l.value_size + 7) / 8 * 8) * cpus *
+  const std::uint64_t percpu_bytes = 2ULL * ((std::uint64_t{l.value_size} + 7) / 8 * 8) * cpus *
                                      (l.keyless    ? 1
                                       : l.by_probe ? l.probes
                                                    : agg.max_keys);
@@ -1435,7 +1439,7 @@ static __always_inline __u32 tr_bucket(__s64 v)
       case AggKind::kLhist:
         w.line("__u32 b = tr_bucket(v);");
         w.line("/* Forget what clang knows of b, so that the bound the verifier needs stays. */");
-        w.line("asm volatile(\"\" : \"+r\"(b));");
+        w.line(R"(asm volatile("" : "+r"(b));)");
         w.line("if (b >= {})", l.buckets);
         w.line("\tb = {};", l.buckets - 1);
         w.line("{}(&p->counts[b]);", vinc);
@@ -1448,6 +1452,8 @@ static __always_inline __u32 tr_bucket(__s64 v)
 }
 
 void emit_fork(const KernelPlan& plan, Writer& w) {
+  if (!plan.follow_children)
+    return;
   const ForkTracepoint& f = *plan.follow_children;
   w.line("/* sched:sched_process_fork: a child of a target process is a target. */");
   w.line("SEC(\"tracepoint\")");

@@ -203,6 +203,8 @@ ProbeInfo output_probe(const BpfOptions& b,
 std::optional<ProbeInfo> Engine::Impl::check_output_channel(const BpfOptions& b,
                                                             std::uint32_t index) const {
   // Before start() sizes the rings (output_ring_pages is 0): the channel's default size.
+  if (!bpf_object)
+    return std::nullopt;
   auto plan = plan_output(b, *bpf_object, output_ring_pages);
   if (!plan)
     return std::nullopt;
@@ -342,6 +344,8 @@ class EngineMaps final : public MapSource {
 
 Result<MapSnapshot> EngineMaps::read(std::string_view map, bool clear) const {
   TRACER_ASSIGN_OR_RETURN(bpf::MapSchema schema, this->schema(map));
+  if (!*obj_)  // schema() said so already; the check is for the reader of this line
+    return fail(ENOENT, fmt::format("bpf: no BPF object is loaded (map '{}')", map));
   TRACER_ASSIGN_OR_RETURN(auto entries, bpf::read_map(**obj_, map, schema, clear));
   return MapSnapshot{.schema = std::move(schema), .entries = std::move(entries)};
 }

@@ -180,7 +180,7 @@ class Loader {
             recipe_.placement = *p;
           else
             diags_.add(v.where, fmt::format("unknown placement '{}'", *s),
-                       "placement is \"auto\" (the default), \"kernel\" or \"user\"");
+                       R"(placement is "auto" (the default), "kernel" or "user")");
         }
       } else if (key == "duration") {
         if (auto d = keys_.duration(e)) {

@@ -385,6 +385,8 @@ void Session::Impl::start_kernel() {
     KernelRun run;
     run.pipeline = p;
     run.place = places[p];
+    if (!run.place.plan)
+      continue;
     auto& plan = *run.place.plan;
     plan.tgids = tgids;
     plan.follow_children = fork;
