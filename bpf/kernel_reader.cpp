@@ -257,7 +257,7 @@ Row Reader::make_row(const std::byte* key,
       case AggKind::kHist:
       case AggKind::kLhist:
         for (std::uint32_t b = 0; b < l.buckets; ++b) {
-          const auto c = load<std::uint64_t>(v + 8 * b);
+          const auto c = load<std::uint64_t>(v + (std::size_t{8} * b));
           row.counts[b] += c;
           row.count += c;
         }

@@ -524,7 +524,7 @@ struct Writer::Impl final : detail::RecordSink {
         pid = payload_u32(sample->raw, a.pid_off, a.pid_size);
         tid = a.tid_off >= 0 ? payload_u32(sample->raw, a.tid_off, a.tid_size) : pid;
       }
-      if (opts.synthesize_new && pid != 0xffffffffU)
+      if (opts.synthesize_new && pid != 0xffffffffU && synth)
         synth->thread(pid, tid);
     } else if (rec.sample_id.present) {
       time = rec.sample_id.time;
@@ -739,7 +739,7 @@ struct Writer::Impl final : detail::RecordSink {
     pos = data_offset;
     put_id_index();
     put_auxtrace_info();
-    if (opts.synthesize) {
+    if (opts.synthesize && synth) {
       synth->kernel();
       synth->all();
     }
@@ -790,7 +790,7 @@ struct Writer::Impl final : detail::RecordSink {
     }
     put_id_index();
     put_auxtrace_info();
-    if (opts.synthesize) {
+    if (opts.synthesize && synth) {
       synth->kernel();
       synth->all();
     }
