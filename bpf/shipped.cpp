@@ -8,6 +8,7 @@
 #include "syscall_output.skel.h"
 #include "tgid_gate.skel.h"
 #include "tp_deliver.skel.h"
+#include "tp_deliver_rb.skel.h"
 #include "tp_hits.skel.h"
 
 namespace tracer::bpf {
@@ -28,6 +29,7 @@ std::span<const ShippedProgram> shipped_programs() noexcept {
       {"tgid_gate", elf(&tgid_gate__elf_bytes)},
       {"tp_hits", elf(&tp_hits__elf_bytes)},
       {"tp_deliver", elf(&tp_deliver__elf_bytes)},
+      {"tp_deliver_rb", elf(&tp_deliver_rb__elf_bytes)},
   };
   return kPrograms;
 }

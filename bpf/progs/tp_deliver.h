@@ -24,7 +24,10 @@ struct tp_deliver_cfg {
 	__u32 id; /* the tracepoint's id: the copied record's common_type */
 	__u32 fixed_size; /* bytes of the fixed part of the record */
 	__u32 nloc;	  /* entries of loc[] in use */
-	__u32 pad;
+	/* BPF ring buffer channel: below this many bytes waiting in the ring
+	 * an output wakes no one (the engine's flush timer bounds the
+	 * latency); at or above it, the output forces a wakeup. */
+	__u32 wakeup_bytes;
 	/* offsets of the dynamic fields (| TP_DELIVER_REL_LOC) */
 	__u32 loc[TP_DELIVER_MAX_LOC];
 };
@@ -37,6 +40,9 @@ struct tp_deliver_hdr {
 	__u32 size;
 	__u32 pid; /* tgid */
 	__u32 tid;
+	__u32 cpu; /* bpf_get_smp_processor_id(): one ring buffer serves
+		      every CPU */
+	__u32 pad;
 };
 
 #endif /* TRACER_BPF_TP_DELIVER_H */

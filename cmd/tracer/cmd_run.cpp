@@ -41,6 +41,7 @@ struct RunOptions {
   bool verbose = false;
   std::string delivery = "bpf";  // system-wide tracepoints: "bpf" or "perf"
   std::string placement;         // "", "auto", "kernel", "user"
+  std::string channel;           // "", "ringbuf", "perf"
   bool plan = false;             // check --plan
   std::vector<std::string> sets;
 };
@@ -203,7 +204,8 @@ int run_recipe(const RunOptions& given) {
                     .perf_data = o.perf_data,
                     .verbose = o.verbose,
                     .deliver_tracepoints_via_bpf = o.delivery == "bpf",
-                    .placement = parse_placement(o.placement)};
+                    .placement = parse_placement(o.placement),
+                    .channel = parse_delivery_channel(o.channel)};
   if (!o.duration.empty()) {
     auto d = parse_duration(o.duration);
     if (!d) {
@@ -321,6 +323,11 @@ void add_run_command(CLI::App& app, Runner& run) {
                   "System-wide tracepoints: every hit through BPF (bpf, the default), or "
                   "sampled by their own perf events (perf)")
       ->check(CLI::IsMember({"bpf", "perf"}));
+  cmd->add_option("--channel", o->channel,
+                  "What carries BPF's deliveries to tracer: a BPF ring buffer (ringbuf, the "
+                  "default where the kernel has one) or a perf ring per CPU (perf); instead of "
+                  "the recipe's [recipe] channel")
+      ->check(CLI::IsMember({"ringbuf", "perf"}));
   cmd->add_flag("-v,--verbose", o->verbose,
                 "Full verifier logs on BPF errors; how the rings were sized");
   cmd->callback([o, &run] { run = [o] { return run_recipe(*o); }; });

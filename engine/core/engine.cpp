@@ -23,6 +23,18 @@ namespace asio = boost::asio;
 
 using core::throw_failure;
 
+std::string_view to_string(DeliveryChannel c) noexcept {
+  return c == DeliveryChannel::kRingbuf ? "ringbuf" : "perf";
+}
+
+std::optional<DeliveryChannel> parse_delivery_channel(std::string_view text) noexcept {
+  if (text == "ringbuf")
+    return DeliveryChannel::kRingbuf;
+  if (text == "perf")
+    return DeliveryChannel::kPerf;
+  return std::nullopt;
+}
+
 std::string_view to_string(ProbeKind k) noexcept {
   switch (k) {
     case ProbeKind::kTracepoint:
@@ -256,6 +268,7 @@ void Engine::Impl::start() {
   last_pass = std::chrono::steady_clock::now();
   for (auto& r : readers)
     arm(*r);
+  arm_ringbuf();
   arm_timer();
   if (target.kind == Target::Kind::kCommand) {
     watch_exit(targets.command_pid());
@@ -342,6 +355,7 @@ void Engine::Impl::drain_all() noexcept {
   ++passes;
   for (auto& r : readers)
     r->reader.drain(r->via ? r->via : batch_handler);
+  drain_ringbuf();
   if (round_handler) {
     try {
       round_handler();
@@ -396,6 +410,11 @@ void Engine::Impl::cleanup() noexcept {
   [[maybe_unused]] const auto n = flush_timer.cancel(ignored);
   for (auto& r : readers)
     r->wait.cancel();
+  if (ringbuf_wait) {
+    ringbuf_wait->cancel(ignored);
+    ringbuf_wait.reset();  // closes its duplicate of the map fd
+  }
+  ringbuf_armed = false;
   targets.cancel_watch();
   // Readers before events: the rings unmap, then the fds close.
   readers.clear();
@@ -504,6 +523,10 @@ std::exception_ptr Engine::failure() const noexcept {
 
 std::string Engine::ring_note() const {
   return impl_->ring_note;
+}
+
+std::optional<DeliveryChannel> Engine::delivery_channel() const {
+  return impl_->used_channel;
 }
 
 pid_t Engine::command_pid() const noexcept {

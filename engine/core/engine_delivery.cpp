@@ -2,6 +2,8 @@
 // hit counters (core::TracepointHits) that `missed` is computed from.
 #include <fmt/format.h>
 
+#include <fcntl.h>
+
 #include <algorithm>
 #include <bit>
 
@@ -68,36 +70,80 @@ void Engine::Impl::plan_delivery(std::vector<core::ResolvedProbe>& resolved) {
 
 constexpr std::uint32_t kMaxDeliveryPages = 4096;  // 16 MiB per CPU
 
+DeliveryChannel Engine::Impl::delivery_channel() const noexcept {
+  if (opts.channel)
+    return *opts.channel == DeliveryChannel::kRingbuf && !core::kernel_has_ringbuf()
+               ? DeliveryChannel::kPerf
+               : *opts.channel;
+  return core::kernel_has_ringbuf() ? DeliveryChannel::kRingbuf : DeliveryChannel::kPerf;
+}
+
 void Engine::Impl::open_delivery() {
   if (std::find(delivered.begin(), delivered.end(), true) == delivered.end())
     return;
   // One ring per CPU carries every delivered probe: the share each probe's own ring would have
-  // had, times their number (at most 16 MiB).
+  // had, times their number (at most 16 MiB). The ring buffer, shared by the CPUs, gets what
+  // the per-CPU rings would have together. Its memory is charged to the memory cgroup, not to
+  // the locked-memory budget perf rings count against.
   const auto n = static_cast<std::uint32_t>(std::count(delivered.begin(), delivered.end(), true));
   const std::uint32_t share = ring_pages_default != 0 ? ring_pages_default : kDefaultOutputPages;
   const std::uint32_t pages =
       std::bit_floor(std::min<std::uint32_t>(share * std::max(1U, n), kMaxDeliveryPages));
-  auto d =
-      core::TracepointDelivery::open(delivered.size(), {.data_pages = pages,
-                                                        .wakeup_events = 0,
-                                                        .wakeup_watermark_bytes = pages * 4096 / 4,
-                                                        .extra_sample_type = 0,
-                                                        .payload_time_offset = 0,
-                                                        .start_disabled = false});
+  const auto cpus = static_cast<std::uint32_t>(std::max(1, libbpf_num_possible_cpus()));
+  const std::uint32_t rb_bytes =
+      opts.ringbuf_bytes != 0
+          ? opts.ringbuf_bytes
+          : std::bit_floor(std::min<std::uint64_t>(std::uint64_t{pages} * 4096 * cpus, 1U << 30));
+  const core::DeliveryOptions dopts{.kind = delivery_channel(),
+                                    .perf = {.data_pages = pages,
+                                             .wakeup_events = 0,
+                                             .wakeup_watermark_bytes = pages * 4096 / 4,
+                                             .extra_sample_type = 0,
+                                             .payload_time_offset = 0,
+                                             .start_disabled = false},
+                                    .ringbuf_bytes = rb_bytes,
+                                    // A wakeup at a quarter, as the perf rings: the rest holds what
+                                    // comes while the engine is being scheduled.
+                                    .wakeup_bytes = rb_bytes / 4};
+  auto d = core::TracepointDelivery::open(delivered.size(), dopts);
   if (!d) {
     // Without BPF delivery the probes sample through their own events, as before.
     throw_failure(ErrorCategory::kRuntime, d.error(), "tracepoint delivery (BPF)");
   }
   delivery.emplace(std::move(*d));
-  for (auto& slot : delivery->channel().cpus()) {
-    if (!slot)
-      continue;
-    auto r = std::make_unique<Reader>(
-        core::RingReader(std::move(slot->ring), UINT32_MAX, slot->cpu,
-                         &delivery->channel().layout(), opts.max_batch, true),
-        serial, slot->event.fd(), delivery->channel().attr());
-    r->via = [this](const Batch& b) { delivery->convert(b, probes, batch_handler); };
-    readers.push_back(std::move(r));
+  used_channel = dopts.kind;
+  ring_note +=
+      dopts.kind == DeliveryChannel::kRingbuf
+          ? fmt::format(
+                "; system-wide tracepoints through a BPF ring buffer of {} KiB "
+                "(every CPU), woken at {} KiB",
+                rb_bytes / 1024, dopts.wakeup_bytes / 1024)
+          : fmt::format(
+                "; system-wide tracepoints through a BPF perf channel of {} "
+                "KiB per CPU{}",
+                pages * 4,
+                opts.channel == DeliveryChannel::kRingbuf ? " (this kernel has no BPF ring buffer)"
+                                                          : "");
+  if (auto* ch = delivery->channel()) {
+    for (auto& slot : ch->cpus()) {
+      if (!slot)
+        continue;
+      auto r =
+          std::make_unique<Reader>(core::RingReader(std::move(slot->ring), UINT32_MAX, slot->cpu,
+                                                    &ch->layout(), opts.max_batch, true),
+                                   serial, slot->event.fd(), ch->attr());
+      r->via = [this](const Batch& b) { delivery->convert(b, probes, batch_handler); };
+      readers.push_back(std::move(r));
+    }
+  }
+  if (auto* rb = delivery->ring_buffer()) {
+    const int fd = ::fcntl(rb->fd(), F_DUPFD_CLOEXEC, 0);
+    if (fd < 0)
+      throw_failure(ErrorCategory::kRuntime,
+                    Failure{.code = std::error_code(errno, std::system_category()),
+                            .message = "ringbuf: cannot duplicate the map's fd",
+                            .hint = {}});
+    ringbuf_wait.emplace(serial, fd);
   }
   for (std::size_t p = 0; p < delivered.size(); ++p) {
     const auto& format = probes[p].format;
@@ -110,6 +156,41 @@ void Engine::Impl::open_delivery() {
       throw_failure(ErrorCategory::kRuntime, st.error(),
                     fmt::format("probe '{}': tracepoint delivery (BPF)", probes[p].name));
     }
+  }
+}
+
+void Engine::Impl::arm_ringbuf() {
+  if (!ringbuf_wait || ringbuf_armed || !running)
+    return;
+  ringbuf_armed = true;
+  ringbuf_wait->async_wait(boost::asio::posix::stream_descriptor::wait_read,
+                           [self = shared_from_this()](const boost::system::error_code& ec) {
+                             if (ec || !self->running)
+                               return;
+                             self->ringbuf_armed = false;
+                             ++self->ringbuf_wakeups;
+                             self->drain_ringbuf();
+                             if (self->pass_due()) {
+                               self->drain_all();
+                               self->arm_timer();
+                             }
+                             if (self->check_handler_failure()) {
+                               self->stop();
+                               return;
+                             }
+                             self->arm_ringbuf();
+                           });
+}
+
+void Engine::Impl::drain_ringbuf() noexcept {
+  if (!delivery || delivery->ring_buffer() == nullptr || failure)
+    return;
+  try {
+    // A bounded pass: a ring that keeps filling does not keep the reactor from the others.
+    const std::size_t max = std::size_t{1} << 16;
+    delivery->drain(probes, batch_handler, max);
+  } catch (...) {
+    failure = std::current_exception();
   }
 }
 

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
 #include <cstdint>
@@ -88,6 +89,12 @@ struct Engine::Impl : std::enable_shared_from_this<Engine::Impl> {
   // Tracepoint probes delivered through BPF (deliver_tracepoints_via_bpf), by probe.
   std::optional<core::TracepointDelivery> delivery;
   std::vector<bool> delivered;
+  // The delivery's BPF ring buffer (DeliveryChannel::kRingbuf): a wait on (a duplicate of) its
+  // map fd, readable when records wait; the program wakes it once a fill threshold is reached.
+  std::optional<boost::asio::posix::stream_descriptor> ringbuf_wait;
+  bool ringbuf_armed = false;
+  std::optional<DeliveryChannel> used_channel;  // Engine::delivery_channel()
+  std::uint64_t ringbuf_wakeups = 0;
   std::unique_ptr<MapSource> map_source;     // Engine::maps(), made on first use
   std::optional<bpf::OutputChannel> output;  // bpf-output events (rings moved to readers)
   std::vector<Reader*> output_readers;       // readers of the output channel, per CPU
@@ -148,6 +155,12 @@ struct Engine::Impl : std::enable_shared_from_this<Engine::Impl> {
   /// Which probes deliver through BPF; their events then sample nothing (side-band records only).
   void plan_delivery(std::vector<core::ResolvedProbe>& resolved);
   void open_delivery();
+  /// The channel the delivery uses (the options', else the ring buffer where the kernel has it).
+  [[nodiscard]] DeliveryChannel delivery_channel() const noexcept;
+  void arm_ringbuf();
+  /// Drains the delivery's ring buffer (if any) through the batch handler; a throwing handler
+  /// is kept in `failure`.
+  void drain_ringbuf() noexcept;
   void attach_hit_counters();
   [[nodiscard]] std::vector<std::uint64_t> read_drops(std::size_t p) const;
   /// Per-CPU hits of probe `p`'s tracepoint so far (empty when not counted).

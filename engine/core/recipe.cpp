@@ -182,6 +182,14 @@ class Loader {
             diags_.add(v.where, fmt::format("unknown placement '{}'", *s),
                        R"(placement is "auto" (the default), "kernel" or "user")");
         }
+      } else if (key == "channel") {
+        if (const auto* s = keys_.string(e)) {
+          if (auto c = parse_delivery_channel(*s))
+            recipe_.channel = *c;
+          else
+            diags_.add(v.where, fmt::format("unknown channel '{}'", *s),
+                       R"(channel is "ringbuf" (a BPF ring buffer, the default) or "perf")");
+        }
       } else if (key == "duration") {
         if (auto d = keys_.duration(e)) {
           if (d->count() <= 0)

@@ -34,10 +34,9 @@ inline constexpr std::string_view kTopKeys[] = {"recipe", "params", "probe",
                                                 "bpf",    "stage",  "pipeline"};
 
 inline constexpr KeySpec kRecipeKeys[] = {
-    {"name", KeyType::kString},
-    {"description", KeyType::kString},
-    {"duration", KeyType::kDuration},
-    {"placement", KeyType::kString},
+    {"name", KeyType::kString},       {"description", KeyType::kString},
+    {"duration", KeyType::kDuration}, {"placement", KeyType::kString},
+    {"channel", KeyType::kString},
 };
 
 struct KindKey {

@@ -69,14 +69,30 @@ std::vector<std::uint64_t> TracepointHits::read(std::uint32_t slot) const {
   return v ? std::move(*v) : std::vector<std::uint64_t>{};
 }
 
+bool kernel_has_ringbuf() noexcept {
+  static const bool has = ::libbpf_probe_bpf_map_type(BPF_MAP_TYPE_RINGBUF, nullptr) == 1;
+  return has;
+}
+
 Result<TracepointDelivery> TracepointDelivery::open(std::size_t slots,
-                                                    const bpf::OutputChannelOptions& channel) {
+                                                    const DeliveryOptions& opts) {
   TracepointDelivery d;
-  TRACER_ASSIGN_OR_RETURN(auto obj, bpf::Object::open_shipped("tp_deliver"));
+  d.kind_ = opts.kind;
+  const bool rb = opts.kind == DeliveryChannel::kRingbuf;
+  TRACER_ASSIGN_OR_RETURN(auto obj, bpf::Object::open_shipped(rb ? "tp_deliver_rb" : "tp_deliver"));
+  if (rb) {
+    TRACER_TRY(obj.set_map_max_entries("rb", opts.ringbuf_bytes));
+    d.wakeup_bytes_ = opts.wakeup_bytes;
+  }
   TRACER_TRY(obj.load());
   d.object_ = std::make_unique<bpf::Object>(std::move(obj));
-  TRACER_ASSIGN_OR_RETURN(auto ch, bpf::OutputChannel::open(*d.object_, "events", channel));
-  d.channel_ = std::make_unique<bpf::OutputChannel>(std::move(ch));
+  if (rb) {
+    TRACER_ASSIGN_OR_RETURN(auto ring, bpf::RingBuffer::open(*d.object_, "rb"));
+    d.ring_ = std::make_unique<bpf::RingBuffer>(std::move(ring));
+  } else {
+    TRACER_ASSIGN_OR_RETURN(auto ch, bpf::OutputChannel::open(*d.object_, "events", opts.perf));
+    d.channel_ = std::make_unique<bpf::OutputChannel>(std::move(ch));
+  }
   d.cpus_ = static_cast<std::size_t>(std::max(1, libbpf_num_possible_cpus()));
   d.attached_.assign(slots, false);
   d.delivered_.assign(slots * d.cpus_, 0);
@@ -95,6 +111,7 @@ Status TracepointDelivery::attach(std::uint32_t slot, const tracefs::Format& for
     return fail(EINVAL, "tp_deliver: slot out of range");
   tp_deliver_cfg cfg{};
   cfg.id = format.id;
+  cfg.wakeup_bytes = wakeup_bytes_;
   for (const auto& f : format.fields) {
     cfg.fixed_size = std::max(cfg.fixed_size, f.offset + f.size);
     if ((f.is_data_loc || f.is_rel_loc) && cfg.nloc < TP_DELIVER_MAX_LOC)
@@ -111,65 +128,95 @@ bool TracepointDelivery::attached(std::uint32_t slot) const noexcept {
   return slot < attached_.size() && attached_[slot];
 }
 
+void TracepointDelivery::flush(std::span<const ProbeInfo> probes, const BatchHandler& out) {
+  for (std::size_t i = 0; i < refs_.size(); ++i) {
+    const std::size_t end = i + 1 < starts_.size() ? starts_[i + 1] : bytes_.size();
+    const std::span<const std::byte> rec(bytes_.data() + starts_[i], end - starts_[i]);
+    if (perf::decode(rec, probes[refs_[i].probe].layout, refs_[i].record) !=
+        perf::DecodeError::kOk) {
+      refs_[i].record = perf::Record{};  // cannot happen: built for this layout
+    }
+  }
+  if (!refs_.empty() && out)
+    out(Batch{refs_});
+  bytes_.clear();
+  refs_.clear();
+  starts_.clear();
+}
+
+void TracepointDelivery::add(std::span<const std::byte> rec,
+                             int cpu,
+                             std::span<const ProbeInfo> probes) {
+  if (rec.size() < sizeof(tp_deliver_hdr))
+    return;
+  tp_deliver_hdr h{};
+  std::memcpy(&h, rec.data(), sizeof(h));
+  const auto data = rec.subspan(sizeof(h));
+  const std::size_t size = std::min<std::size_t>(h.size, data.size());
+  if (h.slot >= probes.size() || h.slot >= attached_.size())
+    return;
+  if (cpu < 0)
+    cpu = static_cast<int>(h.cpu);
+  // PERF_RECORD_SAMPLE with IDENTIFIER | TID | TIME | CPU | RAW, as perf_prepare_sample()
+  // lays it out: RAW is a u32 size and the record, zero-padded so the sample ends 8-aligned.
+  const std::size_t raw_size = (size + sizeof(std::uint32_t) + 7) / 8 * 8 - sizeof(std::uint32_t);
+  const std::size_t total = 8 + 8 + 8 + 8 + 8 + 4 + raw_size;
+  starts_.push_back(bytes_.size());
+  put<std::uint32_t>(bytes_, PERF_RECORD_SAMPLE);
+  put<std::uint16_t>(bytes_, PERF_RECORD_MISC_KERNEL);
+  put<std::uint16_t>(bytes_, static_cast<std::uint16_t>(total));
+  put<std::uint64_t>(bytes_, 0);  // identifier: the record is routed by its slot
+  put<std::uint32_t>(bytes_, h.pid);
+  put<std::uint32_t>(bytes_, h.tid);
+  put<std::uint64_t>(bytes_, h.time);
+  put<std::uint32_t>(bytes_, static_cast<std::uint32_t>(std::max(cpu, 0)));
+  put<std::uint32_t>(bytes_, 0);
+  put<std::uint32_t>(bytes_, static_cast<std::uint32_t>(raw_size));
+  bytes_.insert(bytes_.end(), data.begin(), data.begin() + static_cast<std::ptrdiff_t>(size));
+  bytes_.resize(bytes_.size() + (raw_size - size));
+  RecordRef ref;
+  ref.probe = h.slot;
+  ref.cpu = cpu;
+  refs_.push_back(ref);
+  if (cpu >= 0 && static_cast<std::size_t>(cpu) < cpus_)
+    ++delivered_[h.slot * cpus_ + static_cast<std::size_t>(cpu)];
+}
+
 void TracepointDelivery::convert(const Batch& in,
                                  std::span<const ProbeInfo> probes,
                                  const BatchHandler& out) {
   bytes_.clear();
   refs_.clear();
-  auto& starts = starts_;  // bytes_ is reserved: it does not move while a batch is built
-  starts.clear();
-  const auto flush = [&] {
-    for (std::size_t i = 0; i < refs_.size(); ++i) {
-      const std::size_t end = i + 1 < starts.size() ? starts[i + 1] : bytes_.size();
-      const std::span<const std::byte> rec(bytes_.data() + starts[i], end - starts[i]);
-      if (perf::decode(rec, probes[refs_[i].probe].layout, refs_[i].record) !=
-          perf::DecodeError::kOk) {
-        refs_[i].record = perf::Record{};  // cannot happen: built for this layout
-      }
-    }
-    if (!refs_.empty() && out)
-      out(Batch{refs_});
-    bytes_.clear();
-    refs_.clear();
-    starts.clear();
-  };
+  starts_.clear();
   for (const RecordRef& r : in.records) {
     const auto* s = std::get_if<perf::Sample>(&r.record.body);
-    if (s == nullptr || s->raw.size() < sizeof(tp_deliver_hdr))
+    if (s == nullptr)
       continue;  // LOST: the program counted the failed output per slot
-    tp_deliver_hdr h{};
-    std::memcpy(&h, s->raw.data(), sizeof(h));
-    const auto data = s->raw.subspan(sizeof(h));
-    const std::size_t size = std::min<std::size_t>(h.size, data.size());
-    if (h.slot >= probes.size() || h.slot >= attached_.size())
-      continue;
     if (bytes_.size() > kBytes)
-      flush();
-    // PERF_RECORD_SAMPLE with IDENTIFIER | TID | TIME | CPU | RAW, as perf_prepare_sample()
-    // lays it out: RAW is a u32 size and the record, zero-padded so the sample ends 8-aligned.
-    const std::size_t raw_size = (size + sizeof(std::uint32_t) + 7) / 8 * 8 - sizeof(std::uint32_t);
-    const std::size_t total = 8 + 8 + 8 + 8 + 8 + 4 + raw_size;
-    starts.push_back(bytes_.size());
-    put<std::uint32_t>(bytes_, PERF_RECORD_SAMPLE);
-    put<std::uint16_t>(bytes_, PERF_RECORD_MISC_KERNEL);
-    put<std::uint16_t>(bytes_, static_cast<std::uint16_t>(total));
-    put<std::uint64_t>(bytes_, 0);  // identifier: the record is routed by its slot
-    put<std::uint32_t>(bytes_, h.pid);
-    put<std::uint32_t>(bytes_, h.tid);
-    put<std::uint64_t>(bytes_, h.time);
-    put<std::uint32_t>(bytes_, static_cast<std::uint32_t>(std::max(r.cpu, 0)));
-    put<std::uint32_t>(bytes_, 0);
-    put<std::uint32_t>(bytes_, static_cast<std::uint32_t>(raw_size));
-    bytes_.insert(bytes_.end(), data.begin(), data.begin() + static_cast<std::ptrdiff_t>(size));
-    bytes_.resize(bytes_.size() + (raw_size - size));
-    RecordRef ref;
-    ref.probe = h.slot;
-    ref.cpu = r.cpu;
-    refs_.push_back(ref);
-    if (r.cpu >= 0 && static_cast<std::size_t>(r.cpu) < cpus_)
-      ++delivered_[h.slot * cpus_ + static_cast<std::size_t>(r.cpu)];
+      flush(probes, out);
+    add(s->raw, r.cpu, probes);
   }
-  flush();
+  flush(probes, out);
+}
+
+std::size_t TracepointDelivery::drain(std::span<const ProbeInfo> probes,
+                                      const BatchHandler& out,
+                                      std::size_t max_records) {
+  if (!ring_)
+    return 0;
+  bytes_.clear();
+  refs_.clear();
+  starts_.clear();
+  // The records are rebuilt (copied) before the ring's space is given back, once, at the end.
+  const std::size_t n = ring_->consume(
+      [&](std::span<const std::byte> rec) {
+        if (bytes_.size() > kBytes)
+          flush(probes, out);
+        add(rec, -1, probes);
+      },
+      max_records);
+  flush(probes, out);
+  return n;
 }
 
 std::uint64_t TracepointDelivery::delivered(std::uint32_t slot, int cpu) const noexcept {

@@ -6,10 +6,14 @@
 // layout, bytes and all), so everything after the rings (time order, stages, perf.data) is
 // unchanged.
 //
+// Two channels: a BPF ring buffer shared by every CPU (tp_deliver_rb, the default where the
+// kernel has it: 5.8+), or a perf event array with a ring per CPU (tp_deliver).
+//
 // Usage (the engine's):
-//   auto d = TracepointDelivery::open(probe_count, {.data_pages = 256, ...});
+//   auto d = TracepointDelivery::open(probe_count, {.kind = kRingbuf, .ringbuf_bytes = ...});
 //   d->attach(slot, format, event_fd);           // a link with the slot as BPF cookie
-//   reader handler: d->convert(batch, probes, cpu, engine_handler);
+//   perf channel: each CPU ring's reader hands its batch to d->convert(batch, probes, handler);
+//   ring buffer: on readability of d->ring_buffer()->fd(), d->drain(probes, handler);
 //   stats: d->delivered(slot, cpu), d->hits(slot), d->drops(slot)
 #pragma once
 
@@ -23,6 +27,7 @@
 
 #include "tracer/bpf/object.hpp"
 #include "tracer/bpf/output_channel.hpp"
+#include "tracer/bpf/ring_buffer.hpp"
 #include "tracer/engine.hpp"
 #include "tracer/result.hpp"
 #include "tracer/tracefs/tracefs.hpp"
@@ -67,12 +72,27 @@ class TracepointHits {
 inline constexpr std::uint64_t kDeliveredSampleType =
     PERF_SAMPLE_IDENTIFIER | PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_CPU | PERF_SAMPLE_RAW;
 
+struct DeliveryOptions {
+  DeliveryChannel kind = DeliveryChannel::kRingbuf;
+  /// kPerf: the perf event array's rings.
+  bpf::OutputChannelOptions perf{};
+  /// kRingbuf: bytes of the ring (a power-of-two multiple of the page size), and the bytes
+  /// waiting in it at which an output forces a wakeup (below it, none: the engine's flush timer
+  /// drains what trickles in).
+  std::uint32_t ringbuf_bytes = 4U << 20;
+  std::uint32_t wakeup_bytes = 1U << 20;
+};
+
+/// True when this kernel has BPF_MAP_TYPE_RINGBUF (5.8+).
+[[nodiscard]] bool kernel_has_ringbuf() noexcept;
+
 class TracepointDelivery {
  public:
-  /// Loads tp_deliver and opens its output channel (enabled: attach() starts delivery).
+  /// Loads tp_deliver (kPerf) or tp_deliver_rb (kRingbuf) and opens its channel (enabled:
+  /// attach() starts delivery).
   /// @return the delivery, or the libbpf / perf_event_open / mmap failure.
   [[nodiscard]] static Result<TracepointDelivery> open(std::size_t slots,
-                                                       const bpf::OutputChannelOptions& channel);
+                                                       const DeliveryOptions& opts);
   TracepointDelivery(TracepointDelivery&&) noexcept;
   TracepointDelivery& operator=(TracepointDelivery&&) noexcept;
   ~TracepointDelivery();
@@ -82,12 +102,21 @@ class TracepointDelivery {
   [[nodiscard]] Status attach(std::uint32_t slot, const tracefs::Format& format, int event_fd);
   [[nodiscard]] bool attached(std::uint32_t slot) const noexcept;
 
-  [[nodiscard]] bpf::OutputChannel& channel() noexcept { return *channel_; }
+  [[nodiscard]] DeliveryChannel kind() const noexcept { return kind_; }
+  /// kPerf: the channel (nullptr for kRingbuf).
+  [[nodiscard]] bpf::OutputChannel* channel() noexcept { return channel_.get(); }
+  /// kRingbuf: the ring (nullptr for kPerf).
+  [[nodiscard]] bpf::RingBuffer* ring_buffer() noexcept { return ring_.get(); }
 
   /// Rebuilds the channel records of `in` (one CPU's ring) as samples of the probes they came
   /// from, decoded with each probe's layout, and hands them to `out`. LOST records of the
   /// channel are not handed on: every failed output is counted per slot by the program.
   void convert(const Batch& in, std::span<const ProbeInfo> probes, const BatchHandler& out);
+  /// kRingbuf: rebuilds what waits in the ring (at most `max_records`), hands it to `out` in
+  /// batches, and gives the space back once. @return records taken from the ring.
+  std::size_t drain(std::span<const ProbeInfo> probes,
+                    const BatchHandler& out,
+                    std::size_t max_records = SIZE_MAX);
 
   /// Samples handed on for `slot` from CPU `cpu`.
   [[nodiscard]] std::uint64_t delivered(std::uint32_t slot, int cpu) const noexcept;
@@ -99,8 +128,16 @@ class TracepointDelivery {
 
  private:
   TracepointDelivery() = default;
+  /// Appends the sample a channel record (header `h`, record bytes `data`) rebuilds.
+  void add(std::span<const std::byte> rec, int cpu, std::span<const ProbeInfo> probes);
+  /// Decodes the rebuilt samples and hands them to `out`.
+  void flush(std::span<const ProbeInfo> probes, const BatchHandler& out);
+
+  DeliveryChannel kind_ = DeliveryChannel::kPerf;
+  std::uint32_t wakeup_bytes_ = 0;
   std::unique_ptr<bpf::Object> object_;
   std::unique_ptr<bpf::OutputChannel> channel_;
+  std::unique_ptr<bpf::RingBuffer> ring_;
   std::vector<BpfLink> links_;
   std::vector<bool> attached_;
   std::size_t cpus_ = 1;

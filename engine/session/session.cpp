@@ -247,6 +247,7 @@ Session::Session(asio::any_io_executor executor,
   EngineOptions eo = recipe.to_engine_options(s.opts.target);
   eo.verbose = s.opts.verbose;
   eo.deliver_tracepoints_via_bpf = s.opts.deliver_tracepoints_via_bpf;
+  eo.channel = s.opts.channel ? s.opts.channel : recipe.channel;
   const bool stdout_taken = s.opts.perf_data == "-" || stage_takes_stdout(recipe);
   if (stdout_taken && s.opts.json) {
     throw Error(ErrorCategory::kUsage, std::make_error_code(std::errc::invalid_argument),

@@ -271,3 +271,55 @@ by = ["pid"]
 
 }  // namespace
 }  // namespace tracer
+
+namespace tracer {
+namespace {
+
+// Per-event delivery (a user-placed count) of a system-wide tracepoint through either BPF
+// channel: the BPF ring buffer (the default) and the perf rings give each of two children on
+// the two CPUs exactly its calls, nothing lost, and `-v` names the channel chosen.
+TEST(DeliveryChannel, RingBufferAndPerfRingsGiveExactCountsPerProcess) {
+  const auto recipe = testing::write_temp("channel_pid.toml", R"([recipe]
+name = "channel"
+placement = "user"
+[[probe]]
+name = "lseek"
+tracepoint = "syscalls:sys_enter_lseek"
+[[stage]]
+use = "filter"
+expr = "fd == 12345"
+[[stage]]
+use = "count"
+by = ["pid"]
+)");
+  const std::string c = kSyscaller + " lseek 20000";
+  for (const std::string channel : {"ringbuf", "perf"}) {
+    SCOPED_TRACE(channel);
+    const auto out = testing::write_temp("channel_" + channel + ".out", "");
+    const auto err = testing::write_temp("channel_" + channel + ".err", "");
+    const pid_t t = testing::spawn_to_file(
+        {TRACER_CLI_PATH, "run", recipe.string(), "--json", "-v", "-d", "3s", "--channel", channel},
+        out, err);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+    const auto w = shell(c + " 0 & echo $!; " + c + " 1 & echo $!; wait");
+    ASSERT_EQ(w.exit_code, 0) << w.err;
+    ASSERT_TRUE(exited_ok(t)) << slurp(err);
+    std::istringstream pids(w.out);
+    std::string a_pid, b_pid;
+    pids >> a_pid >> b_pid;
+    const std::string ours = slurp(out);
+    EXPECT_NE(ours.find(R"("keys":{"pid":)" + a_pid + R"(},"count":20000})"), std::string::npos)
+        << ours;
+    EXPECT_NE(ours.find(R"("keys":{"pid":)" + b_pid + R"(},"count":20000})"), std::string::npos)
+        << ours;
+    EXPECT_NE(ours.find(R"("lseek":{"events":)"), std::string::npos) << ours;
+    EXPECT_NE(ours.find(R"("lost":0,)"), std::string::npos) << ours;
+    EXPECT_NE(slurp(err).find(channel == "ringbuf" ? "through a BPF ring buffer"
+                                                   : "through a BPF perf channel"),
+              std::string::npos)
+        << slurp(err);
+  }
+}
+
+}  // namespace
+}  // namespace tracer

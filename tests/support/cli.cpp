@@ -24,9 +24,17 @@ fs::path write_temp(const std::string& name, const std::string& text) {
 }
 
 pid_t spawn_to_file(const std::vector<std::string>& argv, const fs::path& out) {
+  return spawn_to_file(argv, out, {});
+}
+
+pid_t spawn_to_file(const std::vector<std::string>& argv,
+                    const fs::path& out,
+                    const fs::path& err) {
   const pid_t pid = ::fork();
   if (pid == 0) {
     if (std::freopen(out.c_str(), "w", stdout) == nullptr)
+      ::_exit(126);
+    if (!err.empty() && std::freopen(err.c_str(), "w", stderr) == nullptr)
       ::_exit(126);
     std::vector<char*> args;
     args.reserve(argv.size() + 1);

@@ -25,6 +25,10 @@ std::string slurp(const std::filesystem::path& path);
 std::filesystem::path write_temp(const std::string& name, const std::string& text);
 /// Forks and execs argv[0] with argv, its stdout to `out` (its stderr inherited).
 pid_t spawn_to_file(const std::vector<std::string>& argv, const std::filesystem::path& out);
+/// The same, with stderr into `err` as well.
+pid_t spawn_to_file(const std::vector<std::string>& argv,
+                    const std::filesystem::path& out,
+                    const std::filesystem::path& err);
 /// Waits for `pid`; true when it exited with 0.
 bool exited_ok(pid_t pid);
 

@@ -41,6 +41,15 @@
 
 namespace tracer {
 
+/// The channel that carries what BPF programs deliver to user space (EngineOptions::channel).
+enum class DeliveryChannel : std::uint8_t {
+  kRingbuf,  // one BPF_MAP_TYPE_RINGBUF for every CPU, batched wakeups (kernel 5.8+)
+  kPerf,     // a PERF_EVENT_ARRAY of bpf-output events, a perf ring per CPU
+};
+/// "ringbuf" / "perf".
+[[nodiscard]] std::string_view to_string(DeliveryChannel c) noexcept;
+[[nodiscard]] std::optional<DeliveryChannel> parse_delivery_channel(std::string_view text) noexcept;
+
 enum class ProbeKind : std::uint8_t {
   kTracepoint,  // "system:event"
   kKprobe,      // "symbol[+offset]"
@@ -161,6 +170,12 @@ struct EngineOptions {
   /// own events would write: every hit arrives, also where the kernel's per-CPU perf tracepoint
   /// events miss some (idle context on some machines). false: the perf events sample.
   bool deliver_tracepoints_via_bpf = true;
+  /// The channel of that delivery: a BPF ring buffer (when the kernel has none, the perf
+  /// channel) or a perf event array. nullopt: the ring buffer where the kernel has it.
+  std::optional<DeliveryChannel> channel{};
+  /// Bytes of that ring buffer (a power-of-two multiple of the page size); 0: what the perf
+  /// channel's rings would have on every CPU together (at most 1 GiB).
+  std::uint32_t ringbuf_bytes = 0;
   /// System-wide tracepoint probes without a BPF program of their own get a BPF counter of the
   /// tracepoint's hits per CPU (a shipped program that returns 1: it gates nothing), so events
   /// the kernel ran the tracepoint for but that no perf event recorded are counted
@@ -329,6 +344,9 @@ class Engine {
   /// How start() sized the rings of probes without ring_pages (and the output channel): their
   /// number and size, and the locked-memory budget they share (for -v).
   [[nodiscard]] std::string ring_note() const;
+  /// The channel system-wide tracepoints are delivered through; nullopt when none is (delivery
+  /// off, or no probe delivered).
+  [[nodiscard]] std::optional<DeliveryChannel> delivery_channel() const;
   /// The pid of the command started for a kCommand target (-1 otherwise).
   [[nodiscard]] pid_t command_pid() const noexcept;
   /// Attaches a loaded BPF program (its fd) to probe `probe`'s perf event (PERF_EVENT_IOC_SET_BPF

@@ -100,6 +100,9 @@ struct Recipe {
   /// aggregation in the kernel when every field they use is readable there, "kernel" requires
   /// it (an error names the stage and the reason), "user" keeps every stage in user space.
   Placement placement = Placement::kAuto;
+  /// The channel of what BPF delivers to user space ([recipe] channel): "ringbuf" (a BPF ring
+  /// buffer, the default where the kernel has one) or "perf" (a perf ring per CPU).
+  std::optional<DeliveryChannel> channel{};
   std::vector<RecipeParam> params{};  // in the order written
   std::vector<RecipeProbe> probes{};  // in the order written
   std::optional<RecipeBpf> bpf{};

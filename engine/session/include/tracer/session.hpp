@@ -57,6 +57,9 @@ struct SessionOptions {
   PipelineOptions pipeline{};
   /// Where stages run, instead of the recipe's [recipe] placement (`tracer run --placement`).
   std::optional<Placement> placement{};
+  /// The BPF delivery channel, instead of the recipe's [recipe] channel (`tracer run
+  /// --channel`).
+  std::optional<DeliveryChannel> channel{};
 };
 
 /// A Session's accounting: the engine's per probe and CPU, and the stages'.
