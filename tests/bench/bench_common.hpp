@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace tracer::bench {
@@ -51,6 +52,23 @@ struct Row {
 inline constexpr std::size_t kFloorMemoryLimit = std::size_t{2} << 30;
 
 double process_cpu_seconds();
+
+/// The untraced run, the reference for slowdown: "(d) untraced".
+Row run_untraced(long calls);
+
+/// One row per run kind, with every round's figures.
+struct Summary {
+  std::string name;
+  std::vector<Row> rounds;
+};
+
+/// The benchmarks' main: [--pin] [--rounds] [N [ROUNDS [K]]]. Runs `kinds` (the first is the
+/// untraced reference) interleaved in each round, then prints the medians and every run's
+/// per-round ratios against the run whose name starts with `ref_prefix`.
+int run_bench(int argc,
+              char** argv,
+              std::vector<std::function<Row(long)>> kinds,
+              std::string_view ref_prefix);
 
 /// Runs added by optional parts (the BPF output channel and the libbpf reference).
 std::vector<std::function<Row(long)>> extra_runs();
