@@ -13,13 +13,9 @@
 namespace tracer::core {
 namespace {
 
-constexpr std::size_t kBytes = std::size_t{1} << 20;  // rebuilt samples handed on at once
-
-template <typename T>
-void put(std::vector<std::byte>& out, const T& v) {
-  const auto* p = reinterpret_cast<const std::byte*>(&v);
-  out.insert(out.end(), p, p + sizeof(T));
-}
+// Rebuilt samples handed on at once at most (bytes), and records (a batch of RecordRefs stays
+// in the caches while the stages read it: EngineOptions::max_batch's reasoning).
+constexpr std::size_t kBytes = std::size_t{1} << 18;
 
 }  // namespace
 
@@ -96,7 +92,7 @@ Result<TracepointDelivery> TracepointDelivery::open(std::size_t slots,
   d.cpus_ = static_cast<std::size_t>(std::max(1, libbpf_num_possible_cpus()));
   d.attached_.assign(slots, false);
   d.delivered_.assign(slots * d.cpus_, 0);
-  d.bytes_.reserve(kBytes + std::size_t{2} * TP_DELIVER_MAX_RECORD);
+  d.buf_ = std::make_unique<std::byte[]>(kBytes);
   return d;
 }
 
@@ -128,25 +124,17 @@ bool TracepointDelivery::attached(std::uint32_t slot) const noexcept {
   return slot < attached_.size() && attached_[slot];
 }
 
-void TracepointDelivery::flush(std::span<const ProbeInfo> probes, const BatchHandler& out) {
-  for (std::size_t i = 0; i < refs_.size(); ++i) {
-    const std::size_t end = i + 1 < starts_.size() ? starts_[i + 1] : bytes_.size();
-    const std::span<const std::byte> rec(bytes_.data() + starts_[i], end - starts_[i]);
-    if (perf::decode(rec, probes[refs_[i].probe].layout, refs_[i].record) !=
-        perf::DecodeError::kOk) {
-      refs_[i].record = perf::Record{};  // cannot happen: built for this layout
-    }
-  }
-  if (!refs_.empty() && out)
-    out(Batch{refs_});
-  bytes_.clear();
-  refs_.clear();
-  starts_.clear();
+void TracepointDelivery::flush(const BatchHandler& out) {
+  if (nrefs_ != 0 && out)
+    out(Batch{std::span<const RecordRef>(refs_.data(), nrefs_)});
+  nrefs_ = 0;
+  used_ = 0;
 }
 
 void TracepointDelivery::add(std::span<const std::byte> rec,
                              int cpu,
-                             std::span<const ProbeInfo> probes) {
+                             std::span<const ProbeInfo> probes,
+                             const BatchHandler& out) {
   if (rec.size() < sizeof(tp_deliver_hdr))
     return;
   tp_deliver_hdr h{};
@@ -157,46 +145,77 @@ void TracepointDelivery::add(std::span<const std::byte> rec,
     return;
   if (cpu < 0)
     cpu = static_cast<int>(h.cpu);
-  // PERF_RECORD_SAMPLE with IDENTIFIER | TID | TIME | CPU | RAW, as perf_prepare_sample()
-  // lays it out: RAW is a u32 size and the record, zero-padded so the sample ends 8-aligned.
+  // PERF_RECORD_SAMPLE with IDENTIFIER | TID | TIME | CPU | RAW (kDeliveredSampleType), as
+  // perf_prepare_sample() lays it out: RAW is a u32 size and the record, zero-padded so the
+  // sample ends 8-aligned. Written in place, and its decoded form filled in directly (the
+  // fields are known: no decode of what was just written).
   const std::size_t raw_size = (size + sizeof(std::uint32_t) + 7) / 8 * 8 - sizeof(std::uint32_t);
   const std::size_t total = 8 + 8 + 8 + 8 + 8 + 4 + raw_size;
-  starts_.push_back(bytes_.size());
-  put<std::uint32_t>(bytes_, PERF_RECORD_SAMPLE);
-  put<std::uint16_t>(bytes_, PERF_RECORD_MISC_KERNEL);
-  put<std::uint16_t>(bytes_, static_cast<std::uint16_t>(total));
-  put<std::uint64_t>(bytes_, 0);  // identifier: the record is routed by its slot
-  put<std::uint32_t>(bytes_, h.pid);
-  put<std::uint32_t>(bytes_, h.tid);
-  put<std::uint64_t>(bytes_, h.time);
-  put<std::uint32_t>(bytes_, static_cast<std::uint32_t>(std::max(cpu, 0)));
-  put<std::uint32_t>(bytes_, 0);
-  put<std::uint32_t>(bytes_, static_cast<std::uint32_t>(raw_size));
-  bytes_.insert(bytes_.end(), data.begin(), data.begin() + static_cast<std::ptrdiff_t>(size));
-  bytes_.resize(bytes_.size() + (raw_size - size));
-  RecordRef ref;
+  if (used_ + total > kBytes)
+    flush(out);
+  std::byte* p = buf_.get() + used_;
+  used_ += total;
+  const perf_event_header eh{.type = PERF_RECORD_SAMPLE,
+                             .misc = PERF_RECORD_MISC_KERNEL,
+                             .size = static_cast<std::uint16_t>(total)};
+  const std::uint64_t identifier = 0;  // the record is routed by its slot
+  const auto ucpu = static_cast<std::uint32_t>(std::max(cpu, 0));
+  const std::uint32_t zero = 0, raw32 = static_cast<std::uint32_t>(raw_size);
+  std::memcpy(p, &eh, sizeof(eh));
+  std::memcpy(p + 8, &identifier, 8);
+  std::memcpy(p + 16, &h.pid, 4);
+  std::memcpy(p + 20, &h.tid, 4);
+  std::memcpy(p + 24, &h.time, 8);
+  std::memcpy(p + 32, &ucpu, 4);
+  std::memcpy(p + 36, &zero, 4);
+  std::memcpy(p + 40, &raw32, 4);
+  std::memcpy(p + 44, data.data(), size);
+  std::memset(p + 44 + size, 0, raw_size - size);
+  if (nrefs_ == refs_.size())
+    refs_.emplace_back();
+  RecordRef& ref = refs_[nrefs_++];
   ref.probe = h.slot;
   ref.cpu = cpu;
-  refs_.push_back(ref);
-  if (cpu >= 0 && static_cast<std::size_t>(cpu) < cpus_)
+  perf::Record& r = ref.record;
+  r.type = PERF_RECORD_SAMPLE;
+  r.misc = PERF_RECORD_MISC_KERNEL;
+  r.size = static_cast<std::uint16_t>(total);
+  r.bytes = std::span<const std::byte>(p, total);
+  // A slot's Sample is reused: every field of this sample_type is written below, the others
+  // stay zero from its construction.
+  auto* s = std::get_if<perf::Sample>(&r.body);
+  if (s == nullptr || s->sample_type != kDeliveredSampleType) {
+    s = &r.body.emplace<perf::Sample>();
+    s->sample_type = kDeliveredSampleType;
+  }
+  s->pid = h.pid;
+  s->tid = h.tid;
+  s->time = h.time;
+  s->raw = std::span<const std::byte>(p + 44, raw_size);
+  s->cpu = ucpu;
+  s->identifier = identifier;
+  r.sample_id = perf::SampleId{.pid = h.pid,
+                               .tid = h.tid,
+                               .time = h.time,
+                               .id = identifier,
+                               .stream_id = 0,
+                               .cpu = ucpu,
+                               .res = 0,
+                               .present = true};
+  if (static_cast<std::size_t>(cpu) < cpus_)
     ++delivered_[h.slot * cpus_ + static_cast<std::size_t>(cpu)];
 }
 
 void TracepointDelivery::convert(const Batch& in,
                                  std::span<const ProbeInfo> probes,
                                  const BatchHandler& out) {
-  bytes_.clear();
-  refs_.clear();
-  starts_.clear();
   for (const RecordRef& r : in.records) {
     const auto* s = std::get_if<perf::Sample>(&r.record.body);
     if (s == nullptr)
       continue;  // LOST: the program counted the failed output per slot
-    if (bytes_.size() > kBytes)
-      flush(probes, out);
-    add(s->raw, r.cpu, probes);
+    add(s->raw, r.cpu, probes, out);
   }
-  flush(probes, out);
+  flush(out);
 }
 
 std::size_t TracepointDelivery::drain(std::span<const ProbeInfo> probes,
@@ -204,18 +223,10 @@ std::size_t TracepointDelivery::drain(std::span<const ProbeInfo> probes,
                                       std::size_t max_records) {
   if (!ring_)
     return 0;
-  bytes_.clear();
-  refs_.clear();
-  starts_.clear();
   // The records are rebuilt (copied) before the ring's space is given back, once, at the end.
   const std::size_t n = ring_->consume(
-      [&](std::span<const std::byte> rec) {
-        if (bytes_.size() > kBytes)
-          flush(probes, out);
-        add(rec, -1, probes);
-      },
-      max_records);
-  flush(probes, out);
+      [&](std::span<const std::byte> rec) { add(rec, -1, probes, out); }, max_records);
+  flush(out);
   return n;
 }
 

@@ -128,10 +128,14 @@ class TracepointDelivery {
 
  private:
   TracepointDelivery() = default;
-  /// Appends the sample a channel record (header `h`, record bytes `data`) rebuilds.
-  void add(std::span<const std::byte> rec, int cpu, std::span<const ProbeInfo> probes);
-  /// Decodes the rebuilt samples and hands them to `out`.
-  void flush(std::span<const ProbeInfo> probes, const BatchHandler& out);
+  /// Appends the sample a channel record (a tp_deliver_hdr, then the tracepoint's record)
+  /// rebuilds, decoded; hands what was rebuilt before to `out` first when the buffer is full.
+  void add(std::span<const std::byte> rec,
+           int cpu,
+           std::span<const ProbeInfo> probes,
+           const BatchHandler& out);
+  /// Hands the rebuilt samples to `out`.
+  void flush(const BatchHandler& out);
 
   DeliveryChannel kind_ = DeliveryChannel::kPerf;
   std::uint32_t wakeup_bytes_ = 0;
@@ -142,9 +146,10 @@ class TracepointDelivery {
   std::vector<bool> attached_;
   std::size_t cpus_ = 1;
   std::vector<std::uint64_t> delivered_;  // [slot * cpus_ + cpu]
-  std::vector<std::byte> bytes_;          // rebuilt samples of one batch
-  std::vector<RecordRef> refs_;
-  std::vector<std::size_t> starts_;  // offsets of the rebuilt records in bytes_
+  std::unique_ptr<std::byte[]> buf_;      // rebuilt samples of one batch (kBytes)
+  std::size_t used_ = 0;                  // bytes of buf_ in use
+  std::vector<RecordRef> refs_;           // slots reused batch after batch (their Samples too)
+  std::size_t nrefs_ = 0;                 // slots of this batch
 };
 
 }  // namespace tracer::core

@@ -81,8 +81,12 @@ int rb_ref(void *ctx)
 	e.cpu = bpf_get_smp_processor_id();
 	bpf_probe_read_kernel(e.rec, sizeof(e.rec), ctx);
 	__u64 waiting = bpf_ringbuf_query(&rb, BPF_RB_AVAIL_DATA);
+	/* tp_deliver_rb's policy: one forced wakeup when crossing the threshold
+	 */
 	bpf_ringbuf_output(&rb, &e, sizeof(e),
-			   waiting >= wakeup_bytes ? BPF_RB_FORCE_WAKEUP
-						   : BPF_RB_NO_WAKEUP);
+			   waiting < wakeup_bytes &&
+				   waiting + sizeof(e) + 8 >= wakeup_bytes
+			       ? BPF_RB_FORCE_WAKEUP
+			       : BPF_RB_NO_WAKEUP);
 	return 1;
 }
