@@ -109,8 +109,8 @@ std::string_view kind_name(ProbeKind k) {
   return "?";
 }
 std::string_view agg_name(AggKind k) {
-  static constexpr std::string_view kNames[] = {"count", "sum",  "min",  "max",
-                                                "avg",   "hist", "lhist"};
+  static constexpr std::string_view kNames[] = {"count", "sum",  "min",   "max",
+                                                "avg",   "hist", "lhist", "quantiles"};
   return kNames[static_cast<std::size_t>(k)];
 }
 
@@ -591,6 +591,12 @@ Layout make_layout(const KernelPlan& plan,
       l.buckets = l.lhist_inner + 2;
       l.value_size = 8 * l.buckets;
       break;
+    case AggKind::kQuantiles:
+      // ~30 KiB a key: a per-CPU value fits the per-CPU allocator's unit (32 KiB); the shared
+      // hash allocates keys as they come (BPF_F_NO_PREALLOC), not max_keys of them up front.
+      l.buckets = kQuantileBuckets;
+      l.value_size = 8 * l.buckets + 16;
+      break;
   }
   const std::uint64_t percpu_bytes = 2ULL * ((std::uint64_t{l.value_size} + 7) / 8 * 8) * cpus *
                                      (l.keyless    ? 1
@@ -621,6 +627,30 @@ class Writer {
   std::string out_;
   int indent_ = 0;
 };
+
+/// `target = max(target, e)`: plainly (a per-CPU value of a program that does not nest) or by
+/// a bounded compare-and-swap loop (a shared value), its give-ups counted as `contended`.
+void emit_raise(Writer& w,
+                std::string_view target,
+                std::string_view e,
+                bool cas,
+                std::string_view inc) {
+  if (cas) {
+    w.line("__u64 old = {};", target);
+    w.line("int i;");
+    w.line("for (i = 0; i < 64 && {} > old; i++) {{", e);
+    w.line("\t__u64 seen = __sync_val_compare_and_swap(&{}, old, {});", target, e);
+    w.line("\tif (seen == old)");
+    w.line("\t\tbreak;");
+    w.line("\told = seen;");
+    w.line("}}");
+    w.line("if (i == 64)");
+    w.line("\t{}(&st->contended);", inc);
+  } else {
+    w.line("if ({} > {})", e, target);
+    w.line("\t{} = {};", target, e);
+  }
+}
 
 constexpr std::string_view kPrelude =
     R"C(/* Types and constants of the kernel ABI this program uses (linux/bpf.h, the x86-64
@@ -1203,6 +1233,11 @@ void emit_maps(const KernelPlan& plan, const Layout& l, bool tgid_map, Writer& w
     case AggKind::kLhist:
       w.line("__u64 counts[{}];", l.buckets);
       break;
+    case AggKind::kQuantiles:
+      w.line("__u64 counts[{}];", l.buckets);
+      w.line("__u64 vmin; /* ~min: the largest wins, 0 is none */");
+      w.line("__u64 vmax; /* max + 1: the largest wins, 0 is none */");
+      break;
   }
   w.out();
   w.line("}};");
@@ -1236,6 +1271,8 @@ void emit_maps(const KernelPlan& plan, const Layout& l, bool tgid_map, Writer& w
     w.line("\t__uint(max_entries, {});", l.keyless ? 1 : l.by_probe ? l.probes : agg.max_keys);
     w.line("\t__type(key, {});", key_type);
     w.line("\t__type(value, struct tr_val);");
+    if (!array && agg.kind == AggKind::kQuantiles)
+      w.line("\t__uint(map_flags, BPF_F_NO_PREALLOC);");
     w.line("}} {} SEC(\".maps\");", name);
   }
   w.line("__u32 tr_gen SEC(\".bss\");");
@@ -1355,6 +1392,28 @@ static __always_inline __u32 tr_bucket(__s64 v)
 }
 
 )C");
+  } else if (agg.kind == AggKind::kQuantiles) {
+    w.raw(
+        R"C(/* plugins/stages/quantiles.cpp Quantiles::bucket: values below 128 exactly, then 64
+ * sub-buckets per power of two (negative values count as 0). */
+static __always_inline __u32 tr_bucket(__s64 v)
+{
+	if (v < 128)
+		return v < 0 ? 0 : (__u32)v;
+	__u64 u = v;
+	__u32 e = 0; /* bit_width(u) - 1 */
+	if (u >> 32) { u >>= 32; e += 32; }
+	if (u >> 16) { u >>= 16; e += 16; }
+	if (u >> 8) { u >>= 8; e += 8; }
+	if (u >> 4) { u >>= 4; e += 4; }
+	if (u >> 2) { u >>= 2; e += 2; }
+	if (u >> 1) { e += 1; }
+	__u32 shift = e - 6;
+	__u64 mant = (__u64)v >> shift;
+	return 128 + (shift - 1) * 64 + (__u32)(mant - 64);
+}
+
+)C");
   } else if (agg.kind == AggKind::kLhist) {
     w.line("/* plugins/stages/lhist.cpp Lhist::bucket: 0 below min, {} at or above max. */",
            l.lhist_inner + 1);
@@ -1417,21 +1476,7 @@ static __always_inline __u32 tr_bucket(__s64 v)
       case AggKind::kMin:
       case AggKind::kMax: {
         w.line("__u64 e = TR_ORDER(v);");
-        if (cas) {
-          w.line("__u64 old = p->v;");
-          w.line("int i;");
-          w.line("for (i = 0; i < 64 && e > old; i++) {{");
-          w.line("\t__u64 seen = __sync_val_compare_and_swap(&p->v, old, e);");
-          w.line("\tif (seen == old)");
-          w.line("\t\tbreak;");
-          w.line("\told = seen;");
-          w.line("}}");
-          w.line("if (i == 64)");
-          w.line("\t{}(&st->contended);", inc);
-        } else {
-          w.line("if (e > p->v)");
-          w.line("\tp->v = e;");
-        }
+        emit_raise(w, "p->v", "e", cas, inc);
         w.line("{}(&p->count);", vinc);
         break;
       }
@@ -1443,6 +1488,25 @@ static __always_inline __u32 tr_bucket(__s64 v)
         w.line("if (b >= {})", l.buckets);
         w.line("\tb = {};", l.buckets - 1);
         w.line("{}(&p->counts[b]);", vinc);
+        break;
+      case AggKind::kQuantiles:
+        w.line("__u32 b = tr_bucket(v);");
+        w.line(R"(asm volatile("" : "+r"(b));)");
+        w.line("if (b >= {})", l.buckets);
+        w.line("\tb = {};", l.buckets - 1);
+        w.line("{}(&p->counts[b]);", vinc);
+        w.line("__u64 u = v < 0 ? 0 : (__u64)v;");
+        w.line("__u64 e_min = ~u, e_max = u + 1;");
+        w.line("{{");
+        w.in();
+        emit_raise(w, "p->vmin", "e_min", cas, inc);
+        w.out();
+        w.line("}}");
+        w.line("{{");
+        w.in();
+        emit_raise(w, "p->vmax", "e_max", cas, inc);
+        w.out();
+        w.line("}}");
         break;
     }
     w.out();

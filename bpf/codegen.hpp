@@ -114,11 +114,15 @@ struct Filter {
   [[nodiscard]] bool empty() const noexcept { return root < 0; }
 };
 
-enum class AggKind : std::uint8_t { kCount, kSum, kMin, kMax, kAvg, kHist, kLhist };
+enum class AggKind : std::uint8_t { kCount, kSum, kMin, kMax, kAvg, kHist, kLhist, kQuantiles };
+
+/// Buckets of plugins/stages/quantiles.hpp: a log-linear histogram, 128 exact values then 64
+/// sub-buckets per power of two (Quantiles::kBuckets).
+inline constexpr std::uint32_t kQuantileBuckets = 128 + ((63 - 6) * 64);
 
 /// The one aggregation of the pipeline. Buckets are those of plugins/stages/hist.cpp (66 log2
-/// buckets: negative, 0, 1, then [2^k, 2^(k+1))) and lhist.cpp (below min, [min + i*step, ...),
-/// at or above max).
+/// buckets: negative, 0, 1, then [2^k, 2^(k+1))), lhist.cpp (below min, [min + i*step, ...),
+/// at or above max) and quantiles.cpp (kQuantileBuckets, with the exact min and max).
 struct Aggregation {
   AggKind kind = AggKind::kCount;
   std::vector<std::string> key_names{};  // the `by` fields, in order (ProbePlan::keys match)

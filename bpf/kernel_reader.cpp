@@ -18,7 +18,9 @@
 #include "bpf/kernel_reader.hpp"
 
 #include <bpf/bpf.h>
+
 #include <bpf/libbpf.h>
+#include "common/buckets.hpp"
 
 #include <algorithm>
 #include <cerrno>
@@ -98,9 +100,7 @@ void add(Stats& a, const Stats& b) {
 }  // namespace
 
 std::string power_label(unsigned power) {
-  static constexpr std::string_view kSuffix[] = {"", "K", "M", "G", "T", "P", "E"};
-  const unsigned group = std::min(power / 10, 6U);
-  return fmt::format("{}{}", std::uint64_t{1} << (power - group * 10), kSuffix[group]);
+  return detail::power_label(power);
 }
 
 Reader::Reader(Object& obj, GeneratedProgram prog, ReaderOptions opts)
@@ -133,6 +133,9 @@ Snapshot Reader::empty_snapshot() const {
     case AggKind::kLhist:
       s.value_names = {agg.value_name};
       s.histogram = true;
+      break;
+    case AggKind::kQuantiles:
+      s.value_names = {"count", "min", "max"};
       break;
   }
   return s;
@@ -225,8 +228,9 @@ Row Reader::make_row(const std::byte* key,
   const std::size_t stride = l.percpu ? round_up8(l.value_size) : 0;
   const std::size_t n = l.percpu ? cpus_ : 1;
   bool first = true;
-  if (agg.kind == AggKind::kHist || agg.kind == AggKind::kLhist)
+  if (agg.kind == AggKind::kHist || agg.kind == AggKind::kLhist || agg.kind == AggKind::kQuantiles)
     row.counts.assign(l.buckets, 0);
+  std::uint64_t min_enc = 0, max_enc = 0;  // quantiles: ~min and max + 1, 0 is none
   for (std::size_t cpu = 0; cpu < n; ++cpu) {
     const std::byte* v = values.data() + cpu * stride;
     switch (agg.kind) {
@@ -256,13 +260,22 @@ Row Reader::make_row(const std::byte* key,
       }
       case AggKind::kHist:
       case AggKind::kLhist:
+      case AggKind::kQuantiles:
         for (std::uint32_t b = 0; b < l.buckets; ++b) {
           const auto c = load<std::uint64_t>(v + (std::size_t{8} * b));
           row.counts[b] += c;
           row.count += c;
         }
+        if (agg.kind == AggKind::kQuantiles) {
+          min_enc = std::max(min_enc, load<std::uint64_t>(v + (std::size_t{8} * l.buckets)));
+          max_enc = std::max(max_enc, load<std::uint64_t>(v + (std::size_t{8} * l.buckets) + 8));
+        }
         break;
     }
+  }
+  if (agg.kind == AggKind::kQuantiles && row.count != 0) {
+    row.min = ~min_enc;
+    row.max = max_enc - 1;
   }
   switch (agg.kind) {
     case AggKind::kCount:
@@ -289,47 +302,23 @@ Row Reader::make_row(const std::byte* key,
       for (std::size_t b = lo; b <= hi && lo < row.counts.size(); ++b) {
         Bucket hb;
         hb.count = row.counts[b];
-        if (agg.kind == AggKind::kHist) {
-          // plugins/stages/hist.cpp Hist::snapshot
-          if (b == 0) {
-            hb.lo_unbounded = true;
-            hb.hi = 0;
-            hb.label = "(..., 0)";
-          } else if (b == 1 || b == 2) {
-            hb.lo = static_cast<std::int64_t>(b - 1);
-            hb.hi = hb.lo + 1;
-            hb.label = fmt::format("[{}]", hb.lo);
-          } else {
-            const auto k = static_cast<unsigned>(b - 2);
-            hb.lo = std::int64_t{1} << k;
-            if (k + 1 >= 63)
-              hb.hi_unbounded = true;
-            else
-              hb.hi = std::int64_t{1} << (k + 1);
-            hb.label = fmt::format("[{}, {})", power_label(k), power_label(k + 1));
-          }
-        } else {
-          // plugins/stages/lhist.cpp Lhist::snapshot
-          const std::int64_t min = agg.lhist_min, max = agg.lhist_max, step = agg.lhist_step;
-          if (b == 0) {
-            hb.lo_unbounded = true;
-            hb.hi = min;
-            hb.label = fmt::format("(..., {})", min);
-          } else if (b == l.lhist_inner + 1) {
-            hb.lo = max;
-            hb.hi_unbounded = true;
-            hb.label = fmt::format("[{}, ...)", max);
-          } else {
-            hb.lo = min + static_cast<std::int64_t>(b - 1) * step;
-            hb.hi = std::min(hb.lo + step, max);
-            hb.label = fmt::format("[{}, {})", hb.lo, hb.hi);
-          }
-        }
+        auto bb = agg.kind == AggKind::kHist
+                      ? detail::log2_bucket(b)
+                      : detail::linear_bucket(b, agg.lhist_min, agg.lhist_max, agg.lhist_step,
+                                              l.lhist_inner);
+        hb.lo = bb.lo, hb.hi = bb.hi;
+        hb.lo_unbounded = bb.lo_unbounded, hb.hi_unbounded = bb.hi_unbounded;
+        hb.label = std::move(bb.label);
         row.buckets.push_back(std::move(hb));
       }
       row.values.emplace_back(row.count);
       break;
     }
+    case AggKind::kQuantiles:
+      row.values.emplace_back(row.count);
+      row.values.emplace_back(row.min);
+      row.values.emplace_back(row.max);
+      break;
   }
   return row;
 }

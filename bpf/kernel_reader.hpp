@@ -42,7 +42,9 @@ struct Row {
   std::vector<Bucket> buckets;  // hist, lhist: from the first to the last non-empty bucket
   std::uint64_t count = 0;      // events aggregated
   std::int64_t value = 0;       // sum (sum, avg), min, max
-  std::vector<std::uint64_t> counts;  // hist, lhist: every bucket (Hist::kBuckets, inner + 2)
+  std::vector<std::uint64_t> counts;  // hist, lhist, quantiles: every bucket (Hist::kBuckets,
+                                      // inner + 2, kQuantileBuckets)
+  std::uint64_t min = 0, max = 0;     // quantiles: the extremes (values below 0 count as 0)
 };
 
 /// A probe's counters since load (cumulative), summed over CPUs.

@@ -150,6 +150,8 @@ gen::AggKind agg_kind(KernelForm::Agg a) {
   return static_cast<gen::AggKind>(a);  // same order (static_asserts below)
 }
 static_assert(static_cast<int>(gen::AggKind::kLhist) == static_cast<int>(KernelForm::Agg::kLhist));
+static_assert(static_cast<int>(gen::AggKind::kQuantiles) ==
+              static_cast<int>(KernelForm::Agg::kQuantiles));
 static_assert(static_cast<int>(gen::AggKind::kAvg) == static_cast<int>(KernelForm::Agg::kAvg));
 static_assert(static_cast<int>(gen::Cmp::kGe) == static_cast<int>(KernelForm::Cmp::kGe));
 static_assert(static_cast<int>(gen::FilterNode::Kind::kTruth) ==

@@ -464,7 +464,9 @@ void Session::Impl::absorb_kernel() {
       rows.push_back(KernelRow{.keys = std::move(r.keys),
                                .count = r.count,
                                .value = r.value,
-                               .counts = std::move(r.counts)});
+                               .counts = std::move(r.counts),
+                               .min = r.min,
+                               .max = r.max});
     }
     if (auto* agg = p.stage(run.place.aggregation).aggregation())
       agg->absorb(rows);

@@ -1,5 +1,7 @@
 #include "plugins/stages/hist.hpp"
 
+#include "common/buckets.hpp"
+
 #include <fmt/format.h>
 
 #include <bit>
@@ -28,9 +30,7 @@ std::size_t Hist::bucket(std::int64_t v) noexcept {
 }
 
 std::string Hist::power_label(unsigned power) {
-  static constexpr std::string_view kSuffix[] = {"", "K", "M", "G", "T", "P", "E"};
-  const unsigned group = std::min(power / 10, 6U);
-  return fmt::format("{}{}", std::uint64_t{1} << (power - group * 10), kSuffix[group]);
+  return detail::power_label(power);
 }
 
 void Hist::configure(const ConfigValue& options, Diagnostics& diags) {
@@ -64,23 +64,10 @@ void Hist::snapshot(Table& out, bool reset) {
       out, states_, reset,
       [](const State& s, TableRow& row) {
         append_buckets(row, s.counts, [](std::size_t b, HistBucket& hb) {
-          if (b == 0) {
-            hb.lo_unbounded = true;
-            hb.hi = 0;
-            hb.label = "(..., 0)";
-          } else if (b == 1 || b == 2) {
-            hb.lo = static_cast<std::int64_t>(b - 1);
-            hb.hi = hb.lo + 1;
-            hb.label = fmt::format("[{}]", hb.lo);
-          } else {
-            const auto k = static_cast<unsigned>(b - 2);
-            hb.lo = std::int64_t{1} << k;
-            if (k + 1 >= 63)
-              hb.hi_unbounded = true;
-            else
-              hb.hi = std::int64_t{1} << (k + 1);
-            hb.label = fmt::format("[{}, {})", power_label(k), power_label(k + 1));
-          }
+          auto bb = detail::log2_bucket(b);
+          hb.lo = bb.lo, hb.hi = bb.hi;
+          hb.lo_unbounded = bb.lo_unbounded, hb.hi_unbounded = bb.hi_unbounded;
+          hb.label = std::move(bb.label);
         });
         row.values.emplace_back(s.total);
       },

@@ -1,5 +1,7 @@
 #include "plugins/stages/lhist.hpp"
 
+#include "common/buckets.hpp"
+
 #include <fmt/format.h>
 
 namespace tracer::stages {
@@ -100,19 +102,10 @@ void Lhist::snapshot(Table& out, bool reset) {
       out, states_, reset,
       [this](const State& s, TableRow& row) {
         append_buckets(row, s.counts, [this](std::size_t b, HistBucket& hb) {
-          if (b == 0) {
-            hb.lo_unbounded = true;
-            hb.hi = min_;
-            hb.label = fmt::format("(..., {})", min_);
-          } else if (b == inner_ + 1) {
-            hb.lo = max_;
-            hb.hi_unbounded = true;
-            hb.label = fmt::format("[{}, ...)", max_);
-          } else {
-            hb.lo = min_ + static_cast<std::int64_t>(b - 1) * step_;
-            hb.hi = std::min(hb.lo + step_, max_);
-            hb.label = fmt::format("[{}, {})", hb.lo, hb.hi);
-          }
+          auto bb = detail::linear_bucket(b, min_, max_, step_, inner_);
+          hb.lo = bb.lo, hb.hi = bb.hi;
+          hb.lo_unbounded = bb.lo_unbounded, hb.hi_unbounded = bb.hi_unbounded;
+          hb.label = std::move(bb.label);
         });
         row.values.emplace_back(s.total);
       },

@@ -29,6 +29,10 @@ class Quantiles : public AggregateStage {
   void bind(BindContext& ctx, Diagnostics& diags) override;
   void on_events(std::span<Event* const> events) noexcept override;
   void snapshot(Table& out, bool reset) override;
+  /// In the kernel: the same log-linear buckets and exact min/max in a BPF map
+  /// (bpf/codegen.cpp), so placed in the kernel or not the table is the same.
+  [[nodiscard]] KernelForm kernel_form() const override;
+  void absorb(const std::vector<KernelRow>& rows) override;
 
  private:
   struct State {

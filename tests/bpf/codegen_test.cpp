@@ -29,6 +29,7 @@
 #include "bpf/kernel_reader.hpp"
 #include "core/elf_symbols.hpp"
 #include "plugins/stages/hist.hpp"
+#include "plugins/stages/quantiles.hpp"
 #include "support/child.hpp"
 #include "support/temp_dir.hpp"
 #include "tracer/perf/event.hpp"
@@ -473,6 +474,12 @@ TEST(BpfCodegen, TheSameTextIsCompiledOnce) {
 TEST(BpfCodegen, HistLabelsAreTheStages) {
   for (unsigned p = 0; p < 64; ++p)
     EXPECT_EQ(power_label(p), stages::Hist::power_label(p)) << p;
+}
+
+// The generated quantiles map holds the stage's buckets (the bucket function itself is checked
+// live: Aggregations/SamePlacement.KernelAndUserGiveTheSameTable/quantiles).
+TEST(BpfCodegen, QuantileBucketsAreTheStages) {
+  EXPECT_EQ(std::size_t{kQuantileBuckets}, stages::Quantiles::kBuckets);
 }
 
 // ---------------------------------------------------------------------------------------------

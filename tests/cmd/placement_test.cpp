@@ -122,7 +122,11 @@ field = "offset")"},
 field = "offset"
 min = 0
 max = 3000
-step = 250)"}),
+step = 250)"},
+                                           Shape{"quantiles", R"(use = "quantiles"
+field = "offset"
+by = ["comm"]
+quantiles = ["p10", "p50", "p90", "p99", "p999"])"}),
                          [](const ::testing::TestParamInfo<Shape>& p) {
                            return std::string(p.param.name);
                          });

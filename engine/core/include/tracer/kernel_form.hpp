@@ -38,7 +38,7 @@ struct KernelForm {
   int root = -1;
 
   // kAggregate: one number (or histogram) per `by` key.
-  enum class Agg : std::uint8_t { kCount, kSum, kMin, kMax, kAvg, kHist, kLhist };
+  enum class Agg : std::uint8_t { kCount, kSum, kMin, kMax, kAvg, kHist, kLhist, kQuantiles };
   Agg agg = Agg::kCount;
   std::vector<std::string> by{};
   std::string value{};  // the aggregated field (all but count)
@@ -56,7 +56,8 @@ struct KernelRow {
       keys{};
   std::uint64_t count = 0;            // events aggregated
   std::int64_t value = 0;             // sum (sum, avg), min, max
-  std::vector<std::uint64_t> counts;  // hist, lhist: every bucket
+  std::vector<std::uint64_t> counts;  // hist, lhist, quantiles: every bucket
+  std::uint64_t min = 0, max = 0;     // quantiles: the exact extremes (of count > 0 values)
 };
 
 /// Counters of an in-kernel latency pairing since the run began (Stage::absorb_counters).
