@@ -6,6 +6,7 @@
 
 #include <cstdio>
 
+#include "plugins/stages/aggregate.hpp"
 #include "support/alloc_counter.hpp"
 #include "support/stage_batches.hpp"
 #include "tracer/perf/ring.hpp"
@@ -165,10 +166,13 @@ BENCHMARK(BM_DecodeFilterCount)->Arg(0)->Arg(1)->ArgName("ordered");
 
 // decode -> count, no filter: the per-event cost of an aggregation's keys. range(0) picks `by`:
 // 0 none, 1 pid, 2 pid and cpu (fixed-width integers), 3 name (a char[16] tracefs field: a
-// string key; `comm` would also merge the records in time order, a cost of its own).
+// string key; `comm` would also merge the records in time order, a cost of its own). range(1)
+// = 0 keys every state by its encoded bytes (stages::set_fixed_keys_enabled(false)): the
+// fixed-width path's A/B in one run.
 void BM_DecodeCount(benchmark::State& state) {
   static const std::vector<std::vector<std::string>> kBy = {{}, {"pid"}, {"pid", "cpu"}, {"name"}};
   const auto& by = kBy[static_cast<std::size_t>(state.range(0))];
+  stages::set_fixed_keys_enabled(state.range(1) != 0);
   Fixture f;
   std::FILE* devnull = std::fopen("/dev/null", "we");
   Sink sink = Sink::to_file(devnull);
@@ -184,6 +188,7 @@ void BM_DecodeCount(benchmark::State& state) {
     state.SkipWithError(diags.format().c_str());
     return;
   }
+  stages::set_fixed_keys_enabled(true);
   pipeline.start(std::chrono::nanoseconds{0});
   std::vector<RecordRef> refs(kBatch);
   std::uint64_t allocs = 0;
@@ -200,6 +205,6 @@ void BM_DecodeCount(benchmark::State& state) {
   pipeline.stop(std::chrono::nanoseconds{1});
   std::fclose(devnull);
 }
-BENCHMARK(BM_DecodeCount)->DenseRange(0, 3)->ArgName("by");
+BENCHMARK(BM_DecodeCount)->ArgsProduct({{0, 1, 2, 3}, {0, 1}})->ArgNames({"by", "fixed"});
 
 }  // namespace
