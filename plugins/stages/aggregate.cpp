@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <bit>
 #include <cstring>
 #include <numeric>
 
@@ -29,7 +30,13 @@ T take(std::string_view& b) {
   b.remove_prefix(sizeof(T));
   return v;
 }
+
+bool g_fixed_keys_enabled = true;  // set_fixed_keys_enabled: tests and benchmarks only
 }  // namespace
+
+void set_fixed_keys_enabled(bool enabled) noexcept {
+  g_fixed_keys_enabled = enabled;
+}
 
 std::vector<OptionSpec> aggregate_options() {
   return {
@@ -81,6 +88,52 @@ void KeyEncoder::add(const Value& v) {
         }
       },
       v);
+}
+
+std::string encode_fixed(const FixedKey& key) {
+  KeyEncoder enc;
+  for (std::size_t i = 0; i < FixedKey::kMaxFields; ++i) {
+    switch ((key.types >> (2 * i)) & 3) {
+      case 1:
+        enc.add(Value{});
+        break;
+      case 2:
+        enc.add(Value{static_cast<std::int64_t>(key.v[i])});
+        break;
+      case 3:
+        enc.add(Value{key.v[i]});
+        break;
+      default:  // no field i: the key has ended
+        return std::string(enc.bytes());
+    }
+  }
+  return std::string(enc.bytes());
+}
+
+void FixedKeyIndex::insert(const FixedKey& k, std::uint32_t index) {
+  // At most half full: linear probing's runs stay short, and an empty slot always ends a find.
+  if ((size_ + 1) * 2 > slots_.size()) {
+    constexpr std::size_t kInitialSlots = 64;
+    std::vector<Slot> old = std::move(slots_);
+    const std::size_t n = old.empty() ? kInitialSlots : old.size() * 2;
+    slots_.assign(n, Slot{});
+    mask_ = n - 1;
+    shift_ = 64 - static_cast<unsigned>(std::countr_zero(n));
+    for (const Slot& s : old) {
+      if (s.types != kEmpty)
+        place(s);
+    }
+  }
+  last_ = place(Slot{.v = k.v, .types = k.types, .index = index});
+  ++size_;
+}
+
+std::size_t FixedKeyIndex::place(const Slot& slot) noexcept {
+  std::size_t s = slot_of(FixedKey{.v = slot.v, .types = slot.types});
+  while (slots_[s].types != kEmpty)
+    s = (s + 1) & mask_;
+  slots_[s] = slot;
+  return s;
 }
 
 std::vector<Cell> decode_key(std::string_view b) {
@@ -168,12 +221,36 @@ std::string_view AggregateStage::key_of(const KernelRow& row) {
   return keys_enc_.bytes();
 }
 
+bool AggregateStage::fixed_key_of(const KernelRow& row, FixedKey& k) const noexcept {
+  if (row.keys.size() > FixedKey::kMaxFields)
+    return false;
+  for (std::size_t i = 0; i < row.keys.size(); ++i) {
+    const auto& cell = row.keys[i];
+    Value v;
+    if (const auto* x = std::get_if<std::int64_t>(&cell))
+      v = *x;
+    else if (const auto* u = std::get_if<std::uint64_t>(&cell))
+      v = *u;
+    else if (!std::holds_alternative<std::monostate>(cell))
+      return false;
+    k.set(i, v);
+  }
+  return true;
+}
+
 void AggregateStage::bind_keys(BindContext& ctx, Diagnostics& diags) {
   by_.clear();
   for (const auto& [name, where] : by_names_) {
     if (auto f = ctx.schema.bind(name, where, diags))
       by_.push_back(std::move(*f));
   }
+  // The fixed-width path where the fields say every key is integers. The types are those of
+  // the first probe with each field; a probe that gives another type (or no value) still works:
+  // FixedKey::set refuses it and that key takes the encoded path.
+  fixed_keys_ = g_fixed_keys_enabled && by_.size() <= FixedKey::kMaxFields &&
+                std::all_of(by_.begin(), by_.end(), [](const FieldRef& f) {
+                  return f.type() == FieldType::kInt || f.type() == FieldType::kUint;
+                });
 }
 
 std::optional<FieldRef> AggregateStage::bind_value(BindContext& ctx, Diagnostics& diags) {

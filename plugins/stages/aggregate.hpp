@@ -1,8 +1,10 @@
 // Shared machinery of the aggregation stages (count, sum, min, max, avg, rate, hist, lhist,
-// quantiles): `by` keys encoded without allocation, a key -> state table, `top` and `every`.
+// quantiles): `by` keys encoded without allocation, or kept as integers when they are (the
+// fixed-width path: no bytes, no string hash), a key -> state table, `top` and `every`.
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <optional>
@@ -11,8 +13,10 @@
 #include <string_view>
 #include <unordered_map>
 #include <utility>
+#include <variant>
 #include <vector>
 
+#include "tracer/check.hpp"
 #include "tracer/stage.hpp"
 
 namespace tracer::stages {
@@ -48,9 +52,100 @@ struct KeyEq {
   bool operator()(std::string_view a, std::string_view b) const noexcept { return a == b; }
 };
 
-/// Key -> State. A lookup of a known key does not allocate (heterogeneous find); a new key
-/// allocates its node once. reset() keeps keys and zeroes states so an `every` interval does not
-/// re-allocate the keys it saw in the previous interval.
+/// A key of at most kMaxFields integers or missing values: what the fixed-width path hashes
+/// instead of KeyEncoder bytes. `types` holds 2 bits per field, the Value's index + 1 (1 missing,
+/// 2 int64, 3 uint64), so a signed and an unsigned key of the same bits, or keys of different
+/// lengths, stay apart, as their encoded bytes do.
+struct FixedKey {
+  static constexpr std::size_t kMaxFields = 3;
+  std::array<std::uint64_t, kMaxFields> v{};
+  std::uint32_t types = 0;
+
+  /// Adds field `i` (in order, from 0). @return false for a value that is not an integer or
+  /// missing (a string, a double, an ip list): that key takes the encoded path.
+  bool set(std::size_t i, const Value& value) noexcept {
+    const std::size_t t = value.index();
+    if (t == 1)
+      v[i] = static_cast<std::uint64_t>(*std::get_if<std::int64_t>(&value));
+    else if (t == 2)
+      v[i] = *std::get_if<std::uint64_t>(&value);
+    else if (t != 0)
+      return false;
+    types |= static_cast<std::uint32_t>(t + 1) << (2 * i);
+    return true;
+  }
+};
+
+/// The KeyEncoder bytes of `key`, as the encoded path would have stored them (a new key only).
+[[nodiscard]] std::string encode_fixed(const FixedKey& key);
+
+/// FixedKey -> state index: open addressing, a power-of-two table at most half full, linear
+/// probing, a multiplicative hash, and the last key found (consecutive events of one thread are
+/// common). find() does not allocate; insert() grows the table (a new key only).
+class FixedKeyIndex {
+ public:
+  static constexpr std::uint32_t kAbsent = UINT32_MAX;
+
+  [[nodiscard]] std::uint32_t find(const FixedKey& k) noexcept {
+    if (slots_.empty())
+      return kAbsent;
+    if (same(slots_[last_], k))
+      return slots_[last_].index;
+    for (std::size_t s = slot_of(k);; s = (s + 1) & mask_) {
+      const Slot& slot = slots_[s];
+      if (same(slot, k)) {
+        last_ = s;
+        return slot.index;
+      }
+      if (slot.types == kEmpty)
+        return kAbsent;
+    }
+  }
+  /// Adds `k` (not present) as state `index`.
+  void insert(const FixedKey& k, std::uint32_t index);
+  [[nodiscard]] std::size_t size() const noexcept { return size_; }
+  [[nodiscard]] std::size_t capacity() const noexcept { return slots_.size(); }
+
+ private:
+  // An empty slot's types: no key has it (a key uses 2 bits per field), so same() never
+  // matches an empty slot.
+  static constexpr std::uint32_t kEmpty = UINT32_MAX;
+  struct Slot {  // 32 bytes: two per cache line
+    std::array<std::uint64_t, FixedKey::kMaxFields> v{};
+    std::uint32_t types = kEmpty;
+    std::uint32_t index = kAbsent;
+  };
+  // Word by word, without branches: std::array's == is a memcmp call in libstdc++ 12.
+  template <typename A>
+  static bool same(const A& a, const FixedKey& b) noexcept {
+    return ((a.v[0] ^ b.v[0]) | (a.v[1] ^ b.v[1]) | (a.v[2] ^ b.v[2]) | (a.types ^ b.types)) == 0;
+  }
+  [[nodiscard]] std::size_t slot_of(const FixedKey& k) const noexcept {
+    // Fibonacci hashing per word (the top bits of a multiply by an odd constant depend on
+    // every bit of the word), the words' products xored: independent multiplies, one latency.
+    const std::uint64_t h = ((k.v[0] + k.types) * 0x9E3779B97F4A7C15ULL) ^
+                            (k.v[1] * 0xC2B2AE3D27D4EB4FULL) ^ (k.v[2] * 0x165667B19E3779F9ULL);
+    return static_cast<std::size_t>(h >> shift_);
+  }
+  /// @return the slot's position.
+  std::size_t place(const Slot& slot) noexcept;
+
+  std::vector<Slot> slots_;
+  std::size_t mask_ = 0;
+  unsigned shift_ = 64;
+  std::size_t size_ = 0;
+  std::size_t last_ = 0;  // the slot of the last key found or inserted
+};
+
+/// Key -> State, for encoded keys and fixed keys alike: one state vector in first-seen order,
+/// each key stored as its KeyEncoder bytes (what snapshots decode). A lookup of a known key
+/// does not allocate (heterogeneous find, or the FixedKeyIndex); a new key allocates its bytes
+/// once. reset() keeps keys and zeroes states so an `every` interval does not re-allocate the
+/// keys it saw in the previous interval.
+///
+/// A key is looked up by one form only: a stage keys every integer-only key by FixedKey (when
+/// AggregateStage::fixed_keys_) and the others by bytes, from events and kernel rows alike, so
+/// a key never has two states.
 template <typename State>
 class KeyedStates {
  public:
@@ -63,6 +158,12 @@ class KeyedStates {
     keys_.emplace_back(key);
     states_.push_back(make());
     return states_.back();
+  }
+  template <typename Make>
+  State& get(const FixedKey& key, Make&& make) {
+    if (const std::uint32_t i = fixed_.find(key); i != FixedKeyIndex::kAbsent) [[likely]]
+      return states_[i];
+    return add(key, make);
   }
   template <typename Zero>
   void reset(Zero&& zero) {
@@ -79,10 +180,26 @@ class KeyedStates {
   }
 
  private:
+  // A new fixed key, out of line so that get() of a known key stays small enough to inline.
+  template <typename Make>
+  [[gnu::noinline]] State& add(const FixedKey& key, Make& make) {
+    const auto i = static_cast<std::uint32_t>(states_.size());
+    keys_.push_back(encode_fixed(key));
+    states_.push_back(make());
+    fixed_.insert(key, i);
+    return states_.back();
+  }
+
   std::unordered_map<std::string, std::uint32_t, KeyHash, KeyEq> index_;
+  FixedKeyIndex fixed_;
   std::vector<std::string> keys_;
   std::vector<State> states_;
 };
+
+/// Tests and benchmarks: whether stages bound from now on may key by FixedKey (default true).
+/// false keys every state by its encoded bytes, as before the fixed-width path, so both paths
+/// can be compared on the same events.
+void set_fixed_keys_enabled(bool enabled) noexcept;
 
 /// The buckets of a histogram row, from the first non-empty one to the last: each with its count,
 /// its bounds and label set by describe(bucket index, bucket).
@@ -127,6 +244,28 @@ class AggregateStage : public Stage, public Aggregation {
   }
   /// The key of a row an in-kernel run computed (valid until the next call).
   [[nodiscard]] std::string_view key_of(const KernelRow& row);
+  /// The key of `e` as integers, when fixed_keys_ and each `by` value is an integer or missing.
+  [[nodiscard]] bool fixed_key_of(const Event& e, FixedKey& k) const noexcept {
+    TRACER_DCHECK(by_.size() <= FixedKey::kMaxFields);
+    for (std::size_t i = 0; i < by_.size(); ++i) {
+      if (!k.set(i, by_[i].read(e)))
+        return false;
+    }
+    return true;
+  }
+  [[nodiscard]] bool fixed_key_of(const KernelRow& row, FixedKey& k) const noexcept;
+
+  /// The state of the key of `e` (an event or a KernelRow), made by make() when new: by its
+  /// integers when fixed_keys_ and they are all integers, else by its encoded bytes.
+  template <typename State, typename Source, typename Make>
+  State& state_of(const Source& e, KeyedStates<State>& states, Make&& make) {
+    if (fixed_keys_) {
+      FixedKey k;
+      if (fixed_key_of(e, k))
+        return states.get(k, make);
+    }
+    return states.get(key_of(e), make);
+  }
   /// The kernel form of this aggregation: `agg` over value_name_, keyed by `by`.
   [[nodiscard]] KernelForm kernel_base(KernelForm::Agg agg) const;
   /// Fills key names and title ("count by comm").
@@ -162,7 +301,7 @@ class AggregateStage : public Stage, public Aggregation {
       const Value v = value->read(*e);
       if (is_none(v))
         continue;
-      add(states.get(key_of(*e), make), v);
+      add(state_of(*e, states, make), v);
     }
   }
 
@@ -170,7 +309,7 @@ class AggregateStage : public Stage, public Aggregation {
   template <typename State, typename Make>
   void absorb_buckets(const std::vector<KernelRow>& rows, KeyedStates<State>& states, Make&& make) {
     for (const auto& r : rows) {
-      State& s = states.get(key_of(r), make);
+      State& s = state_of(r, states, make);
       const std::size_t n = std::min(s.counts.size(), r.counts.size());
       for (std::size_t b = 0; b < n; ++b)
         s.counts[b] += r.counts[b];
@@ -208,6 +347,9 @@ class AggregateStage : public Stage, public Aggregation {
   SourceRegion value_where_;
   std::string stage_name_;
   KeyEncoder keys_enc_;
+  /// Set at bind: every `by` field is an integer (FieldType kInt/kUint) and there are at most
+  /// FixedKey::kMaxFields of them (or none), so states are keyed by FixedKey where they can be.
+  bool fixed_keys_ = false;
 };
 
 }  // namespace tracer::stages

@@ -56,7 +56,7 @@ void ScalarAggregate::on_events(std::span<Event* const> events) noexcept {
       if (is_none(v))
         continue;  // this probe lacks the field
     }
-    State& s = states_.get(key_of(*e), [] { return State{}; });
+    State& s = state_of(*e, states_, [] { return State{}; });
     const bool first = s.count == 0;
     ++s.count;
     if (!with_value)
@@ -99,7 +99,7 @@ void ScalarAggregate::absorb(const std::vector<KernelRow>& rows) {
   for (const auto& r : rows) {
     if (r.count == 0)
       continue;
-    State& s = states_.get(key_of(r), [] { return State{}; });
+    State& s = state_of(r, states_, [] { return State{}; });
     s.count += r.count;
     switch (op_) {
       case ScalarOp::kSum:

@@ -6,6 +6,7 @@
 
 #include <cstdio>
 
+#include "plugins/stages/aggregate.hpp"
 #include "support/alloc_counter.hpp"
 #include "support/stage_batches.hpp"
 #include "tracer/perf/ring.hpp"
@@ -85,6 +86,8 @@ void report(benchmark::State& state, const Fixture& f, std::uint64_t allocs) {
   state.SetItemsProcessed(static_cast<std::int64_t>(total));
   state.counters["records/s"] = benchmark::Counter(total, benchmark::Counter::kIsRate);
   state.counters["allocs/record"] = static_cast<double>(allocs) / total;
+  state.counters["ns/record"] =
+      benchmark::Counter(total, benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
 }
 
 // Reference: decoding into RecordRefs alone.
@@ -160,5 +163,48 @@ void BM_DecodeFilterCount(benchmark::State& state) {
   std::fclose(devnull);
 }
 BENCHMARK(BM_DecodeFilterCount)->Arg(0)->Arg(1)->ArgName("ordered");
+
+// decode -> count, no filter: the per-event cost of an aggregation's keys. range(0) picks `by`:
+// 0 none, 1 pid, 2 pid and cpu (fixed-width integers), 3 name (a char[16] tracefs field: a
+// string key; `comm` would also merge the records in time order, a cost of its own). range(1)
+// = 0 keys every state by its encoded bytes (stages::set_fixed_keys_enabled(false)): the
+// fixed-width path's A/B in one run.
+void BM_DecodeCount(benchmark::State& state) {
+  static const std::vector<std::vector<std::string>> kBy = {{}, {"pid"}, {"pid", "cpu"}, {"name"}};
+  const auto& by = kBy[static_cast<std::size_t>(state.range(0))];
+  stages::set_fixed_keys_enabled(state.range(1) != 0);
+  Fixture f;
+  std::FILE* devnull = std::fopen("/dev/null", "we");
+  Sink sink = Sink::to_file(devnull);
+  Pipeline pipeline(sink, {.max_events = kBatch, .comm = {}, .implicit_print = false});
+  Diagnostics diags;
+  ConfigTable options;
+  if (!by.empty())
+    options.emplace_back("by", testing::cv_list(by));
+  pipeline.add(stage_registry(), "count", testing::cv_table(std::move(options)), diags);
+  const std::vector<ProbeInfo> probes = {f.probe};
+  pipeline.bind(probes, diags);
+  if (!diags.empty()) {
+    state.SkipWithError(diags.format().c_str());
+    return;
+  }
+  stages::set_fixed_keys_enabled(true);
+  pipeline.start(std::chrono::nanoseconds{0});
+  std::vector<RecordRef> refs(kBatch);
+  std::uint64_t allocs = 0;
+  const auto h = [&](const Batch& b) {
+    testing::alloc_count_start();
+    pipeline.on_batch(b);
+    allocs += testing::alloc_count_stop();
+  };
+  f.drain(refs, h);  // warm-up: keys
+  allocs = 0;
+  for (auto _ : state)
+    f.drain(refs, h);
+  report(state, f, allocs);
+  pipeline.stop(std::chrono::nanoseconds{1});
+  std::fclose(devnull);
+}
+BENCHMARK(BM_DecodeCount)->ArgsProduct({{0, 1, 2, 3}, {0, 1}})->ArgNames({"by", "fixed"});
 
 }  // namespace
