@@ -44,7 +44,8 @@ TEST(BpfObject, OpensTheShippedObjectsFromFileMemoryAndTheLibrary) {
   std::vector<std::string_view> names;
   for (const auto& p : shipped_programs())
     names.push_back(p.name);
-  EXPECT_THAT(names, UnorderedElementsAre("syscall_output", "tgid_gate", "tp_hits", "tp_deliver"));
+  EXPECT_THAT(names, UnorderedElementsAre("syscall_output", "tgid_gate", "tp_hits", "tp_deliver",
+                                          "tp_deliver_rb"));
   // The library embeds the same bytes the build produced.
   const auto shipped = shipped_programs();
   const auto gate = std::find_if(shipped.begin(), shipped.end(),

@@ -1,0 +1,105 @@
+// The BPF ring buffer channel of tracepoint delivery (core::TracepointDelivery with
+// DeliveryChannel::kRingbuf, bpf::RingBuffer) on the real kernel: a one-page ring drained
+// after every few calls wraps its end again and again, and every record arrives whole and in
+// order; what the ring had no room for is counted as dropped, per CPU.
+#include "core/tp_delivery.hpp"
+
+#include <gtest/gtest.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <numeric>
+#include <vector>
+
+#include "tracer/perf/event.hpp"
+#include "tracer/tracefs/tracefs.hpp"
+
+namespace tracer {
+namespace {
+
+constexpr int kFd = 54321;  // lseek(kFd, i, SEEK_CUR): EBADF, harmless
+
+struct Lseek {
+  tracefs::Format format;
+  perf::Event event;  // a counting event: the program's attach point
+};
+
+Lseek open_lseek() {
+  auto fs = tracefs::Tracefs::open();
+  EXPECT_TRUE(fs.has_value());
+  auto format = fs->format({"syscalls", "sys_enter_lseek"});
+  EXPECT_TRUE(format.has_value());
+  perf::EventAttr a;
+  a.type(PERF_TYPE_TRACEPOINT).config(format->id);
+  auto ev = perf::Event::open(a, {.pid = -1, .cpu = 0});
+  EXPECT_TRUE(ev.has_value()) << ev.error().describe();
+  return {std::move(*format), std::move(*ev)};
+}
+
+TEST(TracepointDeliveryRingbuf, AOnePageRingWrapsAndKeepsEveryRecordInOrder) {
+  if (!core::kernel_has_ringbuf())
+    GTEST_SKIP() << "this kernel has no BPF_MAP_TYPE_RINGBUF (5.8+)";
+  auto lseek = open_lseek();
+  auto d = core::TracepointDelivery::open(
+      1, {.kind = DeliveryChannel::kRingbuf, .ringbuf_bytes = 4096, .wakeup_bytes = 1024});
+  ASSERT_TRUE(d.has_value()) << d.error().describe();
+  ASSERT_NE(d->ring_buffer(), nullptr);
+  EXPECT_EQ(d->ring_buffer()->size(), 4096U);
+  ASSERT_TRUE(d->attach(0, lseek.format, lseek.event.fd()));
+  const std::vector<ProbeInfo> probes(1);
+  const auto* offset = lseek.format.field("offset");
+  ASSERT_NE(offset, nullptr);
+  std::vector<std::int64_t> seen;
+  const BatchHandler collect = [&](const Batch& b) {
+    for (const auto& r : b.records) {
+      const auto* s = std::get_if<perf::Sample>(&r.record.body);
+      ASSERT_NE(s, nullptr);
+      if (static_cast<pid_t>(s->pid) != ::getpid())
+        continue;
+      EXPECT_EQ(r.record.bytes.size(), r.record.size);
+      EXPECT_EQ(s->tid, static_cast<std::uint32_t>(::gettid()));
+      seen.push_back(tracefs::read_int(*offset, s->raw).value_or(-1));
+    }
+  };
+  // ~80 bytes a record: 30 calls fill ~60% of the ring, so every other round wraps its end.
+  constexpr int kRounds = 60, kPerRound = 30;
+  for (int round = 0; round < kRounds; ++round) {
+    for (int i = 0; i < kPerRound; ++i)
+      ::syscall(SYS_lseek, kFd, round * kPerRound + i, SEEK_CUR);
+    d->drain(probes, collect);
+    EXPECT_EQ(d->ring_buffer()->waiting(), 0U);
+  }
+  const auto drops = d->drops(0);
+  EXPECT_EQ(std::accumulate(drops.begin(), drops.end(), std::uint64_t{0}), 0U);
+  ASSERT_EQ(seen.size(), static_cast<std::size_t>(kRounds * kPerRound));
+  for (std::size_t i = 0; i < seen.size(); ++i)
+    ASSERT_EQ(seen[i], static_cast<std::int64_t>(i));
+}
+
+TEST(TracepointDeliveryRingbuf, WhatDoesNotFitIsCountedAsDropped) {
+  if (!core::kernel_has_ringbuf())
+    GTEST_SKIP() << "this kernel has no BPF_MAP_TYPE_RINGBUF (5.8+)";
+  auto lseek = open_lseek();
+  auto d = core::TracepointDelivery::open(
+      1, {.kind = DeliveryChannel::kRingbuf, .ringbuf_bytes = 4096, .wakeup_bytes = 1024});
+  ASSERT_TRUE(d.has_value()) << d.error().describe();
+  ASSERT_TRUE(d->attach(0, lseek.format, lseek.event.fd()));
+  constexpr int kCalls = 1000;  // ~80 KB into a 4 KiB ring, nobody draining
+  for (int i = 0; i < kCalls; ++i)
+    ::syscall(SYS_lseek, kFd, i, SEEK_CUR);
+  const std::vector<ProbeInfo> probes(1);
+  std::uint64_t delivered = 0;
+  d->drain(probes, [&](const Batch& b) { delivered += b.records.size(); });
+  const auto hits = d->hits(0);
+  const auto drops = d->drops(0);
+  const auto sum = [](const std::vector<std::uint64_t>& v) {
+    return std::accumulate(v.begin(), v.end(), std::uint64_t{0});
+  };
+  EXPECT_GE(sum(hits), static_cast<std::uint64_t>(kCalls));
+  EXPECT_GT(sum(drops), 0U);
+  EXPECT_GT(delivered, 0U);
+  EXPECT_EQ(delivered + sum(drops), sum(hits));
+}
+
+}  // namespace
+}  // namespace tracer
