@@ -411,7 +411,7 @@ void Engine::Impl::cleanup() noexcept {
   for (auto& r : readers)
     r->wait.cancel();
   if (ringbuf_wait) {
-    ringbuf_wait->cancel(ignored);
+    [[maybe_unused]] const auto ec = ringbuf_wait->cancel(ignored);
     ringbuf_wait.reset();  // closes its duplicate of the map fd
   }
   ringbuf_armed = false;

@@ -185,7 +185,7 @@ class Loader {
       } else if (key == "channel") {
         if (const auto* s = keys_.string(e)) {
           if (auto c = parse_delivery_channel(*s))
-            recipe_.channel = *c;
+            recipe_.channel = c;
           else
             diags_.add(v.where, fmt::format("unknown channel '{}'", *s),
                        R"(channel is "ringbuf" (a BPF ring buffer, the default) or "perf")");

@@ -17,12 +17,12 @@
 // rounds); ratios per round against (h).
 #include <bpf/libbpf.h>
 #include <fmt/core.h>
-#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <fcntl.h>
 #include <boost/asio/io_context.hpp>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -184,7 +184,7 @@ Row run_session(long calls,
   static const Recipe recipe =
       Recipe::load_string(kRecipe, "count-by-pid.toml", {.stages = stage_catalog()});
   Workload w(calls);
-  FILE* devnull = std::fopen("/dev/null", "w");
+  FILE* devnull = std::fopen("/dev/null", "we");
   Sink out = Sink::to_file(devnull);
   boost::asio::io_context io(1);
   const bool per_event = placement == Placement::kUser;

@@ -222,8 +222,9 @@ Records many_keys(const ProbeInfo& p) {
   for (std::uint32_t i = 0; i < 3000; ++i) {
     for (std::uint32_t n = 0; n <= i % 13; ++n) {
       const auto nr = static_cast<std::int32_t>(i % 50) - 25;
-      r.event(p, fake(nr, static_cast<std::int64_t>(n * 37) - 100, i * 11), 100 + i, 100 + i,
-              i * 16 + n, static_cast<std::int32_t>((i + n) % 8));
+      r.event(p, fake(nr, (static_cast<std::int64_t>(n) * 37) - 100, std::uint64_t{i} * 11),
+              100 + i, 100 + i, (std::uint64_t{i} * 16) + n,
+              static_cast<std::int32_t>((i + n) % 8));
     }
   }
   return r;
