@@ -327,3 +327,48 @@ by = ["pid"]
 
 }  // namespace
 }  // namespace tracer
+
+namespace tracer {
+namespace {
+
+// Latency pairing placed in the kernel and in user space: the same pairs (6000 lseek
+// entries/exits of two children on both CPUs, paired by thread), counted by comm.
+TEST(KernelPlacement, LatencyPairsTheSameInTheKernelAndInUserSpace) {
+  const auto recipe = testing::write_temp("placement_latency.toml", R"([recipe]
+name = "latency"
+[[probe]]
+name = "enter"
+tracepoint = "syscalls:sys_enter_lseek"
+[[probe]]
+name = "exit"
+tracepoint = "syscalls:sys_exit_lseek"
+[[stage]]
+use = "latency"
+entry = "enter"
+exit = "exit"
+key = "tid"
+[[stage]]
+use = "count"
+by = ["comm"]
+)");
+  const auto plan = tracer("check --plan " + recipe.string());
+  ASSERT_EQ(plan.exit_code, 0) << plan.err;
+  EXPECT_EQ(plan.out.find("user"), std::string::npos) << plan.out;
+  std::map<std::string, std::string> tables;
+  for (const char* placement : {"kernel", "user"}) {
+    const auto r = tracer("run " + recipe.string() + " --json --placement " + placement + " -- " +
+                          two_lseekers(3000));
+    ASSERT_EQ(r.exit_code, 0) << placement << ": " << r.err;
+    const auto rows = lines_with(r.out, R"({"stage":"count")");
+    ASSERT_EQ(rows.size(), 1U) << placement << ": " << r.out;
+    tables[placement] = without_time(rows.front());
+    EXPECT_NE(rows.front().find(R"("count":6000)"), std::string::npos) << rows.front();
+    const auto summary = lines_with(r.out, R"({"type":"summary")");
+    ASSERT_EQ(summary.size(), 1U);
+    EXPECT_EQ(json_number(summary.front(), "latency.paired"), 6000) << summary.front();
+  }
+  EXPECT_EQ(tables["kernel"], tables["user"]);
+}
+
+}  // namespace
+}  // namespace tracer
