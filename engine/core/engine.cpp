@@ -293,22 +293,25 @@ void Engine::Impl::arm(Reader& r) {
         if (kernel_wakeup)
           r.reader.count_wakeup();
         r.reader.drain(r.via ? r.via : self->batch_handler);
-        // Every ring gets a pass at least once per flush interval. One due within half an
-        // interval is made now, on this wakeup, and the timer pushed back: the wakeups of busy
-        // rings flush the quiet ones too, and the timer wakes the engine only when no ring has
-        // for half an interval (a timer wakeup costs as much as a ring's).
-        if (self->pass_due()) {
-          self->drain_all();
-          self->arm_timer();
-        }
-
-        if (self->check_handler_failure()) {
-          self->stop();
-
-          return;
-        }
-        self->arm(r);
+        if (self->after_wakeup())
+          self->arm(r);
       });
+}
+
+bool Engine::Impl::after_wakeup() {
+  // Every ring gets a pass at least once per flush interval. One due within half an interval is
+  // made now, on this wakeup, and the timer pushed back: the wakeups of busy rings flush the
+  // quiet ones too, and the timer wakes the engine only when no ring has for half an interval
+  // (a timer wakeup costs as much as a ring's).
+  if (pass_due()) {
+    drain_all();
+    arm_timer();
+  }
+  if (check_handler_failure()) {
+    stop();
+    return false;
+  }
+  return true;
 }
 
 bool Engine::Impl::pass_due() const noexcept {

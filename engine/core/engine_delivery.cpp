@@ -170,15 +170,8 @@ void Engine::Impl::arm_ringbuf() {
                              self->ringbuf_armed = false;
                              ++self->ringbuf_wakeups;
                              self->drain_ringbuf();
-                             if (self->pass_due()) {
-                               self->drain_all();
-                               self->arm_timer();
-                             }
-                             if (self->check_handler_failure()) {
-                               self->stop();
-                               return;
-                             }
-                             self->arm_ringbuf();
+                             if (self->after_wakeup())
+                               self->arm_ringbuf();
                            });
 }
 

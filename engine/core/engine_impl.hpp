@@ -129,6 +129,9 @@ struct Engine::Impl : std::enable_shared_from_this<Engine::Impl> {
                   const std::vector<int>& cpus,
                   const std::vector<pid_t>& pids);
   void arm(Reader& r);
+  /// What every ring wakeup ends with, after its drain: a pass over every ring when one is due;
+  /// stop() when a handler failed. @return false when the engine stopped (do not re-arm).
+  bool after_wakeup();
   void arm_timer();
   /// True when a pass over every ring is due within half a flush interval.
   [[nodiscard]] bool pass_due() const noexcept;

@@ -36,16 +36,24 @@ Lseek open_lseek() {
   return {std::move(*format), std::move(*ev)};
 }
 
+/// Delivery of sys_enter_lseek as slot 0 through a one-page BPF ring buffer.
+Result<core::TracepointDelivery> one_page_delivery(const Lseek& lseek) {
+  TRACER_ASSIGN_OR_RETURN(
+      auto d,
+      core::TracepointDelivery::open(
+          1, {.kind = DeliveryChannel::kRingbuf, .ringbuf_bytes = 4096, .wakeup_bytes = 1024}));
+  TRACER_TRY(d.attach(0, lseek.format, lseek.event.fd()));
+  return d;
+}
+
 TEST(TracepointDeliveryRingbuf, AOnePageRingWrapsAndKeepsEveryRecordInOrder) {
   if (!core::kernel_has_ringbuf())
     GTEST_SKIP() << "this kernel has no BPF_MAP_TYPE_RINGBUF (5.8+)";
   auto lseek = open_lseek();
-  auto d = core::TracepointDelivery::open(
-      1, {.kind = DeliveryChannel::kRingbuf, .ringbuf_bytes = 4096, .wakeup_bytes = 1024});
+  auto d = one_page_delivery(lseek);
   ASSERT_TRUE(d.has_value()) << d.error().describe();
   ASSERT_NE(d->ring_buffer(), nullptr);
   EXPECT_EQ(d->ring_buffer()->size(), 4096U);
-  ASSERT_TRUE(d->attach(0, lseek.format, lseek.event.fd()));
   const std::vector<ProbeInfo> probes(1);
   const auto* offset = lseek.format.field("offset");
   ASSERT_NE(offset, nullptr);
@@ -80,10 +88,8 @@ TEST(TracepointDeliveryRingbuf, WhatDoesNotFitIsCountedAsDropped) {
   if (!core::kernel_has_ringbuf())
     GTEST_SKIP() << "this kernel has no BPF_MAP_TYPE_RINGBUF (5.8+)";
   auto lseek = open_lseek();
-  auto d = core::TracepointDelivery::open(
-      1, {.kind = DeliveryChannel::kRingbuf, .ringbuf_bytes = 4096, .wakeup_bytes = 1024});
+  auto d = one_page_delivery(lseek);
   ASSERT_TRUE(d.has_value()) << d.error().describe();
-  ASSERT_TRUE(d->attach(0, lseek.format, lseek.event.fd()));
   constexpr int kCalls = 1000;  // ~80 KB into a 4 KiB ring, nobody draining
   for (int i = 0; i < kCalls; ++i)
     ::syscall(SYS_lseek, kFd, i, SEEK_CUR);
