@@ -520,17 +520,18 @@ Layout make_layout(const KernelPlan& plan,
   l.probes = static_cast<std::uint32_t>(plan.probes.size());
   l.keyless = cols_in.empty();
   if (!l.keyless) {
-    const bool one_target = plan.tgids.size() == 1 && !plan.follow_children;
-    l.by_probe = true;
+    // Keys known from the probe alone when the target is one constant process: its pid.
+    bool known = true;
     for (std::uint32_t i = 0; i < plan.probes.size(); ++i) {
       if (!aggregates(role_of(plan, i)))
         continue;
       for (const Field& f : plan.probes[i].keys) {
-        const bool known = f.source == Source::kProbe || f.source == Source::kMissing ||
-                           (f.source == Source::kPid && one_target);
-        l.by_probe = l.by_probe && known;
+        known = known && (f.source == Source::kProbe || f.source == Source::kMissing ||
+                          (f.source == Source::kPid && plan.tgids.size() == 1));
       }
     }
+    l.by_probe = known && !plan.follow_children;
+    l.own_slot = known && plan.follow_children;
   }
   // Widest alignment first: every integer at a multiple of its size, strings after them.
   std::vector<std::size_t> order(cols_in.size());
@@ -1154,8 +1155,19 @@ class ProbeGen {
       w_.line("__s64 tr_v = (__s64){};", e->text);
       value = "tr_v";
     }
-    emit_key();
     const std::string fn = fmt::format("tr_update{}", atomic_suffix());
+    if (layout_.own_slot) {
+      w_.line("if (tr_tgid == {}u) {{ /* the target itself: its slot (Layout::own_slot) */",
+              plan_.tgids[0]);
+      w_.line("\t__u32 tr_o = {};", index_);
+      w_.line("\tif (tr_g & 1)");
+      w_.line("\t\t{}(&tr_own1, &tr_o, {}, tr_st);", fn, value);
+      w_.line("\telse");
+      w_.line("\t\t{}(&tr_own0, &tr_o, {}, tr_st);", fn, value);
+      w_.line("\treturn 1;");
+      w_.line("}}");
+    }
+    emit_key();
     w_.line("if (tr_g & 1)");
     w_.line("\t{}(&tr_agg1, &tr_k, {}, tr_st);", fn, value);
     w_.line("else");
@@ -1274,6 +1286,17 @@ void emit_maps(const KernelPlan& plan, const Layout& l, bool tgid_map, Writer& w
     if (!array && agg.kind == AggKind::kQuantiles)
       w.line("\t__uint(map_flags, BPF_F_NO_PREALLOC);");
     w.line("}} {} SEC(\".maps\");", name);
+  }
+  if (l.own_slot) {
+    w.line("/* The target's own events: a slot per probe, no hashing (Layout::own_slot). */");
+    for (const char* name : kOwnMaps) {
+      w.line("struct {{");
+      w.line("\t__uint(type, {});", l.percpu ? "BPF_MAP_TYPE_PERCPU_ARRAY" : "BPF_MAP_TYPE_ARRAY");
+      w.line("\t__uint(max_entries, {});", l.probes);
+      w.line("\t__type(key, __u32);");
+      w.line("\t__type(value, struct tr_val);");
+      w.line("}} {} SEC(\".maps\");", name);
+    }
   }
   w.line("__u32 tr_gen SEC(\".bss\");");
   if (plan.arm_on_exec)

@@ -205,6 +205,10 @@ struct Layout {
   /// probe, a field the probe lacks): an array indexed by probe, no hashing per event; the
   /// reader fills the cells.
   bool by_probe = false;
+  /// The same keys, but the target's children are followed (they may appear at any time): the
+  /// events of the one constant target go to an array slot per probe (kOwnMaps), no hashing;
+  /// its children's to the hash (kAggMaps). The reader merges both.
+  bool own_slot = false;
   std::uint32_t key_size = 4, value_size = 8;
   std::vector<KeyColumn> columns;
   std::uint32_t missing_offset = 0;  // offset of the `missing` byte when some column has a bit
@@ -215,6 +219,7 @@ struct Layout {
 
 /// Names of what a generated object holds.
 inline constexpr const char* kAggMaps[2] = {"tr_agg0", "tr_agg1"};
+inline constexpr const char* kOwnMaps[2] = {"tr_own0", "tr_own1"};  // Layout::own_slot
 inline constexpr const char* kStatsMap = "tr_stats";
 inline constexpr const char* kTgidsMap = "tr_tgids";
 inline constexpr const char* kStartMap = "tr_start";

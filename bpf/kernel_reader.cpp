@@ -210,8 +210,9 @@ Row Reader::make_row(const std::byte* key,
   const Aggregation& agg = prog_.plan.aggregation;
   const Layout& l = prog_.layout;
   Row row;
-  if (l.by_probe) {
-    // The slot is the probe; its key fields are the target pid, its name, or none.
+  if (key == nullptr && !l.keyless) {
+    // An array slot (by_probe, own_slot): the slot is the probe; its key fields are the target
+    // pid, its name, or none.
     const ProbePlan& p = prog_.plan.probes[slot];
     for (const Field& f : p.keys) {
       if (f.source == Source::kPid && !prog_.plan.tgids.empty())
@@ -325,31 +326,42 @@ Row Reader::make_row(const std::byte* key,
 
 Result<std::vector<Row>> Reader::read_rows(std::uint32_t gen, bool clear) const {
   const Layout& l = prog_.layout;
-  const char* map = kAggMaps[gen & 1];
+  const char* const map = kAggMaps[gen & 1];
   TRACER_ASSIGN_OR_RETURN(const int fd, obj_->map_fd(map));
   const std::size_t value_bytes = l.percpu ? round_up8(l.value_size) * cpus_ : l.value_size;
   std::vector<std::byte> value(value_bytes);
   std::vector<Row> rows;
-  const auto failed = [&](std::string_view what) {
+  const auto failed_in = [&](std::string_view name, std::string_view what) {
     const int err = errno;
-    return fail(err, fmt::format("bpf: object '{}': map '{}': {}: {}", obj_->name(), map, what,
+    return fail(err, fmt::format("bpf: object '{}': map '{}': {}: {}", obj_->name(), name, what,
                                  errno_text(err)));
   };
-  if (l.keyless || l.by_probe) {  // an array: one slot, or one per probe
-    const std::uint32_t slots = l.keyless ? 1 : l.probes;
+  const auto failed = [&](std::string_view what) { return failed_in(map, what); };
+  // An array: one slot, or one per probe.
+  const auto read_array = [&](int array_fd, std::uint32_t slots,
+                              const char* name) -> Result<std::vector<Row>> {
+    std::vector<Row> out;
     for (std::uint32_t slot = 0; slot < slots; ++slot) {
-      if (bpf_map_lookup_elem(fd, &slot, value.data()) != 0)
-        return failed("lookup");
+      if (bpf_map_lookup_elem(array_fd, &slot, value.data()) != 0)
+        return failed_in(name, "lookup");
       Row row = make_row(nullptr, value, slot);
       if (clear && row.count != 0) {
         std::fill(value.begin(), value.end(), std::byte{0});
-        if (bpf_map_update_elem(fd, &slot, value.data(), BPF_ANY) != 0)
-          return failed("clear");
+        if (bpf_map_update_elem(array_fd, &slot, value.data(), BPF_ANY) != 0)
+          return failed_in(name, "clear");
       }
       if (row.count != 0)
-        rows.push_back(std::move(row));
+        out.push_back(std::move(row));
     }
-    return rows;
+    return out;
+  };
+  if (l.keyless || l.by_probe)
+    return read_array(fd, l.keyless ? 1 : l.probes, map);
+  if (l.own_slot) {
+    // The target's own rows; its children's (other pids: no key is in both) follow from the
+    // hash below.
+    TRACER_ASSIGN_OR_RETURN(const int own_fd, obj_->map_fd(kOwnMaps[gen & 1]));
+    TRACER_ASSIGN_OR_RETURN(rows, read_array(own_fd, l.probes, kOwnMaps[gen & 1]));
   }
   // Keys first, then their values: nothing writes this generation while it is read (or, for
   // peek(), a key added meanwhile is simply not in this view).

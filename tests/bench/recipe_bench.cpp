@@ -7,6 +7,8 @@
 //   (k) tracer, the pure TOML recipe (count by pid) placed in the kernel
 //   (r) tracer, per event through the BPF ring buffer channel into a user-space count stage
 //   (p) tracer, per event through the BPF perf channel into a user-space count stage
+//   (s) tracer, per event: the workload's own tracepoint samples (a -p target's perf events,
+//       no BPF) into a user-space count stage
 //   (l) a libbpf ring_buffer consumer of a per-event copy (batched wakeups): the reference of
 //       the per-event rows
 // (r), (p) and (l) copy every getppid of the machine (system-wide, as tracer's delivery does);
@@ -180,19 +182,20 @@ by = ["pid"]
 Row run_session(long calls,
                 const char* name,
                 Placement placement,
-                std::optional<DeliveryChannel> channel) {
+                std::optional<DeliveryChannel> channel,
+                bool system_wide) {
   static const Recipe recipe =
       Recipe::load_string(kRecipe, "count-by-pid.toml", {.stages = stage_catalog()});
   Workload w(calls);
   FILE* devnull = std::fopen("/dev/null", "we");
   Sink out = Sink::to_file(devnull);
   boost::asio::io_context io(1);
-  const bool per_event = placement == Placement::kUser;
-  // Per event: system-wide, through the BPF delivery channel. In the kernel: the workload's
-  // process (its tgid a constant of the generated program).
+  // System-wide per event: through the BPF delivery channel. The workload's process: in the
+  // kernel, its tgid a constant of the generated program; per event, its own perf events'
+  // tracepoint samples.
   Session session(
       io.get_executor(), recipe, out,
-      {.target = per_event ? Target{} : Target{.kind = Target::Kind::kPid, .pid = w.pid()},
+      {.target = system_wide ? Target{} : Target{.kind = Target::Kind::kPid, .pid = w.pid()},
        .placement = placement,
        .channel = channel});
   session.start();
@@ -215,15 +218,19 @@ Row run_session(long calls,
 
 Row run_kernel(long calls) {
   return run_session(calls, "(k) tracer, TOML count by pid, in the kernel", Placement::kKernel,
-                     std::nullopt);
+                     std::nullopt, false);
 }
 Row run_ringbuf(long calls) {
   return run_session(calls, "(r) tracer, per event: ring buffer -> count", Placement::kUser,
-                     DeliveryChannel::kRingbuf);
+                     DeliveryChannel::kRingbuf, true);
 }
 Row run_perf(long calls) {
   return run_session(calls, "(p) tracer, per event: perf rings -> count", Placement::kUser,
-                     DeliveryChannel::kPerf);
+                     DeliveryChannel::kPerf, true);
+}
+Row run_samples(long calls) {
+  return run_session(calls, "(s) tracer, per event: -p samples -> count", Placement::kUser,
+                     std::nullopt, false);
 }
 
 Row run_libbpf_ringbuf(long calls) {
@@ -269,6 +276,7 @@ int main(int argc, char** argv) {
   kinds.emplace_back(run_kernel);
   kinds.emplace_back(run_ringbuf);
   kinds.emplace_back(run_perf);
+  kinds.emplace_back(run_samples);
   kinds.emplace_back(run_libbpf_ringbuf);
   return run_bench(argc, argv, std::move(kinds), "(h)");
 }

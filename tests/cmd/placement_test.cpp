@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <map>
 #include <regex>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -368,6 +369,41 @@ by = ["comm"]
     EXPECT_EQ(json_number(summary.front(), "latency.paired"), 6000) << summary.front();
   }
   EXPECT_EQ(tables["kernel"], tables["user"]);
+}
+
+}  // namespace
+}  // namespace tracer
+
+namespace tracer {
+namespace {
+
+// A command that makes its own calls and forks a child making others: in the kernel, the
+// command's events take its array slot (no hashing), the child's the hash; the counts by pid are
+// those of user space.
+TEST(KernelPlacement, CountByPidOfACommandAndItsChild) {
+  const auto recipe = testing::write_temp("placement_own.toml", R"([recipe]
+name = "own"
+[[probe]]
+name = "lseek"
+tracepoint = "syscalls:sys_enter_lseek"
+[[stage]]
+use = "filter"
+expr = "fd == 12345"
+[[stage]]
+use = "count"
+by = ["pid"]
+)");
+  for (const char* placement : {"kernel", "user"}) {
+    SCOPED_TRACE(placement);
+    const auto r =
+        tracer("run " + recipe.string() + " --json --placement " + placement + " -- sh -c '" +
+               kSyscaller + " lseek 300 & exec " + kSyscaller + " lseek 500'");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    std::multiset<long long> counts;
+    for (const auto& row : lines_with(r.out, R"({"stage":"count")"))
+      counts.insert(json_number(row, "count"));
+    EXPECT_EQ(counts, (std::multiset<long long>{300, 500})) << r.out;
+  }
 }
 
 }  // namespace
