@@ -184,7 +184,8 @@ void print(const std::vector<Summary>& runs, long calls, int rounds, std::string
     int wins = 0;
     for (std::size_t i = 0; i < run.rounds.size(); ++i) {
       slow.push_back(run.rounds[i].workload_seconds / ref->rounds[i].workload_seconds);
-      if (!run.rounds[i].cpu_measured)
+      // No CPU ratio against a run that measures none (a reference without a consumer).
+      if (!run.rounds[i].cpu_measured || !ref->rounds[i].cpu_measured)
         continue;
       cpu.push_back(per_event_ns(run.rounds[i]) / per_event_ns(ref->rounds[i]));
       wins += cpu.back() < 1 ? 1 : 0;
