@@ -377,9 +377,9 @@ by = ["comm"]
 namespace tracer {
 namespace {
 
-// A command that makes its own calls and forks a child making others: in the kernel, the
-// command's events take its array slot (no hashing), the child's the hash; the counts by pid are
-// those of user space.
+// A command that forks a child making calls, waits for it, then makes its own (exec, the same
+// process): in the kernel, the command's events take its array slot (no hashing), the child's
+// the hash; the counts by pid are those of user space.
 TEST(KernelPlacement, CountByPidOfACommandAndItsChild) {
   const auto recipe = testing::write_temp("placement_own.toml", R"([recipe]
 name = "own"
@@ -397,7 +397,7 @@ by = ["pid"]
     SCOPED_TRACE(placement);
     const auto r =
         tracer("run " + recipe.string() + " --json --placement " + placement + " -- sh -c '" +
-               kSyscaller + " lseek 300 & exec " + kSyscaller + " lseek 500'");
+               kSyscaller + " lseek 300; exec " + kSyscaller + " lseek 500'");
     ASSERT_EQ(r.exit_code, 0) << r.err;
     std::multiset<long long> counts;
     for (const auto& row : lines_with(r.out, R"({"stage":"count")"))
