@@ -274,20 +274,8 @@ by = ["pid"]
   EXPECT_NE(theirs.find("@[" + b_pid + "]: 12345"), std::string::npos) << theirs;
 }
 
-}  // namespace
-}  // namespace tracer
-
-namespace tracer {
-namespace {
-
-// Per-event delivery (a user-placed count) of a system-wide tracepoint through either BPF
-// channel: the BPF ring buffer (the default) and the perf rings give each of two children on
-// the two CPUs exactly its calls, nothing lost, and `-v` names the channel chosen.
-TEST(DeliveryChannel, RingBufferAndPerfRingsGiveExactCountsPerProcess) {
-  const auto recipe = testing::write_temp("channel_pid.toml", R"([recipe]
-name = "channel"
-placement = "user"
-[[probe]]
+/// Probes and stages of a count of the test programs' lseek calls by pid.
+const std::string kLseekCountByPid = R"([[probe]]
 name = "lseek"
 tracepoint = "syscalls:sys_enter_lseek"
 [[stage]]
@@ -296,7 +284,15 @@ expr = "fd == 12345"
 [[stage]]
 use = "count"
 by = ["pid"]
-)");
+)";
+
+// Per-event delivery (a user-placed count) of a system-wide tracepoint through either BPF
+// channel: the BPF ring buffer (the default) and the perf rings give each of two children on
+// the two CPUs exactly its calls, nothing lost, and `-v` names the channel chosen.
+TEST(DeliveryChannel, RingBufferAndPerfRingsGiveExactCountsPerProcess) {
+  const auto recipe = testing::write_temp(
+      "channel_pid.toml",
+      "[recipe]\nname = \"channel\"\nplacement = \"user\"\n" + kLseekCountByPid);
   const std::string c = kSyscaller + " lseek 20000";
   for (const std::string channel : {"ringbuf", "perf"}) {
     SCOPED_TRACE(channel);
@@ -325,12 +321,6 @@ by = ["pid"]
         << slurp(err);
   }
 }
-
-}  // namespace
-}  // namespace tracer
-
-namespace tracer {
-namespace {
 
 // Latency pairing placed in the kernel and in user space: the same pairs (6000 lseek
 // entries/exits of two children on both CPUs, paired by thread), counted by comm.
@@ -371,28 +361,12 @@ by = ["comm"]
   EXPECT_EQ(tables["kernel"], tables["user"]);
 }
 
-}  // namespace
-}  // namespace tracer
-
-namespace tracer {
-namespace {
-
 // A command that forks a child making calls, waits for it, then makes its own (exec, the same
 // process): in the kernel, the command's events take its array slot (no hashing), the child's
 // the hash; the counts by pid are those of user space.
 TEST(KernelPlacement, CountByPidOfACommandAndItsChild) {
-  const auto recipe = testing::write_temp("placement_own.toml", R"([recipe]
-name = "own"
-[[probe]]
-name = "lseek"
-tracepoint = "syscalls:sys_enter_lseek"
-[[stage]]
-use = "filter"
-expr = "fd == 12345"
-[[stage]]
-use = "count"
-by = ["pid"]
-)");
+  const auto recipe =
+      testing::write_temp("placement_own.toml", "[recipe]\nname = \"own\"\n" + kLseekCountByPid);
   for (const char* placement : {"kernel", "user"}) {
     SCOPED_TRACE(placement);
     const auto r =
