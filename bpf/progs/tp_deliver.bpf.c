@@ -25,21 +25,14 @@ struct {
 SEC("tracepoint")
 int tp_deliver(void *ctx)
 {
-	__u32 slot, size;
-	const struct tp_deliver_cfg *c = tp_deliver_begin(ctx, &slot, &size);
-	if (!c)
-		return 1;
-	__u32 zero = 0;
-	struct tp_deliver_buf *b = bpf_map_lookup_elem(&scratch, &zero);
+	__u32 slot;
+	const struct tp_deliver_cfg *c;
+	__u64 bytes;
+	struct tp_deliver_buf *b = tp_deliver_copy(ctx, &slot, &c, &bytes);
 	if (!b)
 		return 1;
-	/* The bound the verifier needs, in the register the helper gets (clang
-	 * would drop a C mask after the clamp, and pass an unclamped copy). */
-	asm volatile("%0 &= 4095" : "+r"(size));
-	bpf_probe_read_kernel(b->data, size, ctx);
-	tp_deliver_fill(&b->hdr, b->data, c, slot, size);
-	if (bpf_perf_event_output(ctx, &events, BPF_F_CURRENT_CPU, b,
-				  sizeof(b->hdr) + size) != 0)
+	if (bpf_perf_event_output(ctx, &events, BPF_F_CURRENT_CPU, b, bytes) !=
+	    0)
 		tp_deliver_dropped(slot);
 	return 1;
 }

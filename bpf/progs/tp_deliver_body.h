@@ -1,9 +1,9 @@
 /* tp_deliver_body.h: the maps and the body both tp_deliver programs share
  * (the perf event array one, tp_deliver.bpf.c, and the BPF ring buffer one,
  * tp_deliver_rb.bpf.c): configuration per slot, hits and failed outputs per
- * slot and CPU, the per-CPU scratch record (the perf channel's), and the
- * steps both take: begin (slot, configuration, hit, size), fill (header and
- * common fields), dropped (a failed output). */
+ * slot and CPU, the per-CPU scratch record, and the steps both take: copy
+ * (slot, configuration, hit, the record behind its header) and dropped (a
+ * failed output). */
 #ifndef TRACER_BPF_TP_DELIVER_BODY_H
 #define TRACER_BPF_TP_DELIVER_BODY_H
 
@@ -79,26 +79,42 @@ tp_deliver_begin(void *ctx, __u32 *slot, __u32 *size)
 	return c;
 }
 
-/* The header of a copied record of `size` bytes at `data`, whose first 8 bytes
- * (a tracepoint program's context holds the kernel's pt_regs pointer there,
- * not the common fields) are written back. */
-static __always_inline void tp_deliver_fill(struct tp_deliver_hdr *hdr,
-					    __u8 *data,
-					    const struct tp_deliver_cfg *c,
-					    __u32 slot, __u32 size)
+/* The hit's record, copied into this CPU's scratch buffer behind its header:
+ * NULL when the hit is not one of ours. The first 8 bytes of a tracepoint
+ * program's context hold the kernel's pt_regs pointer, not the common fields:
+ * those are written back. `bytes` is what to output: the header and the
+ * record, bounded for the verifier. */
+static __always_inline struct tp_deliver_buf *
+tp_deliver_copy(void *ctx, __u32 *slot, const struct tp_deliver_cfg **cfg,
+		__u64 *bytes)
 {
+	__u32 size;
+	const struct tp_deliver_cfg *c = tp_deliver_begin(ctx, slot, &size);
+	if (!c)
+		return NULL;
+	__u32 zero = 0;
+	struct tp_deliver_buf *b = bpf_map_lookup_elem(&scratch, &zero);
+	if (!b)
+		return NULL;
+	/* The bound the verifier needs, in the register the helper gets (clang
+	 * would drop a C mask after the clamp, and pass an unclamped copy). */
+	asm volatile("%0 &= 4095" : "+r"(size));
+	bpf_probe_read_kernel(b->data, size, ctx);
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
-	*(__u16 *)&data[0] = (__u16)c->id;
-	data[2] = 0;
-	data[3] = 0;
-	*(__u32 *)&data[4] = (__u32)pid_tgid;
-	hdr->time = bpf_ktime_get_ns();
-	hdr->slot = slot;
-	hdr->size = size;
-	hdr->pid = pid_tgid >> 32;
-	hdr->tid = (__u32)pid_tgid;
-	hdr->cpu = bpf_get_smp_processor_id();
-	hdr->pad = 0;
+	*(__u16 *)&b->data[0] = (__u16)c->id;
+	b->data[2] = 0;
+	b->data[3] = 0;
+	*(__u32 *)&b->data[4] = (__u32)pid_tgid;
+	b->hdr.time = bpf_ktime_get_ns();
+	b->hdr.slot = *slot;
+	b->hdr.size = size;
+	b->hdr.pid = pid_tgid >> 32;
+	b->hdr.tid = (__u32)pid_tgid;
+	b->hdr.cpu = bpf_get_smp_processor_id();
+	b->hdr.pad = 0;
+	*cfg = c;
+	*bytes = sizeof(b->hdr) + size;
+	return b;
 }
 
 static __always_inline void tp_deliver_dropped(__u32 slot)
