@@ -305,16 +305,27 @@ class AggregateStage : public Stage, public Aggregation {
     }
   }
 
-  /// absorb() of a distribution (hist, lhist): each row's bucket counts added to its key's.
-  template <typename State, typename Make>
-  void absorb_buckets(const std::vector<KernelRow>& rows, KeyedStates<State>& states, Make&& make) {
+  /// absorb() of a distribution (hist, lhist, quantiles): each row's bucket counts added to its
+  /// key's, then also(state, row) for what else the stage keeps (quantiles: min and max).
+  template <typename State, typename Make, typename Also>
+  void absorb_buckets(const std::vector<KernelRow>& rows,
+                      KeyedStates<State>& states,
+                      Make&& make,
+                      Also&& also) {
     for (const auto& r : rows) {
+      if (r.count == 0)
+        continue;
       State& s = state_of(r, states, make);
       const std::size_t n = std::min(s.counts.size(), r.counts.size());
       for (std::size_t b = 0; b < n; ++b)
         s.counts[b] += r.counts[b];
       s.total += r.count;
+      also(s, r);
     }
+  }
+  template <typename State, typename Make>
+  void absorb_buckets(const std::vector<KernelRow>& rows, KeyedStates<State>& states, Make&& make) {
+    absorb_buckets(rows, states, std::forward<Make>(make), [](State&, const KernelRow&) {});
   }
 
   /// The snapshot of a distribution: a row per key with samples (State::total), its values

@@ -112,19 +112,13 @@ KernelForm Quantiles::kernel_form() const {
 }
 
 void Quantiles::absorb(const std::vector<KernelRow>& rows) {
-  for (const auto& r : rows) {
-    if (r.count == 0)
-      continue;
-    State& s = states_.get(key_of(r), [] {
-      return State{.counts = std::vector<std::uint64_t>(kBuckets), .total = 0};
-    });
-    const std::size_t n = std::min(s.counts.size(), r.counts.size());
-    for (std::size_t b = 0; b < n; ++b)
-      s.counts[b] += r.counts[b];
-    s.total += r.count;
-    s.min = std::min(s.min, r.min);
-    s.max = std::max(s.max, r.max);
-  }
+  absorb_buckets(
+      rows, states_,
+      [] { return State{.counts = std::vector<std::uint64_t>(kBuckets), .total = 0}; },
+      [](State& s, const KernelRow& r) {
+        s.min = std::min(s.min, r.min);
+        s.max = std::max(s.max, r.max);
+      });
 }
 
 void Quantiles::snapshot(Table& out, bool reset) {
