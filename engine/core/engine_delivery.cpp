@@ -71,11 +71,9 @@ void Engine::Impl::plan_delivery(std::vector<core::ResolvedProbe>& resolved) {
 constexpr std::uint32_t kMaxDeliveryPages = 4096;  // 16 MiB per CPU
 
 DeliveryChannel Engine::Impl::delivery_channel() const noexcept {
-  if (opts.channel)
-    return *opts.channel == DeliveryChannel::kRingbuf && !core::kernel_has_ringbuf()
-               ? DeliveryChannel::kPerf
-               : *opts.channel;
-  return core::kernel_has_ringbuf() ? DeliveryChannel::kRingbuf : DeliveryChannel::kPerf;
+  const DeliveryChannel want = opts.channel.value_or(DeliveryChannel::kRingbuf);
+  return want == DeliveryChannel::kRingbuf && !core::kernel_has_ringbuf() ? DeliveryChannel::kPerf
+                                                                          : want;
 }
 
 void Engine::Impl::open_delivery() {
