@@ -1,0 +1,202 @@
+// Symbols (tracer/symbols/symbols.hpp): kernel and user addresses to function names (the `symbols` layer).
+//
+//   KernelSymbols   /proc/kallsyms once, sorted, binary search; module names; kptr_restrict.
+//   ElfSymbols      one ELF file's function symbols (.symtab, else .dynsym, or those of its
+//                   separate debuginfo found by build-id / .gnu_debuglink), its PT_LOAD segments
+//                   (file offset -> link-time address) and build-id; optional source lines and
+//                   inlined frames from DWARF (libdw). Cached per build-id in a Symbolizer.
+//   Symbolizer      per-process maps (MMAP/MMAP2 records, or /proc/PID/maps read once while the
+//                   process lives, through /proc/PID/root for other mount namespaces), JIT maps
+//                   (/tmp/perf-PID.map), and frames for callchains.
+//
+// Usage:
+//   symbols::Symbolizer sym({});                       // kallsyms is loaded on first use
+//   sym.on_mmap({.pid = 42, .start = ..., .len = ..., .pgoff = ..., .path = "/usr/bin/x"});
+//   sym.note_process(42);                              // reads /proc/42/maps if no map is known
+//   auto frames = sym.symbolize(42, ips);              // PERF_CONTEXT_* markers split the chain
+//   fmt::print("{}\n", frames[0].symbol);              // "tracer_busy_spin"
+//
+// Nothing here is on the hot path of a run: a stage calls note_process() for a new key (once per
+// process) and symbolizes rows when it renders a table.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "tracer/result.hpp"
+
+namespace tracer::symbols {
+
+/// One frame of a symbolized stack.
+struct Frame {
+  std::uint64_t addr = 0;    // the ip as sampled (a return address for all but the leaf)
+  std::string symbol;        // function name; "" when unknown
+  std::uint64_t offset = 0;  // addr - the symbol's start (when symbol is set)
+  std::string module;        // "[kernel.kallsyms]", a module name ("[ext4]"), a file path, "[unknown]"
+  std::string file;          // source file (with source lines enabled and DWARF present)
+  std::uint32_t line = 0;
+  bool inlined = false;  // an inlined call site inside the next (outer) frame of the same addr
+  bool kernel = false;
+
+  friend bool operator==(const Frame&, const Frame&) = default;
+};
+
+/// "symbol+0xoff" or "[unknown]"/"0xaddr" when unknown (no module).
+[[nodiscard]] std::string frame_label(const Frame& f, bool with_offset = true);
+
+// ---------------------------------------------------------------------------------------------
+// Kernel
+
+struct KernelSymbol {
+  std::uint64_t start = 0;
+  std::string name;
+  std::string module;  // "" for the kernel image, else the module ("ext4")
+};
+
+class KernelSymbols {
+ public:
+  /// Reads `path` (text lines "ADDR TYPE NAME [MODULE]"); function symbols (t/T/w/W) only.
+  /// @return the table, or the errno of the open. A file whose addresses are all zero is not an
+  /// error: restricted() says so.
+  [[nodiscard]] static Result<KernelSymbols> load(const std::filesystem::path& path =
+                                                      "/proc/kallsyms");
+  /// The symbol containing `addr` (the last one starting at or below it; nullptr below the
+  /// first, or above _etext/the last module symbol by more than 1 MiB).
+  [[nodiscard]] const KernelSymbol* find(std::uint64_t addr) const noexcept;
+  /// Every address read as 0: kptr_restrict (or no CAP_SYSLOG) hides them.
+  [[nodiscard]] bool restricted() const noexcept { return restricted_; }
+  /// What to do when restricted(): names /proc/sys/kernel/kptr_restrict's value and the fix.
+  [[nodiscard]] std::string restricted_hint() const;
+  [[nodiscard]] std::size_t size() const noexcept { return syms_.size(); }
+
+ private:
+  std::vector<KernelSymbol> syms_;  // sorted by start
+  bool restricted_ = false;
+};
+
+// ---------------------------------------------------------------------------------------------
+// ELF files
+
+struct SymbolizeOptions {
+  bool source_lines = false;  // file:line (and inlined frames) from DWARF: slower on first use
+  /// Roots searched for separate debuginfo: ROOT/.build-id/ab/cdef....debug, and for
+  /// .gnu_debuglink: DIR/NAME, DIR/.debug/NAME, ROOT/DIR/NAME.
+  std::vector<std::filesystem::path> debug_roots{"/usr/lib/debug"};
+  std::filesystem::path proc_root = "/proc";
+  std::filesystem::path kallsyms = "/proc/kallsyms";
+  std::filesystem::path jit_map_dir = "/tmp";  // perf-PID.map
+};
+
+struct ElfSymbol {
+  std::uint64_t start = 0;  // link-time address (st_value)
+  std::uint64_t size = 0;
+  std::string name;
+};
+
+class ElfSymbols {
+ public:
+  /// Opens `path` (libelf), reads its build-id, PT_LOAD segments and function symbols; when the
+  /// file has neither .symtab nor .dynsym functions, or options ask for source lines, it also
+  /// looks for separate debuginfo (build-id first, then .gnu_debuglink).
+  /// @return the table, or the errno naming the file; ENOEXEC for a non-ELF file.
+  [[nodiscard]] static Result<std::shared_ptr<ElfSymbols>> open(const std::filesystem::path& path,
+                                                                const SymbolizeOptions& options);
+  ~ElfSymbols();
+  ElfSymbols(const ElfSymbols&) = delete;
+  ElfSymbols& operator=(const ElfSymbols&) = delete;
+
+  /// The link-time address of file offset `offset` (through the PT_LOAD segment holding it).
+  [[nodiscard]] std::optional<std::uint64_t> address_of_offset(std::uint64_t offset) const noexcept;
+  /// The function containing link-time address `addr`, or nullptr.
+  [[nodiscard]] const ElfSymbol* find(std::uint64_t addr) const noexcept;
+  /// Frames for `addr`: the function (and, with source lines, the file:line and inlined callers,
+  /// innermost first). Empty symbol when unknown. `module` and `addr` are left to the caller.
+  [[nodiscard]] std::vector<Frame> frames(std::uint64_t addr) const;
+
+  [[nodiscard]] const std::string& build_id() const noexcept { return build_id_; }  // hex
+  [[nodiscard]] const std::filesystem::path& path() const noexcept { return path_; }
+  /// Where the symbols came from ("/usr/lib/debug/.build-id/..." for separate debuginfo).
+  [[nodiscard]] const std::filesystem::path& symbols_path() const noexcept { return sym_path_; }
+  [[nodiscard]] std::size_t size() const noexcept { return syms_.size(); }
+  [[nodiscard]] bool dynsym_only() const noexcept { return dynsym_only_; }
+
+  struct Segment {
+    std::uint64_t offset = 0, vaddr = 0, filesz = 0;
+  };
+
+ private:
+  ElfSymbols() = default;
+  struct Dwarf;  // libdw state for source lines (opened lazily)
+  std::filesystem::path path_, sym_path_;
+  std::string build_id_;
+  std::vector<Segment> segments_;
+  std::vector<ElfSymbol> syms_;  // sorted by start
+  bool dynsym_only_ = false;
+  bool source_lines_ = false;
+  mutable std::unique_ptr<Dwarf> dwarf_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Processes
+
+/// A file mapping of a process (an MMAP/MMAP2 record, or a line of /proc/PID/maps).
+struct Mapping {
+  std::uint32_t pid = 0;  // the process (tgid)
+  std::uint64_t start = 0, len = 0, pgoff = 0;
+  std::string path;      // "//anon", "[vdso]", "[heap]", ... kept as written
+  std::string build_id;  // hex, from an MMAP2 record with PERF_RECORD_MISC_MMAP_BUILD_ID
+  bool exec = true;      // PROT_EXEC (non-exec mappings are ignored for code addresses)
+};
+
+class Symbolizer {
+ public:
+  explicit Symbolizer(SymbolizeOptions options = {});
+  ~Symbolizer();
+  Symbolizer(const Symbolizer&) = delete;
+  Symbolizer& operator=(const Symbolizer&) = delete;
+
+  /// Task records, in time order where the caller has it: a new mapping replaces the parts of
+  /// older ones of the same process it overlaps; a fork copies the parent's maps; an exec
+  /// (COMM with PERF_RECORD_MISC_COMM_EXEC) drops the process's maps (the MMAP2 records of the
+  /// new image follow). An exited process keeps its maps: its stacks still resolve.
+  void on_mmap(const Mapping& m);
+  void on_fork(std::uint32_t parent_pid, std::uint32_t child_pid);
+  void on_exec(std::uint32_t pid);
+  /// Reads /proc/PID/maps once if nothing is known of `pid` (cheap when known: a hash lookup).
+  void note_process(std::uint32_t pid);
+
+  /// The frames of a callchain as the kernel wrote it (leaf first, PERF_CONTEXT_KERNEL/USER
+  /// markers switching between kernel and user addresses; ips without a marker before them are
+  /// taken as user addresses when below the kernel's half of the address space). Inlined frames
+  /// add entries with source lines on.
+  [[nodiscard]] std::vector<Frame> symbolize(std::uint32_t pid, std::span<const std::uint64_t> ips);
+  [[nodiscard]] Frame symbolize_kernel(std::uint64_t ip);
+  [[nodiscard]] std::vector<Frame> symbolize_user(std::uint32_t pid, std::uint64_t ip);
+
+  /// Kernel symbols, loaded on first use (nullptr if /proc/kallsyms could not be read).
+  [[nodiscard]] const KernelSymbols* kernel();
+  /// Warnings worth a user's eye, once each (kptr_restrict, files that could not be opened).
+  [[nodiscard]] std::vector<std::string> take_warnings();
+
+  struct Stats {
+    std::uint64_t lookups = 0, cache_hits = 0, files_opened = 0, unknown = 0;
+  };
+  [[nodiscard]] const Stats& stats() const noexcept { return stats_; }
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  Stats stats_;
+};
+
+}  // namespace tracer::symbols
