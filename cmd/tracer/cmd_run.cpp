@@ -37,6 +37,7 @@ struct RunOptions {
   std::string duration;
   std::string output;
   std::string perf_data;  // --perf-data FILE, or -o FILE.data
+  std::string folded, flamegraph;  // --folded FILE, --flamegraph FILE.svg
   bool json = false;
   bool verbose = false;
   std::string delivery = "bpf";  // system-wide tracepoints: "bpf" or "perf"
@@ -202,6 +203,7 @@ int run_recipe(const RunOptions& given) {
                     .duration = std::nullopt,
                     .json = o.json,
                     .perf_data = o.perf_data,
+                    .stacks = {.folded = o.folded, .flamegraph = o.flamegraph},
                     .verbose = o.verbose,
                     .deliver_tracepoints_via_bpf = o.delivery == "bpf",
                     .placement = parse_placement(o.placement),
@@ -318,6 +320,11 @@ void add_run_command(CLI::App& app, Runner& run) {
   cmd->add_option("--perf-data", o->perf_data,
                   "Also write every record of every probe as a perf.data file that perf "
                   "script/report read (\"-\": a pipe-mode stream on stdout, text goes to stderr)");
+  cmd->add_option("--folded", o->folded,
+                  "Also write the stacks of the recipe's aggregations as collapsed lines "
+                  "(frame;frame count) to this file, for flamegraph.pl or speedscope");
+  cmd->add_option("--flamegraph", o->flamegraph,
+                  "Also write the stacks of the recipe's aggregations as an SVG flame graph");
   cmd->add_flag("--json", o->json, "JSON lines on stdout; the last line is the summary");
   cmd->add_option("--delivery", o->delivery,
                   "System-wide tracepoints: every hit through BPF (bpf, the default), or "

@@ -3,9 +3,22 @@
 
 #include <fmt/format.h>
 
+#include <linux/perf_event.h>
+#include <sys/mman.h>
+
 #include <algorithm>
 
 namespace tracer {
+
+namespace {
+std::string hex_of(std::span<const std::byte> bytes) {
+  std::string out;
+  out.reserve(bytes.size() * 2);
+  for (const std::byte b : bytes)
+    out += fmt::format("{:02x}", static_cast<unsigned>(b));
+  return out;
+}
+}  // namespace
 
 Pipeline::Pipeline(Sink& out, PipelineOptions options)
     : out_(&out), options_(std::move(options)), comm_(options_.comm) {
@@ -56,6 +69,7 @@ void Pipeline::bind(std::span<const ProbeInfo> probes,
                     std::span<const PayloadSchema> payloads,
                     const MapSource* maps) {
   schema_ = std::make_unique<Schema>(probes, payloads, comm_);
+  schema_->set_symbolize_options(options_.symbols);
   if (options_.implicit_print && implicit_print_) {
     bool pending = false;  // an aggregation with no output of tables after it
     for (const auto& slot : stages_) {
@@ -85,6 +99,7 @@ void Pipeline::bind(std::span<const ProbeInfo> probes,
     upstream = upstream || slot.aggregation != nullptr;
   }
   derived_ = schema_->derived_count();
+  stacks_ = schema_->stacks_bound();
   ordered = ordered || schema_->comm_bound();
   if (schema_->comm_bound())
     comm_.seed();  // threads that exit before their events are looked at keep their names
@@ -213,6 +228,9 @@ void Pipeline::run(std::span<const RecordRef> records) noexcept {
       e.derived[d] = std::monostate{};
     ++stats_.records;
     ++stats_.by_kind[static_cast<std::size_t>(e.kind)];
+    if (stacks_ && (e.kind == RecordKind::kMmap || e.kind == RecordKind::kFork ||
+                    e.kind == RecordKind::kComm))
+      track_maps(r.record);
     if (e.kind == RecordKind::kComm || e.kind == RecordKind::kFork) {
       // Every stage sees comm by thread, whether or not it asked for COMM records. The events
       // before this record run first, so each sees the name its thread had at its time.
@@ -225,6 +243,41 @@ void Pipeline::run(std::span<const RecordRef> records) noexcept {
     alive_.push_back(&e);
   }
   dispatch();
+}
+
+void Pipeline::track_maps(const perf::Record& record) noexcept {
+  // The symbolizer learns every process's maps from the task records (the stacks of a process
+  // that exits before its table is made still resolve). Its own failures (out of memory) lose a
+  // mapping, not the run.
+  try {
+    symbols::Symbolizer& sym = schema_->symbolizer();
+    if (const auto* m = std::get_if<perf::Mmap2>(&record.body)) {
+      sym.on_mmap({.pid = m->pid,
+                   .start = m->addr,
+                   .len = m->len,
+                   .pgoff = m->pgoff,
+                   .path = std::string(m->filename),
+                   .build_id = m->has_build_id ? hex_of(m->build_id.first(std::min<std::size_t>(
+                                                     m->build_id_size, m->build_id.size())))
+                                               : std::string(),
+                   .exec = (m->prot & PROT_EXEC) != 0});
+    } else if (const auto* m1 = std::get_if<perf::Mmap>(&record.body)) {
+      sym.on_mmap({.pid = m1->pid,
+                   .start = m1->addr,
+                   .len = m1->len,
+                   .pgoff = m1->pgoff,
+                   .path = std::string(m1->filename),
+                   .build_id = {},
+                   .exec = (record.misc & PERF_RECORD_MISC_MMAP_DATA) == 0});
+    } else if (const auto* f = std::get_if<perf::TaskEvent>(&record.body)) {
+      if (record.type == PERF_RECORD_FORK && f->pid != f->ppid)  // a new process, not a thread
+        sym.on_fork(f->ppid, f->pid);
+    } else if (const auto* c = std::get_if<perf::Comm>(&record.body)) {
+      if (c->exec && c->pid == c->tid)
+        sym.on_exec(c->pid);
+    }
+  } catch (const std::exception&) {  // NOLINT(bugprone-empty-catch): see above
+  }
 }
 
 void Pipeline::dispatch() noexcept {

@@ -490,6 +490,12 @@ ResolvedProbe resolve_probe(const ProbeOptions& o, std::uint32_t index, ResolveC
   r.info.sample_regs_user = regs;
   if (o.sample_stack_user != 0)
     a.sample_stack_user(o.sample_stack_user);
+  if (o.max_stack != 0)
+    a.sample_max_stack(o.max_stack);
+  if (o.exclude_callchain_kernel)
+    a.flag(perf::Flag::kExcludeCallchainKernel);
+  if (o.exclude_callchain_user)
+    a.flag(perf::Flag::kExcludeCallchainUser);
   if (o.task_records) {
     a.flag(perf::Flag::kComm).flag(perf::Flag::kCommExec).flag(perf::Flag::kTask);
     // mmap2 selects the MMAP2 layout, but the kernel only generates mmap events at all while

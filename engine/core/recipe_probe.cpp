@@ -124,6 +124,21 @@ class ProbeReader {
       } else if (key == "callchain") {
         if (auto b = keys_.boolean(e); b && *b)
           o.extra_sample_type |= PERF_SAMPLE_CALLCHAIN;
+      } else if (key == "max_stack") {
+        if (auto n = keys_.count<std::uint16_t>(e)) {
+          // The kernel refuses more than kernel.perf_event_max_stack (127 by default).
+          if (*n == 0 || *n > 1023)
+            diags_.add(v.where, fmt::format("bad max_stack {}", *n),
+                       "write a frame count from 1 to kernel.perf_event_max_stack, e.g. 64");
+          else
+            o.max_stack = *n;
+        }
+      } else if (key == "exclude_callchain_kernel") {
+        if (auto b = keys_.boolean(e))
+          o.exclude_callchain_kernel = *b;
+      } else if (key == "exclude_callchain_user") {
+        if (auto b = keys_.boolean(e))
+          o.exclude_callchain_user = *b;
       } else if (key == "user_regs") {
         if (auto b = keys_.boolean(e); b && *b) {
           o.sample_regs_user = all_user_regs();

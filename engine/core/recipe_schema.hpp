@@ -72,7 +72,8 @@ inline constexpr KeySpec kProbeKeys[] = {
     {"task_records", KeyType::kBool}, {"context_switches", KeyType::kBool},
     {"ring", KeyType::kSize},         {"wakeup_events", KeyType::kInt},
     {"wakeup_bytes", KeyType::kSize}, {"aux_size", KeyType::kSize},
-    {"aux_snapshot", KeyType::kBool},
+    {"aux_snapshot", KeyType::kBool}, {"max_stack", KeyType::kInt},
+    {"exclude_callchain_kernel", KeyType::kBool}, {"exclude_callchain_user", KeyType::kBool},
 };
 
 inline constexpr KeySpec kBpfKeys[] = {

@@ -249,6 +249,25 @@ std::uint32_t pid_of(const Event& e) noexcept {
   return e.ref->record.sample_id.pid;
 }
 
+/// The part of a sample's callchain after the `context` marker (PERF_CONTEXT_KERNEL or _USER), up
+/// to the next marker: the kernel's or the user's frames, leaf first.
+IpList stack_part(const Event& e, std::uint64_t context) noexcept {
+  const perf::U64Array& c = e.sample->callchain;
+  std::uint64_t begin = c.size;
+  std::uint64_t end = c.size;
+  for (std::uint64_t i = 0; i < c.size; ++i) {
+    if (c[i] < perf::abi::kContextMax)
+      continue;
+    if (begin != c.size) {
+      end = i;
+      break;
+    }
+    if (c[i] == context)
+      begin = i + 1;
+  }
+  return {.ips = {.data = c.data + begin * 8, .size = end - begin}, .pid = pid_of(e)};
+}
+
 std::uint32_t tid_of(const Event& e) noexcept {
   if (e.sample != nullptr)
     return e.sample->tid;
@@ -336,7 +355,12 @@ Value FieldRef::read(const Event& e) const noexcept {
     case Source::kPeriod:
       return e.sample != nullptr ? Value{e.sample->period} : Value{};
     case Source::kCallchain:
-      return e.sample != nullptr ? Value{IpList{e.sample->callchain}} : Value{};
+      return e.sample != nullptr ? Value{IpList{.ips = e.sample->callchain, .pid = pid_of(e)}}
+                                 : Value{};
+    case Source::kKernelStack:
+      return e.sample != nullptr ? Value{stack_part(e, perf::abi::kContextKernel)} : Value{};
+    case Source::kUserStack:
+      return e.sample != nullptr ? Value{stack_part(e, perf::abi::kContextUser)} : Value{};
     case Source::kProbe:
       return std::string_view(schema_->probes()[probe].name);
     case Source::kKind:
@@ -447,6 +471,8 @@ constexpr SampleFieldDef kSampleFields[] = {
     {"addr", Source::kAddr, FieldType::kUint, PERF_SAMPLE_ADDR},
     {"period", Source::kPeriod, FieldType::kUint, PERF_SAMPLE_PERIOD},
     {"callchain", Source::kCallchain, FieldType::kIps, PERF_SAMPLE_CALLCHAIN},
+    {"kstack", Source::kKernelStack, FieldType::kIps, PERF_SAMPLE_CALLCHAIN},
+    {"ustack", Source::kUserStack, FieldType::kIps, PERF_SAMPLE_CALLCHAIN},
     {"probe", Source::kProbe, FieldType::kString, 0},
     {"kind", Source::kKind, FieldType::kString, 0},
     {"lost", Source::kLost, FieldType::kUint, 0},
@@ -680,6 +706,12 @@ std::optional<FieldRef::Accessor> Schema::resolve(std::uint32_t probe,
   return std::nullopt;
 }
 
+symbols::Symbolizer& Schema::symbolizer() const {
+  if (!symbolizer_)
+    symbolizer_ = std::make_unique<symbols::Symbolizer>(symbolize_options_);
+  return *symbolizer_;
+}
+
 std::optional<FieldRef> Schema::bind(std::string_view name,
                                      const SourceRegion& where,
                                      Diagnostics& diags) const {
@@ -700,6 +732,9 @@ std::optional<FieldRef> Schema::bind(std::string_view name,
     if (auto a = resolve(p, name)) {
       if (a->source == Source::kComm)
         comm_bound_ = true;
+      if (a->source == Source::kCallchain || a->source == Source::kKernelStack ||
+          a->source == Source::kUserStack)
+        stacks_bound_ = true;
       ref.by_probe_[p] = *a;
       if (!any)
         ref.type_ = a->type;
@@ -824,6 +859,16 @@ void Sink::flush() noexcept {
     std::fflush(file_);
 }
 
+std::string folded_text(const Stack& s) {
+  std::string out;
+  for (auto f = s.frames.rbegin(); f != s.frames.rend(); ++f) {
+    if (!out.empty())
+      out += ';';
+    out += symbols::frame_label(*f, /*with_offset=*/false);
+  }
+  return out;
+}
+
 std::string to_text(const Cell& c) {
   return std::visit(
       [](const auto& v) -> std::string {
@@ -832,6 +877,8 @@ std::string to_text(const Cell& c) {
           return {};
         else if constexpr (std::is_same_v<T, std::string>)
           return v;
+        else if constexpr (std::is_same_v<T, Stack>)
+          return folded_text(v);
         else
           return fmt::format("{}", v);
       },

@@ -110,7 +110,8 @@ std::vector<std::unique_ptr<Pipeline>> make_pipelines(const Recipe& recipe,
                                                       bool json,
                                                       Diagnostics& diags,
                                                       const PipelineOptions& base,
-                                                      const std::string& perf_data) {
+                                                      const std::string& perf_data,
+                                                      const StackOutputs& stacks) {
   std::vector<std::unique_ptr<Pipeline>> pipelines;
   const auto& registry = stage_registry();
   auto options = [&](bool implicit_print) {
@@ -129,8 +130,24 @@ std::vector<std::unique_ptr<Pipeline>> make_pipelines(const Recipe& recipe,
       }
     }
     const Output* last = p->size() == 0 ? nullptr : p->stage(p->size() - 1).output();
-    if (json && (last == nullptr || !last->takes_tables())) {
-      p->add(registry, "jsonl", ConfigValue{.value = ConfigTable{}, .where = rp.where}, diags);
+    bool aggregates = false;
+    for (std::size_t i = 0; i < p->size(); ++i)
+      aggregates = aggregates || p->stage(i).aggregation() != nullptr;
+    if ((json || (aggregates && !stacks.empty())) &&
+        (last == nullptr || !last->takes_tables())) {
+      // The tables' own output, before the stack files (which would replace the implicit one).
+      p->add(registry, json ? "jsonl" : "print",
+             ConfigValue{.value = ConfigTable{}, .where = rp.where}, diags);
+    }
+    if (aggregates) {
+      for (const auto& [use, path] : {std::pair{"folded", &stacks.folded},
+                                      std::pair{"flamegraph", &stacks.flamegraph}}) {
+        if (path->empty())
+          continue;
+        const SourceRegion where{.path = fmt::format("--{}", use), .line = 0, .column = 0};
+        ConfigTable table{{"path", ConfigValue{.value = *path, .where = where}}};
+        p->add(registry, use, ConfigValue{.value = std::move(table), .where = where}, diags);
+      }
     }
     pipelines.push_back(std::move(p));
   }
@@ -256,11 +273,17 @@ Session::Session(asio::any_io_executor executor,
   }
   // Machine output on stdout: the traced command's own output must not mix into it.
   eo.target.stdout_to_stderr = eo.target.stdout_to_stderr || s.opts.json || stdout_taken;
-  if (stages_need_task_records(recipe) || !s.opts.perf_data.empty())
+  // Callchains are symbolized through the processes' maps: MMAP2 records keep them for the
+  // processes that exit before their stacks are rendered.
+  const bool callchains = std::any_of(eo.probes.begin(), eo.probes.end(), [](const auto& p) {
+    return (p.extra_sample_type & PERF_SAMPLE_CALLCHAIN) != 0;
+  });
+  if (stages_need_task_records(recipe) || !s.opts.perf_data.empty() || callchains)
     enable_task_records(eo, true);
   enable_task_records(eo, false);
   Diagnostics diags;
-  s.pipelines = make_pipelines(recipe, out, s.opts.json, diags, s.opts.pipeline, s.opts.perf_data);
+  s.pipelines = make_pipelines(recipe, out, s.opts.json, diags, s.opts.pipeline, s.opts.perf_data,
+                               s.opts.stacks);
   diags.throw_if_any();
   s.engine_options = std::move(eo);
   s.make_engine(this);

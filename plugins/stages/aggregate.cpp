@@ -9,10 +9,20 @@
 namespace tracer::stages {
 
 namespace {
-enum Tag : char { kNone = 'n', kInt = 'i', kUint = 'u', kDouble = 'd', kStr = 's', kIps = 'c' };
+enum Tag : char {
+  kNone = 'n',
+  kInt = 'i',
+  kUint = 'u',
+  kDouble = 'd',
+  kStr = 's',
+  kIps = 'c',
+  kStackRef = 'k',  // a StackInterner's stack, by index
+};
 
 // PERF_CONTEXT_* markers (>= PERF_CONTEXT_MAX as u64) separate kernel and user frames.
 constexpr std::uint64_t kContextMax = static_cast<std::uint64_t>(-4095);
+// x86-64: the kernel's half of the address space (what an unsymbolized frame is marked by).
+constexpr std::uint64_t kKernelHalf = 0xffff800000000000ULL;
 
 template <typename T>
 void put(std::string& b, T v) noexcept {
@@ -83,11 +93,17 @@ void KeyEncoder::add(const Value& v) {
           buf_.append(x);
         } else {
           buf_.push_back(kIps);
+          put(buf_, x.pid);
           put(buf_, static_cast<std::uint32_t>(x.ips.size));
           buf_.append(reinterpret_cast<const char*>(x.ips.data), x.ips.size * 8);
         }
       },
       v);
+}
+
+void KeyEncoder::add_stack_ref(std::uint32_t index) {
+  buf_.push_back(kStackRef);
+  put(buf_, index);
 }
 
 std::string encode_fixed(const FixedKey& key) {
@@ -136,7 +152,7 @@ std::size_t FixedKeyIndex::place(const Slot& slot) noexcept {
   return s;
 }
 
-std::vector<Cell> decode_key(std::string_view b) {
+std::vector<Cell> decode_key(std::string_view b, const StackInterner* stacks) {
   std::vector<Cell> out;
   while (!b.empty()) {
     const char tag = b.front();
@@ -158,15 +174,26 @@ std::vector<Cell> decode_key(std::string_view b) {
         break;
       }
       case kIps: {
+        const auto pid = take<std::uint32_t>(b);
         const auto n = std::min<std::size_t>(take<std::uint32_t>(b), b.size() / 8);
-        std::string text;
-        for (std::size_t i = 0; i < n; ++i) {
-          const auto ip = take<std::uint64_t>(b);
-          if (ip >= kContextMax)
-            continue;
-          text += fmt::format("{}{:#x}", text.empty() ? "" : ";", ip);
+        std::vector<std::uint64_t> ips(n);
+        for (auto& ip : ips)
+          ip = take<std::uint64_t>(b);
+        (void)pid;
+        Stack stack;
+        for (const auto ip : ips) {
+          if (ip < kContextMax)
+            stack.frames.push_back({.addr = ip, .kernel = ip >= kKernelHalf});
         }
-        out.emplace_back(std::move(text));
+        out.emplace_back(std::move(stack));
+        break;
+      }
+      case kStackRef: {
+        const auto index = take<std::uint32_t>(b);
+        if (stacks != nullptr && index < stacks->size())
+          out.emplace_back(stacks->stack(index));
+        else
+          out.emplace_back(std::monostate{});
         break;
       }
       default:
@@ -221,6 +248,72 @@ std::string_view AggregateStage::key_of(const KernelRow& row) {
   return keys_enc_.bytes();
 }
 
+std::string_view StackInterner::canonical(std::string_view raw) {
+  if (auto it = canonical_.find(raw); it != canonical_.end()) [[likely]]
+    return it->second;
+  auto made = make_canonical(raw);
+  return canonical_.emplace(std::string(raw), std::move(made)).first->second;
+}
+
+std::string StackInterner::make_canonical(std::string_view b) {
+  // The raw key's fields in order (KeyEncoder's layout), each ip list replaced by a reference.
+  KeyEncoder out;
+  while (!b.empty()) {
+    const char tag = b.front();
+    const std::string_view field = b;
+    b.remove_prefix(1);
+    std::size_t len = 0;
+    switch (tag) {
+      case kInt:
+      case kUint:
+      case kDouble:
+        len = 8;
+        break;
+      case kStr:
+        len = take<std::uint32_t>(b);
+        break;
+      case kIps: {
+        const auto pid = take<std::uint32_t>(b);
+        const auto n = std::min<std::size_t>(take<std::uint32_t>(b), b.size() / 8);
+        std::vector<std::uint64_t> ips(n);
+        for (auto& ip : ips)
+          ip = take<std::uint64_t>(b);
+        if (pid != 0)
+          symbolizer_->note_process(pid);
+        Stack stack{.frames = symbolizer_->symbolize(pid, ips)};
+        for (auto& f : stack.frames) {
+          if (!f.symbol.empty()) {  // by function: the symbol's start, no offset
+            f.addr -= f.offset;
+            f.offset = 0;
+          }
+        }
+        out.add_stack_ref(intern(std::move(stack)));
+        continue;
+      }
+      default:
+        break;
+    }
+    len = std::min(len, b.size());
+    const std::size_t whole = static_cast<std::size_t>(b.data() - field.data()) + len;
+    out.append_raw(field.substr(0, whole));
+    b.remove_prefix(len);
+  }
+  return std::string(out.bytes());
+}
+
+std::uint32_t StackInterner::intern(Stack stack) {
+  std::string identity;
+  for (const auto& f : stack.frames) {
+    identity += fmt::format("{}\x1f{}\x1f{}\x1f{}\x1f{}\x1f{}\x1e",
+                            f.symbol.empty() ? fmt::format("{:#x}", f.addr) : f.symbol, f.module,
+                            f.file, f.line, f.inlined ? 1 : 0, f.kernel ? 1 : 0);
+  }
+  auto [it, added] = index_.emplace(std::move(identity), static_cast<std::uint32_t>(stacks_.size()));
+  if (added)
+    stacks_.push_back(std::move(stack));
+  return it->second;
+}
+
 bool AggregateStage::fixed_key_of(const KernelRow& row, FixedKey& k) const noexcept {
   if (row.keys.size() > FixedKey::kMaxFields)
     return false;
@@ -240,9 +333,13 @@ bool AggregateStage::fixed_key_of(const KernelRow& row, FixedKey& k) const noexc
 
 void AggregateStage::bind_keys(BindContext& ctx, Diagnostics& diags) {
   by_.clear();
+  stacks_.reset();
   for (const auto& [name, where] : by_names_) {
-    if (auto f = ctx.schema.bind(name, where, diags))
+    if (auto f = ctx.schema.bind(name, where, diags)) {
+      if (f->type() == FieldType::kIps && !stacks_)
+        stacks_ = std::make_unique<StackInterner>(ctx.schema.symbolizer());
       by_.push_back(std::move(*f));
+    }
   }
   // The fixed-width path where the fields say every key is integers. The types are those of
   // the first probe with each field; a probe that gives another type (or no value) still works:

@@ -7,6 +7,7 @@
 #include <array>
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -32,14 +33,24 @@ class KeyEncoder {
   void clear() noexcept { buf_.clear(); }
   /// May grow the buffer (and throw bad_alloc) for a key longer than any seen before.
   void add(const Value& v);
+  /// A reference to an interned stack (StackInterner's canonical keys).
+  void add_stack_ref(std::uint32_t index);
+  /// Bytes of another key, as they are (a field copied from one key into another).
+  void append_raw(std::string_view bytes) { buf_.append(bytes); }
   [[nodiscard]] std::string_view bytes() const noexcept { return buf_; }
 
  private:
   std::string buf_;
 };
 
-/// Decodes KeyEncoder bytes into cells (ip lists become "0x...;0x..." leaf first).
-[[nodiscard]] std::vector<Cell> decode_key(std::string_view bytes);
+class StackInterner;
+
+/// Decodes KeyEncoder bytes into cells: ip lists become stacks of unsymbolized frames, and the
+/// stack references of a canonical key (StackInterner) the stacks they name.
+[[nodiscard]] std::vector<Cell> decode_key(std::string_view bytes,
+                                           const StackInterner* stacks = nullptr);
+
+
 
 struct KeyHash {
   using is_transparent = void;
@@ -50,6 +61,28 @@ struct KeyHash {
 struct KeyEq {
   using is_transparent = void;
   bool operator()(std::string_view a, std::string_view b) const noexcept { return a == b; }
+};
+
+/// Keys with stacks, made canonical: each ip list of a key is symbolized once, when its key is
+/// first seen (the process's maps are read then, while it lives), and replaced by a reference to
+/// an interned stack of functions (offsets dropped, as perf report groups). Keys whose stacks name
+/// the same functions then share one state, whatever their exact addresses or process.
+class StackInterner {
+ public:
+  explicit StackInterner(symbols::Symbolizer& symbolizer) : symbolizer_(&symbolizer) {}
+  /// The canonical key of KeyEncoder bytes `raw` (a lookup once known; a new raw key is
+  /// symbolized and allocates). The view is valid until the next call.
+  [[nodiscard]] std::string_view canonical(std::string_view raw);
+  [[nodiscard]] const Stack& stack(std::uint32_t index) const noexcept { return stacks_[index]; }
+  [[nodiscard]] std::size_t size() const noexcept { return stacks_.size(); }
+
+ private:
+  std::string make_canonical(std::string_view raw);
+  std::uint32_t intern(Stack stack);
+  symbols::Symbolizer* symbolizer_;
+  std::unordered_map<std::string, std::string, KeyHash, KeyEq> canonical_;  // raw -> canonical
+  std::unordered_map<std::string, std::uint32_t> index_;                   // identity -> stack
+  std::vector<Stack> stacks_;
 };
 
 /// A key of at most kMaxFields integers or missing values: what the fixed-width path hashes
@@ -264,7 +297,13 @@ class AggregateStage : public Stage, public Aggregation {
       if (fixed_key_of(e, k))
         return states.get(k, make);
     }
+    if (stacks_)
+      return states.get(stacks_->canonical(key_of(e)), make);
     return states.get(key_of(e), make);
+  }
+  /// The cells of a stored key, its stacks symbolized.
+  [[nodiscard]] std::vector<Cell> decode(std::string_view key) const {
+    return decode_key(key, stacks_.get());
   }
   /// The kernel form of this aggregation: `agg` over value_name_, keyed by `by`.
   [[nodiscard]] KernelForm kernel_base(KernelForm::Agg agg) const;
@@ -339,7 +378,7 @@ class AggregateStage : public Stage, public Aggregation {
       if (s.total == 0)
         continue;
       TableRow row;
-      row.keys = decode_key(states.key(i));
+      row.keys = decode(states.key(i));
       fill(s, row);
       out.rows.push_back(std::move(row));
       scores.push_back(static_cast<double>(s.total));
@@ -361,6 +400,9 @@ class AggregateStage : public Stage, public Aggregation {
   /// Set at bind: every `by` field is an integer (FieldType kInt/kUint) and there are at most
   /// FixedKey::kMaxFields of them (or none), so states are keyed by FixedKey where they can be.
   bool fixed_keys_ = false;
+  /// Set at bind when a `by` field is a stack: keys made canonical through the pipeline's
+  /// symbolizer.
+  std::unique_ptr<StackInterner> stacks_;
 };
 
 }  // namespace tracer::stages

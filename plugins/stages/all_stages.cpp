@@ -5,6 +5,8 @@
 #include "plugins/stages/bpf_map.hpp"
 #include "plugins/stages/csv.hpp"
 #include "plugins/stages/filter.hpp"
+#include "plugins/stages/flamegraph.hpp"
+#include "plugins/stages/folded.hpp"
 #include "plugins/stages/hist.hpp"
 #include "plugins/stages/jsonl.hpp"
 #include "plugins/stages/latency.hpp"
@@ -23,6 +25,7 @@ constexpr StageEntry kAllStages[] = {
     stage<Max>(),       stage<Avg>(),   stage<Hist>(),    stage<Lhist>(),
     stage<Quantiles>(), stage<Rate>(),  stage<Latency>(), stage<Print>(),
     stage<Jsonl>(),     stage<Csv>(),   stage<BpfMap>(),  stage<PerfData>(),
+    stage<Folded>(),    stage<Flamegraph>(),
 };
 }  // namespace
 

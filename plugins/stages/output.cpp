@@ -216,9 +216,39 @@ void append_json(fmt::memory_buffer& out, const Value& v) {
       v);
 }
 
+void append_json(fmt::memory_buffer& out, const Stack& stack) {
+  out.push_back('[');
+  bool first = true;
+  for (const auto& f : stack.frames) {
+    put(out, "{}{{\"addr\":\"{:#x}\",\"sym\":", first ? "" : ",", f.addr);
+    first = false;
+    if (f.symbol.empty())
+      put_str(out, "null");
+    else
+      append_json_string(out, f.symbol);
+    put(out, ",\"offset\":{},\"module\":", f.offset);
+    append_json_string(out, f.module);
+    if (!f.file.empty()) {
+      put_str(out, ",\"file\":");
+      append_json_string(out, f.file);
+      put(out, ",\"line\":{}", f.line);
+    }
+    if (f.inlined)
+      put_str(out, ",\"inlined\":true");
+    if (f.kernel)
+      put_str(out, ",\"kernel\":true");
+    out.push_back('}');
+  }
+  out.push_back(']');
+}
+
 void append_json(fmt::memory_buffer& out, const Cell& c) {
   if (const auto* s = std::get_if<std::string>(&c)) {
     append_json_string(out, *s);
+    return;
+  }
+  if (const auto* st = std::get_if<Stack>(&c)) {
+    append_json(out, *st);
     return;
   }
   std::visit(
@@ -226,8 +256,8 @@ void append_json(fmt::memory_buffer& out, const Cell& c) {
         using T = std::decay_t<decltype(x)>;
         if constexpr (std::is_same_v<T, std::monostate>)
           put_str(out, "null");
-        else if constexpr (std::is_same_v<T, std::string>)
-          append_json_string(out, x);
+        else if constexpr (std::is_same_v<T, std::string> || std::is_same_v<T, Stack>)
+          return;  // handled above
         else
           append_json(out, Value{x});
       },

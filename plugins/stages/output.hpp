@@ -59,6 +59,9 @@ void append_json_string(fmt::memory_buffer& out, std::string_view s);
 /// A JSON value (null for a missing value or a non-finite double).
 void append_json(fmt::memory_buffer& out, const Value& v);
 void append_json(fmt::memory_buffer& out, const Cell& c);
+/// A stack as a JSON array of frames, leaf first: {"addr","sym","offset","module"[,"file",
+/// "line"][,"inlined"][,"kernel"]}.
+void append_json(fmt::memory_buffer& out, const Stack& stack);
 /// A CSV field, quoted (RFC 4180) when it holds a comma, quote, CR/LF or edge spaces.
 void append_csv(fmt::memory_buffer& out, std::string_view s);
 

@@ -113,6 +113,48 @@ void Print::on_table(const Table& table) {
   sink_->write(text);
 }
 
+std::string Print::render_stacks(const Table& t) {
+  // A row per block, as perf report -g and bpftrace print stacks: the other keys and the values
+  // on one line, then each stack's frames leaf first, indented, a stack apart from the next by a
+  // "--" line.
+  std::string out;
+  for (const auto& row : t.rows) {
+    std::vector<std::string> head;
+    for (std::size_t k = 0; k < row.keys.size(); ++k) {
+      if (!std::holds_alternative<Stack>(row.keys[k]) && k < t.key_names.size())
+        head.push_back(fmt::format("{}={}", t.key_names[k], to_text(row.keys[k])));
+    }
+    for (std::size_t v = 0; v < row.values.size() && v < t.value_names.size(); ++v) {
+      const auto* d = std::get_if<double>(&row.values[v]);
+      head.push_back(fmt::format("{}={}", t.value_names[v],
+                                 d != nullptr ? fmt::format("{:.2f}", *d) : to_text(row.values[v])));
+    }
+    out += fmt::format("{}\n", fmt::join(head, " "));
+    bool first = true;
+    for (const auto& k : row.keys) {
+      const auto* stack = std::get_if<Stack>(&k);
+      if (stack == nullptr)
+        continue;
+      if (!first)
+        out += "    --\n";
+      first = false;
+      for (const auto& f : stack->frames) {
+        out += fmt::format("    {}{}", f.inlined ? "(inlined) " : "",
+                           symbols::frame_label(f, /*with_offset=*/f.offset != 0));
+        if (!f.module.empty())
+          out += fmt::format(" ({})", f.module);
+        if (!f.file.empty())
+          out += fmt::format(" {}:{}", f.file, f.line);
+        out += '\n';
+      }
+    }
+    out += '\n';
+  }
+  if (!t.note.empty())
+    out += fmt::format("({})\n", t.note);
+  return out;
+}
+
 std::string Print::render(const Table& t) {
   std::string out = fmt::format("{}:\n", t.title);
   if (t.histogram) {
@@ -139,6 +181,11 @@ std::string Print::render(const Table& t) {
     }
     return out;
   }
+  if (std::any_of(t.rows.begin(), t.rows.end(), [](const TableRow& r) {
+        return std::any_of(r.keys.begin(), r.keys.end(),
+                           [](const Cell& c) { return std::holds_alternative<Stack>(c); });
+      }))
+    return out + render_stacks(t);
   // An aligned table: keys left-aligned, values right-aligned, two spaces between columns.
   std::vector<std::string> header = t.key_names;
   header.insert(header.end(), t.value_names.begin(), t.value_names.end());

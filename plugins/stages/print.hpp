@@ -19,6 +19,8 @@ class Print : public OutputStage {
 
   /// The text of a table (what on_table writes).
   [[nodiscard]] static std::string render(const Table& table);
+  /// A table with stack keys: a block per row, frames one per line.
+  [[nodiscard]] static std::string render_stacks(const Table& table);
 
  private:
   struct Piece {

@@ -137,7 +137,7 @@ void ScalarAggregate::snapshot(Table& out, bool reset) {
     if (s.count == 0)
       continue;
     TableRow row;
-    row.keys = decode_key(states_.key(i));
+    row.keys = decode(states_.key(i));
     double score = 0;
     switch (op_) {
       case ScalarOp::kCount:

@@ -97,6 +97,11 @@ struct ProbeOptions {
   std::uint64_t extra_sample_type = 0;  // e.g. PERF_SAMPLE_CALLCHAIN | PERF_SAMPLE_REGS_USER
   std::uint64_t sample_regs_user = 0;
   std::uint32_t sample_stack_user = 0;
+  /// Callchains (PERF_SAMPLE_CALLCHAIN): at most this many frames (sample_max_stack; 0: the
+  /// kernel's kernel.perf_event_max_stack), without the kernel's or the user's part.
+  std::uint16_t max_stack = 0;
+  bool exclude_callchain_kernel = false;
+  bool exclude_callchain_user = false;
   bool task_records = false;      // COMM/FORK/EXIT/MMAP2 records (for symbolization)
   bool context_switches = false;  // SWITCH records
   std::string filter{};           // tracefs filter expression (tracepoints, probes)

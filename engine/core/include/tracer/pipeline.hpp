@@ -35,6 +35,8 @@ struct PipelineOptions {
   /// buffer never grows after construction.
   std::size_t max_events = 512;
   CommCacheOptions comm{};
+  /// How stacks are symbolized (source lines, debuginfo roots, /proc) when a stage keys by one.
+  symbols::SymbolizeOptions symbols{};
   /// Append a `print` stage when an aggregation has no output stage after it (made by the
   /// registry the stages were added from; a pipeline of hand-made stages gets none).
   bool implicit_print = true;
@@ -129,6 +131,8 @@ class Pipeline {
   void run_chunks(std::span<const RecordRef> records) noexcept;
   void run(std::span<const RecordRef> records) noexcept;
   void dispatch() noexcept;
+  /// MMAP, MMAP2, FORK and exec COMM records to the schema's symbolizer (when stacks_).
+  void track_maps(const perf::Record& record) noexcept;
   void drain_order() noexcept;
   /// A sample the engine handed on undecoded (EngineOptions::decode_samples = false), decoded
   /// into decoded_[slot]; nullptr if it does not decode.
@@ -144,6 +148,7 @@ class Pipeline {
   std::vector<RecordRef> decoded_;
   std::vector<Event*> alive_, routed_;
   std::size_t derived_ = 0;
+  bool stacks_ = false;  // a stage bound a stack field: the symbolizer tracks maps
   std::unique_ptr<Reorder> order_;
   BatchHandler ordered_out_;
   PipelineStats stats_;

@@ -14,7 +14,8 @@
 //   stage->stop();                                     // flush and close outputs
 //
 // Field names a stage may bind (per probe, resolved once at bind):
-//   sample fields   pid tid comm cpu time ip addr period callchain probe kind lost aux_size
+//   sample fields   pid tid comm cpu time ip addr period callchain kstack ustack probe kind
+//                   lost aux_size
 //   tracefs fields  every non-common field of the probe's `format` by name (ints, char arrays,
 //                   __data_loc/__rel_loc strings), and array elements as name[i]
 //   uprobe registers arg0..arg5 and retval (x86-64 SysV: rdi rsi rdx rcx r8 r9, rax) when the
@@ -41,6 +42,7 @@
 #include "tracer/engine.hpp"
 #include "tracer/kernel_form.hpp"
 #include "tracer/stage_spec.hpp"
+#include "tracer/symbols/symbols.hpp"
 
 namespace tracer {
 
@@ -53,9 +55,12 @@ namespace tracer {
 // Values: read in place, never allocated. Strings view the record (or the CommCache) and are valid
 // during on_events only.
 
-/// A callchain used as a value (an aggregation key): the ips as the kernel wrote them.
+/// A callchain used as a value (an aggregation key): the ips as the kernel wrote them (`callchain`,
+/// PERF_CONTEXT_* markers included), or one part of it (`kstack`, `ustack`: no markers), and the
+/// process whose address space the user addresses belong to (what symbolizes them).
 struct IpList {
   perf::U64Array ips;
+  std::uint32_t pid = 0;
 };
 
 using Value =
@@ -179,6 +184,8 @@ class FieldRef {
     kAddr,
     kPeriod,
     kCallchain,
+    kKernelStack,  // the callchain's kernel part
+    kUserStack,    // the callchain's user part
     kProbe,
     kKind,
     kLost,
@@ -248,6 +255,15 @@ class Schema {
   }
 
   [[nodiscard]] CommCache& comm() const noexcept { return *comm_; }
+  /// The symbolizer of stacks (made on first use; the pipeline feeds it the task records when
+  /// some stage bound a stack field).
+  [[nodiscard]] symbols::Symbolizer& symbolizer() const;
+  /// Whether some stage bound `callchain`, `kstack` or `ustack`.
+  [[nodiscard]] bool stacks_bound() const noexcept { return stacks_bound_; }
+  /// Options of the symbolizer made by symbolizer() (set before the stages bind).
+  void set_symbolize_options(symbols::SymbolizeOptions options) {
+    symbolize_options_ = std::move(options);
+  }
   /// Whether some stage bound the sample field `comm` (thread names at event time then need the
   /// records in time order, COMM and FORK records included).
   [[nodiscard]] bool comm_bound() const noexcept { return comm_bound_; }
@@ -259,6 +275,9 @@ class Schema {
   std::vector<std::pair<std::string, FieldType>> derived_;
   CommCache* comm_;
   mutable bool comm_bound_ = false;
+  mutable bool stacks_bound_ = false;
+  symbols::SymbolizeOptions symbolize_options_;
+  mutable std::unique_ptr<symbols::Symbolizer> symbolizer_;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -286,8 +305,14 @@ class Sink {
   std::unique_ptr<std::FILE, Closer> owned_;
 };
 
+/// A stack in a table: frames leaf first, symbolized when the table was made.
+struct Stack {
+  std::vector<symbols::Frame> frames;
+  friend bool operator==(const Stack&, const Stack&) = default;
+};
+
 /// A cell of an aggregation row (owned: rows outlive the records they came from).
-using Cell = std::variant<std::monostate, std::int64_t, std::uint64_t, double, std::string>;
+using Cell = std::variant<std::monostate, std::int64_t, std::uint64_t, double, std::string, Stack>;
 
 struct HistBucket {
   std::int64_t lo = 0, hi = 0;  // [lo, hi)
@@ -317,7 +342,10 @@ struct Table {
   std::string note;            // e.g. the quantile error bound
 };
 
-/// Renders a cell for text output ("" for none).
+/// A stack as one line, outermost frame first, frames by name without offsets and separated by
+/// ';' (the folded form of flamegraph.pl's stackcollapse; unknown frames as "0x...").
+[[nodiscard]] std::string folded_text(const Stack& s);
+/// Renders a cell for text output ("" for none; a stack as "outer;...;leaf", folded order).
 [[nodiscard]] std::string to_text(const Cell& c);
 
 // ---------------------------------------------------------------------------------------------

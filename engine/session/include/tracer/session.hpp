@@ -36,6 +36,14 @@
 
 namespace tracer {
 
+/// Stack files written from every pipeline that aggregates (`tracer run --folded/--flamegraph`),
+/// besides the tables' own output.
+struct StackOutputs {
+  std::string folded{};      // collapsed stacks (the `folded` stage)
+  std::string flamegraph{};  // an SVG flame graph (the `flamegraph` stage)
+  [[nodiscard]] bool empty() const noexcept { return folded.empty() && flamegraph.empty(); }
+};
+
 struct SessionOptions {
   Target target{};
   /// Stops the session after this long (else the recipe's `duration`, else stop() or the
@@ -46,6 +54,8 @@ struct SessionOptions {
   bool json = false;
   /// Also write every record of every probe as perf.data ("-": a pipe-mode stream on stdout).
   std::string perf_data{};
+  /// Also write the stacks of the aggregations as folded lines and/or an SVG flame graph.
+  StackOutputs stacks{};
   /// Full verifier logs in errors.
   bool verbose = false;
   /// System-wide tracepoints through BPF (EngineOptions::deliver_tracepoints_via_bpf), or
@@ -81,7 +91,8 @@ struct SessionStats {
     bool json,
     Diagnostics& diags,
     const PipelineOptions& base = {},
-    const std::string& perf_data = {});
+    const std::string& perf_data = {},
+    const StackOutputs& stacks = {});
 
 /// The specs of every registered stage (what Recipe::load checks stages against).
 [[nodiscard]] std::vector<StageSpec> stage_catalog();

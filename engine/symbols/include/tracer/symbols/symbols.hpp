@@ -40,10 +40,10 @@ namespace tracer::symbols {
 /// One frame of a symbolized stack.
 struct Frame {
   std::uint64_t addr = 0;    // the ip as sampled (a return address for all but the leaf)
-  std::string symbol;        // function name; "" when unknown
+  std::string symbol{};      // function name; "" when unknown
   std::uint64_t offset = 0;  // addr - the symbol's start (when symbol is set)
-  std::string module;        // "[kernel.kallsyms]", a module name ("[ext4]"), a file path, "[unknown]"
-  std::string file;          // source file (with source lines enabled and DWARF present)
+  std::string module{};      // "[kernel.kallsyms]", a module name ("[ext4]"), a file path, "[unknown]"
+  std::string file{};        // source file (with source lines enabled and DWARF present)
   std::uint32_t line = 0;
   bool inlined = false;  // an inlined call site inside the next (outer) frame of the same addr
   bool kernel = false;
