@@ -239,13 +239,13 @@ std::string die_name(Dwarf_Die* die) {
 
 /// libdw state for source lines: the file with DWARF (the binary or its debug file), opened on
 /// the first frames() call.
-struct ElfSymbols::Dwarf {
+struct ElfSymbols::DwarfLines {
   fs::path path;
   bool tried = false;
   OpenElf elf;
   ::Dwarf* dw = nullptr;
 
-  ~Dwarf() {
+  ~DwarfLines() {
     if (dw != nullptr)
       ::dwarf_end(dw);
   }
@@ -310,7 +310,7 @@ Result<std::shared_ptr<ElfSymbols>> ElfSymbols::open(const fs::path& path,
     out->dynsym_only_ = read_functions(elf, SHT_DYNSYM, out->syms_);
 
   if (options.source_lines) {
-    out->dwarf_ = std::make_unique<Dwarf>();
+    out->dwarf_ = std::make_unique<DwarfLines>();
     if (file_dwarf)
       out->dwarf_->path = path;
     else if (debug && has_dwarf(debug->elf.elf.get()))

@@ -78,8 +78,12 @@ Result<KernelSymbols> KernelSymbols::load(const std::filesystem::path& path) {
     return fail(EINVAL, fmt::format("symbols: {} is not in kallsyms format", path.string()),
                 "expected lines \"ADDRESS TYPE NAME [MODULE]\"");
   out.restricted_ = !syms.empty() && all_zero;
-  std::stable_sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) {
-    return a.start != b.start ? a.start < b.start : a.rank < b.rank;
+  // std::sort with the file order as the last key: stable_sort's temporary buffer is deprecated
+  // under clang's C++23 (bpf/codegen.cpp).
+  std::sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) {
+    if (a.start != b.start)
+      return a.start < b.start;
+    return a.rank != b.rank ? a.rank < b.rank : a.index < b.index;
   });
   // One symbol per address (aliases such as _stext/_text): the first after the sort.
   out.syms_.reserve(rows.size());

@@ -210,13 +210,13 @@ struct Symbolizer::Impl {
       if (!inserted)
         elf = it->second;
     }
-    if (elf->size() == 0 && !options.source_lines)
+    if (elf->size() == 0)
       warn_once("nosyms:" + path,
-                fmt::format("symbols: {} has no function symbols (stripped, no .dynsym, no "
-                            "debuginfo under {}): its frames show as addresses",
-                            path,
-                            options.debug_roots.empty() ? std::string("no debug root")
-                                                        : options.debug_roots.front().string()));
+                fmt::format("symbols: {} has no function symbols (stripped, without .dynsym "
+                            "functions or separate debuginfo): its frames show as addresses",
+                            path) +
+                    "\n  hint: install its debug symbols (a -dbgsym/-debuginfo package puts them "
+                    "under /usr/lib/debug/.build-id), or add their root to debug_roots");
     files.emplace(key, elf);
     return elf;
   }

@@ -119,8 +119,9 @@ std::vector<JitSymbol> parse_perf_map(std::string_view text) {
     s.name = std::string(tracer::detail::trim(line));
     out.push_back(std::move(s));
   }
-  std::stable_sort(out.begin(), out.end(),
-                   [](const JitSymbol& a, const JitSymbol& b) { return a.start < b.start; });
+  std::sort(out.begin(), out.end(), [](const JitSymbol& a, const JitSymbol& b) {
+    return a.start != b.start ? a.start < b.start : a.name < b.name;
+  });
   return out;
 }
 

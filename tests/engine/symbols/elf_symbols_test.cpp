@@ -142,6 +142,7 @@ TEST(SymbolsElf, SeparateDebuginfoByDebuglink) {
   auto bare = open_or_fail(dir.path() / "prog", {.debug_roots = {}});
   ASSERT_NE(bare, nullptr);
   EXPECT_EQ(bare->symbols_path(), dir.path() / "prog");
+  EXPECT_EQ(bare->size(), 0u) << "its .dynsym has imports only";
   const ElfSymbol* none = bare->find(want.value + 1);
   EXPECT_TRUE(none == nullptr || none->name != "tracer_sym_static");
   // The .gnu_debuglink name (the debug file's basename) in DIR/.debug/.

@@ -285,6 +285,23 @@ TEST_F(SymbolsSymbolizerRecords, UnreadableFilesAndPseudoMappings) {
   EXPECT_EQ(sym_.stats().unknown, 3u);
 }
 
+TEST_F(SymbolsSymbolizerRecords, BinaryWithoutSymbolsWarnsOnce) {
+  // The stripped copy of tracer_symbols_target away from its debuginfo: no .symtab, and its
+  // .dynsym has only imports.
+  fs::copy_file(TRACER_SYMBOLS_TARGET_SPLIT, proc_.path() / "bare");
+  const std::string bare = (proc_.path() / "bare").string();
+  sym_.on_mmap({.pid = 100, .start = 0x40000000, .len = 0x2000, .path = bare});
+  const auto frames = sym_.symbolize_user(100, 0x40001000);
+  ASSERT_EQ(frames.size(), 1u);
+  EXPECT_EQ(frames[0].symbol, "");
+  EXPECT_EQ(frames[0].module, bare);
+  (void)sym_.symbolize_user(100, 0x40001010);
+  const auto warnings = sym_.take_warnings();
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("no function symbols"), std::string::npos) << warnings[0];
+  EXPECT_NE(warnings[0].find(bare), std::string::npos) << warnings[0];
+}
+
 TEST_F(SymbolsSymbolizerRecords, BuildIdOfARecordMustMatchTheFile) {
   sym_.on_mmap({.pid = 300,
                 .start = kBase,

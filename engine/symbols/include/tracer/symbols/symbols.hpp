@@ -140,14 +140,14 @@ class ElfSymbols {
 
  private:
   ElfSymbols() = default;
-  struct Dwarf;  // libdw state for source lines (opened lazily)
+  struct DwarfLines;  // libdw state for source lines (opened lazily)
   std::filesystem::path path_, sym_path_;
   std::string build_id_;
   std::vector<Segment> segments_;
   std::vector<ElfSymbol> syms_;  // sorted by start
   bool dynsym_only_ = false;
   bool source_lines_ = false;
-  mutable std::unique_ptr<Dwarf> dwarf_;
+  mutable std::unique_ptr<DwarfLines> dwarf_;
 };
 
 // ---------------------------------------------------------------------------------------------
