@@ -1,4 +1,5 @@
-// Symbols (tracer/symbols/symbols.hpp): kernel and user addresses to function names (the `symbols` layer).
+// Symbols (tracer/symbols/symbols.hpp): kernel and user addresses to function names (the `symbols`
+// layer).
 //
 //   KernelSymbols   /proc/kallsyms once, sorted, binary search; module names; kptr_restrict.
 //   ElfSymbols      one ELF file's function symbols (.symtab, else .dynsym, or those of its
@@ -42,8 +43,8 @@ struct Frame {
   std::uint64_t addr = 0;    // the ip as sampled (a return address for all but the leaf)
   std::string symbol{};      // function name; "" when unknown
   std::uint64_t offset = 0;  // addr - the symbol's start (when symbol is set)
-  std::string module{};      // "[kernel.kallsyms]", a module name ("[ext4]"), a file path, "[unknown]"
-  std::string file{};        // source file (with source lines enabled and DWARF present)
+  std::string module{};  // "[kernel.kallsyms]", a module name ("[ext4]"), a file path, "[unknown]"
+  std::string file{};    // source file (with source lines enabled and DWARF present)
   std::uint32_t line = 0;
   bool inlined = false;  // an inlined call site inside the next (outer) frame of the same addr
   bool kernel = false;
@@ -51,7 +52,8 @@ struct Frame {
   friend bool operator==(const Frame&, const Frame&) = default;
 };
 
-/// "symbol+0xoff" or "[unknown]"/"0xaddr" when unknown (no module).
+/// "symbol+0xoff" ("symbol" without the offset, and for inlined frames); "0xaddr" when the
+/// symbol is unknown ("[unknown]" for address 0). The module is not part of the label.
 [[nodiscard]] std::string frame_label(const Frame& f, bool with_offset = true);
 
 // ---------------------------------------------------------------------------------------------
@@ -59,8 +61,8 @@ struct Frame {
 
 struct KernelSymbol {
   std::uint64_t start = 0;
-  std::string name;
-  std::string module;  // "" for the kernel image, else the module ("ext4")
+  std::string name{};
+  std::string module{};  // "" for the kernel image, else the module ("ext4")
 };
 
 class KernelSymbols {
@@ -68,8 +70,8 @@ class KernelSymbols {
   /// Reads `path` (text lines "ADDR TYPE NAME [MODULE]"); function symbols (t/T/w/W) only.
   /// @return the table, or the errno of the open. A file whose addresses are all zero is not an
   /// error: restricted() says so.
-  [[nodiscard]] static Result<KernelSymbols> load(const std::filesystem::path& path =
-                                                      "/proc/kallsyms");
+  [[nodiscard]] static Result<KernelSymbols> load(
+      const std::filesystem::path& path = "/proc/kallsyms");
   /// The symbol containing `addr` (the last one starting at or below it; nullptr below the
   /// first, or above _etext/the last module symbol by more than 1 MiB).
   [[nodiscard]] const KernelSymbol* find(std::uint64_t addr) const noexcept;
@@ -100,14 +102,15 @@ struct SymbolizeOptions {
 struct ElfSymbol {
   std::uint64_t start = 0;  // link-time address (st_value)
   std::uint64_t size = 0;
-  std::string name;
+  std::string name{};
 };
 
 class ElfSymbols {
  public:
   /// Opens `path` (libelf), reads its build-id, PT_LOAD segments and function symbols; when the
-  /// file has neither .symtab nor .dynsym functions, or options ask for source lines, it also
-  /// looks for separate debuginfo (build-id first, then .gnu_debuglink).
+  /// file has no .symtab (stripped: .dynsym is the fallback), or options ask for source lines and
+  /// it has no DWARF, it also looks for separate debuginfo (build-id first, then .gnu_debuglink)
+  /// and takes the .symtab and DWARF from there. C++ names are demangled.
   /// @return the table, or the errno naming the file; ENOEXEC for a non-ELF file.
   [[nodiscard]] static Result<std::shared_ptr<ElfSymbols>> open(const std::filesystem::path& path,
                                                                 const SymbolizeOptions& options);
@@ -117,7 +120,8 @@ class ElfSymbols {
 
   /// The link-time address of file offset `offset` (through the PT_LOAD segment holding it).
   [[nodiscard]] std::optional<std::uint64_t> address_of_offset(std::uint64_t offset) const noexcept;
-  /// The function containing link-time address `addr`, or nullptr.
+  /// The function containing link-time address `addr` ([start, start + size), or up to the next
+  /// symbol for an unsized one), or nullptr.
   [[nodiscard]] const ElfSymbol* find(std::uint64_t addr) const noexcept;
   /// Frames for `addr`: the function (and, with source lines, the file:line and inlined callers,
   /// innermost first). Empty symbol when unknown. `module` and `addr` are left to the caller.
@@ -136,14 +140,14 @@ class ElfSymbols {
 
  private:
   ElfSymbols() = default;
-  struct Dwarf;  // libdw state for source lines (opened lazily)
+  struct DwarfLines;  // libdw state for source lines (opened lazily)
   std::filesystem::path path_, sym_path_;
   std::string build_id_;
   std::vector<Segment> segments_;
   std::vector<ElfSymbol> syms_;  // sorted by start
   bool dynsym_only_ = false;
   bool source_lines_ = false;
-  mutable std::unique_ptr<Dwarf> dwarf_;
+  mutable std::unique_ptr<DwarfLines> dwarf_;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -153,11 +157,12 @@ class ElfSymbols {
 struct Mapping {
   std::uint32_t pid = 0;  // the process (tgid)
   std::uint64_t start = 0, len = 0, pgoff = 0;
-  std::string path;      // "//anon", "[vdso]", "[heap]", ... kept as written
-  std::string build_id;  // hex, from an MMAP2 record with PERF_RECORD_MISC_MMAP_BUILD_ID
-  bool exec = true;      // PROT_EXEC (non-exec mappings are ignored for code addresses)
+  std::string path{};      // "//anon", "[vdso]", "[heap]", ... kept as written
+  std::string build_id{};  // hex, from an MMAP2 record with PERF_RECORD_MISC_MMAP_BUILD_ID
+  bool exec = true;        // PROT_EXEC (non-exec mappings are ignored for code addresses)
 };
 
+/// Not thread-safe: one per thread that symbolizes (a stage renders tables on one thread).
 class Symbolizer {
  public:
   explicit Symbolizer(SymbolizeOptions options = {});
@@ -179,8 +184,12 @@ class Symbolizer {
   /// markers switching between kernel and user addresses; ips without a marker before them are
   /// taken as user addresses when below the kernel's half of the address space). Inlined frames
   /// add entries with source lines on.
+  /// Return addresses (every ip of a context after its first) are looked up at ip - 1, so a call
+  /// that ends a function names that function; `offset` is still that of the ip.
   [[nodiscard]] std::vector<Frame> symbolize(std::uint32_t pid, std::span<const std::uint64_t> ips);
   [[nodiscard]] Frame symbolize_kernel(std::uint64_t ip);
+  /// One user address (exact, not a return address); note_process() first if nothing is known
+  /// of `pid`. Code in anonymous memory, or in no mapping, is looked up in perf-PID.map.
   [[nodiscard]] std::vector<Frame> symbolize_user(std::uint32_t pid, std::uint64_t ip);
 
   /// Kernel symbols, loaded on first use (nullptr if /proc/kallsyms could not be read).

@@ -1,0 +1,415 @@
+// One ELF file's function symbols (libelf), its separate debuginfo, and source lines (libdw).
+#include <dwarf.h>
+#include <elfutils/libdw.h>
+#include <elfutils/libdwelf.h>
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <gelf.h>
+#include <libelf.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include "symbols/symbols_internal.hpp"
+#include "tracer/symbols/symbols.hpp"
+#include "tracer/unique_fd.hpp"
+
+namespace tracer::symbols {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct ElfCloser {
+  void operator()(Elf* e) const noexcept { ::elf_end(e); }
+};
+using ElfPtr = std::unique_ptr<Elf, ElfCloser>;
+
+std::string elf_error_text() {
+  const char* msg = ::elf_errmsg(-1);
+  return msg != nullptr ? msg : "unknown libelf error";
+}
+
+/// An open ELF file: the fd outlives the Elf handle (libelf reads through it lazily).
+struct OpenElf {
+  UniqueFd fd;
+  ElfPtr elf;
+};
+
+Result<OpenElf> open_elf(const fs::path& path) {
+  // The version handshake libelf needs before anything else; idempotent and cheap.
+  if (::elf_version(EV_CURRENT) == EV_NONE)
+    return fail(ENOSYS, fmt::format("symbols: libelf initialisation failed: {}", elf_error_text()));
+  OpenElf out;
+  out.fd.reset(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!out.fd) {
+    const int err = errno;
+    return fail(err, fmt::format("symbols: cannot open {}: {}", path.string(), std::strerror(err)));
+  }
+  out.elf.reset(::elf_begin(out.fd.get(), ELF_C_READ_MMAP, nullptr));
+  GElf_Ehdr ehdr;
+  if (!out.elf || ::elf_kind(out.elf.get()) != ELF_K_ELF ||
+      ::gelf_getehdr(out.elf.get(), &ehdr) == nullptr)
+    return fail(ENOEXEC, fmt::format("symbols: {} is not an ELF file", path.string()));
+  return out;
+}
+
+std::string build_id_of(Elf* elf) {
+  const void* bytes = nullptr;
+  const ssize_t n = ::dwelf_elf_gnu_build_id(elf, &bytes);
+  std::string hex;
+  if (n <= 0 || bytes == nullptr)
+    return hex;
+  hex.reserve(static_cast<std::size_t>(n) * 2);
+  for (ssize_t i = 0; i < n; ++i)
+    fmt::format_to(std::back_inserter(hex), "{:02x}", static_cast<const unsigned char*>(bytes)[i]);
+  return hex;
+}
+
+/// The first section of type `type`, or nullptr.
+Elf_Scn* find_section(Elf* elf, Elf64_Word type) {
+  for (Elf_Scn* scn = ::elf_nextscn(elf, nullptr); scn != nullptr; scn = ::elf_nextscn(elf, scn)) {
+    GElf_Shdr shdr;
+    if (::gelf_getshdr(scn, &shdr) != nullptr && shdr.sh_type == type)
+      return scn;
+  }
+  return nullptr;
+}
+
+/// Whether the file carries DWARF (.debug_info with bytes, plain or compressed).
+bool has_dwarf(Elf* elf) {
+  std::size_t shstrndx = 0;
+  if (::elf_getshdrstrndx(elf, &shstrndx) != 0)
+    return false;
+  for (Elf_Scn* scn = ::elf_nextscn(elf, nullptr); scn != nullptr; scn = ::elf_nextscn(elf, scn)) {
+    GElf_Shdr shdr;
+    if (::gelf_getshdr(scn, &shdr) == nullptr || shdr.sh_type == SHT_NOBITS)
+      continue;
+    const char* name = ::elf_strptr(elf, shstrndx, shdr.sh_name);
+    if (name != nullptr &&
+        (std::strcmp(name, ".debug_info") == 0 || std::strcmp(name, ".zdebug_info") == 0))
+      return true;
+  }
+  return false;
+}
+
+struct RawSymbol {
+  std::uint64_t start = 0, size = 0;
+  const char* name = nullptr;
+  int rank = 0;  // among aliases at one address, lower wins
+};
+
+int bind_rank(unsigned char bind) {
+  return bind == STB_GLOBAL ? 0 : bind == STB_WEAK ? 1 : 2;
+}
+
+/// The function symbols (STT_FUNC, STT_GNU_IFUNC; defined) of the first table of `type`.
+/// @return false when the file has no such table.
+bool read_functions(Elf* elf, Elf64_Word type, std::vector<ElfSymbol>& out) {
+  Elf_Scn* scn = find_section(elf, type);
+  GElf_Shdr shdr;
+  if (scn == nullptr || ::gelf_getshdr(scn, &shdr) == nullptr || shdr.sh_entsize == 0)
+    return false;
+  Elf_Data* data = ::elf_getdata(scn, nullptr);
+  if (data == nullptr)
+    return false;
+  std::vector<RawSymbol> raw;
+  const std::size_t count = shdr.sh_size / shdr.sh_entsize;
+  raw.reserve(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    GElf_Sym sym;
+    if (::gelf_getsym(data, static_cast<int>(i), &sym) == nullptr)
+      continue;
+    const unsigned char st_type = GELF_ST_TYPE(sym.st_info);
+    if ((st_type != STT_FUNC && st_type != STT_GNU_IFUNC) || sym.st_shndx == SHN_UNDEF ||
+        sym.st_value == 0)
+      continue;
+    const char* name = ::elf_strptr(elf, shdr.sh_link, sym.st_name);
+    if (name == nullptr || *name == '\0')
+      continue;
+    // Sized before unsized, then GLOBAL, WEAK, LOCAL (malloc before __libc_malloc's alias).
+    const int rank = (sym.st_size == 0 ? 10 : 0) + bind_rank(GELF_ST_BIND(sym.st_info));
+    raw.push_back({sym.st_value, sym.st_size, name, rank});
+  }
+  std::sort(raw.begin(), raw.end(), [](const RawSymbol& a, const RawSymbol& b) {
+    if (a.start != b.start)
+      return a.start < b.start;
+    if (a.rank != b.rank)
+      return a.rank < b.rank;
+    return std::strcmp(a.name, b.name) < 0;
+  });
+  out.clear();
+  out.reserve(raw.size());
+  for (std::size_t i = 0; i < raw.size(); ++i) {
+    if (i != 0 && raw[i].start == raw[i - 1].start)
+      continue;  // an alias of the symbol just kept
+    out.push_back(
+        {.start = raw[i].start, .size = raw[i].size, .name = detail::demangle(raw[i].name)});
+  }
+  return true;
+}
+
+bool is_regular(const fs::path& p) {
+  std::error_code ec;
+  return fs::is_regular_file(p, ec);
+}
+
+bool same_file(const fs::path& a, const fs::path& b) {
+  struct stat sa {};
+  struct stat sb {};
+  return ::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0 && sa.st_dev == sb.st_dev &&
+         sa.st_ino == sb.st_ino;
+}
+
+/// `candidate` opened as the debuginfo of a file whose build-id is `build_id` (when both have
+/// one, they must match: a stale debug file would name the wrong functions).
+std::optional<OpenElf> open_debug_candidate(const fs::path& candidate,
+                                            const fs::path& file,
+                                            const std::string& build_id) {
+  if (!is_regular(candidate) || same_file(candidate, file))
+    return std::nullopt;
+  auto elf = open_elf(candidate);
+  if (!elf)
+    return std::nullopt;
+  const std::string id = build_id_of(elf->elf.get());
+  if (!build_id.empty() && !id.empty() && id != build_id)
+    return std::nullopt;
+  return std::move(*elf);
+}
+
+struct DebugFile {
+  fs::path path;
+  OpenElf elf;
+};
+
+/// Separate debuginfo of `file` (gdb's order): ROOT/.build-id/ab/cdef....debug for each root,
+/// then the .gnu_debuglink name in the file's directory, its .debug/, and ROOT/DIR/.
+std::optional<DebugFile> find_debug_file(const fs::path& file,
+                                         Elf* elf,
+                                         const std::string& build_id,
+                                         const std::vector<fs::path>& roots) {
+  if (build_id.size() > 2) {
+    for (const auto& root : roots) {
+      fs::path candidate = root / ".build-id" / build_id.substr(0, 2);
+      candidate /= build_id.substr(2) + ".debug";
+      if (auto found = open_debug_candidate(candidate, file, build_id))
+        return DebugFile{std::move(candidate), std::move(*found)};
+    }
+  }
+  GElf_Word crc = 0;
+  const char* link = ::dwelf_elf_gnu_debuglink(elf, &crc);
+  if (link == nullptr || *link == '\0' || std::strchr(link, '/') != nullptr)
+    return std::nullopt;
+  std::error_code ec;
+  fs::path dir = fs::absolute(file, ec).parent_path();
+  std::vector<fs::path> candidates = {dir / link, dir / ".debug" / link};
+  for (const auto& root : roots)
+    candidates.push_back(root / dir.relative_path() / link);
+  for (auto& candidate : candidates) {
+    if (auto found = open_debug_candidate(candidate, file, build_id))
+      return DebugFile{std::move(candidate), std::move(*found)};
+  }
+  return std::nullopt;
+}
+
+/// A DIE's function name: the demangled linkage name when there is one (C++), else DW_AT_name
+/// (both followed through DW_AT_abstract_origin/specification).
+std::string die_name(Dwarf_Die* die) {
+  Dwarf_Attribute attr;
+  const char* linkage = ::dwarf_formstring(::dwarf_attr_integrate(die, DW_AT_linkage_name, &attr));
+  if (linkage == nullptr)
+    linkage = ::dwarf_formstring(::dwarf_attr_integrate(die, DW_AT_MIPS_linkage_name, &attr));
+  if (linkage != nullptr)
+    return detail::demangle(linkage);
+  const char* name = ::dwarf_diename(die);
+  return name != nullptr ? name : "";
+}
+
+}  // namespace
+
+/// libdw state for source lines: the file with DWARF (the binary or its debug file), opened on
+/// the first frames() call.
+struct ElfSymbols::DwarfLines {
+  fs::path path;
+  bool tried = false;
+  OpenElf elf;
+  ::Dwarf* dw = nullptr;
+
+  ~DwarfLines() {
+    if (dw != nullptr)
+      ::dwarf_end(dw);
+  }
+
+  ::Dwarf* get() {
+    if (tried)
+      return dw;
+    tried = true;
+    auto opened = open_elf(path);
+    if (!opened)
+      return nullptr;
+    elf = std::move(*opened);
+    dw = ::dwarf_begin_elf(elf.elf.get(), DWARF_C_READ, nullptr);
+    return dw;
+  }
+
+  /// The compilation unit containing `addr` (.debug_aranges, else each CU's ranges).
+  bool cu_of(std::uint64_t addr, Dwarf_Die* cu) const {
+    if (::dwarf_addrdie(dw, addr, cu) != nullptr)
+      return true;
+    Dwarf_Off off = 0, next = 0;
+    std::size_t header = 0;
+    while (::dwarf_nextcu(dw, off, &next, &header, nullptr, nullptr, nullptr) == 0) {
+      if (::dwarf_offdie(dw, off + header, cu) != nullptr && ::dwarf_haspc(cu, addr) > 0)
+        return true;
+      off = next;
+    }
+    return false;
+  }
+};
+
+ElfSymbols::~ElfSymbols() = default;
+
+Result<std::shared_ptr<ElfSymbols>> ElfSymbols::open(const fs::path& path,
+                                                     const SymbolizeOptions& options) {
+  TRACER_ASSIGN_OR_RETURN(OpenElf file, open_elf(path));
+  Elf* elf = file.elf.get();
+  std::shared_ptr<ElfSymbols> out(new ElfSymbols());
+  out->path_ = path;
+  out->sym_path_ = path;
+  out->build_id_ = build_id_of(elf);
+  out->source_lines_ = options.source_lines;
+
+  std::size_t phnum = 0;
+  if (::elf_getphdrnum(elf, &phnum) == 0) {
+    for (std::size_t i = 0; i < phnum; ++i) {
+      GElf_Phdr phdr;
+      if (::gelf_getphdr(elf, static_cast<int>(i), &phdr) != nullptr && phdr.p_type == PT_LOAD)
+        out->segments_.push_back(
+            {.offset = phdr.p_offset, .vaddr = phdr.p_vaddr, .filesz = phdr.p_filesz});
+    }
+  }
+
+  const bool has_symtab = read_functions(elf, SHT_SYMTAB, out->syms_);
+  const bool file_dwarf = options.source_lines && has_dwarf(elf);
+  std::optional<DebugFile> debug;
+  if (!has_symtab || (options.source_lines && !file_dwarf))
+    debug = find_debug_file(path, elf, out->build_id_, options.debug_roots);
+  if (!has_symtab && debug && read_functions(debug->elf.elf.get(), SHT_SYMTAB, out->syms_))
+    out->sym_path_ = debug->path;
+  else if (!has_symtab)
+    out->dynsym_only_ = read_functions(elf, SHT_DYNSYM, out->syms_);
+
+  if (options.source_lines) {
+    out->dwarf_ = std::make_unique<DwarfLines>();
+    if (file_dwarf)
+      out->dwarf_->path = path;
+    else if (debug && has_dwarf(debug->elf.elf.get()))
+      out->dwarf_->path = debug->path;
+    else
+      out->dwarf_->tried = true;  // nothing to open
+  }
+  return out;
+}
+
+std::optional<std::uint64_t> ElfSymbols::address_of_offset(std::uint64_t offset) const noexcept {
+  // The loader maps [p_offset, p_offset + p_filesz) at p_vaddr + load bias.
+  for (const auto& s : segments_) {
+    if (offset >= s.offset && offset - s.offset < s.filesz)
+      return s.vaddr + (offset - s.offset);
+  }
+  return std::nullopt;
+}
+
+const ElfSymbol* ElfSymbols::find(std::uint64_t addr) const noexcept {
+  auto it = std::upper_bound(syms_.begin(), syms_.end(), addr,
+                             [](std::uint64_t a, const ElfSymbol& s) { return a < s.start; });
+  if (it == syms_.begin())
+    return nullptr;
+  const bool last = it == syms_.end();
+  --it;
+  if (it->size != 0)
+    return addr - it->start < it->size ? &*it : nullptr;
+  if (!last)
+    return &*it;  // unsized: up to the next symbol
+  // The last symbol, unsized: up to the end of the segment that holds it.
+  for (const auto& s : segments_) {
+    if (it->start >= s.vaddr && it->start - s.vaddr < s.filesz)
+      return addr - s.vaddr < s.filesz ? &*it : nullptr;
+  }
+  return nullptr;
+}
+
+std::vector<Frame> ElfSymbols::frames(std::uint64_t addr) const {
+  std::vector<Frame> out;
+  Frame outer;
+  if (const ElfSymbol* sym = find(addr)) {
+    outer.symbol = sym->name;
+    outer.offset = addr - sym->start;
+  }
+  ::Dwarf* dw = source_lines_ && dwarf_ ? dwarf_->get() : nullptr;
+  Dwarf_Die cu;
+  if (dw == nullptr || !dwarf_->cu_of(addr, &cu)) {
+    out.push_back(std::move(outer));
+    return out;
+  }
+  // The line of `addr` belongs to the innermost scope; each inlined subroutine's call site
+  // (DW_AT_call_file/line) is the line in the scope around it.
+  std::string file;
+  int line = 0;
+  if (Dwarf_Line* l = ::dwarf_getsrc_die(&cu, addr)) {
+    const char* src = ::dwarf_linesrc(l, nullptr, nullptr);
+    file = src != nullptr ? src : "";
+    ::dwarf_lineno(l, &line);
+  }
+  Dwarf_Files* files = nullptr;
+  std::size_t nfiles = 0;
+  const bool have_files = ::dwarf_getsrcfiles(&cu, &files, &nfiles) == 0;
+  Dwarf_Die* scopes = nullptr;
+  const int nscopes = ::dwarf_getscopes(&cu, addr, &scopes);
+  for (int i = 0; i < nscopes; ++i) {
+    Dwarf_Die* scope = &scopes[i];
+    const int tag = ::dwarf_tag(scope);
+    if (tag == DW_TAG_subprogram) {
+      if (outer.symbol.empty()) {  // no ELF symbol (stripped, no debug .symtab): DWARF's name
+        outer.symbol = die_name(scope);
+        Dwarf_Addr low = 0;
+        if (::dwarf_lowpc(scope, &low) == 0 && low <= addr)
+          outer.offset = addr - low;
+      }
+      break;
+    }
+    if (tag != DW_TAG_inlined_subroutine)
+      continue;
+    out.push_back({.symbol = die_name(scope),
+                   .file = file,
+                   .line = static_cast<std::uint32_t>(std::max(line, 0)),
+                   .inlined = true});
+    Dwarf_Attribute attr;
+    Dwarf_Word value = 0;
+    file.clear();
+    line = 0;
+    if (have_files && ::dwarf_formudata(::dwarf_attr(scope, DW_AT_call_file, &attr), &value) == 0) {
+      const char* src = ::dwarf_filesrc(files, value, nullptr, nullptr);
+      file = src != nullptr ? src : "";
+    }
+    if (::dwarf_formudata(::dwarf_attr(scope, DW_AT_call_line, &attr), &value) == 0)
+      line = static_cast<int>(value);
+  }
+  std::free(scopes);  // NOLINT(cppcoreguidelines-no-malloc): libdw allocates it with malloc
+  outer.file = std::move(file);
+  outer.line = static_cast<std::uint32_t>(std::max(line, 0));
+  out.push_back(std::move(outer));
+  return out;
+}
+
+}  // namespace tracer::symbols

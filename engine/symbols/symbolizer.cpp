@@ -1,0 +1,480 @@
+// Symbolizer: per-process maps, ELF files cached by build-id or inode, JIT maps, callchains.
+#include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <functional>
+#include <iterator>
+#include <string>
+#include <system_error>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+
+#include "common/text_file.hpp"
+#include "symbols/symbols_internal.hpp"
+#include "tracer/symbols/symbols.hpp"
+
+namespace tracer::symbols {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// Callchain context markers (include/uapi/linux/perf_event.h, enum perf_callchain_context):
+// the kernel writes one before the ips of each context; anything at or above
+// PERF_CONTEXT_MAX is a marker, never an address.
+constexpr std::uint64_t kContextHv = static_cast<std::uint64_t>(-32);
+constexpr std::uint64_t kContextKernel = static_cast<std::uint64_t>(-128);
+constexpr std::uint64_t kContextUser = static_cast<std::uint64_t>(-512);
+constexpr std::uint64_t kContextGuest = static_cast<std::uint64_t>(-2048);
+constexpr std::uint64_t kContextGuestKernel = static_cast<std::uint64_t>(-2176);
+constexpr std::uint64_t kContextGuestUser = static_cast<std::uint64_t>(-2560);
+constexpr std::uint64_t kContextMax = static_cast<std::uint64_t>(-4095);
+// x86_64's kernel half of the address space (4- and 5-level paging both start above it).
+constexpr std::uint64_t kKernelHalf = 0xffff800000000000ULL;
+// /proc/PID/maps of a large process is a few MB; the cap guards a fake root.
+constexpr std::size_t kMaxMapsBytes = std::size_t{64} << 20;
+constexpr std::size_t kMaxPerfMapBytes = std::size_t{256} << 20;
+// Results kept per (file, address): a table of a few thousand rows revisits the same return
+// addresses; the cache is dropped whole when it grows past this.
+constexpr std::size_t kMaxCachedResults = std::size_t{1} << 18;
+
+constexpr std::string_view kKernelModule = "[kernel.kallsyms]";
+constexpr std::string_view kUnknownModule = "[unknown]";
+
+/// Whether a mapping's path names a file that can be opened (not "//anon", "[vdso]", a memfd or
+/// shared anonymous memory).
+bool is_file_path(std::string_view path) {
+  return path.starts_with('/') && !path.starts_with("//anon") && !path.starts_with("/memfd:") &&
+         !path.starts_with("/dev/zero") && !path.starts_with("/SYSV");
+}
+
+/// Anonymous memory, where JITs put code: no path, "//anon", "[anon:...]", memfd, heap, stack.
+bool is_anon_path(std::string_view path) {
+  return path.empty() || path.starts_with("//anon") || path.starts_with("[anon") ||
+         path.starts_with("/memfd:") || path == "[heap]" || path == "[stack]";
+}
+
+std::string_view without_deleted(std::string_view path) {
+  constexpr std::string_view kDeleted = " (deleted)";
+  if (path.ends_with(kDeleted))
+    path.remove_suffix(kDeleted.size());
+  return path;
+}
+
+struct MapEntry {
+  std::uint64_t end = 0;  // exclusive
+  std::uint64_t pgoff = 0;
+  std::string path{};
+  std::string build_id{};
+  // The file's symbols, looked up on the first address in the mapping (nullptr: unresolvable).
+  std::shared_ptr<ElfSymbols> elf{};
+  bool resolved = false;
+};
+
+using Maps = std::map<std::uint64_t, MapEntry>;  // by start; entries never overlap
+
+/// Removes [start, end) from `maps`: entries inside go, entries across an edge are trimmed (a
+/// tail keeps its file position: pgoff advances by what was cut).
+void cut(Maps& maps, std::uint64_t start, std::uint64_t end) {
+  auto it = maps.lower_bound(start);
+  if (it != maps.begin()) {
+    auto prev = std::prev(it);
+    if (prev->second.end > start)
+      it = prev;
+  }
+  while (it != maps.end() && it->first < end) {
+    const std::uint64_t old_start = it->first;
+    MapEntry old = std::move(it->second);
+    it = maps.erase(it);
+    if (old_start < start) {
+      MapEntry head = old;
+      head.end = start;
+      maps.emplace(old_start, std::move(head));
+    }
+    if (old.end > end) {
+      old.pgoff += end - old_start;
+      maps.emplace(end, std::move(old));
+    }
+  }
+}
+
+struct ResultKey {
+  const ElfSymbols* elf = nullptr;
+  std::uint64_t addr = 0;
+  bool return_address = false;
+  friend bool operator==(const ResultKey&, const ResultKey&) = default;
+};
+
+struct ResultKeyHash {
+  std::size_t operator()(const ResultKey& k) const noexcept {
+    const std::size_t h = std::hash<const void*>()(k.elf);
+    return h ^ (std::hash<std::uint64_t>()(k.addr * 2 + (k.return_address ? 1 : 0)) +
+                0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2));
+  }
+};
+
+}  // namespace
+
+std::string frame_label(const Frame& f, bool with_offset) {
+  if (f.symbol.empty())
+    return f.addr != 0 ? fmt::format("0x{:x}", f.addr) : std::string(kUnknownModule);
+  if (!with_offset || f.inlined)
+    return f.symbol;
+  return fmt::format("{}+0x{:x}", f.symbol, f.offset);
+}
+
+struct Symbolizer::Impl {
+  struct Process {
+    Maps maps;
+    bool known = false;  // maps came from records, a fork or /proc (read at most once)
+    std::optional<std::vector<detail::JitSymbol>> jit;  // perf-PID.map, read on first need
+    std::optional<fs::path> root;  // PROC/PID/root when the process has another root
+  };
+
+  SymbolizeOptions options;
+  Stats* stats = nullptr;
+  std::unordered_map<std::uint32_t, Process> procs;
+  // ELF files by "dev:ino:size:mtime" of what was opened (nullptr: could not be read), and the
+  // same objects by build-id (an MMAP2 record's build-id needs no open at all).
+  std::unordered_map<std::string, std::shared_ptr<ElfSymbols>> files;
+  std::unordered_map<std::string, std::shared_ptr<ElfSymbols>> by_build_id;
+  std::unordered_map<ResultKey, std::vector<Frame>, ResultKeyHash> results;
+  std::optional<KernelSymbols> kernel;
+  bool kernel_tried = false;
+  std::vector<std::string> warnings;
+  std::unordered_set<std::string> warned;
+
+  void warn_once(const std::string& key, std::string text) {
+    if (warned.insert(key).second)
+      warnings.push_back(std::move(text));
+  }
+
+  Process& process(std::uint32_t pid) { return procs[pid]; }
+
+  void read_proc_maps(std::uint32_t pid, Process& p) {
+    p.known = true;
+    const fs::path dir = options.proc_root / std::to_string(pid);
+    auto text = detail::read_file(dir / "maps", kMaxMapsBytes);
+    if (!text) {
+      const int err = text.error().errno_value();
+      if (err != ENOENT && err != ESRCH)
+        warn_once("maps:" + std::to_string(pid), text.error().message);
+      return;
+    }
+    for (const std::string_view line : tracer::detail::lines(*text)) {
+      auto m = detail::parse_maps_line(line, pid);
+      if (!m || !m->exec || m->len == 0)
+        continue;
+      cut(p.maps, m->start, m->start + m->len);
+      p.maps.emplace(
+          m->start,
+          MapEntry{.end = m->start + m->len, .pgoff = m->pgoff, .path = std::move(m->path)});
+    }
+    // Files are opened through the process's root when it differs from ours (a container):
+    // readlink gives "/" for a process in our mount namespace's root.
+    std::error_code ec;
+    const fs::path root = fs::read_symlink(dir / "root", ec);
+    if (!ec && root != "/")
+      p.root = dir / "root";
+  }
+
+  std::shared_ptr<ElfSymbols> open_file(const Process& p, const MapEntry& e) {
+    const std::string path(without_deleted(e.path));
+    fs::path open_path = path;
+    std::error_code ec;
+    if (p.root && fs::exists(*p.root / fs::path(path).relative_path(), ec))
+      open_path = *p.root / fs::path(path).relative_path();
+    struct stat st {};
+    const std::string key = ::stat(open_path.c_str(), &st) == 0
+                                ? fmt::format("{}:{}:{}:{}.{}", st.st_dev, st.st_ino, st.st_size,
+                                              st.st_mtim.tv_sec, st.st_mtim.tv_nsec)
+                                : "path:" + open_path.string();
+    if (auto it = files.find(key); it != files.end())
+      return it->second;
+    auto opened = ElfSymbols::open(open_path, options);
+    if (!opened) {
+      warn_once("open:" + path, opened.error().describe());
+      files.emplace(key, nullptr);
+      return nullptr;
+    }
+    ++stats->files_opened;
+    std::shared_ptr<ElfSymbols> elf = std::move(*opened);
+    if (!elf->build_id().empty()) {
+      // One object per build-id: the same library reached through two paths shares its table.
+      auto [it, inserted] = by_build_id.try_emplace(elf->build_id(), elf);
+      if (!inserted)
+        elf = it->second;
+    }
+    if (elf->size() == 0)
+      warn_once("nosyms:" + path,
+                fmt::format("symbols: {} has no function symbols (stripped, without .dynsym "
+                            "functions or separate debuginfo): its frames show as addresses",
+                            path) +
+                    "\n  hint: install its debug symbols (a -dbgsym/-debuginfo package puts them "
+                    "under /usr/lib/debug/.build-id), or add their root to debug_roots");
+    files.emplace(key, elf);
+    return elf;
+  }
+
+  std::shared_ptr<ElfSymbols> resolve(const Process& p, MapEntry& e) {
+    if (e.resolved)
+      return e.elf;
+    e.resolved = true;
+    if (!e.build_id.empty()) {
+      if (auto it = by_build_id.find(e.build_id); it != by_build_id.end()) {
+        e.elf = it->second;
+        return e.elf;
+      }
+    }
+    if (!is_file_path(e.path))
+      return nullptr;
+    e.elf = open_file(p, e);
+    if (e.elf && !e.build_id.empty() && !e.elf->build_id().empty() &&
+        e.elf->build_id() != e.build_id) {
+      warn_once("buildid:" + e.path,
+                fmt::format("symbols: {} on disk has build-id {}, the process mapped {}: the "
+                            "file changed since; its frames show as addresses",
+                            e.path, e.elf->build_id(), e.build_id));
+      e.elf = nullptr;
+    }
+    return e.elf;
+  }
+
+  const detail::JitSymbol* find_jit(std::uint32_t pid, Process& p, std::uint64_t ip) {
+    if (!p.jit) {
+      auto text = detail::read_file(options.jit_map_dir / fmt::format("perf-{}.map", pid),
+                                    kMaxPerfMapBytes);
+      p.jit = text ? detail::parse_perf_map(*text) : std::vector<detail::JitSymbol>{};
+    }
+    auto it =
+        std::upper_bound(p.jit->begin(), p.jit->end(), ip,
+                         [](std::uint64_t a, const detail::JitSymbol& s) { return a < s.start; });
+    if (it == p.jit->begin())
+      return nullptr;
+    --it;
+    return ip - it->start < it->size ? &*it : nullptr;
+  }
+
+  Frame unknown(std::uint64_t ip, std::string module, bool is_kernel) {
+    ++stats->unknown;
+    return {.addr = ip, .module = std::move(module), .kernel = is_kernel};
+  }
+
+  /// `return_address`: `ip` is where a call returns to, so the call itself (ip - 1) is looked
+  /// up: a call as the last instruction of a function (noreturn callee) returns past its end.
+  std::vector<Frame> user(std::uint32_t pid, std::uint64_t ip, bool return_address) {
+    ++stats->lookups;
+    Process& p = process(pid);
+    if (!p.known)
+      read_proc_maps(pid, p);
+    MapEntry* entry = nullptr;
+    std::uint64_t start = 0;
+    if (auto it = p.maps.upper_bound(ip); it != p.maps.begin()) {
+      --it;
+      if (ip < it->second.end) {
+        entry = &it->second;
+        start = it->first;
+      }
+    }
+    if (entry == nullptr || is_anon_path(entry->path)) {
+      if (const auto* jit = find_jit(pid, p, ip)) {
+        return {Frame{.addr = ip,
+                      .symbol = jit->name,
+                      .offset = ip - jit->start,
+                      .module = fmt::format("[JIT] tid {}", pid)}};
+      }
+      return {unknown(
+          ip, entry != nullptr && !entry->path.empty() ? entry->path : std::string(kUnknownModule),
+          false)};
+    }
+    auto elf = resolve(p, *entry);
+    const auto link = elf ? elf->address_of_offset(ip - start + entry->pgoff) : std::nullopt;
+    if (!link)
+      return {unknown(ip, entry->path, false)};
+    const std::uint64_t lookup = return_address && *link != 0 ? *link - 1 : *link;
+    const ResultKey key{elf.get(), *link, return_address};
+    std::vector<Frame> out;
+    if (auto it = results.find(key); it != results.end()) {
+      ++stats->cache_hits;
+      out = it->second;
+    } else {
+      out = elf->frames(lookup);
+      for (auto& f : out) {
+        if (!f.inlined && !f.symbol.empty())
+          f.offset += *link - lookup;  // the offset of the sampled address, not of the call
+      }
+      if (results.size() >= kMaxCachedResults)
+        results.clear();
+      results.emplace(key, out);
+    }
+    for (auto& f : out) {
+      f.addr = ip;
+      f.module = entry->path;
+      if (f.symbol.empty())
+        ++stats->unknown;
+    }
+    return out;
+  }
+
+  const KernelSymbols* kernel_symbols() {
+    if (!kernel_tried) {
+      kernel_tried = true;
+      auto loaded = KernelSymbols::load(options.kallsyms);
+      if (!loaded) {
+        warn_once("kallsyms", loaded.error().describe());
+      } else {
+        kernel = std::move(*loaded);
+        if (kernel->restricted())
+          warn_once("kallsyms", fmt::format("symbols: {} lists no kernel addresses\n  hint: {}",
+                                            options.kallsyms.string(), kernel->restricted_hint()));
+      }
+    }
+    return kernel ? &*kernel : nullptr;
+  }
+
+  Frame kernel_frame(std::uint64_t ip, bool return_address) {
+    ++stats->lookups;
+    const KernelSymbols* k = kernel_symbols();
+    const KernelSymbol* s =
+        k != nullptr ? k->find(return_address && ip != 0 ? ip - 1 : ip) : nullptr;
+    if (s == nullptr)
+      return unknown(ip, std::string(kKernelModule), true);
+    return {.addr = ip,
+            .symbol = s->name,
+            .offset = ip - s->start,
+            .module = s->module.empty() ? std::string(kKernelModule) : "[" + s->module + "]",
+            .kernel = true};
+  }
+};
+
+Symbolizer::Symbolizer(SymbolizeOptions options) : impl_(std::make_unique<Impl>()) {
+  impl_->options = std::move(options);
+  impl_->stats = &stats_;
+}
+
+Symbolizer::~Symbolizer() = default;
+
+void Symbolizer::on_mmap(const Mapping& m) {
+  auto& p = impl_->process(m.pid);
+  p.known = true;
+  if (m.len == 0)
+    return;
+  const std::uint64_t end = m.start + m.len < m.start ? ~std::uint64_t{0} : m.start + m.len;
+  cut(p.maps, m.start, end);
+  // A data mapping only removes what it covers: code addresses never fall in it.
+  if (m.exec)
+    p.maps.emplace(m.start,
+                   MapEntry{.end = end, .pgoff = m.pgoff, .path = m.path, .build_id = m.build_id});
+}
+
+void Symbolizer::on_fork(std::uint32_t parent_pid, std::uint32_t child_pid) {
+  if (parent_pid == child_pid)
+    return;  // a new thread shares its process's maps
+  auto parent = impl_->procs.find(parent_pid);
+  auto& child = impl_->process(child_pid);
+  child = {};
+  child.known = true;
+  if (parent != impl_->procs.end()) {
+    child.maps = parent->second.maps;
+    child.root = parent->second.root;
+  }
+}
+
+void Symbolizer::on_exec(std::uint32_t pid) {
+  // The new image's MMAP2 records follow; without them note_process() reads /proc again.
+  impl_->procs.insert_or_assign(pid, Impl::Process{});
+}
+
+void Symbolizer::note_process(std::uint32_t pid) {
+  auto& p = impl_->process(pid);
+  if (!p.known)
+    impl_->read_proc_maps(pid, p);
+}
+
+std::vector<Frame> Symbolizer::symbolize(std::uint32_t pid, std::span<const std::uint64_t> ips) {
+  enum class Context { kNone, kKernel, kUser, kHv, kGuestKernel, kGuestUser };
+  std::vector<Frame> out;
+  out.reserve(ips.size());
+  Context ctx = Context::kNone;
+  // The first ip of a context is where it was interrupted (or the sample's ip); the ones after it
+  // are return addresses.
+  bool first = true;
+  bool prev_kernel = false;
+  for (const std::uint64_t ip : ips) {
+    if (ip >= kContextMax) {
+      switch (ip) {
+        case kContextKernel:
+          ctx = Context::kKernel;
+          break;
+        case kContextUser:
+          ctx = Context::kUser;
+          break;
+        case kContextHv:
+          ctx = Context::kHv;
+          break;
+        case kContextGuestKernel:
+          ctx = Context::kGuestKernel;
+          break;
+        case kContextGuest:
+        case kContextGuestUser:
+          ctx = Context::kGuestUser;
+          break;
+        default:
+          break;  // an unknown marker: keep the current context
+      }
+      first = true;
+      continue;
+    }
+    switch (ctx) {
+      case Context::kHv:
+        out.push_back(impl_->unknown(ip, "[hypervisor]", true));
+        break;
+      case Context::kGuestKernel:
+        out.push_back(impl_->unknown(ip, "[guest.kernel.kallsyms]", true));
+        break;
+      case Context::kGuestUser:
+        out.push_back(impl_->unknown(ip, std::string(kUnknownModule), false));
+        break;
+      case Context::kNone:
+      case Context::kKernel:
+      case Context::kUser: {
+        const bool is_kernel =
+            ctx == Context::kKernel || (ctx == Context::kNone && ip >= kKernelHalf);
+        const bool exact = first || is_kernel != prev_kernel;
+        if (is_kernel) {
+          out.push_back(impl_->kernel_frame(ip, !exact));
+        } else {
+          auto frames = impl_->user(pid, ip, !exact);
+          std::move(frames.begin(), frames.end(), std::back_inserter(out));
+        }
+        prev_kernel = is_kernel;
+        break;
+      }
+    }
+    first = false;
+  }
+  return out;
+}
+
+Frame Symbolizer::symbolize_kernel(std::uint64_t ip) {
+  return impl_->kernel_frame(ip, false);
+}
+
+std::vector<Frame> Symbolizer::symbolize_user(std::uint32_t pid, std::uint64_t ip) {
+  return impl_->user(pid, ip, false);
+}
+
+const KernelSymbols* Symbolizer::kernel() {
+  return impl_->kernel_symbols();
+}
+
+std::vector<std::string> Symbolizer::take_warnings() {
+  return std::exchange(impl_->warnings, {});
+}
+
+}  // namespace tracer::symbols

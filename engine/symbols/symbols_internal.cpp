@@ -1,0 +1,128 @@
+// Private helpers of the symbols layer: whole-file reads, demangling, maps and perf-map lines.
+#include <cxxabi.h>
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+
+#include "common/text_file.hpp"
+#include "symbols/symbols_internal.hpp"
+#include "tracer/unique_fd.hpp"
+
+namespace tracer::symbols::detail {
+
+Result<std::string> read_file(const std::filesystem::path& path, std::size_t max_bytes) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) {
+    const int err = errno;
+    return fail(err, fmt::format("symbols: cannot open {}: {}", path.string(), std::strerror(err)));
+  }
+  std::string out;
+  std::size_t used = 0;
+  out.resize(std::size_t{1} << 20);
+  while (used < max_bytes) {
+    if (used == out.size())
+      out.resize(std::min(out.size() * 2, max_bytes));
+    const ssize_t n = ::read(fd.get(), out.data() + used, out.size() - used);
+    if (n < 0) {
+      if (errno == EINTR)
+        continue;
+      const int err = errno;
+      return fail(err,
+                  fmt::format("symbols: cannot read {}: {}", path.string(), std::strerror(err)));
+    }
+    if (n == 0)
+      break;
+    used += static_cast<std::size_t>(n);
+  }
+  out.resize(used);
+  return out;
+}
+
+std::string demangle(std::string_view name) {
+  if (!name.starts_with("_Z"))
+    return std::string(name);
+  const std::string raw(name);
+  int status = 0;
+  std::unique_ptr<char, decltype(&std::free)> out(
+      abi::__cxa_demangle(raw.c_str(), nullptr, nullptr, &status), &std::free);
+  return status == 0 && out ? std::string(out.get()) : raw;
+}
+
+namespace {
+
+/// Hex number at the front of `s` (an optional "0x" allowed); advances `s` past it.
+bool take_hex(std::string_view& s, std::uint64_t& v) {
+  if (s.starts_with("0x") || s.starts_with("0X"))
+    s.remove_prefix(2);
+  const auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v, 16);
+  if (ec != std::errc() || ptr == s.data())
+    return false;
+  s.remove_prefix(static_cast<std::size_t>(ptr - s.data()));
+  return true;
+}
+
+std::string_view take_field(std::string_view& s) {
+  const auto first = s.find_first_not_of(' ');
+  if (first == std::string_view::npos) {
+    s = {};
+    return {};
+  }
+  s.remove_prefix(first);
+  const auto end = s.find(' ');
+  const std::string_view field = s.substr(0, end);
+  s.remove_prefix(end == std::string_view::npos ? s.size() : end);
+  return field;
+}
+
+}  // namespace
+
+std::optional<Mapping> parse_maps_line(std::string_view line, std::uint32_t pid) {
+  Mapping m;
+  m.pid = pid;
+  std::uint64_t start = 0, end = 0;
+  if (!take_hex(line, start) || !line.starts_with('-'))
+    return std::nullopt;
+  line.remove_prefix(1);
+  if (!take_hex(line, end) || end < start)
+    return std::nullopt;
+  const std::string_view perms = take_field(line);
+  std::string_view offset = take_field(line);
+  const std::string_view dev = take_field(line);
+  const std::string_view inode = take_field(line);
+  if (perms.size() < 3 || dev.empty() || inode.empty() || !take_hex(offset, m.pgoff))
+    return std::nullopt;
+  m.start = start;
+  m.len = end - start;
+  m.exec = perms[2] == 'x';
+  const auto path_at = line.find_first_not_of(' ');
+  if (path_at != std::string_view::npos)
+    m.path = std::string(line.substr(path_at));
+  return m;
+}
+
+std::vector<JitSymbol> parse_perf_map(std::string_view text) {
+  std::vector<JitSymbol> out;
+  for (std::string_view line : tracer::detail::lines(text)) {
+    JitSymbol s;
+    if (!take_hex(line, s.start) || !line.starts_with(' '))
+      continue;
+    line.remove_prefix(1);
+    if (!take_hex(line, s.size) || !line.starts_with(' '))
+      continue;
+    s.name = std::string(tracer::detail::trim(line));
+    out.push_back(std::move(s));
+  }
+  std::sort(out.begin(), out.end(), [](const JitSymbol& a, const JitSymbol& b) {
+    return a.start != b.start ? a.start < b.start : a.name < b.name;
+  });
+  return out;
+}
+
+}  // namespace tracer::symbols::detail

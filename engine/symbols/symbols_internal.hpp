@@ -1,0 +1,39 @@
+// Private helpers of the symbols layer: whole-file reads, demangling, /proc/PID/maps and
+// perf-PID.map lines.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tracer/result.hpp"
+#include "tracer/symbols/symbols.hpp"
+
+namespace tracer::symbols::detail {
+
+/// Reads a whole file with large read() calls into one buffer (procfs files such as
+/// /proc/kallsyms report size 0, so the buffer grows as it fills), up to `max_bytes`.
+/// @return the contents, or the errno of open()/read() as "symbols: cannot open|read PATH: ...".
+[[nodiscard]] Result<std::string> read_file(const std::filesystem::path& path,
+                                            std::size_t max_bytes);
+
+/// `name` demangled when it is an Itanium C++ name ("_Z..."), else `name` itself.
+[[nodiscard]] std::string demangle(std::string_view name);
+
+/// One line of /proc/PID/maps ("start-end perms offset dev inode   path") as a Mapping of `pid`,
+/// or std::nullopt for a malformed line.
+[[nodiscard]] std::optional<Mapping> parse_maps_line(std::string_view line, std::uint32_t pid);
+
+/// One symbol of a perf-PID.map file (written by JITs: "START SIZE name", hex).
+struct JitSymbol {
+  std::uint64_t start = 0, size = 0;
+  std::string name;
+};
+
+/// The symbols of a perf-PID.map text, sorted by start; malformed lines are skipped.
+[[nodiscard]] std::vector<JitSymbol> parse_perf_map(std::string_view text);
+
+}  // namespace tracer::symbols::detail

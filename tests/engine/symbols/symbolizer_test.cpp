@@ -1,0 +1,361 @@
+// Symbolizer: live processes (maps from /proc, a shared library, maps kept after exit),
+// callchains with PERF_CONTEXT_* markers, synthetic MMAP/FORK/EXEC records, JIT maps.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <string>
+
+#include "core/elf_symbols.hpp"
+#include "engine/symbols/target_process.hpp"
+#include "support/temp_dir.hpp"
+#include "tracer/symbols/symbols.hpp"
+
+namespace tracer::symbols {
+namespace {
+
+namespace fs = std::filesystem;
+using tracer::testing::TargetProcess;
+using tracer::testing::TempDir;
+
+constexpr std::uint64_t kContextKernel = static_cast<std::uint64_t>(-128);
+constexpr std::uint64_t kContextUser = static_cast<std::uint64_t>(-512);
+
+core::ElfSymbol expected(const char* binary, const char* name) {
+  auto sym = core::find_function(binary, name);
+  EXPECT_TRUE(sym.has_value()) << binary << ": " << (sym ? "" : sym.error().describe());
+  return sym ? *sym : core::ElfSymbol{};
+}
+
+/// Where `binary`'s file offset `offset` is mapped in `pid`, and the path as maps writes it,
+/// read from /proc/PID/maps here (independently of the Symbolizer's parser).
+struct Placed {
+  std::uint64_t addr = 0;
+  std::string path;
+};
+
+std::optional<Placed> runtime_address(pid_t pid, const fs::path& binary, std::uint64_t offset) {
+  std::ifstream maps("/proc/" + std::to_string(pid) + "/maps");
+  const fs::path want = fs::canonical(binary);
+  std::string line;
+  while (std::getline(maps, line)) {
+    std::istringstream in(line);
+    std::string range, perms, off, dev, inode, path;
+    in >> range >> perms >> off >> dev >> inode >> path;
+    if (path.empty() || fs::path(path) != want)
+      continue;
+    const std::uint64_t start = std::stoull(range.substr(0, range.find('-')), nullptr, 16);
+    const std::uint64_t end = std::stoull(range.substr(range.find('-') + 1), nullptr, 16);
+    const std::uint64_t pgoff = std::stoull(off, nullptr, 16);
+    if (offset >= pgoff && offset - pgoff < end - start)
+      return Placed{start + (offset - pgoff), path};
+  }
+  return std::nullopt;
+}
+
+/// A text symbol's start from /proc/kallsyms (0 when absent or hidden).
+std::uint64_t kallsyms_start(const std::string& name) {
+  std::ifstream in("/proc/kallsyms");
+  std::string addr, type, sym;
+  while (in >> addr >> type >> sym) {
+    std::string rest;
+    std::getline(in, rest);
+    if (sym == name && (type == "T" || type == "t"))
+      return std::stoull(addr, nullptr, 16);
+  }
+  return 0;
+}
+
+TEST(SymbolsSymbolizer, LiveProcessSharedLibrary) {
+  TargetProcess target(true);
+  ASSERT_GT(target.pid(), 0);
+  const auto lib_fn = expected(TRACER_TARGET_LIB, "tracer_lib_fn");
+  const auto placed = runtime_address(target.pid(), TRACER_TARGET_LIB, lib_fn.file_offset);
+  ASSERT_TRUE(placed.has_value()) << "libtracer_target.so is not mapped by the target";
+  EXPECT_EQ(placed->addr, target.lib) << "the program's own &tracer_lib_fn";
+
+  Symbolizer sym;
+  sym.note_process(static_cast<std::uint32_t>(target.pid()));
+  const auto frames =
+      sym.symbolize_user(static_cast<std::uint32_t>(target.pid()), placed->addr + 2);
+  ASSERT_EQ(frames.size(), 1u);
+  EXPECT_EQ(frames[0].symbol, "tracer_lib_fn");
+  EXPECT_EQ(frames[0].offset, 2u);
+  EXPECT_EQ(frames[0].module, placed->path);
+  EXPECT_EQ(frames[0].addr, placed->addr + 2);
+  EXPECT_FALSE(frames[0].kernel);
+  EXPECT_EQ(frame_label(frames[0]), "tracer_lib_fn+0x2");
+  EXPECT_EQ(frame_label(frames[0], false), "tracer_lib_fn");
+
+  // The PIE executable itself (loaded at a bias the process chose).
+  const auto outer = expected(TRACER_SYMBOLS_TARGET, "tracer_sym_outer");
+  const auto exe = runtime_address(target.pid(), TRACER_SYMBOLS_TARGET, outer.file_offset);
+  ASSERT_TRUE(exe.has_value());
+  EXPECT_EQ(exe->addr, target.outer);
+  const auto in_exe = sym.symbolize_user(static_cast<std::uint32_t>(target.pid()), exe->addr + 4);
+  ASSERT_EQ(in_exe.size(), 1u);
+  EXPECT_EQ(in_exe[0].symbol, "tracer_sym_outer");
+  EXPECT_EQ(in_exe[0].offset, 4u);
+  EXPECT_EQ(in_exe[0].module, exe->path);
+  EXPECT_EQ(sym.stats().files_opened, 2u);
+  EXPECT_EQ(sym.stats().lookups, 2u);
+
+  // Again: from the cache, no new file.
+  const auto again = sym.symbolize_user(static_cast<std::uint32_t>(target.pid()), exe->addr + 4);
+  EXPECT_EQ(again, in_exe);
+  EXPECT_EQ(sym.stats().cache_hits, 1u);
+  EXPECT_EQ(sym.stats().files_opened, 2u);
+  EXPECT_TRUE(sym.take_warnings().empty());
+}
+
+TEST(SymbolsSymbolizer, MapsSurviveTheProcessExit) {
+  TargetProcess target(true);
+  ASSERT_GT(target.pid(), 0);
+  const auto pid = static_cast<std::uint32_t>(target.pid());
+  Symbolizer sym;
+  sym.note_process(pid);
+  target.finish();  // exited and reaped: /proc/PID is gone
+  ASSERT_FALSE(fs::exists("/proc/" + std::to_string(pid) + "/maps"));
+  const auto frames = sym.symbolize_user(pid, target.outer + 1);
+  ASSERT_EQ(frames.size(), 1u);
+  EXPECT_EQ(frames[0].symbol, "tracer_sym_outer");
+  const auto lib = sym.symbolize_user(pid, target.lib);
+  ASSERT_EQ(lib.size(), 1u);
+  EXPECT_EQ(lib[0].symbol, "tracer_lib_fn");
+}
+
+TEST(SymbolsSymbolizer, CallchainWithContextMarkers) {
+  TargetProcess target(true);
+  ASSERT_GT(target.pid(), 0);
+  const auto pid = static_cast<std::uint32_t>(target.pid());
+  Symbolizer sym;
+  const KernelSymbols* kernel = sym.kernel();
+  ASSERT_NE(kernel, nullptr);
+  const std::uint64_t kstart = kernel->restricted() ? 0 : kallsyms_start("__x64_sys_getppid");
+  const std::uint64_t kaddr = kstart != 0 ? kstart + 3 : 0xffffffff81000003ULL;
+  // The leaf frame (sample ip) is exact; the user frame after the marker is the interrupted ip.
+  const std::array<std::uint64_t, 4> chain = {kContextKernel, kaddr, kContextUser,
+                                              target.outer + 5};
+  const auto frames = sym.symbolize(pid, chain);
+  ASSERT_EQ(frames.size(), 2u);
+  EXPECT_TRUE(frames[0].kernel);
+  EXPECT_EQ(frames[0].addr, kaddr);
+  EXPECT_EQ(frames[0].module, "[kernel.kallsyms]");
+  if (kstart != 0) {
+    EXPECT_EQ(frames[0].offset, 3u);
+    EXPECT_EQ(kernel->find(kaddr)->name, frames[0].symbol);
+  }
+  EXPECT_FALSE(frames[1].kernel);
+  EXPECT_EQ(frames[1].symbol, "tracer_sym_outer");
+  EXPECT_EQ(frames[1].offset, 5u);
+  EXPECT_EQ(frames[1].addr, target.outer + 5);
+
+  // Without markers: the address decides; a return address after the first user frame is
+  // looked up at ip - 1 but keeps its own offset.
+  const std::array<std::uint64_t, 3> bare = {kaddr, target.outer + 5, target.ret};
+  const auto unmarked = sym.symbolize(pid, bare);
+  ASSERT_EQ(unmarked.size(), 3u);
+  EXPECT_TRUE(unmarked[0].kernel);
+  EXPECT_FALSE(unmarked[1].kernel);
+  EXPECT_EQ(unmarked[1].symbol, "tracer_sym_outer");
+  EXPECT_EQ(unmarked[2].symbol, "tracer_sym_outer");
+  EXPECT_EQ(unmarked[2].offset, target.ret - target.outer);
+}
+
+TEST(SymbolsSymbolizer, InlinedFramesInCallchains) {
+  TargetProcess target(true);
+  ASSERT_GT(target.pid(), 0);
+  const auto pid = static_cast<std::uint32_t>(target.pid());
+  Symbolizer sym({.source_lines = true});
+  // A leaf in the library (no inlining there), then the return address in the inlined body.
+  const std::array<std::uint64_t, 3> chain = {kContextUser, target.lib + 1, target.ret};
+  const auto frames = sym.symbolize(pid, chain);
+  ASSERT_EQ(frames.size(), 3u);
+  EXPECT_EQ(frames[0].symbol, "tracer_lib_fn");
+  EXPECT_FALSE(frames[0].inlined);
+  EXPECT_EQ(fs::path(frames[0].file).filename(), "libtracer_target.c");
+  EXPECT_EQ(frames[1].symbol, "tracer_sym_inlined");
+  EXPECT_TRUE(frames[1].inlined);
+  EXPECT_EQ(frames[1].addr, target.ret);
+  EXPECT_EQ(frames[1].line, tracer::testing::source_line_of("SYMBOLS_TEST_LEAF_CALL"));
+  EXPECT_EQ(frame_label(frames[1]), "tracer_sym_inlined");
+  EXPECT_EQ(frames[2].symbol, "tracer_sym_outer");
+  EXPECT_FALSE(frames[2].inlined);
+  EXPECT_EQ(frames[2].addr, target.ret);
+  EXPECT_EQ(frames[2].offset, target.ret - target.outer);
+  EXPECT_EQ(frames[2].line, tracer::testing::source_line_of("SYMBOLS_TEST_INLINED_CALL"));
+}
+
+/// Synthetic records for pid 100, with an empty fake /proc: tracer_uprobe_target_nopie's file
+/// mapped at kBase with pgoff 0 (so an address is kBase + file offset).
+class SymbolsSymbolizerRecords : public ::testing::Test {
+ protected:
+  static constexpr std::uint64_t kBase = 0x10000000;
+  static constexpr std::uint64_t kLen = 0x100000;
+
+  void SetUp() override {
+    fn_ = expected(TRACER_UPROBE_TARGET_NOPIE, "tracer_test_fn");
+    ASSERT_LT(fn_.file_offset, kLen);
+    sym_.on_mmap(
+        {.pid = 100, .start = kBase, .len = kLen, .pgoff = 0, .path = TRACER_UPROBE_TARGET_NOPIE});
+  }
+
+  std::vector<Frame> at(std::uint32_t pid, std::uint64_t file_offset) {
+    return sym_.symbolize_user(pid, kBase + file_offset);
+  }
+
+  TempDir proc_;
+  core::ElfSymbol fn_;
+  Symbolizer sym_{{.proc_root = proc_.path(), .jit_map_dir = proc_.path()}};
+};
+
+TEST_F(SymbolsSymbolizerRecords, MmapResolvesThroughTheFileOffset) {
+  const auto frames = at(100, fn_.file_offset + 1);
+  ASSERT_EQ(frames.size(), 1u);
+  EXPECT_EQ(frames[0].symbol, "tracer_test_fn");
+  EXPECT_EQ(frames[0].offset, 1u);
+  EXPECT_EQ(frames[0].module, TRACER_UPROBE_TARGET_NOPIE);
+  // Another pid knows nothing (and the fake /proc has no maps for it).
+  const auto other = at(101, fn_.file_offset + 1);
+  ASSERT_EQ(other.size(), 1u);
+  EXPECT_EQ(other[0].symbol, "");
+  EXPECT_EQ(other[0].module, "[unknown]");
+  EXPECT_EQ(frame_label(other[0]), fmt::format("0x{:x}", kBase + fn_.file_offset + 1));
+}
+
+TEST_F(SymbolsSymbolizerRecords, OverlappingMmapReplacesTheOldPart) {
+  const std::uint64_t page = fn_.file_offset & ~std::uint64_t{0xfff};
+  // A mapping of another file over the page before tracer_test_fn's: the old mapping's tail
+  // keeps its file position, so the function still resolves.
+  sym_.on_mmap({.pid = 100,
+                .start = kBase + page - 0x1000,
+                .len = 0x1000,
+                .pgoff = 0,
+                .path = TRACER_TARGET_LIB});
+  auto frames = at(100, fn_.file_offset + 1);
+  ASSERT_EQ(frames.size(), 1u);
+  EXPECT_EQ(frames[0].symbol, "tracer_test_fn");
+  EXPECT_EQ(at(100, page - 0x800)[0].module, TRACER_TARGET_LIB);
+  // Over the function's own page: the new file answers there, the old one around it.
+  sym_.on_mmap(
+      {.pid = 100, .start = kBase + page, .len = 0x1000, .pgoff = 0, .path = TRACER_TARGET_LIB});
+  EXPECT_EQ(at(100, fn_.file_offset + 1)[0].module, TRACER_TARGET_LIB);
+  EXPECT_EQ(at(100, page + 0x1000)[0].module, TRACER_UPROBE_TARGET_NOPIE);
+  // A data (non-exec) mapping removes code there.
+  sym_.on_mmap(
+      {.pid = 100, .start = kBase + page, .len = 0x1000, .path = "/dev/shm/x", .exec = false});
+  frames = at(100, fn_.file_offset + 1);
+  EXPECT_EQ(frames[0].symbol, "");
+  EXPECT_EQ(frames[0].module, "[unknown]");
+}
+
+TEST_F(SymbolsSymbolizerRecords, ForkCopiesExecDrops) {
+  sym_.on_fork(100, 200);
+  EXPECT_EQ(at(200, fn_.file_offset + 1)[0].symbol, "tracer_test_fn");
+  sym_.on_exec(200);
+  EXPECT_EQ(at(200, fn_.file_offset + 1)[0].symbol, "");
+  EXPECT_EQ(at(100, fn_.file_offset + 1)[0].symbol, "tracer_test_fn") << "the parent keeps its";
+  // The new image's mapping after the exec.
+  sym_.on_mmap({.pid = 200, .start = kBase, .len = kLen, .path = TRACER_UPROBE_TARGET_NOPIE});
+  EXPECT_EQ(at(200, fn_.file_offset + 1)[0].symbol, "tracer_test_fn");
+  EXPECT_EQ(sym_.stats().files_opened, 1u) << "one file, shared by both processes";
+}
+
+TEST_F(SymbolsSymbolizerRecords, UnreadableFilesAndPseudoMappings) {
+  sym_.on_mmap({.pid = 100, .start = 0x20000000, .len = 0x1000, .path = "/nonexistent/libx.so"});
+  sym_.on_mmap({.pid = 100, .start = 0x30000000, .len = 0x1000, .path = "[vdso]"});
+  auto missing = sym_.symbolize_user(100, 0x20000010);
+  ASSERT_EQ(missing.size(), 1u);
+  EXPECT_EQ(missing[0].symbol, "");
+  EXPECT_EQ(missing[0].module, "/nonexistent/libx.so");
+  (void)sym_.symbolize_user(100, 0x20000020);
+  const auto warnings = sym_.take_warnings();
+  ASSERT_EQ(warnings.size(), 1u) << "one warning per file";
+  EXPECT_NE(warnings[0].find("/nonexistent/libx.so"), std::string::npos) << warnings[0];
+  const auto vdso = sym_.symbolize_user(100, 0x30000010);
+  EXPECT_EQ(vdso[0].symbol, "");
+  EXPECT_EQ(vdso[0].module, "[vdso]");
+  EXPECT_EQ(sym_.stats().unknown, 3u);
+}
+
+TEST_F(SymbolsSymbolizerRecords, BinaryWithoutSymbolsWarnsOnce) {
+  // The stripped copy of tracer_symbols_target away from its debuginfo: no .symtab, and its
+  // .dynsym has only imports.
+  fs::copy_file(TRACER_SYMBOLS_TARGET_SPLIT, proc_.path() / "bare");
+  const std::string bare = (proc_.path() / "bare").string();
+  sym_.on_mmap({.pid = 100, .start = 0x40000000, .len = 0x2000, .path = bare});
+  const auto frames = sym_.symbolize_user(100, 0x40001000);
+  ASSERT_EQ(frames.size(), 1u);
+  EXPECT_EQ(frames[0].symbol, "");
+  EXPECT_EQ(frames[0].module, bare);
+  (void)sym_.symbolize_user(100, 0x40001010);
+  const auto warnings = sym_.take_warnings();
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("no function symbols"), std::string::npos) << warnings[0];
+  EXPECT_NE(warnings[0].find(bare), std::string::npos) << warnings[0];
+}
+
+TEST_F(SymbolsSymbolizerRecords, BuildIdOfARecordMustMatchTheFile) {
+  sym_.on_mmap({.pid = 300,
+                .start = kBase,
+                .len = kLen,
+                .path = TRACER_UPROBE_TARGET_NOPIE,
+                .build_id = "0123456789abcdef0123456789abcdef01234567"});
+  EXPECT_EQ(at(300, fn_.file_offset + 1)[0].symbol, "");
+  const auto warnings = sym_.take_warnings();
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("build-id"), std::string::npos) << warnings[0];
+}
+
+TEST(SymbolsSymbolizer, JitMapForAnonymousCode) {
+  TempDir dir;
+  dir.write("proc/4242/maps",
+            "55d000000000-55d000001000 r--p 00000000 fd:01 1234   /usr/bin/fake\n"
+            "7f0000000000-7f0000010000 r-xp 00000000 00:00 0 \n");
+  dir.write("jit/perf-4242.map",
+            "7f0000001000 100 LazyJitFn\n"
+            "7f0000002000 40 Interp::loop(int) [jitted]\n"
+            "500000 20 stub_outside_maps\n");
+  Symbolizer sym({.proc_root = dir.path() / "proc", .jit_map_dir = dir.path() / "jit"});
+  sym.note_process(4242);
+  auto frames = sym.symbolize_user(4242, 0x7f0000001010);
+  ASSERT_EQ(frames.size(), 1u);
+  EXPECT_EQ(frames[0].symbol, "LazyJitFn");
+  EXPECT_EQ(frames[0].offset, 0x10u);
+  EXPECT_EQ(frames[0].module, "[JIT] tid 4242");
+  EXPECT_EQ(sym.symbolize_user(4242, 0x7f000000203f)[0].symbol, "Interp::loop(int) [jitted]");
+  EXPECT_EQ(sym.symbolize_user(4242, 0x500004)[0].symbol, "stub_outside_maps");
+  const auto gap = sym.symbolize_user(4242, 0x7f0000002040);
+  EXPECT_EQ(gap[0].symbol, "") << "past the JIT symbol's size";
+  EXPECT_EQ(gap[0].module, "[unknown]");
+}
+
+TEST(SymbolsSymbolizer, DemanglesCxxNames) {
+  // This test program's own C++ function, through /proc/self/maps.
+  Symbolizer sym;
+  const auto pid = static_cast<std::uint32_t>(::getpid());
+  const auto addr = reinterpret_cast<std::uint64_t>(&frame_label);
+  const auto frames = sym.symbolize_user(pid, addr + 1);
+  ASSERT_EQ(frames.size(), 1u);
+  // std::string's ABI tag is part of the demangled name, as c++filt prints it.
+  EXPECT_EQ(frames[0].symbol,
+            "tracer::symbols::frame_label[abi:cxx11](tracer::symbols::Frame const&, bool)");
+  EXPECT_EQ(frames[0].offset, 1u);
+}
+
+TEST(SymbolsSymbolizer, FrameLabel) {
+  EXPECT_EQ(frame_label({.addr = 0x1234, .symbol = "main", .offset = 0x1a}), "main+0x1a");
+  EXPECT_EQ(frame_label({.addr = 0x1234, .symbol = "main", .offset = 0x1a}, false), "main");
+  EXPECT_EQ(frame_label({.addr = 0x1234, .module = "[unknown]"}), "0x1234");
+  EXPECT_EQ(frame_label({}), "[unknown]");
+}
+
+}  // namespace
+}  // namespace tracer::symbols
