@@ -2,6 +2,7 @@
 // perf stat record counts at each STAT_ROUND): `tracer replay FILE` without a recipe.
 #include <fmt/core.h>
 #include <linux/perf_event.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <functional>
@@ -90,7 +91,8 @@ class ScriptPrinter {
     const auto type = item.record.type;
     // Only what the output depends on is queued: samples, and the task records that name
     // threads (perf applies every record in time order; the others print nothing here).
-    if (type != PERF_RECORD_SAMPLE && type != PERF_RECORD_COMM && type != PERF_RECORD_FORK)
+    if (type != PERF_RECORD_SAMPLE && type != PERF_RECORD_COMM && type != PERF_RECORD_FORK &&
+        type != PERF_RECORD_MMAP && type != PERF_RECORD_MMAP2)
       return;
     RecordRef ref;
     ref.probe = item.attr >= 0 ? static_cast<std::uint32_t>(item.attr) : kUnknown;
@@ -117,9 +119,30 @@ class ScriptPrinter {
       const auto& r = ref.record;
       if (const auto* c = std::get_if<perf::Comm>(&r.body)) {
         comms_.update(c->tid, c->comm);
+        if (c->exec && c->pid == c->tid)
+          symbols_.on_exec(c->pid);
       } else if (const auto* t = std::get_if<perf::TaskEvent>(&r.body)) {
-        if (r.type == PERF_RECORD_FORK)
+        if (r.type == PERF_RECORD_FORK) {
           comms_.fork(t->ptid, t->tid);
+          if (t->pid != t->ppid)
+            symbols_.on_fork(t->ppid, t->pid);
+        }
+      } else if (const auto* m = std::get_if<perf::Mmap2>(&r.body)) {
+        symbols_.on_mmap({.pid = m->pid,
+                          .start = m->addr,
+                          .len = m->len,
+                          .pgoff = m->pgoff,
+                          .path = std::string(m->filename),
+                          .build_id = {},
+                          .exec = (m->prot & PROT_EXEC) != 0});
+      } else if (const auto* m1 = std::get_if<perf::Mmap>(&r.body)) {
+        symbols_.on_mmap({.pid = m1->pid,
+                          .start = m1->addr,
+                          .len = m1->len,
+                          .pgoff = m1->pgoff,
+                          .path = std::string(m1->filename),
+                          .build_id = {},
+                          .exec = (r.misc & PERF_RECORD_MISC_MMAP_DATA) == 0});
       } else if (const auto* s = std::get_if<perf::Sample>(&r.body)) {
         if (ref.probe != kUnknown)
           sample(ref.probe, *s);
@@ -167,7 +190,13 @@ class ScriptPrinter {
       comm = unknown;
     }
     const bool tracepoint = ev.attr.raw()->type == PERF_TYPE_TRACEPOINT;
-    fmt::format_to(out, "{:>16} {:>5} ", comm, static_cast<std::int32_t>(s.tid));
+    // perf_sample__fprintf_start: a sample printed with its callchain has its comm unpadded.
+    const bool chain = perf_mode_ && !tracepoint && (st & PERF_SAMPLE_IP) != 0 &&
+                       (st & PERF_SAMPLE_CALLCHAIN) != 0;
+    if (chain)
+      fmt::format_to(out, "{} {:>5} ", comm, static_cast<std::int32_t>(s.tid));
+    else
+      fmt::format_to(out, "{:>16} {:>5} ", comm, static_cast<std::int32_t>(s.tid));
     if ((st & PERF_SAMPLE_CPU) != 0)
       fmt::format_to(out, "[{:03}] ", s.cpu);
     if ((st & PERF_SAMPLE_TIME) != 0)
@@ -181,6 +210,10 @@ class ScriptPrinter {
       if (tracepoint) {
         if (const auto& f = fmts_[event]; f.has_value())
           f->print(s.raw, line_);
+      } else if (chain) {
+        callchain(s);  // the frames on lines of their own, the sampled ip first
+        std::fwrite(line_.data(), 1, line_.size(), out_);
+        return;
       } else if ((st & PERF_SAMPLE_IP) != 0) {
         fmt::format_to(out, " {:>16x}", s.ip);
       }
@@ -197,6 +230,26 @@ class ScriptPrinter {
     std::fwrite(line_.data(), 1, line_.size(), out_);
   }
 
+  /// perf script's callchain lines (builtin-script.c, sample__fprintf_callchain): after the
+  /// header, each frame as "\t ADDR sym+0xoff (module)", ADDR being the address in its module,
+  /// then a blank line.
+  void callchain(const perf::Sample& s) {
+    std::vector<std::uint64_t> ips(s.callchain.size);
+    for (std::uint64_t i = 0; i < s.callchain.size; ++i)
+      ips[i] = s.callchain[i];
+    auto out = std::back_inserter(line_);
+    line_ += '\n';
+    for (const auto& f : symbols_.symbolize(s.pid, ips)) {
+      fmt::format_to(out, "\t{:>16x} ", f.rel);
+      if (f.symbol.empty())
+        line_ += "[unknown]";
+      else
+        fmt::format_to(out, "{}+{:#x}", f.symbol, f.offset);
+      fmt::format_to(out, " ({})\n", f.module.empty() ? "[unknown]" : f.module);
+    }
+    line_ += '\n';
+  }
+
   struct KeyHash {
     std::size_t operator()(const std::pair<std::uint64_t, std::uint32_t>& k) const noexcept {
       return std::hash<std::uint64_t>{}(k.first * 0x9E3779B97F4A7C15ULL ^ k.second);
@@ -207,6 +260,8 @@ class ScriptPrinter {
   std::FILE* out_;
   bool perf_mode_;
   CommCache comms_;
+  /// Frames from the file's MMAP records and this machine's files (not its /proc).
+  symbols::Symbolizer symbols_{symbols::SymbolizeOptions{.read_proc = false}};
   std::vector<std::optional<perfdata::PrintFmt>> fmts_;
   std::size_t name_width_ = 0;
   Reorder order_;

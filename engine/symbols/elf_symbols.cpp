@@ -86,6 +86,64 @@ Elf_Scn* find_section(Elf* elf, Elf64_Word type) {
   return nullptr;
 }
 
+/// The section named `name`, or nullptr.
+Elf_Scn* find_named_section(Elf* elf, std::string_view name, GElf_Shdr& shdr) {
+  std::size_t shstrndx = 0;
+  if (::elf_getshdrstrndx(elf, &shstrndx) != 0)
+    return nullptr;
+  for (Elf_Scn* scn = ::elf_nextscn(elf, nullptr); scn != nullptr; scn = ::elf_nextscn(elf, scn)) {
+    if (::gelf_getshdr(scn, &shdr) == nullptr)
+      continue;
+    const char* n = ::elf_strptr(elf, shstrndx, shdr.sh_name);
+    if (n != nullptr && name == n)
+      return scn;
+  }
+  return nullptr;
+}
+
+/// "name@plt" symbols for the PLT entries, as perf synthesizes them (symbol-elf.c
+/// dso__synthesize_plt_symbols): the .rela.plt relocations in order, one entry each, in .plt.sec
+/// when the file has it (IBT), else in .plt after its 16-byte header (x86-64).
+/// @return the symbols added.
+std::size_t add_plt_symbols(Elf* elf, std::vector<ElfSymbol>& out) {
+  GElf_Shdr plt{}, rela{}, dynsym{};
+  Elf_Scn* plt_scn = find_named_section(elf, ".plt.sec", plt);
+  std::uint64_t header = 0;
+  if (plt_scn == nullptr) {
+    plt_scn = find_named_section(elf, ".plt", plt);
+    header = 16;
+  }
+  Elf_Scn* rela_scn = find_named_section(elf, ".rela.plt", rela);
+  if (plt_scn == nullptr || rela_scn == nullptr || rela.sh_entsize == 0 ||
+      rela.sh_type != SHT_RELA)
+    return 0;
+  const std::uint64_t entry = plt.sh_entsize != 0 ? plt.sh_entsize : 16;
+  Elf_Scn* sym_scn = ::elf_getscn(elf, rela.sh_link);
+  Elf_Data* rela_data = ::elf_getdata(rela_scn, nullptr);
+  Elf_Data* sym_data = sym_scn != nullptr ? ::elf_getdata(sym_scn, nullptr) : nullptr;
+  if (sym_data == nullptr || rela_data == nullptr || ::gelf_getshdr(sym_scn, &dynsym) == nullptr)
+    return 0;
+  const std::size_t n = rela.sh_size / rela.sh_entsize;
+  const std::size_t before = out.size();
+  for (std::size_t i = 0; i < n; ++i) {
+    GElf_Rela r;
+    GElf_Sym sym;
+    if (::gelf_getrela(rela_data, static_cast<int>(i), &r) == nullptr ||
+        ::gelf_getsym(sym_data, static_cast<int>(GELF_R_SYM(r.r_info)), &sym) == nullptr)
+      continue;
+    const char* name = ::elf_strptr(elf, dynsym.sh_link, sym.st_name);
+    const std::uint64_t start = plt.sh_addr + header + i * entry;
+    if (name == nullptr || *name == '\0' || start + entry > plt.sh_addr + plt.sh_size)
+      continue;
+    out.push_back({.start = start, .size = entry, .name = std::string(name) + "@plt"});
+  }
+  if (out.size() != before) {
+    std::sort(out.begin(), out.end(),
+              [](const ElfSymbol& a, const ElfSymbol& b) { return a.start < b.start; });
+  }
+  return out.size() - before;
+}
+
 /// Whether the file carries DWARF (.debug_info with bytes, plain or compressed).
 bool has_dwarf(Elf* elf) {
   std::size_t shstrndx = 0;
@@ -106,11 +164,35 @@ bool has_dwarf(Elf* elf) {
 struct RawSymbol {
   std::uint64_t start = 0, size = 0;
   const char* name = nullptr;
-  int rank = 0;  // among aliases at one address, lower wins
+  unsigned char bind = STB_LOCAL;
+  std::size_t index = 0;  // in the table
 };
 
-int bind_rank(unsigned char bind) {
-  return bind == STB_GLOBAL ? 0 : bind == STB_WEAK ? 1 : 2;
+std::size_t leading_underscores(const char* name) {
+  std::size_t n = 0;
+  while (name[n] == '_')
+    ++n;
+  return n;
+}
+
+/// Among aliases at one address, whether `a` is the one to keep rather than `b`: perf's choice
+/// (tools/perf/util/symbol.c choose_best_symbol), so frames carry the names perf script prints:
+/// a sized symbol, then not WEAK, then GLOBAL, then fewer leading underscores, then the longer
+/// name, then the first in the table.
+bool better_alias(const RawSymbol& a, const RawSymbol& b) {
+  if ((a.size == 0) != (b.size == 0))
+    return a.size != 0;
+  if ((a.bind == STB_WEAK) != (b.bind == STB_WEAK))
+    return b.bind == STB_WEAK;
+  if ((a.bind == STB_GLOBAL) != (b.bind == STB_GLOBAL))
+    return a.bind == STB_GLOBAL;
+  const std::size_t ua = leading_underscores(a.name), ub = leading_underscores(b.name);
+  if (ua != ub)
+    return ua < ub;
+  const std::size_t la = std::strlen(a.name), lb = std::strlen(b.name);
+  if (la != lb)
+    return la > lb;
+  return a.index < b.index;
 }
 
 /// The function symbols (STT_FUNC, STT_GNU_IFUNC; defined) of the first table of `type`.
@@ -137,16 +219,16 @@ bool read_functions(Elf* elf, Elf64_Word type, std::vector<ElfSymbol>& out) {
     const char* name = ::elf_strptr(elf, shdr.sh_link, sym.st_name);
     if (name == nullptr || *name == '\0')
       continue;
-    // Sized before unsized, then GLOBAL, WEAK, LOCAL (malloc before __libc_malloc's alias).
-    const int rank = (sym.st_size == 0 ? 10 : 0) + bind_rank(GELF_ST_BIND(sym.st_info));
-    raw.push_back({sym.st_value, sym.st_size, name, rank});
+    raw.push_back({.start = sym.st_value,
+                   .size = sym.st_size,
+                   .name = name,
+                   .bind = GELF_ST_BIND(sym.st_info),
+                   .index = i});
   }
   std::sort(raw.begin(), raw.end(), [](const RawSymbol& a, const RawSymbol& b) {
     if (a.start != b.start)
       return a.start < b.start;
-    if (a.rank != b.rank)
-      return a.rank < b.rank;
-    return std::strcmp(a.name, b.name) < 0;
+    return better_alias(a, b);
   });
   out.clear();
   out.reserve(raw.size());
@@ -308,6 +390,7 @@ Result<std::shared_ptr<ElfSymbols>> ElfSymbols::open(const fs::path& path,
     out->sym_path_ = debug->path;
   else if (!has_symtab)
     out->dynsym_only_ = read_functions(elf, SHT_DYNSYM, out->syms_);
+  out->plt_symbols_ = add_plt_symbols(elf, out->syms_);
 
   if (options.source_lines) {
     out->dwarf_ = std::make_unique<DwarfLines>();

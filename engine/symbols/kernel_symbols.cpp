@@ -25,18 +25,12 @@ bool is_text_type(char type) {
   return type == 't' || type == 'T' || type == 'w' || type == 'W';
 }
 
-/// Among symbols at one address: global (upper case) before local, then the order of the file.
-int type_rank(char type) {
-  return type == 'T' ? 0 : type == 'W' ? 1 : type == 't' ? 2 : 3;
-}
-
 }  // namespace
 
 Result<KernelSymbols> KernelSymbols::load(const std::filesystem::path& path) {
   TRACER_ASSIGN_OR_RETURN(const std::string text, detail::read_file(path, kMaxKallsymsBytes));
   struct Row {
     std::uint64_t start;
-    int rank;
     std::uint32_t index;
   };
   KernelSymbols out;
@@ -71,7 +65,7 @@ Result<KernelSymbols> KernelSymbols::load(const std::filesystem::path& path) {
       if (module.size() >= 2 && module.front() == '[' && module.back() == ']')
         module = module.substr(1, module.size() - 2);
     }
-    rows.push_back({addr, type_rank(type), static_cast<std::uint32_t>(syms.size())});
+    rows.push_back({addr, static_cast<std::uint32_t>(syms.size())});
     syms.push_back({.start = addr, .name = std::string(rest), .module = std::string(module)});
   }
   if (lines == 0 && !text.empty())
@@ -83,12 +77,14 @@ Result<KernelSymbols> KernelSymbols::load(const std::filesystem::path& path) {
   std::sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) {
     if (a.start != b.start)
       return a.start < b.start;
-    return a.rank != b.rank ? a.rank < b.rank : a.index < b.index;
+    return a.index < b.index;
   });
-  // One symbol per address (aliases such as _stext/_text): the first after the sort.
+  // One symbol per address (aliases such as __ia32_sys_getppid/__x64_sys_getppid): the last
+  // in the file, the one perf names (its kallsyms symbols end where the next starts, so only the
+  // last alias at an address has a size and a lookup finds it).
   out.syms_.reserve(rows.size());
   for (std::size_t i = 0; i < rows.size(); ++i) {
-    if (i != 0 && rows[i].start == rows[i - 1].start && !out.restricted_)
+    if (i + 1 < rows.size() && rows[i].start == rows[i + 1].start && !out.restricted_)
       continue;
     out.syms_.push_back(std::move(syms[rows[i].index]));
   }

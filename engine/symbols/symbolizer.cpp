@@ -158,6 +158,8 @@ struct Symbolizer::Impl {
 
   void read_proc_maps(std::uint32_t pid, Process& p) {
     p.known = true;
+    if (!options.read_proc)
+      return;  // a recorded file's processes: their MMAP records only
     const fs::path dir = options.proc_root / std::to_string(pid);
     auto text = detail::read_file(dir / "maps", kMaxMapsBytes);
     if (!text) {
@@ -262,7 +264,7 @@ struct Symbolizer::Impl {
 
   Frame unknown(std::uint64_t ip, std::string module, bool is_kernel) {
     ++stats->unknown;
-    return {.addr = ip, .module = std::move(module), .kernel = is_kernel};
+    return {.addr = ip, .rel = ip, .module = std::move(module), .kernel = is_kernel};
   }
 
   /// `return_address`: `ip` is where a call returns to, so the call itself (ip - 1) is looked
@@ -284,6 +286,7 @@ struct Symbolizer::Impl {
     if (entry == nullptr || is_anon_path(entry->path)) {
       if (const auto* jit = find_jit(pid, p, ip)) {
         return {Frame{.addr = ip,
+                      .rel = ip,
                       .symbol = jit->name,
                       .offset = ip - jit->start,
                       .module = fmt::format("[JIT] tid {}", pid)}};
@@ -314,6 +317,7 @@ struct Symbolizer::Impl {
     }
     for (auto& f : out) {
       f.addr = ip;
+      f.rel = *link;
       f.module = entry->path;
       if (f.symbol.empty())
         ++stats->unknown;
@@ -345,6 +349,7 @@ struct Symbolizer::Impl {
     if (s == nullptr)
       return unknown(ip, std::string(kKernelModule), true);
     return {.addr = ip,
+            .rel = ip,
             .symbol = s->name,
             .offset = ip - s->start,
             .module = s->module.empty() ? std::string(kKernelModule) : "[" + s->module + "]",

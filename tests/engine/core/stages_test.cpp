@@ -282,11 +282,11 @@ TEST(StageRegistry, BuiltinsAreListedOnceWithSpecs) {
   auto reg = builtin_stage_registry();
   for (std::string_view name :
        {"filter", "count", "sum", "min", "max", "avg", "hist", "lhist", "quantiles", "rate",
-        "latency", "print", "jsonl", "csv", "bpf-map", "perf-data"}) {
+        "latency", "print", "jsonl", "csv", "bpf-map", "perf-data", "folded", "flamegraph"}) {
     EXPECT_NE(reg.find(name), nullptr) << name;
     EXPECT_NE(reg.make(name), nullptr) << name;
   }
-  EXPECT_EQ(reg.specs().size(), 16u);
+  EXPECT_EQ(reg.specs().size(), 18u);
   const StageSpec* count = reg.find("count");
   ASSERT_NE(count, nullptr);
   std::map<std::string, OptionSpec::Type> types;

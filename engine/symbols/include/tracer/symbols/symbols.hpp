@@ -41,6 +41,8 @@ namespace tracer::symbols {
 /// One frame of a symbolized stack.
 struct Frame {
   std::uint64_t addr = 0;    // the ip as sampled (a return address for all but the leaf)
+  std::uint64_t rel = 0;     // the address in its module: link-time address in an ELF file
+                             // (what perf script prints), the ip itself for the kernel
   std::string symbol{};      // function name; "" when unknown
   std::uint64_t offset = 0;  // addr - the symbol's start (when symbol is set)
   std::string module{};  // "[kernel.kallsyms]", a module name ("[ext4]"), a file path, "[unknown]"
@@ -97,6 +99,9 @@ struct SymbolizeOptions {
   std::filesystem::path proc_root = "/proc";
   std::filesystem::path kallsyms = "/proc/kallsyms";
   std::filesystem::path jit_map_dir = "/tmp";  // perf-PID.map
+  /// Read /proc (PID/maps, PID/root): off for a recorded file, whose processes are not this
+  /// machine's (maps come from its MMAP records only, files from this machine's paths).
+  bool read_proc = true;
 };
 
 struct ElfSymbol {
@@ -131,7 +136,8 @@ class ElfSymbols {
   [[nodiscard]] const std::filesystem::path& path() const noexcept { return path_; }
   /// Where the symbols came from ("/usr/lib/debug/.build-id/..." for separate debuginfo).
   [[nodiscard]] const std::filesystem::path& symbols_path() const noexcept { return sym_path_; }
-  [[nodiscard]] std::size_t size() const noexcept { return syms_.size(); }
+  /// Function symbols of the file (the "name@plt" entries synthesized for its PLT not counted).
+  [[nodiscard]] std::size_t size() const noexcept { return syms_.size() - plt_symbols_; }
   [[nodiscard]] bool dynsym_only() const noexcept { return dynsym_only_; }
 
   struct Segment {
@@ -145,6 +151,7 @@ class ElfSymbols {
   std::string build_id_;
   std::vector<Segment> segments_;
   std::vector<ElfSymbol> syms_;  // sorted by start
+  std::size_t plt_symbols_ = 0;
   bool dynsym_only_ = false;
   bool source_lines_ = false;
   mutable std::unique_ptr<DwarfLines> dwarf_;
