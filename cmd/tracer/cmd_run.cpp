@@ -36,8 +36,9 @@ struct RunOptions {
   std::string command;  // -c "CMD ARGS"
   std::string duration;
   std::string output;
-  std::string perf_data;  // --perf-data FILE, or -o FILE.data
-  std::string folded, flamegraph;  // --folded FILE, --flamegraph FILE.svg
+  std::string perf_data;               // --perf-data FILE, or -o FILE.data
+  std::string folded, flamegraph;      // --folded FILE, --flamegraph FILE.svg
+  std::vector<std::string> debuginfo;  // --debuginfo DIR: more separate-debuginfo roots
   bool json = false;
   bool verbose = false;
   std::string delivery = "bpf";  // system-wide tracepoints: "bpf" or "perf"
@@ -208,6 +209,8 @@ int run_recipe(const RunOptions& given) {
                     .deliver_tracepoints_via_bpf = o.delivery == "bpf",
                     .placement = parse_placement(o.placement),
                     .channel = parse_delivery_channel(o.channel)};
+  for (const auto& dir : o.debuginfo)
+    so.pipeline.symbols.debug_roots.emplace_back(dir);
   if (!o.duration.empty()) {
     auto d = parse_duration(o.duration);
     if (!d) {
@@ -325,6 +328,10 @@ void add_run_command(CLI::App& app, Runner& run) {
                   "(frame;frame count) to this file, for flamegraph.pl or speedscope");
   cmd->add_option("--flamegraph", o->flamegraph,
                   "Also write the stacks of the recipe's aggregations as an SVG flame graph");
+  cmd->add_option("--debuginfo", o->debuginfo,
+                  "Also look for separate debuginfo under this directory (DIR/.build-id/ab/"
+                  "cdef.debug, as under /usr/lib/debug); repeatable")
+      ->allow_extra_args(false);
   cmd->add_flag("--json", o->json, "JSON lines on stdout; the last line is the summary");
   cmd->add_option("--delivery", o->delivery,
                   "System-wide tracepoints: every hit through BPF (bpf, the default), or "

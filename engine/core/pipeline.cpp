@@ -228,8 +228,8 @@ void Pipeline::run(std::span<const RecordRef> records) noexcept {
       e.derived[d] = std::monostate{};
     ++stats_.records;
     ++stats_.by_kind[static_cast<std::size_t>(e.kind)];
-    if (stacks_ && (e.kind == RecordKind::kMmap || e.kind == RecordKind::kFork ||
-                    e.kind == RecordKind::kComm))
+    if (stacks_ &&
+        (e.kind == RecordKind::kMmap || e.kind == RecordKind::kFork || e.kind == RecordKind::kComm))
       track_maps(r.record);
     if (e.kind == RecordKind::kComm || e.kind == RecordKind::kFork) {
       // Every stage sees comm by thread, whether or not it asked for COMM records. The events

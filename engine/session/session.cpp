@@ -133,15 +133,14 @@ std::vector<std::unique_ptr<Pipeline>> make_pipelines(const Recipe& recipe,
     bool aggregates = false;
     for (std::size_t i = 0; i < p->size(); ++i)
       aggregates = aggregates || p->stage(i).aggregation() != nullptr;
-    if ((json || (aggregates && !stacks.empty())) &&
-        (last == nullptr || !last->takes_tables())) {
+    if ((json || (aggregates && !stacks.empty())) && (last == nullptr || !last->takes_tables())) {
       // The tables' own output, before the stack files (which would replace the implicit one).
       p->add(registry, json ? "jsonl" : "print",
              ConfigValue{.value = ConfigTable{}, .where = rp.where}, diags);
     }
     if (aggregates) {
-      for (const auto& [use, path] : {std::pair{"folded", &stacks.folded},
-                                      std::pair{"flamegraph", &stacks.flamegraph}}) {
+      for (const auto& [use, path] :
+           {std::pair{"folded", &stacks.folded}, std::pair{"flamegraph", &stacks.flamegraph}}) {
         if (path->empty())
           continue;
         const SourceRegion where{.path = fmt::format("--{}", use), .line = 0, .column = 0};

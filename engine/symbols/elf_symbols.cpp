@@ -114,8 +114,7 @@ std::size_t add_plt_symbols(Elf* elf, std::vector<ElfSymbol>& out) {
     header = 16;
   }
   Elf_Scn* rela_scn = find_named_section(elf, ".rela.plt", rela);
-  if (plt_scn == nullptr || rela_scn == nullptr || rela.sh_entsize == 0 ||
-      rela.sh_type != SHT_RELA)
+  if (plt_scn == nullptr || rela_scn == nullptr || rela.sh_entsize == 0 || rela.sh_type != SHT_RELA)
     return 0;
   const std::uint64_t entry = plt.sh_entsize != 0 ? plt.sh_entsize : 16;
   Elf_Scn* sym_scn = ::elf_getscn(elf, rela.sh_link);

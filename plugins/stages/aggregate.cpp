@@ -308,7 +308,8 @@ std::uint32_t StackInterner::intern(Stack stack) {
                             f.symbol.empty() ? fmt::format("{:#x}", f.addr) : f.symbol, f.module,
                             f.file, f.line, f.inlined ? 1 : 0, f.kernel ? 1 : 0);
   }
-  auto [it, added] = index_.emplace(std::move(identity), static_cast<std::uint32_t>(stacks_.size()));
+  auto [it, added] =
+      index_.emplace(std::move(identity), static_cast<std::uint32_t>(stacks_.size()));
   if (added)
     stacks_.push_back(std::move(stack));
   return it->second;

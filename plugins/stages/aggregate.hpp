@@ -50,8 +50,6 @@ class StackInterner;
 [[nodiscard]] std::vector<Cell> decode_key(std::string_view bytes,
                                            const StackInterner* stacks = nullptr);
 
-
-
 struct KeyHash {
   using is_transparent = void;
   std::size_t operator()(std::string_view s) const noexcept {
@@ -81,7 +79,7 @@ class StackInterner {
   std::uint32_t intern(Stack stack);
   symbols::Symbolizer* symbolizer_;
   std::unordered_map<std::string, std::string, KeyHash, KeyEq> canonical_;  // raw -> canonical
-  std::unordered_map<std::string, std::uint32_t> index_;                   // identity -> stack
+  std::unordered_map<std::string, std::uint32_t> index_;                    // identity -> stack
   std::vector<Stack> stacks_;
 };
 

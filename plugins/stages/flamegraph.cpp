@@ -11,8 +11,8 @@ namespace {
 
 constexpr double kFrameHeight = 16;
 constexpr double kPad = 10;
-constexpr double kTop = 40;     // the title
-constexpr double kBottom = 30;  // the details line
+constexpr double kTop = 40;       // the title
+constexpr double kBottom = 30;    // the details line
 constexpr double kCharWidth = 7;  // 12px Verdana, about
 
 std::string xml_escape(std::string_view s) {
@@ -44,7 +44,9 @@ std::string xml_escape(std::string_view s) {
 /// hash of the name, so a function keeps its colour across graphs.
 std::string colour(const FlameNode& n) {
   const std::size_t h = std::hash<std::string>{}(n.name);
-  const auto part = [h](unsigned shift) { return static_cast<double>((h >> shift) & 0xff) / 255.0; };
+  const auto part = [h](unsigned shift) {
+    return static_cast<double>((h >> shift) & 0xff) / 255.0;
+  };
   if (n.kernel) {
     return fmt::format("rgb({},{},{})", 200 + static_cast<int>(55 * part(0)),
                        120 + static_cast<int>(60 * part(8)), static_cast<int>(40 * part(16)));
@@ -129,8 +131,9 @@ std::string render_flamegraph(const FlameNode& root, const FlameOptions& options
       [&](const FlameNode& n, double x, std::size_t d) {
         const double w = static_cast<double>(n.count) * scale;
         const double y = height - kBottom - static_cast<double>(d + 1) * kFrameHeight;
-        const double share = root.count == 0 ? 0 : 100.0 * static_cast<double>(n.count) /
-                                                       static_cast<double>(root.count);
+        const double share = root.count == 0 ? 0
+                                             : 100.0 * static_cast<double>(n.count) /
+                                                   static_cast<double>(root.count);
         const std::string name = xml_escape(n.name);
         out += fmt::format(
             "<g class=\"f\" data-name=\"{0}\" data-x=\"{1:.2f}\" data-w=\"{2:.2f}\" data-d=\"{3}\">"

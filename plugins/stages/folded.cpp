@@ -20,7 +20,8 @@ std::vector<PathFrame> collapsed_path(const TableRow& row) {
   for (const auto* group : {&user, &kernel}) {
     for (const Stack* s : *group) {
       for (auto f = s->frames.rbegin(); f != s->frames.rend(); ++f)
-        path.push_back({.name = symbols::frame_label(*f, /*with_offset=*/false), .kernel = f->kernel});
+        path.push_back(
+            {.name = symbols::frame_label(*f, /*with_offset=*/false), .kernel = f->kernel});
     }
   }
   return path;
@@ -61,15 +62,17 @@ void StackOutput::configure_stack_output(StageOptions& opts) {
 
 void StackOutput::bind_format(BindContext& ctx, Diagnostics& diags) {
   if (!ctx.upstream_aggregates) {
-    diags.add(ctx.where, "this stage writes the stacks of an aggregation's table, and none precedes it",
-              R"(put an aggregation keyed by a stack before it: [[stage]] use = "count" by = ["ustack", "kstack"])");
+    diags.add(
+        ctx.where, "this stage writes the stacks of an aggregation's table, and none precedes it",
+        R"(put an aggregation keyed by a stack before it: [[stage]] use = "count" by = ["ustack", "kstack"])");
   }
 }
 
 StageSpec Folded::spec() {
   return {.name = "folded",
-          .summary = "collapsed stacks (frame;frame;frame count) of the aggregation before it, "
-                     "for flame graphs",
+          .summary =
+              "collapsed stacks (frame;frame;frame count) of the aggregation before it, "
+              "for flame graphs",
           .options = {{.name = "path",
                        .type = OptionSpec::Type::kString,
                        .required = false,

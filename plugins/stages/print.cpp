@@ -126,8 +126,9 @@ std::string Print::render_stacks(const Table& t) {
     }
     for (std::size_t v = 0; v < row.values.size() && v < t.value_names.size(); ++v) {
       const auto* d = std::get_if<double>(&row.values[v]);
-      head.push_back(fmt::format("{}={}", t.value_names[v],
-                                 d != nullptr ? fmt::format("{:.2f}", *d) : to_text(row.values[v])));
+      head.push_back(
+          fmt::format("{}={}", t.value_names[v],
+                      d != nullptr ? fmt::format("{:.2f}", *d) : to_text(row.values[v])));
     }
     out += fmt::format("{}\n", fmt::join(head, " "));
     bool first = true;

@@ -16,7 +16,8 @@ void* volatile tracer_sym_ret;
 volatile int tracer_sym_sink;
 
 __attribute__((noinline, noclone, used)) static int tracer_sym_static(int x) {
-  tracer_sym_sink = x;
+  volatile int frame = x;  // a frame (push %rbp first): see libtracer_target.c
+  tracer_sym_sink = frame;
   __asm__ volatile("" ::: "memory");
   return x * 7;
 }

@@ -10,8 +10,10 @@ volatile int tracer_last_arg;
 // noinline/noclone keep exactly one out-of-line copy whose entry every call goes through; the
 // store keeps the body longer than a few bytes (the tests probe at +4). The return value
 // (arg * 3) is what the uretprobe tests read from AX.
+// The volatile local gives it a frame (push %rbp first): see libtracer_target.c.
 __attribute__((noinline, noclone, used)) int tracer_test_fn(int arg) {
-  tracer_last_arg = arg;
+  volatile int frame = arg;
+  tracer_last_arg = frame;
   __asm__ volatile("" ::: "memory");
   return arg * 3;
 }

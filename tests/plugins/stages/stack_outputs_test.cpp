@@ -46,8 +46,7 @@ Table stack_table() {
   // The same functions at other addresses (another process of the same binary): one line.
   row("prog", {user("inner", 0x5010), user("outer", 0x5100), user("main", 0x5200)}, {}, 5);
   row("prog", {user("outer", 0x1104), user("main", 0x1200)},
-      {kern("clear_page", 0xffffffff81001000), kern("asm_exc_page_fault", 0xffffffff81002000)},
-      20);
+      {kern("clear_page", 0xffffffff81001000), kern("asm_exc_page_fault", 0xffffffff81002000)}, 20);
   row("sh", {user("0x7f00", 0x7f00)}, {}, 5);
   return t;
 }

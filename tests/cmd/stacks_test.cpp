@@ -1,0 +1,266 @@
+// Stacks end to end: callchains sampled live and symbolized by `tracer run` (the profile recipe,
+// uprobes in a PIE, a shared library, a stripped binary and one with separate debuginfo, kernel
+// stacks of a system call), the folded and SVG outputs of a run, and `tracer replay` of a
+// `perf record -g` file against `perf script`.
+#include <fmt/core.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/elf_symbols.hpp"
+#include "support/cli.hpp"
+#include "support/perf_tool.hpp"
+#include "support/temp_dir.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using tracer::testing::run_tracer;
+using tracer::testing::shell;
+using tracer::testing::slurp;
+using tracer::testing::TempDir;
+
+#define REQUIRE_PERF()                                                \
+  do {                                                                \
+    if (auto why = tracer::testing::perf_unavailable(); !why.empty()) \
+      GTEST_SKIP() << why;                                            \
+  } while (0)
+
+/// A row of a --json table: its stack frames (symbol and module, leaf first) and its count.
+struct StackRow {
+  std::vector<std::pair<std::string, std::string>> frames;
+  std::uint64_t count = 0;
+  std::string line;
+};
+
+std::vector<StackRow> stack_rows(const std::string& json) {
+  std::vector<StackRow> rows;
+  const std::regex frame(
+      R"re(\{"addr":"0x[0-9a-f]+","sym":(null|"([^"]*)"),"offset":\d+,"module":"([^"]*)")re");
+  const std::regex count(R"re("count":(\d+)\}$)re");
+  std::istringstream in(json);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.find(R"("stage":"count")") == std::string::npos)
+      continue;
+    StackRow r;
+    r.line = line;
+    for (auto it = std::sregex_iterator(line.begin(), line.end(), frame);
+         it != std::sregex_iterator(); ++it)
+      r.frames.emplace_back((*it)[2], (*it)[3]);
+    std::smatch m;
+    if (std::regex_search(line, m, count))
+      r.count = std::stoull(m[1]);
+    rows.push_back(std::move(r));
+  }
+  return rows;
+}
+
+/// Whether `names` appear in `row` as consecutive frames, in this order.
+bool has_path(const StackRow& row, const std::vector<std::string>& names) {
+  for (std::size_t i = 0; i + names.size() <= row.frames.size(); ++i) {
+    bool all = true;
+    for (std::size_t k = 0; k < names.size() && all; ++k)
+      all = row.frames[i + k].first == names[k];
+    if (all)
+      return true;
+  }
+  return false;
+}
+
+fs::path write_recipe(const TempDir& dir, const std::string& text) {
+  const auto p = dir.path() / "recipe.toml";
+  std::ofstream(p) << text;
+  return p;
+}
+
+TEST(Stacks, ProfileNamesTheBusyFunctionsInCallOrderAndWritesFoldedAndSvg) {
+  TempDir dir;
+  const auto folded = dir.path() / "p.folded";
+  const auto svg = dir.path() / "p.svg";
+  const auto r =
+      run_tracer(fmt::format("run {}/profile.toml --json --folded {} --flamegraph {} -- {} 1500",
+                             TRACER_CONFIGS_DIR, folded.string(), svg.string(), TRACER_BUSY_LOOP));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::uint64_t total = 0, in_path = 0;
+  for (const auto& row : stack_rows(r.out)) {
+    if (row.line.find(R"("comm":"tracer_busy_loo")") == std::string::npos)
+      continue;
+    total += row.count;
+    if (has_path(row, {"tracer_busy_spin", "tracer_busy_outer", "main"})) {
+      in_path += row.count;
+      for (const auto& [sym, module] : row.frames) {
+        if (sym == "tracer_busy_spin") {
+          EXPECT_TRUE(module.ends_with("/tracer_busy_loop")) << row.line;
+        }
+      }
+    }
+  }
+  // 99 Hz for 1.5 s of one busy thread; nearly every sample is in the spin loop (the rest in
+  // clock_gettime's vDSO and the kernel).
+  EXPECT_GE(total, 100u) << r.out;
+  EXPECT_GE(in_path * 10, total * 8) << r.out;
+  // The folded file: the same samples, root first.
+  std::uint64_t folded_path = 0;
+  std::istringstream in(slurp(folded));
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.find("main;tracer_busy_outer;tracer_busy_spin") != std::string::npos)
+      folded_path += std::stoull(line.substr(line.rfind(' ') + 1));
+  }
+  EXPECT_EQ(folded_path, in_path);
+  const std::string image = slurp(svg);
+  EXPECT_NE(image.find("data-name=\"tracer_busy_spin\""), std::string::npos);
+  EXPECT_NE(image.find("</svg>"), std::string::npos);
+}
+
+/// count by ustack of a uprobe's hits: every hit's stack, exactly.
+std::vector<StackRow> uprobe_stacks(const TempDir& dir,
+                                    const std::string& uprobe,
+                                    const std::string& command,
+                                    const std::string& extra = {}) {
+  const auto recipe = write_recipe(dir, fmt::format(R"([recipe]
+name = "ustacks"
+[[probe]]
+name = "fn"
+uprobe = "{}"
+callchain = true
+[[stage]]
+use = "count"
+by = ["ustack"]
+)",
+                                                    uprobe));
+  const auto r = run_tracer(fmt::format("run {} --json {} -- {}", recipe.string(), extra, command));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  return stack_rows(r.out);
+}
+
+TEST(Stacks, UprobeInASharedLibraryNamesItAndItsCallerExactly) {
+  TempDir dir;
+  const auto rows = uprobe_stacks(dir, fmt::format("{}:tracer_lib_fn", TRACER_TARGET_LIB),
+                                  fmt::format("{} 2000", TRACER_LIB_USER));
+  ASSERT_EQ(rows.size(), 1u) << "one stack for every call";
+  const auto& row = rows.front();
+  EXPECT_EQ(row.count, 2000u);
+  ASSERT_GE(row.frames.size(), 2u) << row.line;
+  EXPECT_EQ(row.frames[0].first, "tracer_lib_fn");
+  EXPECT_TRUE(row.frames[0].second.ends_with("/libtracer_target.so")) << row.line;
+  EXPECT_EQ(row.frames[1].first, "main");
+  EXPECT_TRUE(row.frames[1].second.ends_with("/tracer_lib_user")) << row.line;
+}
+
+TEST(Stacks, StrippedBinaryNamesItsExportedFunctionFromDynsym) {
+  TempDir dir;
+  const auto rows =
+      uprobe_stacks(dir, fmt::format("{}:tracer_test_fn", TRACER_UPROBE_TARGET_STRIPPED),
+                    fmt::format("{} 500", TRACER_UPROBE_TARGET_STRIPPED));
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows.front().count, 500u);
+  ASSERT_GE(rows.front().frames.size(), 2u) << rows.front().line;
+  EXPECT_EQ(rows.front().frames[0].first, "tracer_test_fn");
+  EXPECT_EQ(rows.front().frames[1].first, "main") << "-rdynamic puts main in .dynsym too";
+}
+
+TEST(Stacks, SeparateDebuginfoByBuildIdNamesAStaticFunction) {
+  // The split binary has neither .symtab nor its static function in .dynsym: only the debug
+  // file under DEBUG_ROOT/.build-id names it. Its offset is the unstripped twin's.
+  auto fn = tracer::core::find_function(TRACER_SYMBOLS_TARGET, "tracer_sym_static");
+  ASSERT_TRUE(fn.has_value()) << fn.error().message;
+  TempDir dir;
+  const std::string probe = fmt::format("{}:{:#x}", TRACER_SYMBOLS_TARGET_SPLIT, fn->file_offset);
+  const auto with = uprobe_stacks(dir, probe, TRACER_SYMBOLS_TARGET_SPLIT,
+                                  fmt::format("--debuginfo {}", TRACER_DEBUG_ROOT));
+  ASSERT_EQ(with.size(), 1u);
+  EXPECT_EQ(with.front().count, 1u);
+  ASSERT_GE(with.front().frames.size(), 2u) << with.front().line;
+  EXPECT_EQ(with.front().frames[0].first, "tracer_sym_static");
+  EXPECT_EQ(with.front().frames[1].first, "main");
+  // Without the debug root the frame has no name (and says where it was).
+  const auto without = uprobe_stacks(dir, probe, TRACER_SYMBOLS_TARGET_SPLIT);
+  ASSERT_EQ(without.size(), 1u);
+  ASSERT_FALSE(without.front().frames.empty());
+  EXPECT_EQ(without.front().frames[0].first, "");
+  EXPECT_TRUE(without.front().frames[0].second.ends_with("tracer_symbols_target_split"));
+}
+
+TEST(Stacks, KernelStacksOfASystemCallLoopNameTheSyscallEntry) {
+  // cpu-clock samples of a getppid loop: those taken in the kernel unwind through the system
+  // call's path. (A syscalls tracepoint would not do: the kernel samples it with the task's user
+  // registers, so its callchain has no kernel part.)
+  TempDir dir;
+  const auto recipe = write_recipe(dir, R"([recipe]
+name = "kstacks"
+[[probe]]
+name = "cpu"
+software = "cpu-clock"
+freq = 999
+callchain = true
+[[stage]]
+use = "count"
+by = ["comm", "kstack"]
+)");
+  const auto r = run_tracer(
+      fmt::format("run {} --json -- {} getppid 3000000", recipe.string(), TRACER_SYSCALLER_PATH));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::uint64_t total = 0, in_kernel = 0, entry = 0;
+  for (const auto& row : stack_rows(r.out)) {
+    if (row.line.find(R"("comm":"tracer_test_sys")") == std::string::npos)
+      continue;
+    total += row.count;
+    if (row.frames.empty())
+      continue;  // sampled in user mode
+    in_kernel += row.count;
+    for (const auto& [sym, module] : row.frames) {
+      EXPECT_EQ(module, "[kernel.kallsyms]") << row.line;
+      EXPECT_FALSE(sym.empty()) << row.line;
+    }
+    if (has_path(row, {"do_syscall_64"}) &&
+        std::any_of(row.frames.begin(), row.frames.end(),
+                    [](const auto& f) { return f.first.starts_with("entry_SYSCALL_64"); }))
+      entry += row.count;
+  }
+  ASSERT_GE(total, 100u) << r.out;
+  EXPECT_GE(in_kernel * 10, total * 3) << "a getppid loop spends much of its time in the kernel";
+  EXPECT_GE(entry * 10, in_kernel * 9) << r.out;
+}
+
+TEST(Stacks, ReplayOfAPerfRecordGFileNamesEveryFrameAsPerfScriptDoes) {
+  REQUIRE_PERF();
+  TempDir dir;
+  const auto data = (dir.path() / "g.data").string();
+  // Kernel and user frames: a system-call loop, sampled at 999 Hz with callchains.
+  ASSERT_EQ(shell(fmt::format("perf record -q -g -e cpu-clock -F 999 -o {} -- {} getppid 2000000",
+                              data, TRACER_SYSCALLER_PATH))
+                .exit_code,
+            0);
+  const auto ours = shell(fmt::format("{} replay --perf {}", TRACER_CLI_PATH, data));
+  const auto theirs = shell(fmt::format("perf script -i {} 2>/dev/null", data));
+  ASSERT_EQ(ours.exit_code, 0) << ours.err;
+  ASSERT_EQ(theirs.exit_code, 0);
+  std::vector<std::string> a, b;
+  for (auto* v : {&a, &b}) {
+    std::istringstream in(v == &a ? ours.out : theirs.out);
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.starts_with("\t"))
+        v->push_back(line);  // a frame: address, symbol+offset, module
+    }
+  }
+  ASSERT_GE(b.size(), 100u) << theirs.out.substr(0, 2000);
+  ASSERT_EQ(a.size(), b.size());
+  std::size_t differ = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (a[i] != b[i] && differ++ < 5)
+      ADD_FAILURE() << "frame " << i << ": tracer '" << a[i] << "', perf '" << b[i] << "'";
+  }
+  EXPECT_EQ(differ, 0u);
+  EXPECT_EQ(ours.out, theirs.out) << "whole lines";
+}
+
+}  // namespace
