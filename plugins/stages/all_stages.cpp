@@ -21,11 +21,10 @@ namespace tracer {
 namespace {
 using namespace stages;  // NOLINT(google-build-using-namespace): the table reads better
 constexpr StageEntry kAllStages[] = {
-    stage<Filter>(),    stage<Count>(), stage<Sum>(),     stage<Min>(),
-    stage<Max>(),       stage<Avg>(),   stage<Hist>(),    stage<Lhist>(),
-    stage<Quantiles>(), stage<Rate>(),  stage<Latency>(), stage<Print>(),
-    stage<Jsonl>(),     stage<Csv>(),   stage<BpfMap>(),  stage<PerfData>(),
-    stage<Folded>(),    stage<Flamegraph>(),
+    stage<Filter>(),   stage<Count>(),  stage<Sum>(),        stage<Min>(),       stage<Max>(),
+    stage<Avg>(),      stage<Hist>(),   stage<Lhist>(),      stage<Quantiles>(), stage<Rate>(),
+    stage<Latency>(),  stage<Print>(),  stage<Jsonl>(),      stage<Csv>(),       stage<BpfMap>(),
+    stage<PerfData>(), stage<Folded>(), stage<Flamegraph>(),
 };
 }  // namespace
 
