@@ -63,6 +63,8 @@ int replay_recipe(const ReplayCliOptions& o) {
   }
   Replay replay(recipe, reader, out, {.json = o.json, .file = o.file});
   replay.run();
+  for (const auto& w : replay.take_warnings())
+    fmt::print(stderr, "tracer: warning: {}\n", w);
   return report_read_error(o.file, reader);
 }
 

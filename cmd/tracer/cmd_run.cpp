@@ -269,6 +269,10 @@ int run_recipe(const RunOptions& given) {
   clear_status();
   const auto st = session.stats();
   print_summary(st.engine, st.counters, o.json, st.seconds);
+  for (const auto& p : session.pipelines()) {
+    for (const auto& w : p->take_warnings())
+      fmt::print(stderr, "tracer: warning: {}\n", w);
+  }
   if (o.pid > 0 && session.target_exited())
     fmt::print(stderr, "tracer: process {} exited\n", o.pid);
   if (auto e = session.failure())

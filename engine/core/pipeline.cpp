@@ -280,6 +280,12 @@ void Pipeline::track_maps(const perf::Record& record) noexcept {
   }
 }
 
+std::vector<std::string> Pipeline::take_warnings() {
+  if (!schema_ || !schema_->stacks_bound())
+    return {};
+  return schema_->symbolizer().take_warnings();
+}
+
 void Pipeline::dispatch() noexcept {
   for (auto& slot : stages_) {
     if (alive_.empty())

@@ -212,7 +212,8 @@ Replay::Replay(const Recipe& recipe, perfdata::Reader& reader, Sink& out, Replay
   }
   Diagnostics diags;
   PipelineOptions base = s.options.pipeline;
-  base.comm.read_proc = false;  // comms come from the file's COMM records, not this machine
+  base.comm.read_proc = false;     // comms come from the file's COMM records, not this machine
+  base.symbols.read_proc = false;  // maps from its MMAP records
   s.pipelines = make_pipelines(recipe, out, s.options.json, diags, base);
   for (auto& p : s.pipelines)
     p->bind(s.probes, diags);
@@ -277,6 +278,15 @@ std::vector<std::pair<std::string, std::uint64_t>> Replay::counters() const {
   for (std::size_t i = 0; i < impl_->pipelines.size(); ++i) {
     for (auto& [name, value] : impl_->pipelines[i]->counters())
       out.emplace_back(i == 0 ? name : fmt::format("pipeline{}.{}", i, name), value);
+  }
+  return out;
+}
+
+std::vector<std::string> Replay::take_warnings() {
+  std::vector<std::string> out;
+  for (auto& p : impl_->pipelines) {
+    for (auto& w : p->take_warnings())
+      out.push_back(std::move(w));
   }
   return out;
 }

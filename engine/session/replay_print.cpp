@@ -109,6 +109,7 @@ class ScriptPrinter {
     std::fflush(out_);
   }
   [[nodiscard]] const ReorderStats& stats() const noexcept { return order_.stats(); }
+  [[nodiscard]] std::vector<std::string> take_warnings() { return symbols_.take_warnings(); }
 
  private:
   static constexpr std::uint32_t kUnknown = UINT32_MAX;
@@ -354,6 +355,8 @@ void replay_print(perfdata::Reader& reader, std::FILE* out, const ReplayPrintOpt
   // Everything read before a damaged record is delivered, in order, before the error.
   printer.finish();
   std::fflush(out);
+  for (const auto& w : printer.take_warnings())
+    warn(w);
 }
 
 }  // namespace tracer

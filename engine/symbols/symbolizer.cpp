@@ -146,6 +146,10 @@ struct Symbolizer::Impl {
   std::unordered_map<ResultKey, std::vector<Frame>, ResultKeyHash> results;
   std::optional<KernelSymbols> kernel;
   bool kernel_tried = false;
+  /// Where the kernel's text began when the records were made (a recorded file's
+  /// "[kernel.kallsyms]_text" MMAP, pgoff = _text): kallsyms names its addresses only if this
+  /// machine's kernel text begins there too (the same kernel, the same boot's KASLR slide).
+  std::optional<std::uint64_t> recorded_text;
   std::vector<std::string> warnings;
   std::unordered_set<std::string> warned;
 
@@ -338,6 +342,22 @@ struct Symbolizer::Impl {
                                             options.kallsyms.string(), kernel->restricted_hint()));
       }
     }
+    if (kernel && !options.read_proc) {
+      // Records of another time: their kernel addresses are this kernel's only when its text
+      // starts where theirs did.
+      const KernelSymbol* text = recorded_text ? kernel->find(*recorded_text) : nullptr;
+      if (text == nullptr || text->start != *recorded_text) {
+        warn_once("kernel-map",
+                  recorded_text
+                      ? fmt::format("symbols: the records' kernel text began at {:#x}, this "
+                                    "kernel's does not: kernel frames are left unnamed (another "
+                                    "kernel or boot)",
+                                    *recorded_text)
+                      : std::string("symbols: the records have no kernel map "
+                                    "([kernel.kallsyms]_text): kernel frames are left unnamed"));
+        return nullptr;
+      }
+    }
     return kernel ? &*kernel : nullptr;
   }
 
@@ -365,6 +385,10 @@ Symbolizer::Symbolizer(SymbolizeOptions options) : impl_(std::make_unique<Impl>(
 Symbolizer::~Symbolizer() = default;
 
 void Symbolizer::on_mmap(const Mapping& m) {
+  if (m.path.starts_with("[kernel.kallsyms]")) {
+    impl_->recorded_text = m.pgoff;  // perf's "[kernel.kallsyms]_text": pgoff is _text
+    return;
+  }
   auto& p = impl_->process(m.pid);
   p.known = true;
   if (m.len == 0)

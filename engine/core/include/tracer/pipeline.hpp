@@ -107,6 +107,9 @@ class Pipeline {
   void stop();
 
   [[nodiscard]] CommCache& comm() noexcept { return comm_; }
+  /// What the symbolizer of stacks found worth a user's eye since the last call (kernel symbols
+  /// hidden by kptr_restrict, binaries without symbols, files that could not be read).
+  [[nodiscard]] std::vector<std::string> take_warnings();
   [[nodiscard]] const PipelineStats& stats() const noexcept { return stats_; }
   [[nodiscard]] std::size_t size() const noexcept { return stages_.size(); }
   [[nodiscard]] Stage& stage(std::size_t i) noexcept { return *stages_[i].stage; }

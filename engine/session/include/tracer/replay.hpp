@@ -56,6 +56,8 @@ class Replay {
   void run();
   /// Stage counters, as SessionStats::counters.
   [[nodiscard]] std::vector<std::pair<std::string, std::uint64_t>> counters() const;
+  /// The pipelines' symbolizer warnings since the last call (Pipeline::take_warnings).
+  [[nodiscard]] std::vector<std::string> take_warnings();
   [[nodiscard]] std::span<const ProbeInfo> probes() const noexcept;
 
   struct Impl;
