@@ -158,7 +158,11 @@ class ScriptPrinter {
   void sample(std::uint32_t event, const perf::Sample& s) {
     const auto& ev = reader_.events()[event];
     if ((s.sample_type & PERF_SAMPLE_READ) == 0) {
-      print(event, s, s.period);
+      // Without PERF_SAMPLE_PERIOD a sample's period is the attr's fixed one (perf's
+      // evsel__parse_sample), which perf script prints all the same.
+      const auto* attr = ev.attr.raw();
+      const bool fixed = (s.sample_type & PERF_SAMPLE_PERIOD) == 0 && attr->freq == 0;
+      print(event, s, fixed ? attr->sample_period : s.period);
       return;
     }
     const auto* a = ev.attr.raw();
@@ -205,7 +209,7 @@ class ScriptPrinter {
     if (perf_mode_) {
       // perf script's default fields: the period for events that are not tracepoints, the name
       // right-aligned to the longest, then the tracepoint's text or the sampled ip.
-      if (!tracepoint && (st & (PERF_SAMPLE_PERIOD | PERF_SAMPLE_READ)) != 0)
+      if (!tracepoint && ((st & (PERF_SAMPLE_PERIOD | PERF_SAMPLE_READ)) != 0 || period != 0))
         fmt::format_to(out, "{:>10} ", period);
       fmt::format_to(out, "{:>{}}: ", ev.name, name_width_);
       if (tracepoint) {

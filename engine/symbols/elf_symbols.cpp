@@ -132,7 +132,8 @@ std::size_t add_plt_symbols(Elf* elf, std::vector<ElfSymbol>& out) {
       continue;
     const char* name = ::elf_strptr(elf, dynsym.sh_link, sym.st_name);
     const std::uint64_t start = plt.sh_addr + header + i * entry;
-    if (name == nullptr || *name == '\0' || start + entry > plt.sh_addr + plt.sh_size)
+    // An IRELATIVE slot has no symbol: perf names its entry "@plt" all the same.
+    if (name == nullptr || start + entry > plt.sh_addr + plt.sh_size)
       continue;
     out.push_back({.start = start, .size = entry, .name = std::string(name) + "@plt"});
   }
@@ -194,6 +195,14 @@ bool better_alias(const RawSymbol& a, const RawSymbol& b) {
   return a.index < b.index;
 }
 
+/// Whether section `index` holds code (SHF_EXECINSTR).
+bool executable_section(Elf* elf, std::size_t index) {
+  Elf_Scn* scn = ::elf_getscn(elf, index);
+  GElf_Shdr shdr;
+  return scn != nullptr && ::gelf_getshdr(scn, &shdr) != nullptr &&
+         (shdr.sh_flags & SHF_EXECINSTR) != 0;
+}
+
 /// The function symbols (STT_FUNC, STT_GNU_IFUNC; defined) of the first table of `type`.
 /// @return false when the file has no such table.
 bool read_functions(Elf* elf, Elf64_Word type, std::vector<ElfSymbol>& out) {
@@ -212,8 +221,12 @@ bool read_functions(Elf* elf, Elf64_Word type, std::vector<ElfSymbol>& out) {
     if (::gelf_getsym(data, static_cast<int>(i), &sym) == nullptr)
       continue;
     const unsigned char st_type = GELF_ST_TYPE(sym.st_info);
-    if ((st_type != STT_FUNC && st_type != STT_GNU_IFUNC) || sym.st_shndx == SHN_UNDEF ||
-        sym.st_value == 0)
+    if (sym.st_shndx == SHN_UNDEF || sym.st_shndx >= SHN_LORESERVE || sym.st_value == 0)
+      continue;
+    // Functions, and untyped labels in code (perf's elf_sym__is_label: assembly entry points
+    // such as ld.so's _start and _dl_start_user).
+    if (st_type != STT_FUNC && st_type != STT_GNU_IFUNC &&
+        !(st_type == STT_NOTYPE && executable_section(elf, sym.st_shndx)))
       continue;
     const char* name = ::elf_strptr(elf, shdr.sh_link, sym.st_name);
     if (name == nullptr || *name == '\0')

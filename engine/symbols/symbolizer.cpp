@@ -1,11 +1,13 @@
 // Symbolizer: per-process maps, ELF files cached by build-id or inode, JIT maps, callchains.
 #include <fmt/format.h>
+#include <sys/auxv.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#include <cstdio>
 #include <functional>
 #include <iterator>
 #include <string>
@@ -146,6 +148,8 @@ struct Symbolizer::Impl {
   std::unordered_map<ResultKey, std::vector<Frame>, ResultKeyHash> results;
   std::optional<KernelSymbols> kernel;
   bool kernel_tried = false;
+  std::shared_ptr<ElfSymbols> vdso_elf;
+  bool vdso_tried = false;
   /// Where the kernel's text began when the records were made (a recorded file's
   /// "[kernel.kallsyms]_text" MMAP, pgoff = _text): kallsyms names its addresses only if this
   /// machine's kernel text begins there too (the same kernel, the same boot's KASLR slide).
@@ -237,6 +241,10 @@ struct Symbolizer::Impl {
         return e.elf;
       }
     }
+    if (e.path == "[vdso]") {
+      e.elf = vdso();
+      return e.elf;
+    }
     if (!is_file_path(e.path))
       return nullptr;
     e.elf = open_file(p, e);
@@ -249,6 +257,42 @@ struct Symbolizer::Impl {
       e.elf = nullptr;
     }
     return e.elf;
+  }
+
+  /// The vDSO's symbols: the kernel maps one image into every process, ours included, so its
+  /// bytes are copied once from this process (AT_SYSINFO_EHDR, its size from /proc/self/maps)
+  /// into a file libelf reads (perf keeps a copy in its build-id cache the same way).
+  std::shared_ptr<ElfSymbols> vdso() {
+    if (vdso_tried)
+      return vdso_elf;
+    vdso_tried = true;
+    const auto base = ::getauxval(AT_SYSINFO_EHDR);
+    auto maps = detail::read_file("/proc/self/maps", kMaxMapsBytes);
+    if (base == 0 || !maps)
+      return nullptr;
+    std::uint64_t size = 0;
+    for (const std::string_view line : tracer::detail::lines(*maps)) {
+      auto m = detail::parse_maps_line(line, 0);
+      if (m && m->start == base && line.ends_with("[vdso]"))
+        size = m->len;
+    }
+    if (size == 0)
+      return nullptr;
+    const fs::path copy = fs::temp_directory_path() / fmt::format("tracer-vdso-{}.so", ::getpid());
+    {
+      std::FILE* f = std::fopen(copy.c_str(), "wbe");
+      if (f == nullptr)
+        return nullptr;
+      const bool ok = std::fwrite(reinterpret_cast<const void*>(base), 1, size, f) == size;
+      std::fclose(f);
+      if (ok) {
+        if (auto elf = ElfSymbols::open(copy, options))
+          vdso_elf = std::move(*elf);
+      }
+    }
+    std::error_code ec;
+    fs::remove(copy, ec);
+    return vdso_elf;
   }
 
   const detail::JitSymbol* find_jit(std::uint32_t pid, Process& p, std::uint64_t ip) {
@@ -295,14 +339,20 @@ struct Symbolizer::Impl {
                       .offset = ip - jit->start,
                       .module = fmt::format("[JIT] tid {}", pid)}};
       }
-      return {unknown(
+      Frame f = unknown(
           ip, entry != nullptr && !entry->path.empty() ? entry->path : std::string(kUnknownModule),
-          false)};
+          false);
+      if (entry != nullptr)
+        f.rel = ip - start + entry->pgoff;  // perf's map_ip: the address in the mapped object
+      return {f};
     }
     auto elf = resolve(p, *entry);
     const auto link = elf ? elf->address_of_offset(ip - start + entry->pgoff) : std::nullopt;
-    if (!link)
-      return {unknown(ip, entry->path, false)};
+    if (!link) {
+      Frame f = unknown(ip, entry->path, false);
+      f.rel = ip - start + entry->pgoff;
+      return {f};
+    }
     const std::uint64_t lookup = return_address && *link != 0 ? *link - 1 : *link;
     const ResultKey key{elf.get(), *link, return_address};
     std::vector<Frame> out;
@@ -310,10 +360,15 @@ struct Symbolizer::Impl {
       ++stats->cache_hits;
       out = it->second;
     } else {
-      out = elf->frames(lookup);
+      // Names as perf gives them: the function containing the ip itself (a signal frame's
+      // return address is __restore_rt's first byte). Source lines and inlined callers come from
+      // the call (ip - 1) while it lies in the same function.
+      const std::uint64_t at =
+          lookup != *link && elf->find(lookup) != elf->find(*link) ? *link : lookup;
+      out = elf->frames(at);
       for (auto& f : out) {
         if (!f.inlined && !f.symbol.empty())
-          f.offset += *link - lookup;  // the offset of the sampled address, not of the call
+          f.offset += *link - at;  // the offset of the sampled address, not of the call
       }
       if (results.size() >= kMaxCachedResults)
         results.clear();
@@ -364,8 +419,8 @@ struct Symbolizer::Impl {
   Frame kernel_frame(std::uint64_t ip, bool return_address) {
     ++stats->lookups;
     const KernelSymbols* k = kernel_symbols();
-    const KernelSymbol* s =
-        k != nullptr ? k->find(return_address && ip != 0 ? ip - 1 : ip) : nullptr;
+    (void)return_address;  // kernel frames have no lines: the ip's own symbol, as perf names it
+    const KernelSymbol* s = k != nullptr ? k->find(ip) : nullptr;
     if (s == nullptr)
       return unknown(ip, std::string(kKernelModule), true);
     return {.addr = ip,
@@ -415,8 +470,12 @@ void Symbolizer::on_fork(std::uint32_t parent_pid, std::uint32_t child_pid) {
 }
 
 void Symbolizer::on_exec(std::uint32_t pid) {
-  // The new image's MMAP2 records follow; without them note_process() reads /proc again.
-  impl_->procs.insert_or_assign(pid, Impl::Process{});
+  // The old image's maps stay until the new image's MMAP records map over them, as perf keeps
+  // them: a sample taken on the way out of execve still names the old image's frames. A JIT map
+  // belongs to the old image: it is read again.
+  auto it = impl_->procs.find(pid);
+  if (it != impl_->procs.end())
+    it->second.jit.reset();
 }
 
 void Symbolizer::note_process(std::uint32_t pid) {

@@ -256,13 +256,17 @@ TEST_F(SymbolsSymbolizerRecords, OverlappingMmapReplacesTheOldPart) {
   EXPECT_EQ(frames[0].module, "[unknown]");
 }
 
-TEST_F(SymbolsSymbolizerRecords, ForkCopiesExecDrops) {
+TEST_F(SymbolsSymbolizerRecords, ForkCopiesExecKeepsUntilMappedOver) {
   sym_.on_fork(100, 200);
   EXPECT_EQ(at(200, fn_.file_offset + 1)[0].symbol, "tracer_test_fn");
   sym_.on_exec(200);
+  // As perf: the old image's maps stay (a sample on the way out of execve is the old image's)
+  // until the new image maps over them.
+  EXPECT_EQ(at(200, fn_.file_offset + 1)[0].symbol, "tracer_test_fn");
+  sym_.on_mmap({.pid = 200, .start = kBase, .len = kLen, .path = "/nonexistent/new-image"});
   EXPECT_EQ(at(200, fn_.file_offset + 1)[0].symbol, "");
+  EXPECT_EQ(at(200, fn_.file_offset + 1)[0].module, "/nonexistent/new-image");
   EXPECT_EQ(at(100, fn_.file_offset + 1)[0].symbol, "tracer_test_fn") << "the parent keeps its";
-  // The new image's mapping after the exec.
   sym_.on_mmap({.pid = 200, .start = kBase, .len = kLen, .path = TRACER_UPROBE_TARGET_NOPIE});
   EXPECT_EQ(at(200, fn_.file_offset + 1)[0].symbol, "tracer_test_fn");
   EXPECT_EQ(sym_.stats().files_opened, 1u) << "one file, shared by both processes";

@@ -191,8 +191,10 @@ class Symbolizer {
   /// markers switching between kernel and user addresses; ips without a marker before them are
   /// taken as user addresses when below the kernel's half of the address space). Inlined frames
   /// add entries with source lines on.
-  /// Return addresses (every ip of a context after its first) are looked up at ip - 1, so a call
-  /// that ends a function names that function; `offset` is still that of the ip.
+  /// Every frame is named by the function containing its ip, as perf names it (a signal frame's
+  /// return address is the first byte of __restore_rt); the source lines and inlined callers of
+  /// a return address (every ip of a context after its first) are those of its call (ip - 1)
+  /// while that lies in the same function.
   [[nodiscard]] std::vector<Frame> symbolize(std::uint32_t pid, std::span<const std::uint64_t> ips);
   [[nodiscard]] Frame symbolize_kernel(std::uint64_t ip);
   /// One user address (exact, not a return address); note_process() first if nothing is known
