@@ -1,10 +1,13 @@
 // replay_print: a perf.data file printed the way `perf script` does (samples in time order,
 // perf stat record counts at each STAT_ROUND): `tracer replay FILE` without a recipe.
-#include <fmt/core.h>
+#include <fmt/compile.h>
+#include <fmt/format.h>
 #include <linux/perf_event.h>
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <array>
+#include <span>
 #include <functional>
 #include <iterator>
 #include <map>
@@ -12,9 +15,11 @@
 #include <string>
 #include <tuple>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "tracer/engine.hpp"
+#include "tracer/perf/abi.hpp"
 #include "tracer/perfdata/print_fmt.hpp"
 #include "tracer/perfdata/reader.hpp"
 #include "tracer/reorder.hpp"
@@ -73,6 +78,8 @@ class ScriptPrinter {
         fmts_.emplace_back(std::nullopt);
     }
     handler_ = [this](const Batch& b) { on_batch(b); };
+    if (perf_mode_)
+      symbols_.preload_kernel();  // while the file is read
   }
 
   /// Says once per event which print fmt cannot be evaluated (perf mode).
@@ -120,15 +127,20 @@ class ScriptPrinter {
       const auto& r = ref.record;
       if (const auto* c = std::get_if<perf::Comm>(&r.body)) {
         comms_.update(c->tid, c->comm);
-        if (c->exec && c->pid == c->tid)
+        if (c->exec && c->pid == c->tid) {
           symbols_.on_exec(c->pid);
+          maps_changed(c->pid);
+        }
       } else if (const auto* t = std::get_if<perf::TaskEvent>(&r.body)) {
         if (r.type == PERF_RECORD_FORK) {
           comms_.fork(t->ptid, t->tid);
-          if (t->pid != t->ppid)
+          if (t->pid != t->ppid) {
             symbols_.on_fork(t->ppid, t->pid);
+            maps_changed(t->pid);
+          }
         }
       } else if (const auto* m = std::get_if<perf::Mmap2>(&r.body)) {
+        maps_changed(m->pid);
         symbols_.on_mmap({.pid = m->pid,
                           .start = m->addr,
                           .len = m->len,
@@ -137,6 +149,7 @@ class ScriptPrinter {
                           .build_id = {},
                           .exec = (m->prot & PROT_EXEC) != 0});
       } else if (const auto* m1 = std::get_if<perf::Mmap>(&r.body)) {
+        maps_changed(m1->pid);
         symbols_.on_mmap({.pid = m1->pid,
                           .start = m1->addr,
                           .len = m1->len,
@@ -184,8 +197,8 @@ class ScriptPrinter {
   void print(std::uint32_t event, const perf::Sample& s, std::uint64_t period) {
     const auto& ev = reader_.events()[event];
     const auto st = s.sample_type;
-    line_.clear();
-    auto out = std::back_inserter(line_);
+    buf_.clear();
+    auto out = fmt::appender(buf_);
     std::string_view comm = comms_.lookup(s.tid);
     std::string unknown;
     if (comm.empty()) {
@@ -198,26 +211,31 @@ class ScriptPrinter {
     // perf_sample__fprintf_start: a sample printed with its callchain has its comm unpadded.
     const bool chain = perf_mode_ && !tracepoint && (st & PERF_SAMPLE_IP) != 0 &&
                        (st & PERF_SAMPLE_CALLCHAIN) != 0;
+    // Compiled formats: a profile prints hundreds of thousands of these headers.
     if (chain)
-      fmt::format_to(out, "{} {:>5} ", comm, static_cast<std::int32_t>(s.tid));
+      fmt::format_to(out, FMT_COMPILE("{} {:>5} "), comm, static_cast<std::int32_t>(s.tid));
     else
-      fmt::format_to(out, "{:>16} {:>5} ", comm, static_cast<std::int32_t>(s.tid));
+      fmt::format_to(out, FMT_COMPILE("{:>16} {:>5} "), comm, static_cast<std::int32_t>(s.tid));
     if ((st & PERF_SAMPLE_CPU) != 0)
-      fmt::format_to(out, "[{:03}] ", s.cpu);
+      fmt::format_to(out, FMT_COMPILE("[{:03}] "), s.cpu);
     if ((st & PERF_SAMPLE_TIME) != 0)
-      fmt::format_to(out, "{:>5}.{:06}: ", s.time / 1000000000, s.time % 1000000000 / 1000);
+      fmt::format_to(out, FMT_COMPILE("{:>5}.{:06}: "), s.time / 1000000000,
+                     s.time % 1000000000 / 1000);
     if (perf_mode_) {
       // perf script's default fields: the period for events that are not tracepoints, the name
       // right-aligned to the longest, then the tracepoint's text or the sampled ip.
       if (!tracepoint && ((st & (PERF_SAMPLE_PERIOD | PERF_SAMPLE_READ)) != 0 || period != 0))
-        fmt::format_to(out, "{:>10} ", period);
-      fmt::format_to(out, "{:>{}}: ", ev.name, name_width_);
+        fmt::format_to(out, FMT_COMPILE("{:>10} "), period);
+      fmt::format_to(out, FMT_COMPILE("{:>{}}: "), ev.name, name_width_);
       if (tracepoint) {
-        if (const auto& f = fmts_[event]; f.has_value())
+        if (const auto& f = fmts_[event]; f.has_value()) {
+          line_.clear();
           f->print(s.raw, line_);
+          buf_.append(line_);
+        }
       } else if (chain) {
         callchain(s);  // the frames on lines of their own, the sampled ip first
-        std::fwrite(line_.data(), 1, line_.size(), out_);
+        std::fwrite(buf_.data(), 1, buf_.size(), out_);
         return;
       } else if ((st & PERF_SAMPLE_IP) != 0) {
         fmt::format_to(out, " {:>16x}", s.ip);
@@ -225,35 +243,74 @@ class ScriptPrinter {
     } else {
       fmt::format_to(out, "{}:", ev.name);
       if (ev.format) {
-        line_ += ' ';
+        line_.assign(1, ' ');
         perfdata::PrintFmt::print_fields(*ev.format, s.raw, line_);
+        buf_.append(line_);
       } else if (period != 0) {
         fmt::format_to(out, " period={}", period);
       }
     }
-    line_ += '\n';
-    std::fwrite(line_.data(), 1, line_.size(), out_);
+    buf_.push_back('\n');
+    std::fwrite(buf_.data(), 1, buf_.size(), out_);
   }
 
   /// perf script's callchain lines (builtin-script.c, sample__fprintf_callchain): after the
   /// header, each frame as "\t ADDR sym+0xoff (module)", ADDR being the address in its module,
-  /// then a blank line.
+  /// then a blank line. A frame's line is made once per (process, address, context) and kept
+  /// until the process's maps change: a profile repeats its frames many times over.
   void callchain(const perf::Sample& s) {
-    std::vector<std::uint64_t> ips(s.callchain.size);
-    for (std::uint64_t i = 0; i < s.callchain.size; ++i)
-      ips[i] = s.callchain[i];
-    auto out = std::back_inserter(line_);
-    line_ += '\n';
-    for (const auto& f : symbols_.symbolize(s.pid, ips)) {
-      fmt::format_to(out, "\t{:>16x} ", f.rel);
-      if (f.symbol.empty())
-        line_ += "[unknown]";
-      else
-        fmt::format_to(out, "{}+{:#x}", f.symbol, f.offset);
-      fmt::format_to(out, " ({})\n", f.module.empty() ? "[unknown]" : f.module);
+    buf_.push_back('\n');
+    std::uint64_t marker = 0;  // the context of the ips that follow (0: none yet)
+    for (std::uint64_t i = 0; i < s.callchain.size; ++i) {
+      const std::uint64_t ip = s.callchain[i];
+      if (ip >= perf::abi::kContextMax) {
+        marker = ip;
+        continue;
+      }
+      const bool kernel = marker == perf::abi::kContextKernel;
+      const FrameKey key{.ip = ip, .pid = kernel ? kAnyPid : s.pid, .marker = marker};
+      auto it = frame_lines_.find(key);
+      if (it == frame_lines_.end()) {
+        const std::array<std::uint64_t, 2> one = {marker, ip};
+        const auto ips = marker == 0 ? std::span(one).subspan(1) : std::span(one);
+        fmt::memory_buffer text;
+        for (const auto& f : symbols_.symbolize(s.pid, ips)) {
+          fmt::format_to(fmt::appender(text), "\t{:>16x} ", f.rel);
+          if (f.symbol.empty())
+            text.append(std::string_view("[unknown]"));
+          else
+            fmt::format_to(fmt::appender(text), "{}+{:#x}", f.symbol, f.offset);
+          fmt::format_to(fmt::appender(text), " ({})\n",
+                         f.module.empty() ? "[unknown]" : f.module);
+        }
+        if (!kernel)
+          frame_pids_.insert(s.pid);
+        it = frame_lines_.emplace(key, fmt::to_string(text)).first;
+      }
+      buf_.append(it->second);
     }
-    line_ += '\n';
+    buf_.push_back('\n');
   }
+
+  /// The maps of `pid` changed: its frames' lines are made again.
+  void maps_changed(std::uint32_t pid) {
+    if (frame_pids_.erase(pid) == 0)
+      return;
+    std::erase_if(frame_lines_, [pid](const auto& kv) { return kv.first.pid == pid; });
+  }
+
+  static constexpr std::uint32_t kAnyPid = UINT32_MAX;
+  struct FrameKey {
+    std::uint64_t ip = 0;
+    std::uint32_t pid = 0;
+    std::uint64_t marker = 0;
+    bool operator==(const FrameKey&) const = default;
+  };
+  struct FrameKeyHash {
+    std::size_t operator()(const FrameKey& k) const noexcept {
+      return std::hash<std::uint64_t>{}((k.ip * 0x9E3779B97F4A7C15ULL) ^ k.pid ^ (k.marker << 7));
+    }
+  };
 
   struct KeyHash {
     std::size_t operator()(const std::pair<std::uint64_t, std::uint32_t>& k) const noexcept {
@@ -272,6 +329,9 @@ class ScriptPrinter {
   Reorder order_;
   BatchHandler handler_;
   std::string line_;
+  fmt::memory_buffer buf_;
+  std::unordered_map<FrameKey, std::string, FrameKeyHash> frame_lines_;
+  std::unordered_set<std::uint32_t> frame_pids_;  // processes with lines in frame_lines_
   std::unordered_map<std::pair<std::uint64_t, std::uint32_t>, std::uint64_t, KeyHash> periods_;
 };
 
@@ -341,6 +401,8 @@ class StatPrinter {
 void replay_print(perfdata::Reader& reader, std::FILE* out, const ReplayPrintOptions& options) {
   const Warn warn = options.warn ? options.warn : [](const std::string&) {};
   warn_incompatible(options.file, reader, warn);
+  // Output in large writes: a profile's callchains are millions of short lines.
+  std::setvbuf(out, nullptr, _IOFBF, std::size_t{1} << 20);
   ScriptPrinter printer(reader, out, options.perf);
   printer.warn_formats(options.file, warn);
   StatPrinter stat(reader, out);

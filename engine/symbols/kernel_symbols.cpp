@@ -74,11 +74,13 @@ Result<KernelSymbols> KernelSymbols::load(const std::filesystem::path& path) {
   out.restricted_ = !syms.empty() && all_zero;
   // std::sort with the file order as the last key: stable_sort's temporary buffer is deprecated
   // under clang's C++23 (bpf/codegen.cpp).
-  std::sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) {
+  const auto before = [](const Row& a, const Row& b) {
     if (a.start != b.start)
       return a.start < b.start;
     return a.index < b.index;
-  });
+  };
+  if (!std::is_sorted(rows.begin(), rows.end(), before))  // the kernel image's part is in order
+    std::sort(rows.begin(), rows.end(), before);
   // One symbol per address (aliases such as __ia32_sys_getppid/__x64_sys_getppid): the last
   // in the file, the one perf names (its kallsyms symbols end where the next starts, so only the
   // last alias at an address has a size and a lookup finds it).

@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <functional>
+#include <future>
 #include <iterator>
 #include <string>
 #include <system_error>
@@ -148,6 +149,7 @@ struct Symbolizer::Impl {
   std::unordered_map<ResultKey, std::vector<Frame>, ResultKeyHash> results;
   std::optional<KernelSymbols> kernel;
   bool kernel_tried = false;
+  std::future<Result<KernelSymbols>> preload;  // preload_kernel()
   std::shared_ptr<ElfSymbols> vdso_elf;
   bool vdso_tried = false;
   /// Where the kernel's text began when the records were made (a recorded file's
@@ -387,7 +389,7 @@ struct Symbolizer::Impl {
   const KernelSymbols* kernel_symbols() {
     if (!kernel_tried) {
       kernel_tried = true;
-      auto loaded = KernelSymbols::load(options.kallsyms);
+      auto loaded = preload.valid() ? preload.get() : KernelSymbols::load(options.kallsyms);
       if (!loaded) {
         warn_once("kallsyms", loaded.error().describe());
       } else {
@@ -555,6 +557,13 @@ Frame Symbolizer::symbolize_kernel(std::uint64_t ip) {
 
 std::vector<Frame> Symbolizer::symbolize_user(std::uint32_t pid, std::uint64_t ip) {
   return impl_->user(pid, ip, false);
+}
+
+void Symbolizer::preload_kernel() {
+  if (!impl_->kernel_tried && !impl_->preload.valid())
+    impl_->preload = std::async(std::launch::async, [path = impl_->options.kallsyms] {
+      return KernelSymbols::load(path);
+    });
 }
 
 const KernelSymbols* Symbolizer::kernel() {

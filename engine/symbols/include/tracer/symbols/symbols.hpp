@@ -201,6 +201,10 @@ class Symbolizer {
   /// of `pid`. Code in anonymous memory, or in no mapping, is looked up in perf-PID.map.
   [[nodiscard]] std::vector<Frame> symbolize_user(std::uint32_t pid, std::uint64_t ip);
 
+  /// Starts reading the kernel symbols on another thread now (the kernel takes tens of ms to
+  /// write /proc/kallsyms); the first kernel frame waits for them. For a caller that will need
+  /// them and has other work meanwhile (a replay reading its file).
+  void preload_kernel();
   /// Kernel symbols, loaded on first use (nullptr if /proc/kallsyms could not be read).
   [[nodiscard]] const KernelSymbols* kernel();
   /// Warnings worth a user's eye, once each (kptr_restrict, files that could not be opened).
