@@ -7,11 +7,11 @@
 
 #include <algorithm>
 #include <array>
-#include <span>
 #include <functional>
 #include <iterator>
 #include <map>
 #include <optional>
+#include <span>
 #include <string>
 #include <tuple>
 #include <unordered_map>
@@ -280,8 +280,7 @@ class ScriptPrinter {
             text.append(std::string_view("[unknown]"));
           else
             fmt::format_to(fmt::appender(text), "{}+{:#x}", f.symbol, f.offset);
-          fmt::format_to(fmt::appender(text), " ({})\n",
-                         f.module.empty() ? "[unknown]" : f.module);
+          fmt::format_to(fmt::appender(text), " ({})\n", f.module.empty() ? "[unknown]" : f.module);
         }
         if (!kernel)
           frame_pids_.insert(s.pid);

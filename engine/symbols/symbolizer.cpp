@@ -561,9 +561,8 @@ std::vector<Frame> Symbolizer::symbolize_user(std::uint32_t pid, std::uint64_t i
 
 void Symbolizer::preload_kernel() {
   if (!impl_->kernel_tried && !impl_->preload.valid())
-    impl_->preload = std::async(std::launch::async, [path = impl_->options.kallsyms] {
-      return KernelSymbols::load(path);
-    });
+    impl_->preload = std::async(
+        std::launch::async, [path = impl_->options.kallsyms] { return KernelSymbols::load(path); });
 }
 
 const KernelSymbols* Symbolizer::kernel() {

@@ -257,13 +257,31 @@ TEST(Stacks, ReplayOfAPerfRecordGFileNamesEveryFrameAsPerfScriptDoes) {
   ASSERT_GE(b.size(), 100u) << theirs.out.substr(0, 2000);
   EXPECT_NE(theirs.out.find("([vdso])"), std::string::npos) << "the workload runs in the vDSO";
   ASSERT_EQ(a.size(), b.size());
+  // One known difference: perf script names an address in the PLT by whichever overlapping
+  // symbol its tree search meets first, often the unsized _init before .plt ("_init+0x30");
+  // tracer names the PLT entry ("clock_gettime@plt+0x0"), as perf does when it meets that first.
+  const auto plt_quirk = [](const std::string& mine, const std::string& perf) {
+    return mine.find("@plt+0x0 (") != std::string::npos &&
+           perf.find(" _init+0x") != std::string::npos && mine.substr(0, 18) == perf.substr(0, 18);
+  };
   std::size_t differ = 0;
   for (std::size_t i = 0; i < a.size(); ++i) {
-    if (a[i] != b[i] && differ++ < 5)
+    if (a[i] != b[i] && !plt_quirk(a[i], b[i]) && differ++ < 5)
       ADD_FAILURE() << "frame " << i << ": tracer '" << a[i] << "', perf '" << b[i] << "'";
   }
   EXPECT_EQ(differ, 0u);
-  EXPECT_EQ(ours.out, theirs.out) << "whole lines";
+  // The sample lines too (comm, tid, time, period, event), and their number.
+  std::size_t headers = 0;
+  std::istringstream oi(ours.out), ti(theirs.out);
+  std::string ol, tl;
+  while (std::getline(ti, tl)) {
+    ASSERT_TRUE(static_cast<bool>(std::getline(oi, ol)));
+    if (!tl.starts_with("\t")) {
+      ++headers;
+      EXPECT_EQ(ol, tl);
+    }
+  }
+  EXPECT_GE(headers, 100u);
 }
 
 }  // namespace
