@@ -67,6 +67,7 @@ class ProbeReader {
     const Entry* kind = nullptr;
     bool kind_reported = false;
     std::optional<std::uint64_t> ring_bytes;
+    bool dwarf_unwind = false;
     for (const auto& e : t) {
       const auto& [key, v] = e;
       if (find_spec(kProbeKeys, key) == nullptr) {
@@ -132,6 +133,26 @@ class ProbeReader {
                        "write a frame count from 1 to kernel.perf_event_max_stack, e.g. 64");
           else
             o.max_stack = *n;
+        }
+      } else if (key == "unwind") {
+        // "dwarf": user stacks unwound by tracer from each sample's registers and stack copy
+        // with the binaries' CFI (perf record --call-graph dwarf); "fp": the kernel's
+        // frame-pointer walk (callchain = true).
+        if (const auto* how = keys_.string(e)) {
+          if (*how == "dwarf") {
+            o.sample_regs_user = all_user_regs();
+            if (o.sample_regs_user == 0)
+              diags_.add(v.where, "'unwind = \"dwarf\"' is supported on x86-64 only",
+                         "use unwind = \"fp\" (frame pointers) on this architecture");
+            o.extra_sample_type |=
+                PERF_SAMPLE_CALLCHAIN | PERF_SAMPLE_REGS_USER | PERF_SAMPLE_STACK_USER;
+            dwarf_unwind = true;
+          } else if (*how == "fp") {
+            o.extra_sample_type |= PERF_SAMPLE_CALLCHAIN;
+          } else {
+            diags_.add(v.where, fmt::format("unknown unwind '{}'", *how),
+                       R"(write unwind = "fp" (frame pointers) or unwind = "dwarf")");
+          }
         }
       } else if (key == "exclude_callchain_kernel") {
         if (auto b = keys_.boolean(e))
@@ -200,6 +221,13 @@ class ProbeReader {
                  fmt::format("add one of {} with its spec, e.g. tracepoint = "
                              "\"syscalls:sys_enter_openat\"",
                              plain_list(kinds)));
+    if (dwarf_unwind) {
+      // As perf record --call-graph dwarf: 8 KiB of stack unless user_stack says otherwise, and
+      // the kernel's frame-pointer walk of the user part left out (tracer unwinds it).
+      if (o.sample_stack_user == 0)
+        o.sample_stack_user = 8192;
+      o.exclude_callchain_user = true;
+    }
     check_probe_combinations(node, probe, label, ring_bytes);
 
     if (!o.name.empty()) {

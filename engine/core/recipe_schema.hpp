@@ -89,6 +89,7 @@ inline constexpr KeySpec kProbeKeys[] = {
     {"max_stack", KeyType::kInt},
     {"exclude_callchain_kernel", KeyType::kBool},
     {"exclude_callchain_user", KeyType::kBool},
+    {"unwind", KeyType::kString},
 };
 
 inline constexpr KeySpec kBpfKeys[] = {

@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
+#include <bit>
 #include <cerrno>
 #include <charconv>
 #include <cstring>
@@ -361,6 +363,11 @@ Value FieldRef::read(const Event& e) const noexcept {
       return e.sample != nullptr ? Value{stack_part(e, perf::abi::kContextKernel)} : Value{};
     case Source::kUserStack:
       return e.sample != nullptr ? Value{stack_part(e, perf::abi::kContextUser)} : Value{};
+    case Source::kUserStackDwarf:
+    case Source::kCallchainDwarf:
+      return e.sample != nullptr
+                 ? Value{schema_->unwound_stack(e, a.source == Source::kCallchainDwarf)}
+                 : Value{};
     case Source::kProbe:
       return std::string_view(schema_->probes()[probe].name);
     case Source::kKind:
@@ -507,6 +514,32 @@ FieldType tracefs_type(const tracefs::Field& f) noexcept {
   return f.is_signed ? FieldType::kInt : FieldType::kUint;
 }
 
+#if defined(__x86_64__)
+/// perf_regs.h's x86 registers by DWARF number (rax rdx rcx rbx rsi rdi rbp rsp r8..r15 rip).
+constexpr std::array<int, 17> kDwarfToPerf = {
+    PERF_REG_X86_AX,  PERF_REG_X86_DX,  PERF_REG_X86_CX,  PERF_REG_X86_BX,  PERF_REG_X86_SI,
+    PERF_REG_X86_DI,  PERF_REG_X86_BP,  PERF_REG_X86_SP,  PERF_REG_X86_R8,  PERF_REG_X86_R9,
+    PERF_REG_X86_R10, PERF_REG_X86_R11, PERF_REG_X86_R12, PERF_REG_X86_R13, PERF_REG_X86_R14,
+    PERF_REG_X86_R15, PERF_REG_X86_IP};
+#endif
+
+/// Whether a probe's samples carry what a DWARF unwind of the user stack needs: every register
+/// the CFI may name and a copy of the stack.
+bool dwarf_unwinds(const ProbeInfo& info) noexcept {
+#if defined(__x86_64__)
+  if (!info.layout.has(PERF_SAMPLE_REGS_USER) || !info.layout.has(PERF_SAMPLE_STACK_USER))
+    return false;
+  for (const int r : kDwarfToPerf) {
+    if ((info.sample_regs_user & (std::uint64_t{1} << r)) == 0)
+      return false;
+  }
+  return true;
+#else
+  (void)info;
+  return false;
+#endif
+}
+
 /// The candidate nearest to `name`, when near enough to be a typo; empty if none.
 std::string closest(std::string_view name, const std::vector<std::string>& candidates) {
   auto near = detail::nearest(name, candidates, {.max_distance = 2, .related_only = false});
@@ -630,6 +663,11 @@ std::optional<FieldRef::Accessor> Schema::resolve(std::uint32_t probe,
         continue;
       if (d.needs != 0 && !info.layout.has(d.needs))
         return std::nullopt;
+      if ((d.source == Source::kUserStack || d.source == Source::kCallchain) && dwarf_unwinds(info))
+        return FieldRef::Accessor{.source = d.source == Source::kUserStack
+                                                ? Source::kUserStackDwarf
+                                                : Source::kCallchainDwarf,
+                                  .type = d.type};
       return FieldRef::Accessor{.source = d.source, .type = d.type};
     }
     return std::nullopt;
@@ -706,6 +744,45 @@ std::optional<FieldRef::Accessor> Schema::resolve(std::uint32_t probe,
   return std::nullopt;
 }
 
+IpList Schema::unwound_stack(const Event& e, bool with_kernel) const noexcept {
+  constexpr std::size_t kMaxFrames = 127;  // perf's default kernel.perf_event_max_stack
+  const perf::Sample& s = *e.sample;
+  unwound_.resize(kMaxFrames + 2);
+  std::size_t n = 0;
+  if (with_kernel) {  // the kernel's part as the kernel wrote it, markers included
+    for (std::uint64_t i = 0; i < s.callchain.size && n < kMaxFrames; ++i) {
+      if (s.callchain[i] == perf::abi::kContextUser)
+        break;
+      unwound_[n++] = s.callchain[i];
+    }
+  }
+  const std::uint32_t pid = pid_of(e);
+#if defined(__x86_64__)
+  const std::uint64_t mask = probes_[e.probe()].sample_regs_user;
+  if (s.regs_user.abi != 0 && pid != 0) {
+    symbols::UserRegs regs;
+    for (std::size_t d = 0; d < kDwarfToPerf.size(); ++d) {
+      const int r = kDwarfToPerf[d];
+      // The sample holds the mask's registers in bit order: r's slot is the bits below it.
+      const auto slot =
+          static_cast<std::uint64_t>(std::popcount(mask & ((std::uint64_t{1} << r) - 1)));
+      regs.dwarf[d] = slot < s.regs_user.regs.size ? s.regs_user.regs[slot] : 0;
+    }
+    const auto stack =
+        s.stack_user.first(std::min<std::size_t>(s.stack_user.size(), s.stack_user_dyn_size));
+    if (with_kernel)
+      unwound_[n++] = perf::abi::kContextUser;
+    try {
+      n += symbolizer().unwind_user(pid, regs, stack,
+                                    std::span(unwound_).subspan(n, kMaxFrames + 2 - n));
+    } catch (const std::exception&) {  // NOLINT(bugprone-empty-catch): out of memory: no frames
+    }
+  }
+#endif
+  return {.ips = {.data = reinterpret_cast<const std::byte*>(unwound_.data()), .size = n},
+          .pid = pid};
+}
+
 symbols::Symbolizer& Schema::symbolizer() const {
   if (!symbolizer_)
     symbolizer_ = std::make_unique<symbols::Symbolizer>(symbolize_options_);
@@ -733,7 +810,8 @@ std::optional<FieldRef> Schema::bind(std::string_view name,
       if (a->source == Source::kComm)
         comm_bound_ = true;
       if (a->source == Source::kCallchain || a->source == Source::kKernelStack ||
-          a->source == Source::kUserStack)
+          a->source == Source::kUserStack || a->source == Source::kUserStackDwarf ||
+          a->source == Source::kCallchainDwarf)
         stacks_bound_ = true;
       ref.by_probe_[p] = *a;
       if (!any)

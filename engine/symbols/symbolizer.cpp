@@ -19,6 +19,7 @@
 
 #include "common/text_file.hpp"
 #include "symbols/symbols_internal.hpp"
+#include "symbols/unwind.hpp"
 #include "tracer/symbols/symbols.hpp"
 
 namespace tracer::symbols {
@@ -149,6 +150,8 @@ struct Symbolizer::Impl {
   std::unordered_map<ResultKey, std::vector<Frame>, ResultKeyHash> results;
   std::optional<KernelSymbols> kernel;
   bool kernel_tried = false;
+  /// DWARF unwinders by process, made on its first unwind, dropped when its maps change.
+  std::unordered_map<std::uint32_t, std::unique_ptr<detail::Unwinder>> unwinders;
   std::future<Result<KernelSymbols>> preload;  // preload_kernel()
   std::shared_ptr<ElfSymbols> vdso_elf;
   bool vdso_tried = false;
@@ -441,7 +444,33 @@ Symbolizer::Symbolizer(SymbolizeOptions options) : impl_(std::make_unique<Impl>(
 
 Symbolizer::~Symbolizer() = default;
 
+std::size_t Symbolizer::unwind_user(std::uint32_t pid,
+                                    const UserRegs& regs,
+                                    std::span<const std::byte> stack,
+                                    std::span<std::uint64_t> out) {
+  auto& u = impl_->unwinders[pid];
+  if (!u) {
+    Impl::Process& p = impl_->process(pid);
+    if (!p.known)
+      impl_->read_proc_maps(pid, p);
+    std::vector<detail::UnwindModule> modules;
+    for (auto& [start, e] : p.maps) {
+      if (!is_file_path(e.path))
+        continue;
+      auto elf = impl_->resolve(p, e);
+      const auto link = elf ? elf->address_of_offset(e.pgoff) : std::nullopt;
+      if (!link)
+        continue;
+      modules.push_back(
+          {.path = elf->path().string(), .start = start, .end = e.end, .bias = start - *link});
+    }
+    u = std::make_unique<detail::Unwinder>(pid, std::move(modules));
+  }
+  return u->unwind(regs, stack, out);
+}
+
 void Symbolizer::on_mmap(const Mapping& m) {
+  impl_->unwinders.erase(m.pid);
   if (m.path.starts_with("[kernel.kallsyms]")) {
     impl_->recorded_text = m.pgoff;  // perf's "[kernel.kallsyms]_text": pgoff is _text
     return;
@@ -472,6 +501,7 @@ void Symbolizer::on_fork(std::uint32_t parent_pid, std::uint32_t child_pid) {
 }
 
 void Symbolizer::on_exec(std::uint32_t pid) {
+  impl_->unwinders.erase(pid);
   // The old image's maps stay until the new image's MMAP records map over them, as perf keeps
   // them: a sample taken on the way out of execve still names the old image's frames. A JIT map
   // belongs to the old image: it is read again.

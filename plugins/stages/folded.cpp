@@ -1,6 +1,7 @@
 #include "plugins/stages/folded.hpp"
 
 #include <algorithm>
+#include <ranges>
 
 namespace tracer::stages {
 
@@ -19,9 +20,9 @@ std::vector<PathFrame> collapsed_path(const TableRow& row) {
   }
   for (const auto* group : {&user, &kernel}) {
     for (const Stack* s : *group) {
-      for (auto f = s->frames.rbegin(); f != s->frames.rend(); ++f)
+      for (const auto& f : std::views::reverse(s->frames))
         path.push_back(
-            {.name = symbols::frame_label(*f, /*with_offset=*/false), .kernel = f->kernel});
+            {.name = symbols::frame_label(f, /*with_offset=*/false), .kernel = f.kernel});
     }
   }
   return path;

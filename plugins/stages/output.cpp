@@ -220,13 +220,13 @@ void append_json(fmt::memory_buffer& out, const Stack& stack) {
   out.push_back('[');
   bool first = true;
   for (const auto& f : stack.frames) {
-    put(out, "{}{{\"addr\":\"{:#x}\",\"sym\":", first ? "" : ",", f.addr);
+    put(out, R"({}{{"addr":"{:#x}","sym":)", first ? "" : ",", f.addr);
     first = false;
     if (f.symbol.empty())
       put_str(out, "null");
     else
       append_json_string(out, f.symbol);
-    put(out, ",\"offset\":{},\"module\":", f.offset);
+    put(out, R"(,"offset":{},"module":)", f.offset);
     append_json_string(out, f.module);
     if (!f.file.empty()) {
       put_str(out, ",\"file\":");

@@ -120,6 +120,51 @@ TEST(Stacks, ProfileNamesTheBusyFunctionsInCallOrderAndWritesFoldedAndSvg) {
   EXPECT_NE(image.find("</svg>"), std::string::npos);
 }
 
+/// The share of a busy loop's samples whose user stack is tracer_busy_spin <- tracer_busy_outer
+/// <- main, with `unwind` ("fp" or "dwarf"), and the samples.
+std::pair<std::uint64_t, std::uint64_t> busy_path(const TempDir& dir,
+                                                  const char* binary,
+                                                  const char* unwind) {
+  const auto recipe = dir.path() / fmt::format("unwind-{}.toml", unwind);
+  std::ofstream(recipe) << fmt::format(R"([recipe]
+name = "unwind"
+[[probe]]
+name = "cpu"
+software = "cpu-clock"
+freq = 499
+unwind = "{}"
+[[stage]]
+use = "count"
+by = ["comm", "ustack"]
+)",
+                                       unwind);
+  const auto r = run_tracer(fmt::format("run {} --json -- {} 800", recipe.string(), binary));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  std::uint64_t total = 0, in_path = 0;
+  for (const auto& row : stack_rows(r.out)) {
+    if (row.line.find(R"("comm":"tracer_busy_loo")") == std::string::npos)
+      continue;
+    total += row.count;
+    if (has_path(row, {"tracer_busy_spin", "tracer_busy_outer", "main"}))
+      in_path += row.count;
+  }
+  return {in_path, total};
+}
+
+TEST(Stacks, DwarfUnwindingFindsTheCallersOfABinaryWithoutFramePointers) {
+  TempDir dir;
+  const auto [dwarf_path, dwarf_total] = busy_path(dir, TRACER_BUSY_LOOP_NOFP, "dwarf");
+  ASSERT_GE(dwarf_total, 100u);
+  EXPECT_GE(dwarf_path * 10, dwarf_total * 8) << "DWARF CFI names the callers";
+  // The kernel's frame-pointer walk cannot: without frame pointers rbp holds data.
+  const auto [fp_path, fp_total] = busy_path(dir, TRACER_BUSY_LOOP_NOFP, "fp");
+  ASSERT_GE(fp_total, 100u);
+  EXPECT_LE(fp_path * 10, fp_total * 2) << "frame pointers are not there to follow";
+  // With frame pointers both agree.
+  const auto [fp2_path, fp2_total] = busy_path(dir, TRACER_BUSY_LOOP, "dwarf");
+  EXPECT_GE(fp2_path * 10, fp2_total * 8);
+}
+
 /// count by ustack of a uprobe's hits: every hit's stack, exactly.
 std::vector<StackRow> uprobe_stacks(const TempDir& dir,
                                     const std::string& uprobe,

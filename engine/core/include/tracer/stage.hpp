@@ -184,8 +184,10 @@ class FieldRef {
     kAddr,
     kPeriod,
     kCallchain,
-    kKernelStack,  // the callchain's kernel part
-    kUserStack,    // the callchain's user part
+    kKernelStack,     // the callchain's kernel part
+    kUserStack,       // the callchain's user part
+    kUserStackDwarf,  // the user stack unwound from REGS_USER + STACK_USER (DWARF CFI)
+    kCallchainDwarf,  // the callchain's kernel part, then the DWARF-unwound user stack
     kProbe,
     kKind,
     kLost,
@@ -260,6 +262,9 @@ class Schema {
   [[nodiscard]] symbols::Symbolizer& symbolizer() const;
   /// Whether some stage bound `callchain`, `kstack` or `ustack`.
   [[nodiscard]] bool stacks_bound() const noexcept { return stacks_bound_; }
+  /// The user stack of a sample unwound with DWARF CFI (after the callchain's kernel part when
+  /// `with_kernel`): a view of a scratch buffer, valid until the next call.
+  [[nodiscard]] IpList unwound_stack(const Event& e, bool with_kernel) const noexcept;
   /// Options of the symbolizer made by symbolizer() (set before the stages bind).
   void set_symbolize_options(symbols::SymbolizeOptions options) {
     symbolize_options_ = std::move(options);
@@ -278,6 +283,7 @@ class Schema {
   mutable bool stacks_bound_ = false;
   symbols::SymbolizeOptions symbolize_options_;
   mutable std::unique_ptr<symbols::Symbolizer> symbolizer_;
+  mutable std::vector<std::uint64_t> unwound_;  // unwound_stack()'s scratch
 };
 
 // ---------------------------------------------------------------------------------------------

@@ -23,6 +23,7 @@
 
 #include <sys/types.h>
 
+#include <array>
 #include <cstdint>
 #include <filesystem>
 #include <map>
@@ -170,6 +171,16 @@ struct Mapping {
 };
 
 /// Not thread-safe: one per thread that symbolizes (a stage renders tables on one thread).
+/// x86-64 user registers in DWARF numbering (rax rdx rcx rbx rsi rdi rbp rsp r8..r15 rip), what
+/// a DWARF unwind starts from.
+struct UserRegs {
+  std::array<std::uint64_t, 17> dwarf{};
+};
+
+namespace detail {
+class Unwinder;
+}
+
 class Symbolizer {
  public:
   explicit Symbolizer(SymbolizeOptions options = {});
@@ -197,6 +208,15 @@ class Symbolizer {
   /// while that lies in the same function.
   [[nodiscard]] std::vector<Frame> symbolize(std::uint32_t pid, std::span<const std::uint64_t> ips);
   [[nodiscard]] Frame symbolize_kernel(std::uint64_t ip);
+  /// The user stack of `pid` unwound with DWARF CFI (.eh_frame/.debug_frame of its files) from
+  /// its registers and a copy of its stack from rsp up (PERF_SAMPLE_STACK_USER): ips leaf first,
+  /// at most out.size(), for binaries without frame pointers. Reads the process's maps like
+  /// symbolize().
+  /// @return how many ips were written (at least the sampled rip when out is not empty).
+  std::size_t unwind_user(std::uint32_t pid,
+                          const UserRegs& regs,
+                          std::span<const std::byte> stack,
+                          std::span<std::uint64_t> out);
   /// One user address (exact, not a return address); note_process() first if nothing is known
   /// of `pid`. Code in anonymous memory, or in no mapping, is looked up in perf-PID.map.
   [[nodiscard]] std::vector<Frame> symbolize_user(std::uint32_t pid, std::uint64_t ip);
