@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "common/edit_distance.hpp"
+#include "symbols/symbols_internal.hpp"
 #include "tracer/unique_fd.hpp"
 
 namespace tracer::core {
@@ -38,41 +39,12 @@ constexpr std::array<std::string_view, 4> kLibraryDirs = {
 // /proc/PID/maps lines are short; the cap only protects against a runaway read.
 constexpr std::size_t kMaxMapsBytes = 64 << 20;
 
-struct ElfCloser {
-  void operator()(Elf* e) const noexcept { ::elf_end(e); }
-};
-using ElfPtr = std::unique_ptr<Elf, ElfCloser>;
-
-std::string elf_error_text() {
-  const char* msg = ::elf_errmsg(-1);
-  return msg != nullptr ? msg : "unknown libelf error";
-}
-
-/// An open ELF file: the fd must outlive the Elf handle (libelf reads through it lazily).
-struct OpenElf {
-  UniqueFd fd;
-  ElfPtr elf;
-};
+using symbols::detail::elf_error_text;
+using symbols::detail::OpenElf;
 
 Result<OpenElf> open_elf(const fs::path& binary) {
-  // libelf refuses to work before the version handshake; it is idempotent and cheap.
-  if (::elf_version(EV_CURRENT) == EV_NONE)
-    return fail(ENOSYS, fmt::format("elf: libelf initialisation failed: {}", elf_error_text()));
-  OpenElf out;
-  out.fd.reset(::open(binary.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!out.fd) {
-    const int err = errno;
-    return fail(err, fmt::format("elf: cannot open {}: {}", binary.string(), std::strerror(err)));
-  }
-  out.elf.reset(::elf_begin(out.fd.get(), ELF_C_READ_MMAP, nullptr));
-  if (!out.elf || ::elf_kind(out.elf.get()) != ELF_K_ELF)
-    return fail(ENOEXEC, fmt::format("elf: {} is not an ELF file", binary.string()),
-                "uprobes need an executable or shared library, e.g. /usr/bin/bash:readline");
-  GElf_Ehdr ehdr;
-  if (::gelf_getehdr(out.elf.get(), &ehdr) == nullptr)
-    return fail(ENOEXEC, fmt::format("elf: {} has no readable ELF header: {}", binary.string(),
-                                     elf_error_text()));
-  return out;
+  return symbols::detail::open_elf(
+      binary, "elf", "uprobes need an executable or shared library, e.g. /usr/bin/bash:readline");
 }
 
 struct Candidate {

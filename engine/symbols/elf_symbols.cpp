@@ -30,38 +30,11 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct ElfCloser {
-  void operator()(Elf* e) const noexcept { ::elf_end(e); }
-};
-using ElfPtr = std::unique_ptr<Elf, ElfCloser>;
-
-std::string elf_error_text() {
-  const char* msg = ::elf_errmsg(-1);
-  return msg != nullptr ? msg : "unknown libelf error";
-}
-
-/// An open ELF file: the fd outlives the Elf handle (libelf reads through it lazily).
-struct OpenElf {
-  UniqueFd fd;
-  ElfPtr elf;
-};
+using detail::elf_error_text;
+using detail::OpenElf;
 
 Result<OpenElf> open_elf(const fs::path& path) {
-  // The version handshake libelf needs before anything else; idempotent and cheap.
-  if (::elf_version(EV_CURRENT) == EV_NONE)
-    return fail(ENOSYS, fmt::format("symbols: libelf initialisation failed: {}", elf_error_text()));
-  OpenElf out;
-  out.fd.reset(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!out.fd) {
-    const int err = errno;
-    return fail(err, fmt::format("symbols: cannot open {}: {}", path.string(), std::strerror(err)));
-  }
-  out.elf.reset(::elf_begin(out.fd.get(), ELF_C_READ_MMAP, nullptr));
-  GElf_Ehdr ehdr;
-  if (!out.elf || ::elf_kind(out.elf.get()) != ELF_K_ELF ||
-      ::gelf_getehdr(out.elf.get(), &ehdr) == nullptr)
-    return fail(ENOEXEC, fmt::format("symbols: {} is not an ELF file", path.string()));
-  return out;
+  return detail::open_elf(path, "symbols");
 }
 
 std::string build_id_of(Elf* elf) {

@@ -17,6 +17,36 @@
 
 namespace tracer::symbols::detail {
 
+std::string elf_error_text() {
+  const char* msg = ::elf_errmsg(-1);
+  return msg != nullptr ? msg : "unknown libelf error";
+}
+
+Result<OpenElf> open_elf(const std::filesystem::path& path,
+                         std::string_view subsystem,
+                         std::string_view not_elf_hint) {
+  // The version handshake libelf needs before anything else; idempotent and cheap.
+  if (::elf_version(EV_CURRENT) == EV_NONE)
+    return fail(ENOSYS,
+                fmt::format("{}: libelf initialisation failed: {}", subsystem, elf_error_text()));
+  OpenElf out;
+  out.fd.reset(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!out.fd) {
+    const int err = errno;
+    return fail(
+        err, fmt::format("{}: cannot open {}: {}", subsystem, path.string(), std::strerror(err)));
+  }
+  out.elf.reset(::elf_begin(out.fd.get(), ELF_C_READ_MMAP, nullptr));
+  if (!out.elf || ::elf_kind(out.elf.get()) != ELF_K_ELF)
+    return fail(ENOEXEC, fmt::format("{}: {} is not an ELF file", subsystem, path.string()),
+                std::string(not_elf_hint));
+  GElf_Ehdr ehdr;
+  if (::gelf_getehdr(out.elf.get(), &ehdr) == nullptr)
+    return fail(ENOEXEC, fmt::format("{}: {} has no readable ELF header: {}", subsystem,
+                                     path.string(), elf_error_text()));
+  return out;
+}
+
 Result<std::string> read_file(const std::filesystem::path& path, std::size_t max_bytes) {
   UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd) {

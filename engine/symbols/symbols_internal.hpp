@@ -1,6 +1,9 @@
-// Private helpers of the symbols layer: whole-file reads, demangling, /proc/PID/maps and
-// perf-PID.map lines.
+// Private helpers of the symbols layer: ELF files opened with libelf (also core's uprobe
+// resolution), whole-file reads, demangling, /proc/PID/maps and perf-PID.map lines.
 #pragma once
+
+#include <gelf.h>
+#include <libelf.h>
 
 #include <cstdint>
 #include <filesystem>
@@ -9,10 +12,36 @@
 #include <string_view>
 #include <vector>
 
+#include <memory>
+
 #include "tracer/result.hpp"
 #include "tracer/symbols/symbols.hpp"
+#include "tracer/unique_fd.hpp"
 
 namespace tracer::symbols::detail {
+
+struct ElfCloser {
+  void operator()(Elf* e) const noexcept { ::elf_end(e); }
+};
+using ElfPtr = std::unique_ptr<Elf, ElfCloser>;
+
+/// libelf's last error as text.
+[[nodiscard]] std::string elf_error_text();
+
+/// An open ELF file: the fd outlives the Elf handle (libelf reads through it lazily).
+struct OpenElf {
+  UniqueFd fd;
+  ElfPtr elf;
+};
+
+/// Opens `path` read-only with libelf (ELF_C_READ_MMAP) and checks it is an ELF file with a
+/// readable header. Messages start with `subsystem` ("symbols", "elf").
+/// @return the file, or the errno of open() naming the file; ENOEXEC ("PATH is not an ELF file",
+/// with `not_elf_hint`) for another kind of file or an unreadable header; ENOSYS when libelf
+/// cannot be initialised.
+[[nodiscard]] Result<OpenElf> open_elf(const std::filesystem::path& path,
+                                       std::string_view subsystem,
+                                       std::string_view not_elf_hint = {});
 
 /// Reads a whole file with large read() calls into one buffer (procfs files such as
 /// /proc/kallsyms report size 0, so the buffer grows as it fills), up to `max_bytes`.

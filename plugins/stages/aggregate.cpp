@@ -41,6 +41,16 @@ T take(std::string_view& b) {
   return v;
 }
 
+/// An encoded ip list after its tag: the process, then the ips.
+std::pair<std::uint32_t, std::vector<std::uint64_t>> take_ip_list(std::string_view& b) {
+  const auto pid = take<std::uint32_t>(b);
+  const auto n = std::min<std::size_t>(take<std::uint32_t>(b), b.size() / 8);
+  std::vector<std::uint64_t> ips(n);
+  for (auto& ip : ips)
+    ip = take<std::uint64_t>(b);
+  return {pid, std::move(ips)};
+}
+
 bool g_fixed_keys_enabled = true;  // set_fixed_keys_enabled: tests and benchmarks only
 }  // namespace
 
@@ -174,12 +184,7 @@ std::vector<Cell> decode_key(std::string_view b, const StackInterner* stacks) {
         break;
       }
       case kIps: {
-        const auto pid = take<std::uint32_t>(b);
-        const auto n = std::min<std::size_t>(take<std::uint32_t>(b), b.size() / 8);
-        std::vector<std::uint64_t> ips(n);
-        for (auto& ip : ips)
-          ip = take<std::uint64_t>(b);
-        (void)pid;
+        const auto ips = take_ip_list(b).second;  // unsymbolized: the addresses only
         Stack stack;
         for (const auto ip : ips) {
           if (ip < kContextMax)
@@ -273,11 +278,7 @@ std::string StackInterner::make_canonical(std::string_view b) {
         len = take<std::uint32_t>(b);
         break;
       case kIps: {
-        const auto pid = take<std::uint32_t>(b);
-        const auto n = std::min<std::size_t>(take<std::uint32_t>(b), b.size() / 8);
-        std::vector<std::uint64_t> ips(n);
-        for (auto& ip : ips)
-          ip = take<std::uint64_t>(b);
+        const auto [pid, ips] = take_ip_list(b);
         if (pid != 0)
           symbolizer_->note_process(pid);
         Stack stack{.frames = symbolizer_->symbolize(pid, ips)};
