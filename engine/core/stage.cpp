@@ -13,6 +13,7 @@
 #include <charconv>
 #include <cstring>
 #include <filesystem>
+#include <ranges>
 #include <system_error>
 
 #include "common/edit_distance.hpp"
@@ -939,10 +940,10 @@ void Sink::flush() noexcept {
 
 std::string folded_text(const Stack& s) {
   std::string out;
-  for (auto f = s.frames.rbegin(); f != s.frames.rend(); ++f) {
+  for (const auto& f : std::views::reverse(s.frames)) {
     if (!out.empty())
       out += ';';
-    out += symbols::frame_label(*f, /*with_offset=*/false);
+    out += symbols::frame_label(f, /*with_offset=*/false);
   }
   return out;
 }

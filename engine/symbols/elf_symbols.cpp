@@ -207,7 +207,7 @@ bool read_functions(Elf* elf, Elf64_Word type, std::vector<ElfSymbol>& out) {
     raw.push_back({.start = sym.st_value,
                    .size = sym.st_size,
                    .name = name,
-                   .bind = GELF_ST_BIND(sym.st_info),
+                   .bind = static_cast<unsigned char>(GELF_ST_BIND(sym.st_info)),
                    .index = i});
   }
   std::sort(raw.begin(), raw.end(), [](const RawSymbol& a, const RawSymbol& b) {

@@ -405,14 +405,15 @@ struct Symbolizer::Impl {
     if (kernel && !options.read_proc) {
       // Records of another time: their kernel addresses are this kernel's only when its text
       // starts where theirs did.
-      const KernelSymbol* text = recorded_text ? kernel->find(*recorded_text) : nullptr;
-      if (text == nullptr || text->start != *recorded_text) {
+      const std::uint64_t at = recorded_text.value_or(0);
+      const KernelSymbol* text = recorded_text ? kernel->find(at) : nullptr;
+      if (text == nullptr || text->start != at) {
         warn_once("kernel-map",
                   recorded_text
                       ? fmt::format("symbols: the records' kernel text began at {:#x}, this "
                                     "kernel's does not: kernel frames are left unnamed (another "
                                     "kernel or boot)",
-                                    *recorded_text)
+                                    at)
                       : std::string("symbols: the records have no kernel map "
                                     "([kernel.kallsyms]_text): kernel frames are left unnamed"));
         return nullptr;
