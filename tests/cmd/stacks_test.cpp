@@ -102,9 +102,13 @@ TEST(Stacks, ProfileNamesTheBusyFunctionsInCallOrderAndWritesFoldedAndSvg) {
       }
     }
   }
-  // 99 Hz for 1.5 s of one busy thread; nearly every sample is in the spin loop (the rest in
-  // clock_gettime's vDSO and the kernel).
-  EXPECT_GE(total, 100u) << r.out;
+  // 99 Hz of the busy thread's CPU time (less than 1.5 s on a busy machine): every sample the
+  // probe took is in a row, and nearly all are in the spin loop (the rest in clock_gettime's
+  // vDSO and the kernel).
+  std::smatch events;
+  ASSERT_TRUE(std::regex_search(r.out, events, std::regex(R"re("cpu":\{"events":(\d+))re")));
+  EXPECT_EQ(total, std::stoull(events[1])) << r.out;
+  EXPECT_GE(total, 30u) << r.out;
   EXPECT_GE(in_path * 10, total * 8) << r.out;
   // The folded file: the same samples, root first.
   std::uint64_t folded_path = 0;
@@ -154,11 +158,11 @@ by = ["comm", "ustack"]
 TEST(Stacks, DwarfUnwindingFindsTheCallersOfABinaryWithoutFramePointers) {
   TempDir dir;
   const auto [dwarf_path, dwarf_total] = busy_path(dir, TRACER_BUSY_LOOP_NOFP, "dwarf");
-  ASSERT_GE(dwarf_total, 100u);
+  ASSERT_GE(dwarf_total, 30u);  // 499 Hz of the loop's CPU time, 0.8 s of it on an idle machine
   EXPECT_GE(dwarf_path * 10, dwarf_total * 8) << "DWARF CFI names the callers";
   // The kernel's frame-pointer walk cannot: without frame pointers rbp holds data.
   const auto [fp_path, fp_total] = busy_path(dir, TRACER_BUSY_LOOP_NOFP, "fp");
-  ASSERT_GE(fp_total, 100u);
+  ASSERT_GE(fp_total, 30u);
   EXPECT_LE(fp_path * 10, fp_total * 2) << "frame pointers are not there to follow";
   // With frame pointers both agree.
   const auto [fp2_path, fp2_total] = busy_path(dir, TRACER_BUSY_LOOP, "dwarf");
