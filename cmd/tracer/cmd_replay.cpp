@@ -30,6 +30,7 @@ struct ReplayCliOptions {
   bool json = false;
   bool perf = false;  // print exactly perf script's default lines
   std::vector<std::string> sets;
+  std::vector<std::string> debuginfo;  // --debuginfo DIR
 };
 
 perfdata::Reader open_file(const std::string& path) {
@@ -61,7 +62,10 @@ int replay_recipe(const ReplayCliOptions& o) {
       throw Error(ErrorCategory::kUsage, s.error());
     out = std::move(*s);
   }
-  Replay replay(recipe, reader, out, {.json = o.json, .file = o.file});
+  ReplayOptions ro{.json = o.json, .file = o.file};
+  for (const auto& dir : o.debuginfo)
+    ro.pipeline.symbols.debug_roots.emplace_back(dir);
+  Replay replay(recipe, reader, out, std::move(ro));
   replay.run();
   for (const auto& w : replay.take_warnings())
     fmt::print(stderr, "tracer: warning: {}\n", w);
@@ -82,9 +86,14 @@ int replay_print_file(const ReplayCliOptions& o) {
     }
     f = owned.get();
   }
-  replay_print(reader, f, {.perf = o.perf, .file = o.file, .warn = [](const std::string& warning) {
-                             fmt::print(stderr, "tracer: warning: {}\n", warning);
-                           }});
+  std::vector<std::filesystem::path> roots(o.debuginfo.begin(), o.debuginfo.end());
+  replay_print(
+      reader, f,
+      {.perf = o.perf,
+       .file = o.file,
+       .warn =
+           [](const std::string& warning) { fmt::print(stderr, "tracer: warning: {}\n", warning); },
+       .debug_roots = std::move(roots)});
   return report_read_error(o.file, reader);
 }
 
@@ -103,6 +112,10 @@ void add_replay_command(CLI::App& app, Runner& run) {
                 "Print perf script's default lines (tracepoints through their print fmt), to "
                 "diff with perf script");
   cmd->add_option("--set", o->sets, "Override a recipe value: param=value, ...")
+      ->allow_extra_args(false);
+  cmd->add_option("--debuginfo", o->debuginfo,
+                  "Also look for separate debuginfo under this directory (DIR/.build-id/ab/"
+                  "cdef.debug, as under /usr/lib/debug); repeatable")
       ->allow_extra_args(false);
   cmd->callback([o, &run] {
     run = [o] { return o->recipe.empty() ? replay_print_file(*o) : replay_recipe(*o); };

@@ -65,11 +65,15 @@ void warn_incompatible(const std::string& path, const perfdata::Reader& r, const
 /// time (COMM and FORK records applied as they are released).
 class ScriptPrinter {
  public:
-  ScriptPrinter(const perfdata::Reader& reader, std::FILE* out, bool perf_mode)
+  ScriptPrinter(const perfdata::Reader& reader,
+                std::FILE* out,
+                bool perf_mode,
+                const std::vector<std::filesystem::path>& debug_roots)
       : reader_(reader),
         out_(out),
         perf_mode_(perf_mode),
-        comms_(CommCacheOptions{.capacity = std::size_t{1} << 18, .read_proc = false}) {
+        comms_(CommCacheOptions{.capacity = std::size_t{1} << 18, .read_proc = false}),
+        symbols_(symbols_options(debug_roots)) {
     for (const auto& e : reader.events()) {
       name_width_ = std::max(name_width_, e.name.size());
       if (e.format && perf_mode_)
@@ -322,7 +326,13 @@ class ScriptPrinter {
   bool perf_mode_;
   CommCache comms_;
   /// Frames from the file's MMAP records and this machine's files (not its /proc).
-  symbols::Symbolizer symbols_{symbols::SymbolizeOptions{.read_proc = false}};
+  static symbols::SymbolizeOptions symbols_options(
+      const std::vector<std::filesystem::path>& debug_roots) {
+    symbols::SymbolizeOptions o{.read_proc = false};
+    o.debug_roots.insert(o.debug_roots.end(), debug_roots.begin(), debug_roots.end());
+    return o;
+  }
+  symbols::Symbolizer symbols_;
   std::vector<std::optional<perfdata::PrintFmt>> fmts_;
   std::size_t name_width_ = 0;
   Reorder order_;
@@ -402,7 +412,7 @@ void replay_print(perfdata::Reader& reader, std::FILE* out, const ReplayPrintOpt
   warn_incompatible(options.file, reader, warn);
   // Output in large writes: a profile's callchains are millions of short lines.
   std::setvbuf(out, nullptr, _IOFBF, std::size_t{1} << 20);
-  ScriptPrinter printer(reader, out, options.perf);
+  ScriptPrinter printer(reader, out, options.perf, options.debug_roots);
   printer.warn_formats(options.file, warn);
   StatPrinter stat(reader, out);
   perfdata::Item item;

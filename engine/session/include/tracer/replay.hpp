@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <string>
@@ -75,6 +76,8 @@ struct ReplayPrintOptions {
   /// Called with each warning about the file (no header features, tracepoints without a format,
   /// print fmts that cannot be evaluated), before anything is printed. Unset: not said.
   std::function<void(const std::string&)> warn{};
+  /// More roots of separate debuginfo for the callchains' frames (as under /usr/lib/debug).
+  std::vector<std::filesystem::path> debug_roots{};
 };
 
 /// Prints `reader`'s file to `out` the way `perf script` does: each sample as comm, tid, [cpu],
