@@ -88,6 +88,19 @@ class FieldMap {
           return f;
         }
         break;
+      case Source::kCallchain:
+      case Source::kKernelStack:
+      case Source::kUserStack:
+      case Source::kUserStackDwarf:
+      case Source::kCallchainDwarf:
+        if (why_->empty()) {
+          *why_ = fmt::format(
+              "field '{}' of probe '{}' is a stack: stack ids from BPF (bpf_get_stackid) are not "
+              "keys of in-kernel aggregations yet, so stacks are aggregated and symbolized in "
+              "user space",
+              name, schema_->probes()[probe_].name);
+        }
+        return std::nullopt;
       case Source::kReg:
         if (name == "retval")
           return gen::Field::retval();

@@ -279,6 +279,28 @@ by = ["comm", "kstack"]
   EXPECT_GE(entry * 10, in_kernel * 9) << r.out;
 }
 
+TEST(Stacks, StackKeysArePlacedInUserSpaceWithTheReason) {
+  TempDir dir;
+  const std::string body = R"([[probe]]
+name = "sw"
+tracepoint = "sched:sched_switch"
+callchain = true
+[[stage]]
+use = "count"
+by = ["kstack"]
+)";
+  const auto autod = write_recipe(dir, "[recipe]\nname = \"k\"\n" + body);
+  const auto plan = run_tracer("check --plan " + autod.string());
+  EXPECT_EQ(plan.exit_code, 0) << plan.err;
+  EXPECT_NE(plan.out.find("user"), std::string::npos) << plan.out;
+  EXPECT_NE(plan.out.find("field 'kstack' of probe 'sw' is a stack"), std::string::npos)
+      << plan.out;
+  const auto kernel = write_recipe(dir, "[recipe]\nname = \"k\"\nplacement = \"kernel\"\n" + body);
+  const auto refused = run_tracer("check --plan " + kernel.string());
+  EXPECT_EQ(refused.exit_code, 2);
+  EXPECT_NE(refused.err.find("is a stack"), std::string::npos) << refused.err;
+}
+
 TEST(Stacks, ReplayOfAPerfRecordGFileNamesEveryFrameAsPerfScriptDoes) {
   REQUIRE_PERF();
   TempDir dir;
