@@ -100,7 +100,10 @@ void Pipeline::bind(std::span<const ProbeInfo> probes,
   }
   derived_ = schema_->derived_count();
   stacks_ = schema_->stacks_bound();
-  ordered = ordered || schema_->comm_bound();
+  // Stacks are symbolized when their key is first seen, through the maps the MMAP2/FORK/exec
+  // records built until then: those must come first, in time order across the rings (a sample
+  // right after an exec on one CPU, the new image's MMAP2 records on another).
+  ordered = ordered || schema_->comm_bound() || stacks_;
   if (schema_->comm_bound())
     comm_.seed();  // threads that exit before their events are looked at keep their names
   if (ordered) {
@@ -245,37 +248,49 @@ void Pipeline::run(std::span<const RecordRef> records) noexcept {
   dispatch();
 }
 
+std::optional<std::uint32_t> feed_symbolizer(symbols::Symbolizer& sym, const perf::Record& record) {
+  if (const auto* m = std::get_if<perf::Mmap2>(&record.body)) {
+    sym.on_mmap({.pid = m->pid,
+                 .start = m->addr,
+                 .len = m->len,
+                 .pgoff = m->pgoff,
+                 .path = std::string(m->filename),
+                 .build_id = m->has_build_id ? hex_of(m->build_id.first(std::min<std::size_t>(
+                                                   m->build_id_size, m->build_id.size())))
+                                             : std::string(),
+                 .exec = (m->prot & PROT_EXEC) != 0});
+    return m->pid;
+  }
+  if (const auto* m1 = std::get_if<perf::Mmap>(&record.body)) {
+    sym.on_mmap({.pid = m1->pid,
+                 .start = m1->addr,
+                 .len = m1->len,
+                 .pgoff = m1->pgoff,
+                 .path = std::string(m1->filename),
+                 .build_id = {},
+                 .exec = (record.misc & PERF_RECORD_MISC_MMAP_DATA) == 0});
+    return m1->pid;
+  }
+  if (const auto* f = std::get_if<perf::TaskEvent>(&record.body)) {
+    if (record.type == PERF_RECORD_FORK && f->pid != f->ppid) {  // a new process, not a thread
+      sym.on_fork(f->ppid, f->pid);
+      return f->pid;
+    }
+  } else if (const auto* c = std::get_if<perf::Comm>(&record.body)) {
+    if (c->exec && c->pid == c->tid) {
+      sym.on_exec(c->pid);
+      return c->pid;
+    }
+  }
+  return std::nullopt;
+}
+
 void Pipeline::track_maps(const perf::Record& record) noexcept {
   // The symbolizer learns every process's maps from the task records (the stacks of a process
   // that exits before its table is made still resolve). Its own failures (out of memory) lose a
   // mapping, not the run.
   try {
-    symbols::Symbolizer& sym = schema_->symbolizer();
-    if (const auto* m = std::get_if<perf::Mmap2>(&record.body)) {
-      sym.on_mmap({.pid = m->pid,
-                   .start = m->addr,
-                   .len = m->len,
-                   .pgoff = m->pgoff,
-                   .path = std::string(m->filename),
-                   .build_id = m->has_build_id ? hex_of(m->build_id.first(std::min<std::size_t>(
-                                                     m->build_id_size, m->build_id.size())))
-                                               : std::string(),
-                   .exec = (m->prot & PROT_EXEC) != 0});
-    } else if (const auto* m1 = std::get_if<perf::Mmap>(&record.body)) {
-      sym.on_mmap({.pid = m1->pid,
-                   .start = m1->addr,
-                   .len = m1->len,
-                   .pgoff = m1->pgoff,
-                   .path = std::string(m1->filename),
-                   .build_id = {},
-                   .exec = (record.misc & PERF_RECORD_MISC_MMAP_DATA) == 0});
-    } else if (const auto* f = std::get_if<perf::TaskEvent>(&record.body)) {
-      if (record.type == PERF_RECORD_FORK && f->pid != f->ppid)  // a new process, not a thread
-        sym.on_fork(f->ppid, f->pid);
-    } else if (const auto* c = std::get_if<perf::Comm>(&record.body)) {
-      if (c->exec && c->pid == c->tid)
-        sym.on_exec(c->pid);
-    }
+    (void)feed_symbolizer(schema_->symbolizer(), record);
   } catch (const std::exception&) {  // NOLINT(bugprone-empty-catch): see above
   }
 }

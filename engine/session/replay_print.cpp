@@ -22,6 +22,7 @@
 #include "tracer/perf/abi.hpp"
 #include "tracer/perfdata/print_fmt.hpp"
 #include "tracer/perfdata/reader.hpp"
+#include "tracer/pipeline.hpp"
 #include "tracer/reorder.hpp"
 #include "tracer/replay.hpp"
 #include "tracer/stage.hpp"
@@ -129,38 +130,13 @@ class ScriptPrinter {
   void on_batch(const Batch& b) {
     for (const auto& ref : b.records) {
       const auto& r = ref.record;
+      if (auto pid = feed_symbolizer(symbols_, r))
+        maps_changed(*pid);
       if (const auto* c = std::get_if<perf::Comm>(&r.body)) {
         comms_.update(c->tid, c->comm);
-        if (c->exec && c->pid == c->tid) {
-          symbols_.on_exec(c->pid);
-          maps_changed(c->pid);
-        }
       } else if (const auto* t = std::get_if<perf::TaskEvent>(&r.body)) {
-        if (r.type == PERF_RECORD_FORK) {
+        if (r.type == PERF_RECORD_FORK)
           comms_.fork(t->ptid, t->tid);
-          if (t->pid != t->ppid) {
-            symbols_.on_fork(t->ppid, t->pid);
-            maps_changed(t->pid);
-          }
-        }
-      } else if (const auto* m = std::get_if<perf::Mmap2>(&r.body)) {
-        maps_changed(m->pid);
-        symbols_.on_mmap({.pid = m->pid,
-                          .start = m->addr,
-                          .len = m->len,
-                          .pgoff = m->pgoff,
-                          .path = std::string(m->filename),
-                          .build_id = {},
-                          .exec = (m->prot & PROT_EXEC) != 0});
-      } else if (const auto* m1 = std::get_if<perf::Mmap>(&r.body)) {
-        maps_changed(m1->pid);
-        symbols_.on_mmap({.pid = m1->pid,
-                          .start = m1->addr,
-                          .len = m1->len,
-                          .pgoff = m1->pgoff,
-                          .path = std::string(m1->filename),
-                          .build_id = {},
-                          .exec = (r.misc & PERF_RECORD_MISC_MMAP_DATA) == 0});
       } else if (const auto* s = std::get_if<perf::Sample>(&r.body)) {
         if (ref.probe != kUnknown)
           sample(ref.probe, *s);

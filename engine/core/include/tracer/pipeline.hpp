@@ -20,6 +20,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -53,6 +54,12 @@ struct PipelineStats {
   std::uint64_t dropped = 0;        // events some stage dropped
   std::uint64_t decode_errors = 0;  // undecoded samples that did not decode (never from a kernel)
 };
+
+/// Hands a task record to `symbolizer`: an MMAP/MMAP2 record's mapping, the FORK of a new
+/// process, an exec's COMM. @return the process whose maps changed, or nullopt for any other
+/// record.
+std::optional<std::uint32_t> feed_symbolizer(symbols::Symbolizer& symbolizer,
+                                             const perf::Record& record);
 
 class Pipeline {
  public:
