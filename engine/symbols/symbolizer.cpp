@@ -422,10 +422,11 @@ struct Symbolizer::Impl {
     return kernel ? &*kernel : nullptr;
   }
 
-  Frame kernel_frame(std::uint64_t ip, bool return_address) {
+  /// The kernel symbol containing `ip` itself (a return address too: kernel frames have no
+  /// lines, and perf names the ip's own symbol).
+  Frame kernel_frame(std::uint64_t ip) {
     ++stats->lookups;
     const KernelSymbols* k = kernel_symbols();
-    (void)return_address;  // kernel frames have no lines: the ip's own symbol, as perf names it
     const KernelSymbol* s = k != nullptr ? k->find(ip) : nullptr;
     if (s == nullptr)
       return unknown(ip, std::string(kKernelModule), true);
@@ -568,7 +569,7 @@ std::vector<Frame> Symbolizer::symbolize(std::uint32_t pid, std::span<const std:
             ctx == Context::kKernel || (ctx == Context::kNone && ip >= kKernelHalf);
         const bool exact = first || is_kernel != prev_kernel;
         if (is_kernel) {
-          out.push_back(impl_->kernel_frame(ip, !exact));
+          out.push_back(impl_->kernel_frame(ip));
         } else {
           auto frames = impl_->user(pid, ip, !exact);
           std::move(frames.begin(), frames.end(), std::back_inserter(out));
@@ -583,7 +584,7 @@ std::vector<Frame> Symbolizer::symbolize(std::uint32_t pid, std::span<const std:
 }
 
 Frame Symbolizer::symbolize_kernel(std::uint64_t ip) {
-  return impl_->kernel_frame(ip, false);
+  return impl_->kernel_frame(ip);
 }
 
 std::vector<Frame> Symbolizer::symbolize_user(std::uint32_t pid, std::uint64_t ip) {

@@ -20,20 +20,12 @@
 #include <string>
 #include <vector>
 
+#include "bench_shell.hpp"
+
 namespace {
 
 namespace fs = std::filesystem;
-
-double seconds_of(const std::string& cmd) {
-  const auto t0 = std::chrono::steady_clock::now();
-  const int rc = std::system(cmd.c_str());
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (rc != 0) {
-    fmt::print(stderr, "command failed ({}): {}\n", rc, cmd);
-    std::exit(1);
-  }
-  return s;
-}
+using tracer::bench::seconds_of;
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
