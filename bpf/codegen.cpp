@@ -49,11 +49,12 @@ constexpr std::uint32_t kMaxStringKey = 256;    // bytes of one string key or bu
 constexpr std::uint32_t kMaxKeySize = 320;      // the key lives on the 512-byte BPF stack
 constexpr std::uint32_t kMaxValueSize = 32768;  // a per-CPU value: PCPU_MIN_UNIT_SIZE
 constexpr std::uint32_t kMaxProbes = 64;
+constexpr std::uint32_t kMaxStackDepth = 1024;  // frames of one stack-trace map entry
 constexpr std::uint32_t kMaxFilterNodes = 256;
 constexpr int kMaxFilterDepth = 64;
 constexpr std::uint64_t kPercpuPreallocBudget = 64ULL << 20;  // both generations, every CPU
 
-enum class VType : std::uint8_t { kNone, kInt, kUint, kString };
+enum class VType : std::uint8_t { kNone, kInt, kUint, kString, kStack };
 
 VType type_of(const Field& f) {
   switch (f.source) {
@@ -77,12 +78,17 @@ VType type_of(const Field& f) {
     case Source::kTpString:
     case Source::kTpDataLoc:
       return VType::kString;
+    case Source::kKernelStack:
+    case Source::kUserStack:
+    case Source::kCallchain:
+      return VType::kStack;
   }
   return VType::kNone;
 }
 
 bool is_kprobe_family(ProbeKind k) {
-  return k != ProbeKind::kTracepoint;
+  return k == ProbeKind::kKprobe || k == ProbeKind::kKretprobe || k == ProbeKind::kUprobe ||
+         k == ProbeKind::kUretprobe;
 }
 bool is_return_probe(ProbeKind k) {
   return k == ProbeKind::kKretprobe || k == ProbeKind::kUretprobe;
@@ -105,6 +111,8 @@ std::string_view kind_name(ProbeKind k) {
       return "uprobe";
     case ProbeKind::kUretprobe:
       return "uretprobe";
+    case ProbeKind::kPerfEvent:
+      return "perf event";
   }
   return "?";
 }
@@ -286,6 +294,8 @@ std::optional<std::string> check_filter(const ProbePlan& p, const Filter& f, boo
       return VType::kNone;
     };
     const VType ta = type(node.a), tb = type(node.b);
+    if (ta == VType::kStack || tb == VType::kStack)
+      return fmt::format("{}: the filter reads a stack (stacks are keys, not compared)", where(p));
     if (ta == VType::kNone || tb == VType::kNone)
       continue;  // a missing field: the comparison is false
     const bool sa = ta == VType::kString, sb = tb == VType::kString;
@@ -374,6 +384,15 @@ Result<std::vector<ColumnPlan>> plan_columns(const KernelPlan& plan) {
         continue;
       }
       const bool is_probe = f.source == Source::kProbe;
+      if (t == VType::kStack) {
+        if (!first && (cp.type != t || cp.col.stack != f.source))
+          return fail(EINVAL, fmt::format("key '{}' is a different stack on {} ({})", cp.col.name,
+                                          where(p), f.name));
+        cp.type = t;
+        cp.col.stack = f.source;
+        first = false;
+        continue;
+      }
       if (first) {
         cp.type = t;
         cp.col.probe_name = is_probe;
@@ -395,6 +414,11 @@ Result<std::vector<ColumnPlan>> plan_columns(const KernelPlan& plan) {
       }
     }
     switch (cp.type) {
+      case VType::kStack:  // {kernel id, user id, tgid}
+        cp.col.type = KeyColumn::Type::kStack;
+        cp.col.size = 12;
+        cp.align = 4;
+        break;
       case VType::kNone:  // no probe has it: every key cell is none
         cp.col.type = KeyColumn::Type::kInt;
         cp.col.size = 1;
@@ -442,6 +466,10 @@ std::optional<std::string> check(const KernelPlan& plan) {
   }
   if (agg.max_keys == 0)
     return "max_keys must be positive";
+  if (agg.max_stacks == 0)
+    return "max_stacks must be positive";
+  if (agg.stack_depth == 0 || agg.stack_depth > kMaxStackDepth)
+    return fmt::format("stack depth {} (1..{} frames)", agg.stack_depth, kMaxStackDepth);
   if (agg.string_key_bytes == 0 || agg.string_key_bytes > kMaxStringKey)
     return fmt::format("string_key_bytes {} (1..{})", agg.string_key_bytes, kMaxStringKey);
   if (agg.kind == AggKind::kLhist) {
@@ -484,8 +512,9 @@ std::optional<std::string> check(const KernelPlan& plan) {
     }
     if (needs_value(agg.kind)) {
       const VType t = type_of(p.value);
-      if (t == VType::kString)
-        return fmt::format("{}: {} of '{}', a string", where(p), agg_name(agg.kind), p.value.name);
+      if (t == VType::kString || t == VType::kStack)
+        return fmt::format("{}: {} of '{}', a {}", where(p), agg_name(agg.kind), p.value.name,
+                           t == VType::kString ? "string" : "stack");
       if (t != VType::kNone) {
         if (auto why = check_field(p, p.value, exit_probe))
           return why;
@@ -552,6 +581,7 @@ Layout make_layout(const KernelPlan& plan,
     max_align = std::max(max_align, cp.align);
     any_missing = any_missing || cp.any_missing;
     any_string = any_string || (cp.type == VType::kString && !cp.col.probe_name);
+    l.stacks = l.stacks || cp.type == VType::kStack;
     at += cp.col.size;
   }
   l.columns.resize(cols_in.size());
@@ -673,11 +703,14 @@ enum {
 	BPF_MAP_TYPE_ARRAY = 2,
 	BPF_MAP_TYPE_PERCPU_HASH = 5,
 	BPF_MAP_TYPE_PERCPU_ARRAY = 6,
+	BPF_MAP_TYPE_STACK_TRACE = 7,
 	BPF_MAP_TYPE_ARRAY_OF_MAPS = 12,
 };
 enum { BPF_ANY = 0, BPF_NOEXIST = 1 };
 enum { BPF_F_NO_PREALLOC = 1 };
 #define TR_EEXIST 17
+#define TR_EFAULT 14
+#define TR_F_USER_STACK (1ULL << 8) /* BPF_F_USER_STACK */
 #include <bpf/bpf_helpers.h>
 
 #if !defined(__TARGET_ARCH_x86)
@@ -709,7 +742,9 @@ class ProbeGen {
   void emit(const std::string& fn, bool tgid_map) {
     const Role role = role_of(plan_, index_);
     const bool kp = is_kprobe_family(p_.kind);
-    w_.line("SEC(\"{}\")", kp ? "kprobe" : "tracepoint");
+    w_.line("SEC(\"{}\")", p_.kind == ProbeKind::kPerfEvent ? "perf_event"
+                           : kp                              ? "kprobe"
+                                                             : "tracepoint");
     w_.line("int {}(void *ctx)", fn);
     w_.line("{{");
     w_.in();
@@ -720,30 +755,30 @@ class ProbeGen {
       // targets are in tr_tgids.
       w_.line("if (tr_tgid == {}u) {{ /* the command, once it exec'd */", plan_.tgids[0]);
       w_.line("	if (!*(volatile __u32 *)&tr_armed)");
-      w_.line("		return 1;");
+      w_.line("		{}", ret());
       if (tgid_map) {
         w_.line("}} else if (!bpf_map_lookup_elem(&tr_tgids, &tr_tgid)) {{");
       } else {
         w_.line("}} else {{");
       }
-      w_.line("	return 1;");
+      w_.line("	{}", ret());
       w_.line("}}");
     } else if (tgid_map && !plan_.tgids.empty()) {
       // The first target (the command or pid) is a constant: its events skip the map lookup;
       // its children and the other targets are in tr_tgids.
       w_.line("if (tr_tgid != {}u && !bpf_map_lookup_elem(&tr_tgids, &tr_tgid))", plan_.tgids[0]);
-      w_.line("\treturn 1;");
+      w_.line("\t{}", ret());
     } else if (tgid_map) {
       w_.line("if (!bpf_map_lookup_elem(&tr_tgids, &tr_tgid))");
-      w_.line("\treturn 1;");
+      w_.line("\t{}", ret());
     } else if (plan_.tgids.size() == 1) {
       w_.line("if (tr_tgid != {}u) /* the target process */", plan_.tgids[0]);
-      w_.line("\treturn 1;");
+      w_.line("\t{}", ret());
     }
     w_.line("__u32 tr_slot = {};", index_);
     w_.line("struct tr_stats *tr_st = bpf_map_lookup_elem(&tr_stats, &tr_slot);");
     w_.line("if (!tr_st)");
-    w_.line("\treturn 1;");
+    w_.line("\t{}", ret());
     w_.line("TR_INC{}(&tr_st->hits);", atomic_suffix());
     if (role != Role::kAggregate) {
       w_.line("__u64 tr_now = bpf_ktime_get_ns();");
@@ -767,7 +802,7 @@ class ProbeGen {
     load_strings(false);
     if (role == Role::kLatencyEntry) {
       emit_entry();
-      w_.line("return 1;");
+      w_.line("{}", ret());
       w_.out();
       w_.line("}}");
       w_.blank();
@@ -777,7 +812,7 @@ class ProbeGen {
       emit_exit();
     emit_filter(p_.post_filter);
     emit_aggregate();
-    w_.line("return 1;");
+    w_.line("{}", ret());
     w_.out();
     w_.line("}}");
     w_.blank();
@@ -789,6 +824,13 @@ class ProbeGen {
   // bpf_prog_active keeps them from nesting on a CPU.
   [[nodiscard]] std::string_view atomic_suffix() const {
     return is_uprobe(p_.kind) ? "_ATOMIC" : "";
+  }
+
+  // What the program returns: 1 keeps the event's own perf sample (a tracepoint's or a probe's
+  // other perf events, other tools' too, still get it); a perf event's program returns 0, so
+  // that its samples, aggregated here, are not also written to the event's ring.
+  [[nodiscard]] std::string_view ret() const {
+    return p_.kind == ProbeKind::kPerfEvent && !p_.keep_samples ? "return 0;" : "return 1;";
   }
 
  private:
@@ -867,6 +909,8 @@ class ProbeGen {
     if (comm_ && !comm_loaded_ && (comm_early_ || !early_only)) {
       w_.line("char tr_comm[16] = {{}};");
       w_.line("bpf_get_current_comm(tr_comm, sizeof(tr_comm));");
+      w_.line("if ((__u32)tr_pid_tgid == 0) /* the idle tasks, named as perf and user space do */");
+      w_.line("\t__builtin_memcpy(tr_comm, \"swapper\\0\\0\\0\\0\\0\\0\\0\\0\", 16);");
       comm_loaded_ = true;
     }
     for (auto& [off, b] : data_loc_) {
@@ -1038,7 +1082,7 @@ class ProbeGen {
     if (f.empty())
       return;
     w_.line("if (!{})", cond(f, f.root));
-    w_.line("\treturn 1;");
+    w_.line("\t{}", ret());
   }
 
   std::string latency_key() const {
@@ -1052,7 +1096,7 @@ class ProbeGen {
     w_.line("__u32 tr_pslot = {};", plan_.probes.size());
     w_.line("struct tr_stats *tr_ps = bpf_map_lookup_elem(&tr_stats, &tr_pslot);");
     w_.line("if (!tr_ps)");
-    w_.line("\treturn 1;");
+    w_.line("\t{}", ret());
     w_.line("__u64 tr_lk = {};", latency_key());
     w_.line("__u64 *tr_start_at = bpf_map_lookup_elem(&tr_start, &tr_lk);");
     w_.line("if (tr_start_at) {{");
@@ -1067,22 +1111,22 @@ class ProbeGen {
     w_.line("__u32 tr_pslot = {};", plan_.probes.size());
     w_.line("struct tr_stats *tr_ps = bpf_map_lookup_elem(&tr_stats, &tr_pslot);");
     w_.line("if (!tr_ps)");
-    w_.line("\treturn 1;");
+    w_.line("\t{}", ret());
     w_.line("__u64 tr_lk = {};", latency_key());
     w_.line("__u64 *tr_start_at = bpf_map_lookup_elem(&tr_start, &tr_lk);");
     w_.line("if (!tr_start_at) {{");
     w_.line("\tTR_INC_ATOMIC(&tr_ps->unmatched_exits);");
-    w_.line("\treturn 1;");
+    w_.line("\t{}", ret());
     w_.line("}}");
     w_.line("__u64 tr_begin = *tr_start_at;");
     w_.line("/* Whoever deletes the entry owns it (an exit racing on another CPU gets ENOENT). */");
     w_.line("if (bpf_map_delete_elem(&tr_start, &tr_lk) != 0) {{");
     w_.line("\tTR_INC_ATOMIC(&tr_ps->unmatched_exits);");
-    w_.line("\treturn 1;");
+    w_.line("\t{}", ret());
     w_.line("}}");
     w_.line("if (tr_now < tr_begin) {{");
     w_.line("\tTR_INC_ATOMIC(&tr_ps->out_of_order);");
-    w_.line("\treturn 1;");
+    w_.line("\t{}", ret());
     w_.line("}}");
     w_.line("TR_INC_ATOMIC(&tr_ps->paired);");
     w_.line("__u64 tr_duration = tr_now - tr_begin;");
@@ -1110,6 +1154,10 @@ class ProbeGen {
       }
       if (f.source == Source::kProbe) {
         w_.line("{} = {};", member, index_);
+        continue;
+      }
+      if (type_of(f) == VType::kStack) {
+        emit_stack(member, f.source);
         continue;
       }
       if (auto e = int_expr(f)) {
@@ -1142,6 +1190,28 @@ class ProbeGen {
     }
   }
 
+  // A stack key: ids in tr_stacks. No stack (EFAULT: a kernel thread's user stack, a user-mode
+  // sample's kernel stack) is id -1, an empty stack; one that does not fit (EEXIST: another stack
+  // holds its hash bucket; ENOMEM: the map is full) is counted, not aggregated.
+  void emit_stack(const std::string& member, Source source) {
+    const bool kernel = source != Source::kUserStack, user = source != Source::kKernelStack;
+    const auto get = [&](std::string_view part, std::string_view flags) {
+      w_.line("{}.{} = bpf_get_stackid(ctx, &tr_stacks, {});", member, part, flags);
+      w_.line("if ({0}.{1} < 0 && {0}.{1} != -TR_EFAULT) {{", member, part);
+      w_.line("\tTR_INC{}(&tr_st->stacks_lost);", atomic_suffix());
+      w_.line("\t{}", ret());
+      w_.line("}}");
+    };
+    w_.line("{}.kernel = -1;", member);
+    w_.line("{}.user = -1;", member);
+    if (kernel)
+      get("kernel", "0");
+    if (user) {
+      get("user", "TR_F_USER_STACK");
+      w_.line("{}.tgid = tr_tgid;", member);
+    }
+  }
+
   void emit_aggregate() {
     const Aggregation& agg = plan_.aggregation;
     std::string value = "0";
@@ -1149,7 +1219,7 @@ class ProbeGen {
       const auto e = int_expr(p_.value);
       if (!e) {
         w_.line("/* '{}' is not on this probe: its events are not aggregated */", agg.value_name);
-        w_.line("return 1;");
+        w_.line("{}", ret());
         return;
       }
       w_.line("__s64 tr_v = (__s64){};", e->text);
@@ -1164,7 +1234,7 @@ class ProbeGen {
       w_.line("\t\t{}(&tr_own1, &tr_o, {}, tr_st);", fn, value);
       w_.line("\telse");
       w_.line("\t\t{}(&tr_own0, &tr_o, {}, tr_st);", fn, value);
-      w_.line("\treturn 1;");
+      w_.line("\t{}", ret());
       w_.line("}}");
     }
     emit_key();
@@ -1195,7 +1265,9 @@ void emit_maps(const KernelPlan& plan, const Layout& l, bool tgid_map, Writer& w
   if (!l.keyless && !l.by_probe) {
     std::uint32_t align = 1;
     for (const auto& c : l.columns)
-      align = std::max(align, c.type == KeyColumn::Type::kString && !c.probe_name ? 1U : c.size);
+      align = std::max(align, c.type == KeyColumn::Type::kString && !c.probe_name ? 1U
+                              : c.type == KeyColumn::Type::kStack                 ? 4U
+                                                                                  : c.size);
     w.line("/* The key: packed, every integer at a multiple of its size, strings after them. */");
     w.line("struct tr_key {{");
     w.in();
@@ -1207,7 +1279,10 @@ void emit_maps(const KernelPlan& plan, const Layout& l, bool tgid_map, Writer& w
     });
     for (const std::size_t i : order) {
       const KeyColumn& c = l.columns[i];
-      if (c.type == KeyColumn::Type::kString && !c.probe_name)
+      if (c.type == KeyColumn::Type::kStack)
+        w.line("struct {{ __s32 kernel, user; __u32 tgid; }} k{}; /* {}: ids in tr_stacks */", i,
+               c.name);
+      else if (c.type == KeyColumn::Type::kString && !c.probe_name)
         w.line("char k{}[{}]; /* {} */", i, c.size, c.name);
       else
         w.line("{} k{}; /* {} */", c_int_type(c.size, c.is_signed), i, c.name);
@@ -1306,7 +1381,7 @@ void emit_maps(const KernelPlan& plan, const Layout& l, bool tgid_map, Writer& w
   w.line("struct tr_stats {{");
   w.line(
       "\t__u64 hits, map_full, truncated, contended, paired, unmatched_exits, unmatched_entries,");
-  w.line("\t\tout_of_order, entries_dropped, targets_dropped;");
+  w.line("\t\tout_of_order, entries_dropped, targets_dropped, stacks_lost;");
   w.line("}};");
   w.line("struct {{");
   w.line("\t__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);");
@@ -1330,6 +1405,16 @@ void emit_maps(const KernelPlan& plan, const Layout& l, bool tgid_map, Writer& w
   w.line("\t__array(values, struct tr_sync_inner);");
   w.line("}} {} SEC(\".maps\") = {{ .values = {{ [0] = &{} }} }};", kSyncMap, kSyncInnerMap);
   w.blank();
+  if (l.stacks) {
+    w.line("/* Stack keys: bpf_get_stackid's ids, never reused or cleared during the run. */");
+    w.line("struct {{");
+    w.line("\t__uint(type, BPF_MAP_TYPE_STACK_TRACE);");
+    w.line("\t__uint(max_entries, {});", agg.max_stacks);
+    w.line("\t__type(key, __u32);");
+    w.line("\t__uint(value_size, {});", agg.stack_depth * 8);
+    w.line("}} {} SEC(\".maps\");", kStacksMap);
+    w.blank();
+  }
   if (tgid_map) {
     w.line("struct {{");
     w.line("\t__uint(type, BPF_MAP_TYPE_HASH);");

@@ -31,7 +31,16 @@
 
 namespace tracer::bpf::gen {
 
-enum class ProbeKind : std::uint8_t { kTracepoint, kKprobe, kKretprobe, kUprobe, kUretprobe };
+/// kPerfEvent: a sampling perf event (cpu-clock, a hardware counter), BPF_PROG_TYPE_PERF_EVENT:
+/// its program runs at each sample and returns 0, so the kernel writes no sample to the ring.
+enum class ProbeKind : std::uint8_t {
+  kTracepoint,
+  kKprobe,
+  kKretprobe,
+  kUprobe,
+  kUretprobe,
+  kPerfEvent
+};
 
 /// Where a value comes from when the program runs.
 enum class Source : std::uint8_t {
@@ -50,6 +59,11 @@ enum class Source : std::uint8_t {
   kArg,        // kprobe/uprobe argument `index` (0..5, PT_REGS_PARMn)      -> uint
   kRetval,     // kretprobe/uretprobe return value (PT_REGS_RC)             -> int
   kDuration,   // latency: exit time - entry time, ns (exit probe, after pairing) -> uint
+  // Stacks (keys only): ids from bpf_get_stackid into the stack-trace map tr_stacks; the reader
+  // turns them back into addresses (Cell Ips).
+  kKernelStack,  // the kernel part                                    -> Ips (pid 0)
+  kUserStack,    // the user part (with the tgid that symbolizes it)    -> Ips
+  kCallchain,    // both, with perf's PERF_CONTEXT_KERNEL/USER markers  -> Ips
 };
 
 /// A field as the program reads it: the name (for messages and tables) and where it comes from.
@@ -77,6 +91,11 @@ struct Field {
     return {.source = Source::kDuration, .name = "duration"};
   }
   [[nodiscard]] static Field retval() { return {.source = Source::kRetval, .name = "retval"}; }
+  [[nodiscard]] static Field kstack() { return {.source = Source::kKernelStack, .name = "kstack"}; }
+  [[nodiscard]] static Field ustack() { return {.source = Source::kUserStack, .name = "ustack"}; }
+  [[nodiscard]] static Field callchain() {
+    return {.source = Source::kCallchain, .name = "callchain"};
+  }
   [[nodiscard]] static Field arg(std::uint32_t n);
   [[nodiscard]] static Field tp_int(std::string name,
                                     std::uint32_t offset,
@@ -134,6 +153,12 @@ struct Aggregation {
   /// Bytes kept of a __data_loc string key, NUL included (longer ones are cut and counted in
   /// Snapshot::truncated). At most 256.
   std::uint32_t string_key_bytes = 128;
+  /// Stack keys: the stack-trace map's entries (distinct stacks over the whole run: ids stay
+  /// valid across intervals) and the frames kept of each (at most kernel.perf_event_max_stack).
+  /// A stack whose hash bucket holds another one (bpf_get_stackid's EEXIST) is not aggregated:
+  /// its event is counted (Stats::stacks_lost).
+  std::uint32_t max_stacks = 16384;
+  std::uint32_t stack_depth = 127;
 };
 
 /// Entry/exit pairing (plugins/stages/latency.cpp): the entry probe stores the time under its
@@ -161,6 +186,9 @@ struct ProbePlan {
   /// The fixed size of a tracepoint's record (its format's last field end): fields must lie
   /// within it (0: not checked).
   std::uint32_t record_size = 0;
+  /// kPerfEvent: the program returns 1, so the kernel also writes the sample to the event's
+  /// ring (user space reads the probe too); else 0, the sample is only aggregated here.
+  bool keep_samples = false;
 };
 
 /// sched:sched_process_fork's child_pid, for following the children of the target processes.
@@ -189,12 +217,14 @@ struct KernelPlan {
 /// Where one key column lives in the packed key struct and what it decodes to.
 struct KeyColumn {
   std::string name;
-  enum class Type : std::uint8_t { kInt, kUint, kString } type = Type::kInt;
+  /// kStack: {__s32 kernel id, __s32 user id, __u32 tgid} (12 bytes; an id < 0 is no stack).
+  enum class Type : std::uint8_t { kInt, kUint, kString, kStack } type = Type::kInt;
   std::uint32_t offset = 0, size = 0;  // in the key struct
   bool is_signed = false;              // integer storage
   bool syscall_id = false;
   bool probe_name = false;  // stored as the probe index, decoded to its name
   int missing_bit = -1;     // bit in the key's `missing` byte when some probe lacks the field
+  Source stack = Source::kMissing;  // kStack: kKernelStack, kUserStack or kCallchain
 };
 
 /// The maps a generated object has, as the reader needs them.
@@ -215,12 +245,14 @@ struct Layout {
   std::uint32_t buckets = 0;         // hist, lhist: counts per key
   std::uint32_t lhist_inner = 0;
   std::uint32_t probes = 0;  // stats slots: one per probe, then one for the pipeline
+  bool stacks = false;       // a key column is a stack: the object has kStacksMap
 };
 
 /// Names of what a generated object holds.
 inline constexpr const char* kAggMaps[2] = {"tr_agg0", "tr_agg1"};
 inline constexpr const char* kOwnMaps[2] = {"tr_own0", "tr_own1"};  // Layout::own_slot
 inline constexpr const char* kStatsMap = "tr_stats";
+inline constexpr const char* kStacksMap = "tr_stacks";  // Layout::stacks
 inline constexpr const char* kTgidsMap = "tr_tgids";
 inline constexpr const char* kStartMap = "tr_start";
 inline constexpr const char* kSyncMap = "tr_sync";
@@ -241,6 +273,7 @@ struct Stats {
   std::uint64_t out_of_order = 0;
   std::uint64_t entries_dropped = 0;  // the pending-entry map was full
   std::uint64_t targets_dropped = 0;  // follow_children: the target map was full
+  std::uint64_t stacks_lost = 0;      // events whose stack did not fit the stack-trace map
 };
 
 struct GeneratedProgram {

@@ -60,7 +60,7 @@ std::int64_t load_int(const std::byte* p, std::uint32_t size, bool is_signed) {
 }
 
 // The Stats fields in tr_stats' order.
-constexpr std::size_t kStatsFields = 10;
+constexpr std::size_t kStatsFields = 11;
 Stats stats_from(const std::uint64_t* v) {
   return {.hits = v[0],
           .map_full = v[1],
@@ -71,7 +71,8 @@ Stats stats_from(const std::uint64_t* v) {
           .unmatched_entries = v[6],
           .out_of_order = v[7],
           .entries_dropped = v[8],
-          .targets_dropped = v[9]};
+          .targets_dropped = v[9],
+          .stacks_lost = v[10]};
 }
 void add(Stats& a, const Stats& b) {
   a.hits += b.hits;
@@ -84,7 +85,13 @@ void add(Stats& a, const Stats& b) {
   a.out_of_order += b.out_of_order;
   a.entries_dropped += b.entries_dropped;
   a.targets_dropped += b.targets_dropped;
+  a.stacks_lost += b.stacks_lost;
 }
+
+// PERF_CONTEXT_* (include/uapi/linux/perf_event.h): markers at or above PERF_CONTEXT_MAX.
+constexpr std::uint64_t kContextMax = static_cast<std::uint64_t>(-4095);
+constexpr std::uint64_t kContextKernel = static_cast<std::uint64_t>(-128);
+constexpr std::uint64_t kContextUser = static_cast<std::uint64_t>(-512);
 
 // The internal map of .bss (libbpf names it "<object prefix>.bss").
 ::bpf_map* bss_map(::bpf_object* obj) {
@@ -200,8 +207,55 @@ Cell Reader::decode_key(const KeyColumn& c, const std::byte* key) const {
     }
     case KeyColumn::Type::kUint:
       return static_cast<std::uint64_t>(load_int(p, c.size, c.is_signed));
+    case KeyColumn::Type::kStack:
+      return decode_stack(c, p);
   }
   return std::monostate{};
+}
+
+const std::vector<std::uint64_t>& Reader::stack_of(std::int32_t id) const {
+  static const std::vector<std::uint64_t> kNone;
+  if (id < 0)
+    return kNone;  // no stack: a user stack of a kernel thread, a kernel stack of a user sample
+  if (auto it = stacks_.find(id); it != stacks_.end())
+    return it->second;
+  auto fd = obj_->map_fd(kStacksMap);
+  std::vector<std::uint64_t> ips(prog_.plan.aggregation.stack_depth, 0);
+  std::vector<std::uint64_t> out;
+  if (fd && bpf_map_lookup_elem(*fd, &id, ips.data()) == 0) {
+    // The kernel zero-fills past the last frame. A perf_event program's stack is cut from the
+    // sample's own callchain, which may hold PERF_CONTEXT_* markers: dropped here, and written
+    // again where a callchain key wants them.
+    for (const std::uint64_t ip : ips) {
+      if (ip == 0)
+        break;
+      if (ip < kContextMax)
+        out.push_back(ip);
+    }
+  }
+  return stacks_.emplace(id, std::move(out)).first->second;
+}
+
+Cell Reader::decode_stack(const KeyColumn& c, const std::byte* p) const {
+  const auto kernel_id = load<std::int32_t>(p);
+  const auto user_id = load<std::int32_t>(p + 4);
+  Ips cell;
+  cell.pid = load<std::uint32_t>(p + 8);
+  const auto& k = stack_of(kernel_id);
+  const auto& u = stack_of(user_id);
+  if (c.stack == Source::kCallchain) {
+    if (!k.empty()) {
+      cell.ips.push_back(kContextKernel);
+      cell.ips.insert(cell.ips.end(), k.begin(), k.end());
+    }
+    if (!u.empty()) {
+      cell.ips.push_back(kContextUser);
+      cell.ips.insert(cell.ips.end(), u.begin(), u.end());
+    }
+  } else {
+    cell.ips = c.stack == Source::kKernelStack ? k : u;
+  }
+  return cell;
 }
 
 Row Reader::make_row(const std::byte* key,
@@ -435,6 +489,7 @@ Status Reader::fill_counters(Snapshot& s) const {
   for (const auto& p : all) {
     s.map_full += p.total.map_full;
     s.truncated += p.total.truncated;
+    s.stacks_lost += p.total.stacks_lost;
   }
   s.probes = std::move(all);
   if (prog_.plan.latency) {

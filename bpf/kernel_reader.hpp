@@ -15,6 +15,7 @@
 #include <functional>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <variant>
 #include <vector>
 
@@ -22,8 +23,17 @@
 
 namespace tracer::bpf::gen {
 
-/// tracer::Cell.
-using Cell = std::variant<std::monostate, std::int64_t, std::uint64_t, double, std::string>;
+/// A stack key: its addresses, leaf first (Source::kCallchain: with the PERF_CONTEXT_KERNEL and
+/// PERF_CONTEXT_USER markers before each part, as perf writes a callchain), and the process
+/// whose address space the user addresses belong to (0 for kernel stacks).
+struct Ips {
+  std::vector<std::uint64_t> ips;
+  std::uint32_t pid = 0;
+  friend bool operator==(const Ips&, const Ips&) = default;
+};
+
+/// tracer::Cell's alternatives, with a stack as its addresses (symbolized by the stage).
+using Cell = std::variant<std::monostate, std::int64_t, std::uint64_t, double, std::string, Ips>;
 
 /// tracer::HistBucket: [lo, hi), labels as plugins/stages/hist.cpp and lhist.cpp render them.
 struct Bucket {
@@ -68,6 +78,7 @@ struct Snapshot {
   Stats pipeline;               // latency counters, targets_dropped (the pipeline's slot)
   std::uint64_t map_full = 0;   // events whose key did not fit, every probe
   std::uint64_t truncated = 0;  // string keys cut, every probe
+  std::uint64_t stacks_lost = 0;  // events whose stack did not fit tr_stacks, every probe
   std::uint64_t pending = 0;    // latency: entries waiting for their exit now
 };
 
@@ -105,6 +116,10 @@ class Reader {
                              std::span<const std::byte> values,
                              std::uint32_t slot) const;
   [[nodiscard]] Cell decode_key(const KeyColumn& c, const std::byte* key) const;
+  /// A stack column's cell: the ids looked up in tr_stacks (each once: an id names the same
+  /// stack for the whole run, the map is never cleared and ids are never reused).
+  [[nodiscard]] Cell decode_stack(const KeyColumn& c, const std::byte* p) const;
+  [[nodiscard]] const std::vector<std::uint64_t>& stack_of(std::int32_t id) const;
   [[nodiscard]] Snapshot empty_snapshot() const;
 
   Object* obj_;
@@ -112,6 +127,7 @@ class Reader {
   ReaderOptions opts_;
   std::uint32_t gen_ = 0;
   std::uint32_t cpus_ = 1;
+  mutable std::unordered_map<std::int32_t, std::vector<std::uint64_t>> stacks_;  // id -> ips
 };
 
 /// The label bpftrace gives 2^power (plugins/stages/hist.cpp Hist::power_label): 1, 2 ... 512,

@@ -269,24 +269,35 @@ void Engine::Impl::attach_bpf_programs() {
   }
 }
 
-void Engine::attach_bpf(std::uint32_t probe, int prog_fd) {
+void Engine::attach_bpf(std::uint32_t probe, int prog_fd, bool every_event) {
   auto& im = *impl_;
   if (probe >= im.events.size() || im.events[probe].empty() ||
       im.events[probe].front().events.empty()) {
     throw Error(ErrorCategory::kUsage, std::make_error_code(std::errc::invalid_argument),
                 fmt::format("attach_bpf: probe {} has no open event (call after start())", probe));
   }
-  // An event holds one program: the first may carry the engine's own (the hit counter), so the
-  // program goes on the first event that has none.
   Status st;
-  for (const auto& cpu : im.events[probe]) {
-    for (const auto& ev : cpu.events) {
-      st = ev.set_bpf(prog_fd);
+  if (every_event) {
+    for (const auto& cpu : im.events[probe]) {
+      for (const auto& ev : cpu.events) {
+        if (st = ev.set_bpf(prog_fd); !st)
+          break;
+      }
+      if (!st)
+        break;
+    }
+  } else {
+    // An event holds one program: the first may carry the engine's own (the hit counter), so
+    // the program goes on the first event that has none.
+    for (const auto& cpu : im.events[probe]) {
+      for (const auto& ev : cpu.events) {
+        st = ev.set_bpf(prog_fd);
+        if (st || st.error().errno_value() != EEXIST)
+          break;
+      }
       if (st || st.error().errno_value() != EEXIST)
         break;
     }
-    if (st || st.error().errno_value() != EEXIST)
-      break;
   }
   if (!st) {
     throw_failure(

@@ -151,31 +151,50 @@ void Pipeline::drain_order() noexcept {
 
 void Pipeline::on_batch(const Batch& batch) noexcept {
   if (order_ && schema_ != nullptr) {
-    const auto probes = schema_->probes();
-    for (const RecordRef& r : batch.records) {
-      const RecordRef* ref = &r;
-      if (ref->probe >= probes.size() || !Reorder::queueable(*ref)) {
-        run_chunks({ref, 1});  // AUX chunks are not copied: handed on as they come
-        continue;
-      }
-      if (kind_of(ref->record) == RecordKind::kSample &&
-          !std::holds_alternative<perf::Sample>(ref->record.body)) {
-        ref = decode_sample(*ref, 0);  // its time decides its place
-        if (ref == nullptr) {
-          ++stats_.decode_errors;
-          continue;
-        }
-      }
-      try {
-        order_->push(*ref, probes[ref->probe].layout, ordered_out_);
-      } catch (...) {  // out of memory: release what is queued, then this one as it is
-        drain_order();
-        run_chunks({ref, 1});
-      }
-    }
+    for (const RecordRef& r : batch.records)
+      push_ordered(r);
     return;
   }
   run_chunks(batch.records);
+}
+
+void Pipeline::push_ordered(const RecordRef& r) noexcept {
+  const auto probes = schema_->probes();
+  const RecordRef* ref = &r;
+  if (ref->probe >= probes.size() || !Reorder::queueable(*ref)) {
+    run_chunks({ref, 1});  // AUX chunks are not copied: handed on as they come
+    return;
+  }
+  if (kind_of(ref->record) == RecordKind::kSample &&
+      !std::holds_alternative<perf::Sample>(ref->record.body)) {
+    ref = decode_sample(*ref, 0);  // its time decides its place
+    if (ref == nullptr) {
+      ++stats_.decode_errors;
+      return;
+    }
+  }
+  try {
+    order_->push(*ref, probes[ref->probe].layout, ordered_out_);
+  } catch (...) {  // out of memory: release what is queued, then this one as it is
+    drain_order();
+    run_chunks({ref, 1});
+  }
+}
+
+void Pipeline::on_task_records(const Batch& batch) noexcept {
+  if (!stacks_)
+    return;
+  // In time order, as every record of an ordered pipeline: a FORK applied after the child's
+  // MMAP2 would replace the child's maps with its parent's.
+  for (const RecordRef& r : batch.records) {
+    const RecordKind k = kind_of(r.record);
+    if (k != RecordKind::kMmap && k != RecordKind::kFork && k != RecordKind::kComm)
+      continue;
+    if (order_ && schema_ != nullptr)
+      push_ordered(r);
+    else
+      run_chunks({&r, 1});
+  }
 }
 
 void Pipeline::run_chunks(std::span<const RecordRef> records) noexcept {

@@ -507,6 +507,9 @@ ResolvedProbe resolve_probe(const ProbeOptions& o, std::uint32_t index, ResolveC
     a.flag(perf::Flag::kComm).flag(perf::Flag::kCommExec).flag(perf::Flag::kTask);
   if (o.context_switches)
     a.flag(perf::Flag::kContextSwitch);
+  // A counting probe's fields are those it would sample: an in-kernel pipeline (tracer::Session
+  // placement) reads them in its program, and binds its stages to them.
+  const perf::SampleLayout sampled = perf::SampleLayout::from(a);
   if (o.counting) {
     a.sample_type(0).flag(perf::Flag::kSampleIdAll, false);
     a.read_format(PERF_FORMAT_ID | PERF_FORMAT_TOTAL_TIME_ENABLED | PERF_FORMAT_TOTAL_TIME_RUNNING);
@@ -539,7 +542,7 @@ ResolvedProbe resolve_probe(const ProbeOptions& o, std::uint32_t index, ResolveC
   }
   if (o.kind == ProbeKind::kAux && r.ring.aux_bytes != 0)
     a.aux_watermark(static_cast<std::uint32_t>(r.ring.aux_bytes / 4));
-  r.info.layout = perf::SampleLayout::from(a);
+  r.info.layout = o.counting ? sampled : perf::SampleLayout::from(a);
   r.info.attr = a;
   return r;
 }

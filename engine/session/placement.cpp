@@ -7,6 +7,7 @@
 #include <linux/perf_event.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <utility>
 
 #include "tracer/error.hpp"
@@ -29,9 +30,25 @@ std::optional<gen::ProbeKind> gen_kind(ProbeKind k) {
       return gen::ProbeKind::kUprobe;
     case ProbeKind::kUretprobe:
       return gen::ProbeKind::kUretprobe;
+    case ProbeKind::kSoftware:  // sampling perf events: BPF_PROG_TYPE_PERF_EVENT
+    case ProbeKind::kHardware:
+    case ProbeKind::kCache:
+    case ProbeKind::kRawPmu:
+      return gen::ProbeKind::kPerfEvent;
     default:
       return std::nullopt;
   }
+}
+
+/// kernel.perf_event_max_stack: the deepest stack a stack-trace map may hold (127 by default).
+std::uint32_t max_stack_sysctl() {
+  std::uint32_t n = 127;
+  if (std::FILE* f = std::fopen("/proc/sys/kernel/perf_event_max_stack", "re")) {
+    if (std::fscanf(f, "%u", &n) != 1 || n == 0)
+      n = 127;
+    std::fclose(f);
+  }
+  return n;
 }
 
 std::uint32_t record_size(const tracefs::Format& f) {
@@ -90,14 +107,30 @@ class FieldMap {
         break;
       case Source::kCallchain:
       case Source::kKernelStack:
-      case Source::kUserStack:
+      case Source::kUserStack: {
+        // bpf_get_stackid into a stack-trace map: the same frames as the sample's callchain
+        // (a perf event's program takes them from it), without perf's exclude_callchain_*.
+        const auto& attr = schema_->probes()[probe_].attr;
+        if (attr.has(perf::Flag::kExcludeCallchainKernel) ||
+            attr.has(perf::Flag::kExcludeCallchainUser)) {
+          if (why_->empty()) {
+            *why_ = fmt::format(
+                "field '{}' of probe '{}' is a stack of a probe with exclude_callchain_kernel or "
+                "exclude_callchain_user, which in-kernel stack ids do not follow",
+                name, schema_->probes()[probe_].name);
+          }
+          return std::nullopt;
+        }
+        return a->source == Source::kCallchain     ? gen::Field::callchain()
+               : a->source == Source::kKernelStack ? gen::Field::kstack()
+                                                   : gen::Field::ustack();
+      }
       case Source::kUserStackDwarf:
       case Source::kCallchainDwarf:
         if (why_->empty()) {
           *why_ = fmt::format(
-              "field '{}' of probe '{}' is a stack: stack ids from BPF (bpf_get_stackid) are not "
-              "keys of in-kernel aggregations yet, so stacks are aggregated and symbolized in "
-              "user space",
+              "field '{}' of probe '{}' is unwound with DWARF (unwind = \"dwarf\"): the user "
+              "stack's bytes are unwound in user space",
               name, schema_->probes()[probe_].name);
         }
         return std::nullopt;
@@ -226,8 +259,10 @@ PipelinePlace place_one(Pipeline& p,
                       .lhist_min = a.lhist_min,
                       .lhist_max = a.lhist_max,
                       .lhist_step = a.lhist_step,
-                      .max_keys = a.max_keys};
+                      .max_keys = a.max_keys,
+                      .max_stacks = a.max_stacks};
   std::string why;
+  std::uint32_t stack_depth = 0;
   std::optional<std::uint32_t> entry_probe, exit_probe;
   for (std::uint32_t pi = 0; pi < probes.size(); ++pi) {
     if (pi < sampling.size() && !sampling[pi])
@@ -236,7 +271,7 @@ PipelinePlace place_one(Pipeline& p,
     const auto kind = gen_kind(info.kind);
     if (!kind) {
       all_user(out, fmt::format("probe '{}' is a {} event (in-kernel programs attach to "
-                                "tracepoints, kprobes and uprobes)",
+                                "tracepoints, kprobes, uprobes and sampling perf events)",
                                 info.name, to_string(info.kind)));
       return out;
     }
@@ -249,6 +284,10 @@ PipelinePlace place_one(Pipeline& p,
     }
     FieldMap fields(schema, pi, why);
     gen::ProbePlan pp{.name = info.name, .kind = *kind};
+    // Stack keys keep as many frames as the probe's callchain would (max_stack, else the
+    // kernel's perf_event_max_stack).
+    const std::uint16_t max_stack = info.attr.raw()->sample_max_stack;
+    stack_depth = std::max(stack_depth, max_stack != 0 ? max_stack : max_stack_sysctl());
     if (info.format)
       pp.record_size = record_size(*info.format);
     const auto plan_index = static_cast<std::uint32_t>(plan.probes.size());
@@ -296,6 +335,7 @@ PipelinePlace place_one(Pipeline& p,
     all_user(out, "no probe delivers events");
     return out;
   }
+  plan.aggregation.stack_depth = stack_depth;
   if (out.latency) {
     if (!entry_probe || !exit_probe) {
       all_user(out, "the latency's entry or exit probe is missing");

@@ -44,6 +44,13 @@ void enable_task_records(EngineOptions& eo, bool full) {
   }
 }
 
+/// A probe kind whose events sample (an overflow handler runs a BPF_PROG_TYPE_PERF_EVENT
+/// program), as opposed to the tracing events (tracepoints, kprobes, uprobes).
+bool is_sampling_event(ProbeKind k) {
+  return k == ProbeKind::kSoftware || k == ProbeKind::kHardware || k == ProbeKind::kCache ||
+         k == ProbeKind::kRawPmu;
+}
+
 /// An engine error about one probe ("probe 'x': ...") at that probe's place in the recipe: its
 /// filter's for a rejected filter, else its tracepoint/uprobe/... value's. A probe the system
 /// lacks or refuses as written is a recipe error (exit 2); other failures keep their category.
@@ -200,6 +207,8 @@ struct Session::Impl {
   std::vector<session::PipelinePlace> places;
   std::vector<KernelRun> kernel;  // before engine in destruction: programs detach with events
   std::vector<bool> in_kernel;    // per pipeline: placed in the kernel
+  std::vector<bool> kernel_samples;  // per probe: a sampling event whose samples its program
+                                     // aggregates (none reach its ring)
   asio::steady_timer deadline, ticker;
   std::vector<std::function<void()>> done_handlers, tick_handlers;
   std::function<void(std::size_t)> delivery;
@@ -216,8 +225,10 @@ struct Session::Impl {
         delivery(b.records.size());
       delivered += b.records.size();
       for (std::size_t i = 0; i < pipelines.size(); ++i) {
-        if (i >= in_kernel.size() || !in_kernel[i])  // a kernel pipeline's events stay there
+        if (i >= in_kernel.size() || !in_kernel[i])
           pipelines[i]->on_batch(b);
+        else  // a kernel pipeline's events stay there; its stacks need the processes' maps
+          pipelines[i]->on_task_records(b);
       }
     });
     // Rounds: the time-order merge releases there, perf-data sinks end a FINISHED_ROUND.
@@ -360,11 +371,48 @@ void Session::Impl::plan_placement(Session* self) {
     user_reads = user_reads || !pl.plan;
     any_kernel = any_kernel || pl.plan.has_value();
   }
+  // A sampling perf event's program keeps the samples in the ring only when user space reads
+  // them too.
+  for (auto& pl : places) {
+    if (pl.plan) {
+      for (auto& pp : pl.plan->probes)
+        pp.keep_samples = user_reads;
+    }
+  }
   if (!any_kernel || user_reads)
     return;
+  // Task records (MMAP2, FORK, exec COMM) name the user frames of in-kernel stack keys, also of
+  // processes that exit before the table is made: they need a ring.
+  bool task_records = false;
+  for (auto& p : engine_options.probes)
+    task_records = task_records || p.task_records;
   for (const auto& pl : places) {
-    for (std::uint32_t pi : pl.probes)
-      engine_options.probes[pi].counting = true;
+    for (std::uint32_t pi : pl.probes) {
+      auto& po = engine_options.probes[pi];
+      if (is_sampling_event(po.kind)) {
+        // Its program runs at each sample (it needs the sampling) and returns 0: no sample is
+        // written to the ring, the samples are the program's hits.
+        kernel_samples.resize(engine_options.probes.size(), false);
+        kernel_samples[pi] = true;
+        continue;
+      }
+      po.counting = true;
+      po.task_records = po.comm_records = false;
+    }
+  }
+  if (task_records) {
+    enable_task_records(engine_options, true);
+    const bool placed = std::any_of(engine_options.probes.begin(), engine_options.probes.end(),
+                                    [](const auto& p) { return p.task_records; });
+    if (!placed) {  // every probe counts: a dummy event carries them (perf record's sideband)
+      ProbeOptions side;
+      side.name = "sideband";
+      side.kind = ProbeKind::kSoftware;
+      side.spec = "dummy";
+      side.task_records = true;
+      side.ring_pages = 128;  // task records only: 512 KiB per CPU
+      engine_options.probes.push_back(std::move(side));
+    }
   }
   make_engine(self);
 }
@@ -451,11 +499,13 @@ void Session::Impl::start_kernel() {
       const perf::EventAttr& attr = engine->probes()[pi].attr;
       if (attr.type() == PERF_TYPE_TRACEPOINT) {
         run.events.push_back(on_tracepoint(attr.config(), prog->programs[i]));
-      } else {  // a probe PMU's kprobe/uprobe, system-wide (place() keeps task targets out)
+      } else {  // a probe PMU's kprobe/uprobe, or a sampling event, system-wide (place() keeps
+                // task targets out)
         auto fd = run.object->program_fd(prog->programs[i]);
         if (!fd)
           fail(fd.error(), "finding its program");
-        engine->attach_bpf(pi, *fd);
+        // A sampling event's program is the event's own: one on every CPU's.
+        engine->attach_bpf(pi, *fd, prog->plan.probes[i].kind == gen::ProbeKind::kPerfEvent);
       }
     }
     if (fork)  // children of the targets join them
@@ -482,8 +532,21 @@ void Session::Impl::absorb_kernel() {
     Pipeline& p = *pipelines[run.pipeline];
     std::vector<KernelRow> rows;
     rows.reserve(snap->rows.size());
-    for (auto& r : snap->rows) {  // gen::Cell is tracer's Cell
-      rows.push_back(KernelRow{.keys = std::move(r.keys),
+    for (auto& r : snap->rows) {
+      KernelRow row;
+      row.keys.reserve(r.keys.size());
+      for (auto& cell : r.keys) {  // gen::Cell is tracer's, a stack as KernelIps
+        std::visit(
+            [&row](auto& c) {
+              using T = std::decay_t<decltype(c)>;
+              if constexpr (std::is_same_v<T, bpf::gen::Ips>)
+                row.keys.emplace_back(KernelIps{.ips = std::move(c.ips), .pid = c.pid});
+              else
+                row.keys.emplace_back(std::move(c));
+            },
+            cell);
+      }
+      rows.push_back(KernelRow{.keys = std::move(row.keys),
                                .count = r.count,
                                .value = r.value,
                                .counts = std::move(r.counts),
@@ -627,8 +690,9 @@ SessionStats Session::stats() const {
       if (pi >= out.engine.probes.size())
         continue;
       auto& ps = out.engine.probes[pi];
-      ps.kernel_dropped += run.last[i].total.map_full;
-      const bool counting = s.engine_options.probes[pi].counting;
+      ps.kernel_dropped += run.last[i].total.map_full + run.last[i].total.stacks_lost;
+      const bool counting = s.engine_options.probes[pi].counting ||
+                            (pi < s.kernel_samples.size() && s.kernel_samples[pi]);
       for (std::size_t cpu = 0; cpu < run.last[i].hits_per_cpu.size(); ++cpu) {
         const std::uint64_t hits = run.last[i].hits_per_cpu[cpu];
         auto it = std::find_if(ps.per_cpu.begin(), ps.per_cpu.end(),

@@ -77,6 +77,12 @@ std::vector<OptionSpec> aggregate_options() {
        .required = false,
        .help = "placed in the kernel: keys its map holds per interval (default 10240); the "
                "events of keys that do not fit are counted as lost"},
+      {.name = "max_stacks",
+       .type = OptionSpec::Type::kInt,
+       .required = false,
+       .help = "placed in the kernel with a stack key: distinct stacks its stack-trace map "
+               "holds for the whole run (default 16384); the events of stacks that do not fit "
+               "are counted as lost"},
   };
 }
 
@@ -223,6 +229,12 @@ void AggregateStage::configure_common(StageOptions& opts) {
     else
       max_keys_ = static_cast<std::uint32_t>(*m);
   }
+  if (auto m = opts.integer("max_stacks")) {
+    if (*m <= 0 || *m > (std::int64_t{1} << 20))
+      opts.diags().add(opts.where("max_stacks"), "option 'max_stacks' must be in 1..1048576");
+    else
+      max_stacks_ = static_cast<std::uint32_t>(*m);
+  }
   if (auto f = opts.string("field")) {
     value_name_ = *f;
     value_where_ = opts.where("field");
@@ -230,7 +242,10 @@ void AggregateStage::configure_common(StageOptions& opts) {
 }
 
 KernelForm AggregateStage::kernel_base(KernelForm::Agg agg) const {
-  KernelForm f{.kind = KernelForm::Kind::kAggregate, .agg = agg, .max_keys = max_keys_};
+  KernelForm f{.kind = KernelForm::Kind::kAggregate,
+               .agg = agg,
+               .max_keys = max_keys_,
+               .max_stacks = max_stacks_};
   for (const auto& [name, where] : by_names_)
     f.by.push_back(name);
   f.value = value_name_;
@@ -245,6 +260,10 @@ std::string_view AggregateStage::key_of(const KernelRow& row) {
           using T = std::decay_t<decltype(c)>;
           if constexpr (std::is_same_v<T, std::string>)
             keys_enc_.add(Value{std::string_view(c)});
+          else if constexpr (std::is_same_v<T, KernelIps>)
+            keys_enc_.add(Value{IpList{.ips = {.data = reinterpret_cast<const std::byte*>(c.ips.data()),
+                                               .size = c.ips.size()},
+                                       .pid = c.pid}});
           else
             keys_enc_.add(Value{c});
         },

@@ -390,6 +390,7 @@ class AggregateStage : public Stage, public Aggregation {
   std::vector<FieldRef> by_;
   std::optional<std::int64_t> top_;
   std::uint32_t max_keys_ = 10240;
+  std::uint32_t max_stacks_ = 16384;
   std::optional<std::chrono::nanoseconds> every_;
   std::string value_name_;
   SourceRegion value_where_;

@@ -221,6 +221,8 @@ std::string key_text(const Row& r) {
             out += "-";
           else if constexpr (std::is_same_v<T, std::string>)
             out += x;
+          else if constexpr (std::is_same_v<T, Ips>)
+            out += fmt::format("{}@{:x}", x.pid, fmt::join(x.ips, ","));
           else
             out += std::to_string(x);
         },

@@ -5,12 +5,15 @@
 #include <fmt/core.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <regex>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/elf_symbols.hpp"
@@ -279,26 +282,194 @@ by = ["comm", "kstack"]
   EXPECT_GE(entry * 10, in_kernel * 9) << r.out;
 }
 
-TEST(Stacks, StackKeysArePlacedInUserSpaceWithTheReason) {
+// Stack keys go into the kernel (bpf_get_stackid into a stack-trace map) by default; a stack
+// unwound with DWARF needs the stack's bytes in user space and stays there with the reason.
+TEST(KernelStacks, StackKeysArePlacedInTheKernelUnlessUnwoundWithDwarf) {
   TempDir dir;
-  const std::string body = R"([[probe]]
-name = "sw"
-tracepoint = "sched:sched_switch"
+  const auto recipe = [&](const std::string& head, const std::string& unwind) {
+    return write_recipe(dir, fmt::format(R"([recipe]
+name = "k"
+{}
+[[probe]]
+name = "cpu"
+software = "cpu-clock"
+callchain = true
+{}
+[[stage]]
+use = "count"
+by = ["comm", "ustack"]
+)",
+                                         head, unwind));
+  };
+  const auto plan = run_tracer("check --plan " + recipe("", "").string());
+  EXPECT_EQ(plan.exit_code, 0) << plan.err;
+  EXPECT_NE(plan.out.find("count      kernel  aggregates in BPF maps"), std::string::npos)
+      << plan.out;
+  const auto dwarf = run_tracer("check --plan " + recipe("", R"(unwind = "dwarf")").string());
+  EXPECT_EQ(dwarf.exit_code, 0) << dwarf.err;
+  EXPECT_NE(dwarf.out.find("user"), std::string::npos) << dwarf.out;
+  EXPECT_NE(dwarf.out.find("field 'ustack' of probe 'cpu' is unwound with DWARF"),
+            std::string::npos)
+      << dwarf.out;
+  const auto refused = run_tracer("check --plan " +
+                                  recipe(R"(placement = "kernel")", R"(unwind = "dwarf")").string());
+  EXPECT_EQ(refused.exit_code, 2);
+  EXPECT_NE(refused.err.find("unwound with DWARF"), std::string::npos) << refused.err;
+}
+
+/// The rows of a --json output's count table keyed by stacks, each as its frames and count,
+/// sorted (the two placements list equal rows in either order).
+std::vector<std::string> sorted_rows(const std::string& json) {
+  std::vector<std::string> out;
+  for (const auto& row : stack_rows(json)) {
+    std::string text;
+    for (const auto& [sym, module] : row.frames)
+      text += sym + "@" + module + ";";
+    out.push_back(fmt::format("{} {}", text, row.count));
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// A uprobe in a shared library, system-wide, called 2 x 1500 times from two processes on the two
+// CPUs: the stacks aggregated in the kernel (stack ids, symbolized once per stack when the table
+// is made, after both processes exited) give the table user space gives from every sample's
+// callchain, run side by side on the same calls; bpftrace's count of the same probe agrees.
+TEST(KernelStacks, UprobeStackKeysInTheKernelEqualUserSpaceAndBpftrace) {
+  TempDir dir;
+  const std::string probe = fmt::format("{}:tracer_lib_fn", TRACER_TARGET_LIB);
+  const auto recipe = [&](const char* placement) {
+    const auto p = dir.path() / fmt::format("{}.toml", placement);
+    std::ofstream(p) << fmt::format(R"([recipe]
+name = "ustacks"
+placement = "{}"
+[[probe]]
+name = "fn"
+uprobe = "{}"
 callchain = true
 [[stage]]
 use = "count"
-by = ["kstack"]
-)";
-  const auto autod = write_recipe(dir, "[recipe]\nname = \"k\"\n" + body);
-  const auto plan = run_tracer("check --plan " + autod.string());
-  EXPECT_EQ(plan.exit_code, 0) << plan.err;
-  EXPECT_NE(plan.out.find("user"), std::string::npos) << plan.out;
-  EXPECT_NE(plan.out.find("field 'kstack' of probe 'sw' is a stack"), std::string::npos)
-      << plan.out;
-  const auto kernel = write_recipe(dir, "[recipe]\nname = \"k\"\nplacement = \"kernel\"\n" + body);
-  const auto refused = run_tracer("check --plan " + kernel.string());
-  EXPECT_EQ(refused.exit_code, 2);
-  EXPECT_NE(refused.err.find("is a stack"), std::string::npos) << refused.err;
+by = ["ustack"]
+)",
+                                    placement, probe);
+    return p;
+  };
+  const bool bpftrace = fs::exists("/usr/bin/bpftrace");
+  std::vector<pid_t> runs;
+  std::map<std::string, fs::path> outs;
+  for (const char* placement : {"kernel", "user"}) {
+    outs[placement] = dir.path() / fmt::format("{}.out", placement);
+    runs.push_back(tracer::testing::spawn_to_file(
+        {TRACER_CLI_PATH, "run", recipe(placement).string(), "--json", "-d", "5s"},
+        outs[placement], dir.path() / fmt::format("{}.err", placement)));
+  }
+  const auto bt_out = dir.path() / "bt.out";
+  if (bpftrace) {
+    const auto bt = dir.path() / "u.bt";
+    std::ofstream(bt) << fmt::format(
+        "uprobe:{} {{ @[ustack] = count(); }}\ninterval:ms:5000 {{ exit(); }}\n", probe);
+    runs.push_back(tracer::testing::spawn_to_file({"/usr/bin/bpftrace", bt.string()}, bt_out));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(2000));
+  const auto w = shell(fmt::format("taskset -c 0 {0} 1500 >/dev/null & taskset -c 1 {0} 1500 "
+                                   ">/dev/null & wait",
+                                   TRACER_LIB_USER));
+  ASSERT_EQ(w.exit_code, 0) << w.err;
+  for (const pid_t pid : runs)
+    ASSERT_TRUE(tracer::testing::exited_ok(pid));
+  const std::string kernel = slurp(outs["kernel"]), user = slurp(outs["user"]);
+  const auto k_rows = stack_rows(kernel);
+  ASSERT_EQ(k_rows.size(), 1U) << "one stack for every call: " << kernel;
+  EXPECT_EQ(k_rows.front().count, 3000U) << kernel;
+  ASSERT_GE(k_rows.front().frames.size(), 2U) << kernel;
+  EXPECT_EQ(k_rows.front().frames[0].first, "tracer_lib_fn");
+  EXPECT_TRUE(k_rows.front().frames[0].second.ends_with("/libtracer_target.so"));
+  EXPECT_EQ(k_rows.front().frames[1].first, "main");
+  EXPECT_EQ(sorted_rows(kernel), sorted_rows(user));
+  EXPECT_NE(kernel.find(R"("fn":{"events":3000,"lost":0)"), std::string::npos) << kernel;
+  if (bpftrace) {  // bpftrace names no frame of an exited process: its count is the check
+    std::uint64_t total = 0;
+    const std::string theirs = slurp(bt_out);
+    const std::regex count(R"re(\]: (\d+))re");
+    for (auto it = std::sregex_iterator(theirs.begin(), theirs.end(), count);
+         it != std::sregex_iterator(); ++it)
+      total += std::stoull((*it)[1]);
+    EXPECT_EQ(total, 3000U) << theirs;
+  }
+}
+
+// The profile recipe system-wide runs in the kernel (a perf_event program on each CPU's
+// cpu-clock event: no sample crosses a ring) and still names a busy program's functions in call
+// order, its user frames from the task records of a process that exited before the table.
+TEST(KernelStacks, SystemWideProfileAggregatesInTheKernelAndNamesTheBusyFunctions) {
+  TempDir dir;
+  const auto out = dir.path() / "profile.out";
+  const auto err = dir.path() / "profile.err";
+  const auto plan = run_tracer(fmt::format("check --plan {}/profile.toml", TRACER_CONFIGS_DIR));
+  EXPECT_NE(plan.out.find("count      kernel"), std::string::npos) << plan.out;
+  const pid_t t = tracer::testing::spawn_to_file(
+      {TRACER_CLI_PATH, "run", std::string(TRACER_CONFIGS_DIR) + "/profile.toml", "--json", "-d",
+       "4s", "--set", "hz=499"},
+      out, err);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  ASSERT_EQ(shell(fmt::format("{} 1200", TRACER_BUSY_LOOP)).exit_code, 0);
+  ASSERT_TRUE(tracer::testing::exited_ok(t)) << slurp(err);
+  const std::string json = slurp(out);
+  std::uint64_t total = 0, in_path = 0, all = 0;
+  for (const auto& row : stack_rows(json)) {
+    all += row.count;
+    if (row.line.find(R"("comm":"tracer_busy_loo")") == std::string::npos)
+      continue;
+    total += row.count;
+    if (has_path(row, {"tracer_busy_spin", "tracer_busy_outer", "main"}))
+      in_path += row.count;
+  }
+  EXPECT_GE(total, 100U) << json;  // 499 Hz of up to 1.2 s of the loop's CPU time
+  EXPECT_GE(in_path * 10, total * 8) << json;
+  // The samples were the program's: the probe's events are its hits, and its ring carried only
+  // task records (MMAP2, COMM, FORK), no sample.
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(json, m,
+                                std::regex(R"re("cpu":\{"events":(\d+),"lost":0,"bytes":(\d+))re")))
+      << json;
+  EXPECT_GE(std::stoull(m[1]), total);
+  EXPECT_GE(std::stoull(m[1]), all);  // top = 20 cuts rows: the table holds at most the events
+}
+
+// A stack-trace map too small for the stacks (max_stacks = 1: one bucket) takes the first stack;
+// the events of another are counted as lost, never aggregated under a wrong stack. Two
+// processes of the same PIE make 400 and 300 lseek calls one after the other: their user
+// stacks differ (address-space randomization), so the second's 300 are lost, exactly.
+TEST(KernelStacks, StacksThatDoNotFitTheStackMapAreCountedAsLost) {
+  TempDir dir;
+  const auto recipe = write_recipe(dir, R"([recipe]
+name = "tiny"
+placement = "kernel"
+[[probe]]
+name = "lseek"
+tracepoint = "syscalls:sys_enter_lseek"
+callchain = true
+[[stage]]
+use = "filter"
+expr = "fd == 12345"
+[[stage]]
+use = "count"
+by = ["ustack"]
+max_stacks = 1
+)");
+  const auto out = dir.path() / "tiny.out";
+  const pid_t t = tracer::testing::spawn_to_file(
+      {TRACER_CLI_PATH, "run", recipe.string(), "--json", "-d", "4s"}, out);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  ASSERT_EQ(shell(fmt::format("{0} lseek 400 0 && {0} lseek 300 1", TRACER_SYSCALLER_PATH))
+                .exit_code,
+            0);
+  ASSERT_TRUE(tracer::testing::exited_ok(t));
+  const std::string json = slurp(out);
+  const auto rows = stack_rows(json);
+  ASSERT_EQ(rows.size(), 1U) << json;
+  EXPECT_EQ(rows.front().count, 400U) << json;
+  EXPECT_NE(json.find(R"("lseek":{"events":700,"lost":300,)"), std::string::npos) << json;
 }
 
 TEST(Stacks, ReplayOfAPerfRecordGFileNamesEveryFrameAsPerfScriptDoes) {

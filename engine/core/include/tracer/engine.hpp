@@ -264,7 +264,8 @@ struct ProbeStats {
   /// program counts every failure.
   std::uint64_t bpf_output_drops = 0;
   /// Placed in the kernel (tracer::Session): events an aggregation's map had no room for (its
-  /// max_keys), counted by the probe's program. Lost, and reported as such.
+  /// max_keys, or a stack the stack-trace map could not hold), counted by the probe's program.
+  /// Lost, and reported as such.
   std::uint64_t kernel_dropped = 0;
   [[nodiscard]] RingStats total() const noexcept;
 };
@@ -358,8 +359,10 @@ class Engine {
   /// on one event: a tracepoint's or probe's program runs on every CPU and for every task, so
   /// it must filter its targets itself). After start(), before the first batch of a command
   /// target (whose command starts once the reactor runs). The program stays attached until the
-  /// events close at stop(). Throws tracer::Error (kRuntime) with the errno.
-  void attach_bpf(std::uint32_t probe, int prog_fd);
+  /// events close at stop(). `every_event`: a BPF_PROG_TYPE_PERF_EVENT program (a sampling
+  /// event's: cpu-clock, a hardware counter) belongs to one event, so it goes on each CPU's.
+  /// Throws tracer::Error (kRuntime) with the errno.
+  void attach_bpf(std::uint32_t probe, int prog_fd, bool every_event = false);
 
   struct Impl;
 

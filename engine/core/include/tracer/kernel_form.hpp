@@ -44,15 +44,25 @@ struct KernelForm {
   std::string value{};  // the aggregated field (all but count)
   std::int64_t lhist_min = 0, lhist_max = 0, lhist_step = 1;
   std::uint32_t max_keys = 10240;  // the kernel map's size per interval
+  std::uint32_t max_stacks = 16384;  // stack keys: distinct stacks the run's stack map holds
 
   // kLatency: entry/exit pairing; the exit hands `duration` on.
   std::string entry{}, exit{}, key{}, exit_key{};
   std::uint32_t max_pending = 65536;
 };
 
+/// A stack key of an in-kernel aggregation: its addresses as a callchain value holds them
+/// (IpList: leaf first; `callchain` with its PERF_CONTEXT_* markers) and the process that
+/// symbolizes its user addresses.
+struct KernelIps {
+  std::vector<std::uint64_t> ips;
+  std::uint32_t pid = 0;
+};
+
 /// One key's state an in-kernel aggregation computed over an interval (Aggregation::absorb).
 struct KernelRow {
-  std::vector<std::variant<std::monostate, std::int64_t, std::uint64_t, double, std::string>>
+  std::vector<
+      std::variant<std::monostate, std::int64_t, std::uint64_t, double, std::string, KernelIps>>
       keys{};
   std::uint64_t count = 0;            // events aggregated
   std::int64_t value = 0;             // sum (sum, avg), min, max

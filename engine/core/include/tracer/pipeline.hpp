@@ -90,6 +90,10 @@ class Pipeline {
 
   /// The hot path: builds events for the batch and runs them through the stages.
   void on_batch(const Batch& batch) noexcept;
+  /// A pipeline whose events stay in the kernel (tracer::Session placement): only the task
+  /// records of the batch, which teach the symbolizer the processes' maps (when stacks are
+  /// bound: the kernel's stack keys are symbolized as their rows are absorbed).
+  void on_task_records(const Batch& batch) noexcept;
   /// A BatchHandler that calls on_batch (the pipeline must outlive it).
   [[nodiscard]] BatchHandler handler();
   /// The engine finished a pass over every ring (Engine::on_round), or a perf.data file's
@@ -143,6 +147,8 @@ class Pipeline {
   void dispatch() noexcept;
   /// MMAP, MMAP2, FORK and exec COMM records to the schema's symbolizer (when stacks_).
   void track_maps(const perf::Record& record) noexcept;
+  /// One record of on_batch into the time-order merge.
+  void push_ordered(const RecordRef& r) noexcept;
   void drain_order() noexcept;
   /// A sample the engine handed on undecoded (EngineOptions::decode_samples = false), decoded
   /// into decoded_[slot]; nullptr if it does not decode.
