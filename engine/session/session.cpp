@@ -205,8 +205,8 @@ struct Session::Impl {
   EngineOptions engine_options;  // what engine was made with (placement may remake it)
   asio::any_io_executor executor;
   std::vector<session::PipelinePlace> places;
-  std::vector<KernelRun> kernel;  // before engine in destruction: programs detach with events
-  std::vector<bool> in_kernel;    // per pipeline: placed in the kernel
+  std::vector<KernelRun> kernel;     // before engine in destruction: programs detach with events
+  std::vector<bool> in_kernel;       // per pipeline: placed in the kernel
   std::vector<bool> kernel_samples;  // per probe: a sampling event whose samples its program
                                      // aggregates (none reach its ring)
   asio::steady_timer deadline, ticker;

@@ -261,9 +261,10 @@ std::string_view AggregateStage::key_of(const KernelRow& row) {
           if constexpr (std::is_same_v<T, std::string>)
             keys_enc_.add(Value{std::string_view(c)});
           else if constexpr (std::is_same_v<T, KernelIps>)
-            keys_enc_.add(Value{IpList{.ips = {.data = reinterpret_cast<const std::byte*>(c.ips.data()),
-                                               .size = c.ips.size()},
-                                       .pid = c.pid}});
+            keys_enc_.add(
+                Value{IpList{.ips = {.data = reinterpret_cast<const std::byte*>(c.ips.data()),
+                                     .size = c.ips.size()},
+                             .pid = c.pid}});
           else
             keys_enc_.add(Value{c});
         },

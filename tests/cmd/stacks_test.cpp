@@ -311,8 +311,8 @@ by = ["comm", "ustack"]
   EXPECT_NE(dwarf.out.find("field 'ustack' of probe 'cpu' is unwound with DWARF"),
             std::string::npos)
       << dwarf.out;
-  const auto refused = run_tracer("check --plan " +
-                                  recipe(R"(placement = "kernel")", R"(unwind = "dwarf")").string());
+  const auto refused = run_tracer(
+      "check --plan " + recipe(R"(placement = "kernel")", R"(unwind = "dwarf")").string());
   EXPECT_EQ(refused.exit_code, 2);
   EXPECT_NE(refused.err.find("unwound with DWARF"), std::string::npos) << refused.err;
 }
@@ -360,8 +360,8 @@ by = ["ustack"]
   for (const char* placement : {"kernel", "user"}) {
     outs[placement] = dir.path() / fmt::format("{}.out", placement);
     runs.push_back(tracer::testing::spawn_to_file(
-        {TRACER_CLI_PATH, "run", recipe(placement).string(), "--json", "-d", "5s"},
-        outs[placement], dir.path() / fmt::format("{}.err", placement)));
+        {TRACER_CLI_PATH, "run", recipe(placement).string(), "--json", "-d", "5s"}, outs[placement],
+        dir.path() / fmt::format("{}.err", placement)));
   }
   const auto bt_out = dir.path() / "bt.out";
   if (bpftrace) {
@@ -371,9 +371,10 @@ by = ["ustack"]
     runs.push_back(tracer::testing::spawn_to_file({"/usr/bin/bpftrace", bt.string()}, bt_out));
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(2000));
-  const auto w = shell(fmt::format("taskset -c 0 {0} 1500 >/dev/null & taskset -c 1 {0} 1500 "
-                                   ">/dev/null & wait",
-                                   TRACER_LIB_USER));
+  const auto w =
+      shell(fmt::format("taskset -c 0 {0} 1500 >/dev/null & taskset -c 1 {0} 1500 "
+                        ">/dev/null & wait",
+                        TRACER_LIB_USER));
   ASSERT_EQ(w.exit_code, 0) << w.err;
   for (const pid_t pid : runs)
     ASSERT_TRUE(tracer::testing::exited_ok(pid));
@@ -461,9 +462,8 @@ max_stacks = 1
   const pid_t t = tracer::testing::spawn_to_file(
       {TRACER_CLI_PATH, "run", recipe.string(), "--json", "-d", "4s"}, out);
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));
-  ASSERT_EQ(shell(fmt::format("{0} lseek 400 0 && {0} lseek 300 1", TRACER_SYSCALLER_PATH))
-                .exit_code,
-            0);
+  ASSERT_EQ(
+      shell(fmt::format("{0} lseek 400 0 && {0} lseek 300 1", TRACER_SYSCALLER_PATH)).exit_code, 0);
   ASSERT_TRUE(tracer::testing::exited_ok(t));
   const std::string json = slurp(out);
   const auto rows = stack_rows(json);

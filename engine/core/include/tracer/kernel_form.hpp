@@ -43,7 +43,7 @@ struct KernelForm {
   std::vector<std::string> by{};
   std::string value{};  // the aggregated field (all but count)
   std::int64_t lhist_min = 0, lhist_max = 0, lhist_step = 1;
-  std::uint32_t max_keys = 10240;  // the kernel map's size per interval
+  std::uint32_t max_keys = 10240;    // the kernel map's size per interval
   std::uint32_t max_stacks = 16384;  // stack keys: distinct stacks the run's stack map holds
 
   // kLatency: entry/exit pairing; the exit hands `duration` on.
