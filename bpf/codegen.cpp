@@ -49,7 +49,7 @@ constexpr std::uint32_t kMaxStringKey = 256;    // bytes of one string key or bu
 constexpr std::uint32_t kMaxKeySize = 320;      // the key lives on the 512-byte BPF stack
 constexpr std::uint32_t kMaxValueSize = 32768;  // a per-CPU value: PCPU_MIN_UNIT_SIZE
 constexpr std::uint32_t kMaxProbes = 64;
-constexpr std::uint32_t kMaxStackDepth = 1024;  // frames of one stack-trace map entry
+constexpr std::uint32_t kMaxStackDepth = 1024;  // frames of one stack map entry
 constexpr std::uint32_t kMaxFilterNodes = 256;
 constexpr int kMaxFilterDepth = 64;
 constexpr std::uint64_t kPercpuPreallocBudget = 64ULL << 20;  // both generations, every CPU
@@ -414,10 +414,10 @@ Result<std::vector<ColumnPlan>> plan_columns(const KernelPlan& plan) {
       }
     }
     switch (cp.type) {
-      case VType::kStack:  // {kernel id, user id, tgid}
+      case VType::kStack:  // {kernel hash, user hash, tgid, 0}
         cp.col.type = KeyColumn::Type::kStack;
-        cp.col.size = 12;
-        cp.align = 4;
+        cp.col.size = 24;
+        cp.align = 8;
         break;
       case VType::kNone:  // no probe has it: every key cell is none
         cp.col.type = KeyColumn::Type::kInt;
@@ -703,7 +703,6 @@ enum {
 	BPF_MAP_TYPE_ARRAY = 2,
 	BPF_MAP_TYPE_PERCPU_HASH = 5,
 	BPF_MAP_TYPE_PERCPU_ARRAY = 6,
-	BPF_MAP_TYPE_STACK_TRACE = 7,
 	BPF_MAP_TYPE_ARRAY_OF_MAPS = 12,
 };
 enum { BPF_ANY = 0, BPF_NOEXIST = 1 };
@@ -743,8 +742,8 @@ class ProbeGen {
     const Role role = role_of(plan_, index_);
     const bool kp = is_kprobe_family(p_.kind);
     w_.line("SEC(\"{}\")", p_.kind == ProbeKind::kPerfEvent ? "perf_event"
-                           : kp                              ? "kprobe"
-                                                             : "tracepoint");
+                           : kp                             ? "kprobe"
+                                                            : "tracepoint");
     w_.line("int {}(void *ctx)", fn);
     w_.line("{{");
     w_.in();
@@ -1190,20 +1189,17 @@ class ProbeGen {
     }
   }
 
-  // A stack key: ids in tr_stacks. No stack (EFAULT: a kernel thread's user stack, a user-mode
-  // sample's kernel stack) is id -1, an empty stack; one that does not fit (EEXIST: another stack
-  // holds its hash bucket; ENOMEM: the map is full) is counted, not aggregated.
+  // A stack key: the stack's 64-bit hash, the stack stored under it in tr_stacks (tr_stack_key).
+  // No stack (a kernel thread's user stack, a user-mode sample's kernel stack) is hash 0, an
+  // empty stack; one that does not fit the map is counted, not aggregated.
   void emit_stack(const std::string& member, Source source) {
     const bool kernel = source != Source::kUserStack, user = source != Source::kKernelStack;
     const auto get = [&](std::string_view part, std::string_view flags) {
-      w_.line("{}.{} = bpf_get_stackid(ctx, &tr_stacks, {});", member, part, flags);
-      w_.line("if ({0}.{1} < 0 && {0}.{1} != -TR_EFAULT) {{", member, part);
+      w_.line("if (tr_stack_key{}(ctx, {}, &{}.{}) != 0) {{", atomic_suffix(), flags, member, part);
       w_.line("\tTR_INC{}(&tr_st->stacks_lost);", atomic_suffix());
       w_.line("\t{}", ret());
       w_.line("}}");
     };
-    w_.line("{}.kernel = -1;", member);
-    w_.line("{}.user = -1;", member);
     if (kernel)
       get("kernel", "0");
     if (user) {
@@ -1266,7 +1262,7 @@ void emit_maps(const KernelPlan& plan, const Layout& l, bool tgid_map, Writer& w
     std::uint32_t align = 1;
     for (const auto& c : l.columns)
       align = std::max(align, c.type == KeyColumn::Type::kString && !c.probe_name ? 1U
-                              : c.type == KeyColumn::Type::kStack                 ? 4U
+                              : c.type == KeyColumn::Type::kStack                 ? 8U
                                                                                   : c.size);
     w.line("/* The key: packed, every integer at a multiple of its size, strings after them. */");
     w.line("struct tr_key {{");
@@ -1280,8 +1276,9 @@ void emit_maps(const KernelPlan& plan, const Layout& l, bool tgid_map, Writer& w
     for (const std::size_t i : order) {
       const KeyColumn& c = l.columns[i];
       if (c.type == KeyColumn::Type::kStack)
-        w.line("struct {{ __s32 kernel, user; __u32 tgid; }} k{}; /* {}: ids in tr_stacks */", i,
-               c.name);
+        w.line(
+            "struct {{ __u64 kernel, user; __u32 tgid, pad; }} k{}; /* {}: hashes in tr_stacks */",
+            i, c.name);
       else if (c.type == KeyColumn::Type::kString && !c.probe_name)
         w.line("char k{}[{}]; /* {} */", i, c.size, c.name);
       else
@@ -1406,11 +1403,26 @@ void emit_maps(const KernelPlan& plan, const Layout& l, bool tgid_map, Writer& w
   w.line("}} {} SEC(\".maps\") = {{ .values = {{ [0] = &{} }} }};", kSyncMap, kSyncInnerMap);
   w.blank();
   if (l.stacks) {
-    w.line("/* Stack keys: bpf_get_stackid's ids, never reused or cleared during the run. */");
+    w.line(
+        "/* Stack keys: a stack is stored under its hash, never removed during the run. The map");
+    w.line(
+        " * is preallocated: a perf event's program runs in interrupt context, where allocating");
+    w.line(" * a new element can fail. */");
+    w.line("#define TR_STACK_DEPTH {}", agg.stack_depth);
+    w.line("struct tr_stack {{");
+    w.line("\t__u64 seq; /* the scratch buffer's writes (a uprobe's program is preemptible) */");
+    w.line("\t__u64 ips[TR_STACK_DEPTH];");
+    w.line("}};");
     w.line("struct {{");
-    w.line("\t__uint(type, BPF_MAP_TYPE_STACK_TRACE);");
-    w.line("\t__uint(max_entries, {});", agg.max_stacks);
+    w.line("\t__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);");
+    w.line("\t__uint(max_entries, 1);");
     w.line("\t__type(key, __u32);");
+    w.line("\t__type(value, struct tr_stack);");
+    w.line("}} tr_scratch SEC(\".maps\");");
+    w.line("struct {{");
+    w.line("\t__uint(type, BPF_MAP_TYPE_HASH);");
+    w.line("\t__uint(max_entries, {});", agg.max_stacks);
+    w.line("\t__type(key, __u64);");
     w.line("\t__uint(value_size, {});", agg.stack_depth * 8);
     w.line("}} {} SEC(\".maps\");", kStacksMap);
     w.blank();
@@ -1435,6 +1447,80 @@ void emit_maps(const KernelPlan& plan, const Layout& l, bool tgid_map, Writer& w
   }
 }
 
+/// tr_stack_key (non-preemptible programs) and tr_stack_key_ATOMIC (uprobes, which may be
+/// preempted by another task's run of them on the same CPU): the stack of this event stored in
+/// tr_stacks under its 64-bit hash.
+void emit_stack_helpers(Writer& w) {
+  for (const bool guarded : {false, true}) {
+    w.raw(
+        guarded
+            ? R"C(/* The same, for a preemptible program: the scratch buffer is per CPU, so another task's run
+ * may write it between this one's writes and reads. Its counter is bumped before and after each
+ * write; a run that sees another's bump in between lets its stack go (counted as lost). */
+static __always_inline int tr_stack_key_ATOMIC(void *ctx, __u64 flags, __u64 *key)
+)C"
+            : R"C(/* *key = the hash of this event's stack (bpf_get_stack: kernel, or user with
+ * TR_F_USER_STACK), the stack stored under it; 0 for no stack. Nonzero: it could not be
+ * stored (the map is full). */
+static __always_inline int tr_stack_key(void *ctx, __u64 flags, __u64 *key)
+)C");
+    w.raw(R"C({
+	__u32 zero = 0;
+	struct tr_stack *buf = bpf_map_lookup_elem(&tr_scratch, &zero);
+	if (!buf)
+		return 1;
+)C");
+    if (guarded)
+      w.raw("\t__u64 seq = __sync_fetch_and_add(&buf->seq, 1) + 2;\n");
+    w.raw(R"C(	long n = bpf_get_stack(ctx, buf->ips, sizeof(buf->ips), flags);
+)C");
+    if (guarded)
+      w.raw(R"C(	if (__sync_fetch_and_add(&buf->seq, 1) + 1 != seq)
+		return 1;
+)C");
+    w.raw(R"C(	if (n <= 0) {
+		*key = 0;
+		return n == 0 || n == -TR_EFAULT ? 0 : 1;
+	}
+	__u32 nr = n / 8;
+	__u64 h = 0x9e3779b97f4a7c15ULL ^ nr;
+	for (__u32 i = 0; i < TR_STACK_DEPTH; i++) {
+		if (i >= nr)
+			break;
+		h = (h ^ buf->ips[i]) * 0xff51afd7ed558ccdULL;
+		h ^= h >> 32;
+	}
+	h ^= h >> 33;
+	h *= 0xc4ceb9fe1a85ec53ULL;
+	h ^= h >> 33;
+	if (h == 0)
+		h = 1;
+	int added = 0;
+	if (!bpf_map_lookup_elem(&tr_stacks, &h)) {
+		long err = bpf_map_update_elem(&tr_stacks, &h, buf->ips, BPF_NOEXIST);
+		if (err == 0)
+			added = 1;
+		else if (err != -TR_EEXIST)
+			return 1;
+	}
+)C");
+    if (guarded)
+      w.raw(R"C(	if (*(volatile __u64 *)&buf->seq != seq) {
+		if (added)
+			bpf_map_delete_elem(&tr_stacks, &h);
+		return 1;
+	}
+)C");
+    else
+      w.raw("\t(void)added;\n");
+    w.raw(R"C(	*key = h;
+	return 0;
+}
+
+)C");
+  }
+}
+
 void emit_helpers(const KernelPlan& plan, const Layout& l, Writer& w) {
   const Aggregation& agg = plan.aggregation;
   w.raw(R"C(#define TR_INC(p) (*(p) += 1)
@@ -1455,6 +1541,8 @@ static __always_inline void tr_zero_after_nul(char *s, int n)
 }
 
 )C");
+  if (l.stacks)
+    emit_stack_helpers(w);
   bool misaligned = false;
   for (const auto& p : plan.probes) {
     const auto visit = [&](const Field& f) {

@@ -59,8 +59,8 @@ enum class Source : std::uint8_t {
   kArg,        // kprobe/uprobe argument `index` (0..5, PT_REGS_PARMn)      -> uint
   kRetval,     // kretprobe/uretprobe return value (PT_REGS_RC)             -> int
   kDuration,   // latency: exit time - entry time, ns (exit probe, after pairing) -> uint
-  // Stacks (keys only): ids from bpf_get_stackid into the stack-trace map tr_stacks; the reader
-  // turns them back into addresses (Cell Ips).
+  // Stacks (keys only): bpf_get_stack's frames stored in tr_stacks under their 64-bit hash, the
+  // key; the reader turns hashes back into addresses (Cell Ips).
   kKernelStack,  // the kernel part                                    -> Ips (pid 0)
   kUserStack,    // the user part (with the tgid that symbolizes it)    -> Ips
   kCallchain,    // both, with perf's PERF_CONTEXT_KERNEL/USER markers  -> Ips
@@ -153,10 +153,10 @@ struct Aggregation {
   /// Bytes kept of a __data_loc string key, NUL included (longer ones are cut and counted in
   /// Snapshot::truncated). At most 256.
   std::uint32_t string_key_bytes = 128;
-  /// Stack keys: the stack-trace map's entries (distinct stacks over the whole run: ids stay
-  /// valid across intervals) and the frames kept of each (at most kernel.perf_event_max_stack).
-  /// A stack whose hash bucket holds another one (bpf_get_stackid's EEXIST) is not aggregated:
-  /// its event is counted (Stats::stacks_lost).
+  /// Stack keys: the stack map's entries (distinct stacks over the whole run: a stack stays
+  /// under its hash across intervals) and the frames kept of each (at most
+  /// kernel.perf_event_max_stack). The event of a stack that does not fit is not aggregated: it
+  /// is counted (Stats::stacks_lost).
   std::uint32_t max_stacks = 16384;
   std::uint32_t stack_depth = 127;
 };
@@ -217,7 +217,7 @@ struct KernelPlan {
 /// Where one key column lives in the packed key struct and what it decodes to.
 struct KeyColumn {
   std::string name;
-  /// kStack: {__s32 kernel id, __s32 user id, __u32 tgid} (12 bytes; an id < 0 is no stack).
+  /// kStack: {__u64 kernel hash, __u64 user hash, __u32 tgid, pad} (24 bytes; hash 0: no stack).
   enum class Type : std::uint8_t { kInt, kUint, kString, kStack } type = Type::kInt;
   std::uint32_t offset = 0, size = 0;  // in the key struct
   bool is_signed = false;              // integer storage
@@ -273,7 +273,7 @@ struct Stats {
   std::uint64_t out_of_order = 0;
   std::uint64_t entries_dropped = 0;  // the pending-entry map was full
   std::uint64_t targets_dropped = 0;  // follow_children: the target map was full
-  std::uint64_t stacks_lost = 0;      // events whose stack did not fit the stack-trace map
+  std::uint64_t stacks_lost = 0;      // events whose stack did not fit the stack map
 };
 
 struct GeneratedProgram {

@@ -213,19 +213,19 @@ Cell Reader::decode_key(const KeyColumn& c, const std::byte* key) const {
   return std::monostate{};
 }
 
-const std::vector<std::uint64_t>& Reader::stack_of(std::int32_t id) const {
+const std::vector<std::uint64_t>& Reader::stack_of(std::uint64_t hash) const {
   static const std::vector<std::uint64_t> kNone;
-  if (id < 0)
+  if (hash == 0)
     return kNone;  // no stack: a user stack of a kernel thread, a kernel stack of a user sample
-  if (auto it = stacks_.find(id); it != stacks_.end())
+  if (auto it = stacks_.find(hash); it != stacks_.end())
     return it->second;
   auto fd = obj_->map_fd(kStacksMap);
   std::vector<std::uint64_t> ips(prog_.plan.aggregation.stack_depth, 0);
   std::vector<std::uint64_t> out;
-  if (fd && bpf_map_lookup_elem(*fd, &id, ips.data()) == 0) {
-    // The kernel zero-fills past the last frame. A perf_event program's stack is cut from the
-    // sample's own callchain, which may hold PERF_CONTEXT_* markers: dropped here, and written
-    // again where a callchain key wants them.
+  if (fd && bpf_map_lookup_elem(*fd, &hash, ips.data()) == 0) {
+    // bpf_get_stack zero-fills past the last frame. A perf event's program takes its stack from
+    // the sample's own callchain, which may hold PERF_CONTEXT_* markers: dropped here, and
+    // written again where a callchain key wants them.
     for (const std::uint64_t ip : ips) {
       if (ip == 0)
         break;
@@ -233,16 +233,14 @@ const std::vector<std::uint64_t>& Reader::stack_of(std::int32_t id) const {
         out.push_back(ip);
     }
   }
-  return stacks_.emplace(id, std::move(out)).first->second;
+  return stacks_.emplace(hash, std::move(out)).first->second;
 }
 
 Cell Reader::decode_stack(const KeyColumn& c, const std::byte* p) const {
-  const auto kernel_id = load<std::int32_t>(p);
-  const auto user_id = load<std::int32_t>(p + 4);
   Ips cell;
-  cell.pid = load<std::uint32_t>(p + 8);
-  const auto& k = stack_of(kernel_id);
-  const auto& u = stack_of(user_id);
+  const auto& k = stack_of(load<std::uint64_t>(p));
+  const auto& u = stack_of(load<std::uint64_t>(p + 8));
+  cell.pid = load<std::uint32_t>(p + 16);
   if (c.stack == Source::kCallchain) {
     if (!k.empty()) {
       cell.ips.push_back(kContextKernel);

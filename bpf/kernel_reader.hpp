@@ -75,11 +75,11 @@ struct Snapshot {
   std::uint32_t generation = 0;  // the generation these rows were read from
   // Cumulative counters (since load), at the time of the read.
   std::vector<ProbeStats> probes;
-  Stats pipeline;               // latency counters, targets_dropped (the pipeline's slot)
-  std::uint64_t map_full = 0;   // events whose key did not fit, every probe
-  std::uint64_t truncated = 0;  // string keys cut, every probe
+  Stats pipeline;                 // latency counters, targets_dropped (the pipeline's slot)
+  std::uint64_t map_full = 0;     // events whose key did not fit, every probe
+  std::uint64_t truncated = 0;    // string keys cut, every probe
   std::uint64_t stacks_lost = 0;  // events whose stack did not fit tr_stacks, every probe
-  std::uint64_t pending = 0;    // latency: entries waiting for their exit now
+  std::uint64_t pending = 0;      // latency: entries waiting for their exit now
 };
 
 struct ReaderOptions {
@@ -116,10 +116,10 @@ class Reader {
                              std::span<const std::byte> values,
                              std::uint32_t slot) const;
   [[nodiscard]] Cell decode_key(const KeyColumn& c, const std::byte* key) const;
-  /// A stack column's cell: the ids looked up in tr_stacks (each once: an id names the same
-  /// stack for the whole run, the map is never cleared and ids are never reused).
+  /// A stack column's cell: its hashes looked up in tr_stacks (each once: a hash names the same
+  /// stack for the whole run, the map is never cleared).
   [[nodiscard]] Cell decode_stack(const KeyColumn& c, const std::byte* p) const;
-  [[nodiscard]] const std::vector<std::uint64_t>& stack_of(std::int32_t id) const;
+  [[nodiscard]] const std::vector<std::uint64_t>& stack_of(std::uint64_t hash) const;
   [[nodiscard]] Snapshot empty_snapshot() const;
 
   Object* obj_;
@@ -127,7 +127,7 @@ class Reader {
   ReaderOptions opts_;
   std::uint32_t gen_ = 0;
   std::uint32_t cpus_ = 1;
-  mutable std::unordered_map<std::int32_t, std::vector<std::uint64_t>> stacks_;  // id -> ips
+  mutable std::unordered_map<std::uint64_t, std::vector<std::uint64_t>> stacks_;  // hash -> ips
 };
 
 /// The label bpftrace gives 2^power (plugins/stages/hist.cpp Hist::power_label): 1, 2 ... 512,

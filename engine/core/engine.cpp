@@ -245,6 +245,8 @@ void Engine::Impl::start() {
       attach_bpf_programs();  // reports probes that name a program without a BPF object
     }
     attach_hit_counters();
+    if (before_enable)
+      before_enable();
     if (target.kind != Target::Kind::kCommand) {
       for (auto& per_cpu : events) {
         for (auto& ce : per_cpu) {
@@ -458,6 +460,15 @@ void Engine::on_done(std::function<void()> handler) {
 
 void Engine::on_round(std::function<void()> handler) {
   impl_->round_handler = std::move(handler);
+}
+
+void Engine::before_enable(std::function<void()> handler) {
+  impl_->before_enable = std::move(handler);
+}
+
+void Engine::drain_now() {
+  if (impl_->running)
+    impl_->drain_all();
 }
 
 void Engine::start() {

@@ -73,6 +73,7 @@ struct Engine::Impl : std::enable_shared_from_this<Engine::Impl> {
   BatchHandler batch_handler;
   std::function<void()> done_handler;
   std::function<void()> round_handler;
+  std::function<void()> before_enable;
   std::vector<ProbeInfo> probes;
   std::vector<bool> counting;
   std::vector<std::vector<CpuEvents>> events;  // [probe][cpu slot]

@@ -181,6 +181,10 @@ void Pipeline::push_ordered(const RecordRef& r) noexcept {
   }
 }
 
+void Pipeline::flush_order() noexcept {
+  drain_order();
+}
+
 void Pipeline::on_task_records(const Batch& batch) noexcept {
   if (!stacks_)
     return;

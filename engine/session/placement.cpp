@@ -40,7 +40,7 @@ std::optional<gen::ProbeKind> gen_kind(ProbeKind k) {
   }
 }
 
-/// kernel.perf_event_max_stack: the deepest stack a stack-trace map may hold (127 by default).
+/// kernel.perf_event_max_stack: the deepest callchain the kernel takes (127 by default).
 std::uint32_t max_stack_sysctl() {
   std::uint32_t n = 127;
   if (std::FILE* f = std::fopen("/proc/sys/kernel/perf_event_max_stack", "re")) {
@@ -108,7 +108,7 @@ class FieldMap {
       case Source::kCallchain:
       case Source::kKernelStack:
       case Source::kUserStack: {
-        // bpf_get_stackid into a stack-trace map: the same frames as the sample's callchain
+        // bpf_get_stack, stored under its hash: the same frames as the sample's callchain
         // (a perf event's program takes them from it), without perf's exclude_callchain_*.
         const auto& attr = schema_->probes()[probe_].attr;
         if (attr.has(perf::Flag::kExcludeCallchainKernel) ||
@@ -273,6 +273,18 @@ PipelinePlace place_one(Pipeline& p,
       all_user(out, fmt::format("probe '{}' is a {} event (in-kernel programs attach to "
                                 "tracepoints, kprobes, uprobes and sampling perf events)",
                                 info.name, to_string(info.kind)));
+      return out;
+    }
+    if (*kind == gen::ProbeKind::kPerfEvent && info.attr.type() == PERF_TYPE_SOFTWARE &&
+        info.attr.config() != PERF_COUNT_SW_CPU_CLOCK &&
+        info.attr.config() != PERF_COUNT_SW_TASK_CLOCK) {
+      // A software event counted where it happens (page-faults, context-switches...) does not
+      // run a BPF program at each of its samples (on kernel 6.18 a page fault's never does:
+      // bpftrace's software:page-faults:1 counts nothing either); the clocks do.
+      all_user(out, fmt::format("probe '{}' is the software event '{}': of the software events "
+                                "only cpu-clock and task-clock run an in-kernel program at "
+                                "every sample",
+                                info.name, info.spec));
       return out;
     }
     if (task_target && info.attr.type() != PERF_TYPE_TRACEPOINT) {

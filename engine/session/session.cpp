@@ -384,11 +384,18 @@ void Session::Impl::plan_placement(Session* self) {
   // Task records (MMAP2, FORK, exec COMM) name the user frames of in-kernel stack keys, also of
   // processes that exit before the table is made: they need a ring.
   bool task_records = false;
-  for (auto& p : engine_options.probes)
-    task_records = task_records || p.task_records;
+  for (const auto& pl : places) {
+    for (const auto& pp : pl.plan->probes) {
+      for (const auto& k : pp.keys) {
+        task_records = task_records || k.source == bpf::gen::Source::kUserStack ||
+                       k.source == bpf::gen::Source::kCallchain;
+      }
+    }
+  }
   for (const auto& pl : places) {
     for (std::uint32_t pi : pl.probes) {
       auto& po = engine_options.probes[pi];
+      po.task_records = po.comm_records = false;  // the program reads comm itself
       if (is_sampling_event(po.kind)) {
         // Its program runs at each sample (it needs the sampling) and returns 0: no sample is
         // written to the ring, the samples are the program's hits.
@@ -397,7 +404,6 @@ void Session::Impl::plan_placement(Session* self) {
         continue;
       }
       po.counting = true;
-      po.task_records = po.comm_records = false;
     }
   }
   if (task_records) {
@@ -522,14 +528,27 @@ void Session::Impl::start_kernel() {
 }
 
 void Session::Impl::absorb_kernel() {
+  std::vector<Result<bpf::gen::Snapshot>> snaps;
+  bool stacks = false;
   for (auto& run : kernel) {
-    auto snap = run.reader->flip_and_read();
+    snaps.push_back(run.reader->flip_and_read());
+    stacks = stacks || pipelines[run.pipeline]->tracks_maps();
+  }
+  // Every event of these rows happened before the flip, and so did the task records (MMAP2,
+  // FORK, exec COMM) of their processes: read the rings now, so that the symbolizer has those
+  // maps before the rows' stacks are named (a process may be gone by then).
+  if (stacks)
+    engine->drain_now();
+  for (std::size_t k = 0; k < kernel.size(); ++k) {
+    auto& run = kernel[k];
+    auto& snap = snaps[k];
     if (!snap) {
       std::fprintf(stderr, "tracer: pipeline %zu in the kernel: reading its maps: %s\n",
                    run.pipeline + 1, snap.error().message.c_str());
       continue;
     }
     Pipeline& p = *pipelines[run.pipeline];
+    p.flush_order();  // the task records so far, in time order
     std::vector<KernelRow> rows;
     rows.reserve(snap->rows.size());
     for (auto& r : snap->rows) {
@@ -602,18 +621,30 @@ void Session::start() {
                         t.kind == Target::Kind::kPid ? std::optional<pid_t>(t.pid) : std::nullopt);
   diags.throw_if_any();
   s.plan_placement(this);
+  // The kernel pipelines' programs attach once the events are open and before they are enabled:
+  // they count every event the probes see.
+  bool kernel_failed = false;
+  s.engine->before_enable([&s, &kernel_failed] {
+    try {
+      s.start_kernel();
+    } catch (...) {
+      kernel_failed = true;
+      s.kernel.clear();
+      throw;
+    }
+  });
   try {
     s.engine->start();
-  } catch (const Error& e) {
-    rethrow_at_probe(e, s.recipe);
-  }
-  try {
-    s.start_kernel();
   } catch (...) {
-    s.kernel.clear();
-    s.engine->stop();
-    s.stopped = true;
-    throw;
+    if (kernel_failed) {  // the engine closed its events; the programs went with s.kernel
+      s.stopped = true;
+      throw;
+    }
+    try {
+      throw;
+    } catch (const Error& e) {
+      rethrow_at_probe(e, s.recipe);
+    }
   }
   for (auto& p : s.pipelines)
     p->bind(s.engine->probes(), diags, {}, &s.engine->maps());

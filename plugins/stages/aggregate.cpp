@@ -80,7 +80,7 @@ std::vector<OptionSpec> aggregate_options() {
       {.name = "max_stacks",
        .type = OptionSpec::Type::kInt,
        .required = false,
-       .help = "placed in the kernel with a stack key: distinct stacks its stack-trace map "
+       .help = "placed in the kernel with a stack key: distinct stacks its stack map "
                "holds for the whole run (default 16384); the events of stacks that do not fit "
                "are counted as lost"},
   };

@@ -345,6 +345,24 @@ TEST(BpfCodegen, CheckNamesWhatCannotRunInTheKernel) {
               p.probes[0].keys = {Field::tp_int("x", 16, 8, false)};
             }).find("past the record"),
             std::string::npos);
+  EXPECT_NE(reason([](KernelPlan& p) {
+              p.probes[0].filter = {{cmp(fld(Field::ustack()), Cmp::kEq, num(0))}, 0};
+            }).find("reads a stack"),
+            std::string::npos);
+  EXPECT_NE(reason([](KernelPlan& p) {
+              p.aggregation = {.kind = AggKind::kSum, .key_names = {"pid"}, .value_name = "kstack"};
+              p.probes[0].value = Field::kstack();
+            }).find("a stack"),
+            std::string::npos);
+  EXPECT_NE(reason([](KernelPlan& p) {
+              p.aggregation.key_names = {"stack"};
+              p.probes[0].keys = {Field::kstack()};
+              p.probes.push_back(
+                  {.name = "q", .kind = ProbeKind::kTracepoint, .keys = {Field::ustack()}});
+            }).find("different stack"),
+            std::string::npos);
+  EXPECT_NE(reason([](KernelPlan& p) { p.aggregation.stack_depth = 0; }).find("stack depth"),
+            std::string::npos);
   auto gen = generate([] {
     KernelPlan p = simple_plan();
     p.probes[0].keys = {Field::arg(1)};
@@ -432,6 +450,28 @@ TEST(BpfCodegen, EveryShapeCompilesAndLoads) {
     shapes.push_back({"latency + uprobe", plan});
     plan.aggregation.kind = AggKind::kMin;
     shapes.push_back({"latency + uprobe, min", plan});
+  }
+  {  // stack keys on every program kind: a tracepoint, a uprobe (the guarded scratch buffer)
+     // and a perf event (BPF_PROG_TYPE_PERF_EVENT), the depth kept small
+    KernelPlan plan;
+    plan.probes.push_back(tp({Field::comm(), Field::callchain()}));
+    plan.probes.push_back(
+        {.name = "up", .kind = ProbeKind::kUprobe, .keys = {Field::comm(), Field::callchain()}});
+    plan.probes.push_back({.name = "cpu",
+                           .kind = ProbeKind::kPerfEvent,
+                           .keys = {Field::comm(), Field::callchain()}});
+    plan.aggregation = {.kind = AggKind::kCount,
+                        .key_names = {"comm", "callchain"},
+                        .max_stacks = 64,
+                        .stack_depth = 32};
+    shapes.push_back({"callchain keys on a tracepoint, a uprobe and a perf event", plan});
+    plan.probes.resize(1);
+    plan.probes[0].keys = {Field::kstack(), Field::ustack()};
+    plan.aggregation.key_names = {"kstack", "ustack"};
+    plan.aggregation.kind = AggKind::kHist;
+    plan.aggregation.value_name = "offset";
+    plan.probes[0].value = offset;
+    shapes.push_back({"kstack and ustack keys of a hist", plan});
   }
   for (const auto& s : shapes) {
     SCOPED_TRACE(s.what);

@@ -3,7 +3,9 @@
 // double-count nothing, a full map is counted, and a stage that cannot go there says why.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <regex>
@@ -272,6 +274,76 @@ by = ["pid"]
       << ours;
   EXPECT_NE(theirs.find("@[" + a_pid + "]: 20000"), std::string::npos) << theirs;
   EXPECT_NE(theirs.find("@[" + b_pid + "]: 12345"), std::string::npos) << theirs;
+}
+
+// A sampling event (cpu-clock) runs its own program in the kernel (BPF_PROG_TYPE_PERF_EVENT on
+// each CPU's event, returning 0 so no sample is written to the ring): run beside the same recipe
+// in user space while a busy program spins 1 s on one CPU, both count its samples alike (two
+// events have their own timers: alike, not equal). A software event that does not run a program
+// at its samples (page-faults) stays in user space with the reason.
+TEST(KernelPlacement, ClockSamplesCountInTheKernelAsInUserSpace) {
+  const std::string body = R"([[probe]]
+name = "cpu"
+software = "cpu-clock"
+freq = 999
+[[stage]]
+use = "filter"
+expr = "comm == \"tracer_busy_loo\""
+[[stage]]
+use = "count"
+by = ["comm"]
+)";
+  std::map<std::string, fs::path> outs;
+  std::vector<pid_t> runs;
+  for (const std::string placement : {"kernel", "user"}) {
+    const auto recipe = testing::write_temp(
+        "clock_" + placement + ".toml",
+        "[recipe]\nname = \"clock\"\nplacement = \"" + placement + "\"\n" + body);
+    outs[placement] = testing::write_temp("clock_" + placement + ".out", "");
+    runs.push_back(spawn_to_file({TRACER_CLI_PATH, "run", recipe.string(), "--json", "-d", "4s"},
+                                 outs[placement]));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  const auto w = shell(std::string("taskset -c 0 ") + TRACER_BUSY_LOOP + " 1000");
+  ASSERT_EQ(w.exit_code, 0) << w.err;
+  for (const pid_t pid : runs)
+    ASSERT_TRUE(exited_ok(pid));
+  std::map<std::string, long long> counts;
+  for (const auto& [placement, out] : outs) {
+    const std::string text = slurp(out);
+    const auto rows = lines_with(text, R"({"stage":"count")");
+    ASSERT_EQ(rows.size(), 1U) << placement << ": " << text;
+    counts[placement] = json_number(rows.front(), "count");
+    if (placement == "kernel") {
+      // The samples stayed in the kernel: the ring carried at most a few other records
+      // (throttling), not the thousands of samples (over 30 bytes each).
+      const auto summary = lines_with(text, R"({"type":"summary")");
+      ASSERT_EQ(summary.size(), 1U);
+      EXPECT_NE(summary.front().find(R"("lost":0,)"), std::string::npos) << summary.front();
+      EXPECT_LT(json_number(summary.front(), "bytes"), 1024) << summary.front();
+      EXPECT_GE(json_number(summary.front(), "events"), counts[placement]) << summary.front();
+    }
+  }
+  // 999 Hz of up to 1 s of the loop's CPU time (less when the machine is busy).
+  EXPECT_GE(counts["kernel"], 300) << counts["user"];
+  EXPECT_LE(std::llabs(counts["kernel"] - counts["user"]) * 10,
+            std::max(counts["kernel"], counts["user"]))
+      << counts["kernel"] << " vs " << counts["user"];
+
+  const auto faults = testing::write_temp("faults.toml", R"([recipe]
+name = "faults"
+[[probe]]
+name = "faults"
+software = "page-faults"
+[[stage]]
+use = "count"
+by = ["comm"]
+)");
+  const auto plan = tracer("check --plan " + faults.string());
+  ASSERT_EQ(plan.exit_code, 0) << plan.err;
+  EXPECT_NE(plan.out.find("user    probe 'faults' is the software event 'page-faults'"),
+            std::string::npos)
+      << plan.out;
 }
 
 /// Probes and stages of a count of the test programs' lseek calls by pid.

@@ -264,7 +264,7 @@ struct ProbeStats {
   /// program counts every failure.
   std::uint64_t bpf_output_drops = 0;
   /// Placed in the kernel (tracer::Session): events an aggregation's map had no room for (its
-  /// max_keys, or a stack the stack-trace map could not hold), counted by the probe's program.
+  /// max_keys, or a stack the stack map could not hold), counted by the probe's program.
   /// Lost, and reported as such.
   std::uint64_t kernel_dropped = 0;
   [[nodiscard]] RingStats total() const noexcept;
@@ -314,6 +314,13 @@ class Engine {
   /// after the pass began, so a sink can end a reorder round there, as perf record writes
   /// FINISHED_ROUND after each pass over its mmaps.
   void on_round(std::function<void()> handler);
+  /// Called by start() once every event is open, before any is enabled (and before a command
+  /// target runs): programs attached here (attach_bpf) see every event the probes will count.
+  /// What it throws fails start().
+  void before_enable(std::function<void()> handler);
+  /// Drains every ring now (what the flush timer does), delivering the batches and a round.
+  /// From the engine's executor; nothing while it is not running.
+  void drain_now();
 
   /// What start() would do short of opening anything: resolves every probe (tracepoint ids and
   /// formats, symbols, PMUs), loads the BPF object (compiling a source; the verifier runs) and

@@ -90,6 +90,11 @@ class Pipeline {
 
   /// The hot path: builds events for the batch and runs them through the stages.
   void on_batch(const Batch& batch) noexcept;
+  /// Releases every record the time-order merge holds now (a kernel pipeline's task records,
+  /// before the rows whose stacks they name are absorbed).
+  void flush_order() noexcept;
+  /// Whether a stage bound a stack field: the pipeline feeds the symbolizer task records.
+  [[nodiscard]] bool tracks_maps() const noexcept { return stacks_; }
   /// A pipeline whose events stay in the kernel (tracer::Session placement): only the task
   /// records of the batch, which teach the symbolizer the processes' maps (when stacks are
   /// bound: the kernel's stack keys are symbolized as their rows are absorbed).
