@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 
@@ -906,6 +907,27 @@ const std::optional<ReadError>& Reader::error() const noexcept {
 }
 const ReadStats& Reader::stats() const noexcept {
   return impl_->stats;
+}
+
+std::filesystem::path cached_kallsyms(const Features& features) {
+  namespace fs = std::filesystem;
+  for (const auto& b : features.build_ids) {
+    if (b.filename != "[kernel.kallsyms]" || b.build_id.size() < 3)
+      continue;
+    fs::path dir;
+    if (const char* env = std::getenv("PERF_BUILDID_DIR"); env != nullptr && *env != '\0')
+      dir = env;
+    else if (const char* home = std::getenv("HOME"); home != nullptr && *home != '\0')
+      dir = fs::path(home) / ".debug";
+    else
+      return {};
+    const fs::path copy =
+        dir / ".build-id" / b.build_id.substr(0, 2) / b.build_id.substr(2) / "kallsyms";
+    std::error_code ec;
+    if (fs::is_regular_file(copy, ec))
+      return copy;
+  }
+  return {};
 }
 
 }  // namespace tracer::perfdata

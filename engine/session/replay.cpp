@@ -214,6 +214,7 @@ Replay::Replay(const Recipe& recipe, perfdata::Reader& reader, Sink& out, Replay
   PipelineOptions base = s.options.pipeline;
   base.comm.read_proc = false;     // comms come from the file's COMM records, not this machine
   base.symbols.read_proc = false;  // maps from its MMAP records
+  base.symbols.recorded_kallsyms = perfdata::cached_kallsyms(reader.features());
   s.pipelines = make_pipelines(recipe, out, s.options.json, diags, base);
   for (auto& p : s.pipelines)
     p->bind(s.probes, diags);

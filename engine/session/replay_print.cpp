@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <array>
+#include <charconv>
 #include <functional>
 #include <iterator>
 #include <map>
@@ -74,7 +75,7 @@ class ScriptPrinter {
         out_(out),
         perf_mode_(perf_mode),
         comms_(CommCacheOptions{.capacity = std::size_t{1} << 18, .read_proc = false}),
-        symbols_(symbols_options(debug_roots)) {
+        symbols_(symbols_options(reader, debug_roots)) {
     for (const auto& e : reader.events()) {
       name_width_ = std::max(name_width_, e.name.size());
       if (e.format && perf_mode_)
@@ -118,6 +119,7 @@ class ScriptPrinter {
   void round() { order_.round(handler_); }
   void finish() {
     order_.flush_all(handler_);
+    flush();
     std::fflush(out_);
   }
   [[nodiscard]] const ReorderStats& stats() const noexcept { return order_.stats(); }
@@ -177,7 +179,8 @@ class ScriptPrinter {
   void print(std::uint32_t event, const perf::Sample& s, std::uint64_t period) {
     const auto& ev = reader_.events()[event];
     const auto st = s.sample_type;
-    buf_.clear();
+    if (buf_.size() >= kFlushBytes)
+      flush();
     auto out = fmt::appender(buf_);
     std::string_view comm = comms_.lookup(s.tid);
     std::string unknown;
@@ -191,22 +194,34 @@ class ScriptPrinter {
     // perf_sample__fprintf_start: a sample printed with its callchain has its comm unpadded.
     const bool chain = perf_mode_ && !tracepoint && (st & PERF_SAMPLE_IP) != 0 &&
                        (st & PERF_SAMPLE_CALLCHAIN) != 0;
-    // Compiled formats: a profile prints hundreds of thousands of these headers.
-    if (chain)
-      fmt::format_to(out, FMT_COMPILE("{} {:>5} "), comm, static_cast<std::int32_t>(s.tid));
-    else
-      fmt::format_to(out, FMT_COMPILE("{:>16} {:>5} "), comm, static_cast<std::int32_t>(s.tid));
-    if ((st & PERF_SAMPLE_CPU) != 0)
-      fmt::format_to(out, FMT_COMPILE("[{:03}] "), s.cpu);
-    if ((st & PERF_SAMPLE_TIME) != 0)
-      fmt::format_to(out, FMT_COMPILE("{:>5}.{:06}: "), s.time / 1000000000,
-                     s.time % 1000000000 / 1000);
+    // Written by hand: a profile prints hundreds of thousands of these headers.
+    if (!chain)
+      pad(16, comm.size());
+    buf_.append(comm);
+    buf_.push_back(' ');
+    put_int(static_cast<std::int32_t>(s.tid), 5, ' ');
+    buf_.push_back(' ');
+    if ((st & PERF_SAMPLE_CPU) != 0) {
+      buf_.push_back('[');
+      put_int(s.cpu, 3, '0');
+      buf_.append(std::string_view("] "));
+    }
+    if ((st & PERF_SAMPLE_TIME) != 0) {
+      put_int(s.time / 1000000000, 5, ' ');
+      buf_.push_back('.');
+      put_int(s.time % 1000000000 / 1000, 6, '0');
+      buf_.append(std::string_view(": "));
+    }
     if (perf_mode_) {
       // perf script's default fields: the period for events that are not tracepoints, the name
       // right-aligned to the longest, then the tracepoint's text or the sampled ip.
-      if (!tracepoint && ((st & (PERF_SAMPLE_PERIOD | PERF_SAMPLE_READ)) != 0 || period != 0))
-        fmt::format_to(out, FMT_COMPILE("{:>10} "), period);
-      fmt::format_to(out, FMT_COMPILE("{:>{}}: "), ev.name, name_width_);
+      if (!tracepoint && ((st & (PERF_SAMPLE_PERIOD | PERF_SAMPLE_READ)) != 0 || period != 0)) {
+        put_int(period, 10, ' ');
+        buf_.push_back(' ');
+      }
+      pad(name_width_, ev.name.size());
+      buf_.append(ev.name);
+      buf_.append(std::string_view(": "));
       if (tracepoint) {
         if (const auto& f = fmts_[event]; f.has_value()) {
           line_.clear();
@@ -215,7 +230,6 @@ class ScriptPrinter {
         }
       } else if (chain) {
         callchain(s);  // the frames on lines of their own, the sampled ip first
-        std::fwrite(buf_.data(), 1, buf_.size(), out_);
         return;
       } else if ((st & PERF_SAMPLE_IP) != 0) {
         fmt::format_to(out, " {:>16x}", s.ip);
@@ -231,9 +245,38 @@ class ScriptPrinter {
       }
     }
     buf_.push_back('\n');
-    std::fwrite(buf_.data(), 1, buf_.size(), out_);
   }
 
+ public:
+  /// Writes what print() buffered (before any other output to the stream).
+  void flush() {
+    if (buf_.size() != 0)
+      std::fwrite(buf_.data(), 1, buf_.size(), out_);
+    buf_.clear();
+  }
+
+  /// `n` spaces before a field of `len` characters right-aligned in `width`.
+  void pad(std::size_t width, std::size_t len) {
+    for (std::size_t i = len; i < width; ++i)
+      buf_.push_back(' ');
+  }
+  /// An integer right-aligned in `width`, padded with `fill` (' ' or '0', after the sign).
+  template <typename T>
+  void put_int(T v, std::size_t width, char fill) {
+    char digits[24];
+    const auto end = std::to_chars(digits, digits + sizeof digits, v).ptr;
+    auto len = static_cast<std::size_t>(end - digits);
+    const char* at = digits;
+    if (fill == '0' && len != 0 && digits[0] == '-') {
+      buf_.push_back('-');
+      ++at, --len, --width;
+    }
+    for (std::size_t i = len; i < width; ++i)
+      buf_.push_back(fill);
+    buf_.append(std::string_view(at, len));
+  }
+
+ private:
   /// perf script's callchain lines (builtin-script.c, sample__fprintf_callchain): after the
   /// header, each frame as "\t ADDR sym+0xoff (module)", ADDR being the address in its module,
   /// then a blank line. A frame's line is made once per (process, address, context) and kept
@@ -249,8 +292,11 @@ class ScriptPrinter {
       }
       const bool kernel = marker == perf::abi::kContextKernel;
       const FrameKey key{.ip = ip, .pid = kernel ? kAnyPid : s.pid, .marker = marker};
-      auto it = frame_lines_.find(key);
-      if (it == frame_lines_.end()) {
+      if (const auto line = frame_lines_.find(key)) {
+        buf_.append(*line);
+        continue;
+      }
+      {
         const std::array<std::uint64_t, 2> one = {marker, ip};
         const auto ips = marker == 0 ? std::span(one).subspan(1) : std::span(one);
         fmt::memory_buffer text;
@@ -264,9 +310,10 @@ class ScriptPrinter {
         }
         if (!kernel)
           frame_pids_.insert(s.pid);
-        it = frame_lines_.emplace(key, fmt::to_string(text)).first;
+        const std::string_view line(text.data(), text.size());
+        frame_lines_.insert(key, line);
+        buf_.append(line);
       }
-      buf_.append(it->second);
     }
     buf_.push_back('\n');
   }
@@ -275,7 +322,7 @@ class ScriptPrinter {
   void maps_changed(std::uint32_t pid) {
     if (frame_pids_.erase(pid) == 0)
       return;
-    std::erase_if(frame_lines_, [pid](const auto& kv) { return kv.first.pid == pid; });
+    frame_lines_.erase_pid(pid);
   }
 
   static constexpr std::uint32_t kAnyPid = UINT32_MAX;
@@ -285,10 +332,69 @@ class ScriptPrinter {
     std::uint64_t marker = 0;
     bool operator==(const FrameKey&) const = default;
   };
-  struct FrameKeyHash {
-    std::size_t operator()(const FrameKey& k) const noexcept {
-      return std::hash<std::uint64_t>{}((k.ip * 0x9E3779B97F4A7C15ULL) ^ k.pid ^ (k.marker << 7));
+  /// Frame lines by (ip, pid, context): open addressing over one flat array (a profile looks up
+  /// every frame of every sample here), the lines in one arena. Erasing a process rebuilds it.
+  class FrameLines {
+   public:
+    [[nodiscard]] std::optional<std::string_view> find(const FrameKey& k) const noexcept {
+      if (slots_.empty())
+        return std::nullopt;
+      for (std::size_t i = hash(k) & mask_;; i = (i + 1) & mask_) {
+        const Slot& s = slots_[i];
+        if (s.len == 0)
+          return std::nullopt;
+        if (s.key == k)
+          return std::string_view(arena_).substr(s.at, s.len);
+      }
     }
+    void insert(const FrameKey& k, std::string_view line) {
+      if ((used_ + 1) * 2 > slots_.size())
+        grow(slots_.empty() ? 4096 : slots_.size() * 2);
+      place({.key = k, .at = arena_.size(), .len = static_cast<std::uint32_t>(line.size())});
+      arena_.append(line);
+    }
+    void erase_pid(std::uint32_t pid) {
+      std::vector<Slot> old;
+      old.swap(slots_);
+      slots_.assign(old.size(), Slot{});
+      used_ = 0;
+      for (const Slot& s : old) {
+        if (s.len != 0 && s.key.pid != pid)
+          place(s);
+      }
+    }
+
+   private:
+    struct Slot {
+      FrameKey key;
+      std::size_t at = 0;
+      std::uint32_t len = 0;  // 0: empty (a frame's line is never empty)
+    };
+    static std::size_t hash(const FrameKey& k) noexcept {
+      std::uint64_t h = (k.ip ^ (std::uint64_t{k.pid} << 32) ^ k.marker) * 0x9E3779B97F4A7C15ULL;
+      return static_cast<std::size_t>(h ^ (h >> 29));
+    }
+    void place(const Slot& s) {
+      std::size_t i = hash(s.key) & mask_;
+      while (slots_[i].len != 0)
+        i = (i + 1) & mask_;
+      slots_[i] = s;
+      ++used_;
+    }
+    void grow(std::size_t n) {
+      std::vector<Slot> old;
+      old.swap(slots_);
+      slots_.assign(n, Slot{});
+      mask_ = n - 1;
+      used_ = 0;
+      for (const Slot& s : old) {
+        if (s.len != 0)
+          place(s);
+      }
+    }
+    std::vector<Slot> slots_;
+    std::size_t mask_ = 0, used_ = 0;
+    std::string arena_;
   };
 
   struct KeyHash {
@@ -303,8 +409,10 @@ class ScriptPrinter {
   CommCache comms_;
   /// Frames from the file's MMAP records and this machine's files (not its /proc).
   static symbols::SymbolizeOptions symbols_options(
+      const perfdata::Reader& reader,
       const std::vector<std::filesystem::path>& debug_roots) {
     symbols::SymbolizeOptions o{.read_proc = false};
+    o.recorded_kallsyms = perfdata::cached_kallsyms(reader.features());
     o.debug_roots.insert(o.debug_roots.end(), debug_roots.begin(), debug_roots.end());
     return o;
   }
@@ -315,7 +423,8 @@ class ScriptPrinter {
   BatchHandler handler_;
   std::string line_;
   fmt::memory_buffer buf_;
-  std::unordered_map<FrameKey, std::string, FrameKeyHash> frame_lines_;
+  FrameLines frame_lines_;
+  static constexpr std::size_t kFlushBytes = std::size_t{1} << 20;
   std::unordered_set<std::uint32_t> frame_pids_;  // processes with lines in frame_lines_
   std::unordered_map<std::pair<std::uint64_t, std::uint32_t>, std::uint64_t, KeyHash> periods_;
 };
@@ -401,6 +510,7 @@ void replay_print(perfdata::Reader& reader, std::FILE* out, const ReplayPrintOpt
       printer.round();
       continue;
     }
+    printer.flush();  // the stat lines follow the samples before them
     stat.add(item.user);
   }
   // Everything read before a damaged record is delivered, in order, before the error.

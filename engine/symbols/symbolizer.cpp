@@ -389,10 +389,25 @@ struct Symbolizer::Impl {
     return out;
   }
 
+  /// The recorded copy of kallsyms (SymbolizeOptions::recorded_kallsyms) when it names the
+  /// records' kernel text, else `kallsyms`.
+  [[nodiscard]] bool use_recorded_kallsyms() const {
+    return !options.read_proc && !options.recorded_kallsyms.empty();
+  }
+  [[nodiscard]] bool names_recorded_text(const KernelSymbols& k) const {
+    const KernelSymbol* text = recorded_text ? k.find(*recorded_text) : nullptr;
+    return text != nullptr && text->start == *recorded_text;
+  }
+
   const KernelSymbols* kernel_symbols() {
     if (!kernel_tried) {
       kernel_tried = true;
-      auto loaded = preload.valid() ? preload.get() : KernelSymbols::load(options.kallsyms);
+      const bool copy = use_recorded_kallsyms();
+      auto loaded = preload.valid()
+                        ? preload.get()
+                        : KernelSymbols::load(copy ? options.recorded_kallsyms : options.kallsyms);
+      if (copy && (!loaded || !names_recorded_text(*loaded)))
+        loaded = KernelSymbols::load(options.kallsyms);  // the copy is of another boot
       if (!loaded) {
         warn_once("kallsyms", loaded.error().describe());
       } else {
@@ -406,8 +421,7 @@ struct Symbolizer::Impl {
       // Records of another time: their kernel addresses are this kernel's only when its text
       // starts where theirs did.
       const std::uint64_t at = recorded_text.value_or(0);
-      const KernelSymbol* text = recorded_text ? kernel->find(at) : nullptr;
-      if (text == nullptr || text->start != at) {
+      if (!names_recorded_text(*kernel)) {
         warn_once("kernel-map",
                   recorded_text
                       ? fmt::format("symbols: the records' kernel text began at {:#x}, this "
@@ -592,9 +606,13 @@ std::vector<Frame> Symbolizer::symbolize_user(std::uint32_t pid, std::uint64_t i
 }
 
 void Symbolizer::preload_kernel() {
-  if (!impl_->kernel_tried && !impl_->preload.valid())
-    impl_->preload = std::async(
-        std::launch::async, [path = impl_->options.kallsyms] { return KernelSymbols::load(path); });
+  if (!impl_->kernel_tried && !impl_->preload.valid()) {
+    impl_->preload = std::async(std::launch::async, [path = impl_->use_recorded_kallsyms()
+                                                                ? impl_->options.recorded_kallsyms
+                                                                : impl_->options.kallsyms] {
+      return KernelSymbols::load(path);
+    });
+  }
 }
 
 const KernelSymbols* Symbolizer::kernel() {

@@ -10,7 +10,10 @@
 #include <algorithm>
 #include <bit>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <regex>
 #include <set>
@@ -874,3 +877,25 @@ TEST(PerfDataReader, NotAPerfDataFile) {
 
 }  // namespace
 }  // namespace tracer::perfdata
+
+namespace {
+
+// perf record's build-id cache: ~/.debug/.build-id/ab/cdef.../kallsyms for the build-id the file
+// lists for [kernel.kallsyms] ($PERF_BUILDID_DIR first).
+TEST(PerfDataReader, CachedKallsymsIsFoundByTheKernelBuildId) {
+  tracer::testing::TempDir dir;
+  tracer::perfdata::Features f;
+  f.build_ids.push_back({.build_id = "ab12cd", .filename = "/usr/lib/libc.so.6"});
+  f.build_ids.push_back({.build_id = "4a5a9b", .filename = "[kernel.kallsyms]"});
+  ::setenv("PERF_BUILDID_DIR", dir.path().c_str(), 1);
+  EXPECT_EQ(tracer::perfdata::cached_kallsyms(f), std::filesystem::path());  // not cached
+  std::filesystem::create_directories(dir.path() / ".build-id" / "4a" / "5a9b");
+  std::ofstream(dir.path() / ".build-id" / "4a" / "5a9b" / "kallsyms") << "0 T _text\n";
+  EXPECT_EQ(tracer::perfdata::cached_kallsyms(f),
+            dir.path() / ".build-id" / "4a" / "5a9b" / "kallsyms");
+  f.build_ids.pop_back();
+  EXPECT_EQ(tracer::perfdata::cached_kallsyms(f), std::filesystem::path());  // no kernel build-id
+  ::unsetenv("PERF_BUILDID_DIR");
+}
+
+}  // namespace

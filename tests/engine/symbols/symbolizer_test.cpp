@@ -363,3 +363,33 @@ TEST(SymbolsSymbolizer, FrameLabel) {
 
 }  // namespace
 }  // namespace tracer::symbols
+
+namespace tracer::symbols {
+namespace {
+
+// A recorded file's kernel frames: perf's copy of kallsyms from the recording (its build-id
+// cache) names them when its kernel text begins where the records' did; a copy of another boot
+// gives way to this machine's kallsyms, which must match too.
+TEST(SymbolsSymbolizer, RecordedKallsymsCopyNamesTheFramesOfItsBoot) {
+  testing::TempDir dir;
+  const auto live = dir.path() / "kallsyms";
+  const auto copy = dir.path() / "copy";
+  std::ofstream(live) << "ffffffff81000000 T _text\nffffffff81001000 T live_fn\n";
+  std::ofstream(copy) << "ffffffff82000000 T _text\nffffffff82001000 T copy_fn\n";
+  const auto name = [&](std::uint64_t text, std::uint64_t ip) {
+    Symbolizer sym({.kallsyms = live, .recorded_kallsyms = copy, .read_proc = false});
+    sym.preload_kernel();
+    sym.on_mmap({.pid = 0,
+                 .start = text,
+                 .len = 0x1000000,
+                 .pgoff = text,
+                 .path = "[kernel.kallsyms]_text"});
+    return sym.symbolize_kernel(ip).symbol;
+  };
+  EXPECT_EQ(name(0xffffffff82000000, 0xffffffff82001010), "copy_fn");  // the copy's boot
+  EXPECT_EQ(name(0xffffffff81000000, 0xffffffff81001010), "live_fn");  // this machine's boot
+  EXPECT_EQ(name(0xffffffff83000000, 0xffffffff83001010), "");         // neither
+}
+
+}  // namespace
+}  // namespace tracer::symbols

@@ -21,6 +21,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <span>
@@ -354,5 +355,12 @@ class Reader {
   explicit Reader(std::unique_ptr<Impl> impl) noexcept;
   std::unique_ptr<Impl> impl_;
 };
+
+/// perf's copy of /proc/kallsyms made when the file was recorded (perf record's build-id cache,
+/// `$PERF_BUILDID_DIR` or `~/.debug`: .build-id/ab/cdef.../kallsyms, by the build-id the file lists
+/// for "[kernel.kallsyms]"), or an empty path when the file lists none or the copy is not there.
+/// A plain file: reading it costs a few ms where /proc/kallsyms makes the kernel format ~50 ms of
+/// text, and it is the text of the recording's boot.
+[[nodiscard]] std::filesystem::path cached_kallsyms(const Features& features);
 
 }  // namespace tracer::perfdata

@@ -99,6 +99,10 @@ struct SymbolizeOptions {
   std::vector<std::filesystem::path> debug_roots{"/usr/lib/debug"};
   std::filesystem::path proc_root = "/proc";
   std::filesystem::path kallsyms = "/proc/kallsyms";
+  /// Records of another time (read_proc off): a copy of kallsyms made when they were recorded
+  /// (perfdata::cached_kallsyms). Used instead of `kallsyms` when its kernel text begins where
+  /// the records' did; empty: none.
+  std::filesystem::path recorded_kallsyms{};
   std::filesystem::path jit_map_dir = "/tmp";  // perf-PID.map
   /// Read /proc (PID/maps, PID/root): off for a recorded file, whose processes are not this
   /// machine's (maps come from its MMAP records only, files from this machine's paths).
