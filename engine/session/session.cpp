@@ -385,6 +385,8 @@ void Session::Impl::plan_placement(Session* self) {
   // processes that exit before the table is made: they need a ring.
   bool task_records = false;
   for (const auto& pl : places) {
+    if (!pl.plan)
+      continue;
     for (const auto& pp : pl.plan->probes) {
       for (const auto& k : pp.keys) {
         task_records = task_records || k.source == bpf::gen::Source::kUserStack ||

@@ -395,7 +395,9 @@ struct Symbolizer::Impl {
     return !options.read_proc && !options.recorded_kallsyms.empty();
   }
   [[nodiscard]] bool names_recorded_text(const KernelSymbols& k) const {
-    const KernelSymbol* text = recorded_text ? k.find(*recorded_text) : nullptr;
+    if (!recorded_text)
+      return false;
+    const KernelSymbol* text = k.find(*recorded_text);
     return text != nullptr && text->start == *recorded_text;
   }
 
