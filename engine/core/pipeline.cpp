@@ -181,6 +181,11 @@ void Pipeline::push_ordered(const RecordRef& r) noexcept {
   }
 }
 
+void Pipeline::preload_symbols() {
+  if (stacks_ && schema_ != nullptr)
+    schema_->symbolizer().preload_kernel();
+}
+
 void Pipeline::flush_order() noexcept {
   drain_order();
 }

@@ -232,6 +232,8 @@ void Replay::run() {
   auto& pipelines = s.pipelines;
   Batcher batcher(pipelines, s.options.max_batch);
   bool started = false;
+  for (auto& p : pipelines)
+    p->preload_symbols();  // kallsyms (or perf's copy of it) read while the file is
   perfdata::Item item;
   static const perf::SampleLayout kNone{};
   while (reader.next(item)) {

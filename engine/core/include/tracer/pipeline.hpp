@@ -95,6 +95,9 @@ class Pipeline {
   void flush_order() noexcept;
   /// Whether a stage bound a stack field: the pipeline feeds the symbolizer task records.
   [[nodiscard]] bool tracks_maps() const noexcept { return stacks_; }
+  /// When stacks are bound: starts reading the kernel's symbols on a thread now, so that the
+  /// first kernel frame does not wait for them (a replay, before its records).
+  void preload_symbols();
   /// A pipeline whose events stay in the kernel (tracer::Session placement): only the task
   /// records of the batch, which teach the symbolizer the processes' maps (when stacks are
   /// bound: the kernel's stack keys are symbolized as their rows are absorbed).
