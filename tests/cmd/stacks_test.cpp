@@ -173,12 +173,11 @@ TEST(Stacks, DwarfUnwindingFindsTheCallersOfABinaryWithoutFramePointers) {
 }
 
 /// count by ustack of a uprobe's hits: every hit's stack, exactly.
-std::vector<StackRow> uprobe_stacks(const TempDir& dir,
-                                    const std::string& uprobe,
-                                    const std::string& command,
-                                    const std::string& extra = {}) {
-  const auto recipe = write_recipe(dir, fmt::format(R"([recipe]
+/// A recipe counting a uprobe's hits by user stack; `recipe_keys` go into [recipe].
+std::string ustack_recipe(const std::string& uprobe, const std::string& recipe_keys = {}) {
+  return fmt::format(R"([recipe]
 name = "ustacks"
+{}
 [[probe]]
 name = "fn"
 uprobe = "{}"
@@ -187,7 +186,14 @@ callchain = true
 use = "count"
 by = ["ustack"]
 )",
-                                                    uprobe));
+                     recipe_keys, uprobe);
+}
+
+std::vector<StackRow> uprobe_stacks(const TempDir& dir,
+                                    const std::string& uprobe,
+                                    const std::string& command,
+                                    const std::string& extra = {}) {
+  const auto recipe = write_recipe(dir, ustack_recipe(uprobe));
   const auto r = run_tracer(fmt::format("run {} --json {} -- {}", recipe.string(), extra, command));
   EXPECT_EQ(r.exit_code, 0) << r.err;
   return stack_rows(r.out);
@@ -340,18 +346,7 @@ TEST(KernelStacks, UprobeStackKeysInTheKernelEqualUserSpaceAndBpftrace) {
   const std::string probe = fmt::format("{}:tracer_lib_fn", TRACER_TARGET_LIB);
   const auto recipe = [&](const char* placement) {
     const auto p = dir.path() / fmt::format("{}.toml", placement);
-    std::ofstream(p) << fmt::format(R"([recipe]
-name = "ustacks"
-placement = "{}"
-[[probe]]
-name = "fn"
-uprobe = "{}"
-callchain = true
-[[stage]]
-use = "count"
-by = ["ustack"]
-)",
-                                    placement, probe);
+    std::ofstream(p) << ustack_recipe(probe, fmt::format("placement = \"{}\"", placement));
     return p;
   };
   const bool bpftrace = fs::exists("/usr/bin/bpftrace");
