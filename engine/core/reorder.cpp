@@ -94,10 +94,22 @@ void Reorder::flush_until(std::uint64_t time, const BatchHandler& out) {
   std::copy(held_.begin(), held_.end(), entries_.begin() + static_cast<std::ptrdiff_t>(count));
   if (count == 0)
     return;
-  const auto mid = entries_.begin() + static_cast<std::ptrdiff_t>(count);
-  std::sort(entries_.begin(), mid, [](const Entry& a, const Entry& b) {
-    return a.time != b.time ? a.time < b.time : a.seq < b.seq;
-  });
+  // Sorted by (time, arrival): the released part is in arrival order, so its index breaks
+  // ties as seq does. The keys are sorted, not the entries (a third of their size), and a part
+  // already in order (one ring's records) is not sorted at all.
+  keys_.resize(count);
+  for (std::size_t i = 0; i < count; ++i)
+    keys_[i] = {.time = entries_[i].time, .index = i};
+  const auto key_less = [](const SortKey& a, const SortKey& b) {
+    return a.time != b.time ? a.time < b.time : a.index < b.index;
+  };
+  if (!std::is_sorted(keys_.begin(), keys_.end(), key_less)) {
+    std::sort(keys_.begin(), keys_.end(), key_less);
+    sorted_.resize(count);
+    for (std::size_t i = 0; i < count; ++i)
+      sorted_[i] = entries_[keys_[i].index];
+    std::copy(sorted_.begin(), sorted_.end(), entries_.begin());
+  }
   release(count, out);
 }
 

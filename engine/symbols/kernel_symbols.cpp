@@ -28,7 +28,10 @@ bool is_text_type(char type) {
 }  // namespace
 
 Result<KernelSymbols> KernelSymbols::load(const std::filesystem::path& path) {
-  TRACER_ASSIGN_OR_RETURN(const std::string text, detail::read_file(path, kMaxKallsymsBytes));
+  TRACER_ASSIGN_OR_RETURN(std::string read, detail::read_file(path, kMaxKallsymsBytes));
+  // The names stay in the file's text (no string per symbol: ~200,000 of them).
+  auto shared = std::make_shared<const std::string>(std::move(read));
+  const std::string& text = *shared;
   struct Row {
     std::uint64_t start;
     std::uint32_t index;
@@ -66,12 +69,13 @@ Result<KernelSymbols> KernelSymbols::load(const std::filesystem::path& path) {
         module = module.substr(1, module.size() - 2);
     }
     rows.push_back({addr, static_cast<std::uint32_t>(syms.size())});
-    syms.push_back({.start = addr, .name = std::string(rest), .module = std::string(module)});
+    syms.push_back({.start = addr, .name = rest, .module = module});
   }
   if (lines == 0 && !text.empty())
     return fail(EINVAL, fmt::format("symbols: {} is not in kallsyms format", path.string()),
                 "expected lines \"ADDRESS TYPE NAME [MODULE]\"");
   out.restricted_ = !syms.empty() && all_zero;
+  out.text_ = std::move(shared);
   // std::sort with the file order as the last key: stable_sort's temporary buffer is deprecated
   // under clang's C++23 (bpf/codegen.cpp).
   const auto before = [](const Row& a, const Row& b) {
@@ -88,7 +92,7 @@ Result<KernelSymbols> KernelSymbols::load(const std::filesystem::path& path) {
   for (std::size_t i = 0; i < rows.size(); ++i) {
     if (i + 1 < rows.size() && rows[i].start == rows[i + 1].start && !out.restricted_)
       continue;
-    out.syms_.push_back(std::move(syms[rows[i].index]));
+    out.syms_.push_back(syms[rows[i].index]);
   }
   return out;
 }

@@ -446,12 +446,13 @@ struct Symbolizer::Impl {
     const KernelSymbol* s = k != nullptr ? k->find(ip) : nullptr;
     if (s == nullptr)
       return unknown(ip, std::string(kKernelModule), true);
-    return {.addr = ip,
-            .rel = ip,
-            .symbol = s->name,
-            .offset = ip - s->start,
-            .module = s->module.empty() ? std::string(kKernelModule) : "[" + s->module + "]",
-            .kernel = true};
+    return {
+        .addr = ip,
+        .rel = ip,
+        .symbol = std::string(s->name),
+        .offset = ip - s->start,
+        .module = s->module.empty() ? std::string(kKernelModule) : fmt::format("[{}]", s->module),
+        .kernel = true};
   }
 };
 

@@ -56,7 +56,7 @@ TEST(SymbolsKernel, LiveKallsymsFindsASystemCall) {
   const KernelSymbol* s = syms->find(entry.start + 3);
   ASSERT_NE(s, nullptr);
   EXPECT_EQ(s->start, entry.start);
-  EXPECT_TRUE(entry.names_at_start.contains(s->name)) << s->name;
+  EXPECT_TRUE(entry.names_at_start.contains(std::string(s->name))) << s->name;
   EXPECT_EQ(s->module, "");
   EXPECT_EQ(syms->find(0x1000), nullptr) << "below the first symbol";
 

@@ -88,6 +88,13 @@ class Reorder {
   ReorderOptions options_;
   std::vector<Entry> entries_;  // queued, in arrival order
   std::vector<Entry> held_;     // flush_until's scratch (kept: no allocation once warm)
+  /// flush_until's sort keys: (time, index of the entry in arrival order), 16 bytes each.
+  struct SortKey {
+    std::uint64_t time = 0;
+    std::uint64_t index = 0;
+  };
+  std::vector<SortKey> keys_;
+  std::vector<Entry> sorted_;
   std::vector<std::byte> bytes_, spare_;
   std::vector<RecordRef> refs_;
   std::uint64_t seq_ = 0;

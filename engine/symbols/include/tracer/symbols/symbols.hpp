@@ -62,10 +62,11 @@ struct Frame {
 // ---------------------------------------------------------------------------------------------
 // Kernel
 
+/// Views into the KernelSymbols they came from (valid while it, or a copy of it, lives).
 struct KernelSymbol {
   std::uint64_t start = 0;
-  std::string name{};
-  std::string module{};  // "" for the kernel image, else the module ("ext4")
+  std::string_view name{};
+  std::string_view module{};  // "" for the kernel image, else the module ("ext4")
 };
 
 class KernelSymbols {
@@ -85,7 +86,8 @@ class KernelSymbols {
   [[nodiscard]] std::size_t size() const noexcept { return syms_.size(); }
 
  private:
-  std::vector<KernelSymbol> syms_;  // sorted by start
+  std::vector<KernelSymbol> syms_;           // sorted by start
+  std::shared_ptr<const std::string> text_;  // the file's text: the names are views into it
   bool restricted_ = false;
 };
 
