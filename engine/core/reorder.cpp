@@ -104,13 +104,48 @@ void Reorder::flush_until(std::uint64_t time, const BatchHandler& out) {
     return a.time != b.time ? a.time < b.time : a.index < b.index;
   };
   if (!std::is_sorted(keys_.begin(), keys_.end(), key_less)) {
-    std::sort(keys_.begin(), keys_.end(), key_less);
+    sort_keys(key_less);
     sorted_.resize(count);
     for (std::size_t i = 0; i < count; ++i)
       sorted_[i] = entries_[keys_[i].index];
     std::copy(sorted_.begin(), sorted_.end(), entries_.begin());
   }
   release(count, out);
+}
+
+template <typename Less>
+void Reorder::sort_keys(const Less& less) {
+  // A round holds each ring's records in order, one ring after another: a few ascending runs,
+  // merged pairwise (linear per pass) rather than sorted. Many runs: a plain sort.
+  constexpr std::size_t kMaxRuns = 16;
+  runs_.clear();
+  runs_.push_back(0);
+  for (std::size_t i = 1; i < keys_.size(); ++i) {
+    if (less(keys_[i], keys_[i - 1])) {
+      runs_.push_back(i);
+      if (runs_.size() > kMaxRuns) {
+        std::sort(keys_.begin(), keys_.end(), less);
+        return;
+      }
+    }
+  }
+  runs_.push_back(keys_.size());
+  merged_.resize(keys_.size());
+  while (runs_.size() > 2) {
+    std::size_t kept = 0;
+    for (std::size_t r = 0; r + 1 < runs_.size(); r += 2) {
+      const auto b = static_cast<std::ptrdiff_t>(runs_[r]);
+      const auto m = static_cast<std::ptrdiff_t>(runs_[r + 1]);
+      const auto e =
+          static_cast<std::ptrdiff_t>(r + 2 < runs_.size() ? runs_[r + 2] : runs_[r + 1]);
+      std::merge(keys_.begin() + b, keys_.begin() + m, keys_.begin() + m, keys_.begin() + e,
+                 merged_.begin() + b, less);
+      runs_[kept++] = runs_[r];
+    }
+    runs_[kept++] = keys_.size();
+    runs_.resize(kept);
+    keys_.swap(merged_);
+  }
 }
 
 void Reorder::release(std::size_t count, const BatchHandler& out) {

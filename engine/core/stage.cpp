@@ -11,10 +11,13 @@
 #include <bit>
 #include <cerrno>
 #include <charconv>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <new>
 #include <ranges>
 #include <system_error>
+#include <type_traits>
 
 #include "common/edit_distance.hpp"
 #include "core/recipe_schema.hpp"
@@ -125,13 +128,22 @@ std::optional<std::int64_t> to_int(const Value& v) noexcept {
 // ---------------------------------------------------------------------------------------------
 // CommCache: set-associative (kWays per set), LRU within a set, fixed storage.
 
+void CommCache::Free::operator()(Entry* p) const noexcept {
+  std::free(p);  // NOLINT(cppcoreguidelines-no-malloc): calloc'd, see entries_
+}
+
 CommCache::CommCache(CommCacheOptions options) : options_(std::move(options)) {
-  std::size_t sets = std::max<std::size_t>(1, (options_.capacity + kWays - 1) / kWays);
-  entries_.resize(sets * kWays);
+  static_assert(std::is_trivially_copyable_v<Entry> && std::is_trivially_destructible_v<Entry>);
+  const std::size_t sets = std::max<std::size_t>(1, (options_.capacity + kWays - 1) / kWays);
+  size_ = sets * kWays;
+  // NOLINTNEXTLINE(cppcoreguidelines-no-malloc): zero pages on demand, see entries_
+  entries_.reset(static_cast<Entry*>(std::calloc(size_, sizeof(Entry))));
+  if (!entries_)
+    throw std::bad_alloc();
 }
 
 CommCache::Entry& CommCache::slot_for(std::uint32_t tid, bool& found) noexcept {
-  const std::size_t sets = entries_.size() / kWays;
+  const std::size_t sets = size_ / kWays;
   // Fibonacci hashing spreads consecutive tids over the sets.
   const std::size_t set = static_cast<std::size_t>((tid * 0x9E3779B97F4A7C15ULL) >> 32) % sets;
   Entry* base = &entries_[set * kWays];

@@ -256,14 +256,19 @@ class ScriptPrinter {
   }
 
   /// `n` spaces before a field of `len` characters right-aligned in `width`.
-  void pad(std::size_t width, std::size_t len) {
-    for (std::size_t i = len; i < width; ++i)
-      buf_.push_back(' ');
+  void pad(std::size_t width, std::size_t len) { fill(' ', width > len ? width - len : 0); }
+  void fill(char c, std::size_t n) {
+    static constexpr std::string_view kSpaces = "                                ";
+    static constexpr std::string_view kZeros = "00000000000000000000000000000000";
+    const std::string_view run = c == '0' ? kZeros : kSpaces;
+    for (; n > run.size(); n -= run.size())
+      buf_.append(run);
+    buf_.append(run.substr(0, n));
   }
   /// An integer right-aligned in `width`, padded with `fill` (' ' or '0', after the sign).
   template <typename T>
   void put_int(T v, std::size_t width, char fill) {
-    char digits[24];
+    char digits[24] = {};
     const auto end = std::to_chars(digits, digits + sizeof digits, v).ptr;
     auto len = static_cast<std::size_t>(end - digits);
     const char* at = digits;
@@ -271,8 +276,7 @@ class ScriptPrinter {
       buf_.push_back('-');
       ++at, --len, --width;
     }
-    for (std::size_t i = len; i < width; ++i)
-      buf_.push_back(fill);
+    this->fill(fill, width > len ? width - len : 0);
     buf_.append(std::string_view(at, len));
   }
 

@@ -76,8 +76,13 @@ TEST(Reorder, RoundsReleaseWhatIsSafeInTimeOrder) {
   EXPECT_EQ(order.queued(), 0u);
 }
 
-TEST(Reorder, ManyRingsMergeIntoOneSortedStreamWithEqualTimesInRingOrder) {
+// A round's rings are ascending runs: a few are merged, many sorted (Reorder::sort_keys); both
+// give one sorted stream.
+class ReorderRings : public ::testing::TestWithParam<std::size_t> {};
+
+TEST_P(ReorderRings, ManyRingsMergeIntoOneSortedStreamWithEqualTimesInRingOrder) {
   const ProbeInfo p = testing::fake_probe(0, "p");
+  const std::size_t ring_count = GetParam();
   std::mt19937 rng(7);
   Reorder order({.max_bytes = std::size_t{64} << 20, .max_batch = 7});
   Seen seen;
@@ -86,10 +91,10 @@ TEST(Reorder, ManyRingsMergeIntoOneSortedStreamWithEqualTimesInRingOrder) {
   std::int32_t nr = 0;
   for (int round = 0; round < 50; ++round) {
     Records recs;
-    // Four rings, each in its own time order, read one after the other.
-    std::vector<std::vector<std::uint64_t>> rings(4);
+    // The rings, each in its own time order, read one after the other.
+    std::vector<std::vector<std::uint64_t>> rings(ring_count);
     for (int i = 0; i < 200; ++i)
-      rings[rng() % 4].push_back(clock += rng() % 3);  // equal times happen
+      rings[rng() % ring_count].push_back(clock += rng() % 3);  // equal times happen
     for (std::size_t c = 0; c < rings.size(); ++c) {
       for (auto t : rings[c])
         recs.event(p, ev(nr++), 1, 1, t, static_cast<std::int32_t>(c));
@@ -109,6 +114,8 @@ TEST(Reorder, ManyRingsMergeIntoOneSortedStreamWithEqualTimesInRingOrder) {
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Rings, ReorderRings, ::testing::Values(1, 2, 4, 15, 40));
 
 TEST(Reorder, OverBudgetReleasesTheOlderHalfAndCountsWhatComesLate) {
   const ProbeInfo p = testing::fake_probe(0, "p");

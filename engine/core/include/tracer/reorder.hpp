@@ -93,7 +93,10 @@ class Reorder {
     std::uint64_t time = 0;
     std::uint64_t index = 0;
   };
-  std::vector<SortKey> keys_;
+  std::vector<SortKey> keys_, merged_;
+  std::vector<std::size_t> runs_;  // sort_keys: where each ascending run of keys_ begins
+  template <typename Less>
+  void sort_keys(const Less& less);
   std::vector<Entry> sorted_;
   std::vector<std::byte> bytes_, spare_;
   std::vector<RecordRef> refs_;

@@ -135,8 +135,14 @@ class CommCache {
     std::array<char, kCommLen> comm{};
   };
   Entry& slot_for(std::uint32_t tid, bool& found) noexcept;
+  struct Free {
+    void operator()(Entry* p) const noexcept;
+  };
   CommCacheOptions options_;
-  std::vector<Entry> entries_;
+  /// calloc'd: all-zero entries are free ones, and the pages of a large cache are only
+  /// touched as threads fill them (a replay's cache holds 2^18 threads).
+  std::unique_ptr<Entry[], Free> entries_;
+  std::size_t size_ = 0;
   std::uint32_t clock_ = 0;
   std::uint64_t proc_reads_ = 0, evictions_ = 0;
 };
