@@ -84,6 +84,7 @@ class ScriptPrinter {
         fmts_.emplace_back(std::nullopt);
     }
     handler_ = [this](const Batch& b) { on_batch(b); };
+    buf_.reserve(kFlushBytes + (std::size_t{64} << 10));
     if (perf_mode_)
       symbols_.preload_kernel();  // while the file is read
   }
@@ -181,7 +182,7 @@ class ScriptPrinter {
     const auto st = s.sample_type;
     if (buf_.size() >= kFlushBytes)
       flush();
-    auto out = fmt::appender(buf_);
+    auto out = std::back_inserter(buf_);
     std::string_view comm = comms_.lookup(s.tid);
     std::string unknown;
     if (comm.empty()) {
@@ -426,7 +427,7 @@ class ScriptPrinter {
   Reorder order_;
   BatchHandler handler_;
   std::string line_;
-  fmt::memory_buffer buf_;
+  std::string buf_;  // the output of print(), flushed every kFlushBytes
   FrameLines frame_lines_;
   static constexpr std::size_t kFlushBytes = std::size_t{1} << 20;
   std::unordered_set<std::uint32_t> frame_pids_;  // processes with lines in frame_lines_
