@@ -7,6 +7,7 @@
 
 #include <unistd.h>
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <filesystem>
 #include <fstream>
@@ -1448,15 +1449,18 @@ void emit_maps(const KernelPlan& plan, const Layout& l, bool tgid_map, Writer& w
 }
 
 /// tr_stack_key (non-preemptible programs) and tr_stack_key_ATOMIC (uprobes, which may be
-/// preempted by another task's run of them on the same CPU): the stack of this event stored in
-/// tr_stacks under its 64-bit hash.
-void emit_stack_helpers(Writer& w) {
+/// preempted by another task's run of them on the same CPU), as `want` says: the stack of this
+/// event stored in tr_stacks under its 64-bit hash.
+void emit_stack_helpers(const std::array<bool, 2>& want, Writer& w) {
   for (const bool guarded : {false, true}) {
+    if (!want[guarded ? 1 : 0])
+      continue;
     w.raw(
         guarded
             ? R"C(/* The same, for a preemptible program: the scratch buffer is per CPU, so another task's run
  * may write it between this one's writes and reads. Its counter is bumped before and after each
- * write; a run that sees another's bump in between lets its stack go (counted as lost). */
+ * write; a run that sees another's bump in between lets its stack go (counted as lost), and
+ * takes back the stack it stored from the buffer. */
 static __always_inline int tr_stack_key_ATOMIC(void *ctx, __u64 flags, __u64 *key)
 )C"
             : R"C(/* *key = the hash of this event's stack (bpf_get_stack: kernel, or user with
@@ -1472,8 +1476,7 @@ static __always_inline int tr_stack_key(void *ctx, __u64 flags, __u64 *key)
 )C");
     if (guarded)
       w.raw("\t__u64 seq = __sync_fetch_and_add(&buf->seq, 1) + 2;\n");
-    w.raw(R"C(	long n = bpf_get_stack(ctx, buf->ips, sizeof(buf->ips), flags);
-)C");
+    w.raw("\tlong n = bpf_get_stack(ctx, buf->ips, sizeof(buf->ips), flags);\n");
     if (guarded)
       w.raw(R"C(	if (__sync_fetch_and_add(&buf->seq, 1) + 1 != seq)
 		return 1;
@@ -1495,24 +1498,21 @@ static __always_inline int tr_stack_key(void *ctx, __u64 flags, __u64 *key)
 	h ^= h >> 33;
 	if (h == 0)
 		h = 1;
-	int added = 0;
+	long err = -TR_EEXIST; /* -EEXIST: stored before; 0: stored by this run */
 	if (!bpf_map_lookup_elem(&tr_stacks, &h)) {
-		long err = bpf_map_update_elem(&tr_stacks, &h, buf->ips, BPF_NOEXIST);
-		if (err == 0)
-			added = 1;
-		else if (err != -TR_EEXIST)
+		err = bpf_map_update_elem(&tr_stacks, &h, buf->ips, BPF_NOEXIST);
+		if (err != 0 && err != -TR_EEXIST)
 			return 1;
 	}
 )C");
-    if (guarded)
+    if (guarded) {
       w.raw(R"C(	if (*(volatile __u64 *)&buf->seq != seq) {
-		if (added)
+		if (err == 0)
 			bpf_map_delete_elem(&tr_stacks, &h);
 		return 1;
 	}
 )C");
-    else
-      w.raw("\t(void)added;\n");
+    }
     w.raw(R"C(	*key = h;
 	return 0;
 }
@@ -1541,8 +1541,12 @@ static __always_inline void tr_zero_after_nul(char *s, int n)
 }
 
 )C");
-  if (l.stacks)
-    emit_stack_helpers(w);
+  if (l.stacks) {
+    std::array<bool, 2> want{};  // plain, guarded (uprobes)
+    for (const auto& p : plan.probes)
+      want[is_uprobe(p.kind) ? 1 : 0] = true;
+    emit_stack_helpers(want, w);
+  }
   bool misaligned = false;
   for (const auto& p : plan.probes) {
     const auto visit = [&](const Field& f) {

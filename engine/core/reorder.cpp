@@ -103,8 +103,7 @@ void Reorder::flush_until(std::uint64_t time, const BatchHandler& out) {
   const auto key_less = [](const SortKey& a, const SortKey& b) {
     return a.time != b.time ? a.time < b.time : a.index < b.index;
   };
-  if (!std::is_sorted(keys_.begin(), keys_.end(), key_less)) {
-    sort_keys(key_less);
+  if (sort_keys(key_less)) {
     sorted_.resize(count);
     for (std::size_t i = 0; i < count; ++i)
       sorted_[i] = entries_[keys_[i].index];
@@ -114,9 +113,10 @@ void Reorder::flush_until(std::uint64_t time, const BatchHandler& out) {
 }
 
 template <typename Less>
-void Reorder::sort_keys(const Less& less) {
+bool Reorder::sort_keys(const Less& less) {
   // A round holds each ring's records in order, one ring after another: a few ascending runs,
-  // merged pairwise (linear per pass) rather than sorted. Many runs: a plain sort.
+  // merged pairwise (linear per pass) rather than sorted. Many runs: a plain sort. One run:
+  // nothing to do (false).
   constexpr std::size_t kMaxRuns = 16;
   runs_.clear();
   runs_.push_back(0);
@@ -125,10 +125,12 @@ void Reorder::sort_keys(const Less& less) {
       runs_.push_back(i);
       if (runs_.size() > kMaxRuns) {
         std::sort(keys_.begin(), keys_.end(), less);
-        return;
+        return true;
       }
     }
   }
+  if (runs_.size() == 1)
+    return false;
   runs_.push_back(keys_.size());
   merged_.resize(keys_.size());
   while (runs_.size() > 2) {
@@ -146,6 +148,7 @@ void Reorder::sort_keys(const Less& less) {
     runs_.resize(kept);
     keys_.swap(merged_);
   }
+  return true;
 }
 
 void Reorder::release(std::size_t count, const BatchHandler& out) {

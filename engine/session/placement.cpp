@@ -7,9 +7,9 @@
 #include <linux/perf_event.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <utility>
 
+#include "common/text_file.hpp"
 #include "tracer/error.hpp"
 
 namespace tracer::session {
@@ -42,13 +42,10 @@ std::optional<gen::ProbeKind> gen_kind(ProbeKind k) {
 
 /// kernel.perf_event_max_stack: the deepest callchain the kernel takes (127 by default).
 std::uint32_t max_stack_sysctl() {
-  std::uint32_t n = 127;
-  if (std::FILE* f = std::fopen("/proc/sys/kernel/perf_event_max_stack", "re")) {
-    if (std::fscanf(f, "%u", &n) != 1 || n == 0)
-      n = 127;
-    std::fclose(f);
-  }
-  return n;
+  constexpr std::uint32_t kDefault = 127;
+  const auto text = detail::read_text_file("/proc/sys/kernel/perf_event_max_stack", "placement");
+  const auto n = text ? detail::parse_uint<std::uint32_t>(detail::trim(*text)) : std::nullopt;
+  return n && *n != 0 ? *n : kDefault;
 }
 
 std::uint32_t record_size(const tracefs::Format& f) {

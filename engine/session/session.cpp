@@ -44,13 +44,6 @@ void enable_task_records(EngineOptions& eo, bool full) {
   }
 }
 
-/// A probe kind whose events sample (an overflow handler runs a BPF_PROG_TYPE_PERF_EVENT
-/// program), as opposed to the tracing events (tracepoints, kprobes, uprobes).
-bool is_sampling_event(ProbeKind k) {
-  return k == ProbeKind::kSoftware || k == ProbeKind::kHardware || k == ProbeKind::kCache ||
-         k == ProbeKind::kRawPmu;
-}
-
 /// An engine error about one probe ("probe 'x': ...") at that probe's place in the recipe: its
 /// filter's for a rejected filter, else its tracepoint/uprobe/... value's. A probe the system
 /// lacks or refuses as written is a recipe error (exit 2); other failures keep their category.
@@ -395,10 +388,13 @@ void Session::Impl::plan_placement(Session* self) {
     }
   }
   for (const auto& pl : places) {
-    for (std::uint32_t pi : pl.probes) {
+    if (!pl.plan)
+      continue;
+    for (std::size_t k = 0; k < pl.probes.size(); ++k) {
+      const std::uint32_t pi = pl.probes[k];  // pl.plan->probes[k]'s engine probe
       auto& po = engine_options.probes[pi];
       po.task_records = po.comm_records = false;  // the program reads comm itself
-      if (is_sampling_event(po.kind)) {
+      if (pl.plan->probes[k].kind == bpf::gen::ProbeKind::kPerfEvent) {
         // Its program runs at each sample (it needs the sampling) and returns 0: no sample is
         // written to the ring, the samples are the program's hits.
         kernel_samples.resize(engine_options.probes.size(), false);
@@ -624,29 +620,23 @@ void Session::start() {
   diags.throw_if_any();
   s.plan_placement(this);
   // The kernel pipelines' programs attach once the events are open and before they are enabled:
-  // they count every event the probes see.
-  bool kernel_failed = false;
-  s.engine->before_enable([&s, &kernel_failed] {
+  // they count every event the probes see. What start_kernel() throws fails engine->start(),
+  // which closes the events; the programs go with s.kernel.
+  s.engine->before_enable([&s] {
     try {
       s.start_kernel();
     } catch (...) {
-      kernel_failed = true;
       s.kernel.clear();
+      s.stopped = true;
       throw;
     }
   });
   try {
     s.engine->start();
-  } catch (...) {
-    if (kernel_failed) {  // the engine closed its events; the programs went with s.kernel
-      s.stopped = true;
+  } catch (const Error& e) {
+    if (s.stopped)  // the kernel pipelines' failure, already at its place
       throw;
-    }
-    try {
-      throw;
-    } catch (const Error& e) {
-      rethrow_at_probe(e, s.recipe);
-    }
+    rethrow_at_probe(e, s.recipe);
   }
   for (auto& p : s.pipelines)
     p->bind(s.engine->probes(), diags, {}, &s.engine->maps());

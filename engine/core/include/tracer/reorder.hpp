@@ -95,8 +95,9 @@ class Reorder {
   };
   std::vector<SortKey> keys_, merged_;
   std::vector<std::size_t> runs_;  // sort_keys: where each ascending run of keys_ begins
+  /// Sorts keys_; false when they were in order already.
   template <typename Less>
-  void sort_keys(const Less& less);
+  bool sort_keys(const Less& less);
   std::vector<Entry> sorted_;
   std::vector<std::byte> bytes_, spare_;
   std::vector<RecordRef> refs_;
