@@ -94,8 +94,7 @@ Result<RingBuffer> RingBuffer::open_fd(int map_fd) {
 }
 
 // Synchronizes with the kernel's smp_store_release() of producer_pos in
-// bpf_ringbuf_reserve()/__bpf_ringbuf_reserve(), and of a record header's length in
-// bpf_ringbuf_commit() (the BUSY bit cleared once the payload is written).
+// bpf_ringbuf_reserve()/__bpf_ringbuf_reserve().
 std::uint64_t RingBuffer::producer_pos() const noexcept {
   return std::atomic_ref<const std::uint64_t>(*static_cast<const std::uint64_t*>(producer_area_))
       .load(std::memory_order_acquire);
@@ -105,11 +104,6 @@ std::uint64_t RingBuffer::consumer_pos() const noexcept {
   // Only this reader writes it.
   return std::atomic_ref<const std::uint64_t>(*static_cast<const std::uint64_t*>(consumer_page_))
       .load(std::memory_order_relaxed);
-}
-
-std::uint32_t RingBuffer::record_len(const std::byte* hdr) noexcept {
-  return std::atomic_ref<const std::uint32_t>(*reinterpret_cast<const std::uint32_t*>(hdr))
-      .load(std::memory_order_acquire);
 }
 
 void RingBuffer::publish(std::uint64_t cons) noexcept {

@@ -257,8 +257,13 @@ int run_recipe(const RunOptions& given) {
     last_delivered = st.delivered;
   });
   session.start();
-  if (o.verbose)
+  if (o.verbose) {
     fmt::print(stderr, "tracer: rings: {}\n", session.engine().ring_note());
+    if (session.stats().in_place)
+      fmt::print(stderr,
+                 "tracer: the stages read the BPF-delivered samples in place (no record "
+                 "rebuilt)\n");
+  }
   asio::signal_set signals(io, SIGINT, SIGTERM);
   signals.async_wait([&](const boost::system::error_code& ec, int) {
     if (!ec)

@@ -454,6 +454,10 @@ void Engine::on_batch(BatchHandler handler) {
   impl_->batch_handler = std::move(handler);
 }
 
+void Engine::on_delivered(DeliveredHandler handler) {
+  impl_->delivered_handler = std::move(handler);
+}
+
 void Engine::on_done(std::function<void()> handler) {
   impl_->done_handler = std::move(handler);
 }

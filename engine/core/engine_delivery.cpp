@@ -130,7 +130,9 @@ void Engine::Impl::open_delivery() {
           std::make_unique<Reader>(core::RingReader(std::move(slot->ring), UINT32_MAX, slot->cpu,
                                                     &ch->layout(), opts.max_batch, true),
                                    serial, slot->event.fd(), ch->attr());
-      r->via = [this](const Batch& b) { delivery->convert(b, probes, batch_handler); };
+      r->via = [this](const Batch& b) {
+        delivery->convert(b, probes, batch_handler, delivered_handler);
+      };
       readers.push_back(std::move(r));
     }
   }
@@ -179,7 +181,7 @@ void Engine::Impl::drain_ringbuf() noexcept {
   try {
     // A bounded pass: a ring that keeps filling does not keep the reactor from the others.
     const std::size_t max = std::size_t{1} << 16;
-    delivery->drain(probes, batch_handler, max);
+    delivery->drain(probes, batch_handler, delivered_handler, max);
   } catch (...) {
     failure = std::current_exception();
   }

@@ -71,6 +71,7 @@ struct Engine::Impl : std::enable_shared_from_this<Engine::Impl> {
   boost::asio::any_io_executor serial;
   EngineOptions opts;
   BatchHandler batch_handler;
+  DeliveredHandler delivered_handler;
   std::function<void()> done_handler;
   std::function<void()> round_handler;
   std::function<void()> before_enable;

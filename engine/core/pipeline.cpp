@@ -110,6 +110,35 @@ void Pipeline::bind(std::span<const ProbeInfo> probes,
     order_ = std::make_unique<Reorder>(options_.reorder);
     ordered_out_ = [this](const Batch& b) { run_chunks(b.records); };
   }
+  in_place_ =
+      options_.in_place && !ordered && derived_ == 0 && diags.empty() && takes_every_delivered();
+}
+
+bool Pipeline::takes_every_delivered() const noexcept {
+  bool any = false;
+  for (const auto& slot : stages_) {
+    if ((slot.kinds & kind_bit(RecordKind::kSample)) == 0)
+      continue;
+    if (slot.aggregation == nullptr)
+      return false;  // a stage that may drop events, or writes them out
+    const auto probes = schema_->probes();
+    for (std::uint32_t p = 0; p < probes.size(); ++p) {
+      if (probes[p].format.has_value() && !slot.stage->takes_delivered(p))
+        return false;
+    }
+    any = true;
+  }
+  return any;
+}
+
+void Pipeline::on_delivered(std::span<const DeliveredSample> samples) noexcept {
+  stats_.records += samples.size();
+  stats_.by_kind[static_cast<std::size_t>(RecordKind::kSample)] += samples.size();
+  stats_.in_place += samples.size();
+  for (auto& slot : stages_) {
+    if ((slot.kinds & kind_bit(RecordKind::kSample)) != 0)
+      slot.stage->on_delivered(samples);
+  }
 }
 
 void Pipeline::start(std::chrono::nanoseconds now) {

@@ -334,6 +334,149 @@ bool FieldRef::available(std::uint32_t probe) const noexcept {
   return probe < by_probe_.size() && by_probe_[probe].source != Source::kMissing;
 }
 
+Value FieldRef::read_raw(const Accessor& a,
+                         std::uint32_t probe,
+                         std::span<const std::byte> raw) const noexcept {
+  switch (a.source) {
+    case Source::kTracefs:
+      if (a.type == FieldType::kString) {
+        if (auto s = tracefs::read_string(*a.field, raw))
+          return *s;
+        return {};
+      }
+      if (a.type == FieldType::kIps) {
+        if (auto b = tracefs::read_bytes(*a.field, raw))
+          return IpList{{b->data(), b->size() / 8}};
+        return {};
+      }
+      if (auto v = tracefs::read_int(*a.field, raw)) {
+        if (a.type == FieldType::kUint)
+          return static_cast<std::uint64_t>(*v);
+        return *v;
+      }
+      return {};
+    case Source::kTracefsElement: {
+      auto b = tracefs::read_bytes(*a.field, raw);
+      if (!b || (std::uint64_t{a.index} + 1) * a.size > b->size())
+        return {};
+      return load_number(b->data() + std::size_t{a.index} * a.size, a.size, a.is_signed);
+    }
+    case Source::kPayload: {
+      if (std::uint64_t{a.offset} + a.size > raw.size())
+        return {};
+      const std::byte* p = raw.data() + a.offset;
+      if (a.type == FieldType::kString) {
+        const auto* c = reinterpret_cast<const char*>(p);
+        return std::string_view(c, ::strnlen(c, a.size));
+      }
+      if (a.type == FieldType::kDouble) {
+        return a.size == 4 ? Value{double{perf::load<float>(p)}} : Value{perf::load<double>(p)};
+      }
+      return load_number(p, a.size, a.is_signed);
+    }
+    case Source::kSyscallName: {
+      if (a.field == nullptr) {  // syscalls:sys_enter_X: the name is the event's
+        const auto& format = schema_->probes()[probe].format;
+        return format.has_value() ? std::string_view(format->name).substr(a.offset)
+                                  : std::string_view{};
+      }
+      const auto nr = tracefs::read_int(*a.field, raw);
+      if (!nr)
+        return {};
+      if (const auto name = core::syscall_name(*nr); !name.empty())
+        return name;
+      return *nr;  // a number this build's table lacks stays a number
+    }
+    default:
+      return {};
+  }
+}
+
+bool FieldRef::reads_delivered(std::uint32_t probe) const noexcept {
+  if (derived_.source == Source::kDerived)
+    return false;
+  if (probe >= by_probe_.size())
+    return true;  // read() gives nothing either way
+  switch (by_probe_[probe].source) {
+    case Source::kMissing:
+    case Source::kPid:
+    case Source::kTid:
+    case Source::kCpu:
+    case Source::kTime:
+    case Source::kProbe:
+    case Source::kKind:
+    case Source::kTracefs:
+    case Source::kTracefsElement:
+    case Source::kSyscallName:
+      return true;
+    default:
+      return false;
+  }
+}
+
+std::optional<IntReader> FieldRef::int_reader(std::uint32_t probe) const noexcept {
+  using From = IntReader::From;
+  if (derived_.source == Source::kDerived)
+    return std::nullopt;
+  if (probe >= by_probe_.size())
+    return IntReader{};
+  const Accessor& a = by_probe_[probe];
+  switch (a.source) {
+    case Source::kMissing:
+      return IntReader{};
+    case Source::kPid:
+      return IntReader{.from = From::kPid};
+    case Source::kTid:
+      return IntReader{.from = From::kTid};
+    case Source::kCpu:
+      return IntReader{.from = From::kCpu};
+    case Source::kTime:
+      return IntReader{.from = From::kTime, .as_uint = true};
+    case Source::kTracefs: {
+      // tracefs::read_int's reading: a fixed-width field of 1, 2, 4 or 8 bytes.
+      const tracefs::Field* f = a.field;
+      if ((a.type != FieldType::kInt && a.type != FieldType::kUint) || f == nullptr ||
+          f->is_data_loc || f->is_rel_loc || f->array_len.has_value() ||
+          (f->size != 1 && f->size != 2 && f->size != 4 && f->size != 8))
+        return std::nullopt;
+      return IntReader{.from = From::kRaw,
+                       .is_signed = f->is_signed && f->size != 8,
+                       .as_uint = a.type == FieldType::kUint,
+                       .size = static_cast<std::uint8_t>(f->size),
+                       .offset = f->offset};
+    }
+    default:
+      return std::nullopt;
+  }
+}
+
+Value FieldRef::read(const DeliveredSample& s) const noexcept {
+  const std::uint32_t probe = s.probe();
+  if (probe >= by_probe_.size())
+    return {};
+  const Accessor& a = by_probe_[probe];
+  switch (a.source) {
+    case Source::kPid:
+      return std::int64_t{s.pid()};
+    case Source::kTid:
+      return std::int64_t{s.tid()};
+    case Source::kCpu:
+      return std::int64_t{s.cpu()};
+    case Source::kTime:
+      return s.time();
+    case Source::kProbe:
+      return std::string_view(schema_->probes()[probe].name);
+    case Source::kKind:
+      return to_string(RecordKind::kSample);
+    case Source::kTracefs:
+    case Source::kTracefsElement:
+    case Source::kSyscallName:
+      return read_raw(a, probe, s.raw());
+    default:
+      return {};
+  }
+}
+
 Value FieldRef::read(const Event& e) const noexcept {
   if (derived_.source == Source::kDerived)
     return e.derived[static_cast<std::size_t>(derived_.slot)];
@@ -396,63 +539,12 @@ Value FieldRef::read(const Event& e) const noexcept {
         return x->aux_size;
       return {};
     case Source::kTracefs:
+    case Source::kTracefsElement:
+    case Source::kPayload:
+    case Source::kSyscallName:
       if (e.sample == nullptr)
         return {};
-      if (a.type == FieldType::kString) {
-        if (auto s = tracefs::read_string(*a.field, e.sample->raw))
-          return *s;
-        return {};
-      }
-      if (a.type == FieldType::kIps) {
-        if (auto b = tracefs::read_bytes(*a.field, e.sample->raw))
-          return IpList{{b->data(), b->size() / 8}};
-        return {};
-      }
-      if (auto v = tracefs::read_int(*a.field, e.sample->raw)) {
-        if (a.type == FieldType::kUint)
-          return static_cast<std::uint64_t>(*v);
-        return *v;
-      }
-      return {};
-    case Source::kTracefsElement: {
-      if (e.sample == nullptr)
-        return {};
-      auto b = tracefs::read_bytes(*a.field, e.sample->raw);
-      if (!b || (std::uint64_t{a.index} + 1) * a.size > b->size())
-        return {};
-      return load_number(b->data() + std::size_t{a.index} * a.size, a.size, a.is_signed);
-    }
-    case Source::kPayload: {
-      if (e.sample == nullptr)
-        return {};
-      const auto raw = e.sample->raw;
-      if (std::uint64_t{a.offset} + a.size > raw.size())
-        return {};
-      const std::byte* p = raw.data() + a.offset;
-      if (a.type == FieldType::kString) {
-        const auto* c = reinterpret_cast<const char*>(p);
-        return std::string_view(c, ::strnlen(c, a.size));
-      }
-      if (a.type == FieldType::kDouble) {
-        return a.size == 4 ? Value{double{perf::load<float>(p)}} : Value{perf::load<double>(p)};
-      }
-      return load_number(p, a.size, a.is_signed);
-    }
-    case Source::kSyscallName: {
-      if (e.sample == nullptr)
-        return {};
-      if (a.field == nullptr) {  // syscalls:sys_enter_X: the name is the event's
-        const auto& format = schema_->probes()[probe].format;
-        return format.has_value() ? std::string_view(format->name).substr(a.offset)
-                                  : std::string_view{};
-      }
-      const auto nr = tracefs::read_int(*a.field, e.sample->raw);
-      if (!nr)
-        return {};
-      if (const auto name = core::syscall_name(*nr); !name.empty())
-        return name;
-      return *nr;  // a number this build's table lacks stays a number
-    }
+      return read_raw(a, probe, e.sample->raw);
     case Source::kReg: {
       if (e.sample == nullptr || e.sample->regs_user.abi == 0)
         return {};

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 
 #include "progs/tp_deliver.h"
@@ -16,6 +17,9 @@ namespace {
 // Rebuilt samples handed on at once at most (bytes), and records (a batch of RecordRefs stays
 // in the caches while the stages read it: EngineOptions::max_batch's reasoning).
 constexpr std::size_t kBytes = std::size_t{1} << 18;
+// Samples handed on in place at once: their records (about 60 bytes each for a syscall's) stay
+// in L1 between the pass that finds them and the stages' pass.
+constexpr std::size_t kCompact = 256;
 
 }  // namespace
 
@@ -93,6 +97,7 @@ Result<TracepointDelivery> TracepointDelivery::open(std::size_t slots,
   d.attached_.assign(slots, false);
   d.delivered_.assign(slots * d.cpus_, 0);
   d.buf_ = std::make_unique<std::byte[]>(kBytes);
+  d.compact_.resize(kCompact);
   return d;
 }
 
@@ -131,24 +136,65 @@ void TracepointDelivery::flush(const BatchHandler& out) {
   used_ = 0;
 }
 
-void TracepointDelivery::add(std::span<const std::byte> rec,
-                             int cpu,
-                             std::span<const ProbeInfo> probes,
-                             const BatchHandler& out) {
-  if (rec.size() < sizeof(tp_deliver_hdr))
+static_assert(sizeof(DeliveredHeader) == sizeof(tp_deliver_hdr));
+static_assert(offsetof(DeliveredHeader, time) == offsetof(tp_deliver_hdr, time));
+static_assert(offsetof(DeliveredHeader, probe) == offsetof(tp_deliver_hdr, slot));
+static_assert(offsetof(DeliveredHeader, size) == offsetof(tp_deliver_hdr, size));
+static_assert(offsetof(DeliveredHeader, pid) == offsetof(tp_deliver_hdr, pid));
+static_assert(offsetof(DeliveredHeader, tid) == offsetof(tp_deliver_hdr, tid));
+static_assert(offsetof(DeliveredHeader, cpu) == offsetof(tp_deliver_hdr, cpu));
+
+void TracepointDelivery::take(std::span<const std::byte> rec,
+                              std::size_t probes,
+                              const BatchHandler& out,
+                              const DeliveredHandler& in_place) {
+  // Little per record here: the ring's lines are being read in, and the fewer instructions
+  // wait on them, the more records' reads overlap. The stages read the fields in their pass,
+  // from the cache.
+  if (rec.size() < sizeof(DeliveredHeader))
     return;
-  tp_deliver_hdr h{};
+  DeliveredHeader h;
   std::memcpy(&h, rec.data(), sizeof(h));
-  const auto data = rec.subspan(sizeof(h));
-  const std::size_t size = std::min<std::size_t>(h.size, data.size());
-  if (h.slot >= probes.size() || h.slot >= attached_.size())
+  if (h.probe >= probes || h.probe >= attached_.size())
     return;
-  if (cpu < 0)
-    cpu = static_cast<int>(h.cpu);
+  if (h.cpu < cpus_)
+    ++delivered_[h.probe * cpus_ + h.cpu];
+  const auto data = rec.subspan(sizeof(h));
+  if (!in_place || h.size > data.size()) {  // a record cut short is rebuilt at what is there
+    add(h, data.first(std::min<std::size_t>(h.size, data.size())), out);
+    return;
+  }
+  compact_[ncompact_++] = DeliveredSample(rec.data());
+  if (ncompact_ == compact_.size())
+    flush_in_place(out, in_place);
+}
+
+void TracepointDelivery::flush_in_place(const BatchHandler& out, const DeliveredHandler& in_place) {
+  const std::span<const DeliveredSample> batch(compact_.data(), ncompact_);
+  ncompact_ = 0;
+  if (batch.empty() || in_place(batch))
+    return;
+  for (const DeliveredSample& s : batch) {
+    const auto raw = s.raw();
+    add({.time = s.time(),
+         .probe = s.probe(),
+         .size = static_cast<std::uint32_t>(raw.size()),
+         .pid = s.pid(),
+         .tid = s.tid(),
+         .cpu = s.cpu(),
+         .pad = 0},
+        raw, out);
+  }
+}
+
+void TracepointDelivery::add(const DeliveredHeader& s,
+                             std::span<const std::byte> raw,
+                             const BatchHandler& out) {
   // PERF_RECORD_SAMPLE with IDENTIFIER | TID | TIME | CPU | RAW (kDeliveredSampleType), as
   // perf_prepare_sample() lays it out: RAW is a u32 size and the record, zero-padded so the
   // sample ends 8-aligned. Written in place, and its decoded form filled in directly (the
   // fields are known: no decode of what was just written).
+  const std::size_t size = raw.size();
   const std::size_t raw_size = (size + sizeof(std::uint32_t) + 7) / 8 * 8 - sizeof(std::uint32_t);
   const std::size_t total = 8 + 8 + 8 + 8 + 8 + 4 + raw_size;
   if (used_ + total > kBytes)
@@ -159,23 +205,23 @@ void TracepointDelivery::add(std::span<const std::byte> rec,
                              .misc = PERF_RECORD_MISC_KERNEL,
                              .size = static_cast<std::uint16_t>(total)};
   const std::uint64_t identifier = 0;  // the record is routed by its slot
-  const auto ucpu = static_cast<std::uint32_t>(std::max(cpu, 0));
   const std::uint32_t zero = 0, raw32 = static_cast<std::uint32_t>(raw_size);
   std::memcpy(p, &eh, sizeof(eh));
   std::memcpy(p + 8, &identifier, 8);
-  std::memcpy(p + 16, &h.pid, 4);
-  std::memcpy(p + 20, &h.tid, 4);
-  std::memcpy(p + 24, &h.time, 8);
-  std::memcpy(p + 32, &ucpu, 4);
+  std::memcpy(p + 16, &s.pid, 4);
+  std::memcpy(p + 20, &s.tid, 4);
+  std::memcpy(p + 24, &s.time, 8);
+  std::memcpy(p + 32, &s.cpu, 4);
   std::memcpy(p + 36, &zero, 4);
   std::memcpy(p + 40, &raw32, 4);
-  std::memcpy(p + 44, data.data(), size);
+  if (size != 0)
+    std::memcpy(p + 44, raw.data(), size);
   std::memset(p + 44 + size, 0, raw_size - size);
   if (nrefs_ == refs_.size())
     refs_.emplace_back();
   RecordRef& ref = refs_[nrefs_++];
-  ref.probe = h.slot;
-  ref.cpu = cpu;
+  ref.probe = s.probe;
+  ref.cpu = static_cast<std::int32_t>(s.cpu);
   perf::Record& r = ref.record;
   r.type = PERF_RECORD_SAMPLE;
   r.misc = PERF_RECORD_MISC_KERNEL;
@@ -183,49 +229,55 @@ void TracepointDelivery::add(std::span<const std::byte> rec,
   r.bytes = std::span<const std::byte>(p, total);
   // A slot's Sample is reused: every field of this sample_type is written below, the others
   // stay zero from its construction.
-  auto* s = std::get_if<perf::Sample>(&r.body);
-  if (s == nullptr || s->sample_type != kDeliveredSampleType) {
-    s = &r.body.emplace<perf::Sample>();
-    s->sample_type = kDeliveredSampleType;
+  auto* smp = std::get_if<perf::Sample>(&r.body);
+  if (smp == nullptr || smp->sample_type != kDeliveredSampleType) {
+    smp = &r.body.emplace<perf::Sample>();
+    smp->sample_type = kDeliveredSampleType;
   }
-  s->pid = h.pid;
-  s->tid = h.tid;
-  s->time = h.time;
-  s->raw = std::span<const std::byte>(p + 44, raw_size);
-  s->cpu = ucpu;
-  s->identifier = identifier;
-  r.sample_id = perf::SampleId{.pid = h.pid,
-                               .tid = h.tid,
-                               .time = h.time,
+  smp->pid = s.pid;
+  smp->tid = s.tid;
+  smp->time = s.time;
+  smp->raw = std::span<const std::byte>(p + 44, raw_size);
+  smp->cpu = s.cpu;
+  smp->identifier = identifier;
+  r.sample_id = perf::SampleId{.pid = s.pid,
+                               .tid = s.tid,
+                               .time = s.time,
                                .id = identifier,
                                .stream_id = 0,
-                               .cpu = ucpu,
+                               .cpu = s.cpu,
                                .res = 0,
                                .present = true};
-  if (static_cast<std::size_t>(cpu) < cpus_)
-    ++delivered_[h.slot * cpus_ + static_cast<std::size_t>(cpu)];
 }
 
 void TracepointDelivery::convert(const Batch& in,
                                  std::span<const ProbeInfo> probes,
-                                 const BatchHandler& out) {
+                                 const BatchHandler& out,
+                                 const DeliveredHandler& in_place) {
   for (const RecordRef& r : in.records) {
     const auto* s = std::get_if<perf::Sample>(&r.record.body);
     if (s == nullptr)
       continue;  // LOST: the program counted the failed output per slot
-    add(s->raw, r.cpu, probes, out);
+    take(s->raw, probes.size(), out, in_place);
   }
+  if (in_place)
+    flush_in_place(out, in_place);
   flush(out);
 }
 
 std::size_t TracepointDelivery::drain(std::span<const ProbeInfo> probes,
                                       const BatchHandler& out,
+                                      const DeliveredHandler& in_place,
                                       std::size_t max_records) {
   if (!ring_)
     return 0;
-  // The records are rebuilt (copied) before the ring's space is given back, once, at the end.
+  // The records are handed on (or rebuilt: copied) before the ring's space is given back, once,
+  // at the end.
   const std::size_t n = ring_->consume(
-      [&](std::span<const std::byte> rec) { add(rec, -1, probes, out); }, max_records);
+      [&](std::span<const std::byte> rec) { take(rec, probes.size(), out, in_place); },
+      max_records);
+  if (in_place)
+    flush_in_place(out, in_place);
   flush(out);
   return n;
 }

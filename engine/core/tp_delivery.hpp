@@ -12,8 +12,10 @@
 // Usage (the engine's):
 //   auto d = TracepointDelivery::open(probe_count, {.kind = kRingbuf, .ringbuf_bytes = ...});
 //   d->attach(slot, format, event_fd);           // a link with the slot as BPF cookie
-//   perf channel: each CPU ring's reader hands its batch to d->convert(batch, probes, handler);
-//   ring buffer: on readability of d->ring_buffer()->fd(), d->drain(probes, handler);
+//   perf channel: each CPU ring's reader hands its batch to
+//     d->convert(batch, probes, handler, in_place);
+//   ring buffer: on readability of d->ring_buffer()->fd(), d->drain(probes, handler, in_place);
+//   (in_place, optional, takes the samples in their compact form: Engine::on_delivered)
 //   stats: d->delivered(slot, cpu), d->hits(slot), d->drops(slot)
 #pragma once
 
@@ -108,14 +110,19 @@ class TracepointDelivery {
   /// kRingbuf: the ring (nullptr for kPerf).
   [[nodiscard]] bpf::RingBuffer* ring_buffer() noexcept { return ring_.get(); }
 
-  /// Rebuilds the channel records of `in` (one CPU's ring) as samples of the probes they came
-  /// from, decoded with each probe's layout, and hands them to `out`. LOST records of the
-  /// channel are not handed on: every failed output is counted per slot by the program.
-  void convert(const Batch& in, std::span<const ProbeInfo> probes, const BatchHandler& out);
-  /// kRingbuf: rebuilds what waits in the ring (at most `max_records`), hands it to `out` in
+  /// Hands the channel records of `in` (one CPU's ring) on as samples of the probes they came
+  /// from: to `in_place` in their compact form when it is set and takes them, else rebuilt
+  /// (decoded with each probe's layout) to `out`. LOST records of the channel are not handed
+  /// on: every failed output is counted per slot by the program.
+  void convert(const Batch& in,
+               std::span<const ProbeInfo> probes,
+               const BatchHandler& out,
+               const DeliveredHandler& in_place = {});
+  /// kRingbuf: hands on what waits in the ring (at most `max_records`), as convert() does, in
   /// batches, and gives the space back once. @return records taken from the ring.
   std::size_t drain(std::span<const ProbeInfo> probes,
                     const BatchHandler& out,
+                    const DeliveredHandler& in_place = {},
                     std::size_t max_records = SIZE_MAX);
 
   /// Samples handed on for `slot` from CPU `cpu`.
@@ -128,12 +135,17 @@ class TracepointDelivery {
 
  private:
   TracepointDelivery() = default;
-  /// Appends the sample a channel record (a tp_deliver_hdr, then the tracepoint's record)
-  /// rebuilds, decoded; hands what was rebuilt before to `out` first when the buffer is full.
-  void add(std::span<const std::byte> rec,
-           int cpu,
-           std::span<const ProbeInfo> probes,
-           const BatchHandler& out);
+  /// A channel record (a tp_deliver_hdr, then the tracepoint's record) as the sample it
+  /// delivers, counted; handed on in place or rebuilt.
+  void take(std::span<const std::byte> rec,
+            std::size_t probes,
+            const BatchHandler& out,
+            const DeliveredHandler& in_place);
+  /// Appends the sample of `h` with RAW `raw` rebuilt, decoded; hands what was rebuilt before
+  /// to `out` first when the buffer is full.
+  void add(const DeliveredHeader& h, std::span<const std::byte> raw, const BatchHandler& out);
+  /// Hands the compact samples to `in_place`, or rebuilt to `out` when it does not take them.
+  void flush_in_place(const BatchHandler& out, const DeliveredHandler& in_place);
   /// Hands the rebuilt samples to `out`.
   void flush(const BatchHandler& out);
 
@@ -150,6 +162,8 @@ class TracepointDelivery {
   std::size_t used_ = 0;                  // bytes of buf_ in use
   std::vector<RecordRef> refs_;           // slots reused batch after batch (their Samples too)
   std::size_t nrefs_ = 0;                 // slots of this batch
+  std::vector<DeliveredSample> compact_;  // samples of a batch handed on in place (kCompact)
+  std::size_t ncompact_ = 0;
 };
 
 }  // namespace tracer::core

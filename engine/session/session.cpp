@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <boost/asio/steady_timer.hpp>
 #include <cstdio>
 #include <ctime>
@@ -206,6 +207,8 @@ struct Session::Impl {
   std::vector<std::function<void()>> done_handlers, tick_handlers;
   std::function<void(std::size_t)> delivery;
   std::uint64_t delivered = 0;
+  /// The pipelines in user space take BPF-delivered samples in place (set once they are bound).
+  std::atomic<bool> in_place{false};
   std::chrono::steady_clock::time_point t0{};
   double seconds = 0;
   bool started = false, stopped = false;
@@ -223,6 +226,20 @@ struct Session::Impl {
         else  // a kernel pipeline's events stay there; its stacks need the processes' maps
           pipelines[i]->on_task_records(b);
       }
+    });
+    // BPF-delivered samples reach the pipelines in place when every user-space one takes them
+    // so (decided once they are bound); else they are rebuilt as records for on_batch.
+    engine->on_delivered([this](std::span<const DeliveredSample> samples) {
+      if (!in_place.load(std::memory_order_acquire))
+        return false;
+      if (delivery)
+        delivery(samples.size());
+      delivered += samples.size();
+      for (std::size_t i = 0; i < pipelines.size(); ++i) {
+        if (i >= in_kernel.size() || !in_kernel[i])
+          pipelines[i]->on_delivered(samples);
+      }
+      return true;
     });
     // Rounds: the time-order merge releases there, perf-data sinks end a FINISHED_ROUND.
     engine->on_round([this] {
@@ -645,9 +662,18 @@ void Session::start() {
     s.stopped = true;
     diags.throw_if_any();
   }
+  bool in_place = false;
+  for (std::size_t i = 0; i < s.pipelines.size(); ++i) {
+    if (i < s.in_kernel.size() && s.in_kernel[i])
+      continue;
+    in_place = s.pipelines[i]->takes_delivered();
+    if (!in_place)
+      break;
+  }
   s.t0 = std::chrono::steady_clock::now();
   for (auto& p : s.pipelines)
     p->start(monotonic_now());
+  s.in_place.store(in_place, std::memory_order_release);
   s.live = true;
   if (s.opts.duration) {
     s.deadline.expires_after(*s.opts.duration);
@@ -736,6 +762,7 @@ SessionStats Session::stats() const {
     }
   }
   out.delivered = s.delivered;
+  out.in_place = s.in_place.load(std::memory_order_acquire);
   out.seconds =
       s.stopped ? s.seconds
                 : std::chrono::duration<double>(std::chrono::steady_clock::now() - s.t0).count();

@@ -370,6 +370,20 @@ void AggregateStage::bind_keys(BindContext& ctx, Diagnostics& diags) {
                 std::all_of(by_.begin(), by_.end(), [](const FieldRef& f) {
                   return f.type() == FieldType::kInt || f.type() == FieldType::kUint;
                 });
+  int_keys_.clear();
+  if (!fixed_keys_)
+    return;
+  int_keys_.resize(ctx.schema.probes().size());
+  for (std::uint32_t p = 0; p < int_keys_.size(); ++p) {
+    IntKeys& keys = int_keys_[p];
+    keys.ok = true;
+    for (std::size_t i = 0; i < by_.size() && keys.ok; ++i) {
+      const auto r = by_[i].int_reader(p);
+      keys.ok = r.has_value();
+      if (r)
+        keys.readers[i] = *r;
+    }
+  }
 }
 
 std::optional<FieldRef> AggregateStage::bind_value(BindContext& ctx, Diagnostics& diags) {

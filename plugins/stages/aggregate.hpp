@@ -13,6 +13,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <unordered_map>
 #include <utility>
 #include <variant>
@@ -282,8 +283,9 @@ class AggregateStage : public Stage, public Aggregation {
   void bind_keys(BindContext& ctx, Diagnostics& diags);
   /// Binds a required value field read in configure (value_name_/value_where_).
   std::optional<FieldRef> bind_value(BindContext& ctx, Diagnostics& diags);
-  /// The key of `e` (valid until the next call).
-  [[nodiscard]] std::string_view key_of(const Event& e) {
+  /// The key of `e`, an Event or a DeliveredSample (valid until the next call).
+  template <typename Sample>
+  [[nodiscard]] std::string_view key_of(const Sample& e) {
     keys_enc_.clear();
     for (const auto& f : by_)
       keys_enc_.add(f.read(e));
@@ -291,8 +293,10 @@ class AggregateStage : public Stage, public Aggregation {
   }
   /// The key of a row an in-kernel run computed (valid until the next call).
   [[nodiscard]] std::string_view key_of(const KernelRow& row);
-  /// The key of `e` as integers, when fixed_keys_ and each `by` value is an integer or missing.
-  [[nodiscard]] bool fixed_key_of(const Event& e, FixedKey& k) const noexcept {
+  /// The key of `e` (an Event or a DeliveredSample) as integers, when fixed_keys_ and each `by`
+  /// value is an integer or missing.
+  template <typename Sample>
+  [[nodiscard]] bool fixed_key_of(const Sample& e, FixedKey& k) const noexcept {
     TRACER_DCHECK(by_.size() <= FixedKey::kMaxFields);
     for (std::size_t i = 0; i < by_.size(); ++i) {
       if (!k.set(i, by_[i].read(e)))
@@ -306,6 +310,11 @@ class AggregateStage : public Stage, public Aggregation {
   /// integers when fixed_keys_ and they are all integers, else by its encoded bytes.
   template <typename State, typename Source, typename Make>
   State& state_of(const Source& e, KeyedStates<State>& states, Make&& make) {
+    if constexpr (std::is_same_v<Source, DeliveredSample>) {
+      FixedKey k;
+      if (int_key_of(e, k))
+        return states.get(k, make);
+    }
     if (fixed_keys_) {
       FixedKey k;
       if (fixed_key_of(e, k))
@@ -314,6 +323,70 @@ class AggregateStage : public Stage, public Aggregation {
     if (stacks_)
       return states.get(stacks_->canonical(key_of(e)), make);
     return states.get(key_of(e), make);
+  }
+  /// Whether the `by` fields and `value` (when set) of probe `probe` read from its delivered
+  /// samples in place (Stage::takes_delivered of an aggregation).
+  [[nodiscard]] bool reads_delivered(std::uint32_t probe,
+                                     const std::optional<FieldRef>& value) const noexcept {
+    if (stacks_ || (value && !value->reads_delivered(probe)))
+      return false;
+    return std::all_of(by_.begin(), by_.end(),
+                       [probe](const FieldRef& f) { return f.reads_delivered(probe); });
+  }
+  /// The key of a delivered sample as integers read straight from it, when its probe has an
+  /// IntReader for each `by` field (int_keys_).
+  [[nodiscard, gnu::always_inline]] bool int_key_of(const DeliveredSample& s,
+                                                    FixedKey& k) const noexcept {
+    const std::uint32_t probe = s.probe();
+    if (probe >= int_keys_.size() || !int_keys_[probe].ok)
+      return false;
+    const auto& readers = int_keys_[probe].readers;
+    for (std::size_t i = 0; i < by_.size(); ++i) {
+      const bool has = readers[i].read(s, k.v[i]);
+      k.types |= static_cast<std::uint32_t>(has ? readers[i].value_index() + 1 : 1) << (2 * i);
+    }
+    return true;
+  }
+  /// Events per key of a batch of delivered samples: consecutive samples of one key (a thread's
+  /// burst) are counted in a register and added to their state once, by add(state, run); the
+  /// samples int_key_of cannot key go to one(sample).
+  template <typename State, typename Make, typename Add, typename One>
+  void count_runs(std::span<const DeliveredSample> samples,
+                  KeyedStates<State>& states,
+                  Make&& make,
+                  Add&& add,
+                  One&& one) noexcept {
+    const std::size_t n = samples.size();
+    if (n == 0)
+      return;
+    FixedKey k;
+    bool keyed = int_key_of(samples[0], k);
+    for (std::size_t i = 0; i < n;) {
+      if (!keyed) {
+        one(samples[i]);
+        if (++i < n) {
+          k = FixedKey{};
+          keyed = int_key_of(samples[i], k);
+        }
+        continue;
+      }
+      // The run of k: up to the first sample of another key (kept for the next run).
+      std::uint64_t run = 1;
+      FixedKey next;
+      bool next_keyed = false;
+      for (++i; i < n; ++i, ++run) {
+        next = FixedKey{};
+        next_keyed = int_key_of(samples[i], next);
+        if (!next_keyed || !same_key(next, k))
+          break;
+      }
+      add(states.get(k, make), run);
+      k = next;
+      keyed = next_keyed;
+    }
+  }
+  [[nodiscard]] static bool same_key(const FixedKey& a, const FixedKey& b) noexcept {
+    return ((a.v[0] ^ b.v[0]) | (a.v[1] ^ b.v[1]) | (a.v[2] ^ b.v[2]) | (a.types ^ b.types)) == 0;
   }
   /// The cells of a stored key, its stacks symbolized.
   [[nodiscard]] std::vector<Cell> decode(std::string_view key) const {
@@ -340,23 +413,27 @@ class AggregateStage : public Stage, public Aggregation {
     states.reserve(expected_keys);
   }
 
-  /// The per-key loop of a distribution (hist, lhist, quantiles): for each event whose value
-  /// field is set, add(state of its key, value), the state made by make() for a new key.
-  template <typename State, typename Make, typename Add>
-  void accumulate(std::span<Event* const> events,
+  /// The per-key loop of a distribution (hist, lhist, quantiles): for each event (Event* or
+  /// DeliveredSample) whose value field is set, add(state of its key, value), the state made by
+  /// make() for a new key.
+  template <typename Sample, typename State, typename Make, typename Add>
+  void accumulate(std::span<Sample> events,
                   const std::optional<FieldRef>& value,
                   KeyedStates<State>& states,
                   Make&& make,
                   Add&& add) noexcept {
     if (!value)
       return;
-    for (const Event* e : events) {
-      const Value v = value->read(*e);
+    for (const auto& item : events) {
+      const auto& e = sample_of(item);
+      const Value v = value->read(e);
       if (is_none(v))
         continue;
-      add(state_of(*e, states, make), v);
+      add(state_of(e, states, make), v);
     }
   }
+  static const Event& sample_of(const Event* e) noexcept { return *e; }
+  static const DeliveredSample& sample_of(const DeliveredSample& s) noexcept { return s; }
 
   /// absorb() of a distribution (hist, lhist, quantiles): each row's bucket counts added to its
   /// key's, then also(state, row) for what else the stage keeps (quantiles: min and max).
@@ -415,6 +492,13 @@ class AggregateStage : public Stage, public Aggregation {
   /// Set at bind: every `by` field is an integer (FieldType kInt/kUint) and there are at most
   /// FixedKey::kMaxFields of them (or none), so states are keyed by FixedKey where they can be.
   bool fixed_keys_ = false;
+  /// Set at bind when fixed_keys_: per probe, the `by` fields' readers of its delivered samples
+  /// (ok when each has one).
+  struct IntKeys {
+    std::array<IntReader, FixedKey::kMaxFields> readers{};
+    bool ok = false;
+  };
+  std::vector<IntKeys> int_keys_;
   /// Set at bind when a `by` field is a stack: keys made canonical through the pipeline's
   /// symbolizer.
   std::unique_ptr<StackInterner> stacks_;

@@ -43,13 +43,22 @@ void Hist::bind(BindContext& ctx, Diagnostics& diags) {
   bind_distribution(ctx, diags, value_, states_, 1024);
 }
 
-void Hist::on_events(std::span<Event* const> events) noexcept {
+template <typename Sample>
+void Hist::add(std::span<Sample> events) noexcept {
   accumulate(
       events, value_, states_, [] { return State{}; },
       [](State& s, const Value& v) {
         ++s.counts[bucket(to_int(v).value_or(0))];
         ++s.total;
       });
+}
+
+void Hist::on_events(std::span<Event* const> events) noexcept {
+  add(events);
+}
+
+void Hist::on_delivered(std::span<const DeliveredSample> samples) noexcept {
+  add(samples);
 }
 
 void Hist::absorb(const std::vector<KernelRow>& rows) {

@@ -20,6 +20,10 @@ class Hist : public AggregateStage {
   void configure(const ConfigValue& options, Diagnostics& diags) override;
   void bind(BindContext& ctx, Diagnostics& diags) override;
   void on_events(std::span<Event* const> events) noexcept override;
+  [[nodiscard]] bool takes_delivered(std::uint32_t probe) const noexcept override {
+    return reads_delivered(probe, value_);
+  }
+  void on_delivered(std::span<const DeliveredSample> samples) noexcept override;
   void snapshot(Table& out, bool reset) override;
   [[nodiscard]] KernelForm kernel_form() const override {
     return kernel_base(KernelForm::Agg::kHist);
@@ -27,6 +31,9 @@ class Hist : public AggregateStage {
   void absorb(const std::vector<KernelRow>& rows) override;
 
  private:
+  /// on_events and on_delivered: an Event* or a DeliveredSample each.
+  template <typename Sample>
+  void add(std::span<Sample> events) noexcept;
   struct State {
     std::array<std::uint64_t, kBuckets> counts{};
     std::uint64_t total = 0;

@@ -85,6 +85,15 @@ std::size_t Lhist::bucket(std::int64_t v) const noexcept {
 }
 
 void Lhist::on_events(std::span<Event* const> events) noexcept {
+  add(events);
+}
+
+void Lhist::on_delivered(std::span<const DeliveredSample> samples) noexcept {
+  add(samples);
+}
+
+template <typename Sample>
+void Lhist::add(std::span<Sample> events) noexcept {
   accumulate(
       events, value_, states_,
       [this] { return State{.counts = std::vector<std::uint64_t>(inner_ + 2), .total = 0}; },

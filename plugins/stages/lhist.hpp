@@ -14,6 +14,10 @@ class Lhist : public AggregateStage {
   void configure(const ConfigValue& options, Diagnostics& diags) override;
   void bind(BindContext& ctx, Diagnostics& diags) override;
   void on_events(std::span<Event* const> events) noexcept override;
+  [[nodiscard]] bool takes_delivered(std::uint32_t probe) const noexcept override {
+    return reads_delivered(probe, value_);
+  }
+  void on_delivered(std::span<const DeliveredSample> samples) noexcept override;
   void snapshot(Table& out, bool reset) override;
   [[nodiscard]] KernelForm kernel_form() const override;
   void absorb(const std::vector<KernelRow>& rows) override;
@@ -22,6 +26,9 @@ class Lhist : public AggregateStage {
   [[nodiscard]] std::size_t bucket(std::int64_t v) const noexcept;
 
  private:
+  /// on_events and on_delivered: an Event* or a DeliveredSample each.
+  template <typename Sample>
+  void add(std::span<Sample> events) noexcept;
   struct State {
     std::vector<std::uint64_t> counts;
     std::uint64_t total = 0;

@@ -54,7 +54,9 @@ void OutputStage::configure_output(StageOptions& opts) {
 void OutputStage::bind(BindContext& ctx, Diagnostics& diags) {
   bind_shared(ctx, diags);
   bind_format(ctx, diags);
-  ctx.kinds = kinds_;
+  // Tables only: no event is written, so none is routed here (and the pipeline may hand
+  // delivered samples to the aggregations in place).
+  ctx.kinds = per_event_ ? kinds_ : KindMask{0};
   ctx.time_order = per_event_;
 }
 

@@ -94,6 +94,15 @@ void Quantiles::bind(BindContext& ctx, Diagnostics& diags) {
 }
 
 void Quantiles::on_events(std::span<Event* const> events) noexcept {
+  add(events);
+}
+
+void Quantiles::on_delivered(std::span<const DeliveredSample> samples) noexcept {
+  add(samples);
+}
+
+template <typename Sample>
+void Quantiles::add(std::span<Sample> events) noexcept {
   accumulate(
       events, value_, states_,
       [] { return State{.counts = std::vector<std::uint64_t>(kBuckets), .total = 0}; },

@@ -28,6 +28,10 @@ class Quantiles : public AggregateStage {
   void configure(const ConfigValue& options, Diagnostics& diags) override;
   void bind(BindContext& ctx, Diagnostics& diags) override;
   void on_events(std::span<Event* const> events) noexcept override;
+  [[nodiscard]] bool takes_delivered(std::uint32_t probe) const noexcept override {
+    return reads_delivered(probe, value_);
+  }
+  void on_delivered(std::span<const DeliveredSample> samples) noexcept override;
   void snapshot(Table& out, bool reset) override;
   /// In the kernel: the same log-linear buckets and exact min/max in a BPF map
   /// (bpf/codegen.cpp), so placed in the kernel or not the table is the same.
@@ -35,6 +39,9 @@ class Quantiles : public AggregateStage {
   void absorb(const std::vector<KernelRow>& rows) override;
 
  private:
+  /// on_events and on_delivered: an Event* or a DeliveredSample each.
+  template <typename Sample>
+  void add(std::span<Sample> events) noexcept;
   struct State {
     std::vector<std::uint64_t> counts;
     std::uint64_t total = 0;

@@ -45,36 +45,54 @@ void ScalarAggregate::bind(BindContext& ctx, Diagnostics& diags) {
   states_.reserve(1024);
 }
 
-void ScalarAggregate::on_events(std::span<Event* const> events) noexcept {
-  const bool with_value = needs_field(op_);
-  for (const Event* e : events) {
-    Value v;
-    if (with_value) {
-      if (!value_)
-        return;
-      v = value_->read(*e);
-      if (is_none(v))
-        continue;  // this probe lacks the field
-    }
-    State& s = state_of(*e, states_, [] { return State{}; });
-    const bool first = s.count == 0;
-    ++s.count;
-    if (!with_value)
-      continue;
-    if (is_float_) {
-      const double d = to_double(v).value_or(0);
-      s.dsum += d;
-      s.dmin = first ? d : std::min(s.dmin, d);
-      s.dmax = first ? d : std::max(s.dmax, d);
-    } else {
-      const std::int64_t i = to_int(v).value_or(0);
-      // Wrapping add: defined behaviour on overflow (two's complement, as the kernel's u64 sums).
-      s.isum = static_cast<std::int64_t>(static_cast<std::uint64_t>(s.isum) +
-                                         static_cast<std::uint64_t>(i));
-      s.imin = std::min(s.imin, i);
-      s.imax = std::max(s.imax, i);
-    }
+template <typename Sample>
+void ScalarAggregate::add(const Sample& e) noexcept {
+  Value v;
+  if (needs_field(op_)) {
+    v = value_->read(e);
+    if (is_none(v))
+      return;  // this probe lacks the field
   }
+  State& s = state_of(e, states_, [] { return State{}; });
+  const bool first = s.count == 0;
+  ++s.count;
+  if (!needs_field(op_))
+    return;
+  if (is_float_) {
+    const double d = to_double(v).value_or(0);
+    s.dsum += d;
+    s.dmin = first ? d : std::min(s.dmin, d);
+    s.dmax = first ? d : std::max(s.dmax, d);
+  } else {
+    const std::int64_t i = to_int(v).value_or(0);
+    // Wrapping add: defined behaviour on overflow (two's complement, as the kernel's u64 sums).
+    s.isum = static_cast<std::int64_t>(static_cast<std::uint64_t>(s.isum) +
+                                       static_cast<std::uint64_t>(i));
+    s.imin = std::min(s.imin, i);
+    s.imax = std::max(s.imax, i);
+  }
+}
+
+void ScalarAggregate::on_events(std::span<Event* const> events) noexcept {
+  if (needs_field(op_) && !value_)
+    return;
+  for (const Event* e : events)
+    add(*e);
+}
+
+bool ScalarAggregate::takes_delivered(std::uint32_t probe) const noexcept {
+  return (!needs_field(op_) || value_) && reads_delivered(probe, value_);
+}
+
+void ScalarAggregate::on_delivered(std::span<const DeliveredSample> samples) noexcept {
+  if (needs_field(op_)) {
+    for (const DeliveredSample& s : samples)
+      add(s);
+    return;
+  }
+  count_runs(
+      samples, states_, [] { return State{}; }, [](State& s, std::uint64_t run) { s.count += run; },
+      [this](const DeliveredSample& s) { add(s); });
 }
 
 KernelForm ScalarAggregate::kernel_form() const {

@@ -16,6 +16,8 @@ class ScalarAggregate : public AggregateStage {
   void configure(const ConfigValue& options, Diagnostics& diags) override;
   void bind(BindContext& ctx, Diagnostics& diags) override;
   void on_events(std::span<Event* const> events) noexcept override;
+  [[nodiscard]] bool takes_delivered(std::uint32_t probe) const noexcept override;
+  void on_delivered(std::span<const DeliveredSample> samples) noexcept override;
   void snapshot(Table& out, bool reset) override;
   [[nodiscard]] KernelForm kernel_form() const override;
   void absorb(const std::vector<KernelRow>& rows) override;
@@ -28,6 +30,10 @@ class ScalarAggregate : public AggregateStage {
     std::int64_t imin = INT64_MAX, imax = INT64_MIN;
     double dmin = 0, dmax = 0;
   };
+  /// One event (an Event or a DeliveredSample) into its key's state.
+  template <typename Sample>
+  void add(const Sample& e) noexcept;
+
   ScalarOp op_;
   std::optional<FieldRef> value_;
   bool is_float_ = false;

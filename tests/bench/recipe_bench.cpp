@@ -11,7 +11,9 @@
 //       no BPF) into a user-space count stage
 //   (l) a libbpf ring_buffer consumer of a per-event copy (batched wakeups): the reference of
 //       the per-event rows
-// (r), (p) and (l) copy every getppid of the machine (system-wide, as tracer's delivery does);
+//   (c) the channel's floor: the same copy read by tracer's RingBuffer, woken as the engine is,
+//       no stage: what reading the records costs before any work on them
+// (r), (p), (l) and (c) copy every getppid of the machine (system-wide, as tracer's delivery does);
 // (h), (k) and (t) count the workload's only. CPU per event is the bench process's CPU time
 // (tracer's or libbpf's consumer; '-' where the consumer is another process or there is none)
 // from the workload's start to the end of the final read.
@@ -19,6 +21,7 @@
 // rounds); ratios per round against (h).
 #include <bpf/libbpf.h>
 #include <fmt/core.h>
+#include <sys/epoll.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -34,6 +37,7 @@
 
 #include "bench_common.hpp"
 #include "tracer/bpf/object.hpp"
+#include "tracer/bpf/ring_buffer.hpp"
 #include "tracer/perf/event.hpp"
 #include "tracer/recipe.hpp"
 #include "tracer/session.hpp"
@@ -233,6 +237,41 @@ Row run_samples(long calls) {
                      std::nullopt, false);
 }
 
+/// The channel's floor: tracer's own RingBuffer reader on the reference's ring, woken as the
+/// engine is (edge-triggered epoll: only the program's forced wakeups), its callback counting
+/// records and doing nothing else: what reading the records costs before any stage.
+Row run_consume_floor(long calls) {
+  Workload w(calls);
+  auto refs = attach_ref("rb_ref", -1);
+  auto rb = bpf::RingBuffer::open(refs.object, "rb");
+  if (!rb)
+    die("ring buffer: " + rb.error().message);
+  std::uint64_t events = 0;
+  const auto drain = [&] { rb->consume([&](std::span<const std::byte>) { ++events; }); };
+  const int ep = ::epoll_create1(EPOLL_CLOEXEC);
+  epoll_event ev{};
+  ev.events = EPOLLIN | EPOLLET;
+  if (ep < 0 || ::epoll_ctl(ep, EPOLL_CTL_ADD, rb->fd(), &ev) != 0)
+    die("epoll");
+  const double cpu0 = process_cpu_seconds();
+  w.start();
+  while (!w.finished()) {
+    epoll_event out{};
+    ::epoll_wait(ep, &out, 1, 100);
+    drain();
+  }
+  const double secs = w.wait();
+  drain();
+  const double cpu = process_cpu_seconds() - cpu0;
+  ::close(ep);
+  return {.name = "(c) channel floor: ring read, no stage",
+          .workload_seconds = secs,
+          .events = events,
+          .lost = 0,
+          .consumer_cpu_seconds = cpu,
+          .cpu_measured = true};
+}
+
 Row run_libbpf_ringbuf(long calls) {
   Workload w(calls);
   auto refs = attach_ref("rb_ref", -1);
@@ -278,5 +317,6 @@ int main(int argc, char** argv) {
   kinds.emplace_back(run_perf);
   kinds.emplace_back(run_samples);
   kinds.emplace_back(run_libbpf_ringbuf);
+  kinds.emplace_back(run_consume_floor);
   return run_bench(argc, argv, std::move(kinds), "(h)");
 }

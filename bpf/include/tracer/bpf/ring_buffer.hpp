@@ -16,6 +16,7 @@
 //   rb->consume([](std::span<const std::byte> rec) { ... }, max_records);  // one publish
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -83,7 +84,13 @@ class RingBuffer {
   RingBuffer() = default;
   [[nodiscard]] std::uint64_t consumer_pos() const noexcept;
   [[nodiscard]] std::uint64_t producer_pos() const noexcept;
-  [[nodiscard]] static std::uint32_t record_len(const std::byte* hdr) noexcept;
+  /// A record header's length word. Synchronizes with the kernel's smp_store_release() of it in
+  /// bpf_ringbuf_commit() (the BUSY bit cleared once the payload is written). Inline: it is read
+  /// for every record.
+  [[nodiscard]] static std::uint32_t record_len(const std::byte* hdr) noexcept {
+    return std::atomic_ref<const std::uint32_t>(*reinterpret_cast<const std::uint32_t*>(hdr))
+        .load(std::memory_order_acquire);
+  }
   void publish(std::uint64_t cons) noexcept;
   void unmap() noexcept;
 

@@ -23,6 +23,7 @@
 
 #include <boost/asio/any_io_executor.hpp>
 #include <cstdint>
+#include <cstring>
 #include <exception>
 #include <functional>
 #include <memory>
@@ -230,6 +231,50 @@ struct Batch {
 };
 using BatchHandler = std::function<void(const Batch&)>;
 
+/// The header the engine's delivery programs write before each tracepoint record they copy
+/// into the channel (bpf/progs/tp_deliver.h's tp_deliver_hdr, the same bytes).
+struct DeliveredHeader {
+  std::uint64_t time = 0;   // CLOCK_MONOTONIC ns, as the probes' samples
+  std::uint32_t probe = 0;  // index into Engine::probes()
+  std::uint32_t size = 0;   // bytes of the tracepoint's record after the header
+  std::uint32_t pid = 0;    // tgid
+  std::uint32_t tid = 0;
+  std::uint32_t cpu = 0;
+  std::uint32_t pad = 0;
+};
+
+/// A tracepoint hit delivered through the engine's BPF channel (system-wide tracepoint probes),
+/// read where it lies in the channel's ring: no perf record is rebuilt for it, nothing copied.
+/// Valid during the callback only.
+class DeliveredSample {
+ public:
+  DeliveredSample() = default;
+  /// `record`: a DeliveredHeader, then its `size` bytes (the engine checked they are there).
+  explicit DeliveredSample(const std::byte* record) noexcept : rec_(record) {}
+
+  [[nodiscard]] std::uint64_t time() const noexcept { return load<std::uint64_t>(0); }
+  [[nodiscard]] std::uint32_t probe() const noexcept { return load<std::uint32_t>(8); }
+  [[nodiscard]] std::uint32_t pid() const noexcept { return load<std::uint32_t>(16); }
+  [[nodiscard]] std::uint32_t tid() const noexcept { return load<std::uint32_t>(20); }
+  [[nodiscard]] std::uint32_t cpu() const noexcept { return load<std::uint32_t>(24); }
+  /// The tracepoint's record (common fields first).
+  [[nodiscard]] std::span<const std::byte> raw() const noexcept {
+    return {rec_ + sizeof(DeliveredHeader), load<std::uint32_t>(12)};
+  }
+
+ private:
+  template <typename T>
+  [[nodiscard]] T load(std::size_t offset) const noexcept {
+    T v;
+    std::memcpy(&v, rec_ + offset, sizeof(T));
+    return v;
+  }
+  const std::byte* rec_ = nullptr;
+};
+/// Takes delivered samples in place (Engine::on_delivered). @return false to have them rebuilt
+/// as PERF_RECORD_SAMPLE records and handed to the batch handler instead.
+using DeliveredHandler = std::function<bool(std::span<const DeliveredSample>)>;
+
 /// Counters of one ring (one probe on one CPU, or one probe's share of a shared CPU ring).
 struct RingStats {
   std::uint64_t records = 0;       // every record handed on
@@ -306,6 +351,12 @@ class Engine {
 
   /// Where decoded records go (set before start()).
   void on_batch(BatchHandler handler);
+  /// Where the samples of BPF-delivered tracepoint probes go in place, in batches, before any
+  /// record is rebuilt for them (set before start()). Without it, or when it returns false for
+  /// a batch, they are rebuilt as the samples the probes' own events would have written and
+  /// reach the batch handler like every other record. The two paths keep each probe's order;
+  /// there is no order between them (a consumer in time order takes the records).
+  void on_delivered(DeliveredHandler handler);
   /// Called once when the engine stopped by itself (the traced command or pid target exited, see
   /// target_exited(); a batch handler threw) or by stop().
   void on_done(std::function<void()> handler);

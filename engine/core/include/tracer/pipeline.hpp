@@ -46,6 +46,10 @@ struct PipelineOptions {
   ReorderOptions reorder{};
   /// Merge in time order even when no stage needs it (an embedder's own ordered consumer).
   bool force_order = false;
+  /// Let the stages take BPF-delivered tracepoint samples in place, without a record rebuilt
+  /// for each (on_delivered), where every stage that reads samples can (false: always the
+  /// records; tests and benchmarks compare the two).
+  bool in_place = true;
 };
 
 struct PipelineStats {
@@ -53,6 +57,7 @@ struct PipelineStats {
   std::array<std::uint64_t, kRecordKindCount> by_kind{};
   std::uint64_t dropped = 0;        // events some stage dropped
   std::uint64_t decode_errors = 0;  // undecoded samples that did not decode (never from a kernel)
+  std::uint64_t in_place = 0;       // delivered samples the stages read in place (also in records)
 };
 
 /// Hands a task record to `symbolizer`: an MMAP/MMAP2 record's mapping, the FORK of a new
@@ -90,6 +95,13 @@ class Pipeline {
 
   /// The hot path: builds events for the batch and runs them through the stages.
   void on_batch(const Batch& batch) noexcept;
+  /// Whether the stages take BPF-delivered samples in place (set by bind()): the records are not
+  /// merged in time order, no stage derives values, and every stage that reads samples is an
+  /// aggregation that takes each tracepoint probe's delivered samples (Stage::takes_delivered).
+  [[nodiscard]] bool takes_delivered() const noexcept { return in_place_; }
+  /// The in-place path (Engine::on_delivered), only when takes_delivered(): each stage that
+  /// reads samples gets them as they are.
+  void on_delivered(std::span<const DeliveredSample> samples) noexcept;
   /// Releases every record the time-order merge holds now (a kernel pipeline's task records,
   /// before the rows whose stacks they name are absorbed).
   void flush_order() noexcept;
@@ -162,6 +174,8 @@ class Pipeline {
   /// into decoded_[slot]; nullptr if it does not decode.
   const RecordRef* decode_sample(const RecordRef& ref, std::size_t slot) noexcept;
   void emit(std::size_t index, std::chrono::nanoseconds now, bool reset);
+  /// bind()'s test of the in-place path's stages.
+  [[nodiscard]] bool takes_every_delivered() const noexcept;
 
   Sink* out_;
   PipelineOptions options_;
@@ -172,7 +186,8 @@ class Pipeline {
   std::vector<RecordRef> decoded_;
   std::vector<Event*> alive_, routed_;
   std::size_t derived_ = 0;
-  bool stacks_ = false;  // a stage bound a stack field: the symbolizer tracks maps
+  bool stacks_ = false;    // a stage bound a stack field: the symbolizer tracks maps
+  bool in_place_ = false;  // takes_delivered()
   std::unique_ptr<Reorder> order_;
   BatchHandler ordered_out_;
   PipelineStats stats_;

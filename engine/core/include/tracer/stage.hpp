@@ -28,6 +28,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -166,12 +167,89 @@ struct Event {
 
 class Schema;
 
+/// An integer field of a delivered sample, read as a word without a Value (the in-place path's
+/// fixed-width keys): where the word is, and which Value alternative FieldRef::read gives for it.
+struct IntReader {
+  enum class From : std::uint8_t { kMissing, kPid, kTid, kCpu, kTime, kRaw };
+  From from = From::kMissing;
+  bool is_signed = false;  // kRaw: sign-extended from `size` bytes
+  bool as_uint = false;    // read() gives a uint64 (else an int64)
+  std::uint8_t size = 0;   // kRaw: 1, 2, 4 or 8
+  std::uint32_t offset = 0;
+
+  /// The word of `s` (an int64's two's complement bits). @return false when read() gives no
+  /// value for it (the field is missing, or past the end of a short record).
+  [[nodiscard]] bool read(const DeliveredSample& s, std::uint64_t& v) const noexcept {
+    switch (from) {
+      case From::kPid:
+        v = s.pid();
+        return true;
+      case From::kTid:
+        v = s.tid();
+        return true;
+      case From::kCpu:
+        v = s.cpu();
+        return true;
+      case From::kTime:
+        v = s.time();
+        return true;
+      case From::kRaw:
+        return read_raw(s.raw(), v);
+      case From::kMissing:
+        break;
+    }
+    return false;
+  }
+  /// The index in Value of what read() gives when there is a value (1 int64, 2 uint64).
+  [[nodiscard]] std::size_t value_index() const noexcept { return as_uint ? 2 : 1; }
+
+ private:
+  [[nodiscard]] bool read_raw(std::span<const std::byte> raw, std::uint64_t& v) const noexcept {
+    if (std::size_t{offset} + size > raw.size())
+      return false;
+    const std::byte* p = raw.data() + offset;
+    switch (size) {
+      case 1: {
+        std::uint8_t x = 0;
+        std::memcpy(&x, p, 1);
+        v = is_signed ? static_cast<std::uint64_t>(std::int64_t{static_cast<std::int8_t>(x)}) : x;
+        return true;
+      }
+      case 2: {
+        std::uint16_t x = 0;
+        std::memcpy(&x, p, 2);
+        v = is_signed ? static_cast<std::uint64_t>(std::int64_t{static_cast<std::int16_t>(x)}) : x;
+        return true;
+      }
+      case 4: {
+        std::uint32_t x = 0;
+        std::memcpy(&x, p, 4);
+        v = is_signed ? static_cast<std::uint64_t>(std::int64_t{static_cast<std::int32_t>(x)}) : x;
+        return true;
+      }
+      default:
+        std::memcpy(&v, p, 8);
+        return true;
+    }
+  }
+};
+
 /// A field bound once for every probe of the pipeline: read() is a switch on a precomputed
 /// accessor, no string lookup, no allocation.
 class FieldRef {
  public:
   FieldRef() = default;
   [[nodiscard]] Value read(const Event& e) const noexcept;
+  /// The field of a sample delivered in place (what read() gives for the same sample rebuilt
+  /// as a record); only where reads_delivered(s.probe).
+  [[nodiscard]] Value read(const DeliveredSample& s) const noexcept;
+  /// Whether probe `probe`'s delivered samples have this field in their compact form: pid, tid,
+  /// cpu, time, probe, kind, syscall and the tracepoint's own fields (or a field the probe
+  /// lacks: missing either way). Not derived fields, comm, or what a compact sample has not.
+  [[nodiscard]] bool reads_delivered(std::uint32_t probe) const noexcept;
+  /// Probe `probe`'s delivered samples' value of this field as an IntReader, when read() gives
+  /// an integer (or nothing) there: pid, tid, cpu, time and the tracepoint's fixed integers.
+  [[nodiscard]] std::optional<IntReader> int_reader(std::uint32_t probe) const noexcept;
   [[nodiscard]] const std::string& name() const noexcept { return name_; }
   /// The type of the field on the first probe that has it.
   [[nodiscard]] FieldType type() const noexcept { return type_; }
@@ -216,6 +294,10 @@ class FieldRef {
 
  private:
   friend class Schema;
+  /// The sources read from a sample's RAW bytes (tracefs fields, payload, syscall).
+  [[nodiscard]] Value read_raw(const Accessor& a,
+                               std::uint32_t probe,
+                               std::span<const std::byte> raw) const noexcept;
   std::string name_;
   FieldType type_ = FieldType::kNone;
   const Schema* schema_ = nullptr;
@@ -435,6 +517,16 @@ class Stage {
   /// and probe when some stage of the pipeline asked for time order, else in ring order. Call
   /// Event::drop() to stop an event here.
   virtual void on_events(std::span<Event* const> events) noexcept = 0;
+  /// The in-place path (optional; Pipeline::on_delivered): whether this stage takes the samples
+  /// of probe `probe` delivered through the engine's BPF channel in their compact form, every
+  /// field it reads readable there (FieldRef::reads_delivered). Asked after bind. A stage that
+  /// says yes never drops an event: there is no Event to drop.
+  [[nodiscard]] virtual bool takes_delivered(std::uint32_t /*probe*/) const noexcept {
+    return false;
+  }
+  /// The in-place path: the samples of one batch, doing what on_events does with the same
+  /// samples rebuilt as records. Called only when takes_delivered(each sample's probe).
+  virtual void on_delivered(std::span<const DeliveredSample> /*samples*/) noexcept {}
   /// Accounting a user must see at the end of a run (latency: pairs, unmatched entries and
   /// exits, evictions): name and value, shown in the run's summary and --json.
   virtual void counters(std::vector<std::pair<std::string, std::uint64_t>>& /*out*/) const {}

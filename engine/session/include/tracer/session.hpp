@@ -79,7 +79,10 @@ struct SessionStats {
   /// prefix theirs with "pipelineN.".
   std::vector<std::pair<std::string, std::uint64_t>> counters{};
   std::uint64_t delivered = 0;  // records handed to the pipelines
-  double seconds = 0;           // since start()
+  /// The pipelines in user space read BPF-delivered samples in place (Pipeline::on_delivered):
+  /// no record is rebuilt for them.
+  bool in_place = false;
+  double seconds = 0;  // since start()
 };
 
 /// The pipelines of `recipe` writing to `out` (what a Session runs; replay feeds them from a
