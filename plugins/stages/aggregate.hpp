@@ -425,15 +425,19 @@ class AggregateStage : public Stage, public Aggregation {
     if (!value)
       return;
     for (const auto& item : events) {
-      const auto& e = sample_of(item);
+      const auto& e = [&item]() -> const auto& {
+        if constexpr (std::is_pointer_v<Sample>)
+          return *item;
+        else
+          return item;
+      }
+      ();
       const Value v = value->read(e);
       if (is_none(v))
         continue;
       add(state_of(e, states, make), v);
     }
   }
-  static const Event& sample_of(const Event* e) noexcept { return *e; }
-  static const DeliveredSample& sample_of(const DeliveredSample& s) noexcept { return s; }
 
   /// absorb() of a distribution (hist, lhist, quantiles): each row's bucket counts added to its
   /// key's, then also(state, row) for what else the stage keeps (quantiles: min and max).

@@ -49,6 +49,8 @@ template <typename Sample>
 void ScalarAggregate::add(const Sample& e) noexcept {
   Value v;
   if (needs_field(op_)) {
+    if (!value_)
+      return;
     v = value_->read(e);
     if (is_none(v))
       return;  // this probe lacks the field

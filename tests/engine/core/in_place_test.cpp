@@ -62,7 +62,7 @@ struct Traced {
 /// The JSON rows whose first key is `pid`, by stage, without their times: what that process did.
 std::map<std::string, std::string> rows_of(const std::string& text, pid_t pid) {
   std::map<std::string, std::string> out;
-  const std::string key = "\"keys\":{\"pid\":" + std::to_string(pid);
+  const std::string key = R"("keys":{"pid":)" + std::to_string(pid);
   const std::regex stage(R"re(^\{"stage":"([a-z]+)")re");
   std::istringstream in(text);
   for (std::string line; std::getline(in, line);) {
@@ -119,7 +119,7 @@ by = ["pid"]
     ASSERT_EQ(mine.size(), 3U) << "pid " << pid << ":\n" << in_place.text;
     EXPECT_EQ(mine, theirs) << "pid " << pid;
     EXPECT_EQ(number(mine.at("count"), "count"), kCalls) << mine.at("count");
-    EXPECT_NE(mine.at("count").find("\"fd\":4294967295}"), std::string::npos)
+    EXPECT_NE(mine.at("count").find(R"("fd":4294967295})"), std::string::npos)
         << "lseek(-1, ...): the unsigned int fd " << mine.at("count");
     EXPECT_EQ(number(mine.at("sum"), "sum"), 1LL * kCalls * (kCalls - 1) / 2) << mine.at("sum");
   }
