@@ -164,32 +164,52 @@ void BM_DecodeFilterCount(benchmark::State& state) {
 }
 BENCHMARK(BM_DecodeFilterCount)->Arg(0)->Arg(1)->ArgName("ordered");
 
+/// A pipeline of one `count` by `by` (range(0) of the count benchmarks: 0 none, 1 pid, 2 pid and
+/// cpu, 3 name) bound to the fixture's probe and started, writing to /dev/null; `ok` false after
+/// SkipWithError.
+struct CountPipeline {
+  std::FILE* devnull = std::fopen("/dev/null", "we");
+  Sink sink = Sink::to_file(devnull);
+  Pipeline pipeline{sink, {.max_events = kBatch, .comm = {}, .implicit_print = false}};
+  CountPipeline(const CountPipeline&) = delete;
+  CountPipeline& operator=(const CountPipeline&) = delete;
+  CountPipeline(benchmark::State& state, const Fixture& f, bool& ok) {
+    static const std::vector<std::vector<std::string>> kBy = {
+        {}, {"pid"}, {"pid", "cpu"}, {"name"}};
+    const auto& by = kBy[static_cast<std::size_t>(state.range(0))];
+    Diagnostics diags;
+    ConfigTable options;
+    if (!by.empty())
+      options.emplace_back("by", testing::cv_list(by));
+    pipeline.add(stage_registry(), "count", testing::cv_table(std::move(options)), diags);
+    const std::vector<ProbeInfo> probes = {f.probe};
+    pipeline.bind(probes, diags);
+    ok = diags.empty();
+    if (!ok)
+      state.SkipWithError(diags.format().c_str());
+    else
+      pipeline.start(std::chrono::nanoseconds{0});
+  }
+  ~CountPipeline() {
+    pipeline.stop(std::chrono::nanoseconds{1});
+    std::fclose(devnull);
+  }
+};
+
 // decode -> count, no filter: the per-event cost of an aggregation's keys. range(0) picks `by`:
 // 0 none, 1 pid, 2 pid and cpu (fixed-width integers), 3 name (a char[16] tracefs field: a
 // string key; `comm` would also merge the records in time order, a cost of its own). range(1)
 // = 0 keys every state by its encoded bytes (stages::set_fixed_keys_enabled(false)): the
 // fixed-width path's A/B in one run.
 void BM_DecodeCount(benchmark::State& state) {
-  static const std::vector<std::vector<std::string>> kBy = {{}, {"pid"}, {"pid", "cpu"}, {"name"}};
-  const auto& by = kBy[static_cast<std::size_t>(state.range(0))];
   stages::set_fixed_keys_enabled(state.range(1) != 0);
   Fixture f;
-  std::FILE* devnull = std::fopen("/dev/null", "we");
-  Sink sink = Sink::to_file(devnull);
-  Pipeline pipeline(sink, {.max_events = kBatch, .comm = {}, .implicit_print = false});
-  Diagnostics diags;
-  ConfigTable options;
-  if (!by.empty())
-    options.emplace_back("by", testing::cv_list(by));
-  pipeline.add(stage_registry(), "count", testing::cv_table(std::move(options)), diags);
-  const std::vector<ProbeInfo> probes = {f.probe};
-  pipeline.bind(probes, diags);
-  if (!diags.empty()) {
-    state.SkipWithError(diags.format().c_str());
-    return;
-  }
+  bool ok = false;
+  CountPipeline count(state, f, ok);
   stages::set_fixed_keys_enabled(true);
-  pipeline.start(std::chrono::nanoseconds{0});
+  if (!ok)
+    return;
+  Pipeline& pipeline = count.pipeline;
   std::vector<RecordRef> refs(kBatch);
   std::uint64_t allocs = 0;
   const auto h = [&](const Batch& b) {
@@ -202,8 +222,6 @@ void BM_DecodeCount(benchmark::State& state) {
   for (auto _ : state)
     f.drain(refs, h);
   report(state, f, allocs);
-  pipeline.stop(std::chrono::nanoseconds{1});
-  std::fclose(devnull);
 }
 BENCHMARK(BM_DecodeCount)->ArgsProduct({{0, 1, 2, 3}, {0, 1}})->ArgNames({"by", "fixed"});
 
@@ -211,25 +229,16 @@ BENCHMARK(BM_DecodeCount)->ArgsProduct({{0, 1, 2, 3}, {0, 1}})->ArgNames({"by", 
 // the BPF delivery channel hands them on (DeliveredSample batches of 256 viewing their records in
 // the ring): no record decoded or rebuilt, no Event. range(0) picks `by` as BM_DecodeCount's.
 void BM_DeliveredCount(benchmark::State& state) {
-  static const std::vector<std::vector<std::string>> kBy = {{}, {"pid"}, {"pid", "cpu"}, {"name"}};
-  const auto& by = kBy[static_cast<std::size_t>(state.range(0))];
   Fixture f;
-  std::FILE* devnull = std::fopen("/dev/null", "we");
-  Sink sink = Sink::to_file(devnull);
-  Pipeline pipeline(sink, {.max_events = kBatch, .comm = {}, .implicit_print = false});
-  Diagnostics diags;
-  ConfigTable options;
-  if (!by.empty())
-    options.emplace_back("by", testing::cv_list(by));
-  pipeline.add(stage_registry(), "count", testing::cv_table(std::move(options)), diags);
-  const std::vector<ProbeInfo> probes = {f.probe};
-  pipeline.bind(probes, diags);
-  if (!diags.empty() || !pipeline.takes_delivered()) {
-    state.SkipWithError(diags.empty() ? "the pipeline does not take delivered samples"
-                                      : diags.format().c_str());
+  bool ok = false;
+  CountPipeline count(state, f, ok);
+  if (!ok)
+    return;
+  Pipeline& pipeline = count.pipeline;
+  if (!pipeline.takes_delivered()) {
+    state.SkipWithError("the pipeline does not take delivered samples");
     return;
   }
-  pipeline.start(std::chrono::nanoseconds{0});
   // The records of the fixture's ring as the BPF ring buffer holds them: an 8-byte ring header,
   // the DeliveredHeader, the tracepoint's record, padded to 8 bytes.
   std::vector<RecordRef> refs(kBatch);
@@ -267,8 +276,6 @@ void BM_DeliveredCount(benchmark::State& state) {
     pass();
   const std::uint64_t allocs = testing::alloc_count_stop();
   report(state, f, allocs);
-  pipeline.stop(std::chrono::nanoseconds{1});
-  std::fclose(devnull);
 }
 BENCHMARK(BM_DeliveredCount)->DenseRange(0, 3)->ArgName("by");
 
