@@ -11,6 +11,7 @@
 #include <bit>
 #include <cerrno>
 #include <charconv>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -415,23 +416,30 @@ bool FieldRef::reads_delivered(std::uint32_t probe) const noexcept {
 }
 
 std::optional<IntReader> FieldRef::int_reader(std::uint32_t probe) const noexcept {
-  using From = IntReader::From;
   if (derived_.source == Source::kDerived)
     return std::nullopt;
   if (probe >= by_probe_.size())
     return IntReader{};
+  // The header's words as read(DeliveredSample) gives them: pid, tid, cpu as int64, time uint64.
+  const auto header = [](std::size_t offset, std::uint8_t size, bool as_uint) {
+    return IntReader{.offset = static_cast<std::uint32_t>(offset),
+                     .size = size,
+                     .is_signed = false,
+                     .as_uint = as_uint,
+                     .in_header = true};
+  };
   const Accessor& a = by_probe_[probe];
   switch (a.source) {
     case Source::kMissing:
       return IntReader{};
     case Source::kPid:
-      return IntReader{.from = From::kPid};
+      return header(offsetof(DeliveredHeader, pid), 4, false);
     case Source::kTid:
-      return IntReader{.from = From::kTid};
+      return header(offsetof(DeliveredHeader, tid), 4, false);
     case Source::kCpu:
-      return IntReader{.from = From::kCpu};
+      return header(offsetof(DeliveredHeader, cpu), 4, false);
     case Source::kTime:
-      return IntReader{.from = From::kTime, .as_uint = true};
+      return header(offsetof(DeliveredHeader, time), 8, true);
     case Source::kTracefs: {
       // tracefs::read_int's reading: a fixed-width field of 1, 2, 4 or 8 bytes.
       const tracefs::Field* f = a.field;
@@ -439,11 +447,11 @@ std::optional<IntReader> FieldRef::int_reader(std::uint32_t probe) const noexcep
           f->is_data_loc || f->is_rel_loc || f->array_len.has_value() ||
           (f->size != 1 && f->size != 2 && f->size != 4 && f->size != 8))
         return std::nullopt;
-      return IntReader{.from = From::kRaw,
+      return IntReader{.offset = static_cast<std::uint32_t>(sizeof(DeliveredHeader) + f->offset),
+                       .size = static_cast<std::uint8_t>(f->size),
                        .is_signed = f->is_signed && f->size != 8,
                        .as_uint = a.type == FieldType::kUint,
-                       .size = static_cast<std::uint8_t>(f->size),
-                       .offset = f->offset};
+                       .in_header = false};
     }
     default:
       return std::nullopt;

@@ -144,29 +144,49 @@ static_assert(offsetof(DeliveredHeader, pid) == offsetof(tp_deliver_hdr, pid));
 static_assert(offsetof(DeliveredHeader, tid) == offsetof(tp_deliver_hdr, tid));
 static_assert(offsetof(DeliveredHeader, cpu) == offsetof(tp_deliver_hdr, cpu));
 
-void TracepointDelivery::take(std::span<const std::byte> rec,
-                              std::size_t probes,
+/// What take() uses for every record of a drain, held in locals (registers) for the pass.
+struct TracepointDelivery::Pass {
+  std::size_t probes = 0;  // slots known to both the caller and this delivery
+  std::size_t cpus = 0;
+  std::uint64_t* delivered = nullptr;
+  DeliveredSample* batch = nullptr;
+  std::size_t n = 0;  // samples in `batch`
+};
+
+TracepointDelivery::Pass TracepointDelivery::begin_pass(std::size_t probes) noexcept {
+  return Pass{.probes = std::min(probes, attached_.size()),
+              .cpus = cpus_,
+              .delivered = delivered_.data(),
+              .batch = compact_.data(),
+              .n = 0};
+}
+
+void TracepointDelivery::take(Pass& pass,
+                              std::span<const std::byte> rec,
                               const BatchHandler& out,
                               const DeliveredHandler& in_place) {
   // Little per record here: the ring's lines are being read in, and the fewer instructions
   // wait on them, the more records' reads overlap. The stages read the fields in their pass,
   // from the cache.
-  if (rec.size() < sizeof(DeliveredHeader))
+  if (rec.size() < sizeof(DeliveredHeader)) [[unlikely]]
     return;
   DeliveredHeader h;
   std::memcpy(&h, rec.data(), sizeof(h));
-  if (h.probe >= probes || h.probe >= attached_.size())
+  if (h.probe >= pass.probes) [[unlikely]]
     return;
-  if (h.cpu < cpus_)
-    ++delivered_[h.probe * cpus_ + h.cpu];
+  if (h.cpu < pass.cpus) [[likely]]
+    ++pass.delivered[h.probe * pass.cpus + h.cpu];
   const auto data = rec.subspan(sizeof(h));
-  if (!in_place || h.size > data.size()) {  // a record cut short is rebuilt at what is there
+  if (!in_place || h.size > data.size()) [[unlikely]] {  // a record cut short: rebuilt as is
     add(h, data.first(std::min<std::size_t>(h.size, data.size())), out);
     return;
   }
-  compact_[ncompact_++] = DeliveredSample(rec.data());
-  if (ncompact_ == compact_.size())
+  pass.batch[pass.n++] = DeliveredSample(rec.data());
+  if (pass.n == kCompact) [[unlikely]] {
+    ncompact_ = pass.n;
     flush_in_place(out, in_place);
+    pass.n = 0;
+  }
 }
 
 void TracepointDelivery::flush_in_place(const BatchHandler& out, const DeliveredHandler& in_place) {
@@ -254,12 +274,14 @@ void TracepointDelivery::convert(const Batch& in,
                                  std::span<const ProbeInfo> probes,
                                  const BatchHandler& out,
                                  const DeliveredHandler& in_place) {
+  Pass pass = begin_pass(probes.size());
   for (const RecordRef& r : in.records) {
     const auto* s = std::get_if<perf::Sample>(&r.record.body);
     if (s == nullptr)
       continue;  // LOST: the program counted the failed output per slot
-    take(s->raw, probes.size(), out, in_place);
+    take(pass, s->raw, out, in_place);
   }
+  ncompact_ = pass.n;
   if (in_place)
     flush_in_place(out, in_place);
   flush(out);
@@ -273,9 +295,10 @@ std::size_t TracepointDelivery::drain(std::span<const ProbeInfo> probes,
     return 0;
   // The records are handed on (or rebuilt: copied) before the ring's space is given back, once,
   // at the end.
+  Pass pass = begin_pass(probes.size());
   const std::size_t n = ring_->consume(
-      [&](std::span<const std::byte> rec) { take(rec, probes.size(), out, in_place); },
-      max_records);
+      [&](std::span<const std::byte> rec) { take(pass, rec, out, in_place); }, max_records);
+  ncompact_ = pass.n;
   if (in_place)
     flush_in_place(out, in_place);
   flush(out);

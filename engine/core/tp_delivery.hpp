@@ -135,12 +135,15 @@ class TracepointDelivery {
 
  private:
   TracepointDelivery() = default;
+  struct Pass;
+  /// A drain's pass over `probes` slots (the caller's probes).
+  [[nodiscard]] Pass begin_pass(std::size_t probes) noexcept;
   /// A channel record (a tp_deliver_hdr, then the tracepoint's record) as the sample it
-  /// delivers, counted; handed on in place or rebuilt.
-  void take(std::span<const std::byte> rec,
-            std::size_t probes,
-            const BatchHandler& out,
-            const DeliveredHandler& in_place);
+  /// delivers, counted; noted in the pass's batch for `in_place`, or rebuilt for `out`.
+  [[gnu::always_inline]] inline void take(Pass& pass,
+                                          std::span<const std::byte> rec,
+                                          const BatchHandler& out,
+                                          const DeliveredHandler& in_place);
   /// Appends the sample of `h` with RAW `raw` rebuilt, decoded; hands what was rebuilt before
   /// to `out` first when the buffer is full.
   void add(const DeliveredHeader& h, std::span<const std::byte> raw, const BatchHandler& out);

@@ -347,42 +347,51 @@ class AggregateStage : public Stage, public Aggregation {
     }
     return true;
   }
-  /// Events per key of a batch of delivered samples: consecutive samples of one key (a thread's
-  /// burst) are counted in a register and added to their state once, by add(state, run); the
-  /// samples int_key_of cannot key go to one(sample).
+  /// Events per key of a batch of delivered samples: consecutive samples of one probe and key (a
+  /// thread's burst) are counted in a register, each compared word by word with the run's key,
+  /// and added to their state once, by add(state, run); the samples int_key_of cannot key go to
+  /// one(sample).
   template <typename State, typename Make, typename Add, typename One>
   void count_runs(std::span<const DeliveredSample> samples,
                   KeyedStates<State>& states,
                   Make&& make,
                   Add&& add,
                   One&& one) noexcept {
-    const std::size_t n = samples.size();
-    if (n == 0)
-      return;
-    FixedKey k;
-    bool keyed = int_key_of(samples[0], k);
+    const std::size_t n = samples.size(), fields = by_.size();
     for (std::size_t i = 0; i < n;) {
-      if (!keyed) {
-        one(samples[i]);
-        if (++i < n) {
-          k = FixedKey{};
-          keyed = int_key_of(samples[i], k);
-        }
+      FixedKey k;
+      if (!int_key_of(samples[i], k)) {
+        one(samples[i++]);
         continue;
       }
-      // The run of k: up to the first sample of another key (kept for the next run).
+      const std::uint32_t probe = samples[i].probe();
+      const auto& readers = int_keys_[probe].readers;
       std::uint64_t run = 1;
-      FixedKey next;
-      bool next_keyed = false;
+      if (fields == 1 && readers[0].in_header && readers[0].size == 4) {
+        // One word of the header (pid, tid, cpu): the run compared on it alone.
+        const std::uint32_t off = readers[0].offset;
+        const auto want = static_cast<std::uint32_t>(k.v[0]);
+        for (++i; i < n && samples[i].probe() == probe && samples[i].word32(off) == want;
+             ++i, ++run) {
+        }
+        add(states.get(k, make), run);
+        continue;
+      }
       for (++i; i < n; ++i, ++run) {
-        next = FixedKey{};
-        next_keyed = int_key_of(samples[i], next);
-        if (!next_keyed || !same_key(next, k))
+        const DeliveredSample& s = samples[i];
+        if (s.probe() != probe)
+          break;
+        bool same = true;
+        for (std::size_t f = 0; f < fields && same; ++f) {
+          std::uint64_t v = 0;
+          const bool has = readers[f].read(s, v);
+          // The run's key has field f when its 2 type bits say a value (not 1: missing).
+          same = has == (((k.types >> (2 * f)) & 3U) != 1U) && (!has || v == k.v[f]);
+        }
+        if (!same)
           break;
       }
       add(states.get(k, make), run);
-      k = next;
-      keyed = next_keyed;
     }
   }
   [[nodiscard]] static bool same_key(const FixedKey& a, const FixedKey& b) noexcept {

@@ -227,7 +227,8 @@ BENCHMARK(BM_DecodeCount)->ArgsProduct({{0, 1, 2, 3}, {0, 1}})->ArgNames({"by", 
 
 // The in-place path (Pipeline::on_delivered): count by the same keys over the same events, as
 // the BPF delivery channel hands them on (DeliveredSample batches of 256 viewing their records in
-// the ring): no record decoded or rebuilt, no Event. range(0) picks `by` as BM_DecodeCount's.
+// the ring): no record decoded or rebuilt, no Event. range(0) picks `by` as BM_DecodeCount's;
+// range(1) = 0: every event of one process (a count's runs), 1: 16 processes in turn.
 void BM_DeliveredCount(benchmark::State& state) {
   Fixture f;
   bool ok = false;
@@ -250,7 +251,7 @@ void BM_DeliveredCount(benchmark::State& state) {
       const DeliveredHeader h{.time = smp.time,
                               .probe = 0,
                               .size = static_cast<std::uint32_t>(smp.raw.size()),
-                              .pid = smp.pid,
+                              .pid = state.range(1) != 0 ? smp.pid : 1000,
                               .tid = smp.tid,
                               .cpu = smp.cpu,
                               .pad = 0};
@@ -277,6 +278,6 @@ void BM_DeliveredCount(benchmark::State& state) {
   const std::uint64_t allocs = testing::alloc_count_stop();
   report(state, f, allocs);
 }
-BENCHMARK(BM_DeliveredCount)->DenseRange(0, 3)->ArgName("by");
+BENCHMARK(BM_DeliveredCount)->ArgsProduct({{0, 1, 2, 3}, {0, 1}})->ArgNames({"by", "pids"});
 
 }  // namespace

@@ -261,6 +261,14 @@ class DeliveredSample {
   [[nodiscard]] std::span<const std::byte> raw() const noexcept {
     return {rec_ + sizeof(DeliveredHeader), load<std::uint32_t>(12)};
   }
+  /// The 4 bytes at `offset` of the header (offsetof(DeliveredHeader, ...)).
+  [[nodiscard]] std::uint32_t word32(std::size_t offset) const noexcept {
+    return load<std::uint32_t>(offset);
+  }
+  /// The whole delivered record: the DeliveredHeader, then raw().
+  [[nodiscard]] std::span<const std::byte> bytes() const noexcept {
+    return {rec_, sizeof(DeliveredHeader) + load<std::uint32_t>(12)};
+  }
 
  private:
   template <typename T>

@@ -168,70 +168,44 @@ struct Event {
 class Schema;
 
 /// An integer field of a delivered sample, read as a word without a Value (the in-place path's
-/// fixed-width keys): where the word is, and which Value alternative FieldRef::read gives for it.
+/// fixed-width keys): where the word is in the delivered record (DeliveredSample::bytes(): pid,
+/// tid, cpu and time in its header, the tracepoint's fields after it), and which Value
+/// alternative FieldRef::read gives for it. One load, no dispatch on the field's kind.
 struct IntReader {
-  enum class From : std::uint8_t { kMissing, kPid, kTid, kCpu, kTime, kRaw };
-  From from = From::kMissing;
-  bool is_signed = false;  // kRaw: sign-extended from `size` bytes
-  bool as_uint = false;    // read() gives a uint64 (else an int64)
-  std::uint8_t size = 0;   // kRaw: 1, 2, 4 or 8
-  std::uint32_t offset = 0;
+  std::uint32_t offset = 0;  // in DeliveredSample::bytes()
+  std::uint8_t size = 0;     // 1, 2, 4 or 8; 0: the probe lacks the field (read() gives nothing)
+  bool is_signed = false;    // sign-extended from `size` bytes
+  bool as_uint = false;      // read() gives a uint64 (else an int64)
+  bool in_header = false;    // within the DeliveredHeader: always there
 
   /// The word of `s` (an int64's two's complement bits). @return false when read() gives no
   /// value for it (the field is missing, or past the end of a short record).
   [[nodiscard]] bool read(const DeliveredSample& s, std::uint64_t& v) const noexcept {
-    switch (from) {
-      case From::kPid:
-        v = s.pid();
-        return true;
-      case From::kTid:
-        v = s.tid();
-        return true;
-      case From::kCpu:
-        v = s.cpu();
-        return true;
-      case From::kTime:
-        v = s.time();
-        return true;
-      case From::kRaw:
-        return read_raw(s.raw(), v);
-      case From::kMissing:
-        break;
+    if (size == 0)
+      return false;
+    const auto b = s.bytes();
+    if (!in_header && std::size_t{offset} + size > b.size())
+      return false;
+    const std::byte* p = b.data() + offset;
+    if (size == 4) {
+      std::uint32_t x = 0;
+      std::memcpy(&x, p, 4);
+      v = is_signed ? static_cast<std::uint64_t>(std::int64_t{static_cast<std::int32_t>(x)}) : x;
+    } else if (size == 8) {
+      std::memcpy(&v, p, 8);
+    } else if (size == 2) {
+      std::uint16_t x = 0;
+      std::memcpy(&x, p, 2);
+      v = is_signed ? static_cast<std::uint64_t>(std::int64_t{static_cast<std::int16_t>(x)}) : x;
+    } else {
+      std::uint8_t x = 0;
+      std::memcpy(&x, p, 1);
+      v = is_signed ? static_cast<std::uint64_t>(std::int64_t{static_cast<std::int8_t>(x)}) : x;
     }
-    return false;
+    return true;
   }
   /// The index in Value of what read() gives when there is a value (1 int64, 2 uint64).
   [[nodiscard]] std::size_t value_index() const noexcept { return as_uint ? 2 : 1; }
-
- private:
-  [[nodiscard]] bool read_raw(std::span<const std::byte> raw, std::uint64_t& v) const noexcept {
-    if (std::size_t{offset} + size > raw.size())
-      return false;
-    const std::byte* p = raw.data() + offset;
-    switch (size) {
-      case 1: {
-        std::uint8_t x = 0;
-        std::memcpy(&x, p, 1);
-        v = is_signed ? static_cast<std::uint64_t>(std::int64_t{static_cast<std::int8_t>(x)}) : x;
-        return true;
-      }
-      case 2: {
-        std::uint16_t x = 0;
-        std::memcpy(&x, p, 2);
-        v = is_signed ? static_cast<std::uint64_t>(std::int64_t{static_cast<std::int16_t>(x)}) : x;
-        return true;
-      }
-      case 4: {
-        std::uint32_t x = 0;
-        std::memcpy(&x, p, 4);
-        v = is_signed ? static_cast<std::uint64_t>(std::int64_t{static_cast<std::int32_t>(x)}) : x;
-        return true;
-      }
-      default:
-        std::memcpy(&v, p, 8);
-        return true;
-    }
-  }
 };
 
 /// A field bound once for every probe of the pipeline: read() is a switch on a precomputed
