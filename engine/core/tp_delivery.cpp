@@ -151,6 +151,24 @@ struct TracepointDelivery::Pass {
   std::uint64_t* delivered = nullptr;
   DeliveredSample* batch = nullptr;
   std::size_t n = 0;  // samples in `batch`
+  // The delivered_ counter of the last record, and the records counted for it since: runs of
+  // one probe and CPU are added to it at once (no read-modify-write of memory per record).
+  std::size_t counter = SIZE_MAX;
+  std::uint64_t run = 0;
+
+  void count(std::size_t index) noexcept {
+    if (index != counter) {
+      end();
+      counter = index;
+    }
+    ++run;
+  }
+  void end() noexcept {
+    if (counter != SIZE_MAX)
+      delivered[counter] += run;
+    counter = SIZE_MAX;
+    run = 0;
+  }
 };
 
 TracepointDelivery::Pass TracepointDelivery::begin_pass(std::size_t probes) noexcept {
@@ -167,18 +185,26 @@ void TracepointDelivery::take(Pass& pass,
                               const DeliveredHandler& in_place) {
   // Little per record here: the ring's lines are being read in, and the fewer instructions
   // wait on them, the more records' reads overlap. The stages read the fields in their pass,
-  // from the cache.
+  // from the cache. The header's words are loaded one by one, where they are.
   if (rec.size() < sizeof(DeliveredHeader)) [[unlikely]]
     return;
-  DeliveredHeader h;
-  std::memcpy(&h, rec.data(), sizeof(h));
-  if (h.probe >= pass.probes) [[unlikely]]
+  const auto word = [&rec](std::size_t offset) {
+    std::uint32_t v = 0;
+    std::memcpy(&v, rec.data() + offset, sizeof(v));
+    return v;
+  };
+  const std::uint32_t probe = word(offsetof(DeliveredHeader, probe));
+  const std::uint32_t cpu = word(offsetof(DeliveredHeader, cpu));
+  const std::uint32_t size = word(offsetof(DeliveredHeader, size));
+  if (probe >= pass.probes) [[unlikely]]
     return;
-  if (h.cpu < pass.cpus) [[likely]]
-    ++pass.delivered[h.probe * pass.cpus + h.cpu];
-  const auto data = rec.subspan(sizeof(h));
-  if (!in_place || h.size > data.size()) [[unlikely]] {  // a record cut short: rebuilt as is
-    add(h, data.first(std::min<std::size_t>(h.size, data.size())), out);
+  if (cpu < pass.cpus) [[likely]]
+    pass.count(std::size_t{probe} * pass.cpus + cpu);
+  const std::size_t room = rec.size() - sizeof(DeliveredHeader);
+  if (!in_place || size > room) [[unlikely]] {  // a record cut short: rebuilt as is
+    DeliveredHeader h;
+    std::memcpy(&h, rec.data(), sizeof(h));
+    add(h, rec.subspan(sizeof(h), std::min<std::size_t>(size, room)), out);
     return;
   }
   pass.batch[pass.n++] = DeliveredSample(rec.data());
@@ -281,6 +307,7 @@ void TracepointDelivery::convert(const Batch& in,
       continue;  // LOST: the program counted the failed output per slot
     take(pass, s->raw, out, in_place);
   }
+  pass.end();
   ncompact_ = pass.n;
   if (in_place)
     flush_in_place(out, in_place);
@@ -298,6 +325,7 @@ std::size_t TracepointDelivery::drain(std::span<const ProbeInfo> probes,
   Pass pass = begin_pass(probes.size());
   const std::size_t n = ring_->consume(
       [&](std::span<const std::byte> rec) { take(pass, rec, out, in_place); }, max_records);
+  pass.end();
   ncompact_ = pass.n;
   if (in_place)
     flush_in_place(out, in_place);
