@@ -394,9 +394,6 @@ class AggregateStage : public Stage, public Aggregation {
       add(states.get(k, make), run);
     }
   }
-  [[nodiscard]] static bool same_key(const FixedKey& a, const FixedKey& b) noexcept {
-    return ((a.v[0] ^ b.v[0]) | (a.v[1] ^ b.v[1]) | (a.v[2] ^ b.v[2]) | (a.types ^ b.types)) == 0;
-  }
   /// The cells of a stored key, its stacks symbolized.
   [[nodiscard]] std::vector<Cell> decode(std::string_view key) const {
     return decode_key(key, stacks_.get());
