@@ -257,7 +257,7 @@ void Engine::Impl::start() {
         }
       }
     }
-    read_kernel_counts(hit_base, drop_base);
+    read_kernel_counts(hit_base, drop_base, true);
     if (output) {
       if (auto st = output->enable(); !st)
         throw_failure(ErrorCategory::kRuntime, st.error(), "bpf output channel");
@@ -388,7 +388,7 @@ void Engine::Impl::stop() {
   // The hit counters' last read comes just before the events stop (and their first just after
   // the events started): a hit they count was one the events were on for, so `missed` never
   // counts the edges.
-  read_kernel_counts(hit_final, drop_final);
+  read_kernel_counts(hit_final, drop_final, false);
   // Stop producing, then read everything that was produced.
   for (auto& per_cpu : events) {
     for (auto& ce : per_cpu) {

@@ -196,10 +196,16 @@ std::vector<std::uint64_t> Engine::Impl::read_hits(std::size_t p) const {
 }
 
 void Engine::Impl::read_kernel_counts(std::vector<std::vector<std::uint64_t>>& hits,
-                                      std::vector<std::vector<std::uint64_t>>& drops) const {
+                                      std::vector<std::vector<std::uint64_t>>& drops,
+                                      bool at_start) const {
   hits.assign(hit_ids.size(), {});
   drops.assign(hit_ids.size(), {});
   for (std::size_t p = 0; p < hit_ids.size(); ++p) {
+    // A delivered probe's counts start at zero with its ring: the delivery's maps are this
+    // engine's own, and its program counts and delivers from its attach on, before the base
+    // is read (a base read then would take away hits whose samples were delivered).
+    if (at_start && p < delivered.size() && delivered[p])
+      continue;
     hits[p] = read_hits(p);
     drops[p] = read_drops(p);
   }

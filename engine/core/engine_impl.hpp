@@ -171,9 +171,11 @@ struct Engine::Impl : std::enable_shared_from_this<Engine::Impl> {
   /// Per-CPU hits of probe `p`'s tracepoint so far (empty when not counted).
   [[nodiscard]] std::vector<std::uint64_t> read_hits(std::size_t p) const;
   /// Every probe's read_hits() and read_drops() now (hit_base/drop_base when the events start,
-  /// hit_final/drop_final when they stop).
+  /// hit_final/drop_final when they stop). `at_start`: the bases, empty (zero) for the
+  /// delivered probes.
   void read_kernel_counts(std::vector<std::vector<std::uint64_t>>& hits,
-                          std::vector<std::vector<std::uint64_t>>& drops) const;
+                          std::vector<std::vector<std::uint64_t>>& drops,
+                          bool at_start) const;
 
   // engine_stats.cpp
   Stats collect_stats() const;
