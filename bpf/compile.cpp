@@ -370,7 +370,9 @@ Result<Object> Object::compile_and_open(const fs::path& bpf_c, const CompileOpti
     const fs::path tmp = info.object_path.string() + fmt::format(".tmp.{}", ::getpid());
     std::vector<std::string> argv{clang.string()};
     argv.insert(argv.end(), flags.begin(), flags.end());
-    argv.insert(argv.end(), {"-c", src.string(), "-o", tmp.string()});
+    // `-x c`: a source whose name does not end in .c is still C (clang would take it for a
+    // linker input, compile nothing, and leave no object).
+    argv.insert(argv.end(), {"-x", "c", "-c", src.string(), "-o", tmp.string()});
     TRACER_ASSIGN_OR_RETURN(const ProcessOutput cc, run(argv));
     if (cc.exit_code != 0) {
       fs::remove(tmp, ec);

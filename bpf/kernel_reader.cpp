@@ -467,14 +467,8 @@ Result<std::vector<ProbeStats>> Reader::probe_stats() const {
       ps.hits_per_cpu.push_back(s.hits);
       add(ps.total, s);
     }
-    if (slot < prog_.programs.size()) {
-      if (auto pfd = obj_->program_fd(prog_.programs[slot])) {
-        bpf_prog_info info{};
-        std::uint32_t len = sizeof info;
-        if (bpf_obj_get_info_by_fd(*pfd, &info, &len) == 0)
-          ps.recursion_misses = info.recursion_misses;
-      }
-    }
+    if (slot < prog_.programs.size())
+      ps.recursion_misses = obj_->program_skips(prog_.programs[slot]);
     out.push_back(std::move(ps));
   }
   return out;

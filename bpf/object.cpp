@@ -290,6 +290,20 @@ Result<int> Object::program_fd(std::string_view prog) const {
   return fd;
 }
 
+std::uint64_t Object::program_skips(std::string_view prog) const {
+  const std::string name(prog);
+  ::bpf_program* p = bpf_object__find_program_by_name(obj_.get(), name.c_str());
+  return p != nullptr ? program_skips(bpf_program__fd(p)) : 0;
+}
+
+std::uint64_t Object::program_skips(int prog_fd) noexcept {
+  if (prog_fd < 0)
+    return 0;
+  bpf_prog_info info{};
+  std::uint32_t len = sizeof info;
+  return bpf_obj_get_info_by_fd(prog_fd, &info, &len) == 0 ? info.recursion_misses : 0;
+}
+
 Result<bpf_prog_type> Object::program_type(std::string_view prog) const {
   const std::string name(prog);
   ::bpf_program* p = bpf_object__find_program_by_name(obj_.get(), name.c_str());

@@ -139,6 +139,9 @@ void print_summary(const Stats& stats, const Counters& counters, bool json, doub
       std::string kernel;
       if (t.kernel_hits != 0)
         kernel = fmt::format(R"(,"kernel_hits":{},"missed":{})", t.kernel_hits, t.missed);
+      if (p.bpf_skipped != 0)
+        kernel += fmt::format(R"(,"bpf_skipped":{}{})", p.bpf_skipped,
+                              p.bpf_skipped_shared ? R"(,"bpf_skipped_shared":true)" : "");
       probes += fmt::format(R"({}"{}":{{"events":{},"lost":{},"bytes":{},"aux_truncated":{}{}}})",
                             probes.empty() ? "" : ",", json_escape(p.name), t.samples, lost,
                             t.bytes, t.aux_truncated, kernel);
@@ -173,6 +176,18 @@ void print_summary(const Stats& stats, const Counters& counters, bool json, doub
                "no ring and no LOST count (missed/hits:{}): this kernel's perf events drop "
                "tracepoint hits in some contexts; a BPF program sees them\n",
                p.name, t.kernel_hits, t.missed, cpus);
+  }
+  for (const auto& p : stats.probes) {
+    if (p.bpf_skipped == 0)
+      continue;
+    fmt::print(stderr,
+               "warning: probe '{}': the kernel skipped its BPF program {} times{}: another BPF "
+               "program was running on that CPU (a tracepoint hit inside a BPF program, as "
+               "bpf_trace_printk's); those hits reached no ring and no count\n",
+               p.name, p.bpf_skipped,
+               p.bpf_skipped_shared ? " (a program it shares with other probes: the count is "
+                                      "theirs together)"
+                                    : "");
   }
   std::string line;
   for (const auto& [name, value] : counters)

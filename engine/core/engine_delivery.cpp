@@ -187,6 +187,33 @@ void Engine::Impl::drain_ringbuf() noexcept {
   }
 }
 
+std::pair<std::uint64_t, bool> Engine::Impl::read_skips(std::size_t p) const {
+  const auto count = [](const auto& of, std::size_t n) {
+    std::size_t k = 0;
+    for (std::size_t i = 0; i < n; ++i)
+      k += of(i) ? 1 : 0;
+    return k;
+  };
+  if (p < delivered.size() && delivered[p] && delivery) {
+    const auto sharing =
+        count([&](std::size_t i) { return static_cast<bool>(delivered[i]); }, delivered.size());
+    return {delivery->skips(), sharing > 1};
+  }
+  if (!opts.probes[p].bpf_program.empty() && bpf_object) {
+    const auto& name = opts.probes[p].bpf_program;
+    const auto sharing = count([&](std::size_t i) { return opts.probes[i].bpf_program == name; },
+                               opts.probes.size());
+    return {bpf_object->program_skips(name), sharing > 1};
+  }
+  if (p < hit_ids.size() && hit_ids[p] != 0) {
+    const auto sharing = count(
+        [&](std::size_t i) { return hit_ids[i] != 0 && !(i < delivered.size() && delivered[i]); },
+        hit_ids.size());
+    return {hit_counter.skips(), sharing > 1};
+  }
+  return {0, false};
+}
+
 std::vector<std::uint64_t> Engine::Impl::read_hits(std::size_t p) const {
   if (p < delivered.size() && delivered[p] && delivery)
     return delivery->hits(static_cast<std::uint32_t>(p));

@@ -168,6 +168,9 @@ struct Engine::Impl : std::enable_shared_from_this<Engine::Impl> {
   void drain_ringbuf() noexcept;
   void attach_hit_counters();
   [[nodiscard]] std::vector<std::uint64_t> read_drops(std::size_t p) const;
+  /// Hits of probe `p`'s tracepoint the kernel ran our program on it for none of (another BPF
+  /// program was running on the CPU), and whether that program serves other probes too.
+  [[nodiscard]] std::pair<std::uint64_t, bool> read_skips(std::size_t p) const;
   /// Per-CPU hits of probe `p`'s tracepoint so far (empty when not counted).
   [[nodiscard]] std::vector<std::uint64_t> read_hits(std::size_t p) const;
   /// Every probe's read_hits() and read_drops() now (hit_base/drop_base when the events start,

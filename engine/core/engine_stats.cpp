@@ -1,6 +1,7 @@
 // Engine stats: per probe and CPU, from the rings' readers, the events' own counts
 // (PERF_FORMAT_LOST, counting probes), the delivery channel and the tracepoint hit counters.
 #include <algorithm>
+#include <tuple>
 
 #include "core/engine_impl.hpp"
 
@@ -74,6 +75,8 @@ Stats Engine::Impl::collect_stats() const {
         ps.per_cpu.emplace_back(ce.cpu, rs);
       }
     }
+    if (p < opts.probes.size())
+      std::tie(ps.bpf_skipped, ps.bpf_skipped_shared) = read_skips(p);
     if (probes[p].kind == ProbeKind::kBpfOutput) {
       for (const auto* r : output_readers)
         ps.per_cpu.emplace_back(r->reader.cpu(), r->reader.stats());

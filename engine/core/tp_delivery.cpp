@@ -69,6 +69,10 @@ std::vector<std::uint64_t> TracepointHits::read(std::uint32_t slot) const {
   return v ? std::move(*v) : std::vector<std::uint64_t>{};
 }
 
+std::uint64_t TracepointHits::skips() const {
+  return object_ ? object_->program_skips("tp_hits") : 0;
+}
+
 bool kernel_has_ringbuf() noexcept {
   static const bool has = ::libbpf_probe_bpf_map_type(BPF_MAP_TYPE_RINGBUF, nullptr) == 1;
   return has;
@@ -347,6 +351,10 @@ std::vector<std::uint64_t> TracepointDelivery::hits(std::uint32_t slot) const {
 std::vector<std::uint64_t> TracepointDelivery::drops(std::uint32_t slot) const {
   auto v = object_->percpu_array<std::uint64_t>("drops", slot);
   return v ? std::move(*v) : std::vector<std::uint64_t>{};
+}
+
+std::uint64_t TracepointDelivery::skips() const {
+  return object_->program_skips("tp_deliver");
 }
 
 void TracepointDelivery::detach() noexcept {

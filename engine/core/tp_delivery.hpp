@@ -60,6 +60,9 @@ class TracepointHits {
   bool attach(std::uint32_t slot, int event_fd);
   /// Per CPU (index = CPU); empty when the slot is not counted.
   [[nodiscard]] std::vector<std::uint64_t> read(std::uint32_t slot) const;
+  /// Hits of every counted tracepoint the kernel ran no program for (bpf::Object::program_skips):
+  /// one program counts them all, so the kernel does not say whose.
+  [[nodiscard]] std::uint64_t skips() const;
   /// Detaches every link (before the events they hold close).
   void detach() noexcept { links_.clear(); }
 
@@ -130,6 +133,10 @@ class TracepointDelivery {
   /// Per CPU (index = CPU): the tracepoint's hits, and the outputs that failed (ring full).
   [[nodiscard]] std::vector<std::uint64_t> hits(std::uint32_t slot) const;
   [[nodiscard]] std::vector<std::uint64_t> drops(std::uint32_t slot) const;
+  /// Hits of every delivered tracepoint the kernel ran the program for none of
+  /// (bpf::Object::program_skips): one program delivers them all, so the kernel does not say
+  /// whose.
+  [[nodiscard]] std::uint64_t skips() const;
   /// Detaches every link (before the events they hold close).
   void detach() noexcept;
 

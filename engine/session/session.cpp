@@ -740,6 +740,12 @@ SessionStats Session::stats() const {
         continue;
       auto& ps = out.engine.probes[pi];
       ps.kernel_dropped += run.last[i].total.map_full + run.last[i].total.stacks_lost;
+      // The probe's own generated program: its skips are this probe's alone (a hit counter or
+      // delivery program on the same tracepoint was skipped for the same hits).
+      if (run.last[i].recursion_misses >= ps.bpf_skipped && run.last[i].recursion_misses != 0) {
+        ps.bpf_skipped = run.last[i].recursion_misses;
+        ps.bpf_skipped_shared = false;
+      }
       const bool counting = s.engine_options.probes[pi].counting ||
                             (pi < s.kernel_samples.size() && s.kernel_samples[pi]);
       for (std::size_t cpu = 0; cpu < run.last[i].hits_per_cpu.size(); ++cpu) {

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -196,6 +197,66 @@ TEST(CliCorrectness, RunqlatCountsWhatBpftraceCountsOnAPingPong) {
   }
   for (const auto& p : {recipe, bt, tracer_out, bt_out})
     fs::remove(p);
+}
+
+// A tracepoint hit inside a running BPF program runs no BPF program of its own (the kernel's
+// bpf_prog_active guard). A cpu-clock program at 1000 Hz that calls bpf_trace_printk makes
+// bpf_trace:bpf_trace_printk fire once per run, inside it, and tracer's program on that
+// tracepoint is skipped every time: no event and no LOST count, so the summary reports them as
+// bpf_skipped, exactly, whether the probe is delivered through BPF (the delivery program is the
+// one skipped) or sampled by its perf events (the hit counter's, and the sample with it). The
+// known answer: the clock program runs on its first CPU's event (where the engine attaches a
+// probe's program) and returns 1, so that CPU's clock samples are its runs.
+TEST(CliCorrectness, HitsTheKernelRanNoProgramForAreReportedNotLost) {
+  // (Its file name ends in _PID, not .c: clang is told the language.)
+  const auto source = write_file("nested.bpf.c", R"(#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+char LICENSE[] SEC("license") = "GPL";
+SEC("perf_event")
+int nested(void *ctx)
+{
+	bpf_printk("tracer: a tracepoint hit inside a BPF program");
+	return 1;
+}
+)");
+  const auto recipe = write_file("nested.toml", R"([recipe]
+name = "nested"
+[[probe]]
+name = "clock"
+software = "cpu-clock"
+freq = 1000
+bpf = "nested"
+[[probe]]
+name = "printk"
+tracepoint = "bpf_trace:bpf_trace_printk"
+[[stage]]
+use = "count"
+by = ["probe"]
+[bpf]
+source = ")" + source.filename().string() + R"("
+)");
+  for (const std::string delivery : {"bpf", "perf"}) {
+    SCOPED_TRACE("--delivery " + delivery);
+    const auto r =
+        tracer("run " + recipe.string() + " -d 2s --placement user --delivery " + delivery);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    // The table: "clock  N  L  cpu0:E/L cpu1:..." and "printk  0  0 ...".
+    std::smatch m;
+    ASSERT_TRUE(
+        std::regex_search(r.err, m, std::regex(R"(\nclock +\d+ +\d+ +cpu(\d+):(\d+)/(\d+))")))
+        << r.err;
+    const long long runs = std::stoll(m[2]) + std::stoll(m[3]);
+    ASSERT_GT(runs, 500) << r.err;  // 2 s at 1000 Hz
+    ASSERT_TRUE(std::regex_search(r.err, m, std::regex(R"(\nprintk +(\d+) +(\d+) )"))) << r.err;
+    EXPECT_EQ(m[1], "0") << r.err;  // no program of tracer's ran for any of them
+    ASSERT_TRUE(std::regex_search(
+        r.err, m,
+        std::regex(R"(warning: probe 'printk': the kernel skipped its BPF program (\d+) times:)")))
+        << r.err;
+    EXPECT_EQ(std::stoll(m[1]), runs) << r.err;
+  }
+  fs::remove(recipe);
+  fs::remove(source);
 }
 
 // A system-wide tracepoint delivers every hit bpftrace sees (this machine's per-CPU perf

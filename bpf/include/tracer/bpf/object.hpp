@@ -141,6 +141,12 @@ class Object {
   [[nodiscard]] Result<int> program_fd(std::string_view prog) const;
   /// @return the program's type (BPF_PROG_TYPE_TRACEPOINT...), or ENOENT.
   [[nodiscard]] Result<bpf_prog_type> program_type(std::string_view prog) const;
+  /// Runs of the program the kernel skipped because another BPF program was running on that
+  /// CPU (bpf_prog_active; bpf_prog_info.recursion_misses, 5.12+): hits it saw none of, and,
+  /// on a tracepoint, neither did the perf event it is attached to. 0 when unknown.
+  [[nodiscard]] std::uint64_t program_skips(std::string_view prog) const;
+  /// The same for a program's fd.
+  [[nodiscard]] static std::uint64_t program_skips(int prog_fd) noexcept;
 
   // Maps --------------------------------------------------------------------------------------
   [[nodiscard]] std::vector<std::string> map_names() const;

@@ -320,6 +320,15 @@ struct ProbeStats {
   /// max_keys, or a stack the stack map could not hold), counted by the probe's program.
   /// Lost, and reported as such.
   std::uint64_t kernel_dropped = 0;
+  /// Hits the kernel ran the probe's BPF program for none of, because another BPF program was
+  /// running on that CPU (bpf_prog_active; bpf_prog_info.recursion_misses): a program-gated
+  /// tracepoint then writes no sample either, so they are neither events nor a LOST count, nor
+  /// in kernel_hits (the program counts those). Lost, and reported as such.
+  std::uint64_t bpf_skipped = 0;
+  /// bpf_skipped is the count of a program several probes share (the tracepoint delivery
+  /// program, the hit counter, a [bpf] program on several probes): the kernel counts per
+  /// program, so each of those probes reports the same total, some of which may be another's.
+  bool bpf_skipped_shared = false;
   [[nodiscard]] RingStats total() const noexcept;
 };
 
