@@ -128,8 +128,31 @@ void Engine::Impl::open_probe(core::ResolvedProbe& rp,
       ce.reader = r.get();
       readers.push_back(std::move(r));
     }
+    // (After the ring is mapped: SET_OUTPUT needs the ring it redirects to.)
+    if (rp.info.index < delivered.size() && delivered[rp.info.index])
+      open_side_band(rp, cpu, ce);
     per_cpu.push_back(std::move(ce));
   }
+}
+
+void Engine::Impl::open_side_band(const core::ResolvedProbe& rp, int cpu, CpuEvents& ce) {
+  const perf_event_attr* a = rp.attr.raw();
+  if (a->mmap == 0 && a->comm == 0 && a->task == 0 && a->mmap2 == 0 && a->context_switch == 0 &&
+      a->namespaces == 0 && a->ksymbol == 0 && a->bpf_event == 0 && a->cgroup == 0 &&
+      a->text_poke == 0)
+    return;
+  // As perf record's tracking event: a dummy software event counts nothing, and its side-band
+  // records (with the probe's sample_type, so its ring decodes them) go to the probe's ring.
+  perf::EventAttr dummy = rp.attr;
+  dummy.type(PERF_TYPE_SOFTWARE).config(PERF_COUNT_SW_DUMMY);
+  auto ev = perf::Event::open(dummy, {.pid = -1, .cpu = cpu});
+  if (!ev)
+    throw_failure(ErrorCategory::kRuntime, ev.error(),
+                  fmt::format("probe '{}': its side-band event", rp.info.name));
+  if (auto st = ev->set_output(ce.events.front().fd()); !st)
+    throw_failure(ErrorCategory::kRuntime, st.error(),
+                  fmt::format("probe '{}': its side-band event", rp.info.name));
+  ce.events.push_back(std::move(*ev));
 }
 
 std::vector<core::ResolvedProbe> Engine::Impl::resolve(core::ResolveContext& ctx) const {
@@ -248,10 +271,12 @@ void Engine::Impl::start() {
     if (before_enable)
       before_enable();
     if (target.kind != Target::Kind::kCommand) {
-      for (auto& per_cpu : events) {
-        for (auto& ce : per_cpu) {
-          for (auto& ev : ce.events) {
-            if (auto st = ev.enable(); !st)
+      for (std::size_t p = 0; p < events.size(); ++p) {
+        // A delivered probe's tracepoint event (the first) is its program's attach point only.
+        const std::size_t first = p < delivered.size() && delivered[p] ? 1 : 0;
+        for (auto& ce : events[p]) {
+          for (std::size_t i = first; i < ce.events.size(); ++i) {
+            if (auto st = ce.events[i].enable(); !st)
               throw_failure(ErrorCategory::kRuntime, st.error());
           }
         }

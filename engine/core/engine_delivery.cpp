@@ -58,8 +58,12 @@ void Engine::Impl::plan_delivery(std::vector<core::ResolvedProbe>& resolved) {
         a->freq != 0 || a->sample_period != 1 || p >= TP_DELIVER_MAX_SLOTS)
       continue;
     delivered[p] = true;
-    // The probe's own events sample nothing (their ring carries side-band records only: COMM,
-    // FORK, EXIT when they were asked for); they remain the attach point of the program.
+    // The probe's own events sample nothing and are never enabled: they are the attach point
+    // of the program, which runs for every hit of the tracepoint once it is attached to one of
+    // its events. An enabled one would cost each hit on its CPU perf's own pass over it
+    // (perf_tp_event, 8% of a getppid loop's time) for a count no one reads. Their ring
+    // carries the side-band records (COMM, FORK, EXIT) asked for, from a dummy event per CPU
+    // (open_probe).
     constexpr std::uint32_t kSideBandPages = 16;
     rp.attr.sample_period(0);
     rp.ring.data_pages = std::min(rp.ring.data_pages, kSideBandPages);

@@ -127,6 +127,10 @@ struct Engine::Impl : std::enable_shared_from_this<Engine::Impl> {
   void start();
   void stop();
   void cleanup() noexcept;
+  /// A delivered probe's side-band records (COMM, FORK, EXIT... when its attr asks for them)
+  /// from a dummy event on `cpu` writing into the ring of `ce` (whose tracepoint event is never
+  /// enabled).
+  void open_side_band(const core::ResolvedProbe& rp, int cpu, CpuEvents& ce);
   void open_probe(core::ResolvedProbe& rp,
                   const std::vector<int>& cpus,
                   const std::vector<pid_t>& pids);
