@@ -22,13 +22,13 @@ struct {
 	__uint(value_size, sizeof(__u32));
 } events SEC(".maps");
 
-SEC("tracepoint")
-int tp_deliver(void *ctx)
+static __always_inline int tp_deliver_run(void *ctx, const int quads)
 {
 	__u32 slot;
 	const struct tp_deliver_cfg *c;
 	__u64 bytes;
-	struct tp_deliver_buf *b = tp_deliver_copy(ctx, &slot, &c, &bytes);
+	struct tp_deliver_buf *b =
+		tp_deliver_copy(ctx, &slot, &c, &bytes, quads);
 	if (!b)
 		return 1;
 	if (bpf_perf_event_output(ctx, &events, BPF_F_CURRENT_CPU, b, bytes) !=
@@ -36,3 +36,5 @@ int tp_deliver(void *ctx)
 		tp_deliver_dropped(slot);
 	return 1;
 }
+
+TP_DELIVER_PROGRAMS

@@ -17,6 +17,12 @@
 #define TP_DELIVER_MAX_RECORD 4096
 /* loc[] entries: this bit marks a __rel_loc (offset from the field's end). */
 #define TP_DELIVER_REL_LOC 0x80000000u
+/* A record's fixed part, when it has no dynamic fields, is read with direct
+ * context loads (no helper call) by the program for its size in 4-byte words,
+ * tp_deliver_q<N> for N from 2 up to this: the kernel refuses to attach a
+ * program that reads past the tracepoint's record, so each size has its own
+ * (TP_DELIVER_PROGRAMS in tp_deliver_body.h). */
+#define TP_DELIVER_DIRECT_QUADS 16
 /* NOLINTEND(modernize-macro-to-enum) */
 
 /* What the engine tells the program about a slot's tracepoint. */

@@ -7,6 +7,11 @@
 #ifndef TRACER_BPF_TP_DELIVER_BODY_H
 #define TRACER_BPF_TP_DELIVER_BODY_H
 
+/* Set by the engine before load when it delivers one tracepoint only: that
+ * slot, a constant, and no bpf_get_attach_cookie() per hit. */
+const volatile __u32 only_slot = 0xffffffff;
+
+
 struct tp_deliver_buf {
 	struct tp_deliver_hdr hdr;
 	__u8 data[TP_DELIVER_MAX_RECORD];
@@ -47,7 +52,8 @@ struct {
 static __always_inline const struct tp_deliver_cfg *
 tp_deliver_begin(void *ctx, __u32 *slot, __u32 *size)
 {
-	*slot = (__u32)bpf_get_attach_cookie(ctx);
+	*slot = only_slot != 0xffffffff ? only_slot
+					: (__u32)bpf_get_attach_cookie(ctx);
 	const struct tp_deliver_cfg *c = bpf_map_lookup_elem(&cfg, slot);
 	if (!c)
 		return NULL;
@@ -86,7 +92,7 @@ tp_deliver_begin(void *ctx, __u32 *slot, __u32 *size)
  * record, bounded for the verifier. */
 static __always_inline struct tp_deliver_buf *
 tp_deliver_copy(void *ctx, __u32 *slot, const struct tp_deliver_cfg **cfg,
-		__u64 *bytes)
+		__u64 *bytes, const int quads)
 {
 	__u32 size;
 	const struct tp_deliver_cfg *c = tp_deliver_begin(ctx, slot, &size);
@@ -96,10 +102,26 @@ tp_deliver_copy(void *ctx, __u32 *slot, const struct tp_deliver_cfg **cfg,
 	struct tp_deliver_buf *b = bpf_map_lookup_elem(&scratch, &zero);
 	if (!b)
 		return NULL;
-	/* The bound the verifier needs, in the register the helper gets (clang
-	 * would drop a C mask after the clamp, and pass an unclamped copy). */
+	/* The bound the verifier needs, in the register the helpers get
+	 * (clang would drop a C mask after the clamp, and pass an unclamped
+	 * copy). */
 	asm volatile("%0 &= 4095" : "+r"(size));
-	bpf_probe_read_kernel(b->data, size, ctx);
+	if (quads > 0) {
+		/* The fixed part (at most quads * 4 bytes, the record's size
+		 * rounded up to its 4-byte alignment), word by word, with
+		 * loads at constant offsets of the context, from 8: the first
+		 * 8 bytes are the kernel's pt_regs pointer, written over
+		 * below. */
+		__u32 *to = (__u32 *)b->data;
+#pragma unroll
+		for (int i = 2; i < TP_DELIVER_DIRECT_QUADS; i++) {
+			if (i >= quads)
+				break;
+			to[i] = *(const __u32 *)((const char *)ctx + i * 4);
+		}
+	} else {
+		bpf_probe_read_kernel(b->data, size, ctx);
+	}
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	*(__u16 *)&b->data[0] = (__u16)c->id;
 	b->data[2] = 0;
@@ -123,5 +145,34 @@ static __always_inline void tp_deliver_dropped(__u32 slot)
 	if (d)
 		*d += 1;
 }
+
+/* The programs of a channel's tp_deliver_run(ctx, quads): tp_deliver for any
+ * record (bpf_probe_read_kernel), tp_deliver_q<N> for a fixed part of N 4-byte
+ * words (direct loads). */
+#define TP_DELIVER_PROGRAM(n)                                                  \
+	SEC("tracepoint") int tp_deliver_q##n(void *ctx)                       \
+	{                                                                      \
+		return tp_deliver_run(ctx, n);                                 \
+	}
+#define TP_DELIVER_PROGRAMS                                                    \
+	SEC("tracepoint") int tp_deliver(void *ctx)                            \
+	{                                                                      \
+		return tp_deliver_run(ctx, 0);                                 \
+	}                                                                      \
+	TP_DELIVER_PROGRAM(2)                                                  \
+	TP_DELIVER_PROGRAM(3)                                                  \
+	TP_DELIVER_PROGRAM(4)                                                  \
+	TP_DELIVER_PROGRAM(5)                                                  \
+	TP_DELIVER_PROGRAM(6)                                                  \
+	TP_DELIVER_PROGRAM(7)                                                  \
+	TP_DELIVER_PROGRAM(8)                                                  \
+	TP_DELIVER_PROGRAM(9)                                                  \
+	TP_DELIVER_PROGRAM(10)                                                 \
+	TP_DELIVER_PROGRAM(11)                                                 \
+	TP_DELIVER_PROGRAM(12)                                                 \
+	TP_DELIVER_PROGRAM(13)                                                 \
+	TP_DELIVER_PROGRAM(14)                                                 \
+	TP_DELIVER_PROGRAM(15)                                                 \
+	TP_DELIVER_PROGRAM(16)
 
 #endif /* TRACER_BPF_TP_DELIVER_BODY_H */

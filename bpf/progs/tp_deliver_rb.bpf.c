@@ -36,16 +36,18 @@ static __always_inline __u64 tp_rb_flags(const struct tp_deliver_cfg *c,
 		   : BPF_RB_NO_WAKEUP;
 }
 
-SEC("tracepoint")
-int tp_deliver(void *ctx)
+static __always_inline int tp_deliver_run(void *ctx, const int quads)
 {
 	__u32 slot;
 	const struct tp_deliver_cfg *c;
 	__u64 bytes;
-	struct tp_deliver_buf *b = tp_deliver_copy(ctx, &slot, &c, &bytes);
+	struct tp_deliver_buf *b =
+		tp_deliver_copy(ctx, &slot, &c, &bytes, quads);
 	if (!b)
 		return 1;
 	if (bpf_ringbuf_output(&rb, b, bytes, tp_rb_flags(c, bytes)) != 0)
 		tp_deliver_dropped(slot);
 	return 1;
 }
+
+TP_DELIVER_PROGRAMS

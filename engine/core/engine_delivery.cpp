@@ -74,6 +74,18 @@ void Engine::Impl::plan_delivery(std::vector<core::ResolvedProbe>& resolved) {
 
 constexpr std::uint32_t kMaxDeliveryPages = 4096;  // 16 MiB per CPU
 
+namespace {
+
+/// The delivered probe when it is the only one.
+std::optional<std::uint32_t> only_slot(const std::vector<bool>& delivered) {
+  if (std::count(delivered.begin(), delivered.end(), true) != 1)
+    return std::nullopt;
+  return static_cast<std::uint32_t>(
+      std::distance(delivered.begin(), std::find(delivered.begin(), delivered.end(), true)));
+}
+
+}  // namespace
+
 DeliveryChannel Engine::Impl::delivery_channel() const noexcept {
   const DeliveryChannel want = opts.channel.value_or(DeliveryChannel::kRingbuf);
   return want == DeliveryChannel::kRingbuf && !core::kernel_has_ringbuf() ? DeliveryChannel::kPerf
@@ -106,7 +118,8 @@ void Engine::Impl::open_delivery() {
                                     .ringbuf_bytes = rb_bytes,
                                     // A wakeup at a quarter, as the perf rings: the rest holds what
                                     // comes while the engine is being scheduled.
-                                    .wakeup_bytes = rb_bytes / 4};
+                                    .wakeup_bytes = rb_bytes / 4,
+                                    .only_slot = only_slot(delivered)};
   auto d = core::TracepointDelivery::open(delivered.size(), dopts);
   if (!d) {
     // Without BPF delivery the probes sample through their own events, as before.

@@ -8,6 +8,8 @@
 #include <cstddef>
 #include <cstring>
 
+#include <fmt/format.h>
+
 #include "progs/tp_deliver.h"
 #include "progs/tp_hits.h"
 
@@ -88,6 +90,10 @@ Result<TracepointDelivery> TracepointDelivery::open(std::size_t slots,
     TRACER_TRY(obj.set_map_max_entries("rb", opts.ringbuf_bytes));
     d.wakeup_bytes_ = opts.wakeup_bytes;
   }
+  if (opts.only_slot) {
+    TRACER_TRY(obj.set_global("only_slot", *opts.only_slot));
+    d.only_slot_ = opts.only_slot;
+  }
   TRACER_TRY(obj.load());
   d.object_ = std::make_unique<bpf::Object>(std::move(obj));
   if (rb) {
@@ -99,6 +105,8 @@ Result<TracepointDelivery> TracepointDelivery::open(std::size_t slots,
   }
   d.cpus_ = static_cast<std::size_t>(std::max(1, libbpf_num_possible_cpus()));
   d.attached_.assign(slots, false);
+  d.programs_.assign(slots, {});
+  d.direct_loads_ = opts.direct_loads;
   d.delivered_.assign(slots * d.cpus_, 0);
   d.buf_ = std::make_unique<std::byte[]>(kBytes);
   d.compact_.resize(kCompact);
@@ -112,7 +120,8 @@ TracepointDelivery::~TracepointDelivery() {
 }
 
 Status TracepointDelivery::attach(std::uint32_t slot, const tracefs::Format& format, int event_fd) {
-  if (slot >= attached_.size() || slot >= TP_DELIVER_MAX_SLOTS)
+  if (slot >= attached_.size() || slot >= TP_DELIVER_MAX_SLOTS ||
+      (only_slot_ && slot != *only_slot_))
     return fail(EINVAL, "tp_deliver: slot out of range");
   tp_deliver_cfg cfg{};
   cfg.id = format.id;
@@ -123,14 +132,34 @@ Status TracepointDelivery::attach(std::uint32_t slot, const tracefs::Format& for
       cfg.loc[cfg.nloc++] = f.offset | (f.is_rel_loc ? TP_DELIVER_REL_LOC : 0U);
   }
   TRACER_TRY(object_->update_elem("cfg", slot, cfg));
-  TRACER_ASSIGN_OR_RETURN(auto link, attach_perf_event(*object_, "tp_deliver", event_fd, slot));
-  links_.push_back(std::move(link));
+  // A fixed-size record small enough: the program that reads it with direct loads (its size in
+  // 4-byte words: the kernel's record struct, 4-byte aligned at least, holds that many).
+  // Should the kernel refuse it (a record shorter than its fields say), the generic one.
+  std::string prog = "tp_deliver";
+  Result<BpfLink> link = fail(ENOENT, "");
+  const std::uint32_t quads = std::max<std::uint32_t>((cfg.fixed_size + 3) / 4, 2);
+  if (direct_loads_ && cfg.nloc == 0 && quads <= TP_DELIVER_DIRECT_QUADS) {
+    prog = fmt::format("tp_deliver_q{}", quads);
+    link = attach_perf_event(*object_, prog, event_fd, slot);
+  }
+  if (!link) {
+    prog = "tp_deliver";
+    link = attach_perf_event(*object_, prog, event_fd, slot);
+  }
+  if (!link)
+    return fail(link.error());
+  links_.push_back(std::move(*link));
+  programs_[slot] = std::move(prog);
   attached_[slot] = true;
   return {};
 }
 
 bool TracepointDelivery::attached(std::uint32_t slot) const noexcept {
   return slot < attached_.size() && attached_[slot];
+}
+
+std::string_view TracepointDelivery::program(std::uint32_t slot) const noexcept {
+  return slot < programs_.size() ? std::string_view(programs_[slot]) : std::string_view();
 }
 
 void TracepointDelivery::flush(const BatchHandler& out) {
@@ -354,7 +383,10 @@ std::vector<std::uint64_t> TracepointDelivery::drops(std::uint32_t slot) const {
 }
 
 std::uint64_t TracepointDelivery::skips() const {
-  return object_->program_skips("tp_deliver");
+  std::uint64_t n = 0;
+  for (const auto& prog : object_->program_names())
+    n += object_->program_skips(prog);
+  return n;
 }
 
 void TracepointDelivery::detach() noexcept {

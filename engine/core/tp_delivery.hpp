@@ -23,7 +23,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -86,6 +88,12 @@ struct DeliveryOptions {
   /// drains what trickles in).
   std::uint32_t ringbuf_bytes = 4U << 20;
   std::uint32_t wakeup_bytes = 1U << 20;
+  /// The one slot attach() will be given, when there is one only: the program then takes its
+  /// slot as a constant instead of the link's cookie.
+  std::optional<std::uint32_t> only_slot{};
+  /// Records of a small fixed size are read with direct loads (tp_deliver_q<N>); false: every
+  /// record with bpf_probe_read_kernel (tp_deliver), as a reference.
+  bool direct_loads = true;
 };
 
 /// True when this kernel has BPF_MAP_TYPE_RINGBUF (5.8+).
@@ -106,6 +114,9 @@ class TracepointDelivery {
   /// `event_fd` of that tracepoint (a BPF link with the slot as cookie).
   [[nodiscard]] Status attach(std::uint32_t slot, const tracefs::Format& format, int event_fd);
   [[nodiscard]] bool attached(std::uint32_t slot) const noexcept;
+  /// The program delivering `slot` (tp_deliver, or tp_deliver_q<N> for a fixed-size record of
+  /// N 4-byte words read with direct loads); empty when not attached.
+  [[nodiscard]] std::string_view program(std::uint32_t slot) const noexcept;
 
   [[nodiscard]] DeliveryChannel kind() const noexcept { return kind_; }
   /// kPerf: the channel (nullptr for kRingbuf).
@@ -161,6 +172,9 @@ class TracepointDelivery {
 
   DeliveryChannel kind_ = DeliveryChannel::kPerf;
   std::uint32_t wakeup_bytes_ = 0;
+  std::optional<std::uint32_t> only_slot_;
+  bool direct_loads_ = true;
+  std::vector<std::string> programs_;  // by slot
   std::unique_ptr<bpf::Object> object_;
   std::unique_ptr<bpf::OutputChannel> channel_;
   std::unique_ptr<bpf::RingBuffer> ring_;
