@@ -42,7 +42,7 @@ static __always_inline int tp_deliver_run(void *ctx, const int quads)
 	const struct tp_deliver_cfg *c;
 	__u64 bytes;
 	struct tp_deliver_buf *b =
-		tp_deliver_copy(ctx, &slot, &c, &bytes, quads);
+	    tp_deliver_copy(ctx, &slot, &c, &bytes, quads);
 	if (!b)
 		return 1;
 	if (bpf_ringbuf_output(&rb, b, bytes, tp_rb_flags(c, bytes)) != 0)
