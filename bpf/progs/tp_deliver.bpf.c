@@ -28,7 +28,7 @@ static __always_inline int tp_deliver_run(void *ctx, const int quads)
 	const struct tp_deliver_cfg *c;
 	__u64 bytes;
 	struct tp_deliver_buf *b =
-		tp_deliver_copy(ctx, &slot, &c, &bytes, quads);
+	    tp_deliver_copy(ctx, &slot, &c, &bytes, quads);
 	if (!b)
 		return 1;
 	if (bpf_perf_event_output(ctx, &events, BPF_F_CURRENT_CPU, b, bytes) !=

@@ -11,7 +11,6 @@
  * slot, a constant, and no bpf_get_attach_cookie() per hit. */
 const volatile __u32 only_slot = 0xffffffff;
 
-
 struct tp_deliver_buf {
 	struct tp_deliver_hdr hdr;
 	__u8 data[TP_DELIVER_MAX_RECORD];
