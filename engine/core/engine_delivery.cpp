@@ -205,27 +205,19 @@ void Engine::Impl::drain_ringbuf() noexcept {
 }
 
 std::pair<std::uint64_t, bool> Engine::Impl::read_skips(std::size_t p) const {
-  const auto count = [](const auto& of, std::size_t n) {
-    std::size_t k = 0;
-    for (std::size_t i = 0; i < n; ++i)
-      k += of(i) ? 1 : 0;
-    return k;
-  };
-  if (p < delivered.size() && delivered[p] && delivery) {
-    const auto sharing =
-        count([&](std::size_t i) { return static_cast<bool>(delivered[i]); }, delivered.size());
-    return {delivery->skips(), sharing > 1};
-  }
+  const auto is_delivered = [&](std::size_t i) { return i < delivered.size() && delivered[i]; };
+  if (is_delivered(p) && delivery)
+    return {delivery->skips(), std::count(delivered.begin(), delivered.end(), true) > 1};
   if (!opts.probes[p].bpf_program.empty() && bpf_object) {
     const auto& name = opts.probes[p].bpf_program;
-    const auto sharing = count([&](std::size_t i) { return opts.probes[i].bpf_program == name; },
-                               opts.probes.size());
+    const auto sharing = std::count_if(opts.probes.begin(), opts.probes.end(),
+                                       [&](const auto& o) { return o.bpf_program == name; });
     return {bpf_object->program_skips(name), sharing > 1};
   }
   if (p < hit_ids.size() && hit_ids[p] != 0) {
-    const auto sharing = count(
-        [&](std::size_t i) { return hit_ids[i] != 0 && !(i < delivered.size() && delivered[i]); },
-        hit_ids.size());
+    std::size_t sharing = 0;  // the probes the hit counter counts (not the delivered ones)
+    for (std::size_t i = 0; i < hit_ids.size(); ++i)
+      sharing += hit_ids[i] != 0 && !is_delivered(i) ? 1 : 0;
     return {hit_counter.skips(), sharing > 1};
   }
   return {0, false};

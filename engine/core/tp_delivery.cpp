@@ -104,7 +104,6 @@ Result<TracepointDelivery> TracepointDelivery::open(std::size_t slots,
     d.channel_ = std::make_unique<bpf::OutputChannel>(std::move(ch));
   }
   d.cpus_ = static_cast<std::size_t>(std::max(1, libbpf_num_possible_cpus()));
-  d.attached_.assign(slots, false);
   d.programs_.assign(slots, {});
   d.direct_loads_ = opts.direct_loads;
   d.delivered_.assign(slots * d.cpus_, 0);
@@ -120,7 +119,7 @@ TracepointDelivery::~TracepointDelivery() {
 }
 
 Status TracepointDelivery::attach(std::uint32_t slot, const tracefs::Format& format, int event_fd) {
-  if (slot >= attached_.size() || slot >= TP_DELIVER_MAX_SLOTS ||
+  if (slot >= programs_.size() || slot >= TP_DELIVER_MAX_SLOTS ||
       (only_slot_ && slot != *only_slot_))
     return fail(EINVAL, "tp_deliver: slot out of range");
   tp_deliver_cfg cfg{};
@@ -150,12 +149,11 @@ Status TracepointDelivery::attach(std::uint32_t slot, const tracefs::Format& for
     return fail(link.error());
   links_.push_back(std::move(*link));
   programs_[slot] = std::move(prog);
-  attached_[slot] = true;
   return {};
 }
 
 bool TracepointDelivery::attached(std::uint32_t slot) const noexcept {
-  return slot < attached_.size() && attached_[slot];
+  return slot < programs_.size() && !programs_[slot].empty();
 }
 
 std::string_view TracepointDelivery::program(std::uint32_t slot) const noexcept {
@@ -205,7 +203,7 @@ struct TracepointDelivery::Pass {
 };
 
 TracepointDelivery::Pass TracepointDelivery::begin_pass(std::size_t probes) noexcept {
-  return Pass{.probes = std::min(probes, attached_.size()),
+  return Pass{.probes = std::min(probes, programs_.size()),
               .cpus = cpus_,
               .delivered = delivered_.data(),
               .batch = compact_.data(),
@@ -367,7 +365,7 @@ std::size_t TracepointDelivery::drain(std::span<const ProbeInfo> probes,
 }
 
 std::uint64_t TracepointDelivery::delivered(std::uint32_t slot, int cpu) const noexcept {
-  if (cpu < 0 || static_cast<std::size_t>(cpu) >= cpus_ || slot >= attached_.size())
+  if (cpu < 0 || static_cast<std::size_t>(cpu) >= cpus_ || slot >= programs_.size())
     return 0;
   return delivered_[slot * cpus_ + static_cast<std::size_t>(cpu)];
 }

@@ -174,12 +174,11 @@ class TracepointDelivery {
   std::uint32_t wakeup_bytes_ = 0;
   std::optional<std::uint32_t> only_slot_;
   bool direct_loads_ = true;
-  std::vector<std::string> programs_;  // by slot
+  std::vector<std::string> programs_;  // by slot: empty while not attached
   std::unique_ptr<bpf::Object> object_;
   std::unique_ptr<bpf::OutputChannel> channel_;
   std::unique_ptr<bpf::RingBuffer> ring_;
   std::vector<BpfLink> links_;
-  std::vector<bool> attached_;
   std::size_t cpus_ = 1;
   std::vector<std::uint64_t> delivered_;  // [slot * cpus_ + cpu]
   std::unique_ptr<std::byte[]> buf_;      // rebuilt samples of one batch (kBytes)
