@@ -490,6 +490,8 @@ std::optional<std::string> check(const KernelPlan& plan) {
     const ProbePlan& p = plan.probes[i];
     const Role role = role_of(plan, i);
     const bool exit_probe = role == Role::kLatencyExit;
+    if (auto why = check_filter(p, p.probe_filter, false))
+      return why;
     if (auto why = check_filter(p, p.filter, false))
       return why;
     if (role == Role::kLatencyEntry || exit_probe) {
@@ -775,6 +777,17 @@ class ProbeGen {
       w_.line("if (tr_tgid != {}u) /* the target process */", plan_.tgids[0]);
       w_.line("\t{}", ret());
     }
+    // The strings the filters and keys read, each copied once: those of the first filters
+    // before them, the others after them (a rejected event does not pay for them).
+    collect_strings(p_.probe_filter, /*early=*/true);
+    collect_strings(p_.filter, /*early=*/true);
+    if (aggregates(role)) {
+      collect_strings(p_.post_filter, false);
+      for (const Field& k : p_.keys)
+        use_string(k, plan_.aggregation.string_key_bytes, false);
+    }
+    load_strings(/*early_only=*/true);
+    emit_filter(p_.probe_filter);  // not one of the probe's events: not a hit either
     w_.line("__u32 tr_slot = {};", index_);
     w_.line("struct tr_stats *tr_st = bpf_map_lookup_elem(&tr_stats, &tr_slot);");
     w_.line("if (!tr_st)");
@@ -789,15 +802,6 @@ class ProbeGen {
           "period, bpf/kernel_reader.cpp). */");
       w_.line("__u32 tr_g = *(volatile __u32 *)&tr_gen;");
     }
-    // The strings the filters and keys read, each copied once: those of the first filter
-    // before it, the others after it (a rejected event does not pay for them).
-    collect_strings(p_.filter, /*early=*/true);
-    if (aggregates(role)) {
-      collect_strings(p_.post_filter, false);
-      for (const Field& k : p_.keys)
-        use_string(k, plan_.aggregation.string_key_bytes, false);
-    }
-    load_strings(/*early_only=*/true);
     emit_filter(p_.filter);
     load_strings(false);
     if (role == Role::kLatencyEntry) {
@@ -1556,7 +1560,7 @@ static __always_inline void tr_zero_after_nul(char *s, int n)
       visit(k);
     visit(p.value);
     visit(p.latency_key);
-    for (const auto* filt : {&p.filter, &p.post_filter})
+    for (const auto* filt : {&p.probe_filter, &p.filter, &p.post_filter})
       for (const auto& n : filt->nodes) {
         visit(n.a.field);
         visit(n.b.field);
@@ -1736,6 +1740,27 @@ void emit_fork(const KernelPlan& plan, Writer& w) {
   w.line("\tif (tr_ps)");
   w.line("\t\tTR_INC_ATOMIC(&tr_ps->targets_dropped);");
   w.line("}}");
+  w.line("return 1;");
+  w.out();
+  w.line("}}");
+  w.blank();
+  // An exited process leaves the map (else the map fills with the dead and later children are
+  // not followed); so does a thread the fork program took for a process (sched_process_fork
+  // fires for threads too, with the thread's id as child_pid).
+  w.line("/* sched:sched_process_exit: an exited target leaves the target map. */");
+  w.line("SEC(\"tracepoint\")");
+  w.line("int {}(void *ctx)", kExitProgram);
+  w.line("{{");
+  w.in();
+  w.line("__u64 tr_id = bpf_get_current_pid_tgid();");
+  w.line("__u32 tr_tid = (__u32)tr_id, tr_tgid = tr_id >> 32;");
+  w.line("if (tr_tid != tr_tgid)");
+  w.line("\tbpf_map_delete_elem(&tr_tgids, &tr_tid);");
+  if (f.group_dead_offset)
+    w.line("if (*(volatile __u8 *)((char *)ctx + {}))  /* group_dead */", *f.group_dead_offset);
+  else
+    w.line("if (tr_tid == tr_tgid)  /* the leader: the kernel has no group_dead */");
+  w.line("\tbpf_map_delete_elem(&tr_tgids, &tr_tgid);");
   w.line("return 1;");
   w.out();
   w.line("}}");

@@ -173,6 +173,9 @@ enum class Role : std::uint8_t { kAggregate, kLatencyEntry, kLatencyExit };
 struct ProbePlan {
   std::string name;
   ProbeKind kind = ProbeKind::kTracepoint;
+  /// The probe's own filter (its tracefs filter on the user path): events failing it are not
+  /// the probe's events at all, so they stop before its hits are counted.
+  Filter probe_filter{};
   /// Events failing it stop here (before the latency pairing).
   Filter filter{};
   /// One per Aggregation::key_names: this probe's source of each key.
@@ -192,9 +195,13 @@ struct ProbePlan {
 };
 
 /// sched:sched_process_fork's child_pid, for following the children of the target processes.
+/// sched:sched_process_exit's group_dead (kernel 6.16 on) takes an exited process out of the
+/// target map again (kExitProgram): without it a map fills with the dead, and children past its
+/// size are not followed. Absent: a process leaves it when its leader thread exits.
 struct ForkTracepoint {
   std::uint32_t child_pid_offset = 20;
   std::uint32_t child_pid_size = 4;
+  std::optional<std::uint32_t> group_dead_offset{};
 };
 
 struct KernelPlan {
@@ -204,7 +211,9 @@ struct KernelPlan {
   /// Target processes. Empty: every process; one (and no follow_children): a constant compare
   /// compiled in; more: a hash map filled by set_targets().
   std::vector<std::uint32_t> tgids{};
-  std::uint32_t max_tgids = 4096;
+  /// The target map's size: the target processes alive at once (kDefaultMaxTargets). Children
+  /// that do not fit are counted (Stats::targets_dropped).
+  std::uint32_t max_tgids = 65536;
   /// Adds a program for sched:sched_process_fork that adds the children of target processes
   /// to the target map (a command's children are traced as perf's inherit does).
   std::optional<ForkTracepoint> follow_children{};
@@ -260,6 +269,7 @@ inline constexpr const char* kSyncInnerMap = "tr_sync_in";
 inline constexpr const char* kGenerationVar = "tr_gen";
 inline constexpr const char* kForkProgram = "tr_fork";
 inline constexpr const char* kExecProgram = "tr_exec";
+inline constexpr const char* kExitProgram = "tr_exit";  // follow_children: sched_process_exit
 
 /// Per-probe (and, in the last slot, per-pipeline) counters, per CPU in the tr_stats map.
 struct Stats {

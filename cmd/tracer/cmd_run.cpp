@@ -126,41 +126,46 @@ std::string json_escape(std::string_view s) {
 
 using Counters = std::vector<std::pair<std::string, std::uint64_t>>;
 
-void print_summary(const Stats& stats, const Counters& counters, bool json, double seconds) {
-  if (json) {
-    std::string stages;
-    for (const auto& [name, value] : counters)
-      stages += fmt::format(R"({}"{}":{})", stages.empty() ? "" : ",", json_escape(name), value);
-    std::string probes;
-    for (const auto& p : stats.probes) {
-      const auto t = p.total();
-      const std::uint64_t lost =
-          std::max(t.lost + t.lost_samples, p.bpf_output_drops) + p.kernel_dropped;
-      std::string kernel;
-      if (t.kernel_hits != 0)
-        kernel = fmt::format(R"(,"kernel_hits":{},"missed":{})", t.kernel_hits, t.missed);
-      if (p.bpf_skipped != 0)
-        kernel += fmt::format(R"(,"bpf_skipped":{}{})", p.bpf_skipped,
-                              p.bpf_skipped_shared ? R"(,"bpf_skipped_shared":true)" : "");
-      probes += fmt::format(R"({}"{}":{{"events":{},"lost":{},"bytes":{},"aux_truncated":{}{}}})",
-                            probes.empty() ? "" : ",", json_escape(p.name), t.samples, lost,
-                            t.bytes, t.aux_truncated, kernel);
-    }
-    fmt::print("{{\"type\":\"summary\",\"seconds\":{:.3f},\"probes\":{{{}}},\"stages\":{{{}}}}}\n",
-               seconds, probes, stages);
-    std::fflush(stdout);
-    return;
-  }
-  fmt::print(stderr, "\n{:<24} {:>12} {:>10}   per CPU (events/lost)\n", "probe", "events", "lost");
+/// The JSON summary's fields beside events and lost: each kind of loss on its own (lost is
+/// their sum), and what is reported beside it.
+std::string loss_parts_json(const ProbeStats& p) {
+  const auto l = p.losses();
+  const auto t = p.total();
+  std::string out = fmt::format(R"(,"loss":{{"ring":{},"output_drops":{},"map_full":{},)"
+                                R"("stacks_lost":{}}})",
+                                l.ring, l.output_drops, l.map_full, l.stacks_lost);
+  if (p.targets_dropped != 0)
+    out += fmt::format(R"(,"targets_dropped":{})", p.targets_dropped);
+  if (t.kernel_hits != 0)
+    out += fmt::format(R"(,"kernel_hits":{},"missed":{})", t.kernel_hits, t.missed);
+  return out;
+}
+
+/// What the summary's numbers alone do not say, on stderr: each kind of loss beside the ring's,
+/// children not followed, hits no ring saw, programs the kernel skipped.
+void print_loss_warnings(const Stats& stats) {
   for (const auto& p : stats.probes) {
-    const auto t = p.total();
-    const std::uint64_t lost =
-        std::max(t.lost + t.lost_samples, p.bpf_output_drops) + p.kernel_dropped;
-    std::string cpus;
-    for (const auto& [cpu, rs] : p.per_cpu) {
-      cpus += fmt::format(" cpu{}:{}/{}", cpu, rs.samples, rs.lost + rs.lost_samples);
+    const auto l = p.losses();
+    if (l.output_drops + l.map_full + l.stacks_lost == 0)
+      continue;  // only ring losses: the per-CPU columns are the whole story
+    std::string parts;
+    for (const auto& [what, n] :
+         {std::pair{"ring (LOST records, per CPU above)", l.ring},
+          std::pair{"BPF output calls that failed (beyond the rings' LOST)", l.output_drops},
+          std::pair{"keys the in-kernel map had no room for (max_keys)", l.map_full},
+          std::pair{"stacks the in-kernel stack map could not hold (max_stacks)", l.stacks_lost}}) {
+      if (n != 0)
+        parts += fmt::format("{}{} {}", parts.empty() ? "" : ", ", n, what);
     }
-    fmt::print(stderr, "{:<24} {:>12} {:>10}  {}\n", p.name, t.samples, lost, cpus);
+    fmt::print(stderr, "lost on probe '{}': {}\n", p.name, parts);
+  }
+  for (const auto& p : stats.probes) {
+    if (p.targets_dropped == 0)
+      continue;
+    fmt::print(stderr,
+               "warning: probe '{}': {} processes of the target were not followed: the in-kernel "
+               "target map was full (raise [recipe] max_targets); their events are not counted\n",
+               p.name, p.targets_dropped);
   }
   for (const auto& p : stats.probes) {
     const auto t = p.total();
@@ -189,6 +194,45 @@ void print_summary(const Stats& stats, const Counters& counters, bool json, doub
                                       "theirs together)"
                                     : "");
   }
+}
+
+void print_summary(const Stats& stats, const Counters& counters, bool json, double seconds) {
+  if (json) {
+    std::string stages;
+    for (const auto& [name, value] : counters)
+      stages += fmt::format(R"({}"{}":{})", stages.empty() ? "" : ",", json_escape(name), value);
+    std::string probes;
+    for (const auto& p : stats.probes) {
+      const auto t = p.total();
+      const std::uint64_t lost = p.lost();
+      std::string kernel = loss_parts_json(p);
+      if (p.bpf_skipped != 0)
+        kernel += fmt::format(R"(,"bpf_skipped":{}{})", p.bpf_skipped,
+                              p.bpf_skipped_shared ? R"(,"bpf_skipped_shared":true)" : "");
+      probes += fmt::format(R"({}"{}":{{"events":{},"lost":{},"bytes":{},"aux_truncated":{}{}}})",
+                            probes.empty() ? "" : ",", json_escape(p.name), t.samples, lost,
+                            t.bytes, t.aux_truncated, kernel);
+    }
+    fmt::print("{{\"type\":\"summary\",\"seconds\":{:.3f},\"probes\":{{{}}},\"stages\":{{{}}}}}\n",
+               seconds, probes, stages);
+    std::fflush(stdout);
+    print_loss_warnings(stats);  // stderr: the JSON lines stay alone on stdout
+    return;
+  }
+  fmt::print(stderr, "\n{:<24} {:>12} {:>10}   per CPU (events/lost)\n", "probe", "events", "lost");
+  for (const auto& p : stats.probes) {
+    const auto t = p.total();
+    const std::uint64_t lost = p.lost();
+    std::string cpus;
+    for (const auto& [cpu, rs] : p.per_cpu) {
+      if (cpu < 0)  // a counting probe of a task target: one count wherever it ran
+        cpus += fmt::format(" any:{}/{}", rs.samples, rs.lost + rs.lost_samples);
+      else
+        cpus += fmt::format(" cpu{}:{}/{}", cpu, rs.samples, rs.lost + rs.lost_samples);
+    }
+    fmt::print(stderr, "{:<24} {:>12} {:>10}  {}\n", p.name, t.samples, lost, cpus);
+  }
+  print_loss_warnings(stats);
   std::string line;
   for (const auto& [name, value] : counters)
     line += fmt::format("{}{} {}", line.empty() ? "" : ", ", name, value);

@@ -2,6 +2,7 @@
 // started by tracer, with interval output. The live counting demo of the README.
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -94,8 +95,16 @@ int run_stat(const StatCliOptions& opts) {
     so.duration = duration_option(opts.duration, "duration");
   if (so.duration.count() == 0 && system_wide && !command && opts.pid < 0)
     so.duration = std::chrono::seconds(3);
-  if (!opts.interval.empty())
-    so.interval = duration_option(opts.interval, "interval");
+  if (!opts.interval.empty()) {
+    // perf stat's habit: -I takes milliseconds; a unit (500ms, 1s) is accepted too.
+    const bool bare = std::all_of(opts.interval.begin(), opts.interval.end(),
+                                  [](char c) { return c >= '0' && c <= '9'; });
+    so.interval = duration_option(bare ? opts.interval + "ms" : opts.interval, "interval");
+    if (so.interval < std::chrono::milliseconds(10)) {
+      throw Error(ErrorCategory::kUsage, std::make_error_code(std::errc::invalid_argument),
+                  "-I/--interval: at least 10 ms", "-I 1000 prints every second");
+    }
+  }
   if (opts.repeat == 0) {
     throw Error(ErrorCategory::kUsage, std::make_error_code(std::errc::invalid_argument),
                 "-r/--repeat: give 1 or more runs");
@@ -160,7 +169,9 @@ void add_stat_command(CLI::App& app, Runner& run) {
   cmd->add_option("-p,--pid", opts->pid, "Count for this process (and the children it starts)");
   cmd->add_option("-d,--duration", opts->duration,
                   "Stop after this long (e.g. 3s; default 3s system-wide)");
-  cmd->add_option("-I,--interval", opts->interval, "Print counts every interval (e.g. 1s)");
+  cmd->add_option("-I,--interval", opts->interval,
+                  "Print counts every interval, in milliseconds as perf stat's -I (e.g. 500), or "
+                  "with a unit (1s)");
   cmd->add_option("-r,--repeat", opts->repeat,
                   "Run the command this many times and print the mean of each count with its "
                   "variation (+- the standard deviation of the mean, in %)");

@@ -80,7 +80,13 @@ void Engine::Impl::open_probe(core::ResolvedProbe& rp,
   }
   if (opts.target.kind == Target::Kind::kCommand)
     rp.attr.flag(perf::Flag::kEnableOnExec);
-  for (int cpu : cpus) {
+  // A counting probe of a task target counts the task wherever it runs, as perf stat does (one
+  // event per task, cpu -1): time_enabled/time_running then measure multiplexing. Per CPU, a
+  // per-task event runs only while the task is on that CPU, and scaling by that ratio
+  // over-counts a task that moves (up to the number of CPUs).
+  static const std::vector<int> kAnyCpu = {-1};
+  const auto& event_cpus = rp.counting && task_target ? kAnyCpu : cpus;
+  for (int cpu : event_cpus) {
     CpuEvents ce;
     ce.cpu = cpu;
     for (pid_t pid : pids) {

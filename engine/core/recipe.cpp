@@ -190,6 +190,15 @@ class Loader {
             diags_.add(v.where, fmt::format("unknown channel '{}'", *s),
                        R"(channel is "ringbuf" (a BPF ring buffer, the default) or "perf")");
         }
+      } else if (key == "max_targets") {
+        if (auto n = keys_.integer(e)) {
+          if (*n < 16 || *n > (1 << 22))
+            diags_.add(v.where, fmt::format("max_targets {} is out of range", *n),
+                       "the target processes alive at once that in-kernel programs follow: "
+                       "16 to 4194304 (default 65536)");
+          else
+            recipe_.max_targets = static_cast<std::uint32_t>(*n);
+        }
       } else if (key == "duration") {
         if (auto d = keys_.duration(e)) {
           if (d->count() <= 0)

@@ -36,7 +36,7 @@ inline constexpr std::string_view kTopKeys[] = {"recipe", "params", "probe",
 inline constexpr KeySpec kRecipeKeys[] = {
     {"name", KeyType::kString},       {"description", KeyType::kString},
     {"duration", KeyType::kDuration}, {"placement", KeyType::kString},
-    {"channel", KeyType::kString},
+    {"channel", KeyType::kString},    {"max_targets", KeyType::kInt},
 };
 
 struct KindKey {

@@ -319,7 +319,10 @@ class Measurement {
         c.info.unit = std::string(sw->unit);
       if (!system_wide)
         a.flag(perf::Flag::kInherit);
-      if (command)
+      // A command's own events start at its exec. System-wide events (-a -- CMD) count every
+      // CPU for the command's life: an event of no task is never enabled by an exec, so they
+      // count from their open (the command is held until then).
+      if (command && !system_wide)
         a.flag(perf::Flag::kDisabled).flag(perf::Flag::kEnableOnExec);
       for (int cpu : cpus) {
         const pid_t pid = system_wide ? -1 : (command ? child : opts_.pid);

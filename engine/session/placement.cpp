@@ -11,6 +11,7 @@
 
 #include "common/text_file.hpp"
 #include "tracer/error.hpp"
+#include "tracer/stages.hpp"
 
 namespace tracer::session {
 namespace {
@@ -213,7 +214,8 @@ PipelinePlace place_one(Pipeline& p,
                         std::span<const ProbeInfo> probes,
                         const std::vector<bool>& sampling,
                         Placement mode,
-                        bool task_target) {
+                        bool task_target,
+                        std::span<const std::string> filters) {
   PipelinePlace out;
   for (std::size_t i = 0; i < p.size(); ++i)
     out.stages.push_back({.use = p.stage_name(i), .kernel = false, .why = {}});
@@ -318,6 +320,22 @@ PipelinePlace place_one(Pipeline& p,
         return out;
       }
     }
+    // The probe's own filter first: on the user path it is the perf event's tracefs filter,
+    // which a program attached to the tracepoint never sees.
+    if (pi < filters.size() && !filters[pi].empty()) {
+      const KernelForm pf = tracefs_filter_kernel_form(filters[pi]);
+      if (pf.kind != KernelForm::Kind::kFilter) {
+        all_user(out, fmt::format("the filter of probe '{}' has no in-kernel form ({}); in user "
+                                  "space it is the tracepoint's tracefs filter",
+                                  info.name, pf.why_not));
+        return out;
+      }
+      if (!append_filter(pf, fields, false, pp.probe_filter) || !why.empty()) {
+        all_user(out, fmt::format("the filter of probe '{}' cannot run in its program: {}",
+                                  info.name, why));
+        return out;
+      }
+    }
     for (std::size_t i = 0; i < *agg; ++i) {
       if (forms[i].kind != KernelForm::Kind::kFilter)
         continue;
@@ -379,12 +397,13 @@ std::vector<PipelinePlace> place(std::span<const std::unique_ptr<Pipeline>> pipe
                                  std::span<const ProbeInfo> probes,
                                  const std::vector<bool>& sampling,
                                  Placement mode,
-                                 bool task_target) {
+                                 bool task_target,
+                                 std::span<const std::string> filters) {
   CommCache comm;
   Schema schema(probes, {}, comm);
   std::vector<PipelinePlace> out;
   for (const auto& p : pipelines)
-    out.push_back(place_one(*p, schema, probes, sampling, mode, task_target));
+    out.push_back(place_one(*p, schema, probes, sampling, mode, task_target, filters));
   return out;
 }
 

@@ -41,11 +41,15 @@ struct PipelinePlace {
 /// kKernel is the same decision as kAuto (Session turns a user placement into an error).
 /// `task_target`: a pid or command target (probe-PMU kprobes/uprobes then stay in user space:
 /// their per-task events are inherited, and an inherited event's exit detaches its program).
+/// `filters[i]`: probe i's tracefs filter ("" or absent: none). It gates only the perf event's
+/// samples, so a probe program compiles it in; a filter that has no in-kernel form keeps the
+/// pipeline in user space (where the tracefs filter applies), with the reason.
 [[nodiscard]] std::vector<PipelinePlace> place(std::span<const std::unique_ptr<Pipeline>> pipelines,
                                                std::span<const ProbeInfo> probes,
                                                const std::vector<bool>& sampling,
                                                Placement mode,
-                                               bool task_target);
+                                               bool task_target,
+                                               std::span<const std::string> filters = {});
 
 /// The placement as `tracer check --plan` prints it: a line per stage.
 [[nodiscard]] std::string describe(std::span<const PipelinePlace> places);

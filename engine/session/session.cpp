@@ -173,12 +173,14 @@ struct KernelRun {
   std::unique_ptr<bpf::Object> object;  // the reader keeps its address
   std::unique_ptr<bpf::gen::Reader> reader;
   perf::Event fork_event;  // sched_process_fork, when the targets' children are followed
+  perf::Event exit_event;  // sched_process_exit: exited targets leave the target map
   perf::Event exec_event;  // sched_process_exec, arming a command's events at its exec
   /// The events the programs are attached to: one per tracepoint, opened here and never
   /// inherited (an inherited copy of an event carries its program, and a child's exit would
   /// detach it from the tracepoint for everyone).
   std::vector<perf::Event> events;
   std::vector<bpf::gen::ProbeStats> last;  // counters at the last read
+  std::uint64_t targets_dropped = 0;       // children the target map had no room for
 };
 
 struct Session::Impl {
@@ -353,10 +355,13 @@ void Session::Impl::plan_placement(Session* self) {
     rethrow_at_probe(e, recipe);
   }
   std::vector<bool> sampling;
-  for (const auto& p : engine_options.probes)
+  std::vector<std::string> filters;
+  for (const auto& p : engine_options.probes) {
     sampling.push_back(!p.counting);
+    filters.push_back(p.filter);
+  }
   places = session::place(pipelines, probes, sampling, mode,
-                          engine_options.target.kind != Target::Kind::kAllCpus);
+                          engine_options.target.kind != Target::Kind::kAllCpus, filters);
   if (mode == Placement::kKernel) {
     for (std::size_t p = 0; p < places.size(); ++p) {
       if (places[p].plan)
@@ -451,7 +456,7 @@ void Session::Impl::start_kernel() {
   else if (t.kind == Target::Kind::kCommand)
     tgids.push_back(static_cast<std::uint32_t>(engine->command_pid()));
   std::optional<gen::ForkTracepoint> fork;
-  std::uint32_t fork_id = 0, exec_id = 0;
+  std::uint32_t fork_id = 0, exec_id = 0, exit_id = 0;
   if (!tgids.empty()) {
     auto fs = tracefs::Tracefs::open();
     auto format = fs ? fs->format({.system = "sched", .event = "sched_process_fork"})
@@ -464,6 +469,14 @@ void Session::Impl::start_kernel() {
     }
     fork = gen::ForkTracepoint{.child_pid_offset = child->offset, .child_pid_size = child->size};
     fork_id = format->id;
+    auto exit = fs->format({.system = "sched", .event = "sched_process_exit"});
+    if (!exit) {
+      throw Error(ErrorCategory::kRuntime, exit.error().code,
+                  "in-kernel placement: " + exit.error().message, "run with placement = \"user\"");
+    }
+    exit_id = exit->id;
+    if (const tracefs::Field* dead = exit->field("group_dead"); dead != nullptr && dead->size == 1)
+      fork->group_dead_offset = dead->offset;
     auto exec = fs->format({.system = "sched", .event = "sched_process_exec"});
     if (!exec) {
       throw Error(ErrorCategory::kRuntime, exec.error().code,
@@ -481,6 +494,7 @@ void Session::Impl::start_kernel() {
       continue;
     auto& plan = *run.place.plan;
     plan.tgids = tgids;
+    plan.max_tgids = recipe.max_targets;
     plan.follow_children = fork;
     plan.arm_on_exec = t.kind == Target::Kind::kCommand;
     auto fail = [&](const Failure& f, std::string_view what) {
@@ -529,8 +543,10 @@ void Session::Impl::start_kernel() {
         engine->attach_bpf(pi, *fd, prog->plan.probes[i].kind == gen::ProbeKind::kPerfEvent);
       }
     }
-    if (fork)  // children of the targets join them
+    if (fork) {  // children of the targets join them, and leave at their exit
       run.fork_event = on_tracepoint(fork_id, gen::kForkProgram);
+      run.exit_event = on_tracepoint(exit_id, gen::kExitProgram);
+    }
     if (plan.arm_on_exec)
       run.exec_event = on_tracepoint(exec_id, gen::kExecProgram);
     run.reader = std::make_unique<gen::Reader>(
@@ -600,6 +616,7 @@ void Session::Impl::absorb_kernel() {
                             .pending = snap->pending});
     }
     run.last = std::move(snap->probes);
+    run.targets_dropped = snap->pipeline.targets_dropped;
   }
 }
 
@@ -701,6 +718,7 @@ void Session::stop() {
   for (auto& run : s.kernel) {  // the programs detach with their events
     run.events.clear();
     run.fork_event = {};
+    run.exit_event = {};
     run.exec_event = {};
   }
   s.absorb_kernel();  // what the kernel aggregated since the last tick
@@ -740,6 +758,8 @@ SessionStats Session::stats() const {
         continue;
       auto& ps = out.engine.probes[pi];
       ps.kernel_dropped += run.last[i].total.map_full + run.last[i].total.stacks_lost;
+      ps.kernel_stacks_lost += run.last[i].total.stacks_lost;
+      ps.targets_dropped = std::max(ps.targets_dropped, run.targets_dropped);
       // The probe's own generated program: its skips are this probe's alone (a hit counter or
       // delivery program on the same tracepoint was skipped for the same hits).
       if (run.last[i].recursion_misses >= ps.bpf_skipped && run.last[i].recursion_misses != 0) {
@@ -748,6 +768,8 @@ SessionStats Session::stats() const {
       }
       const bool counting = s.engine_options.probes[pi].counting ||
                             (pi < s.kernel_samples.size() && s.kernel_samples[pi]);
+      if (counting)  // the program's hits per CPU are the count: not also the event's own
+        std::erase_if(ps.per_cpu, [](const auto& e) { return e.first < 0; });
       for (std::size_t cpu = 0; cpu < run.last[i].hits_per_cpu.size(); ++cpu) {
         const std::uint64_t hits = run.last[i].hits_per_cpu[cpu];
         auto it = std::find_if(ps.per_cpu.begin(), ps.per_cpu.end(),

@@ -427,6 +427,10 @@ void AggregateStage::order(Table& t, std::vector<double>& scores) const {
   rows.reserve(keep);
   for (std::size_t i = 0; i < keep; ++i)
     rows.push_back(std::move(t.rows[idx[i]]));
+  t.rest.clear();
+  t.rest.reserve(idx.size() - keep);
+  for (std::size_t i = keep; i < idx.size(); ++i)
+    t.rest.push_back(std::move(t.rows[idx[i]]));
   t.rows = std::move(rows);
 }
 

@@ -74,29 +74,30 @@ void Csv::on_table(const Table& t) {
       append_csv(buf_, to_text(k));
     }
   };
-  for (const auto& row : t.rows) {
-    if (t.histogram) {
-      for (const auto& b : row.buckets) {
+  for (const auto* part : {&t.rows, &t.rest})  // every row, whatever `top` kept
+    for (const auto& row : *part) {
+      if (t.histogram) {
+        for (const auto& b : row.buckets) {
+          prefix(row);
+          buf_.push_back(',');
+          if (!b.lo_unbounded)
+            fmt::format_to(fmt::appender(buf_), "{}", b.lo);
+          buf_.push_back(',');
+          if (!b.hi_unbounded)
+            fmt::format_to(fmt::appender(buf_), "{}", b.hi);
+          fmt::format_to(fmt::appender(buf_), ",{}\r\n", b.count);
+          write_buffer();
+        }
+      } else {
         prefix(row);
-        buf_.push_back(',');
-        if (!b.lo_unbounded)
-          fmt::format_to(fmt::appender(buf_), "{}", b.lo);
-        buf_.push_back(',');
-        if (!b.hi_unbounded)
-          fmt::format_to(fmt::appender(buf_), "{}", b.hi);
-        fmt::format_to(fmt::appender(buf_), ",{}\r\n", b.count);
+        for (const auto& v : row.values) {
+          buf_.push_back(',');
+          append_csv(buf_, to_text(v));
+        }
+        buf_.append(std::string_view("\r\n"));
         write_buffer();
       }
-    } else {
-      prefix(row);
-      for (const auto& v : row.values) {
-        buf_.push_back(',');
-        append_csv(buf_, to_text(v));
-      }
-      buf_.append(std::string_view("\r\n"));
-      write_buffer();
     }
-  }
 }
 
 }  // namespace tracer::stages

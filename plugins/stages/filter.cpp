@@ -1,5 +1,7 @@
 #include "plugins/stages/filter.hpp"
 
+#include "tracer/stages.hpp"
+
 #include <fmt/format.h>
 
 #include <charconv>
@@ -88,8 +90,8 @@ bool glob_match(std::string_view p, std::string_view t) noexcept {
 
 class FilterParser {
  public:
-  FilterParser(std::string_view text, FilterExpr& out, FilterError& error)
-      : text_(text), out_(out), error_(error) {}
+  FilterParser(std::string_view text, FilterExpr& out, FilterError& error, bool tracefs = false)
+      : text_(text), out_(out), error_(error), tracefs_(tracefs) {}
 
   bool run() {
     next();
@@ -155,6 +157,17 @@ class FilterParser {
       return set(Tok::kAnd, 2);
     if (two == "||")
       return set(Tok::kOr, 2);
+    if (tracefs_ && c == '~') {  // tracefs: a glob match of a string field
+      cmp_ = FilterExpr::Cmp::kEq;
+      glob_op_ = true;
+      return set(Tok::kCmp, 1);
+    }
+    if (tracefs_ && c == '&') {
+      tok_ = Tok::kError;
+      fail(pos_,
+           "the bitwise '&' of a tracefs filter has no form in the probe's in-kernel program");
+      return;
+    }
     switch (c) {
       case '<':
         cmp_ = FilterExpr::Cmp::kLt;
@@ -318,9 +331,21 @@ class FilterParser {
     }
     node.kind = FilterExpr::Node::Kind::kCmp;
     node.op = cmp_;
+    const bool glob_op = glob_op_;
+    glob_op_ = false;
     next();
+    if (tracefs_) {
+      // tracefs: the right side is a value, a bare word a string ("comm == bash"); '==' on
+      // strings compares whole strings, '~' matches a glob (kernel trace_events_filter.c).
+      if (tok_ == Tok::kIdent)
+        tok_ = Tok::kString;
+      if (glob_op && tok_ != Tok::kString)
+        return fail(tok_start_, "'~' matches a string field against a glob: quote the pattern");
+    }
     if (!parse_operand(node.b))
       return -1;
+    if (tracefs_ && node.b.kind == FilterExpr::Operand::Kind::kString)
+      node.b.glob = glob_op;
     return add(std::move(node));
   }
 
@@ -377,12 +402,26 @@ class FilterParser {
   std::string tok_text_;
   std::uint64_t int_ = 0;
   FilterExpr::Cmp cmp_ = FilterExpr::Cmp::kEq;
+  bool tracefs_ = false;
+  bool glob_op_ = false;  // the last kCmp token was tracefs' '~'
 };
 
 std::optional<FilterExpr> FilterExpr::parse(std::string_view text, FilterError& error) {
   FilterExpr expr;
   error = {};
   FilterParser parser(text, expr, error);
+  if (!parser.run()) {
+    if (error.message.empty())
+      error = {.column = 1, .message = "bad expression"};
+    return std::nullopt;
+  }
+  return expr;
+}
+
+std::optional<FilterExpr> FilterExpr::parse_tracefs(std::string_view text, FilterError& error) {
+  FilterExpr expr;
+  error = {};
+  FilterParser parser(text, expr, error, /*tracefs=*/true);
   if (!parser.run()) {
     if (error.message.empty())
       error = {.column = 1, .message = "bad expression"};
@@ -658,6 +697,26 @@ KernelForm Filter::kernel_form() const {
   expr_->to_kernel(f);
   return f;
 }
+
+}  // namespace tracer::stages
+
+namespace tracer {
+
+KernelForm tracefs_filter_kernel_form(std::string_view filter) {
+  stages::FilterError error;
+  auto expr = stages::FilterExpr::parse_tracefs(filter, error);
+  if (!expr) {
+    return {.why_not = fmt::format("column {} of its filter \"{}\": {}", error.column, filter,
+                                   error.message)};
+  }
+  KernelForm f;
+  expr->to_kernel(f);
+  return f;
+}
+
+}  // namespace tracer
+
+namespace tracer::stages {
 
 void Filter::bind(BindContext& ctx, Diagnostics& diags) {
   ctx.kinds = kinds_;  // the `kinds` option

@@ -31,6 +31,13 @@ class FilterExpr {
  public:
   /// @return the expression, or nullopt with `error` describing the first problem.
   [[nodiscard]] static std::optional<FilterExpr> parse(std::string_view text, FilterError& error);
+  /// A probe's tracefs filter (the kernel's trace_events_filter.c syntax) as an expression of
+  /// this kind, for a probe whose events an in-kernel program reads (the tracefs filter gates
+  /// only the perf event's samples): `~` is a glob match, the right side of a comparison is a
+  /// value (a bare word a string), `==` compares whole strings. The bitwise `&` has no form:
+  /// it is an error.
+  [[nodiscard]] static std::optional<FilterExpr> parse_tracefs(std::string_view text,
+                                                               FilterError& error);
   /// Binds field operands and checks operand types. `where` is the expression string's position
   /// (its opening quote): diagnostics point at the column of the operand.
   bool bind(const Schema& schema, const SourceRegion& where, Diagnostics& diags);

@@ -186,20 +186,21 @@ void Flamegraph::configure(const ConfigValue& options, Diagnostics& diags) {
 }
 
 void Flamegraph::on_table(const Table& table) {
-  for (const auto& row : table.rows) {
-    const std::uint64_t w = row_weight(row);
-    if (w == 0)
-      continue;
-    FlameNode* n = &root_;
-    n->count += w;
-    for (auto& f : collapsed_path(row)) {
-      auto& child = n->children[f.name];
-      if (!child)
-        child = std::make_unique<FlameNode>(FlameNode{.name = f.name, .kernel = f.kernel});
-      n = child.get();
+  for (const auto* part : {&table.rows, &table.rest})  // every row, whatever `top` kept
+    for (const auto& row : *part) {
+      const std::uint64_t w = row_weight(row);
+      if (w == 0)
+        continue;
+      FlameNode* n = &root_;
       n->count += w;
+      for (auto& f : collapsed_path(row)) {
+        auto& child = n->children[f.name];
+        if (!child)
+          child = std::make_unique<FlameNode>(FlameNode{.name = f.name, .kernel = f.kernel});
+        n = child.get();
+        n->count += w;
+      }
     }
-  }
 }
 
 void Flamegraph::stop() {

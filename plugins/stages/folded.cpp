@@ -88,10 +88,11 @@ void Folded::configure(const ConfigValue& options, Diagnostics& diags) {
 
 void Folded::on_table(const Table& table) {
   std::map<std::string, std::uint64_t> lines;
-  for (const auto& row : table.rows) {
-    if (const std::uint64_t w = row_weight(row); w != 0)
-      lines[folded_line(collapsed_path(row))] += w;
-  }
+  for (const auto* part : {&table.rows, &table.rest})  // every row, whatever `top` kept
+    for (const auto& row : *part) {
+      if (const std::uint64_t w = row_weight(row); w != 0)
+        lines[folded_line(collapsed_path(row))] += w;
+    }
   buf_.clear();
   for (const auto& [line, n] : lines)
     fmt::format_to(fmt::appender(buf_), "{} {}\n", line.empty() ? "[none]" : line, n);

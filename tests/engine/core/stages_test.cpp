@@ -1100,6 +1100,7 @@ TEST(StagePrint, FormatLinesAndAlignedTables) {
                    {.keys = {std::string("systemd-journal"), std::int64_t{4321}},
                     .values = {std::uint64_t{7}},
                     .buckets = {}}},
+          .rest = {},
           .since = {},
           .time = {},
           .interval = 0,

@@ -320,6 +320,12 @@ struct ProbeStats {
   /// max_keys, or a stack the stack map could not hold), counted by the probe's program.
   /// Lost, and reported as such.
   std::uint64_t kernel_dropped = 0;
+  /// The part of kernel_dropped whose stacks did not fit the stack map (the rest: map full).
+  std::uint64_t kernel_stacks_lost = 0;
+  /// Placed in the kernel for a pid or command target: descendants that the program's target
+  /// map had no room for ([recipe] max_targets), whose events it then never saw. Processes,
+  /// not events: reported on their own.
+  std::uint64_t targets_dropped = 0;
   /// Hits the kernel ran the probe's BPF program for none of, because another BPF program was
   /// running on that CPU (bpf_prog_active; bpf_prog_info.recursion_misses): a program-gated
   /// tracepoint then writes no sample either, so they are neither events nor a LOST count, nor
@@ -330,6 +336,18 @@ struct ProbeStats {
   /// program, so each of those probes reports the same total, some of which may be another's.
   bool bpf_skipped_shared = false;
   [[nodiscard]] RingStats total() const noexcept;
+
+  /// The events lost, each kind on its own; lost() is their sum.
+  struct Losses {
+    std::uint64_t ring = 0;          // LOST and LOST_SAMPLES records of the probe's rings
+    std::uint64_t output_drops = 0;  // failed BPF output calls beyond those the rings counted
+    std::uint64_t map_full = 0;      // in-kernel aggregation: keys the map had no room for
+    std::uint64_t stacks_lost = 0;   // in-kernel aggregation: stacks the stack map could not hold
+  };
+  [[nodiscard]] Losses losses() const noexcept;
+  /// Every event lost (the sum of losses()); targets_dropped, bpf_skipped and missed are
+  /// reported beside it.
+  [[nodiscard]] std::uint64_t lost() const noexcept;
 };
 
 struct Stats {

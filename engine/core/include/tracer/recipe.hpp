@@ -103,6 +103,10 @@ struct Recipe {
   /// The channel of what BPF delivers to user space ([recipe] channel): "ringbuf" (a BPF ring
   /// buffer, the default where the kernel has one) or "perf" (a perf ring per CPU).
   std::optional<DeliveryChannel> channel{};
+  /// [recipe] max_targets: the processes of a pid or command target (the target and its
+  /// descendants) alive at once that an in-kernel program follows. Exited ones leave; children
+  /// past it are counted as targets_dropped, never silently missed.
+  std::uint32_t max_targets = 65536;
   std::vector<RecipeParam> params{};  // in the order written
   std::vector<RecipeProbe> probes{};  // in the order written
   std::optional<RecipeBpf> bpf{};

@@ -403,7 +403,10 @@ struct Table {
   std::vector<std::string> key_names;
   std::vector<std::string> value_names;
   bool histogram = false;
-  std::vector<TableRow> rows;        // ordered (top N first), already cut to `top`
+  std::vector<TableRow> rows;  // ordered (top N first), already cut to `top`
+  /// The rows `top` cut, in the same order: outputs that need every row (folded stacks, flame
+  /// graphs, CSV) read rows then rest; a table on a terminal shows rows only.
+  std::vector<TableRow> rest;
   std::chrono::nanoseconds since{};  // the interval this table covers: [since, time)
   std::chrono::nanoseconds time{};
   std::uint32_t interval = 0;  // 0, 1, 2 ... per emitting stage

@@ -1,0 +1,506 @@
+// The differential oracle: one right answer on every path. A catalogue of recipe shapes (probe
+// filters, filter stages, each kind of aggregation, fixed keys, comm, syscall names, string
+// globs) runs on a workload whose answer is known before it runs (tests/programs/
+// oracle_workload.c: W children on both CPUs, N lseek calls each with known offsets), for every
+// target (a command with children, a pid attached with -p, system-wide, a storm of more than
+// 10,000 short-lived descendants) and every path (in-kernel placement, user space through the
+// BPF ring buffer, through perf rings, sampled by the tracepoint's perf events). Each table must
+// equal the known answer and every other path's table row for row, and lose nothing; strace,
+// perf stat and bpftrace answer the same questions on the same workload and must agree.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "support/cli.hpp"
+#include "support/temp_dir.hpp"
+
+namespace tracer {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::shell;
+using testing::slurp;
+
+const std::string kWorkload = TRACER_ORACLE_WORKLOAD;
+const std::string kTracer = TRACER_CLI_PATH;
+
+// The workload: kW children (on both CPUs), kN lseek(12345, i) calls each, i = 0..kN-1.
+constexpr long kW = 4;
+constexpr long kN = 2500;
+constexpr long kCalls = kW * kN;                     // 10,000
+constexpr long kOffsetSum = kW * kN * (kN - 1) / 2;  // 12,495,000
+// The storm: kStorm processes one after another, kStormN calls each.
+constexpr long kStorm = 10500;
+constexpr long kStormN = 2;
+
+std::string tree_args() {
+  return kWorkload + " tree " + std::to_string(kW) + " " + std::to_string(kN);
+}
+
+struct Shape {
+  const char* name;
+  const char* probe;   // the [[probe]] keys after its name
+  const char* stages;  // the [[stage]] tables
+  /// Lines of the final table (without their time), in any order: the known answer.
+  std::vector<std::string> rows;
+  bool system_wide = true;  // also run system-wide (its events are the workload's alone there)
+  bool pids = false;        // keyed by pid: two runs of the workload differ
+};
+
+const std::string kLseek = R"(tracepoint = "syscalls:sys_enter_lseek")";
+
+std::string row(const std::string& stage, const std::string& keys, const std::string& values) {
+  return R"({"stage":")" + stage + R"(","interval":0,"keys":{)" + keys + "}," + values + "}";
+}
+
+/// The log2 histogram of the workload's offsets (0..kN-1 in each of kW children).
+std::string hist_values() {
+  std::string buckets;
+  auto add = [&](long lo, long hi) {
+    const long n = kW * (std::min(hi, kN) - lo);
+    buckets += std::string(buckets.empty() ? "" : ",") + R"({"lo":)" + std::to_string(lo) +
+               R"(,"hi":)" + std::to_string(hi) + R"(,"count":)" + std::to_string(n) + "}";
+  };
+  add(0, 1);
+  for (long lo = 1; lo < kN; lo *= 2)
+    add(lo, lo * 2);
+  return R"("count":)" + std::to_string(kCalls) + R"(,"buckets":[)" + buckets + "]";
+}
+
+std::vector<Shape> shapes() {
+  const std::string n = std::to_string(kCalls);
+  const std::string comm = R"("comm":"oracle_workload")";
+  return {
+      {"probe_filter_count",
+       R"(tracepoint = "syscalls:sys_enter_lseek"
+filter = "fd == 12345")",
+       R"([[stage]]
+use = "count")",
+       {row("count", "", R"("count":)" + n)}},
+      {"probe_filter_by_comm",
+       R"(tracepoint = "syscalls:sys_enter_lseek"
+filter = "fd == 12345")",
+       R"([[stage]]
+use = "count"
+by = ["comm"])",
+       {row("count", comm, R"("count":)" + n)}},
+      {"probe_filter_glob_and_stage_filter",
+       R"(tracepoint = "syscalls:sys_enter_lseek"
+filter = "fd == 12345 && comm ~ \"oracle_*\"")",
+       R"([[stage]]
+use = "filter"
+expr = "offset < 1000"
+[[stage]]
+use = "count"
+by = ["comm"])",
+       {row("count", comm, R"("count":)" + std::to_string(kW * 1000))}},
+      {"stage_filter_sum",
+       R"(tracepoint = "syscalls:sys_enter_lseek")",
+       R"([[stage]]
+use = "filter"
+expr = "fd == 12345"
+[[stage]]
+use = "sum"
+field = "offset"
+by = ["comm"])",
+       {row("sum", comm, R"("sum":)" + std::to_string(kOffsetSum))}},
+      {"stage_filter_max",
+       R"(tracepoint = "syscalls:sys_enter_lseek")",
+       R"([[stage]]
+use = "filter"
+expr = "fd == 12345"
+[[stage]]
+use = "max"
+field = "offset"
+by = ["comm"])",
+       {row("max", comm, R"("max":)" + std::to_string(kN - 1))}},
+      {"probe_filter_min",
+       R"(tracepoint = "syscalls:sys_enter_lseek"
+filter = "fd == 12345 && offset >= 7")",
+       R"([[stage]]
+use = "min"
+field = "offset")",
+       {row("min", "", R"("min":7)")}},
+      {"probe_filter_hist",
+       R"(tracepoint = "syscalls:sys_enter_lseek"
+filter = "fd == 12345")",
+       R"([[stage]]
+use = "hist"
+field = "offset")",
+       {row("hist", "", hist_values())}},
+      {"count_by_pid",
+       R"(tracepoint = "syscalls:sys_enter_lseek"
+filter = "fd == 12345")",
+       R"([[stage]]
+use = "count"
+by = ["pid"])",
+       {},
+       true,
+       true},
+      // raw_syscalls' id named: the workload's lseek calls are all its lseek calls (task targets
+      // only: system-wide, other processes' lseek calls count too).
+      {"raw_syscalls_by_name",
+       R"(tracepoint = "raw_syscalls:sys_enter"
+filter = "id == 8")",
+       R"([[stage]]
+use = "count"
+by = ["syscall"])",
+       {row("count", R"("syscall":"lseek")", R"("count":)" + n)},
+       /*system_wide=*/false},
+  };
+}
+
+std::string recipe_text(const Shape& s) {
+  return std::string("[recipe]\nname = \"oracle-") + s.name + "\"\n[[probe]]\nname = \"p\"\n" +
+         s.probe + "\n" + s.stages + "\n";
+}
+
+/// The final table's lines, without their time, sorted; and the probe's summary.
+struct Outcome {
+  std::vector<std::string> rows;
+  std::string summary;
+  std::string err;
+  int exit_code = -1;
+};
+
+Outcome outcome(const std::string& out, const std::string& err, int code) {
+  Outcome o;
+  o.err = err;
+  o.exit_code = code;
+  std::istringstream in(out);
+  for (std::string line; std::getline(in, line);) {
+    if (line.starts_with(R"({"stage":")"))
+      o.rows.push_back(std::regex_replace(line, std::regex(R"("time":[0-9]+,)"), ""));
+    else if (line.starts_with(R"({"type":"summary")"))
+      o.summary = line;
+  }
+  std::sort(o.rows.begin(), o.rows.end());
+  return o;
+}
+
+long long json_number(const std::string& text, const std::string& key) {
+  std::smatch m;
+  if (std::regex_search(text, m, std::regex("\"" + key + "\":([0-9]+)")))
+    return std::stoll(m[1]);
+  return -1;
+}
+
+/// Checks one path's outcome against the known answer.
+void expect_answer(const Shape& s, const Outcome& o, const std::string& path) {
+  SCOPED_TRACE(path);
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  EXPECT_EQ(json_number(o.summary, "lost"), 0) << o.summary;
+  if (!s.rows.empty()) {
+    auto want = s.rows;
+    std::sort(want.begin(), want.end());
+    EXPECT_EQ(o.rows, want) << o.err;
+  }
+  if (std::string(s.name) == "count_by_pid") {  // one row per child, kN calls each
+    ASSERT_EQ(o.rows.size(), static_cast<std::size_t>(kW)) << o.err;
+    for (const auto& r : o.rows)
+      EXPECT_EQ(json_number(r, "count"), kN) << r;
+  }
+}
+
+/// Runs `tracer run` on the shape with a command target.
+Outcome run_command(const fs::path& recipe, const std::string& flags, const std::string& command) {
+  const auto r = shell(kTracer + " run " + recipe.string() + " --json " + flags + " -- " + command);
+  return outcome(r.out, r.err, r.exit_code);
+}
+
+pid_t spawn(const std::vector<std::string>& argv, const fs::path& out, const fs::path& err) {
+  return testing::spawn_to_file(argv, out, err);
+}
+
+int wait_code(pid_t pid) {
+  int status = 0;
+  if (::waitpid(pid, &status, 0) != pid)
+    return -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/// Waits until `file` holds `text` (a tool's "attached" line), at most 60 s.
+bool wait_for(const fs::path& file, const std::string& text) {
+  for (int i = 0; i < 1200; ++i) {
+    if (slurp(file).find(text) != std::string::npos)
+      return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
+}
+
+std::vector<std::string> split_flags(const std::string& flags) {
+  std::vector<std::string> out;
+  std::istringstream in(flags);
+  for (std::string f; in >> f;)
+    out.push_back(f);
+  return out;
+}
+
+const std::vector<std::pair<std::string, std::string>> kTaskPaths = {
+    {"kernel", "--placement kernel"},
+    {"user", "--placement user"},
+};
+const std::vector<std::pair<std::string, std::string>> kSystemPaths = {
+    {"kernel", "--placement kernel"},
+    {"user-ringbuf", "--placement user --channel ringbuf"},
+    {"user-perf-channel", "--placement user --channel perf"},
+    {"user-perf-events", "--placement user --delivery perf"},
+};
+
+class Oracle : public ::testing::TestWithParam<Shape> {};
+
+// A command and its children: every path gives the known table.
+TEST_P(Oracle, CommandWithChildren) {
+  const Shape& s = GetParam();
+  testing::TempDir dir;
+  const auto recipe = dir.path() / "r.toml";
+  std::ofstream(recipe) << recipe_text(s);
+  std::map<std::string, Outcome> by_path;
+  for (const auto& [name, flags] : kTaskPaths) {
+    by_path[name] = run_command(recipe, flags, tree_args());
+    expect_answer(s, by_path[name], name);
+  }
+  if (!s.pids) {  // (the pids of two runs differ)
+    EXPECT_EQ(by_path["kernel"].rows, by_path["user"].rows);
+  }
+}
+
+// A running process attached with -p (its children started after the attach are followed).
+TEST_P(Oracle, PidWithChildren) {
+  const Shape& s = GetParam();
+  testing::TempDir dir;
+  const auto recipe = dir.path() / "r.toml";
+  std::ofstream(recipe) << recipe_text(s);
+  std::map<std::string, Outcome> by_path;
+  for (const auto& [name, flags] : kTaskPaths) {
+    const pid_t w = spawn({kWorkload, "gate", "tree", std::to_string(kW), std::to_string(kN)},
+                          dir.path() / "w.out", dir.path() / "w.err");
+    const auto out = dir.path() / (name + ".out"), err = dir.path() / (name + ".err");
+    std::vector<std::string> argv = {kTracer, "run", recipe.string(),  "--json",
+                                     "-v",    "-p",  std::to_string(w)};
+    for (auto& f : split_flags(flags))
+      argv.push_back(f);
+    const pid_t t = spawn(argv, out, err);
+    const bool ready = wait_for(err, "tracer: rings:");
+    ::kill(w, SIGUSR1);
+    EXPECT_EQ(wait_code(w), 0);
+    const int code = wait_code(t);
+    ASSERT_TRUE(ready) << slurp(err);
+    by_path[name] = outcome(slurp(out), slurp(err), code);
+    expect_answer(s, by_path[name], name);
+  }
+  if (!s.pids) {  // (the pids of two runs differ)
+    EXPECT_EQ(by_path["kernel"].rows, by_path["user"].rows);
+  }
+}
+
+// System-wide: every path runs at once over one run of the workload (with bpftrace beside them
+// for the shapes it answers); only the workload makes lseek(12345) calls.
+TEST_P(Oracle, SystemWide) {
+  const Shape& s = GetParam();
+  if (!s.system_wide)
+    GTEST_SKIP() << "shape '" << s.name << "' counts every process's calls system-wide";
+  testing::TempDir dir;
+  const auto recipe = dir.path() / "r.toml";
+  std::ofstream(recipe) << recipe_text(s);
+  std::vector<std::pair<std::string, pid_t>> runs;
+  for (const auto& [name, flags] : kSystemPaths) {
+    std::vector<std::string> argv = {kTracer, "run", recipe.string(), "--json", "-v"};
+    for (auto& f : split_flags(flags))
+      argv.push_back(f);
+    runs.emplace_back(name,
+                      spawn(argv, dir.path() / (name + ".out"), dir.path() / (name + ".err")));
+  }
+  for (const auto& [name, pid] : runs)
+    ASSERT_TRUE(wait_for(dir.path() / (name + ".err"), "tracer: rings:"))
+        << name << ": " << slurp(dir.path() / (name + ".err"));
+  const auto w = shell(tree_args());
+  EXPECT_EQ(w.exit_code, 0) << w.err;
+  for (const auto& [name, pid] : runs)
+    ::kill(pid, SIGINT);
+  std::map<std::string, Outcome> by_path;
+  for (const auto& [name, pid] : runs) {
+    const int code = wait_code(pid);
+    by_path[name] =
+        outcome(slurp(dir.path() / (name + ".out")), slurp(dir.path() / (name + ".err")), code);
+    expect_answer(s, by_path[name], name);
+  }
+  for (const auto& [name, o] : by_path)
+    EXPECT_EQ(o.rows, by_path["kernel"].rows) << name;
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, Oracle, ::testing::ValuesIn(shapes()), [](const auto& param) {
+  return std::string(param.param.name);
+});
+
+// More than 10,000 short-lived descendants, one after another: the in-kernel target map lets
+// the dead go, so every one is followed (and a map too small says so instead of undercounting).
+TEST(OracleStorm, EveryShortLivedDescendantIsCounted) {
+  const Shape s = shapes()[1];  // count by comm with a probe filter
+  testing::TempDir dir;
+  const auto recipe = dir.path() / "r.toml";
+  std::ofstream(recipe) << recipe_text(s);
+  const std::string storm =
+      kWorkload + " storm " + std::to_string(kStorm) + " " + std::to_string(kStormN);
+  const std::string want =
+      row("count", R"("comm":"oracle_workload")", R"("count":)" + std::to_string(kStorm * kStormN));
+  std::map<std::string, Outcome> by_path;
+  for (const auto& [name, flags] : kTaskPaths) {
+    by_path[name] = run_command(recipe, flags, storm);
+    SCOPED_TRACE(name);
+    ASSERT_EQ(by_path[name].exit_code, 0) << by_path[name].err;
+    EXPECT_EQ(by_path[name].rows, std::vector<std::string>{want}) << by_path[name].err;
+    EXPECT_EQ(json_number(by_path[name].summary, "lost"), 0) << by_path[name].summary;
+  }
+  EXPECT_EQ(by_path["kernel"].summary.find("targets_dropped"), std::string::npos)
+      << by_path["kernel"].summary;
+}
+
+// A target map smaller than the processes alive at once: the children it could not follow are
+// reported (summary and warning), never a silently smaller count.
+TEST(OracleStorm, ATargetMapTooSmallIsReported) {
+  testing::TempDir dir;
+  const auto recipe = dir.path() / "r.toml";
+  std::ofstream(recipe) << R"([recipe]
+name = "small-map"
+max_targets = 16
+[[probe]]
+name = "p"
+tracepoint = "syscalls:sys_enter_lseek"
+filter = "fd == 12345"
+[[stage]]
+use = "count"
+)";
+  // 40 children alive at once (each blocked until all have started is not needed: a tree of 40
+  // that each make 2500 calls keeps most of them alive together).
+  const auto r = shell(kTracer + " run " + recipe.string() + " --json --placement kernel -- " +
+                       kWorkload + " tree 40 2500");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const long long dropped = json_number(r.out, "targets_dropped");
+  ASSERT_GT(dropped, 0) << r.out;
+  EXPECT_NE(r.err.find("processes of the target were not followed"), std::string::npos) << r.err;
+}
+
+// The workload's answer is what strace sees: the oracle itself is right.
+TEST(OracleReference, StraceCountsTheWorkloadsCalls) {
+  if (!fs::exists("/usr/bin/strace"))
+    GTEST_SKIP() << "strace is not installed (apt-get install strace): it is the reference";
+  testing::TempDir dir;
+  const auto log = dir.path() / "strace.log";
+  const auto r =
+      shell("/usr/bin/strace -f -qq -e trace=lseek -o " + log.string() + " " + tree_args());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::istringstream in(slurp(log));
+  long calls = 0;
+  for (std::string line; std::getline(in, line);)
+    calls += line.find("lseek(12345,") != std::string::npos ? 1 : 0;
+  EXPECT_EQ(calls, kCalls);
+}
+
+// perf stat, tracer stat and a counting probe of a recipe count the same calls of a command
+// whose children run on both CPUs.
+TEST(OracleReference, CountingProbeTracerStatAndPerfStatAgree) {
+  testing::TempDir dir;
+  const auto perf = shell(
+      "/usr/bin/perf stat -x, -e syscalls:sys_enter_lseek --filter "
+      "'fd == 12345' -- " +
+      tree_args() + " 2>&1 >/dev/null");
+  ASSERT_EQ(perf.exit_code, 0) << perf.out << perf.err;
+  EXPECT_EQ(std::stoll(perf.out.substr(0, perf.out.find(','))), kCalls) << perf.out;
+  const auto stat = shell(kTracer + " stat -e syscalls:sys_enter_lseek -- " + tree_args());
+  ASSERT_EQ(stat.exit_code, 0) << stat.err;
+  EXPECT_NE(stat.err.find(std::to_string(kCalls) + "       syscalls:sys_enter_lseek"),
+            std::string::npos)
+      << stat.err;
+  const auto recipe = dir.path() / "r.toml";
+  std::ofstream(recipe) << R"([recipe]
+name = "counting"
+[[probe]]
+name = "p"
+tracepoint = "syscalls:sys_enter_lseek"
+filter = "fd == 12345"
+counting = true
+)";
+  const auto r = shell(kTracer + " run " + recipe.string() + " --json -- " + tree_args());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find(R"("p":{"events":)" + std::to_string(kCalls) + R"(,"lost":0)"),
+            std::string::npos)
+      << r.out;
+}
+
+// Page faults of a task that moves between CPUs: a counting probe gives perf stat's number
+// (per-task counters are not scaled by a per-CPU time ratio).
+TEST(OracleReference, CountingPageFaultsOfAMovingTaskMatchPerfStat) {
+  testing::TempDir dir;
+  const std::string work = kWorkload + " pages 25000 move";
+  const auto perf = shell("/usr/bin/perf stat -x, -e page-faults -- " + work + " 2>&1 >/dev/null");
+  ASSERT_EQ(perf.exit_code, 0) << perf.out;
+  const long long want = std::stoll(perf.out.substr(0, perf.out.find(',')));
+  ASSERT_GE(want, 25000) << perf.out;
+  const auto recipe = dir.path() / "r.toml";
+  std::ofstream(recipe) << R"([recipe]
+name = "faults"
+[[probe]]
+name = "faults"
+software = "page-faults"
+counting = true
+)";
+  const auto r = shell(kTracer + " run " + recipe.string() + " --json -- " + work);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const long long got = json_number(r.out, "events");
+  // The same program's faults differ by a few between runs (its loader's pages); a per-CPU
+  // scaling error was up to 2x.
+  EXPECT_NEAR(static_cast<double>(got), static_cast<double>(want), want * 0.01) << r.out;
+  const auto stat = shell(kTracer + " stat -e page-faults -- " + work);
+  ASSERT_EQ(stat.exit_code, 0) << stat.err;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(stat.err, m, std::regex(R"(([0-9]+)\s+page-faults)"))) << stat.err;
+  EXPECT_NEAR(std::stod(m[1]), static_cast<double>(want), want * 0.01) << stat.err;
+}
+
+// bpftrace beside tracer's in-kernel count, system-wide, on one run of the workload.
+TEST(OracleReference, BpftraceAgreesSystemWide) {
+  if (!fs::exists("/usr/bin/bpftrace"))
+    GTEST_SKIP() << "bpftrace is not installed (apt-get install bpftrace): it is the reference";
+  testing::TempDir dir;
+  const auto recipe = dir.path() / "r.toml";
+  std::ofstream(recipe) << recipe_text(shapes()[0]);
+  const pid_t t = spawn({kTracer, "run", recipe.string(), "--json", "-v"}, dir.path() / "t.out",
+                        dir.path() / "t.err");
+  const pid_t b = spawn({"/usr/bin/bpftrace", "-e",
+                         "tracepoint:syscalls:sys_enter_lseek /args->fd == 12345/ "
+                         "{ @c = count(); @s = sum(args->offset); }"},
+                        dir.path() / "b.out", dir.path() / "b.err");
+  ASSERT_TRUE(wait_for(dir.path() / "t.err", "tracer: rings:")) << slurp(dir.path() / "t.err");
+  ASSERT_TRUE(wait_for(dir.path() / "b.out", "Attaching")) << slurp(dir.path() / "b.err");
+  const auto w = shell(tree_args());
+  EXPECT_EQ(w.exit_code, 0);
+  ::kill(t, SIGINT);
+  ::kill(b, SIGINT);
+  EXPECT_EQ(wait_code(t), 0);
+  wait_code(b);
+  const auto ours = outcome(slurp(dir.path() / "t.out"), "", 0);
+  const std::string theirs = slurp(dir.path() / "b.out");
+  EXPECT_EQ(ours.rows,
+            std::vector<std::string>{row("count", "", R"("count":)" + std::to_string(kCalls))});
+  EXPECT_NE(theirs.find("@c: " + std::to_string(kCalls)), std::string::npos) << theirs;
+  EXPECT_NE(theirs.find("@s: " + std::to_string(kOffsetSum)), std::string::npos) << theirs;
+}
+
+}  // namespace
+}  // namespace tracer

@@ -1,0 +1,147 @@
+/* The oracle suite's workload (tests/oracle/oracle_test.cpp): a process tree whose system calls,
+ * opened files and touched pages are known before it runs, so that every path of tracer (and
+ * strace, perf, bpftrace) must give the same numbers on it.
+ *
+ * Usage:
+ *   oracle_workload tree W N [DIR]  W children at once, child k pinned to CPU k % ncpus; each
+ *                                   makes N calls of lseek(12345, i, SEEK_CUR), i = 0..N-1
+ *                                   (EBADF: harmless), and with DIR opens DIR/oracle-a once
+ *                                   and DIR/oracle-b twice per 100 lseek calls. The parent
+ *                                   makes none of them.
+ *   oracle_workload storm C N       C descendants one after another, each a fork and an exec
+ *                                   of `oracle_workload leaf N`: C * N lseek calls by C
+ *                                   short-lived processes.
+ *   oracle_workload leaf N          N lseek calls.
+ *   oracle_workload pages K [MOVE]  touches K fresh anonymous pages (K page faults); with
+ *                                   MOVE, moves itself to the other CPU every 1000 pages.
+ *   oracle_workload gate ARGS...    waits for SIGUSR1 (for a tracer attaching with -p), then
+ *                                   runs as `oracle_workload ARGS...`.
+ * Exits 0 when everything it was asked to do was done. */
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static int pin(int cpu) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  return sched_setaffinity(0, sizeof(set), &set);
+}
+
+static void lseeks(long n) {
+  for (long i = 0; i < n; ++i)
+    syscall(SYS_lseek, 12345, i, SEEK_CUR);
+}
+
+static int open_close(const char* dir, const char* name) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  const int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return -1;
+  close(fd);
+  return 0;
+}
+
+static int wait_all(void) {
+  int status = 0, failed = 0;
+  while (wait(&status) > 0)
+    failed |= !WIFEXITED(status) || WEXITSTATUS(status) != 0;
+  return failed ? 5 : 0;
+}
+
+static int tree(long w, long n, const char* dir) {
+  const long ncpus = sysconf(_SC_NPROCESSORS_ONLN);
+  for (long k = 0; k < w; ++k) {
+    const pid_t child = fork();
+    if (child < 0)
+      return 4;
+    if (child > 0)
+      continue;
+    if (ncpus > 1 && pin((int)(k % ncpus)) != 0)
+      _exit(3);
+    for (long i = 0; i < n; i += 100) {
+      const long chunk = n - i < 100 ? n - i : 100;
+      for (long j = 0; j < chunk; ++j)
+        syscall(SYS_lseek, 12345, i + j, SEEK_CUR);
+      if (dir && (open_close(dir, "oracle-a") != 0 || open_close(dir, "oracle-b") != 0 ||
+                  open_close(dir, "oracle-b") != 0))
+        _exit(6);
+    }
+    _exit(0);
+  }
+  return wait_all();
+}
+
+static int storm(const char* self, long c, const char* n) {
+  for (long k = 0; k < c; ++k) {
+    const pid_t child = fork();
+    if (child < 0)
+      return 4;
+    if (child == 0) {
+      execl(self, "oracle_workload", "leaf", n, (char*)NULL);
+      _exit(127);
+    }
+    int status = 0;
+    if (waitpid(child, &status, 0) != child || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+      return 5;
+  }
+  return 0;
+}
+
+static int pages(long k, int move) {
+  const long page = sysconf(_SC_PAGESIZE);
+  const long ncpus = sysconf(_SC_NPROCESSORS_ONLN);
+  char* p =
+      mmap(NULL, (size_t)(k * page), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED)
+    return 4;
+  for (long i = 0; i < k; ++i) {
+    if (move && ncpus > 1 && i % 1000 == 0)
+      pin((int)((i / 1000) % ncpus));
+    p[i * page] = 1;
+  }
+  return 0;
+}
+
+int main(int argc, char** argv) {
+  if (argc >= 2 && strcmp(argv[1], "gate") == 0) {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGUSR1);
+    sigprocmask(SIG_BLOCK, &set, NULL);
+    int sig = 0;
+    if (sigwait(&set, &sig) != 0)
+      return 4;
+    argv += 1;
+    argc -= 1;
+  }
+  if (argc >= 4 && strcmp(argv[1], "tree") == 0)
+    return tree(strtol(argv[2], NULL, 10), strtol(argv[3], NULL, 10), argc > 4 ? argv[4] : NULL);
+  if (argc >= 4 && strcmp(argv[1], "storm") == 0) {
+    /* The binary by its name: an exec of /proc/self/exe would name the children "exe". */
+    char self[4096];
+    const ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (len <= 0)
+      return 4;
+    self[len] = 0;
+    return storm(self, strtol(argv[2], NULL, 10), argv[3]);
+  }
+  if (argc >= 3 && strcmp(argv[1], "leaf") == 0) {
+    lseeks(strtol(argv[2], NULL, 10));
+    return 0;
+  }
+  if (argc >= 3 && strcmp(argv[1], "pages") == 0)
+    return pages(strtol(argv[2], NULL, 10), argc > 3);
+  fprintf(stderr, "usage: %s tree W N [DIR] | storm C N | leaf N | pages K [MOVE] | gate ARGS...\n",
+          argv[0]);
+  return 2;
+}
