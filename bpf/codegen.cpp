@@ -776,18 +776,28 @@ class ProbeGen {
     } else if (plan_.tgids.size() == 1) {
       w_.line("if (tr_tgid != {}u) /* the target process */", plan_.tgids[0]);
       w_.line("\t{}", ret());
+    } else if (plan_.tgids.empty() && plan_.exclude_tgid != 0) {
+      w_.line("if (tr_tgid == {}u) /* tracer itself */", plan_.exclude_tgid);
+      w_.line("\t{}", ret());
     }
-    // The strings the filters and keys read, each copied once: those of the first filters
-    // before them, the others after them (a rejected event does not pay for them).
-    collect_strings(p_.probe_filter, /*early=*/true);
-    collect_strings(p_.filter, /*early=*/true);
-    if (aggregates(role)) {
-      collect_strings(p_.post_filter, false);
-      for (const Field& k : p_.keys)
-        use_string(k, plan_.aggregation.string_key_bytes, false);
+    // The strings the filters and keys read, each copied once (at its largest size): those of
+    // the first filters before them, the others after them (a rejected event does not pay for
+    // them). Without a probe filter they are read after the hit is counted (fewer values live
+    // across the stats lookup: a long string compare then fits the 512-byte BPF stack).
+    const auto collect_all = [&] {
+      collect_strings(p_.probe_filter, /*early=*/true);
+      collect_strings(p_.filter, /*early=*/true);
+      if (aggregates(role)) {
+        collect_strings(p_.post_filter, false);
+        for (const Field& k : p_.keys)
+          use_string(k, plan_.aggregation.string_key_bytes, false);
+      }
+    };
+    if (!p_.probe_filter.empty()) {
+      collect_all();
+      load_strings(/*early_only=*/true);
+      emit_filter(p_.probe_filter);  // not one of the probe's events: not a hit either
     }
-    load_strings(/*early_only=*/true);
-    emit_filter(p_.probe_filter);  // not one of the probe's events: not a hit either
     w_.line("__u32 tr_slot = {};", index_);
     w_.line("struct tr_stats *tr_st = bpf_map_lookup_elem(&tr_stats, &tr_slot);");
     w_.line("if (!tr_st)");
@@ -801,6 +811,10 @@ class ProbeGen {
           "/* Read once: every update of this event goes to one generation (the flip's grace "
           "period, bpf/kernel_reader.cpp). */");
       w_.line("__u32 tr_g = *(volatile __u32 *)&tr_gen;");
+    }
+    if (p_.probe_filter.empty()) {
+      collect_all();
+      load_strings(/*early_only=*/true);
     }
     emit_filter(p_.filter);
     load_strings(false);

@@ -214,6 +214,8 @@ struct KernelPlan {
   /// The target map's size: the target processes alive at once (kDefaultMaxTargets). Children
   /// that do not fit are counted (Stats::targets_dropped).
   std::uint32_t max_tgids = 65536;
+  /// Every process (no tgids): this one is left out (tracer's own, 0: none).
+  std::uint32_t exclude_tgid = 0;
   /// Adds a program for sched:sched_process_fork that adds the children of target processes
   /// to the target map (a command's children are traced as perf's inherit does).
   std::optional<ForkTracepoint> follow_children{};

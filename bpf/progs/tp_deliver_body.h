@@ -10,6 +10,10 @@
 /* Set by the engine before load when it delivers one tracepoint only: that
  * slot, a constant, and no bpf_get_attach_cookie() per hit. */
 const volatile __u32 only_slot = 0xffffffff;
+/* Set by the engine before load: its own process, whose hits are not ours to
+ * deliver (tracer must not trace itself: each drain's system calls would be
+ * records that wake it again). 0: none left out. */
+const volatile __u32 self_tgid = 0;
 
 struct tp_deliver_buf {
 	struct tp_deliver_hdr hdr;
@@ -49,8 +53,10 @@ struct {
  * part, then what its dynamic fields point at (at most TP_DELIVER_MAX_RECORD -
  * 1). */
 static __always_inline const struct tp_deliver_cfg *
-tp_deliver_begin(void *ctx, __u32 *slot, __u32 *size)
+tp_deliver_begin(void *ctx, __u32 *slot, __u32 *size, __u64 pid_tgid)
 {
+	if (self_tgid != 0 && (__u32)(pid_tgid >> 32) == self_tgid)
+		return NULL;
 	*slot = only_slot != 0xffffffff ? only_slot
 					: (__u32)bpf_get_attach_cookie(ctx);
 	const struct tp_deliver_cfg *c = bpf_map_lookup_elem(&cfg, slot);
@@ -94,7 +100,9 @@ tp_deliver_copy(void *ctx, __u32 *slot, const struct tp_deliver_cfg **cfg,
 		__u64 *bytes, const int quads)
 {
 	__u32 size;
-	const struct tp_deliver_cfg *c = tp_deliver_begin(ctx, slot, &size);
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	const struct tp_deliver_cfg *c =
+	    tp_deliver_begin(ctx, slot, &size, pid_tgid);
 	if (!c)
 		return NULL;
 	__u32 zero = 0;
@@ -121,7 +129,6 @@ tp_deliver_copy(void *ctx, __u32 *slot, const struct tp_deliver_cfg **cfg,
 	} else {
 		bpf_probe_read_kernel(b->data, size, ctx);
 	}
-	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	*(__u16 *)&b->data[0] = (__u16)c->id;
 	b->data[2] = 0;
 	b->data[3] = 0;

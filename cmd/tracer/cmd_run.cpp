@@ -41,6 +41,7 @@ struct RunOptions {
   std::vector<std::string> debuginfo;  // --debuginfo DIR: more separate-debuginfo roots
   bool json = false;
   bool verbose = false;
+  bool trace_self = false;
   std::string delivery = "bpf";  // system-wide tracepoints: "bpf" or "perf"
   std::string placement;         // "", "auto", "kernel", "user"
   std::string channel;           // "", "ringbuf", "perf"
@@ -267,7 +268,8 @@ int run_recipe(const RunOptions& given) {
                     .verbose = o.verbose,
                     .deliver_tracepoints_via_bpf = o.delivery == "bpf",
                     .placement = parse_placement(o.placement),
-                    .channel = parse_delivery_channel(o.channel)};
+                    .channel = parse_delivery_channel(o.channel),
+                    .trace_self = o.trace_self};
   for (const auto& dir : o.debuginfo)
     so.pipeline.symbols.debug_roots.emplace_back(dir);
   if (!o.duration.empty()) {
@@ -410,6 +412,9 @@ void add_run_command(CLI::App& app, Runner& run) {
                   "default where the kernel has one) or a perf ring per CPU (perf); instead of "
                   "the recipe's [recipe] channel")
       ->check(CLI::IsMember({"ringbuf", "perf"}));
+  cmd->add_flag("--trace-self", o->trace_self,
+                "System-wide: trace tracer's own process too (left out by default: its drains' "
+                "system calls would be events that wake it again)");
   cmd->add_flag("-v,--verbose", o->verbose,
                 "Full verifier logs on BPF errors; how the rings were sized");
   cmd->callback([o, &run] { run = [o] { return run_recipe(*o); }; });

@@ -107,8 +107,17 @@ void Engine::Impl::open_probe(core::ResolvedProbe& rp,
                                                            : ErrorCategory::kRuntime,
                       ev.error(), fmt::format("probe '{}'", rp.info.name));
       }
-      if (!o.filter.empty()) {
-        if (auto st = ev->set_filter(o.filter); !st) {
+      // A system-wide tracepoint sampled by its own events leaves tracer's main thread out
+      // (its drains' system calls would be samples that wake it again).
+      std::string filter = o.filter;
+      const bool delivered_here = rp.info.index < delivered.size() && delivered[rp.info.index];
+      if (self_tgid() != 0 && o.kind == ProbeKind::kTracepoint && !delivered_here &&
+          o.bpf_program.empty()) {
+        const std::string self = fmt::format("common_pid != {}", self_tgid());
+        filter = filter.empty() ? self : fmt::format("({}) && {}", filter, self);
+      }
+      if (!filter.empty()) {
+        if (auto st = ev->set_filter(filter); !st) {
           throw_failure(ErrorCategory::kUsage, st.error(), fmt::format("probe '{}'", rp.info.name));
         }
       }

@@ -31,7 +31,8 @@ void Engine::Impl::attach_hit_counters() {
         !probes[p].format || events[p].empty() || events[p].front().events.empty())
       continue;
     // One program counts every probe's tracepoint, each link's cookie its slot.
-    if (hit_counter.attach(static_cast<std::uint32_t>(p), events[p].front().events.front().fd()))
+    if (hit_counter.attach(static_cast<std::uint32_t>(p), events[p].front().events.front().fd(),
+                           self_tgid()))
       hit_ids[p] = 1;
   }
 }
@@ -119,7 +120,8 @@ void Engine::Impl::open_delivery() {
                                     // A wakeup at a quarter, as the perf rings: the rest holds what
                                     // comes while the engine is being scheduled.
                                     .wakeup_bytes = rb_bytes / 4,
-                                    .only_slot = only_slot(delivered)};
+                                    .only_slot = only_slot(delivered),
+                                    .self_tgid = self_tgid()};
   auto d = core::TracepointDelivery::open(delivered.size(), dopts);
   if (!d) {
     // Without BPF delivery the probes sample through their own events, as before.

@@ -6,6 +6,8 @@
 //   targets.cpp         the traced processes (core::Targets)
 #pragma once
 
+#include <unistd.h>
+
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -171,6 +173,12 @@ struct Engine::Impl : std::enable_shared_from_this<Engine::Impl> {
   /// is kept in `failure`.
   void drain_ringbuf() noexcept;
   void attach_hit_counters();
+  /// The process left out of system-wide tracing: this one, unless EngineOptions::trace_self.
+  [[nodiscard]] std::uint32_t self_tgid() const noexcept {
+    return opts.trace_self || opts.target.kind != Target::Kind::kAllCpus
+               ? 0
+               : static_cast<std::uint32_t>(::getpid());
+  }
   [[nodiscard]] std::vector<std::uint64_t> read_drops(std::size_t p) const;
   /// Hits of probe `p`'s tracepoint the kernel ran our program on it for none of (another BPF
   /// program was running on the CPU), and whether that program serves other probes too.

@@ -46,12 +46,13 @@ Result<BpfLink> attach_perf_event(const bpf::Object& obj,
   return BpfLink(link);
 }
 
-bool TracepointHits::attach(std::uint32_t slot, int event_fd) {
+bool TracepointHits::attach(std::uint32_t slot, int event_fd, std::uint32_t self_tgid) {
   if (unavailable_ || slot >= TP_HITS_MAX_TRACEPOINTS)
     return false;
   if (!object_) {
     auto obj = bpf::Object::open_shipped("tp_hits");
-    if (!obj || !obj->load()) {
+    const bool set = obj && (self_tgid == 0 || obj->set_global("self_tgid", self_tgid));
+    if (!set || !obj->load()) {
       unavailable_ = true;  // counting is an extra: a run without it is still a run
       return false;
     }
@@ -90,6 +91,8 @@ Result<TracepointDelivery> TracepointDelivery::open(std::size_t slots,
     TRACER_TRY(obj.set_map_max_entries("rb", opts.ringbuf_bytes));
     d.wakeup_bytes_ = opts.wakeup_bytes;
   }
+  if (opts.self_tgid != 0)
+    TRACER_TRY(obj.set_global("self_tgid", opts.self_tgid));
   if (opts.only_slot) {
     TRACER_TRY(obj.set_global("only_slot", *opts.only_slot));
     d.only_slot_ = opts.only_slot;

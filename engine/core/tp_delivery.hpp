@@ -57,9 +57,10 @@ using BpfLink = std::unique_ptr<::bpf_link, BpfLinkDestroy>;
 /// not record (RingStats::missed).
 class TracepointHits {
  public:
-  /// Counts the hits of `event_fd`'s tracepoint in `slot`. False when it cannot (no BPF here,
-  /// or the tracepoint counted already).
-  bool attach(std::uint32_t slot, int event_fd);
+  /// Counts the hits of `event_fd`'s tracepoint in `slot`, but those of process `self_tgid`
+  /// (0: none left out; the first attach decides). False when it cannot (no BPF here, or the
+  /// tracepoint counted already).
+  bool attach(std::uint32_t slot, int event_fd, std::uint32_t self_tgid = 0);
   /// Per CPU (index = CPU); empty when the slot is not counted.
   [[nodiscard]] std::vector<std::uint64_t> read(std::uint32_t slot) const;
   /// Hits of every counted tracepoint the kernel ran no program for (bpf::Object::program_skips):
@@ -91,6 +92,8 @@ struct DeliveryOptions {
   /// The one slot attach() will be given, when there is one only: the program then takes its
   /// slot as a constant instead of the link's cookie.
   std::optional<std::uint32_t> only_slot{};
+  /// A process whose hits are neither delivered nor counted (tracer's own); 0: none.
+  std::uint32_t self_tgid = 0;
   /// Records of a small fixed size are read with direct loads (tp_deliver_q<N>); false: every
   /// record with bpf_probe_read_kernel (tp_deliver), as a reference.
   bool direct_loads = true;

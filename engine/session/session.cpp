@@ -10,6 +10,8 @@
 #include <cstdio>
 #include <ctime>
 
+#include <unistd.h>
+
 #include "bpf/kernel_reader.hpp"
 #include "core/syscall_names.hpp"
 #include "session/placement.hpp"
@@ -286,6 +288,7 @@ Session::Session(asio::any_io_executor executor,
   EngineOptions eo = recipe.to_engine_options(s.opts.target);
   eo.verbose = s.opts.verbose;
   eo.deliver_tracepoints_via_bpf = s.opts.deliver_tracepoints_via_bpf;
+  eo.trace_self = s.opts.trace_self;
   eo.channel = s.opts.channel ? s.opts.channel : recipe.channel;
   const bool stdout_taken = s.opts.perf_data == "-" || stage_takes_stdout(recipe);
   if (stdout_taken && s.opts.json) {
@@ -495,6 +498,8 @@ void Session::Impl::start_kernel() {
     auto& plan = *run.place.plan;
     plan.tgids = tgids;
     plan.max_tgids = recipe.max_targets;
+    if (t.kind == Target::Kind::kAllCpus && !engine_options.trace_self)
+      plan.exclude_tgid = static_cast<std::uint32_t>(::getpid());
     plan.follow_children = fork;
     plan.arm_on_exec = t.kind == Target::Kind::kCommand;
     auto fail = [&](const Failure& f, std::string_view what) {

@@ -193,6 +193,10 @@ struct EngineOptions {
   /// perf::decode(ref.record.bytes, probes()[ref.probe].layout, record). Other record kinds are
   /// always decoded (the engine counts losses from them). Pipeline::on_batch accepts both.
   bool decode_samples = true;
+  /// System-wide: tracer's own process is traced too. false (the default): its events are left
+  /// out (the BPF delivery and hit counter skip its tgid, a sampled tracepoint's tracefs filter
+  /// its main thread), so that a drain's own system calls are not records that wake it again.
+  bool trace_self = false;
 };
 
 /// What a probe resolved to, for stages that bind field names once.

@@ -70,6 +70,9 @@ struct SessionOptions {
   /// The BPF delivery channel, instead of the recipe's [recipe] channel (`tracer run
   /// --channel`).
   std::optional<DeliveryChannel> channel{};
+  /// System-wide: trace tracer's own process too (EngineOptions::trace_self; `tracer run
+  /// --trace-self`). Left out by default, on every path.
+  bool trace_self = false;
 };
 
 /// A Session's accounting: the engine's per probe and CPU, and the stages'.
