@@ -42,6 +42,15 @@ Field Field::tp_data_loc(std::string name, std::uint32_t offset, bool rel) {
           .rel_loc = rel};
 }
 
+Field Field::tp_string_pointer(std::string name, std::uint32_t offset, bool user) {
+  return {.source = Source::kTpDataLoc,
+          .name = std::move(name),
+          .offset = offset,
+          .size = 8,
+          .pointer = true,
+          .user = user};
+}
+
 namespace {
 
 constexpr std::uint32_t kHistBuckets = 66;      // plugins/stages/hist.hpp Hist::kBuckets
@@ -180,7 +189,7 @@ std::optional<std::string> check_field(const ProbePlan& p, const Field& f, bool 
         return bad(
             fmt::format("a char array of {} bytes (1..{} can be read)", f.size, kMaxStringKey));
       if (p.record_size != 0 &&
-          f.offset + (f.source == Source::kTpDataLoc ? 4 : f.size) > p.record_size)
+          f.offset + (f.source == Source::kTpDataLoc && !f.pointer ? 4 : f.size) > p.record_size)
         return bad(fmt::format("bytes [{}, {}) lie past the record's {} bytes", f.offset,
                                f.offset + f.size, p.record_size));
       break;
@@ -907,6 +916,8 @@ class ProbeGen {
       auto& b = data_loc_[f.offset];
       b.bytes = std::min(kMaxStringKey, std::max(b.bytes, bytes));
       b.rel = f.rel_loc;
+      b.pointer = f.pointer;
+      b.user = f.user;
       b.early = b.early || early;
     }
   }
@@ -935,6 +946,17 @@ class ProbeGen {
       if (b.loaded || (early_only && !b.early))
         continue;
       b.loaded = true;
+      if (b.pointer) {
+        // A `char *` field: the string it points to, with its length (NUL included) as
+        // __data_loc's; a string longer than the copy reads as the copy's size (cut).
+        w_.line("char tr_s{}[{}] = {{}};", off, b.bytes);
+        w_.line(
+            "long tr_r{} = bpf_probe_read_{}_str(tr_s{}, sizeof(tr_s{}), "
+            "(const void *)*(volatile __u64 *){});",
+            off, b.user ? "user" : "kernel", off, off, ctx_at(off));
+        w_.line("__u32 tr_len{} = tr_r{} > 0 ? (__u32)tr_r{} : 0;", off, off, off);
+        continue;
+      }
       // __data_loc: u32 (len << 16 | offset from the record's start); __rel_loc: the offset
       // counts from the end of the field.
       w_.line("char tr_s{}[{}] = {{}};", off, b.bytes);
@@ -1198,7 +1220,11 @@ class ProbeGen {
           const std::uint32_t have = data_loc_.at(f.offset).bytes;
           w_.line("__builtin_memcpy({}, tr_s{}, {});", member, f.offset, std::min(cap, have));
           w_.line("{}[{}] = 0;", member, std::min(cap, have) - 1);
-          w_.line("if (tr_len{} > {})", f.offset, std::min(cap, have));
+          // A pointer's string that filled its copy may go on past it: counted as cut too.
+          if (f.pointer && cap >= have)
+            w_.line("if (tr_len{} >= {})", f.offset, have);
+          else
+            w_.line("if (tr_len{} > {})", f.offset, std::min(cap, have));
           w_.line("\tTR_INC{}(&tr_st->truncated);", atomic_suffix());
           break;
         }
@@ -1262,7 +1288,8 @@ class ProbeGen {
   struct Buffer {
     std::uint32_t bytes = 1;
     bool rel = false;
-    bool early = false;  // read by the first filter: copied before it
+    bool pointer = false, user = false;  // Field::pointer, Field::user
+    bool early = false;                  // read by the first filter: copied before it
     bool loaded = false;
   };
   const KernelPlan& plan_;

@@ -75,8 +75,12 @@ struct Field {
   std::uint32_t size = 0;    // kTpInt: 1, 2, 4 or 8; kTpString: the array's length
   bool is_signed = false;    // kTpInt
   bool rel_loc = false;      // kTpDataLoc: __rel_loc (offset counted from the end of the field)
-  bool syscall_id = false;   // kTpInt: a system call number (the reader names it)
-  std::uint32_t index = 0;   // kArg: 0..5
+  /// kTpDataLoc: the field is a pointer (`const char *`, 8 bytes) to a NUL-terminated string,
+  /// in user memory when `user` (a system call's argument), else in the kernel's.
+  bool pointer = false;
+  bool user = false;
+  bool syscall_id = false;  // kTpInt: a system call number (the reader names it)
+  std::uint32_t index = 0;  // kArg: 0..5
 
   [[nodiscard]] static Field missing(std::string name);
   [[nodiscard]] static Field pid() { return {.source = Source::kPid, .name = "pid"}; }
@@ -103,6 +107,9 @@ struct Field {
                                     bool is_signed);
   [[nodiscard]] static Field tp_string(std::string name, std::uint32_t offset, std::uint32_t len);
   [[nodiscard]] static Field tp_data_loc(std::string name, std::uint32_t offset, bool rel = false);
+  /// A `char *` field: the string it points to, read at the event (bounded by the key's string
+  /// bytes; a longer one is cut and counted as truncated), compared and keyed as a string.
+  [[nodiscard]] static Field tp_string_pointer(std::string name, std::uint32_t offset, bool user);
 };
 
 /// The filter expression tree, the shape of plugins/stages/filter.hpp FilterExpr::Node with the

@@ -137,6 +137,8 @@ std::string loss_parts_json(const ProbeStats& p) {
                                 l.ring, l.output_drops, l.map_full, l.stacks_lost);
   if (p.targets_dropped != 0)
     out += fmt::format(R"(,"targets_dropped":{})", p.targets_dropped);
+  if (p.keys_truncated != 0)
+    out += fmt::format(R"(,"keys_truncated":{})", p.keys_truncated);
   if (t.kernel_hits != 0)
     out += fmt::format(R"(,"kernel_hits":{},"missed":{})", t.kernel_hits, t.missed);
   return out;
@@ -159,6 +161,14 @@ void print_loss_warnings(const Stats& stats) {
         parts += fmt::format("{}{} {}", parts.empty() ? "" : ", ", n, what);
     }
     fmt::print(stderr, "lost on probe '{}': {}\n", p.name, parts);
+  }
+  for (const auto& p : stats.probes) {
+    if (p.keys_truncated == 0)
+      continue;
+    fmt::print(stderr,
+               "warning: probe '{}': {} events had a string key longer than the key's bytes "
+               "(string_key_bytes): counted under the cut string\n",
+               p.name, p.keys_truncated);
   }
   for (const auto& p : stats.probes) {
     if (p.targets_dropped == 0)

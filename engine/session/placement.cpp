@@ -12,6 +12,7 @@
 #include "common/text_file.hpp"
 #include "tracer/error.hpp"
 #include "tracer/stages.hpp"
+#include "tracer/tracefs/tracefs.hpp"
 
 namespace tracer::session {
 namespace {
@@ -92,6 +93,10 @@ class FieldMap {
         }
         if (f->is_string)
           return gen::Field::tp_string(f->name, f->offset, f->size);
+        if (tracefs::is_string_pointer(*f)) {  // the string it points to, read at the event
+          const auto& spec = schema_->probes()[probe_].spec;
+          return gen::Field::tp_string_pointer(f->name, f->offset, spec.starts_with("syscalls:"));
+        }
         if (f->array_len)
           break;
         return gen::Field::tp_int(f->name, f->offset, f->size, f->is_signed);
@@ -405,6 +410,47 @@ std::vector<PipelinePlace> place(std::span<const std::unique_ptr<Pipeline>> pipe
   for (const auto& p : pipelines)
     out.push_back(place_one(*p, schema, probes, sampling, mode, task_target, filters));
   return out;
+}
+
+std::optional<UserFieldProblem> check_user_fields(
+    std::span<const std::unique_ptr<Pipeline>> pipelines,
+    std::span<const PipelinePlace> places,
+    std::span<const ProbeInfo> probes) {
+  CommCache comm;
+  Schema schema(probes, {}, comm);
+  for (std::size_t p = 0; p < pipelines.size(); ++p) {
+    if (p < places.size() && places[p].plan)
+      continue;
+    Pipeline& pipe = *pipelines[p];
+    for (std::size_t i = 0; i < pipe.size(); ++i) {
+      const KernelForm f = pipe.stage(i).kernel_form();
+      if (f.kind != KernelForm::Kind::kAggregate)
+        continue;
+      for (const auto& key : f.by) {
+        for (std::uint32_t pi = 0; pi < probes.size(); ++pi) {
+          const auto a = schema.lookup(pi, key);
+          if (!a || a->source != Source::kTracefs || a->field == nullptr ||
+              !tracefs::is_string_pointer(*a->field))
+            continue;
+          return UserFieldProblem{
+              .pipeline = p,
+              .stage = i,
+              .message = fmt::format(
+                  "key '{}' of probe '{}' is a '{}' field: in user space its value is the "
+                  "pointer, not the string it points to",
+                  key, probes[pi].name, a->field->type),
+              .hint = fmt::format("the string is read where the event happens, by the pipeline's "
+                                  "in-kernel program: let it run there (placement = \"auto\" "
+                                  "or \"kernel\"); in user space it stays in user space because: "
+                                  "{}",
+                                  p < places.size() && !places[p].stages.empty()
+                                      ? places[p].stages.front().why
+                                      : "placement = \"user\"")};
+        }
+      }
+    }
+  }
+  return std::nullopt;
 }
 
 std::string describe(std::span<const PipelinePlace> places) {

@@ -51,6 +51,17 @@ struct PipelinePlace {
                                                bool task_target,
                                                std::span<const std::string> filters = {});
 
+/// A `by` key of a pipeline that stays in user space naming a `char *` tracepoint field: there
+/// its value would be the pointer, never the string (an error, not a silent integer).
+struct UserFieldProblem {
+  std::size_t pipeline = 0, stage = 0;
+  std::string message, hint;
+};
+[[nodiscard]] std::optional<UserFieldProblem> check_user_fields(
+    std::span<const std::unique_ptr<Pipeline>> pipelines,
+    std::span<const PipelinePlace> places,
+    std::span<const ProbeInfo> probes);
+
 /// The placement as `tracer check --plan` prints it: a line per stage.
 [[nodiscard]] std::string describe(std::span<const PipelinePlace> places);
 

@@ -256,6 +256,9 @@ struct Session::Impl {
   /// Placement: which pipelines run in the kernel (probes resolved by a check of the engine).
   /// Probes that only kernel pipelines consume become counting events (no ring).
   void plan_placement(Session* self);
+  /// A pipeline left in user space may not key by what only the kernel reads (a `char *`
+  /// field's string): an error at its stage's position.
+  void check_user_fields(std::span<const ProbeInfo> probes) const;
   /// Generates, loads and attaches the kernel pipelines' programs (after the engine started,
   /// before the command target runs).
   void start_kernel();
@@ -341,22 +344,53 @@ bool kernel_candidate(const std::vector<std::unique_ptr<Pipeline>>& pipelines) {
   return false;
 }
 
+/// Whether some aggregation keys by a field (then the fields are checked against the probes).
+bool keys_fields(const std::vector<std::unique_ptr<Pipeline>>& pipelines) {
+  for (const auto& p : pipelines) {
+    for (std::size_t i = 0; i < p->size(); ++i) {
+      const auto f = p->stage(i).kernel_form();
+      if (f.kind == KernelForm::Kind::kAggregate && !f.by.empty())
+        return true;
+    }
+  }
+  return false;
+}
+
 }  // namespace
+
+void Session::Impl::check_user_fields(std::span<const ProbeInfo> probes) const {
+  const auto problem = session::check_user_fields(pipelines, places, probes);
+  if (!problem)
+    return;
+  SourceRegion where{.path = recipe.path};
+  if (problem->pipeline < recipe.pipelines.size() &&
+      problem->stage < recipe.pipelines[problem->pipeline].stages.size())
+    where = recipe.pipelines[problem->pipeline].stages[problem->stage].where;
+  throw Error(
+      ErrorCategory::kRecipe, std::make_error_code(std::errc::not_supported),
+      fmt::format("{}:{}:{}: pipeline {} stage {}: {}", where.path, where.line, where.column,
+                  problem->pipeline + 1, problem->stage + 1, problem->message),
+      problem->hint, where);
+}
 
 void Session::Impl::plan_placement(Session* self) {
   const Placement mode = opts.placement.value_or(recipe.placement);
   places.clear();
+  const auto resolve = [&] {
+    try {
+      return engine->check();
+    } catch (const Error& e) {
+      rethrow_at_probe(e, recipe);
+    }
+  };
   if (mode != Placement::kKernel && (mode == Placement::kUser || !kernel_candidate(pipelines))) {
-    // Nothing to resolve: the reasons come from the stages' forms (or the mode).
+    // Nothing to resolve for placement: the reasons come from the stages' forms (or the mode).
     places = session::place(pipelines, {}, {}, mode, false);
+    if (keys_fields(pipelines))  // ... but a key may name a field user space cannot read
+      check_user_fields(resolve());
     return;
   }
-  std::vector<ProbeInfo> probes;
-  try {
-    probes = engine->check();
-  } catch (const Error& e) {
-    rethrow_at_probe(e, recipe);
-  }
+  const std::vector<ProbeInfo> probes = resolve();
   std::vector<bool> sampling;
   std::vector<std::string> filters;
   for (const auto& p : engine_options.probes) {
@@ -365,6 +399,7 @@ void Session::Impl::plan_placement(Session* self) {
   }
   places = session::place(pipelines, probes, sampling, mode,
                           engine_options.target.kind != Target::Kind::kAllCpus, filters);
+  check_user_fields(probes);
   if (mode == Placement::kKernel) {
     for (std::size_t p = 0; p < places.size(); ++p) {
       if (places[p].plan)
@@ -764,6 +799,7 @@ SessionStats Session::stats() const {
       auto& ps = out.engine.probes[pi];
       ps.kernel_dropped += run.last[i].total.map_full + run.last[i].total.stacks_lost;
       ps.kernel_stacks_lost += run.last[i].total.stacks_lost;
+      ps.keys_truncated += run.last[i].total.truncated;
       ps.targets_dropped = std::max(ps.targets_dropped, run.targets_dropped);
       // The probe's own generated program: its skips are this probe's alone (a hit counter or
       // delivery program on the same tracepoint was skipped for the same hits).

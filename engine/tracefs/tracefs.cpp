@@ -273,6 +273,35 @@ const Field* Format::field(std::string_view field_name) const noexcept {
   return nullptr;
 }
 
+bool is_string_pointer(const Field& f) noexcept {
+  if (f.size != 8 || f.array_len || f.is_data_loc || f.is_rel_loc)
+    return false;
+  // "const char *", "char *", "const char __user *", "const unsigned char *": one '*', a char.
+  std::string_view t = f.type;
+  if (std::count(t.begin(), t.end(), '*') != 1 || !t.ends_with('*'))
+    return false;
+  t.remove_suffix(1);
+  std::size_t words = 0;
+  bool is_char = false;
+  for (std::size_t i = 0; i < t.size();) {
+    while (i < t.size() && t[i] == ' ')
+      ++i;
+    std::size_t j = i;
+    while (j < t.size() && t[j] != ' ')
+      ++j;
+    const auto w = t.substr(i, j - i);
+    if (w.empty())
+      break;
+    if (w == "char")
+      is_char = true;
+    else if (w != "const" && w != "unsigned" && w != "signed" && w != "__user")
+      return false;
+    ++words;
+    i = j;
+  }
+  return is_char && words >= 1;
+}
+
 Result<Format> parse_format(std::string_view text,
                             std::string_view system,
                             std::string_view event) {

@@ -550,3 +550,65 @@ by = ["pid"]
 
 }  // namespace
 }  // namespace tracer
+
+namespace tracer {
+namespace {
+
+// A `char *` tracepoint field (openat's filename) keys by the string it points to, read in the
+// kernel at the event: the counts per file are the workload's (and strace's); a pipeline kept
+// in user space, where the field is only a pointer, is an error at its position, never rows of
+// pointer values.
+TEST(OracleStrings, CharPointerFieldsCountAsTheirStrings) {
+  testing::TempDir dir;
+  std::ofstream(dir.path() / "oracle-a") << "a";
+  std::ofstream(dir.path() / "oracle-b") << "b";
+  const auto recipe = dir.path() / "r.toml";
+  std::ofstream(recipe) << R"([recipe]
+name = "by-file"
+[[probe]]
+name = "openat"
+tracepoint = "syscalls:sys_enter_openat"
+[[stage]]
+use = "count"
+by = ["filename"]
+)";
+  const std::string work = tree_args() + " " + dir.path().string();
+  // Per child: one oracle-a and two oracle-b per 100 calls.
+  const long a = kW * (kN / 100), b = 2 * a;
+  const auto r = shell(kTracer + " run " + recipe.string() + " --json -- " + work);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto o = outcome(r.out, r.err, r.exit_code);
+  const auto has = [&](const std::string& file, long n) {
+    return std::find(o.rows.begin(), o.rows.end(),
+                     row("count", R"("filename":")" + (dir.path() / file).string() + "\"",
+                         R"("count":)" + std::to_string(n))) != o.rows.end();
+  };
+  EXPECT_TRUE(has("oracle-a", a)) << r.out;
+  EXPECT_TRUE(has("oracle-b", b)) << r.out;
+  if (fs::exists("/usr/bin/strace")) {
+    const auto log = dir.path() / "strace.log";
+    ASSERT_EQ(
+        shell("/usr/bin/strace -f -qq -e trace=openat -o " + log.string() + " " + work).exit_code,
+        0);
+    const std::string text = slurp(log);
+    const auto count = [&](const std::string& file) {
+      long n = 0;
+      const std::string needle = "\"" + (dir.path() / file).string() + "\"";
+      for (std::size_t at = text.find(needle); at != std::string::npos;
+           at = text.find(needle, at + 1))
+        ++n;
+      return n;
+    };
+    EXPECT_EQ(count("oracle-a"), a);
+    EXPECT_EQ(count("oracle-b"), b);
+  }
+  const auto user = shell(kTracer + " run " + recipe.string() + " --placement user -- " + work);
+  EXPECT_EQ(user.exit_code, 2) << user.err;
+  EXPECT_NE(user.err.find(recipe.string() + ":6:1: pipeline 1 stage 1: key 'filename' of probe "
+                                            "'openat' is a 'const char *' field"),
+            std::string::npos)
+      << user.err;
+}
+
+}  // namespace
+}  // namespace tracer

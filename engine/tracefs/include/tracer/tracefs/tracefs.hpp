@@ -38,6 +38,10 @@ struct Format {
   [[nodiscard]] const Field* field(std::string_view name) const noexcept;
 };
 
+/// A `char *` field (`const char * filename` of syscalls:sys_enter_openat): the record holds
+/// the pointer, the string is wherever it points (user memory for a system call's argument).
+[[nodiscard]] bool is_string_pointer(const Field& f) noexcept;
+
 /// Parses the text of a `format` file.
 /// @return the format, or a Failure (EINVAL) that names the line that did not parse.
 [[nodiscard]] Result<Format> parse_format(std::string_view text,
