@@ -336,6 +336,16 @@ Result<Object> Object::compile_and_open(const fs::path& bpf_c, const CompileOpti
   TRACER_ASSIGN_OR_RETURN(const fs::path clang, find_clang(opts.clang));
   TRACER_ASSIGN_OR_RETURN(const ProcessOutput version, run({clang.string(), "--version"}));
 
+  // tracer_target.h beside vmlinux.h: a source includes it to test "is this task the target".
+  {
+    static constexpr std::string_view kTargetHeader =
+#include "tracer_target_h.inc"
+        ;
+    const fs::path header = vmlinux_dir / "tracer_target.h";
+    const auto have = read_file(header);
+    if (!have || *have != kTargetHeader)
+      TRACER_TRY(write_atomically(header, std::string(kTargetHeader)));
+  }
   const fs::path src = fs::absolute(bpf_c);
   std::vector<fs::path> include_dirs{src.parent_path(), vmlinux_dir};
   include_dirs.insert(include_dirs.end(), opts.include_dirs.begin(), opts.include_dirs.end());

@@ -6,6 +6,8 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
 
+#include "tracer_target.h" /* tracer_in_target(): -p, -- CMD, system-wide */
+
 char LICENSE[] SEC("license") = "GPL";
 
 struct readline_event {
@@ -42,6 +44,8 @@ struct {
 SEC("uretprobe")
 int BPF_KRETPROBE(readline_ret, const char *line)
 {
+	if (!tracer_in_target())
+		return 0;
 	__u32 zero = 0;
 	/* 240 bytes do not fit the 512-byte stack comfortably beside the
 	 * helpers' frames: build the record in a per-CPU slot. */

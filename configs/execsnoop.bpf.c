@@ -6,6 +6,8 @@
 #include <bpf/bpf_core_read.h>
 #include <bpf/bpf_helpers.h>
 
+#include "tracer_target.h" /* tracer_in_target(): -p, -- CMD, system-wide */
+
 char LICENSE[] SEC("license") = "GPL";
 
 #define ARG_LEN 48
@@ -61,6 +63,8 @@ static __always_inline int read_arg(const char *const *argv, int i, char *dst)
 SEC("tracepoint")
 int execs(struct trace_event_raw_sys_enter *ctx)
 {
+	if (!tracer_in_target())
+		return 1;
 	__u32 zero = 0;
 	struct exec_event *e = bpf_map_lookup_elem(&scratch, &zero);
 	if (!e)

@@ -5,6 +5,8 @@
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 
+#include "tracer_target.h" /* tracer_in_target(): -p, -- CMD, system-wide */
+
 char LICENSE[] SEC("license") = "GPL";
 
 struct open_event {
@@ -41,6 +43,8 @@ struct {
 SEC("tracepoint")
 int opens(struct trace_event_raw_sys_enter *ctx)
 {
+	if (!tracer_in_target())
+		return 1;
 	__u32 zero = 0;
 	struct open_event *e = bpf_map_lookup_elem(&scratch, &zero);
 	if (!e)

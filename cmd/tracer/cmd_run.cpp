@@ -328,6 +328,8 @@ int run_recipe(const RunOptions& given) {
     last_delivered = st.delivered;
   });
   session.start();
+  for (const auto& note : out_of_target_notes(recipe, target_from(o)))
+    fmt::print(stderr, "tracer: warning: {}\n", note);
   if (o.verbose) {
     fmt::print(stderr, "tracer: rings: {}\n", session.engine().ring_note());
     if (session.stats().in_place)
@@ -353,6 +355,11 @@ int run_recipe(const RunOptions& given) {
     fmt::print(stderr, "tracer: process {} exited\n", o.pid);
   if (auto e = session.failure())
     std::rethrow_exception(e);
+  // The command's own failure is the run's exit status, as `tracer stat` (and a shell) give it.
+  if (const auto code = session.command_exit_code(); code && *code != 0) {
+    fmt::print(stderr, "tracer: the command exited with status {}\n", *code);
+    return *code;
+  }
   return kExitOk;
 }
 
@@ -373,6 +380,8 @@ int check_recipe(const RunOptions& o) {
   for (const auto& p : probes) {
     fmt::print("  {:<20} {:<11} {:<40} {}\n", p.name, to_string(p.kind), p.spec, p.pmu);
   }
+  for (const auto& n : out_of_target_notes(recipe, target_from(o)))
+    notes.push_back(n);
   for (const auto& n : notes)
     fmt::print("  note: {}\n", n);
   return kExitOk;

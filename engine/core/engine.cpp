@@ -1,5 +1,7 @@
 #include "tracer/engine.hpp"
 
+#include <sys/wait.h>
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -278,6 +280,7 @@ void Engine::Impl::start() {
       if (bpf_object)
         open_output_channel(*opts.bpf, *bpf_object);
       fill_tgids();
+      attach_target_followers();
       attach_bpf_programs();
     } else {
       attach_bpf_programs();  // reports probes that name a program without a BPF object
@@ -472,6 +475,7 @@ void Engine::Impl::cleanup() noexcept {
   hit_counter.detach();  // a link holds its event: detach before the events close
   if (delivery)
     delivery->detach();
+  follow_events.clear();
   events.clear();
   // Dynamic tracefs probes can only be removed once no perf event holds them (EBUSY).
   dynamic.reset();
@@ -567,6 +571,15 @@ std::vector<ProbeInfo> Engine::check(std::vector<std::string>* notes) {
             po.name, po.bpf_program, po.spec));
       }
     }
+    if (notes != nullptr && impl_->bpf_object) {
+      const auto maps = impl_->bpf_object->map_names();
+      if (std::find(maps.begin(), maps.end(), "tgids") == maps.end()) {
+        notes->push_back(
+            "the [bpf] object has no `tgids` map: its programs do not test the target (-p, -- "
+            "CMD), so what they emit comes from every process; #include \"tracer_target.h\" "
+            "and return early unless tracer_in_target() (configs/opens.bpf.c does)");
+      }
+    }
     if (auto info = impl_->check_output_channel(b, static_cast<std::uint32_t>(out.size())))
       out.push_back(std::move(*info));
     // The loaded object stays (nothing is attached to it) so that maps() can answer the
@@ -589,6 +602,17 @@ std::optional<DeliveryChannel> Engine::delivery_channel() const {
 
 pid_t Engine::command_pid() const noexcept {
   return impl_->targets.command_pid();
+}
+
+std::optional<int> Engine::command_exit_code() const noexcept {
+  const auto st = impl_->targets.command_status();
+  if (!st)
+    return std::nullopt;
+  if (WIFEXITED(*st))
+    return WEXITSTATUS(*st);
+  if (WIFSIGNALED(*st))
+    return 128 + WTERMSIG(*st);
+  return std::nullopt;
 }
 
 }  // namespace tracer

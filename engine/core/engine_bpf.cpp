@@ -2,6 +2,7 @@
 // programs probes name, the output channel, the `tgids` map, and Engine::maps().
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <linux/perf_event.h>
 
 #include <algorithm>
 
@@ -61,6 +62,12 @@ void Engine::Impl::load_bpf(const BpfOptions& b, const std::vector<core::Resolve
       [[maybe_unused]] auto st = obj->set_global("nr_args", args);  // absent in other programs
       break;
     }
+  }
+  // tracer_target.h: what the target is (absent in programs that do not include it).
+  {
+    const std::uint8_t all = opts.target.kind == Target::Kind::kAllCpus ? 1 : 0;
+    [[maybe_unused]] auto a = obj->set_global("tracer_target_all", all);
+    [[maybe_unused]] auto s = obj->set_global("tracer_self_tgid", self_tgid());
   }
   if (auto st = obj->load(); !st) {
     Failure f = st.error();
@@ -260,6 +267,24 @@ void Engine::Impl::attach_bpf_programs() {
     const int fd = program_fd(p);
     if (events[p].empty() || events[p].front().events.empty())
       continue;
+    // A task target's events are inherited, and an inherited copy carries the program: the
+    // first child's exit would detach it from the tracepoint for the rest of the run. The
+    // program goes on an event of its own, system-wide and never inherited (it runs for every
+    // task; tracer_target.h's tracer_in_target() tests the target).
+    if (opts.target.kind != Target::Kind::kAllCpus &&
+        probes[p].attr.type() == PERF_TYPE_TRACEPOINT) {
+      perf::EventAttr a;
+      a.type(PERF_TYPE_TRACEPOINT).config(probes[p].attr.config()).flag(perf::Flag::kDisabled);
+      auto ev = perf::Event::open(a, {.pid = -1, .cpu = 0});
+      if (!ev)
+        throw_failure(ErrorCategory::kRuntime, ev.error(),
+                      fmt::format("probe '{}': an event for its program", opts.probes[p].name));
+      if (auto st = ev->set_bpf(fd); !st)
+        throw_failure(ErrorCategory::kRuntime, st.error(),
+                      fmt::format("probe '{}'", opts.probes[p].name));
+      follow_events.push_back(std::move(*ev));
+      continue;
+    }
     // One attach per tracepoint: the program belongs to the tracepoint and runs on every CPU
     // (a second SET_BPF on another CPU's event of it fails with EEXIST). TOOLCHAIN.md.
     if (auto st = events[p].front().events.front().set_bpf(fd); !st) {
@@ -303,6 +328,31 @@ void Engine::attach_bpf(std::uint32_t probe, int prog_fd, bool every_event) {
     throw_failure(
         ErrorCategory::kRuntime, st.error(),
         fmt::format("probe '{}': attaching its in-kernel program", im.opts.probes[probe].name));
+  }
+}
+
+void Engine::Impl::attach_target_followers() {
+  if (!bpf_object || opts.target.kind == Target::Kind::kAllCpus)
+    return;
+  // tracer_target.h: children of the target join its `tgids` map, exited processes leave.
+  for (const auto& [prog, event] : {std::pair{"tracer_follow_fork", "sched_process_fork"},
+                                    std::pair{"tracer_follow_exit", "sched_process_exit"}}) {
+    auto fd = bpf_object->program_fd(prog);
+    if (!fd)
+      continue;  // the program does not include tracer_target.h
+    auto fs = tracefs::Tracefs::open();
+    auto format = fs ? fs->format({.system = "sched", .event = event})
+                     : Result<tracefs::Format>(std::unexpected(fs.error()));
+    if (!format)
+      throw_failure(ErrorCategory::kRuntime, format.error(), "bpf: following the target");
+    perf::EventAttr a;
+    a.type(PERF_TYPE_TRACEPOINT).config(format->id).flag(perf::Flag::kDisabled);
+    auto ev = perf::Event::open(a, {.pid = -1, .cpu = 0});
+    if (!ev)
+      throw_failure(ErrorCategory::kRuntime, ev.error(), "bpf: following the target");
+    if (auto st = ev->set_bpf(*fd); !st)
+      throw_failure(ErrorCategory::kRuntime, st.error(), "bpf: following the target");
+    follow_events.push_back(std::move(*ev));
   }
 }
 

@@ -173,6 +173,11 @@ struct Engine::Impl : std::enable_shared_from_this<Engine::Impl> {
   /// is kept in `failure`.
   void drain_ringbuf() noexcept;
   void attach_hit_counters();
+  /// tracer_target.h's tracer_follow_fork/exit of the BPF object, for a task target.
+  void attach_target_followers();
+  /// Their events (sched_process_fork/exit, one each), and those a task target's [bpf]
+  /// programs attach to: system-wide, never inherited (cleanup() closes them).
+  std::vector<perf::Event> follow_events;
   /// The process left out of system-wide tracing: this one, unless EngineOptions::trace_self.
   [[nodiscard]] std::uint32_t self_tgid() const noexcept {
     return opts.trace_self || opts.target.kind != Target::Kind::kAllCpus

@@ -98,6 +98,10 @@ Stats Engine::Impl::collect_stats() const {
         ps.per_cpu.emplace_back(r->reader.cpu(), r->reader.stats());
       if (bpf_object) {
         const auto maps = bpf_object->map_names();
+        if (std::find(maps.begin(), maps.end(), "tracer_targets_dropped") != maps.end()) {
+          if (auto d = bpf_object->percpu_array_sum<std::uint64_t>("tracer_targets_dropped"))
+            ps.targets_dropped = *d;
+        }
         if (std::find(maps.begin(), maps.end(), "output_drops") != maps.end()) {
           if (auto drops = bpf_object->percpu_array_sum<std::uint64_t>("output_drops")) {
             ps.bpf_output_drops = *drops;

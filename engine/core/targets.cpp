@@ -131,8 +131,10 @@ void Targets::watch_exit(const asio::any_io_executor& executor,
 }
 
 void Targets::reap_command() {
-  if (child_ > 0 && ::waitpid(child_, &child_status_, 0) == child_)
+  if (child_ > 0 && ::waitpid(child_, &child_status_, 0) == child_) {
     child_ = -1;
+    exit_status_ = child_status_;
+  }
 }
 
 void Targets::cancel_watch() noexcept {

@@ -41,6 +41,9 @@ class Targets {
   [[nodiscard]] int cgroup_fd() const noexcept { return cgroup_fd_.get(); }
   /// The started command's pid (-1: none, or reaped).
   [[nodiscard]] pid_t command_pid() const noexcept { return child_; }
+  /// The started command's wait status once it exited by itself (reap_command), not when
+  /// close() ended it.
+  [[nodiscard]] std::optional<int> command_status() const noexcept { return exit_status_; }
 
   /// Calls on_exit on `executor` once process `pid` exits (a pidfd, Linux 5.3+): with true when
   /// the pidfd said so (a started command can then be reaped, reap_command()), with false when
@@ -63,6 +66,7 @@ class Targets {
   std::optional<boost::asio::posix::stream_descriptor> exit_watch_;  // the target's pidfd
   pid_t child_ = -1;
   int child_status_ = 0;
+  std::optional<int> exit_status_;
   UniqueFd go_fd_;  // the pipe the held command waits on
 };
 

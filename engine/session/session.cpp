@@ -660,6 +660,44 @@ void Session::Impl::absorb_kernel() {
   }
 }
 
+std::vector<std::string> out_of_target_notes(const Recipe& recipe, const Target& target) {
+  std::vector<std::string> out;
+  if (target.kind != Target::Kind::kPid && target.kind != Target::Kind::kCommand)
+    return out;
+  struct Outside {
+    std::string_view prefix;  // "system:event" prefix
+    std::string_view where;
+  };
+  static constexpr Outside kOutside[] = {
+      {"block:block_rq_complete", "a request completes in interrupt context"},
+      {"block:block_bio_complete", "a bio completes in interrupt context"},
+      {"block:block_rq_issue", "a request is often issued by a kworker or the plug flush"},
+      {"irq:", "interrupts run in whatever task they interrupt"},
+      {"irq_vectors:", "interrupts run in whatever task they interrupt"},
+      {"timer:", "timers fire in interrupt context"},
+      {"sched:sched_wakeup", "a wakeup runs in the waker's task"},
+      {"sched:sched_waking", "a wakeup runs in the waker's task"},
+      {"net:netif_receive_skb", "packets are received in softirq context"},
+      {"napi:", "packets are received in softirq context"},
+      {"workqueue:", "work runs in kworker threads"},
+  };
+  for (const auto& p : recipe.probes) {
+    if (p.options.kind != ProbeKind::kTracepoint)
+      continue;
+    for (const auto& o : kOutside) {
+      if (!std::string_view(p.options.spec).starts_with(o.prefix))
+        continue;
+      out.push_back(fmt::format(
+          "probe '{}' ({}): {}, outside the traced process: with -p or a command, tracer sees "
+          "only the events that happen to run in its tasks (a latency pairing them counts most "
+          "entries as unmatched); trace system-wide and filter by a field of the event instead",
+          p.options.name, p.options.spec, o.where));
+      break;
+    }
+  }
+  return out;
+}
+
 std::vector<ProbeInfo> Session::check(std::vector<std::string>* notes) {
   auto& s = *impl_;
   Diagnostics diags;
@@ -844,6 +882,10 @@ bool Session::running() const noexcept {
 
 bool Session::target_exited() const noexcept {
   return impl_->engine->target_exited();
+}
+
+std::optional<int> Session::command_exit_code() const noexcept {
+  return impl_->engine->command_exit_code();
 }
 
 std::exception_ptr Session::failure() const noexcept {

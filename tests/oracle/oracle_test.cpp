@@ -612,3 +612,134 @@ by = ["filename"]
 
 }  // namespace
 }  // namespace tracer
+
+namespace tracer {
+namespace {
+
+// A recipe's own BPF program honours the target: configs/opens.toml (opens.bpf.c includes
+// tracer_target.h) with a command prints the opens of the command and its children only, every
+// one of them (the workload's files as many times as it opened them), and no line of tracer's
+// own /proc reads or of another process.
+TEST(OracleBpf, OwnProgramsSeeOnlyTheTarget) {
+  testing::TempDir dir;
+  std::ofstream(dir.path() / "oracle-a") << "a";
+  std::ofstream(dir.path() / "oracle-b") << "b";
+  const auto out = dir.path() / "opens.txt";
+  const std::string work = tree_args() + " " + dir.path().string();
+  // Another process opens the same files all along: system-wide programs would see it.
+  const pid_t noise = spawn(
+      {"/bin/sh", "-c",
+       "while :; do cat " + (dir.path() / "oracle-a").string() + " >/dev/null; sleep 0.01; done"},
+      dir.path() / "n.out", dir.path() / "n.err");
+  const auto r = shell(kTracer + " run " + std::string(TRACER_CONFIGS_DIR) + "/opens.toml -o " +
+                       out.string() + " -- " + work);
+  ::kill(noise, SIGKILL);
+  wait_code(noise);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::istringstream in(slurp(out));
+  long a = 0, b = 0, lines = 0;
+  std::string others;
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty())
+      continue;
+    ++lines;
+    if (line.find(" oracle_workload ") == std::string::npos)
+      others += line + "\n";
+    a += line.ends_with("/oracle-a") ? 1 : 0;
+    b += line.ends_with("/oracle-b") ? 1 : 0;
+  }
+  EXPECT_EQ(a, kW * (kN / 100));
+  EXPECT_EQ(b, 2 * kW * (kN / 100));
+  EXPECT_EQ(others, "") << lines << " lines";
+}
+
+}  // namespace
+}  // namespace tracer
+
+namespace tracer {
+namespace {
+
+// Frictions that made right numbers look wrong.
+
+// `tracer run -- CMD` ends with the command's exit status, as `tracer stat` and a shell do.
+TEST(OracleCli, RunReturnsTheCommandsExitStatus) {
+  testing::TempDir dir;
+  const auto recipe = dir.path() / "r.toml";
+  std::ofstream(recipe) << recipe_text(shapes()[0]);
+  const auto r = shell(kTracer + " run " + recipe.string() + " -- /bin/sh -c 'exit 3'");
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  EXPECT_NE(r.err.find("the command exited with status 3"), std::string::npos) << r.err;
+  const auto ok = shell(kTracer + " run " + recipe.string() + " -- " + tree_args());
+  EXPECT_EQ(ok.exit_code, 0) << ok.err;
+}
+
+// `tracer stat -a -- CMD` counts every CPU for the command's life (it counted 0), and -I takes
+// milliseconds as perf stat's does (it took seconds and printed no interval).
+TEST(OracleCli, StatAllCpusWithACommandAndIntervalsInMilliseconds) {
+  const auto all = shell(kTracer + " stat -a -e syscalls:sys_enter_lseek -- " + tree_args());
+  ASSERT_EQ(all.exit_code, 0) << all.err;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(all.err, m, std::regex(R"(([0-9]+)\s+syscalls:sys_enter_lseek)")))
+      << all.err;
+  EXPECT_GE(std::stoll(m[1]), kCalls) << all.err;  // the workload's, and any other process's
+  const auto interval = shell(kTracer + " stat -e task-clock -I 100 -- sleep 0.55");
+  ASSERT_EQ(interval.exit_code, 0) << interval.err;
+  long intervals = 0;
+  for (std::size_t at = interval.err.find("--- "); at != std::string::npos;
+       at = interval.err.find("--- ", at + 1))
+    ++intervals;
+  EXPECT_GE(intervals, 3) << interval.err;
+  EXPECT_LE(intervals, 7) << interval.err;
+}
+
+// Folded stacks hold every sample whatever the table's `top` keeps on the terminal.
+TEST(OracleCli, FoldedStacksHoldEveryRowNotOnlyTheTop) {
+  testing::TempDir dir;
+  const auto recipe = dir.path() / "r.toml";
+  std::ofstream(recipe) << R"([recipe]
+name = "profile-top1"
+[[probe]]
+name = "cpu"
+software = "cpu-clock"
+freq = 999
+callchain = true
+[[stage]]
+use = "count"
+by = ["comm", "callchain"]
+top = 1
+)";
+  const auto folded = dir.path() / "out.folded";
+  const auto r = shell(kTracer + " run " + recipe.string() + " --json --folded " + folded.string() +
+                       " -- /bin/sh -c '" + TRACER_BUSY_LOOP + " 300 & " + TRACER_BUSY_LOOP_NOFP +
+                       " 300; wait'");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const long long events = json_number(r.out, "events");
+  ASSERT_GT(events, 100) << r.out;
+  std::istringstream in(slurp(folded));
+  long long total = 0, lines = 0;
+  for (std::string line; std::getline(in, line);) {
+    ++lines;
+    total += std::stoll(line.substr(line.rfind(' ') + 1));
+  }
+  EXPECT_GT(lines, 1);
+  EXPECT_EQ(total, events);
+}
+
+// A probe whose events happen outside the traced process (a block I/O completion in interrupt
+// context) is pointed out by `check` and at the start of `run`, with the reason.
+TEST(OracleCli, EventsOutsideTheTargetAreNamed) {
+  const std::string recipe = std::string(TRACER_CONFIGS_DIR) + "/block-io-latency.toml";
+  const auto check = shell(kTracer + " check " + recipe + " -- /bin/true");
+  ASSERT_EQ(check.exit_code, 0) << check.err;
+  EXPECT_NE(check.out.find("note: probe 'complete' (block:block_rq_complete): a request "
+                           "completes in interrupt context, outside the traced process"),
+            std::string::npos)
+      << check.out;
+  const auto wide = shell(kTracer + " check " + recipe);
+  EXPECT_EQ(wide.out.find("outside the traced process"), std::string::npos) << wide.out;
+  const auto run = shell(kTracer + " run " + recipe + " -- /bin/true");
+  EXPECT_NE(run.err.find("tracer: warning: probe 'complete'"), std::string::npos) << run.err;
+}
+
+}  // namespace
+}  // namespace tracer

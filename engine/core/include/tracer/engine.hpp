@@ -455,6 +455,9 @@ class Engine {
   [[nodiscard]] std::optional<DeliveryChannel> delivery_channel() const;
   /// The pid of the command started for a kCommand target (-1 otherwise).
   [[nodiscard]] pid_t command_pid() const noexcept;
+  /// A kCommand target's exit code once it ended by itself (128 + N after signal N, as a shell
+  /// and `tracer stat` report it); nullopt while it runs, or when the engine ended it.
+  [[nodiscard]] std::optional<int> command_exit_code() const noexcept;
   /// Attaches a loaded BPF program (its fd) to probe `probe`'s perf event (PERF_EVENT_IOC_SET_BPF
   /// on one event: a tracepoint's or probe's program runs on every CPU and for every task, so
   /// it must filter its targets itself). After start(), before the first batch of a command

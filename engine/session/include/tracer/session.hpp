@@ -75,6 +75,15 @@ struct SessionOptions {
   bool trace_self = false;
 };
 
+/// Probes of a pid or command target whose events the kernel raises outside the task that
+/// caused them (block I/O completions and interrupts in interrupt context, wakeups in the
+/// waker's task, timers, softirq networking, workqueues): with the target they are mostly not
+/// seen, so a latency pairing them is short of its exits. One line per such probe, with the
+/// reason and what to do (`tracer run` warns at start, `tracer check` notes it); empty for a
+/// system-wide target.
+[[nodiscard]] std::vector<std::string> out_of_target_notes(const Recipe& recipe,
+                                                           const Target& target);
+
 /// A Session's accounting: the engine's per probe and CPU, and the stages'.
 struct SessionStats {
   Stats engine{};
@@ -138,6 +147,8 @@ class Session {
   [[nodiscard]] bool running() const noexcept;
   /// The pid or command target exited (the session stopped by itself).
   [[nodiscard]] bool target_exited() const noexcept;
+  /// A command target's exit code once it ended by itself (Engine::command_exit_code).
+  [[nodiscard]] std::optional<int> command_exit_code() const noexcept;
   /// What a batch handler threw, if anything (the session stopped).
   [[nodiscard]] std::exception_ptr failure() const noexcept;
   [[nodiscard]] Engine& engine() noexcept;

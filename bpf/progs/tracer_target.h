@@ -1,0 +1,86 @@
+/* tracer_target.h: "is this task in tracer's target?" for the BPF programs
+ * tracer runs: shipped ones and a recipe's own [bpf] source, which includes it
+ * as #include "tracer_target.h" (tracer puts it beside vmlinux.h when it
+ * compiles the source).
+ *
+ * Usage, in a program that emits events:
+ *     if (!tracer_in_target())
+ *             return 1;
+ *
+ * tracer fills the `tgids` map with the pid or command target before the
+ * programs run, and attaches tracer_follow_fork / tracer_follow_exit to
+ * sched:sched_process_fork / sched_process_exit so the target's children join
+ * it and exited processes leave (any number of them over a run, at most
+ * TRACER_MAX_TARGETS alive at once; children that do not fit are counted in
+ * tracer_targets_dropped and reported). System-wide, every process is the
+ * target but tracer's own (unless `tracer run --trace-self`). */
+#ifndef TRACER_TARGET_H
+#define TRACER_TARGET_H
+
+#ifndef TRACER_MAX_TARGETS
+#define TRACER_MAX_TARGETS 65536
+#endif
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, TRACER_MAX_TARGETS);
+	__type(key, __u32);
+	__type(value, __u8);
+} tgids SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} tracer_targets_dropped SEC(".maps");
+
+/* Set by tracer before load: 1 when every process is the target
+ * (system-wide), and the process left out then (tracer's own; 0: none). */
+const volatile __u8 tracer_target_all = 1;
+const volatile __u32 tracer_self_tgid = 0;
+
+static __always_inline int tracer_in_target(void)
+{
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	if (tracer_target_all)
+		return tgid != tracer_self_tgid || tracer_self_tgid == 0;
+	return bpf_map_lookup_elem(&tgids, &tgid) != 0;
+}
+
+SEC("tracepoint")
+int tracer_follow_fork(struct trace_event_raw_sched_process_fork *ctx)
+{
+	if (tracer_target_all)
+		return 1;
+	__u32 parent = bpf_get_current_pid_tgid() >> 32;
+	if (!bpf_map_lookup_elem(&tgids, &parent))
+		return 1;
+	__u32 child = (__u32)ctx->child_pid;
+	__u8 one = 1;
+	if (bpf_map_update_elem(&tgids, &child, &one, BPF_ANY) != 0) {
+		__u32 zero = 0;
+		__u64 *d = bpf_map_lookup_elem(&tracer_targets_dropped, &zero);
+		if (d)
+			*d += 1;
+	}
+	return 1;
+}
+
+/* A thread the fork program took for a process (sched_process_fork fires for
+ * threads too) leaves at its exit; a process at its leader's exit. */
+SEC("tracepoint")
+int tracer_follow_exit(void *ctx)
+{
+	if (tracer_target_all)
+		return 1;
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tid = (__u32)id, tgid = id >> 32;
+	if (tid != tgid)
+		bpf_map_delete_elem(&tgids, &tid);
+	if (tid == tgid)
+		bpf_map_delete_elem(&tgids, &tgid);
+	return 1;
+}
+
+#endif /* TRACER_TARGET_H */
