@@ -163,20 +163,19 @@ void print_loss_warnings(const Stats& stats) {
     fmt::print(stderr, "lost on probe '{}': {}\n", p.name, parts);
   }
   for (const auto& p : stats.probes) {
-    if (p.keys_truncated == 0)
-      continue;
-    fmt::print(stderr,
-               "warning: probe '{}': {} events had a string key longer than the key's bytes "
-               "(string_key_bytes): counted under the cut string\n",
-               p.name, p.keys_truncated);
-  }
-  for (const auto& p : stats.probes) {
-    if (p.targets_dropped == 0)
-      continue;
-    fmt::print(stderr,
-               "warning: probe '{}': {} processes of the target were not followed: the in-kernel "
-               "target map was full (raise [recipe] max_targets); their events are not counted\n",
-               p.name, p.targets_dropped);
+    if (p.keys_truncated != 0) {
+      fmt::print(stderr,
+                 "warning: probe '{}': {} events had a string key longer than the key's bytes "
+                 "(string_key_bytes): counted under the cut string\n",
+                 p.name, p.keys_truncated);
+    }
+    if (p.targets_dropped != 0) {
+      fmt::print(stderr,
+                 "warning: probe '{}': {} processes of the target were not followed: the "
+                 "in-kernel target map was full (raise [recipe] max_targets); their events are "
+                 "not counted\n",
+                 p.name, p.targets_dropped);
+    }
   }
   for (const auto& p : stats.probes) {
     const auto t = p.total();
@@ -207,7 +206,12 @@ void print_loss_warnings(const Stats& stats) {
   }
 }
 
-void print_summary(const Stats& stats, const Counters& counters, bool json, double seconds) {
+/// `json_out`: where the JSON summary goes (the run's output: `-o FILE` gets it too).
+void print_summary(const Stats& stats,
+                   const Counters& counters,
+                   bool json,
+                   double seconds,
+                   Sink* json_out) {
   if (json) {
     std::string stages;
     for (const auto& [name, value] : counters)
@@ -224,9 +228,11 @@ void print_summary(const Stats& stats, const Counters& counters, bool json, doub
                             probes.empty() ? "" : ",", json_escape(p.name), t.samples, lost,
                             t.bytes, t.aux_truncated, kernel);
     }
-    fmt::print("{{\"type\":\"summary\",\"seconds\":{:.3f},\"probes\":{{{}}},\"stages\":{{{}}}}}\n",
-               seconds, probes, stages);
-    std::fflush(stdout);
+    const std::string line = fmt::format(
+        "{{\"type\":\"summary\",\"seconds\":{:.3f},\"probes\":{{{}}},\"stages\":{{{}}}}}\n",
+        seconds, probes, stages);
+    json_out->write(line);
+    json_out->flush();
     print_loss_warnings(stats);  // stderr: the JSON lines stay alone on stdout
     return;
   }
@@ -282,6 +288,9 @@ int run_recipe(const RunOptions& given) {
                     .trace_self = o.trace_self};
   for (const auto& dir : o.debuginfo)
     so.pipeline.symbols.debug_roots.emplace_back(dir);
+  // Tracer's text on stdout: the traced command's own output goes to stderr, never into it.
+  if (o.output.empty())
+    so.target.stdout_to_stderr = true;
   if (!o.duration.empty()) {
     auto d = parse_duration(o.duration);
     if (!d) {
@@ -346,7 +355,7 @@ int run_recipe(const RunOptions& given) {
   session.stop();
   clear_status();
   const auto st = session.stats();
-  print_summary(st.engine, st.counters, o.json, st.seconds);
+  print_summary(st.engine, st.counters, o.json, st.seconds, &out);
   for (const auto& p : session.pipelines()) {
     for (const auto& w : p->take_warnings())
       fmt::print(stderr, "tracer: warning: {}\n", w);

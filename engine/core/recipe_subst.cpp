@@ -54,7 +54,8 @@ std::string set_forms_hint(const ConfigValue& root) {
   const auto params = param_names(root);
   const auto probes = probe_names(root);
   return fmt::format(
-      "--set takes a param ({}), recipe.KEY ({}), probe.NAME.KEY (NAME: {}) or bpf.KEY ({})",
+      "--set takes a param ({}), recipe.KEY ({}), probe.NAME.KEY (NAME: {}), stage.N.KEY or "
+      "stage.USE.KEY (a stage's option, e.g. stage.count.top=5) or bpf.KEY ({})",
       params.empty() ? "none declared" : plain_list(params), plain_list(names_of(kRecipeKeys)),
       probes.empty() ? "no probes" : plain_list(probes), plain_list(names_of(kBpfKeys)));
 }
@@ -180,6 +181,51 @@ bool apply_set(ConfigValue& root,
       diags.add(key_where, fmt::format("--set {}: [{}] is not a table", key, parts[0]));
     else if (auto v = typed(text, spec->type, key, value_where, diags))
       put(*t, parts[1], key_where, std::move(*v));
+    return true;
+  }
+  if (parts.size() == 3 && parts[0] == "stage") {
+    // stage.N.KEY (N from 1, the top-level [[stage]] tables in order) or stage.USE.KEY (the one
+    // stage of that kind): a shipped recipe's `top`, `every`, ... from the command line. The
+    // stage checks the option against its spec as if written in the file.
+    auto* stages = root.find("stage");
+    if (stages == nullptr || stages->array() == nullptr)
+      return false;
+    auto& list = *stages->array();
+    ConfigTable* stage = nullptr;
+    if (const auto n = parse_int(parts[1])) {
+      if (*n >= 1 && static_cast<std::size_t>(*n) <= list.size())
+        stage = list[static_cast<std::size_t>(*n - 1)].table();
+    } else {
+      int matches = 0;
+      for (auto& st : list) {
+        const auto* use = st.find("use");
+        if (st.table() != nullptr && use != nullptr && use->string() != nullptr &&
+            *use->string() == parts[1]) {
+          stage = st.table();
+          ++matches;
+        }
+      }
+      if (matches > 1) {
+        diags.add(key_where, fmt::format("--set {}: {} stages use '{}'", key, matches, parts[1]),
+                  fmt::format("name the stage by its place: --set stage.N.{}", parts[2]));
+        return true;
+      }
+    }
+    if (stage == nullptr || parts[2] == "use")
+      return false;
+    // The type the recipe wrote for it, else what the text looks like.
+    KeyType t = KeyType::kString;
+    const ConfigValue* old = nullptr;
+    for (const auto& [k, v] : *stage) {
+      if (k == parts[2])
+        old = &v;
+    }
+    if (old != nullptr ? old->is_int() : parse_int(text).has_value())
+      t = KeyType::kInt;
+    else if (old != nullptr ? old->is_bool() : (text == "true" || text == "false"))
+      t = KeyType::kBool;
+    if (auto v = typed(text, t, key, value_where, diags))
+      put(*stage, parts[2], key_where, std::move(*v));
     return true;
   }
   if (parts.size() == 3 && parts[0] == "probe") {

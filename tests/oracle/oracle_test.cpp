@@ -165,6 +165,12 @@ by = ["syscall"])",
   };
 }
 
+/// The files the workload opens with a DIR argument (tree W N DIR).
+void make_workload_files(const fs::path& dir) {
+  std::ofstream(dir / "oracle-a") << "a";
+  std::ofstream(dir / "oracle-b") << "b";
+}
+
 std::string recipe_text(const Shape& s) {
   return std::string("[recipe]\nname = \"oracle-") + s.name + "\"\n[[probe]]\nname = \"p\"\n" +
          s.probe + "\n" + s.stages + "\n";
@@ -503,12 +509,6 @@ TEST(OracleReference, BpftraceAgreesSystemWide) {
   EXPECT_NE(theirs.find("@s: " + std::to_string(kOffsetSum)), std::string::npos) << theirs;
 }
 
-}  // namespace
-}  // namespace tracer
-
-namespace tracer {
-namespace {
-
 // tracer never feeds on itself: system-wide, its own system calls are not events (each drain's
 // epoll_wait would be a record that wakes it again). With a syscall-heavy workload beside it, a
 // system-wide per-event pipeline in user space keeps tracer's CPU low and its own process out of
@@ -548,20 +548,13 @@ by = ["pid"]
   }
 }
 
-}  // namespace
-}  // namespace tracer
-
-namespace tracer {
-namespace {
-
 // A `char *` tracepoint field (openat's filename) keys by the string it points to, read in the
 // kernel at the event: the counts per file are the workload's (and strace's); a pipeline kept
 // in user space, where the field is only a pointer, is an error at its position, never rows of
 // pointer values.
 TEST(OracleStrings, CharPointerFieldsCountAsTheirStrings) {
   testing::TempDir dir;
-  std::ofstream(dir.path() / "oracle-a") << "a";
-  std::ofstream(dir.path() / "oracle-b") << "b";
+  make_workload_files(dir.path());
   const auto recipe = dir.path() / "r.toml";
   std::ofstream(recipe) << R"([recipe]
 name = "by-file"
@@ -610,20 +603,13 @@ by = ["filename"]
       << user.err;
 }
 
-}  // namespace
-}  // namespace tracer
-
-namespace tracer {
-namespace {
-
 // A recipe's own BPF program honours the target: configs/opens.toml (opens.bpf.c includes
 // tracer_target.h) with a command prints the opens of the command and its children only, every
 // one of them (the workload's files as many times as it opened them), and no line of tracer's
 // own /proc reads or of another process.
 TEST(OracleBpf, OwnProgramsSeeOnlyTheTarget) {
   testing::TempDir dir;
-  std::ofstream(dir.path() / "oracle-a") << "a";
-  std::ofstream(dir.path() / "oracle-b") << "b";
+  make_workload_files(dir.path());
   const auto out = dir.path() / "opens.txt";
   const std::string work = tree_args() + " " + dir.path().string();
   // Another process opens the same files all along: system-wide programs would see it.
@@ -652,12 +638,6 @@ TEST(OracleBpf, OwnProgramsSeeOnlyTheTarget) {
   EXPECT_EQ(b, 2 * kW * (kN / 100));
   EXPECT_EQ(others, "") << lines << " lines";
 }
-
-}  // namespace
-}  // namespace tracer
-
-namespace tracer {
-namespace {
 
 // Frictions that made right numbers look wrong.
 
@@ -739,6 +719,38 @@ TEST(OracleCli, EventsOutsideTheTargetAreNamed) {
   EXPECT_EQ(wide.out.find("outside the traced process"), std::string::npos) << wide.out;
   const auto run = shell(kTracer + " run " + recipe + " -- /bin/true");
   EXPECT_NE(run.err.find("tracer: warning: probe 'complete'"), std::string::npos) << run.err;
+}
+
+// A shipped recipe's stage options change from the command line (--set stage.USE.KEY or
+// stage.N.KEY); the traced command's stdout never mixes into tracer's; `--json -o FILE` puts the
+// summary in FILE with the tables.
+TEST(OracleCli, SetStageOptionsSeparateStdoutAndJsonSummaryInTheOutputFile) {
+  testing::TempDir dir;
+  const auto recipe = dir.path() / "r.toml";
+  std::ofstream(recipe) << recipe_text(shapes()[7]);  // count by pid: kW rows
+  const auto top = shell(kTracer + " run " + recipe.string() +
+                         " --json --set stage.count.top=2 -- " + tree_args());
+  ASSERT_EQ(top.exit_code, 0) << top.err;
+  EXPECT_EQ(outcome(top.out, "", 0).rows.size(), 2U) << top.out;
+  const auto by_place =
+      shell(kTracer + " run " + recipe.string() + " --json --set stage.1.top=3 -- " + tree_args());
+  EXPECT_EQ(outcome(by_place.out, "", 0).rows.size(), 3U) << by_place.out;
+  const auto bad = shell(kTracer + " run " + recipe.string() + " --set stage.count.top=x -- true");
+  EXPECT_EQ(bad.exit_code, 2) << bad.err;
+
+  const auto text = shell(kTracer + " run " + recipe.string() + " -- /bin/echo HELLO-FROM-CMD");
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_EQ(text.out.find("HELLO-FROM-CMD"), std::string::npos) << text.out;
+  EXPECT_NE(text.err.find("HELLO-FROM-CMD"), std::string::npos) << text.err;
+
+  const auto file = dir.path() / "out.jsonl";
+  const auto json = shell(kTracer + " run " + recipe.string() + " --json -o " + file.string() +
+                          " -- " + tree_args());
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  EXPECT_EQ(json.out, "");
+  const auto o = outcome(slurp(file), "", 0);
+  EXPECT_EQ(o.rows.size(), static_cast<std::size_t>(kW));
+  EXPECT_EQ(json_number(o.summary, "events"), kCalls) << slurp(file);
 }
 
 }  // namespace
