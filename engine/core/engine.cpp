@@ -571,10 +571,10 @@ std::vector<ProbeInfo> Engine::check(std::vector<std::string>* notes) {
             po.name, po.bpf_program, po.spec));
       }
     }
-    if (notes != nullptr && impl_->bpf_object) {
-      const auto maps = impl_->bpf_object->map_names();
+    if (const auto& obj = impl_->bpf_object; notes != nullptr && obj.has_value()) {
+      const auto maps = obj->map_names();
       if (std::find(maps.begin(), maps.end(), "tgids") == maps.end()) {
-        notes->push_back(
+        notes->emplace_back(
             "the [bpf] object has no `tgids` map: its programs do not test the target (-p, -- "
             "CMD), so what they emit comes from every process; #include \"tracer_target.h\" "
             "and return early unless tracer_in_target() (configs/opens.bpf.c does)");

@@ -7,7 +7,6 @@
 // BPF ring buffer, through perf rings, sampled by the tracepoint's perf events). Each table must
 // equal the known answer and every other path's table row for row, and lose nothing; strace,
 // perf stat and bpftrace answer the same questions on the same workload and must agree.
-#include <signal.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -16,6 +15,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
