@@ -376,8 +376,9 @@ int check_recipe(const RunOptions& o) {
   Recipe recipe = load_recipe(o);
   asio::io_context io;
   Sink out = Sink::to_file(stdout);
-  Session session(io.get_executor(), recipe, out,
-                  {.target = target_from(o), .placement = parse_placement(o.placement)});
+  SessionOptions so{.target = target_from(o), .placement = parse_placement(o.placement)};
+  so.pipeline.dry_run = true;  // check writes nothing: no output path is opened
+  Session session(io.get_executor(), recipe, out, std::move(so));
   std::vector<std::string> notes;
   const auto probes = session.check(&notes);
   if (o.plan) {

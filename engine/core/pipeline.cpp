@@ -92,7 +92,8 @@ void Pipeline::bind(std::span<const ProbeInfo> probes,
                     .where = {},
                     .maps = maps,
                     .kinds = slot.needs.kinds,
-                    .time_order = slot.needs.time_order};
+                    .time_order = slot.needs.time_order,
+                    .dry_run = options_.dry_run};
     slot.stage->bind(ctx, diags);
     slot.kinds = ctx.kinds;
     ordered = ordered || ctx.time_order;

@@ -63,7 +63,11 @@ void OutputStage::bind(BindContext& ctx, Diagnostics& diags) {
 void OutputStage::bind_shared(BindContext& ctx, Diagnostics& diags) {
   per_event_ = events_opt_.value_or(!ctx.upstream_aggregates);
   sink_ = &ctx.out;
-  if (path_) {
+  if (ctx.dry_run) {
+    // `tracer check`: no file is opened, created or truncated, and nothing reaches stdout.
+    own_.emplace(Sink::to_string(&discard_));
+    sink_ = &*own_;
+  } else if (path_) {
     auto s = Sink::open(*path_);
     if (s) {
       own_.emplace(std::move(*s));

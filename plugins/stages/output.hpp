@@ -44,6 +44,7 @@ class OutputStage : public Stage, public Output {
   bool per_event_ = true;
   Sink* sink_ = nullptr;
   std::optional<Sink> own_;
+  std::string discard_;  // a dry run's sink (BindContext::dry_run)
   fmt::memory_buffer buf_;
 
  private:

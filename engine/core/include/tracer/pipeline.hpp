@@ -50,6 +50,9 @@ struct PipelineOptions {
   /// for each (on_delivered), where every stage that reads samples can (false: always the
   /// records; tests and benchmarks compare the two).
   bool in_place = true;
+  /// Bind to validate only (`tracer check`): the stages open and write nothing
+  /// (BindContext::dry_run).
+  bool dry_run = false;
 };
 
 struct PipelineStats {

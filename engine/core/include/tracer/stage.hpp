@@ -463,6 +463,9 @@ struct BindContext {
   /// aggregation before it) sets it in bind; the pipeline reads it back after.
   KindMask kinds = kind_bit(RecordKind::kSample);
   bool time_order = false;
+  /// `tracer check`: bind to validate only. A stage opens, creates and writes nothing (an
+  /// output's `path` is not touched: checking an untrusted recipe as root clobbers no file).
+  bool dry_run = false;
 };
 
 class Aggregation;
