@@ -1,6 +1,7 @@
 // Symbolizer: per-process maps, ELF files cached by build-id or inode, JIT maps, callchains.
 #include <fmt/format.h>
 #include <sys/auxv.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -283,20 +284,24 @@ struct Symbolizer::Impl {
     }
     if (size == 0)
       return nullptr;
-    const fs::path copy = fs::temp_directory_path() / fmt::format("tracer-vdso-{}.so", ::getpid());
-    {
-      std::FILE* f = std::fopen(copy.c_str(), "wbe");
-      if (f == nullptr)
-        return nullptr;
-      const bool ok = std::fwrite(reinterpret_cast<const void*>(base), 1, size, f) == size;
-      std::fclose(f);
-      if (ok) {
-        if (auto elf = ElfSymbols::open(copy, options))
-          vdso_elf = std::move(*elf);
-      }
+    // An anonymous memory file, never a name in /tmp: a predictable path there could be a
+    // planted symlink that a root process would write through.
+    const int fd = ::memfd_create("tracer-vdso", MFD_CLOEXEC);
+    if (fd < 0)
+      return nullptr;
+    const auto* bytes = reinterpret_cast<const char*>(base);
+    std::uint64_t done = 0;
+    while (done < size) {
+      const ssize_t n = ::write(fd, bytes + done, size - done);
+      if (n <= 0)
+        break;
+      done += static_cast<std::uint64_t>(n);
     }
-    std::error_code ec;
-    fs::remove(copy, ec);
+    if (done == size) {
+      if (auto elf = ElfSymbols::open(fmt::format("/proc/self/fd/{}", fd), options))
+        vdso_elf = std::move(*elf);
+    }
+    ::close(fd);
     return vdso_elf;
   }
 

@@ -1,6 +1,8 @@
 // Hostile input (#27): what a root tool must never do whatever a recipe says. First: `tracer
 // check` writes nothing, whatever output paths the recipe names.
+#include <sys/auxv.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <gtest/gtest.h>
 
@@ -10,6 +12,7 @@
 
 #include "support/cli.hpp"
 #include "support/temp_dir.hpp"
+#include "tracer/symbols/symbols.hpp"
 
 namespace tracer {
 namespace {
@@ -49,6 +52,37 @@ TEST(Hostile, CheckOpensNoOutputPath) {
   ASSERT_EQ(plan.exit_code, 0) << plan.err;
   EXPECT_EQ(slurp(keep), "do not touch\n");
   EXPECT_FALSE(fs::exists(fresh));
+}
+
+}  // namespace
+}  // namespace tracer
+
+namespace tracer {
+namespace {
+
+// A [vdso] frame is named from a copy of the vDSO in an anonymous memory file: nothing is written
+// at a predictable /tmp name (a symlink planted at the old tracer-vdso-<pid>.so is not followed:
+// its target keeps its content).
+TEST(Hostile, VdsoFramesWriteNoTemporaryFile) {
+  testing::TempDir dir;
+  const auto target = dir.path() / "victim";
+  std::ofstream(target) << "victim\n";
+  const auto planted =
+      fs::temp_directory_path() / ("tracer-vdso-" + std::to_string(::getpid()) + ".so");
+  std::error_code ec;
+  fs::remove(planted, ec);
+  fs::create_symlink(target, planted, ec);
+  ASSERT_FALSE(ec) << ec.message();
+  const auto base = ::getauxval(AT_SYSINFO_EHDR);
+  ASSERT_NE(base, 0u);
+  symbols::Symbolizer sym;
+  sym.on_mmap({.pid = 4242, .start = base, .len = 0x2000, .path = "[vdso]"});
+  const auto frames = sym.symbolize_user(4242, base + 0x10);
+  ASSERT_EQ(frames.size(), 1u);
+  EXPECT_EQ(frames[0].module, "[vdso]");
+  EXPECT_EQ(slurp(target), "victim\n");
+  EXPECT_TRUE(fs::is_symlink(planted));
+  fs::remove(planted, ec);
 }
 
 }  // namespace
