@@ -10,6 +10,7 @@
 #include <chrono>
 #include <csignal>
 #include <ctime>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -30,9 +31,12 @@ namespace {
 
 namespace asio = boost::asio;
 
+/// -p not given (any value the user gives is checked: 0 and negative ids are errors).
+constexpr int kNoPid = std::numeric_limits<int>::min();
+
 struct RunOptions {
   std::string recipe;
-  int pid = -1;
+  int pid = kNoPid;
   std::string command;  // -c "CMD ARGS"
   std::string duration;
   std::string output;
@@ -84,6 +88,11 @@ Target target_from(const RunOptions& o) {
   std::vector<std::string> cmd = split_command(o.command);
   const auto& tail = trailing_args();
   cmd.insert(cmd.end(), tail.begin(), tail.end());
+  if (o.pid != kNoPid && o.pid <= 0) {
+    throw Error(ErrorCategory::kUsage, std::make_error_code(std::errc::invalid_argument),
+                fmt::format("-p {}: a process id is a number above 0", o.pid),
+                "tracer run RECIPE -p PID (see `pgrep NAME`)");
+  }
   if (o.pid > 0 && !cmd.empty()) {
     throw Error(ErrorCategory::kUsage, std::make_error_code(std::errc::invalid_argument),
                 "give -p PID or a command, not both");
@@ -296,6 +305,10 @@ int run_recipe(const RunOptions& given) {
     if (!d) {
       throw Error(ErrorCategory::kUsage, d.error().code, "--duration: " + d.error().message,
                   d.error().hint);
+    }
+    if (d->count() <= 0) {
+      throw Error(ErrorCategory::kUsage, std::make_error_code(std::errc::invalid_argument),
+                  "--duration: must be positive", "leave it out to run until Ctrl-C");
     }
     so.duration = *d;
   }

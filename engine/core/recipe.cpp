@@ -64,6 +64,10 @@ class Loader {
   }
 
   Recipe run(std::string_view text) {
+    if (!structure_ok(text)) {
+      diags_.throw_if_any();
+      return {};
+    }
     std::optional<ConfigValue> root = core::parse_toml(text, path_, diags_);
     if (!root) {
       diags_.throw_if_any();
@@ -81,6 +85,70 @@ class Loader {
   }
 
  private:
+  /// Limits checked before the TOML parser sees the text (its recursion follows a key's dotted
+  /// parts and the nesting of arrays and inline tables: a hostile recipe would overflow the
+  /// stack). Strings and comments are skipped. False (with a positioned diagnostic) past them.
+  bool structure_ok(std::string_view text) {
+    constexpr std::size_t kMaxRecipeBytes = std::size_t{4} << 20;
+    constexpr int kMaxDots = 64, kMaxDepth = 64;
+    if (text.size() > kMaxRecipeBytes) {
+      diags_.add({path_, 1, 1},
+                 fmt::format("the recipe is larger than {} MiB", kMaxRecipeBytes >> 20),
+                 "a recipe is a few KiB: is this the right file?");
+      return false;
+    }
+    std::uint32_t line = 1, col = 1;
+    int dots = 0, depth = 0;
+    for (std::size_t i = 0; i < text.size(); ++i, ++col) {
+      const char c = text[i];
+      if (c == '\n') {
+        ++line;
+        col = 0;
+        dots = 0;
+        continue;
+      }
+      if (c == '#') {  // a comment: to the end of the line
+        while (i + 1 < text.size() && text[i + 1] != '\n')
+          ++i;
+        continue;
+      }
+      if (c == '"' || c == '\'') {  // a string (multi-line ones too): its content is not structure
+        const bool multi = text.substr(i, 3) == std::string_view(c == '"' ? "\"\"\"" : "'''");
+        const std::string_view close = multi ? text.substr(i, 3) : text.substr(i, 1);
+        std::size_t j = i + close.size();
+        while (j < text.size() && text.substr(j, close.size()) != close) {
+          if (c == '"' && text[j] == '\\')
+            ++j;
+          if (j < text.size() && text[j] == '\n')
+            ++line;
+          ++j;
+        }
+        col += static_cast<std::uint32_t>(j - i);
+        i = std::min(j + close.size() - 1, text.size());
+        continue;
+      }
+      if (c == '.' && ++dots > kMaxDots) {
+        diags_.add({path_, line, col},
+                   fmt::format("a key of more than {} dotted parts", kMaxDots + 1),
+                   "write the nested tables as [section] headers");
+        return false;
+      }
+      if (c == '[' || c == '{') {
+        if (++depth > kMaxDepth) {
+          diags_.add({path_, line, col},
+                     fmt::format("arrays or tables nested more than {} deep", kMaxDepth),
+                     "a recipe's values nest a few levels at most");
+          return false;
+        }
+      } else if ((c == ']' || c == '}') && depth > 0) {
+        --depth;
+      } else if (c == '=' || c == ',') {
+        dots = 0;
+      }
+    }
+    return true;
+  }
+
   // --- sections ------------------------------------------------------------------------------
 
   void read_root(const ConfigTable& root) {
@@ -399,8 +467,8 @@ Recipe Recipe::load_string(std::string_view text,
 }
 
 Recipe Recipe::load(const std::filesystem::path& file, const LoadOptions& options) {
-  // A recipe is a few KiB; 4 MiB guards against being pointed at something else.
-  auto text = detail::read_text_file(file, "recipe", std::size_t{4} << 20);
+  // A recipe is a few KiB; more than 4 MiB is an error (Loader::structure_ok), not a cut.
+  auto text = detail::read_text_file(file, "recipe", (std::size_t{4} << 20) + 1);
   if (!text)
     throw Error(ErrorCategory::kNotFound, text.error().code, text.error().message,
                 "check the recipe path (configs/ holds ready-made recipes)");

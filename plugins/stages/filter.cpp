@@ -120,6 +120,7 @@ class FilterParser {
     kError
   };
   static constexpr int kMaxDepth = 64;
+  static constexpr std::size_t kMaxNodes = 1024;
 
   bool fail(std::size_t at, std::string message) {
     if (error_.message.empty()) {
@@ -268,6 +269,11 @@ class FilterParser {
   }
 
   int add(FilterExpr::Node n) {
+    // Evaluation and code generation walk the tree: its size is bounded, with a position.
+    if (out_.nodes_.size() >= kMaxNodes) {
+      fail(tok_start_, fmt::format("an expression of more than {} terms", kMaxNodes));
+      return -1;
+    }
     out_.nodes_.push_back(std::move(n));
     return static_cast<int>(out_.nodes_.size() - 1);
   }

@@ -87,3 +87,68 @@ TEST(Hostile, VdsoFramesWriteNoTemporaryFile) {
 
 }  // namespace
 }  // namespace tracer
+
+namespace tracer {
+namespace {
+
+std::string lseek_recipe(const std::string& extra_stage) {
+  return "[recipe]\nname = \"hostile\"\n[[probe]]\nname = \"p\"\n"
+         "tracepoint = \"syscalls:sys_enter_lseek\"\n" +
+         extra_stage;
+}
+
+// Recipes that crashed the parser or the first event: a filter of 45,000 terms (a recursion as
+// deep as the expression is long), a dotted key of 30,000 parts (toml++'s recursion), a recipe
+// past 4 MiB (cut silently: a broken stage after 5 MB of comments passed with "0 pipelines").
+// Each is an error at its position, exit 2, from check as from run.
+TEST(Hostile, RecipesPastTheLimitsAreErrorsNotCrashes) {
+  testing::TempDir dir;
+  std::string terms = "fd == 1";
+  for (int i = 0; i < 45000; ++i)
+    terms += " || fd == 1";
+  const auto long_filter = dir.path() / "long_filter.toml";
+  std::ofstream(long_filter) << lseek_recipe("[[stage]]\nuse = \"filter\"\nexpr = \"" + terms +
+                                             "\"\n[[stage]]\nuse = \"count\"\n");
+  std::string key = "a";
+  for (int i = 0; i < 30000; ++i)
+    key += ".a";
+  const auto dotted = dir.path() / "dotted.toml";
+  std::ofstream(dotted) << lseek_recipe(key + " = 1\n");
+  const auto big = dir.path() / "big.toml";
+  {
+    std::ofstream f(big);
+    f << lseek_recipe("");
+    const std::string comment = "# " + std::string(1000, 'x') + "\n";
+    for (int i = 0; i < 5200; ++i)
+      f << comment;
+    f << "[[stage]]\nuse = \"nosuchstage\"\n";
+  }
+  for (const auto& [file, message] :
+       {std::pair{long_filter, "an expression of more than 1024 terms"},
+        std::pair{dotted, "a key of more than 65 dotted parts"},
+        std::pair{big, "the recipe is larger than 4 MiB"}}) {
+    SCOPED_TRACE(file.filename().string());
+    const auto r = testing::run_tracer("check " + file.string());
+    EXPECT_EQ(r.exit_code, 2) << r.err.substr(0, 500);
+    EXPECT_NE(r.err.find(file.string() + ":"), std::string::npos) << r.err.substr(0, 500);
+    EXPECT_NE(r.err.find(message), std::string::npos) << r.err.substr(0, 500);
+  }
+}
+
+// Command-line values that did nothing or ran something else: -p 0 and -p -5 traced the whole
+// machine, -d 0s ran until Ctrl-C, a command that cannot run exited 0.
+TEST(Hostile, ImpossibleTargetsAndDurationsFail) {
+  testing::TempDir dir;
+  const auto recipe = dir.path() / "r.toml";
+  std::ofstream(recipe) << lseek_recipe("[[stage]]\nuse = \"count\"\n");
+  for (const std::string args : {"-p 0", "-p -5", "-d 0s"}) {
+    SCOPED_TRACE(args);
+    const auto r = testing::run_tracer("run " + recipe.string() + " " + args);
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+  }
+  const auto missing = testing::run_tracer("run " + recipe.string() + " -- /nonexistent/cmd");
+  EXPECT_NE(missing.exit_code, 0) << missing.err;
+}
+
+}  // namespace
+}  // namespace tracer
