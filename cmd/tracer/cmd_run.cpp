@@ -7,8 +7,10 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <cerrno>
 #include <chrono>
 #include <csignal>
+#include <cstring>
 #include <ctime>
 #include <limits>
 #include <memory>
@@ -377,6 +379,13 @@ int run_recipe(const RunOptions& given) {
     fmt::print(stderr, "tracer: process {} exited\n", o.pid);
   if (auto e = session.failure())
     std::rethrow_exception(e);
+  out.flush();
+  if (out.error() != 0) {
+    throw Error(ErrorCategory::kRuntime, std::error_code(out.error(), std::generic_category()),
+                fmt::format("writing the output{}: {}", o.output.empty() ? "" : " to " + o.output,
+                            std::strerror(out.error())),
+                "is the disk full, or the reading end of the pipe closed?");
+  }
   // The command's own failure is the run's exit status, as `tracer stat` (and a shell) give it.
   if (const auto code = session.command_exit_code(); code && *code != 0) {
     fmt::print(stderr, "tracer: the command exited with status {}\n", *code);

@@ -3,7 +3,9 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <string>
 #include <vector>
@@ -49,7 +51,14 @@ int run_main(int argc, char** argv) {
   }
 
   try {
-    return run ? run() : tracer::cli::kExitUsage;
+    const int code = run ? run() : tracer::cli::kExitUsage;
+    // Output that could not be written (a full disk, a closed pipe, > /dev/full) is a failure,
+    // never a silent exit 0.
+    if (std::fflush(stdout) != 0 || std::ferror(stdout) != 0) {
+      fmt::print(stderr, "tracer: writing standard output failed: {}\n", std::strerror(errno));
+      return code != 0 ? code : tracer::cli::kExitRuntime;
+    }
+    return code;
   } catch (const tracer::Error& e) {
     fmt::print(stderr, "tracer: {}\n", e.what());
     if (!e.hint().empty())

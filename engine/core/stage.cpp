@@ -1041,13 +1041,14 @@ void Sink::write(std::string_view bytes) noexcept {
     } catch (...) {  // NOLINT(bugprone-empty-catch): a test sink out of memory drops output
     }
   } else if (file_ != nullptr) {
-    std::fwrite(bytes.data(), 1, bytes.size(), file_);
+    if (std::fwrite(bytes.data(), 1, bytes.size(), file_) != bytes.size() && error_ == 0)
+      error_ = errno != 0 ? errno : EIO;
   }
 }
 
 void Sink::flush() noexcept {
-  if (file_ != nullptr)
-    std::fflush(file_);
+  if (file_ != nullptr && (std::fflush(file_) != 0 || std::ferror(file_) != 0) && error_ == 0)
+    error_ = errno != 0 ? errno : EIO;
 }
 
 std::string folded_text(const Stack& s) {

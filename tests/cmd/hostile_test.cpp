@@ -152,3 +152,30 @@ TEST(Hostile, ImpossibleTargetsAndDurationsFail) {
 
 }  // namespace
 }  // namespace tracer
+
+namespace tracer {
+namespace {
+
+// Output that cannot be written is a failure (exit 1 with the reason), never exit 0: -o to a
+// full device, --json to a full stdout, replay to a full stdout.
+TEST(Hostile, WriteFailuresFailTheRun) {
+  if (!fs::exists("/dev/full"))
+    GTEST_SKIP() << "no /dev/full on this machine";
+  testing::TempDir dir;
+  const auto recipe = dir.path() / "r.toml";
+  std::ofstream(recipe) << lseek_recipe("[[stage]]\nuse = \"count\"\n");
+  const std::string work = std::string(TRACER_SYSCALLER_PATH) + " lseek 100";
+  const auto to_file = testing::run_tracer("run " + recipe.string() + " -o /dev/full -- " + work);
+  EXPECT_EQ(to_file.exit_code, 1) << to_file.err;
+  EXPECT_NE(to_file.err.find("No space left on device"), std::string::npos) << to_file.err;
+  const auto json = testing::shell(std::string(TRACER_CLI_PATH) + " run " + recipe.string() +
+                                   " --json -- " + work + " > /dev/full");
+  EXPECT_EQ(json.exit_code, 1) << json.err;
+  const auto replay =
+      testing::shell(std::string(TRACER_CLI_PATH) + " replay " + std::string(TRACER_TEST_DATA_DIR) +
+                     "/golden/shelf.data > /dev/full");
+  EXPECT_EQ(replay.exit_code, 1) << replay.err;
+}
+
+}  // namespace
+}  // namespace tracer

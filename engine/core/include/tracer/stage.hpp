@@ -363,8 +363,11 @@ class Sink {
 
   void write(std::string_view bytes) noexcept;
   void flush() noexcept;
+  /// The errno of the first write or flush that failed (a full disk, a closed pipe), else 0.
+  [[nodiscard]] int error() const noexcept { return error_; }
 
  private:
+  int error_ = 0;
   struct Closer {
     void operator()(std::FILE* f) const noexcept;
   };
