@@ -113,7 +113,8 @@ class Loader {
         continue;
       }
       if (c == '"' || c == '\'') {  // a string (multi-line ones too): its content is not structure
-        const bool multi = text.substr(i, 3) == std::string_view(c == '"' ? "\"\"\"" : "'''");
+        const std::string_view triple = c == '"' ? std::string_view(R"(""")") : "'''";
+        const bool multi = text.substr(i, 3) == triple;
         const std::string_view close = multi ? text.substr(i, 3) : text.substr(i, 1);
         std::size_t j = i + close.size();
         while (j < text.size() && text.substr(j, close.size()) != close) {
