@@ -540,8 +540,9 @@ by = ["pid"]
     ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << slurp(err);
     const double cpu = static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
                        static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
-    // Measured: about 0.1 s of CPU in 3 s; tracing itself it spent 3.1 s (a busy loop).
-    EXPECT_LT(cpu, 1.0) << "tracer's CPU seconds in a 3 s run";
+    // Measured: about 0.1 s of CPU in 3 s (RelWithDebInfo); tracing itself it spent 3.1 s, the
+    // whole run (a busy loop). 2 s leaves room for a sanitizer build on a loaded machine.
+    EXPECT_LT(cpu, 2.0) << "tracer's CPU seconds in a 3 s run";
     const std::string text = slurp(out);
     EXPECT_EQ(text.find(R"("pid":)" + std::to_string(t) + "}"), std::string::npos)
         << "tracer's own row: " << text.substr(0, 2000);
