@@ -949,7 +949,8 @@ class ProbeGen {
       if (b.pointer) {
         // A `char *` field: the string it points to, with its length (NUL included) as
         // __data_loc's; a string longer than the copy reads as the copy's size (cut).
-        w_.line("char tr_s{}[{}] = {{}};", off, b.bytes);
+        // One byte more than the string's room: a string that fills it is longer (cut).
+        w_.line("char tr_s{}[{}] = {{}};", off, b.bytes + 1);
         w_.line(
             "long tr_r{} = bpf_probe_read_{}_str(tr_s{}, sizeof(tr_s{}), "
             "(const void *)*(volatile __u64 *){});",
@@ -1220,11 +1221,7 @@ class ProbeGen {
           const std::uint32_t have = data_loc_.at(f.offset).bytes;
           w_.line("__builtin_memcpy({}, tr_s{}, {});", member, f.offset, std::min(cap, have));
           w_.line("{}[{}] = 0;", member, std::min(cap, have) - 1);
-          // A pointer's string that filled its copy may go on past it: counted as cut too.
-          if (f.pointer && cap >= have)
-            w_.line("if (tr_len{} >= {})", f.offset, have);
-          else
-            w_.line("if (tr_len{} > {})", f.offset, std::min(cap, have));
+          w_.line("if (tr_len{} > {})", f.offset, std::min(cap, have));
           w_.line("\tTR_INC{}(&tr_st->truncated);", atomic_suffix());
           break;
         }

@@ -117,15 +117,23 @@ class Loader {
         const bool multi = text.substr(i, 3) == triple;
         const std::string_view close = multi ? text.substr(i, 3) : text.substr(i, 1);
         std::size_t j = i + close.size();
-        while (j < text.size() && text.substr(j, close.size()) != close) {
-          if (c == '"' && text[j] == '\\')
-            ++j;
+        // A single-line string ends at its line's end at the latest (an unterminated one is the
+        // parser's error to report, not a reason to skip the rest of the file).
+        while (j < text.size() && text.substr(j, close.size()) != close &&
+               (multi || text[j] != '\n')) {
+          if (c == '"' && text[j] == '\\' && j + 1 < text.size())
+            ++j;  // the escaped character (a newline is counted below)
           if (j < text.size() && text[j] == '\n')
             ++line;
           ++j;
         }
-        col += static_cast<std::uint32_t>(j - i);
-        i = std::min(j + close.size() - 1, text.size());
+        std::size_t end = j + (j < text.size() && text[j] != '\n' ? close.size() : 0);
+        // A multi-line string may end with one or two quotes of its own before its closing
+        // three (""""quoted"""" is valid TOML).
+        for (int extra = 0; multi && extra < 2 && end < text.size() && text[end] == c; ++extra)
+          ++end;
+        col += static_cast<std::uint32_t>(end - i);
+        i = end - 1;
         continue;
       }
       if (c == '.' && ++dots > kMaxDots) {

@@ -329,6 +329,23 @@ PipelinePlace place_one(Pipeline& p,
     // which a program attached to the tracepoint never sees.
     if (pi < filters.size() && !filters[pi].empty()) {
       const KernelForm pf = tracefs_filter_kernel_form(filters[pi]);
+      // A name the probe does not have would compare false in the program (every event
+      // dropped) where the kernel's filter knows it: no kernel form then.
+      std::string unknown;
+      for (const auto& n : pf.nodes) {
+        for (const auto* o : {&n.a, &n.b}) {
+          if (o->kind == KernelForm::Operand::Kind::kField && unknown.empty() &&
+              !schema.lookup(pi, o->text))
+            unknown = o->text;
+        }
+      }
+      if (!unknown.empty()) {
+        all_user(out, fmt::format("the filter of probe '{}' names '{}', which its in-kernel "
+                                  "program cannot read; in user space it is the tracepoint's "
+                                  "tracefs filter",
+                                  info.name, unknown));
+        return out;
+      }
       if (pf.kind != KernelForm::Kind::kFilter) {
         all_user(out, fmt::format("the filter of probe '{}' has no in-kernel form ({}); in user "
                                   "space it is the tracepoint's tracefs filter",

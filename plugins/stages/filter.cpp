@@ -717,6 +717,17 @@ KernelForm tracefs_filter_kernel_form(std::string_view filter) {
   }
   KernelForm f;
   expr->to_kernel(f);
+  // The kernel's names for the generic fields (trace_events_filter.c): tracer's cpu and comm.
+  for (auto& n : f.nodes) {
+    for (auto* o : {&n.a, &n.b}) {
+      if (o->kind != KernelForm::Operand::Kind::kField)
+        continue;
+      if (o->text == "CPU" || o->text == "common_cpu")
+        o->text = "cpu";
+      else if (o->text == "COMM" || o->text == "common_comm")
+        o->text = "comm";
+    }
+  }
   return f;
 }
 

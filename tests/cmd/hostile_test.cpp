@@ -179,3 +179,33 @@ TEST(Hostile, WriteFailuresFailTheRun) {
 
 }  // namespace
 }  // namespace tracer
+
+namespace tracer {
+namespace {
+
+// The limit scanner follows TOML's strings: a multi-line string that ends with quotes of its own
+// (""""x"""") does not make it lose track and miss a hostile dotted key after it; valid strings
+// with dots, brackets and escapes are not taken for structure.
+TEST(Hostile, TheLimitScannerFollowsTomlStrings) {
+  testing::TempDir dir;
+  std::string key = "k";
+  for (int i = 0; i < 20000; ++i)
+    key += ".k";
+  const auto hidden = dir.path() / "hidden.toml";
+  std::ofstream(hidden) << "a = \"\"\"x\"\"\"\"\n" << key << " = 1  # \"\n";
+  const auto r = testing::run_tracer("check " + hidden.string());
+  EXPECT_EQ(r.exit_code, 2) << r.err.substr(0, 300);
+  EXPECT_NE(r.err.find("a key of more than 65 dotted parts"), std::string::npos)
+      << r.err.substr(0, 300);
+  std::string dots(200, '.');
+  const auto valid = dir.path() / "valid.toml";
+  std::ofstream(valid) << "[recipe]\nname = \"quoted\"\ndescription = \"\"\"" << dots
+                       << " [[[[ {{{{ \\\"\"\"\"\n[[probe]]\nname = \"p\"\n"
+                          "tracepoint = \"syscalls:sys_enter_lseek\"\nfilter = 'fd == 1'\n"
+                          "[[stage]]\nuse = \"count\"\n";
+  const auto ok = testing::run_tracer("check " + valid.string());
+  EXPECT_EQ(ok.exit_code, 0) << ok.err;
+}
+
+}  // namespace
+}  // namespace tracer

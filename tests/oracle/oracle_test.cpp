@@ -756,3 +756,32 @@ TEST(OracleCli, SetStageOptionsSeparateStdoutAndJsonSummaryInTheOutputFile) {
 
 }  // namespace
 }  // namespace tracer
+
+namespace tracer {
+namespace {
+
+// The kernel's names for the generic fields (COMM, CPU, common_comm, common_cpu) in a probe
+// filter mean the same in the in-kernel program as in the tracefs filter.
+TEST(OracleFilters, KernelAliasesOfGenericFields) {
+  testing::TempDir dir;
+  const auto recipe = dir.path() / "r.toml";
+  std::ofstream(recipe) << R"([recipe]
+name = "aliases"
+[[probe]]
+name = "p"
+tracepoint = "syscalls:sys_enter_lseek"
+filter = "fd == 12345 && COMM == \"oracle_workload\""
+[[stage]]
+use = "count"
+)";
+  for (const auto& [name, flags] : kTaskPaths) {
+    SCOPED_TRACE(name);
+    const auto o = run_command(recipe, flags, tree_args());
+    ASSERT_EQ(o.exit_code, 0) << o.err;
+    EXPECT_EQ(o.rows,
+              std::vector<std::string>{row("count", "", R"("count":)" + std::to_string(kCalls))});
+  }
+}
+
+}  // namespace
+}  // namespace tracer
