@@ -393,10 +393,10 @@ filter = "fd == 12345"
 [[stage]]
 use = "count"
 )";
-  // 40 children alive at once (each blocked until all have started is not needed: a tree of 40
-  // that each make 2500 calls keeps most of them alive together).
+  // 40 children alive at once: each makes 100,000 calls (tens of ms) while the parent forks all
+  // 40 in a few ms (with 2,500 calls the first ones could exit before the last were forked).
   const auto r = shell(kTracer + " run " + recipe.string() + " --json --placement kernel -- " +
-                       kWorkload + " tree 40 2500");
+                       kWorkload + " tree 40 100000");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const long long dropped = json_number(r.out, "targets_dropped");
   ASSERT_GT(dropped, 0) << r.out;
