@@ -1421,7 +1421,7 @@ void emit_maps(const KernelPlan& plan, const Layout& l, bool tgid_map, Writer& w
   w.line("struct tr_stats {{");
   w.line(
       "\t__u64 hits, map_full, truncated, contended, paired, unmatched_exits, unmatched_entries,");
-  w.line("\t\tout_of_order, entries_dropped, targets_dropped, stacks_lost;");
+  w.line("\t\tout_of_order, entries_dropped, targets_dropped, stacks_lost, keys_added;");
   w.line("}};");
   w.line("struct {{");
   w.line("\t__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);");
@@ -1697,6 +1697,8 @@ static __always_inline __u32 tr_bucket(__s64 v)
     w.line("\t\t{}(&st->map_full);", inc);
     w.line("\t\treturn;");
     w.line("\t}}");
+    w.line("\tif (err == 0) /* the generation's fill, so the reader drains before it is full */");
+    w.line("\t\t{}(&st->keys_added);", inc);
     w.line("\tp = bpf_map_lookup_elem(map, key);");
     w.line("\tif (!p) {{");
     w.line("\t\t{}(&st->map_full);", inc);

@@ -293,6 +293,7 @@ struct Stats {
   std::uint64_t entries_dropped = 0;  // the pending-entry map was full
   std::uint64_t targets_dropped = 0;  // follow_children: the target map was full
   std::uint64_t stacks_lost = 0;      // events whose stack did not fit the stack map
+  std::uint64_t keys_added = 0;       // keys inserted into an aggregation map (any generation)
 };
 
 struct GeneratedProgram {

@@ -103,13 +103,23 @@ class Reader {
   [[nodiscard]] Result<Snapshot> peek() const;
   /// The counters alone.
   [[nodiscard]] Result<std::vector<ProbeStats>> probe_stats() const;
+  /// Whether the generation being written may be half full (keys added since the last flip
+  /// reach max_keys / 2): a reader that flips only when an output is due flips now, so that
+  /// max_keys still holds per read. One map read; always false for an array layout.
+  [[nodiscard]] Result<bool> filling() const;
   /// The generation programs write now (0 or 1).
   [[nodiscard]] std::uint32_t generation() const noexcept { return gen_; }
   [[nodiscard]] const GeneratedProgram& program() const noexcept { return prog_; }
 
  private:
   [[nodiscard]] Result<std::vector<Row>> read_rows(std::uint32_t gen, bool clear) const;
+  /// A hash map's rows through batched calls; ENOTSUP where the kernel has none.
+  [[nodiscard]] Result<std::vector<Row>> read_batched(int fd, const char* map, bool clear) const;
   [[nodiscard]] Status fill_counters(Snapshot& s) const;
+  /// tr_stats: every slot's per-CPU counters, slot-major.
+  [[nodiscard]] Result<std::vector<std::byte>> read_stats() const;
+  /// Keys inserted into either generation since load (Stats::keys_added, every slot).
+  [[nodiscard]] Result<std::uint64_t> keys_added() const;
   [[nodiscard]] Status set_generation(std::uint32_t gen);
   [[nodiscard]] Status wait_for_programs() const;
   [[nodiscard]] Row make_row(const std::byte* key,
@@ -127,6 +137,7 @@ class Reader {
   ReaderOptions opts_;
   std::uint32_t gen_ = 0;
   std::uint32_t cpus_ = 1;
+  std::uint64_t keys_at_flip_ = 0;  // keys_added() just before the last flip
   mutable std::unordered_map<std::uint64_t, std::vector<std::uint64_t>> stacks_;  // hash -> ips
 };
 

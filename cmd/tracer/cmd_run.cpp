@@ -23,10 +23,12 @@
 #include "tracer/duration.hpp"
 #include "tracer/engine.hpp"
 #include "tracer/error.hpp"
+#include "tracer/perf/event.hpp"
 #include "tracer/pipeline.hpp"
 #include "tracer/recipe.hpp"
 #include "tracer/session.hpp"
 #include "tracer/stage.hpp"
+#include "tracer/tracefs/tracefs.hpp"
 
 namespace tracer::cli {
 namespace {
@@ -280,6 +282,22 @@ Recipe load_recipe(const RunOptions& o) {
   }
 }
 
+/// -v: the kernel counts tracer's own system calls (this thread's: the reactor, the drain and
+/// the map reads all run on it), as `perf stat -e raw_syscalls:sys_enter -p` would. Empty when
+/// tracefs or the event is not there.
+perf::Event own_syscall_counter() {
+  auto fs = tracefs::Tracefs::open();
+  if (!fs)
+    return {};
+  auto id = fs->tracepoint_id({.system = "raw_syscalls", .event = "sys_enter"});
+  if (!id)
+    return {};
+  perf::EventAttr a;
+  a.type(PERF_TYPE_TRACEPOINT).config(*id);
+  auto ev = perf::Event::open(a, {.pid = 0, .cpu = -1});
+  return ev ? std::move(*ev) : perf::Event{};
+}
+
 int run_recipe(const RunOptions& given) {
   RunOptions o = given;
   if (o.perf_data.empty() && o.output.ends_with(".data")) {
@@ -351,6 +369,7 @@ int run_recipe(const RunOptions& given) {
     status_shown = true;
     last_delivered = st.delivered;
   });
+  perf::Event own_syscalls = o.verbose ? own_syscall_counter() : perf::Event{};
   session.start();
   for (const auto& note : out_of_target_notes(recipe, target_from(o)))
     fmt::print(stderr, "tracer: warning: {}\n", note);
@@ -371,6 +390,13 @@ int run_recipe(const RunOptions& given) {
   clear_status();
   const auto st = session.stats();
   print_summary(st.engine, st.counters, o.json, st.seconds, &out);
+  if (own_syscalls) {
+    if (auto c = own_syscalls.read(); c && !c->values.empty()) {
+      fmt::print(stderr, "tracer: own syscalls: {} in {:.1f}s ({:.0f}/s, from the start on)\n",
+                 c->values[0].value, st.seconds,
+                 st.seconds > 0 ? static_cast<double>(c->values[0].value) / st.seconds : 0.0);
+    }
+  }
   for (const auto& p : session.pipelines()) {
     for (const auto& w : p->take_warnings())
       fmt::print(stderr, "tracer: warning: {}\n", w);

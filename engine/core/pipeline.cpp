@@ -410,6 +410,17 @@ void Pipeline::emit(std::size_t index, std::chrono::nanoseconds now, bool reset)
   }
 }
 
+bool Pipeline::output_due(std::chrono::nanoseconds now) const {
+  if (stopped_)
+    return false;
+  return std::ranges::any_of(stages_, [now](const Slot& slot) {
+    if (slot.aggregation == nullptr)
+      return false;
+    const auto every = slot.aggregation->every();
+    return every && now - slot.last_emit >= *every;
+  });
+}
+
 void Pipeline::tick(std::chrono::nanoseconds now) {
   if (stopped_)
     return;

@@ -262,17 +262,21 @@ struct Session::Impl {
   /// Generates, loads and attaches the kernel pipelines' programs (after the engine started,
   /// before the command target runs).
   void start_kernel();
-  /// Hands what the kernel aggregated since the last read to the aggregation stages.
-  void absorb_kernel();
+  /// Hands what the kernel aggregated since the last read to the aggregation stages: at the
+  /// end (`final`), and at a tick only for a pipeline whose output is due at `now`, whose stacks
+  /// need the processes' maps of now, or whose map may be half full. Otherwise nothing is
+  /// read: a count with no `every` costs tracer no syscall per tick.
+  void absorb_kernel(bool final, std::chrono::nanoseconds now);
 
   void arm_tick() {
     ticker.expires_after(opts.tick);
     ticker.async_wait([this](const boost::system::error_code& ec) {
       if (ec || stopped)
         return;
-      absorb_kernel();
+      const auto now = monotonic_now();
+      absorb_kernel(false, now);
       for (auto& p : pipelines)
-        p->tick(monotonic_now());
+        p->tick(now);
       for (auto& h : tick_handlers)
         h();
       arm_tick();
@@ -598,12 +602,22 @@ void Session::Impl::start_kernel() {
   }
 }
 
-void Session::Impl::absorb_kernel() {
-  std::vector<Result<bpf::gen::Snapshot>> snaps;
+void Session::Impl::absorb_kernel(bool final, std::chrono::nanoseconds now) {
+  std::vector<std::optional<Result<bpf::gen::Snapshot>>> snaps;
   bool stacks = false;
   for (auto& run : kernel) {
-    snaps.push_back(run.reader->flip_and_read());
-    stacks = stacks || pipelines[run.pipeline]->tracks_maps();
+    const Pipeline& p = *pipelines[run.pipeline];
+    bool due = final || p.tracks_maps() || p.output_due(now);
+    if (!due) {
+      auto filling = run.reader->filling();
+      due = !filling || *filling;  // a failed read: flip, and report its error there
+    }
+    if (!due) {
+      snaps.emplace_back();
+      continue;
+    }
+    snaps.emplace_back(run.reader->flip_and_read());
+    stacks = stacks || p.tracks_maps();
   }
   // Every event of these rows happened before the flip, and so did the task records (MMAP2,
   // FORK, exec COMM) of their processes: read the rings now, so that the symbolizer has those
@@ -612,7 +626,9 @@ void Session::Impl::absorb_kernel() {
     engine->drain_now();
   for (std::size_t k = 0; k < kernel.size(); ++k) {
     auto& run = kernel[k];
-    auto& snap = snaps[k];
+    if (!snaps[k])
+      continue;  // not read this tick
+    auto& snap = *snaps[k];
     if (!snap) {
       std::fprintf(stderr, "tracer: pipeline %zu in the kernel: reading its maps: %s\n",
                    run.pipeline + 1, snap.error().message.c_str());
@@ -799,7 +815,7 @@ void Session::stop() {
     run.exit_event = {};
     run.exec_event = {};
   }
-  s.absorb_kernel();  // what the kernel aggregated since the last tick
+  s.absorb_kernel(true, monotonic_now());  // what the kernel aggregated since the last read
   for (auto& p : s.pipelines)
     p->stop(monotonic_now());
   s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - s.t0).count();

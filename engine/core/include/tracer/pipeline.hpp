@@ -136,6 +136,9 @@ class Pipeline {
   /// Emits the tables of aggregations whose `every` elapsed by `now`, then flushes outputs
   /// (Output::flush).
   void tick(std::chrono::nanoseconds now);
+  /// Whether tick(now) would emit a table (an aggregation's `every` elapsed): when the rows an
+  /// aggregation keeps in the kernel must be read.
+  [[nodiscard]] bool output_due(std::chrono::nanoseconds now) const;
   /// Emits every aggregation's final table, stops every stage, flushes the sink. Idempotent.
   void stop(std::chrono::nanoseconds now);
   void stop();
