@@ -10,10 +10,13 @@
 /* Set by the engine before load when it delivers one tracepoint only: that
  * slot, a constant, and no bpf_get_attach_cookie() per hit. */
 const volatile __u32 only_slot = 0xffffffff;
-/* Set by the engine before load: its own process, whose hits are not ours to
- * deliver (tracer must not trace itself: each drain's system calls would be
- * records that wake it again). 0: none left out. */
-const volatile __u32 self_tgid = 0;
+/* The target (tracer_target.h), set by the engine before load: system-wide,
+ * every process but tracer's own (tracer must not trace itself: each drain's
+ * system calls would be records that wake it again); for a pid or command
+ * target, the processes in `tgids`, which the engine's followers keep (the
+ * target's children join, exited processes leave, a command joins at its
+ * exec). A hit of another process is neither counted nor delivered. */
+#include "tracer_target.h"
 
 struct tp_deliver_buf {
 	struct tp_deliver_hdr hdr;
@@ -55,7 +58,7 @@ struct {
 static __always_inline const struct tp_deliver_cfg *
 tp_deliver_begin(void *ctx, __u32 *slot, __u32 *size, __u64 pid_tgid)
 {
-	if (self_tgid != 0 && (__u32)(pid_tgid >> 32) == self_tgid)
+	if (!tracer_tgid_in_target((__u32)(pid_tgid >> 32)))
 		return NULL;
 	*slot = only_slot != 0xffffffff ? only_slot
 					: (__u32)bpf_get_attach_cookie(ctx);

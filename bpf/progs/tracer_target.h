@@ -8,18 +8,26 @@
  *             return 1;
  *
  * tracer fills the `tgids` map with the pid or command target before the
- * programs run, and attaches tracer_follow_fork / tracer_follow_exit to
- * sched:sched_process_fork / sched_process_exit so the target's children join
- * it and exited processes leave (any number of them over a run, at most
- * TRACER_MAX_TARGETS alive at once; children that do not fit are counted in
- * tracer_targets_dropped and reported). System-wide, every process is the
- * target but tracer's own (unless `tracer run --trace-self`). */
+ * programs run, and attaches tracer_follow_fork / tracer_follow_exit /
+ * tracer_follow_exec to sched:sched_process_fork / sched_process_exit /
+ * sched_process_exec so the target's children join it and exited processes
+ * leave (any number of them over a run, at most TRACER_MAX_TARGETS alive at
+ * once; children that do not fit are counted in tracer_targets_dropped and
+ * reported). A command joins at its exec, as perf's enable_on_exec: until
+ * then its value is TRACER_AT_EXEC and tracer_in_target() is false (what its
+ * process does between tracer's fork and the exec is tracer's, not the
+ * command's). System-wide, every process is the target but tracer's own
+ * (unless `tracer run --trace-self`). */
 #ifndef TRACER_TARGET_H
 #define TRACER_TARGET_H
 
 #ifndef TRACER_MAX_TARGETS
 #define TRACER_MAX_TARGETS 65536
 #endif
+
+/* tgids values: in the target, or joining it at its next exec. */
+#define TRACER_IN_TARGET 1
+#define TRACER_AT_EXEC 2
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -40,12 +48,17 @@ struct {
 const volatile __u8 tracer_target_all = 1;
 const volatile __u32 tracer_self_tgid = 0;
 
-static __always_inline int tracer_in_target(void)
+static __always_inline int tracer_tgid_in_target(__u32 tgid)
 {
-	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
 	if (tracer_target_all)
 		return tgid != tracer_self_tgid || tracer_self_tgid == 0;
-	return bpf_map_lookup_elem(&tgids, &tgid) != 0;
+	__u8 *v = bpf_map_lookup_elem(&tgids, &tgid);
+	return v && *v == TRACER_IN_TARGET;
+}
+
+static __always_inline int tracer_in_target(void)
+{
+	return tracer_tgid_in_target(bpf_get_current_pid_tgid() >> 32);
 }
 
 SEC("tracepoint")
@@ -54,7 +67,8 @@ int tracer_follow_fork(struct trace_event_raw_sched_process_fork *ctx)
 	if (tracer_target_all)
 		return 1;
 	__u32 parent = bpf_get_current_pid_tgid() >> 32;
-	if (!bpf_map_lookup_elem(&tgids, &parent))
+	__u8 *in = bpf_map_lookup_elem(&tgids, &parent);
+	if (!in || *in != TRACER_IN_TARGET)
 		return 1;
 	__u32 child = (__u32)ctx->child_pid;
 	__u8 one = 1;
@@ -80,6 +94,19 @@ int tracer_follow_exit(void *ctx)
 		bpf_map_delete_elem(&tgids, &tid);
 	if (tid == tgid)
 		bpf_map_delete_elem(&tgids, &tgid);
+	return 1;
+}
+
+/* The command joins at its exec (its value was TRACER_AT_EXEC). */
+SEC("tracepoint")
+int tracer_follow_exec(void *ctx)
+{
+	if (tracer_target_all)
+		return 1;
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	__u8 *v = bpf_map_lookup_elem(&tgids, &tgid);
+	if (v && *v == TRACER_AT_EXEC)
+		*v = TRACER_IN_TARGET;
 	return 1;
 }
 

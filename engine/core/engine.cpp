@@ -88,16 +88,26 @@ void Engine::Impl::open_probe(core::ResolvedProbe& rp,
   // over-counts a task that moves (up to the number of CPUs).
   static const std::vector<int> kAnyCpu = {-1};
   const auto& event_cpus = rp.counting && task_target ? kAnyCpu : cpus;
+  // A delivered probe's tracepoint events sample nothing and are never enabled: one per CPU,
+  // the attach point of the delivery program (which tests the target itself) and the owner of
+  // the ring its side-band records go to. Never inherited: an inherited copy would carry the
+  // program, and a child's exit detach it.
+  const bool delivered_probe = rp.info.index < delivered.size() && delivered[rp.info.index];
+  static const std::vector<pid_t> kAnyTask = {-1};
+  const auto& event_pids = delivered_probe && task_target ? kAnyTask : pids;
+  perf::EventAttr attr = rp.attr;
+  if (delivered_probe && task_target)
+    attr.flag(perf::Flag::kInherit, false).flag(perf::Flag::kEnableOnExec, false);
   for (int cpu : event_cpus) {
     CpuEvents ce;
     ce.cpu = cpu;
-    for (pid_t pid : pids) {
+    for (pid_t pid : event_pids) {
       perf::OpenTarget t{.pid = pid, .cpu = cpu};
       if (opts.target.kind == Target::Kind::kCgroup) {
         t.pid = targets.cgroup_fd();
         t.flags = PERF_FLAG_PID_CGROUP;
       }
-      auto ev = perf::Event::open(rp.attr, t);
+      auto ev = perf::Event::open(attr, t);
       if (!ev && ev.error().errno_value() == ESRCH && opts.target.kind == Target::Kind::kPid &&
           pid != opts.target.pid) {
         continue;  // a thread that exited since we listed it
@@ -112,8 +122,7 @@ void Engine::Impl::open_probe(core::ResolvedProbe& rp,
       // A system-wide tracepoint sampled by its own events leaves tracer's main thread out
       // (its drains' system calls would be samples that wake it again).
       std::string filter = o.filter;
-      const bool delivered_here = rp.info.index < delivered.size() && delivered[rp.info.index];
-      if (self_tgid() != 0 && o.kind == ProbeKind::kTracepoint && !delivered_here &&
+      if (self_tgid() != 0 && o.kind == ProbeKind::kTracepoint && !delivered_probe &&
           o.bpf_program.empty()) {
         const std::string self = fmt::format("common_pid != {}", self_tgid());
         filter = filter.empty() ? self : fmt::format("({}) && {}", filter, self);
@@ -146,13 +155,16 @@ void Engine::Impl::open_probe(core::ResolvedProbe& rp,
       readers.push_back(std::move(r));
     }
     // (After the ring is mapped: SET_OUTPUT needs the ring it redirects to.)
-    if (rp.info.index < delivered.size() && delivered[rp.info.index])
-      open_side_band(rp, cpu, ce);
+    if (delivered_probe)
+      open_side_band(rp, cpu, pids, ce);
     per_cpu.push_back(std::move(ce));
   }
 }
 
-void Engine::Impl::open_side_band(const core::ResolvedProbe& rp, int cpu, CpuEvents& ce) {
+void Engine::Impl::open_side_band(const core::ResolvedProbe& rp,
+                                  int cpu,
+                                  const std::vector<pid_t>& pids,
+                                  CpuEvents& ce) {
   const perf_event_attr* a = rp.attr.raw();
   if (a->mmap == 0 && a->comm == 0 && a->task == 0 && a->mmap2 == 0 && a->context_switch == 0 &&
       a->namespaces == 0 && a->ksymbol == 0 && a->bpf_event == 0 && a->cgroup == 0 &&
@@ -160,16 +172,26 @@ void Engine::Impl::open_side_band(const core::ResolvedProbe& rp, int cpu, CpuEve
     return;
   // As perf record's tracking event: a dummy software event counts nothing, and its side-band
   // records (with the probe's sample_type, so its ring decodes them) go to the probe's ring.
+  // A pid or command target: the target's tasks' records only (inherited by its children, from
+  // the command's exec), as the probe's own per-task events would have written them.
   perf::EventAttr dummy = rp.attr;
   dummy.type(PERF_TYPE_SOFTWARE).config(PERF_COUNT_SW_DUMMY);
-  auto ev = perf::Event::open(dummy, {.pid = -1, .cpu = cpu});
-  if (!ev)
-    throw_failure(ErrorCategory::kRuntime, ev.error(),
-                  fmt::format("probe '{}': its side-band event", rp.info.name));
-  if (auto st = ev->set_output(ce.events.front().fd()); !st)
-    throw_failure(ErrorCategory::kRuntime, st.error(),
-                  fmt::format("probe '{}': its side-band event", rp.info.name));
-  ce.events.push_back(std::move(*ev));
+  const bool task_target =
+      opts.target.kind == Target::Kind::kPid || opts.target.kind == Target::Kind::kCommand;
+  static const std::vector<pid_t> kAnyTask = {-1};
+  for (pid_t pid : task_target ? pids : kAnyTask) {
+    auto ev = perf::Event::open(dummy, {.pid = pid, .cpu = cpu});
+    if (!ev && ev.error().errno_value() == ESRCH && opts.target.kind == Target::Kind::kPid &&
+        pid != opts.target.pid)
+      continue;  // a thread that exited since we listed it
+    if (!ev)
+      throw_failure(ErrorCategory::kRuntime, ev.error(),
+                    fmt::format("probe '{}': its side-band event", rp.info.name));
+    if (auto st = ev->set_output(ce.events.front().fd()); !st)
+      throw_failure(ErrorCategory::kRuntime, st.error(),
+                    fmt::format("probe '{}': its side-band event", rp.info.name));
+    ce.events.push_back(std::move(*ev));
+  }
 }
 
 std::vector<core::ResolvedProbe> Engine::Impl::resolve(core::ResolveContext& ctx) const {
@@ -279,8 +301,8 @@ void Engine::Impl::start() {
       load_bpf(*opts.bpf, resolved);
       if (bpf_object)
         open_output_channel(*opts.bpf, *bpf_object);
-      fill_tgids();
-      attach_target_followers();
+      if (bpf_object)
+        follow_target(*bpf_object, opts.bpf->tgids);
       attach_bpf_programs();
     } else {
       attach_bpf_programs();  // reports probes that name a program without a BPF object

@@ -68,6 +68,7 @@ void Engine::Impl::load_bpf(const BpfOptions& b, const std::vector<core::Resolve
     const std::uint8_t all = opts.target.kind == Target::Kind::kAllCpus ? 1 : 0;
     [[maybe_unused]] auto a = obj->set_global("tracer_target_all", all);
     [[maybe_unused]] auto s = obj->set_global("tracer_self_tgid", self_tgid());
+    size_targets(*obj);
   }
   if (auto st = obj->load(); !st) {
     Failure f = st.error();
@@ -331,13 +332,47 @@ void Engine::attach_bpf(std::uint32_t probe, int prog_fd, bool every_event) {
   }
 }
 
-void Engine::Impl::attach_target_followers() {
-  if (!bpf_object || opts.target.kind == Target::Kind::kAllCpus)
+void Engine::Impl::size_targets(bpf::Object& obj) const {
+  if (opts.target.kind != Target::Kind::kPid && opts.target.kind != Target::Kind::kCommand)
     return;
-  // tracer_target.h: children of the target join its `tgids` map, exited processes leave.
+  [[maybe_unused]] auto st = obj.set_map_max_entries("tgids", std::max(1U, opts.max_targets));
+}
+
+void Engine::Impl::follow_target(bpf::Object& obj, std::vector<pid_t> tgids) {
+  const auto maps = obj.map_names();
+  if (std::find(maps.begin(), maps.end(), "tgids") == maps.end())
+    return;
+  // Convention of tracer's programs: a hash `tgids` (u32 tgid -> u8) names the processes whose
+  // events they emit or pass (tracer_target.h: 1 in the target, 2 joining at its exec).
+  constexpr std::uint8_t kInTarget = 1, kAtExec = 2;
+  const bool task =
+      opts.target.kind == Target::Kind::kPid || opts.target.kind == Target::Kind::kCommand;
+  const bool exec_follower = static_cast<bool>(obj.program_fd("tracer_follow_exec"));
+  if (opts.target.kind == Target::Kind::kPid)
+    tgids.push_back(opts.target.pid);
+  for (pid_t tgid : tgids) {
+    if (tgid <= 0)
+      continue;
+    auto st = obj.update_elem<std::uint32_t, std::uint8_t>(
+        "tgids", static_cast<std::uint32_t>(tgid), kInTarget);
+    if (!st)
+      throw_failure(ErrorCategory::kRuntime, st.error(), "bpf tgids");
+  }
+  if (opts.target.kind == Target::Kind::kCommand) {
+    auto st = obj.update_elem<std::uint32_t, std::uint8_t>(
+        "tgids", static_cast<std::uint32_t>(targets.command_pid()),
+        exec_follower ? kAtExec : kInTarget);
+    if (!st)
+      throw_failure(ErrorCategory::kRuntime, st.error(), "bpf tgids");
+  }
+  if (!task)
+    return;
+  // tracer_target.h: children of the target join its `tgids` map, exited processes leave, the
+  // command joins at its exec.
   for (const auto& [prog, event] : {std::pair{"tracer_follow_fork", "sched_process_fork"},
-                                    std::pair{"tracer_follow_exit", "sched_process_exit"}}) {
-    auto fd = bpf_object->program_fd(prog);
+                                    std::pair{"tracer_follow_exit", "sched_process_exit"},
+                                    std::pair{"tracer_follow_exec", "sched_process_exec"}}) {
+    auto fd = obj.program_fd(prog);
     if (!fd)
       continue;  // the program does not include tracer_target.h
     auto fs = tracefs::Tracefs::open();
@@ -353,32 +388,6 @@ void Engine::Impl::attach_target_followers() {
     if (auto st = ev->set_bpf(*fd); !st)
       throw_failure(ErrorCategory::kRuntime, st.error(), "bpf: following the target");
     follow_events.push_back(std::move(*ev));
-  }
-}
-
-void Engine::Impl::fill_tgids() {
-  if (!bpf_object)
-    return;
-  const auto maps = bpf_object->map_names();
-  if (std::find(maps.begin(), maps.end(), "tgids") == maps.end())
-    return;
-  // Convention of tracer's programs: a hash `tgids` (u32 tgid -> u8) names the processes whose
-  // events they emit or pass. The engine fills it with the pid or command target and the
-  // processes the options list.
-  std::vector<pid_t> tgids;
-  if (opts.bpf)
-    tgids = opts.bpf->tgids;
-  if (opts.target.kind == Target::Kind::kPid)
-    tgids.push_back(opts.target.pid);
-  if (opts.target.kind == Target::Kind::kCommand)
-    tgids.push_back(targets.command_pid());
-  for (pid_t tgid : tgids) {
-    if (tgid <= 0)
-      continue;
-    auto st = bpf_object->update_elem<std::uint32_t, std::uint8_t>(
-        "tgids", static_cast<std::uint32_t>(tgid), 1);
-    if (!st)
-      throw_failure(ErrorCategory::kRuntime, st.error(), "bpf tgids");
   }
 }
 

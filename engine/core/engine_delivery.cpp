@@ -45,7 +45,9 @@ std::vector<std::uint64_t> Engine::Impl::read_drops(std::size_t p) const {
 
 void Engine::Impl::plan_delivery(std::vector<core::ResolvedProbe>& resolved) {
   delivered.assign(resolved.size(), false);
-  if (!opts.deliver_tracepoints_via_bpf || opts.target.kind != Target::Kind::kAllCpus)
+  // System-wide, and for a pid or command target (the program tests the target: its processes
+  // and their children, from the command's exec, as the per-task events would sample them).
+  if (!opts.deliver_tracepoints_via_bpf || opts.target.kind == Target::Kind::kCgroup)
     return;
   for (std::size_t p = 0; p < resolved.size(); ++p) {
     auto& rp = resolved[p];
@@ -121,22 +123,26 @@ void Engine::Impl::open_delivery() {
                                     // comes while the engine is being scheduled.
                                     .wakeup_bytes = rb_bytes / 4,
                                     .only_slot = only_slot(delivered),
-                                    .self_tgid = self_tgid()};
+                                    .self_tgid = self_tgid(),
+                                    .target_tasks = opts.target.kind == Target::Kind::kPid ||
+                                                    opts.target.kind == Target::Kind::kCommand,
+                                    .max_targets = opts.max_targets};
   auto d = core::TracepointDelivery::open(delivered.size(), dopts);
   if (!d) {
     // Without BPF delivery the probes sample through their own events, as before.
     throw_failure(ErrorCategory::kRuntime, d.error(), "tracepoint delivery (BPF)");
   }
   delivery.emplace(std::move(*d));
+  follow_target(delivery->object(), {});
   used_channel = dopts.kind;
   ring_note +=
       dopts.kind == DeliveryChannel::kRingbuf
           ? fmt::format(
-                "; system-wide tracepoints through a BPF ring buffer of {} KiB "
+                "; tracepoints through a BPF ring buffer of {} KiB "
                 "(every CPU), woken at {} KiB",
                 rb_bytes / 1024, dopts.wakeup_bytes / 1024)
           : fmt::format(
-                "; system-wide tracepoints through a BPF perf channel of {} "
+                "; tracepoints through a BPF perf channel of {} "
                 "KiB per CPU{}",
                 pages * 4,
                 opts.channel == DeliveryChannel::kRingbuf ? " (this kernel has no BPF ring buffer)"

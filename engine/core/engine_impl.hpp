@@ -132,7 +132,10 @@ struct Engine::Impl : std::enable_shared_from_this<Engine::Impl> {
   /// A delivered probe's side-band records (COMM, FORK, EXIT... when its attr asks for them)
   /// from a dummy event on `cpu` writing into the ring of `ce` (whose tracepoint event is never
   /// enabled).
-  void open_side_band(const core::ResolvedProbe& rp, int cpu, CpuEvents& ce);
+  void open_side_band(const core::ResolvedProbe& rp,
+                      int cpu,
+                      const std::vector<pid_t>& pids,
+                      CpuEvents& ce);
   void open_probe(core::ResolvedProbe& rp,
                   const std::vector<int>& cpus,
                   const std::vector<pid_t>& pids);
@@ -160,7 +163,12 @@ struct Engine::Impl : std::enable_shared_from_this<Engine::Impl> {
                                                               std::uint32_t index) const;
   void open_output_channel(const BpfOptions& b, bpf::Object& obj);
   void attach_bpf_programs();
-  void fill_tgids();
+  /// tracer_target.h in loaded `obj`: fills its `tgids` with `tgids` and the pid or command
+  /// target (a command joins at its exec where the object has tracer_follow_exec), and attaches
+  /// its followers (fork, exit, exec) for a task target. Nothing when it has no `tgids`.
+  void follow_target(bpf::Object& obj, std::vector<pid_t> tgids);
+  /// Sizes `obj`'s tgids for the target (before its load).
+  void size_targets(bpf::Object& obj) const;
 
   // engine_delivery.cpp
   /// Which probes deliver through BPF; their events then sample nothing (side-band records only).
@@ -173,9 +181,8 @@ struct Engine::Impl : std::enable_shared_from_this<Engine::Impl> {
   /// is kept in `failure`.
   void drain_ringbuf() noexcept;
   void attach_hit_counters();
-  /// tracer_target.h's tracer_follow_fork/exit of the BPF object, for a task target.
-  void attach_target_followers();
-  /// Their events (sched_process_fork/exit, one each), and those a task target's [bpf]
+  /// Their events (sched_process_fork/exit/exec, one each per object), and those a task
+  /// target's [bpf]
   /// programs attach to: system-wide, never inherited (cleanup() closes them).
   std::vector<perf::Event> follow_events;
   /// The process left out of system-wide tracing: this one, unless EngineOptions::trace_self.

@@ -93,6 +93,11 @@ Stats Engine::Impl::collect_stats() const {
     }
     if (p < opts.probes.size())
       std::tie(ps.bpf_skipped, ps.bpf_skipped_shared) = read_skips(p);
+    // The delivery's target map: children it had no room for, whose hits no delivered probe saw.
+    if (delivery && p < delivered.size() && delivered[p]) {
+      if (auto d = delivery->object().percpu_array_sum<std::uint64_t>("tracer_targets_dropped"))
+        ps.targets_dropped = *d;
+    }
     if (probes[p].kind == ProbeKind::kBpfOutput) {
       for (const auto* r : output_readers)
         ps.per_cpu.emplace_back(r->reader.cpu(), r->reader.stats());

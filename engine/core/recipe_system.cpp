@@ -204,6 +204,7 @@ EngineOptions Recipe::to_engine_options(const Target& target) const {
       b.payload_time_where = w->second;
     out.bpf = std::move(b);
   }
+  out.max_targets = max_targets;
   return out;
 }
 

@@ -91,8 +91,12 @@ Result<TracepointDelivery> TracepointDelivery::open(std::size_t slots,
     TRACER_TRY(obj.set_map_max_entries("rb", opts.ringbuf_bytes));
     d.wakeup_bytes_ = opts.wakeup_bytes;
   }
-  if (opts.self_tgid != 0)
-    TRACER_TRY(obj.set_global("self_tgid", opts.self_tgid));
+  // tracer_target.h: every process but `self_tgid`, or those of `tgids`.
+  const std::uint8_t all = opts.target_tasks ? 0 : 1;
+  TRACER_TRY(obj.set_global("tracer_target_all", all));
+  TRACER_TRY(obj.set_global("tracer_self_tgid", opts.self_tgid));
+  TRACER_TRY(
+      obj.set_map_max_entries("tgids", opts.target_tasks ? std::max(1U, opts.max_targets) : 1U));
   if (opts.only_slot) {
     TRACER_TRY(obj.set_global("only_slot", *opts.only_slot));
     d.only_slot_ = opts.only_slot;

@@ -94,6 +94,11 @@ struct DeliveryOptions {
   std::optional<std::uint32_t> only_slot{};
   /// A process whose hits are neither delivered nor counted (tracer's own); 0: none.
   std::uint32_t self_tgid = 0;
+  /// A pid or command target: only the processes in the program's `tgids` (tracer_target.h)
+  /// are delivered and counted; the caller fills it and attaches its followers (object()).
+  /// It holds `max_targets` processes at once.
+  bool target_tasks = false;
+  std::uint32_t max_targets = 65536;
   /// Records of a small fixed size are read with direct loads (tp_deliver_q<N>); false: every
   /// record with bpf_probe_read_kernel (tp_deliver), as a reference.
   bool direct_loads = true;
@@ -122,6 +127,9 @@ class TracepointDelivery {
   [[nodiscard]] std::string_view program(std::uint32_t slot) const noexcept;
 
   [[nodiscard]] DeliveryChannel kind() const noexcept { return kind_; }
+  /// The loaded program's object (its target map and followers, tracer_target.h).
+  [[nodiscard]] bpf::Object& object() noexcept { return *object_; }
+  [[nodiscard]] const bpf::Object& object() const noexcept { return *object_; }
   /// kPerf: the channel (nullptr for kRingbuf).
   [[nodiscard]] bpf::OutputChannel* channel() noexcept { return channel_.get(); }
   /// kRingbuf: the ring (nullptr for kPerf).

@@ -127,8 +127,10 @@ TEST(EngineLive, APidTargetsExitStopsTheEngine) {
 TEST(EngineLive, UndecodedSamplesCarryBytesThatDecodeWithTheProbesLayout) {
   testing::Child child([](int) { lseeks(1000); });
   boost::asio::io_context io;
+  // The probe's own per-task events (the BPF delivery always hands on decoded samples).
   Engine engine(io.get_executor(), {.target = {.kind = Target::Kind::kPid, .pid = child.pid()},
                                     .probes = {lseek_probe()},
+                                    .deliver_tracepoints_via_bpf = false,
                                     .decode_samples = false});
   std::uint64_t undecoded = 0, decoded_bodies = 0;
   std::vector<std::int64_t> offsets;
@@ -337,8 +339,10 @@ TEST(EngineLive, TinyRingBurstDeliveredPlusLostEqualsGeneratedPerCpu) {
   boost::asio::io_context io;
   auto probe = lseek_probe();
   probe.ring_pages = 1;  // 4 KiB: ~45 samples
-  Engine engine(io.get_executor(),
-                {.target = {.kind = Target::Kind::kPid, .pid = child.pid()}, .probes = {probe}});
+  // The probe's own per-task ring (the BPF delivery's ring is sized for every probe).
+  Engine engine(io.get_executor(), {.target = {.kind = Target::Kind::kPid, .pid = child.pid()},
+                                    .probes = {probe},
+                                    .deliver_tracepoints_via_bpf = false});
   Collected c;
   engine.on_batch(collect(c, child.pid(), engine));
   engine.start();
@@ -411,9 +415,11 @@ TEST(EngineLive, BusyRingsWakeupsFlushTheQuietOnesWithoutTheTimer) {
                     .kind = ProbeKind::kTracepoint,
                     .spec = "syscalls:sys_enter_getppid",
                     .ring_pages = 2};  // 8 KiB, woken at 2 KiB: a wakeup per ~50 calls
+  // The probes' own per-task rings, each with its wakeup policy (not the BPF delivery's ring).
   Engine engine(io.get_executor(), {.target = {.kind = Target::Kind::kPid, .pid = child.pid()},
                                     .probes = {quiet, busy},
-                                    .flush_interval_ms = 400});
+                                    .flush_interval_ms = 400,
+                                    .deliver_tracepoints_via_bpf = false});
   std::uint64_t quiet_samples = 0, busy_samples = 0;
   engine.on_batch([&](const Batch& b) {
     for (const auto& r : b.records) {

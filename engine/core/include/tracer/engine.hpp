@@ -170,11 +170,15 @@ struct EngineOptions {
   /// RecordRef is ~0.5 KiB: 64 of them stay in L1/L2 while the stages read them (measured:
   /// tracer_bench_decode BM_RingReaderDrainOutput).
   std::uint32_t max_batch = 64;
-  /// System-wide tracepoint probes (without a BPF program of their own, and sampling only what
-  /// tracepoints sample by default) receive their hits through a BPF program that copies each
-  /// record into a BPF output channel (bpf/progs/tp_deliver.bpf.c), rebuilt as the samples their
-  /// own events would write: every hit arrives, also where the kernel's per-CPU perf tracepoint
-  /// events miss some (idle context on some machines). false: the perf events sample.
+  /// Tracepoint probes (without a BPF program or tracefs filter of their own, and sampling only
+  /// what tracepoints sample by default), system-wide or of a pid or command target, receive
+  /// their hits through a BPF program that copies each record into a BPF output channel
+  /// (bpf/progs/tp_deliver.bpf.c), rebuilt as the samples their own events would write: every
+  /// hit arrives, also where the kernel's per-CPU perf tracepoint events miss some (idle
+  /// context on some machines). For a task target the program tests the target itself
+  /// (tracer_target.h: the target's processes, their children, a command from its exec) and
+  /// costs the traced program less than sampling its perf events. false: the perf events
+  /// sample.
   bool deliver_tracepoints_via_bpf = true;
   /// The channel of that delivery: a BPF ring buffer (when the kernel has none, the perf
   /// channel) or a perf event array. nullopt: the ring buffer where the kernel has it.
@@ -197,6 +201,10 @@ struct EngineOptions {
   /// out (the BPF delivery and hit counter skip its tgid, a sampled tracepoint's tracefs filter
   /// its main thread), so that a drain's own system calls are not records that wake it again.
   bool trace_self = false;
+  /// A pid or command target: the processes (the target and its descendants) alive at once
+  /// that BPF programs following it hold (tracer_target.h's `tgids`: the delivery's, a [bpf]
+  /// object's); a child past it is counted (targets_dropped), not followed.
+  std::uint32_t max_targets = 65536;
 };
 
 /// What a probe resolved to, for stages that bind field names once.
