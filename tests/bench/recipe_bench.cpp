@@ -8,7 +8,12 @@
 //   (r) tracer, per event through the BPF ring buffer channel into a user-space count stage
 //   (p) tracer, per event through the BPF perf channel into a user-space count stage
 //   (s) tracer, per event: the workload's own tracepoint samples (a -p target's perf events,
-//       no BPF) into a user-space count stage
+//       no BPF: --delivery perf) into a user-space count stage
+//   (q) tracer, per event to the -p target through the BPF ring buffer (the delivery program
+//       tests the target) into a user-space count stage: the default for a target
+//   (L) a libbpf ring_buffer consumer of the target's copies only (a tgid test, then the copy):
+//       the reference of the per-event rows to a target
+//   (P) perf record -p of the workload's tracepoint, to a file              [when perf is there]
 //   (l) a libbpf ring_buffer consumer of a per-event copy (batched wakeups): the reference of
 //       the per-event rows
 //   (c) the channel's floor: the same copy read by tracer's RingBuffer, woken as the engine is,
@@ -29,6 +34,7 @@
 #include <boost/asio/io_context.hpp>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <optional>
@@ -182,12 +188,14 @@ by = ["pid"]
 
 /// The recipe through a Session on this thread's io_context: its events (the probe's, in the
 /// kernel or delivered), losses and this process's CPU from the workload's start to the end of
-/// stop() (the final drain, or the final read of the kernel's maps).
+/// stop() (the final drain, or the final read of the kernel's maps). `bpf_delivery` false: a
+/// -p target's tracepoint samples come from its own perf events (--delivery perf).
 Row run_session(long calls,
                 const char* name,
                 Placement placement,
                 std::optional<DeliveryChannel> channel,
-                bool system_wide) {
+                bool system_wide,
+                bool bpf_delivery = true) {
   static const Recipe recipe =
       Recipe::load_string(kRecipe, "count-by-pid.toml", {.stages = stage_catalog()});
   Workload w(calls);
@@ -200,6 +208,7 @@ Row run_session(long calls,
   Session session(
       io.get_executor(), recipe, out,
       {.target = system_wide ? Target{} : Target{.kind = Target::Kind::kPid, .pid = w.pid()},
+       .deliver_tracepoints_via_bpf = bpf_delivery,
        .placement = placement,
        .channel = channel});
   session.start();
@@ -233,8 +242,52 @@ Row run_perf(long calls) {
                      DeliveryChannel::kPerf, true);
 }
 Row run_samples(long calls) {
-  return run_session(calls, "(s) tracer, per event: -p samples -> count", Placement::kUser,
-                     std::nullopt, false);
+  return run_session(calls, "(s) tracer, per event: -p perf samples -> count", Placement::kUser,
+                     std::nullopt, false, false);
+}
+Row run_target_ringbuf(long calls) {
+  return run_session(calls, "(q) tracer, per event: -p ring buffer -> count", Placement::kUser,
+                     DeliveryChannel::kRingbuf, false);
+}
+
+/// perf record -p of the workload's getppid tracepoint into a file (a private directory),
+/// attached before the workload starts (perf prints nothing when it is: a second's wait).
+Row run_perf_record(long calls) {
+  char dir[] = "/tmp/tracer-bench-XXXXXX";
+  if (::mkdtemp(dir) == nullptr)
+    die("mkdtemp");
+  const std::string data = std::string(dir) + "/perf.data";
+  Workload w(calls);
+  const std::string pid = std::to_string(w.pid());
+  const pid_t perf = ::fork();
+  if (perf == 0) {
+    const int null = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
+    ::dup2(null, 1);
+    ::dup2(null, 2);
+    ::execlp("perf", "perf", "record", "-q", "-e", "syscalls:sys_enter_getppid", "-p", pid.c_str(),
+             "-o", data.c_str(), nullptr);
+    ::_exit(127);
+  }
+  ::sleep(1);
+  w.start();
+  const double secs = w.wait();
+  int status = 0;
+  ::waitpid(perf, &status, 0);  // perf record -p ends with the process
+  std::uint64_t events = 0;
+  const std::string cmd = "perf script -i " + data + " 2>/dev/null | wc -l";
+  if (FILE* p = ::popen(cmd.c_str(), "r")) {
+    unsigned long long n = 0;
+    if (std::fscanf(p, "%llu", &n) == 1)
+      events = n;
+    ::pclose(p);
+  }
+  fs::remove_all(dir);
+  return {.name = "(P) perf record -p (to a file)",
+          .workload_seconds = secs,
+          .events = events,
+          .lost = 0,
+          .consumer_cpu_seconds = 0,
+          .cpu_measured = false};
 }
 
 /// The channel's floor: tracer's own RingBuffer reader on the reference's ring, woken as the
@@ -272,9 +325,9 @@ Row run_consume_floor(long calls) {
           .cpu_measured = true};
 }
 
-Row run_libbpf_ringbuf(long calls) {
+Row run_libbpf_ringbuf_of(long calls, const char* prog, const char* name) {
   Workload w(calls);
-  auto refs = attach_ref("rb_ref", -1);
+  auto refs = attach_ref(prog, std::string_view(prog) == "rb_ref" ? -1 : w.pid());
   auto map_fd = refs.object.map_fd("rb");
   std::uint64_t events = 0;
   ring_buffer* rb = ::ring_buffer__new(
@@ -294,12 +347,20 @@ Row run_libbpf_ringbuf(long calls) {
   ::ring_buffer__consume(rb);
   const double cpu = process_cpu_seconds() - cpu0;
   ::ring_buffer__free(rb);
-  return {.name = "(l) libbpf ring_buffer consumer (reference)",
+  return {.name = name,
           .workload_seconds = secs,
           .events = events,
           .lost = 0,
           .consumer_cpu_seconds = cpu,
           .cpu_measured = true};
+}
+
+Row run_libbpf_ringbuf(long calls) {
+  return run_libbpf_ringbuf_of(calls, "rb_ref", "(l) libbpf ring_buffer consumer (reference)");
+}
+Row run_libbpf_ringbuf_target(long calls) {
+  return run_libbpf_ringbuf_of(calls, "rb_ref_target",
+                               "(L) libbpf ring_buffer, -p target's copies (reference)");
 }
 
 }  // namespace
@@ -316,6 +377,12 @@ int main(int argc, char** argv) {
   kinds.emplace_back(run_ringbuf);
   kinds.emplace_back(run_perf);
   kinds.emplace_back(run_samples);
+  kinds.emplace_back(run_target_ringbuf);
+  kinds.emplace_back(run_libbpf_ringbuf_target);
+  if (std::system("perf --version >/dev/null 2>&1") == 0)
+    kinds.emplace_back(run_perf_record);
+  else
+    fmt::print("perf is not installed: no (P) row\n");
   kinds.emplace_back(run_libbpf_ringbuf);
   kinds.emplace_back(run_consume_floor);
   return run_bench(argc, argv, std::move(kinds), "(h)");

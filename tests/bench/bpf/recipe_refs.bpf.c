@@ -69,11 +69,28 @@ struct rb_event {
 	__u8 rec[16];
 };
 
+static __always_inline int rb_copy(void *ctx, __u64 id);
+
 SEC("tracepoint")
 int rb_ref(void *ctx)
 {
-	struct rb_event e = {};
+	return rb_copy(ctx, bpf_get_current_pid_tgid());
+}
+
+/* The same for one process only (the reference of per-event delivery to a
+ * -p or command target). */
+SEC("tracepoint")
+int rb_ref_target(void *ctx)
+{
 	__u64 id = bpf_get_current_pid_tgid();
+	if ((__u32)(id >> 32) != target_tgid)
+		return 1;
+	return rb_copy(ctx, id);
+}
+
+static __always_inline int rb_copy(void *ctx, __u64 id)
+{
+	struct rb_event e = {};
 	e.time = bpf_ktime_get_ns();
 	e.size = sizeof(e.rec);
 	e.pid = id >> 32;
