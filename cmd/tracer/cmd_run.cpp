@@ -152,6 +152,10 @@ std::string loss_parts_json(const ProbeStats& p) {
     out += fmt::format(R"(,"targets_dropped":{})", p.targets_dropped);
   if (p.keys_truncated != 0)
     out += fmt::format(R"(,"keys_truncated":{})", p.keys_truncated);
+  if (p.kernel_contended != 0)
+    out += fmt::format(R"(,"contended":{})", p.kernel_contended);
+  if (p.bpf_skipped != 0)
+    out += fmt::format(R"(,"bpf_skipped":{})", p.bpf_skipped);
   if (t.kernel_hits != 0)
     out += fmt::format(R"(,"kernel_hits":{},"missed":{})", t.kernel_hits, t.missed);
   return out;
@@ -181,6 +185,13 @@ void print_loss_warnings(const Stats& stats) {
                  "warning: probe '{}': {} events had a string key longer than the key's bytes "
                  "(string_key_bytes): counted under the cut string\n",
                  p.name, p.keys_truncated);
+    }
+    if (p.kernel_contended != 0) {
+      fmt::print(stderr,
+                 "warning: probe '{}': {} min/max updates of the in-kernel map were given up "
+                 "under contention (64 retries): those events are counted, their values may "
+                 "not be the extreme\n",
+                 p.name, p.kernel_contended);
     }
     if (p.targets_dropped != 0) {
       fmt::print(stderr,

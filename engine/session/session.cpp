@@ -854,6 +854,7 @@ SessionStats Session::stats() const {
       ps.kernel_dropped += run.last[i].total.map_full + run.last[i].total.stacks_lost;
       ps.kernel_stacks_lost += run.last[i].total.stacks_lost;
       ps.keys_truncated += run.last[i].total.truncated;
+      ps.kernel_contended += run.last[i].total.contended;
       ps.targets_dropped = std::max(ps.targets_dropped, run.targets_dropped);
       // The probe's own generated program: its skips are this probe's alone (a hit counter or
       // delivery program on the same tracepoint was skipped for the same hits).

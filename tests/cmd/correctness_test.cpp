@@ -255,6 +255,14 @@ source = ")" + source.filename().string() + R"("
         << r.err;
     EXPECT_EQ(std::stoll(m[1]), runs) << r.err;
   }
+  // The JSON summary carries the count too.
+  const auto j = tracer("run " + recipe.string() + " -d 1s --placement user --json");
+  ASSERT_EQ(j.exit_code, 0) << j.err;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(
+      j.out, m, std::regex(R"("printk":\{[^{}]*\{[^{}]*\}[^{}]*"bpf_skipped":(\d+))")))
+      << j.out;
+  EXPECT_GT(std::stoll(m[1]), 0) << j.out;
   fs::remove(recipe);
   fs::remove(source);
 }

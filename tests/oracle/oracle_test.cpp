@@ -858,5 +858,83 @@ top = 20000
     ASSERT_EQ(json_number(row, "count"), 1) << row;
 }
 
+// The audit: every counter a BPF program keeps reaches the JSON summary, forced one by one on a
+// workload whose answer is known, and what was counted plus what was lost is the answer.
+struct Audit {
+  Outcome o;
+  long long events = -1, lost = -1;
+  long long part(const std::string& key) const { return json_number(o.summary, key); }
+  long long counted() const {  // the sum of the table's counts
+    long long n = 0;
+    for (const auto& r : o.rows)
+      n += std::max(0LL, json_number(r, "count"));
+    return n;
+  }
+};
+
+Audit audit(const std::string& recipe_body, const std::string& flags, const std::string& command) {
+  testing::TempDir dir;
+  const auto recipe = dir.path() / "r.toml";
+  std::ofstream(recipe) << "[recipe]\nname = \"audit\"\n[[probe]]\nname = \"p\"\n" << recipe_body;
+  Audit a;
+  a.o = run_command(recipe, flags, command);
+  a.events = json_number(a.o.summary, "events");
+  a.lost = json_number(a.o.summary, "lost");
+  return a;
+}
+
+// A tiny aggregation map: the events of keys it had no room for are map_full, and lost.
+TEST(OracleAudit, MapFullIsLost) {
+  const auto a = audit(kLseek +
+                           "\n[[stage]]\nuse = \"count\"\nby = [\"offset\"]\nmax_keys = 64\n"
+                           "top = 2000\n",
+                       "--placement kernel", kWorkload + " leaf 1000");
+  ASSERT_EQ(a.o.exit_code, 0) << a.o.err;
+  EXPECT_GT(a.part("map_full"), 0) << a.o.summary;
+  EXPECT_EQ(a.lost, a.part("map_full")) << a.o.summary;
+  EXPECT_EQ(a.counted() + a.part("map_full"), 1000) << a.o.summary;
+  EXPECT_NE(a.o.err.find("keys the in-kernel map had no room for"), std::string::npos) << a.o.err;
+}
+
+// A stack map of one stack: the events of the other call site's stack are stacks_lost.
+TEST(OracleAudit, StacksLostAreLost) {
+  const auto a =
+      audit(kLseek +
+                "\ncallchain = true\n[[stage]]\nuse = \"count\"\nby = [\"ustack\"]\n"
+                "max_stacks = 1\n",
+            "--placement kernel", "sh -c '" + kWorkload + " leaf 10; " + kWorkload + " tree 1 10'");
+  ASSERT_EQ(a.o.exit_code, 0) << a.o.err;
+  EXPECT_EQ(a.part("stacks_lost"), 10) << a.o.summary;  // one call site's 10 calls
+  EXPECT_EQ(a.lost, 10) << a.o.summary;
+  EXPECT_EQ(a.counted(), 10) << a.o.summary;
+}
+
+// A string key longer than the key's bytes (128): counted under the cut string, and reported.
+TEST(OracleAudit, CutStringKeysAreReported) {
+  testing::TempDir dir;
+  const fs::path deep = dir.path() / std::string(150, 'd');
+  fs::create_directory(deep);
+  make_workload_files(deep);
+  const auto a = audit(
+      "tracepoint = \"syscalls:sys_enter_openat\"\n[[stage]]\nuse = \"count\"\n"
+      "by = [\"filename\"]\n",
+      "--placement kernel", kWorkload + " tree 1 1000 " + deep.string());
+  ASSERT_EQ(a.o.exit_code, 0) << a.o.err;
+  EXPECT_EQ(a.part("keys_truncated"), 30) << a.o.summary;  // 10 x (oracle-a, oracle-b twice)
+  EXPECT_EQ(a.lost, 0) << a.o.summary;
+  EXPECT_NE(a.o.err.find("string key longer than the key's bytes"), std::string::npos) << a.o.err;
+}
+
+// A probe ring of one page under a burst, nobody draining fast enough: LOST records, per CPU,
+// and what arrived plus what was lost is the burst.
+TEST(OracleAudit, RingLossIsLost) {
+  const auto a = audit(kLseek + "\nring = \"4KiB\"\n[[stage]]\nuse = \"count\"\n",
+                       "--placement user --delivery perf", kWorkload + " leaf 200000");
+  ASSERT_EQ(a.o.exit_code, 0) << a.o.err;
+  EXPECT_GT(a.part("ring"), 0) << a.o.summary;
+  EXPECT_EQ(a.lost, a.part("ring")) << a.o.summary;
+  EXPECT_EQ(a.counted() + a.lost, 200000) << a.o.summary;
+}
+
 }  // namespace
 }  // namespace tracer

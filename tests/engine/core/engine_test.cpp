@@ -361,6 +361,32 @@ TEST(EngineLive, TinyRingBurstDeliveredPlusLostEqualsGeneratedPerCpu) {
   EXPECT_GT(total_lost, 0U) << "a 4 KiB ring cannot hold a 20000-call burst";
 }
 
+// The same burst to a -p target through the BPF ring buffer delivery of one page: the copies
+// that did not fit are counted by the program per CPU, and delivered plus lost is the burst
+// (and the kernel's own count of the target's hits).
+TEST(EngineLive, TinyDeliveryRingBurstDeliveredPlusLostEqualsGenerated) {
+  constexpr int kCalls = 20000;
+  testing::Child child([](int) { lseeks(kCalls); });
+  boost::asio::io_context io;
+  Engine engine(io.get_executor(), {.target = {.kind = Target::Kind::kPid, .pid = child.pid()},
+                                    .probes = {lseek_probe()},
+                                    .channel = DeliveryChannel::kRingbuf,
+                                    .ringbuf_bytes = 4096});
+  Collected c;
+  engine.on_batch(collect(c, child.pid(), engine));
+  engine.start();
+  ASSERT_TRUE(child.go());  // the burst happens while nobody drains
+  io.run_for(100ms);
+  engine.stop();
+  EXPECT_EQ(c.foreign, 0U) << "only the target's hits are delivered";
+  const auto& p = engine.stats().probes[0];
+  const auto t = p.total();
+  EXPECT_EQ(t.samples, c.samples);
+  EXPECT_GT(p.losses().ring, 0U) << "a 4 KiB ring cannot hold a 20000-call burst";
+  EXPECT_EQ(p.lost(), p.losses().ring);
+  EXPECT_EQ(c.samples + p.lost(), static_cast<std::uint64_t>(kCalls));
+}
+
 TEST(EngineLive, StopDrainsWhatTheWakeupPolicyHeldBack) {
   testing::Child child([](int) { lseeks(100); });
   boost::asio::io_context io;

@@ -341,6 +341,10 @@ struct ProbeStats {
   /// Placed in the kernel: events whose string key (a `char *` field's string, a __data_loc
   /// string) was longer than the key's bytes and was cut. Counted, not lost.
   std::uint64_t keys_truncated = 0;
+  /// Placed in the kernel: min/max updates of a shared (not per-CPU) map that the program gave
+  /// up after 64 compare-and-swap retries: the events are counted, their value may not be the
+  /// extreme. Reported on their own.
+  std::uint64_t kernel_contended = 0;
   /// Hits the kernel ran the probe's BPF program for none of, because another BPF program was
   /// running on that CPU (bpf_prog_active; bpf_prog_info.recursion_misses): a program-gated
   /// tracepoint then writes no sample either, so they are neither events nor a LOST count, nor
