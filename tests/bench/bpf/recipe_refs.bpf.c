@@ -72,10 +72,7 @@ struct rb_event {
 static __always_inline int rb_copy(void *ctx, __u64 id);
 
 SEC("tracepoint")
-int rb_ref(void *ctx)
-{
-	return rb_copy(ctx, bpf_get_current_pid_tgid());
-}
+int rb_ref(void *ctx) { return rb_copy(ctx, bpf_get_current_pid_tgid()); }
 
 /* The same for one process only (the reference of per-event delivery to a
  * -p or command target). */
