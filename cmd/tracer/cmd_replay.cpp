@@ -13,6 +13,7 @@
 
 #include "commands.hpp"
 #include "tracer/error.hpp"
+#include "tracer/output_file.hpp"
 #include "tracer/perfdata/reader.hpp"
 #include "tracer/pipeline.hpp"
 #include "tracer/recipe.hpp"
@@ -79,11 +80,15 @@ int replay_print_file(const ReplayCliOptions& o) {
   std::FILE* f = stdout;
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> owned(nullptr, &std::fclose);
   if (!o.output.empty()) {
-    owned.reset(std::fopen(o.output.c_str(), "we"));
+    auto fd = open_output_file(o.output);
+    if (!fd)
+      throw Error(ErrorCategory::kUsage, fd.error());
+    owned.reset(::fdopen(fd->get(), "w"));
     if (!owned) {
       throw Error(ErrorCategory::kUsage, std::error_code(errno, std::generic_category()),
                   fmt::format("cannot write {}: {}", o.output, std::strerror(errno)));
     }
+    [[maybe_unused]] const int owned_by_file = fd->release();
     f = owned.get();
   }
   std::vector<std::filesystem::path> roots(o.debuginfo.begin(), o.debuginfo.end());

@@ -2,6 +2,8 @@
 // cache, sinks and option reading.
 #include "tracer/stage.hpp"
 
+#include "tracer/output_file.hpp"
+
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <unistd.h>
@@ -1022,12 +1024,13 @@ Sink Sink::to_string(std::string* text) noexcept {
 }
 
 Result<Sink> Sink::open(const std::string& path) {
-  std::FILE* f = std::fopen(path.c_str(), "we");
+  TRACER_ASSIGN_OR_RETURN(auto fd, open_output_file(path));
+  std::FILE* f = ::fdopen(fd.get(), "w");
   if (f == nullptr) {
     const int err = errno;
-    return fail(err, fmt::format("sink: failed to open '{}': {}", path, std::strerror(err)),
-                "check that the directory exists and is writable");
+    return fail(err, fmt::format("sink: cannot write '{}': {}", path, std::strerror(err)));
   }
+  [[maybe_unused]] const int owned_by_file = fd.release();
   Sink s;
   s.owned_.reset(f);
   s.file_ = f;

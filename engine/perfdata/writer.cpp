@@ -16,6 +16,8 @@
 //   the blob padded to 8; EVENT_UPDATE NAME gives each attr its name.
 #include "tracer/perfdata/writer.hpp"
 
+#include "tracer/output_file.hpp"
+
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/stat.h>
@@ -836,11 +838,13 @@ Result<Writer> Writer::open(const std::string& path,
       w->impl_->path = "<stdout>";
     return w;
   }
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) {
-    const int err = errno;
-    return fail(err, "perf-data: cannot create " + path + ": " + std::strerror(err));
+  auto opened = open_output_file(path);
+  if (!opened) {
+    Failure f = opened.error();
+    f.message = "perf-data: " + f.message;
+    return fail(std::move(f));
   }
+  const int fd = opened->release();
   auto impl = std::make_unique<Impl>();
   impl->fd = fd;
   impl->owns_fd = true;

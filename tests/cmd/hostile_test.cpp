@@ -207,5 +207,52 @@ TEST(Hostile, TheLimitScannerFollowsTomlStrings) {
   EXPECT_EQ(ok.exit_code, 0) << ok.err;
 }
 
+// A symbolic link planted at any path tracer writes (-o text, -o perf.data, replay -o, a
+// stage's own `path`) is never followed: the run fails naming the link, and the file it points
+// to is untouched. A file that exists is overwritten with mode 0600, whatever its old mode.
+TEST(Hostile, OutputPathsNeverFollowALinkAndAre0600) {
+  testing::TempDir dir;
+  const auto victim = dir.path() / "victim";
+  std::ofstream(victim) << "precious";
+  const std::string work = std::string(TRACER_SYSCALLER_PATH) + " lseek 100";
+  const auto plant = [&](const std::string& name) {
+    const auto link = dir.path() / name;
+    fs::create_symlink(victim, link);
+    return link.string();
+  };
+  const auto recipe = dir.path() / "r.toml";
+  std::ofstream(recipe) << lseek_recipe("[[stage]]\nuse = \"count\"\n");
+  const auto text =
+      testing::run_tracer("run " + recipe.string() + " -o " + plant("out.txt") + " -- " + work);
+  EXPECT_EQ(text.exit_code, 2) << text.err;
+  EXPECT_NE(text.err.find("symbolic link"), std::string::npos) << text.err;
+  const auto data =
+      testing::run_tracer("run " + recipe.string() + " -o " + plant("out.data") + " -- " + work);
+  EXPECT_NE(data.exit_code, 0) << data.err;
+  EXPECT_NE(data.err.find("symbolic link"), std::string::npos) << data.err;
+  const auto replay = testing::run_tracer("replay " + std::string(TRACER_TEST_DATA_DIR) +
+                                          "/golden/shelf.data -o " + plant("replay.txt"));
+  EXPECT_EQ(replay.exit_code, 2) << replay.err;
+  EXPECT_NE(replay.err.find("symbolic link"), std::string::npos) << replay.err;
+  const auto staged = dir.path() / "staged.toml";
+  std::ofstream(staged) << lseek_recipe("[[stage]]\nuse = \"jsonl\"\npath = \"" +
+                                        plant("events.jsonl") + "\"\n");
+  const auto stage = testing::run_tracer("run " + staged.string() + " -- " + work);
+  EXPECT_NE(stage.exit_code, 0) << stage.err;
+  EXPECT_NE(stage.err.find("symbolic link"), std::string::npos) << stage.err;
+  EXPECT_EQ(testing::slurp(victim), "precious");
+  // An existing world-readable file: overwritten, and 0600 afterwards.
+  const auto old = dir.path() / "old.txt";
+  std::ofstream(old) << std::string(10000, 'x');
+  fs::permissions(old, fs::perms(0644));
+  const auto ok =
+      testing::run_tracer("run " + recipe.string() + " -o " + old.string() + " -- " + work);
+  ASSERT_EQ(ok.exit_code, 0) << ok.err;
+  struct stat st {};
+  ASSERT_EQ(::stat(old.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600U);
+  EXPECT_EQ(testing::slurp(old).find("xxxx"), std::string::npos) << "the old content is gone";
+}
+
 }  // namespace
 }  // namespace tracer
