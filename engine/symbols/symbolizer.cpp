@@ -307,8 +307,10 @@ struct Symbolizer::Impl {
 
   const detail::JitSymbol* find_jit(std::uint32_t pid, Process& p, std::uint64_t ip) {
     if (!p.jit) {
-      auto text = detail::read_file(options.jit_map_dir / fmt::format("perf-{}.map", pid),
-                                    kMaxPerfMapBytes);
+      auto text = detail::read_perf_map(options.jit_map_dir / fmt::format("perf-{}.map", pid),
+                                        options.proc_root / std::to_string(pid), kMaxPerfMapBytes);
+      if (!text && (text.error().errno_value() == EPERM || text.error().errno_value() == ELOOP))
+        warn_once("perf-map " + std::to_string(pid), text.error().message);
       p.jit = text ? detail::parse_perf_map(*text) : std::vector<detail::JitSymbol>{};
     }
     auto it =

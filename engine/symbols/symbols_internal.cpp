@@ -2,6 +2,7 @@
 #include <cxxabi.h>
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -47,12 +48,11 @@ Result<OpenElf> open_elf(const std::filesystem::path& path,
   return out;
 }
 
-Result<std::string> read_file(const std::filesystem::path& path, std::size_t max_bytes) {
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd) {
-    const int err = errno;
-    return fail(err, fmt::format("symbols: cannot open {}: {}", path.string(), std::strerror(err)));
-  }
+namespace {
+
+Result<std::string> read_all(const UniqueFd& fd,
+                             const std::filesystem::path& path,
+                             std::size_t max_bytes) {
   std::string out;
   std::size_t used = 0;
   out.resize(std::size_t{1} << 20);
@@ -73,6 +73,40 @@ Result<std::string> read_file(const std::filesystem::path& path, std::size_t max
   }
   out.resize(used);
   return out;
+}
+
+}  // namespace
+
+Result<std::string> read_file(const std::filesystem::path& path, std::size_t max_bytes) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) {
+    const int err = errno;
+    return fail(err, fmt::format("symbols: cannot open {}: {}", path.string(), std::strerror(err)));
+  }
+  return read_all(fd, path, max_bytes);
+}
+
+Result<std::string> read_perf_map(const std::filesystem::path& path,
+                                  const std::filesystem::path& proc_dir,
+                                  std::size_t max_bytes) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC));
+  if (!fd) {
+    const int err = errno;
+    return fail(err, fmt::format("symbols: cannot open {}: {}", path.string(), std::strerror(err)));
+  }
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode))
+    return fail(EPERM, fmt::format("symbols: {} is not a regular file: ignored", path.string()));
+  struct stat proc {};
+  const bool known = ::stat(proc_dir.c_str(), &proc) == 0;
+  if (st.st_uid != 0 && (!known || st.st_uid != proc.st_uid)) {
+    return fail(EPERM,
+                fmt::format("symbols: {} is owned by uid {}, not by root or the process's user{}: "
+                            "ignored (as perf does)",
+                            path.string(), st.st_uid,
+                            known ? fmt::format(" (uid {})", proc.st_uid) : std::string()));
+  }
+  return read_all(fd, path, max_bytes);
 }
 
 std::string demangle(std::string_view name) {

@@ -49,6 +49,15 @@ struct OpenElf {
 [[nodiscard]] Result<std::string> read_file(const std::filesystem::path& path,
                                             std::size_t max_bytes);
 
+/// A process's perf map (/tmp/perf-PID.map, written by its JIT), read as perf does and as a
+/// root process must: a regular file (a FIFO there would block the read forever), not through
+/// a symbolic link, read without blocking, and owned by root or by the process's own user
+/// (the owner of `proc_dir`, /proc/PID): anyone may create files in /tmp, and a planted map
+/// would name the process's code. @return the text, or why it was refused.
+[[nodiscard]] Result<std::string> read_perf_map(const std::filesystem::path& path,
+                                                const std::filesystem::path& proc_dir,
+                                                std::size_t max_bytes);
+
 /// `name` demangled when it is an Itanium C++ name ("_Z..."), else `name` itself.
 [[nodiscard]] std::string demangle(std::string_view name);
 

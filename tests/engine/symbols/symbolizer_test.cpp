@@ -2,6 +2,7 @@
 // callchains with PERF_CONTEXT_* markers, synthetic MMAP/FORK/EXEC records, JIT maps.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
 
@@ -339,6 +340,36 @@ TEST(SymbolsSymbolizer, JitMapForAnonymousCode) {
   const auto gap = sym.symbolize_user(4242, 0x7f0000002040);
   EXPECT_EQ(gap[0].symbol, "") << "past the JIT symbol's size";
   EXPECT_EQ(gap[0].module, "[unknown]");
+}
+
+// /tmp is anyone's: a perf map is read only when it is a regular file owned by root or by the
+// process's user (perf's rule), never through a link, and a FIFO planted there does not block.
+TEST(SymbolsSymbolizer, PerfMapsOfAnotherUserOrNotRegularAreIgnored) {
+  TempDir dir;
+  const std::string maps = "7f0000000000-7f0000010000 r-xp 00000000 00:00 0 \n";
+  for (const char* pid : {"4243", "4244", "4245", "4246"})
+    dir.write(std::string("proc/") + pid + "/maps", maps);
+  dir.write("jit/perf-4243.map", "7f0000001000 100 Planted\n");
+  ASSERT_EQ(::chown((dir.path() / "jit/perf-4243.map").c_str(), 1234, 1234), 0);
+  ASSERT_EQ(::mkfifo((dir.path() / "jit/perf-4244.map").c_str(), 0600), 0);
+  dir.write("jit/real.map", "7f0000001000 100 ThroughALink\n");
+  std::filesystem::create_symlink(dir.path() / "jit/real.map", dir.path() / "jit/perf-4245.map");
+  // The process's own user owns its map: read.
+  ASSERT_EQ(::chown((dir.path() / "proc/4246").c_str(), 1234, 1234), 0);
+  dir.write("jit/perf-4246.map", "7f0000001000 100 OwnJit\n");
+  ASSERT_EQ(::chown((dir.path() / "jit/perf-4246.map").c_str(), 1234, 1234), 0);
+  Symbolizer sym({.proc_root = dir.path() / "proc", .jit_map_dir = dir.path() / "jit"});
+  for (std::uint32_t pid : {4243U, 4244U, 4245U}) {
+    sym.note_process(pid);
+    EXPECT_EQ(sym.symbolize_user(pid, 0x7f0000001010)[0].symbol, "") << pid;
+  }
+  sym.note_process(4246);
+  EXPECT_EQ(sym.symbolize_user(4246, 0x7f0000001010)[0].symbol, "OwnJit");
+  const auto warnings = sym.take_warnings();
+  ASSERT_EQ(warnings.size(), 3U);  // the other user's file, the FIFO, the link
+  EXPECT_NE(warnings[0].find("owned by uid 1234"), std::string::npos) << warnings[0];
+  EXPECT_NE(warnings[1].find("not a regular file"), std::string::npos) << warnings[1];
+  EXPECT_NE(warnings[2].find("symbolic links"), std::string::npos) << warnings[2];
 }
 
 TEST(SymbolsSymbolizer, DemanglesCxxNames) {
