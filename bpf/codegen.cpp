@@ -1892,13 +1892,20 @@ Result<Object> compile(const GeneratedProgram& prog, const CompileOptions& opts_
   opts.extra_flags.emplace_back("-mcpu=v3");
   const fs::path dir = opts.cache_dir / "gen";
   std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec)
-    return fail(ec.value(), fmt::format("bpf: cannot create {}: {}", dir.string(), ec.message()));
+  TRACER_TRY(make_cache_dir(opts.cache_dir));
+  TRACER_TRY(make_cache_dir(dir));
   // Named by the text's hash: two runs of the same plan share it, two different plans never
-  // overwrite each other's file.
+  // overwrite each other's file. Rewritten unless it holds exactly the text (a file of the same
+  // size with other code would compile to another program).
   const fs::path src = dir / (prog.name + ".bpf.c");
-  if (!fs::is_regular_file(src) || fs::file_size(src, ec) != prog.source.size()) {
+  const auto same_text = [&] {
+    std::ifstream in(src, std::ios::binary);
+    std::string have(prog.source.size() + 1, '\0');
+    in.read(have.data(), static_cast<std::streamsize>(have.size()));
+    return in.gcount() == static_cast<std::streamsize>(prog.source.size()) &&
+           std::string_view(have).substr(0, prog.source.size()) == prog.source;
+  };
+  if (fs::is_symlink(src, ec) || !fs::is_regular_file(src) || !same_text()) {
     const fs::path tmp = src.string() + fmt::format(".tmp.{}", ::getpid());
     {
       std::ofstream f(tmp, std::ios::binary | std::ios::trunc);

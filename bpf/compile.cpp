@@ -4,18 +4,23 @@
 #include <fcntl.h>
 #include <pwd.h>
 #include <spawn.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <poll.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
+#include <csignal>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <set>
+#include <span>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -90,6 +95,126 @@ Status write_atomically(const fs::path& path, std::string_view data) {
     return fail(ec.value(), fmt::format("bpf: cannot rename {} to {}: {}", tmp.string(),
                                         path.string(), ec.message()));
   return {};
+}
+
+// The cache as a root process may trust it (tracer loads what it finds there into the kernel):
+// a directory, not a link, owned by this user and writable by no one else.
+Status check_private_dir(const fs::path& dir) {
+  struct stat st {};
+  if (::lstat(dir.c_str(), &st) != 0) {
+    const int err = errno;
+    return fail(err,
+                fmt::format("bpf: cannot use the cache {}: {}", dir.string(), errno_text(err)));
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    return fail(
+        ENOTDIR,
+        fmt::format("bpf: the cache {} is not a directory (a symbolic link?)", dir.string()),
+        "remove it: tracer creates its cache itself");
+  }
+  if (st.st_uid != ::geteuid() || (st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+    return fail(EPERM,
+                fmt::format("bpf: the cache {} is owned by uid {} with mode {:o}: others could "
+                            "replace the BPF objects tracer loads from it",
+                            dir.string(), st.st_uid, st.st_mode & 07777),
+                "chown it to this user and chmod 700 it, or remove it (tracer recreates it)");
+  }
+  return {};
+}
+
+Status make_private_dir(const fs::path& dir) {
+  std::error_code ec;
+  if (fs::create_directories(dir, ec))
+    fs::permissions(dir, fs::perms::owner_all, ec);
+  if (ec)
+    return fail(ec.value(), fmt::format("bpf: cannot create {}: {}", dir.string(), ec.message()));
+  return check_private_dir(dir);
+}
+
+// An object is at most this big (the largest generated one is under 1 MiB).
+constexpr std::size_t kMaxObjectBytes = std::size_t{64} << 20;
+// What a cache directory keeps (objects there, generated sources in its gen/), the most
+// recently used first; older ones are evicted. A command target's in-kernel program names its
+// pid, so each such run adds an object.
+constexpr std::uintmax_t kCacheCapBytes = std::uintmax_t{64} << 20;
+constexpr std::size_t kCacheCapFiles = 512;
+
+std::string content_sum(std::string_view bytes) {
+  Hasher h;
+  h.add("tracer-bpf-object-v1");
+  h.add(bytes);
+  return h.hex();
+}
+
+// A cached object's bytes, when they are what this cache wrote: a regular file (not a link)
+// of this user's that no one else may write, whose content hash is the one in its ".sum".
+std::optional<std::string> read_verified(const fs::path& object) {
+  const auto read_private = [](const fs::path& path) -> std::optional<std::string> {
+    UniqueFd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+    struct stat st {};
+    if (!fd || ::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != ::geteuid() ||
+        (st.st_mode & (S_IWGRP | S_IWOTH)) != 0 || st.st_size <= 0 ||
+        static_cast<std::uint64_t>(st.st_size) > kMaxObjectBytes)
+      return std::nullopt;
+    std::string bytes(static_cast<std::size_t>(st.st_size), '\0');
+    std::size_t got = 0;
+    while (got < bytes.size()) {
+      const ssize_t n = ::read(fd.get(), bytes.data() + got, bytes.size() - got);
+      if (n < 0 && errno == EINTR)
+        continue;
+      if (n <= 0)
+        return std::nullopt;
+      got += static_cast<std::size_t>(n);
+    }
+    return bytes;
+  };
+  auto bytes = read_private(object);
+  const auto sum = read_private(object.string() + ".sum");
+  if (!bytes || !sum || *sum != content_sum(*bytes))
+    return std::nullopt;
+  return bytes;
+}
+
+// Housekeeping of a cache directory after a compile: temporary files of compiles that died
+// (".tmp.<pid>" of a process that is gone) go, and the least recently used files ending in
+// `suffix` (a hit touches its object) go, with their ".sum", until the rest fit
+// kCacheCapBytes and kCacheCapFiles.
+void tidy_cache(const fs::path& dir, const fs::path& keep, std::string_view suffix) {
+  std::error_code ec;
+  struct Entry {
+    fs::path path;
+    std::uintmax_t size;
+    fs::file_time_type used;
+  };
+  std::vector<Entry> objects;
+  std::uintmax_t total = 0;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (const auto at = name.rfind(".tmp."); at != std::string::npos) {
+      const auto pid = std::strtol(name.c_str() + at + 5, nullptr, 10);
+      if (pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH)
+        fs::remove(e.path(), ec);
+      continue;
+    }
+    if (!name.ends_with(suffix) || !e.is_regular_file(ec))
+      continue;
+    const auto size = e.file_size(ec);
+    objects.push_back({e.path(), ec ? 0 : size, e.last_write_time(ec)});
+    total += objects.back().size;
+  }
+  std::sort(objects.begin(), objects.end(),
+            [](const Entry& a, const Entry& b) { return a.used < b.used; });
+  std::size_t files = objects.size();
+  for (const auto& o : objects) {
+    if (total <= kCacheCapBytes && files <= kCacheCapFiles)
+      break;
+    if (o.path == keep)
+      continue;
+    fs::remove(o.path, ec);
+    fs::remove(o.path.string() + ".sum", ec);
+    total -= o.size;
+    --files;
+  }
 }
 
 struct ProcessOutput {
@@ -261,6 +386,10 @@ void dump_printf(void* ctx, const char* format, va_list args) {
 
 }  // namespace
 
+Status make_cache_dir(const fs::path& dir) {
+  return make_private_dir(dir);
+}
+
 Result<fs::path> default_cache_dir() {
   fs::path base;
   if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg != nullptr && xdg[0] == '/') {
@@ -282,13 +411,11 @@ Result<fs::path> ensure_vmlinux_h(const fs::path& cache_dir, const fs::path& btf
   h.add(btf_bytes);
   const fs::path dir = cache_dir / ("vmlinux-" + h.hex().substr(0, 16));
   const fs::path header = dir / "vmlinux.h";
-  if (fs::is_regular_file(header))
+  if (fs::is_regular_file(header)) {
+    TRACER_TRY(check_private_dir(dir));  // what compiles against it must be ours
     return dir;
-
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec)
-    return fail(ec.value(), fmt::format("bpf: cannot create {}: {}", dir.string(), ec.message()));
+  }
+  TRACER_TRY(make_private_dir(dir));
   ::btf* btf = btf__new(btf_bytes.data(), static_cast<std::uint32_t>(btf_bytes.size()));
   if (btf == nullptr) {
     const int err = errno;
@@ -325,10 +452,7 @@ Result<Object> Object::compile_and_open(const fs::path& bpf_c, const CompileOpti
     TRACER_ASSIGN_OR_RETURN(cache_dir, default_cache_dir());
   }
   std::error_code ec;
-  fs::create_directories(cache_dir, ec);
-  if (ec)
-    return fail(ec.value(),
-                fmt::format("bpf: cannot create {}: {}", cache_dir.string(), ec.message()));
+  TRACER_TRY(make_private_dir(cache_dir));
   fs::path vmlinux_dir = opts.vmlinux_dir;
   if (vmlinux_dir.empty()) {
     TRACER_ASSIGN_OR_RETURN(vmlinux_dir, ensure_vmlinux_h(cache_dir, opts.btf_path));
@@ -373,9 +497,13 @@ Result<Object> Object::compile_and_open(const fs::path& bpf_c, const CompileOpti
   info.key = h.hex();
   info.object_path = cache_dir / (name + "-" + info.key + ".bpf.o");
 
-  if (!opts.force && fs::is_regular_file(info.object_path) &&
-      fs::file_size(info.object_path, ec) > 0) {
+  std::optional<std::string> bytes;
+  if (!opts.force)
+    bytes = read_verified(info.object_path);
+  if (bytes) {
     info.cache_hit = true;
+    // Recently used: the last to be evicted.
+    fs::last_write_time(info.object_path, fs::file_time_type::clock::now(), ec);
   } else {
     const fs::path tmp = info.object_path.string() + fmt::format(".tmp.{}", ::getpid());
     std::vector<std::string> argv{clang.string()};
@@ -399,12 +527,19 @@ Result<Object> Object::compile_and_open(const fs::path& bpf_c, const CompileOpti
         return fail(EINVAL, fmt::format("bpf: llvm-strip failed on {}", tmp.string()), st.err);
       }
     }
+    // The sum first: an object is never in place without the sum that vouches for it.
+    TRACER_ASSIGN_OR_RETURN(bytes, read_file(tmp));
+    TRACER_TRY(write_atomically(info.object_path.string() + ".sum", content_sum(*bytes)));
     fs::rename(tmp, info.object_path, ec);
     if (ec)
       return fail(ec.value(), fmt::format("bpf: cannot rename {} to {}: {}", tmp.string(),
                                           info.object_path.string(), ec.message()));
+    tidy_cache(cache_dir, info.object_path, ".bpf.o");
+    if (src.parent_path().parent_path() == cache_dir)  // generated sources (codegen: gen/)
+      tidy_cache(src.parent_path(), src, ".bpf.c");
   }
-  TRACER_ASSIGN_OR_RETURN(Object obj, open_file(info.object_path));
+  // Loaded from the bytes that were verified (or just compiled), not from the path again.
+  TRACER_ASSIGN_OR_RETURN(Object obj, open_memory(std::as_bytes(std::span(*bytes)), name));
   obj.name_ = std::move(name);
   obj.compile_info_ = std::move(info);
   return obj;

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
@@ -152,6 +153,75 @@ TEST_F(BpfCompile, CachesByContentAndRecompilesWhenAByteChanges) {
   auto fifth = Object::compile_and_open(src);
   ASSERT_TRUE(fifth.has_value()) << fifth.error().describe();
   EXPECT_TRUE(fifth->compile_info()->cache_hit);
+}
+
+// The cache is input to a root process: an object replaced in it (the issue's: a count of
+// 1,000 became 0 with rc 0) or a link planted there is not loaded but compiled again; a cache
+// directory others can write is refused with the fix; compiles that died leave no .tmp file
+// behind for long.
+TEST_F(BpfCompile, CachedObjectsAreVerifiedBeforeTheyAreLoaded) {
+  dir_.write("src/count.bpf.c", kGood);
+  dir_.write("src/counter.h", kCounterH);
+  const fs::path src = dir_.path() / "src/count.bpf.c";
+  auto first = Object::compile_and_open(src);
+  ASSERT_TRUE(first.has_value()) << first.error().describe();
+  const fs::path cached = first->compile_info()->object_path;
+  const fs::path cache = cached.parent_path();
+  EXPECT_TRUE(fs::is_regular_file(cached.string() + ".sum"));
+  EXPECT_EQ(fs::status(cache).permissions() & fs::perms::others_write, fs::perms::none);
+
+  // Another object (the vmlinux.h-free kBad) in its place: a miss, recompiled, right again.
+  dir_.write("src/other.bpf.c", kBad);
+  auto other = Object::compile_and_open(dir_.path() / "src/other.bpf.c");
+  ASSERT_TRUE(other.has_value()) << other.error().describe();
+  fs::copy_file(other->compile_info()->object_path, cached, fs::copy_options::overwrite_existing);
+  auto replaced = Object::compile_and_open(src);
+  ASSERT_TRUE(replaced.has_value()) << replaced.error().describe();
+  EXPECT_FALSE(replaced->compile_info()->cache_hit) << "a replaced object is not trusted";
+  EXPECT_EQ(replaced->program_names(), std::vector<std::string>{"count_calls"});
+  auto again = Object::compile_and_open(src);
+  ASSERT_TRUE(again.has_value());
+  EXPECT_TRUE(again->compile_info()->cache_hit) << "the recompiled one is";
+
+  // A symbolic link in its place: not followed.
+  fs::remove(cached);
+  fs::create_symlink(other->compile_info()->object_path, cached);
+  auto linked = Object::compile_and_open(src);
+  ASSERT_TRUE(linked.has_value()) << linked.error().describe();
+  EXPECT_FALSE(linked->compile_info()->cache_hit);
+  EXPECT_FALSE(fs::is_symlink(cached));
+  EXPECT_EQ(linked->program_names(), std::vector<std::string>{"count_calls"});
+
+  // A dead compile's temporary file goes with the next compile (pid 2^22 + 1 is past pid_max).
+  const fs::path stale = cache / "count-0.bpf.o.tmp.4194305";
+  dir_.write(fs::relative(stale, dir_.path()).string(), "half an object");
+  dir_.write("src/count.bpf.c", std::string(kGood) + "\n");
+  ASSERT_TRUE(Object::compile_and_open(src).has_value());
+  EXPECT_FALSE(fs::exists(stale));
+
+  // Bounded: 600 older objects, then a compile: the least recently used go (512 files kept).
+  for (int i = 0; i < 600; ++i) {
+    const fs::path old = cache / ("old-" + std::to_string(i) + ".bpf.o");
+    dir_.write(fs::relative(old, dir_.path()).string(), "x");
+    fs::last_write_time(old, fs::file_time_type::clock::now() - std::chrono::hours(1));
+  }
+  dir_.write("src/count.bpf.c", std::string(kGood) + "\n\n");
+  auto newest = Object::compile_and_open(src);
+  ASSERT_TRUE(newest.has_value());
+  std::size_t objects = 0;
+  for (const auto& e : fs::directory_iterator(cache))
+    objects += e.path().extension() == ".o" ? 1 : 0;
+  EXPECT_EQ(objects, 512U);
+  EXPECT_TRUE(fs::exists(newest->compile_info()->object_path));
+  EXPECT_FALSE(fs::exists(cache / "old-0.bpf.o")) << "the least recently used went first";
+
+  // A cache others may write: refused, with the fix.
+  fs::permissions(cache, fs::perms::others_write, fs::perm_options::add);
+  auto refused = Object::compile_and_open(src);
+  ASSERT_FALSE(refused.has_value());
+  EXPECT_EQ(refused.error().errno_value(), EPERM);
+  EXPECT_THAT(refused.error().hint, ::testing::HasSubstr("chmod 700"));
+  fs::permissions(cache, fs::perms::others_write, fs::perm_options::remove);
 }
 
 TEST_F(BpfCompile, SyntaxErrorReturnsClangsDiagnosticWithFileAndLine) {

@@ -262,4 +262,9 @@ class Object {
 /// $XDG_CACHE_HOME/tracer/bpf, else $HOME/.cache/tracer/bpf.
 [[nodiscard]] Result<std::filesystem::path> default_cache_dir();
 
+/// Creates `dir` (mode 0700) if needed and checks that a root process may trust what it finds
+/// there: a directory, not a link, owned by this user, writable by no one else (EPERM with the
+/// fix otherwise). The compile cache's directories are made with it.
+[[nodiscard]] Status make_cache_dir(const std::filesystem::path& dir);
+
 }  // namespace tracer::bpf
