@@ -121,7 +121,10 @@ void Engine::Impl::open_probe(core::ResolvedProbe& rp,
       }
       // A system-wide tracepoint sampled by its own events leaves tracer's main thread out
       // (its drains' system calls would be samples that wake it again).
-      std::string filter = o.filter;
+      // (A system call's `char *` argument compares as the user string it points to.)
+      std::string filter = o.filter.empty() || !rp.info.format
+                               ? o.filter
+                               : tracefs::kernel_filter(o.filter, *rp.info.format);
       if (self_tgid() != 0 && o.kind == ProbeKind::kTracepoint && !delivered_probe &&
           o.bpf_program.empty()) {
         const std::string self = fmt::format("common_pid != {}", self_tgid());

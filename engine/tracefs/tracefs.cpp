@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <cstring>
@@ -271,6 +272,59 @@ const Field* Format::field(std::string_view field_name) const noexcept {
     if (f.name == field_name)
       return &f;
   return nullptr;
+}
+
+std::string kernel_filter(std::string_view filter, const Format& format) {
+  if (format.system != "syscalls")
+    return std::string(filter);
+  const auto ident = [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_';
+  };
+  std::string out;
+  out.reserve(filter.size() + 16);
+  std::size_t i = 0;
+  while (i < filter.size()) {
+    const char c = filter[i];
+    if (c == '"' || c == '\'') {  // a quoted string, copied whole (a backslash escapes)
+      std::size_t j = i + 1;
+      while (j < filter.size() && filter[j] != c)
+        j += filter[j] == '\\' ? 2 : 1;
+      j = std::min(j + 1, filter.size());
+      out.append(filter.substr(i, j - i));
+      i = j;
+      continue;
+    }
+    if (!ident(c) || (i > 0 && (ident(filter[i - 1]) || filter[i - 1] == '.'))) {
+      out += c;
+      ++i;
+      continue;
+    }
+    std::size_t j = i;
+    while (j < filter.size() && ident(filter[j]))
+      ++j;
+    const std::string_view name = filter.substr(i, j - i);
+    out.append(name);
+    i = j;
+    // `name <op> "string"` where name is a char * field without a suffix of its own.
+    const Field* f = format.field(name);
+    if (f == nullptr || !is_string_pointer(*f) || (j < filter.size() && filter[j] == '.'))
+      continue;
+    std::size_t k = j;
+    while (k < filter.size() && filter[k] == ' ')
+      ++k;
+    const std::string_view rest = filter.substr(k);
+    std::size_t op = rest.starts_with("==") || rest.starts_with("!=") ? 2
+                     : rest.starts_with("~")                          ? 1
+                                                                      : 0;
+    if (op == 0)
+      continue;
+    k += op;
+    while (k < filter.size() && filter[k] == ' ')
+      ++k;
+    if (k < filter.size() && (filter[k] == '"' || filter[k] == '\''))
+      out += ".ustring";
+  }
+  return out;
 }
 
 bool is_string_pointer(const Field& f) noexcept {

@@ -563,6 +563,34 @@ by = ["pid"]
   }
 }
 
+// A probe filter on a `char *` field compares the string it points to, on every path: in the
+// kernel's program, and as the tracefs filter of the user paths (where a system call's
+// argument needs .ustring: without it the kernel matched nothing, silently).
+TEST(OracleStrings, ProbeFiltersOnCharPointerFieldsMatchTheirStrings) {
+  testing::TempDir dir;
+  make_workload_files(dir.path());
+  const auto recipe = dir.path() / "r.toml";
+  std::ofstream(recipe) << R"([recipe]
+name = "filter-by-file"
+[[probe]]
+name = "openat"
+tracepoint = "syscalls:sys_enter_openat"
+filter = 'filename == ")" + (dir.path() / "oracle-b").string() +
+                               R"("'
+[[stage]]
+use = "count"
+)";
+  const std::string work = tree_args() + " " + dir.path().string();
+  const long b = 2 * kW * (kN / 100);  // two oracle-b per 100 calls, per child
+  for (const auto& [name, flags] : kTaskPaths) {
+    SCOPED_TRACE(name);
+    const auto o = run_command(recipe, flags, work);
+    ASSERT_EQ(o.exit_code, 0) << o.err;
+    EXPECT_EQ(o.rows, std::vector<std::string>{row("count", "", R"("count":)" + std::to_string(b))})
+        << o.err;
+  }
+}
+
 // A `char *` tracepoint field (openat's filename) keys by the string it points to, read in the
 // kernel at the event: the counts per file are the workload's (and strace's); a pipeline kept
 // in user space, where the field is only a pointer, is an error at its position, never rows of

@@ -107,6 +107,26 @@ TEST(ParseFormat, SysEnterOpenat) {
   EXPECT_THAT(f.print_fmt, ::testing::StartsWith("\"dfd: 0x%08lx, filename: 0x%08lx"));
 }
 
+// A system call's `char *` argument is a user pointer: the kernel's filter must read it with
+// .ustring, or a string comparison matches nothing. Only string comparisons of such fields
+// change; quoted text, other fields, suffixed names and other systems stay as written.
+TEST(KernelFilter, SyscallStringPointersCompareAsUserStrings) {
+  const Format openat =
+      load("6.18-x86_64/syscalls__sys_enter_openat.format", "syscalls", "sys_enter_openat");
+  EXPECT_EQ(kernel_filter(R"(filename == "/etc/passwd")", openat),
+            R"(filename.ustring == "/etc/passwd")");
+  EXPECT_EQ(kernel_filter(R"(flags == 0 && (filename~"*.so" || filename != 'x'))", openat),
+            R"(flags == 0 && (filename.ustring~"*.so" || filename.ustring != 'x'))");
+  EXPECT_EQ(kernel_filter(R"(dfd == 3 && "filename == x" == filename)", openat),
+            R"(dfd == 3 && "filename == x" == filename)");  // a string on the left: as written
+  EXPECT_EQ(kernel_filter(R"(filename.ustring == "a")", openat), R"(filename.ustring == "a")");
+  EXPECT_EQ(kernel_filter("filename == 0", openat), "filename == 0");  // a pointer compare
+  EXPECT_EQ(kernel_filter(R"(xfilename == "a")", openat), R"(xfilename == "a")");
+  Format other = openat;
+  other.system = "sched";  // a kernel pointer: the kernel reads it as it is
+  EXPECT_EQ(kernel_filter(R"(filename == "a")", other), R"(filename == "a")");
+}
+
 TEST(ParseFormat, SchedSwitchCharArrays) {
   const Format f = load("6.18-x86_64/sched__sched_switch.format", "sched", "sched_switch");
   EXPECT_EQ(f.id, 372u);

@@ -42,6 +42,14 @@ struct Format {
 /// the pointer, the string is wherever it points (user memory for a system call's argument).
 [[nodiscard]] bool is_string_pointer(const Field& f) noexcept;
 
+/// A tracefs filter as the kernel must get it for `format`'s event: a string comparison of a
+/// `char *` field that points into user memory (a system call's argument: the "syscalls"
+/// system, as tracer's in-kernel programs read it) names the field `.ustring`, else the kernel
+/// reads the pointer as a kernel string, which fails, and the filter matches nothing, silently
+/// (`filename == "/etc/passwd"` on sys_enter_openat). Quoted text and fields that already have
+/// a suffix are left as they are.
+[[nodiscard]] std::string kernel_filter(std::string_view filter, const Format& format);
+
 /// Parses the text of a `format` file.
 /// @return the format, or a Failure (EINVAL) that names the line that did not parse.
 [[nodiscard]] Result<Format> parse_format(std::string_view text,
