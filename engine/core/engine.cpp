@@ -580,6 +580,7 @@ std::vector<ProbeInfo> Engine::check(std::vector<std::string>* notes) {
   std::vector<ProbeInfo> out;
   for (const auto& r : resolved)
     out.push_back(r.info);
+  impl_->trial_open(resolved);
   if (o.bpf) {
     const BpfOptions& b = *o.bpf;
     impl_->load_bpf(b, resolved);
@@ -611,6 +612,39 @@ std::vector<ProbeInfo> Engine::check(std::vector<std::string>* notes) {
     // pipelines' questions about map names and layouts; start() loads a fresh one.
   }
   return out;  // ctx's dynamic tracefs probes, if any, are removed here
+}
+
+void Engine::Impl::trial_open(const std::vector<core::ResolvedProbe>& resolved) const {
+  // What run() would refuse of the recipe itself, the kernel says here: each probe's event is
+  // opened (disabled, on one CPU, never enabled or mapped) with its tracefs filter, and closed.
+  // A sample frequency past kernel.perf_event_max_sample_rate, an offset past a uprobe's file,
+  // a filter the kernel does not parse: errors at the probe, as run() gives them.
+  const auto online = perf::online_cpus();
+  const int cpu = online && !online->empty() ? online->front() : 0;
+  for (const auto& rp : resolved) {
+    const auto& o = opts.probes[rp.info.index];
+    perf::EventAttr attr = rp.attr;
+    attr.flag(perf::Flag::kDisabled)
+        .flag(perf::Flag::kInherit, false)
+        .flag(perf::Flag::kEnableOnExec, false);
+    if (rp.config1_is_attr_string)
+      attr.config1(reinterpret_cast<std::uint64_t>(rp.attr_string.c_str()));
+    auto ev = perf::Event::open(attr, {.pid = -1, .cpu = cpu});
+    if (!ev) {
+      const int err = ev.error().errno_value();
+      if (err == EACCES || err == EPERM)
+        return;  // not privileged to try: run() says which capability
+      // EINVAL: the kernel refuses what the recipe asks of this event (a recipe error).
+      throw_failure(err == ENOENT   ? ErrorCategory::kUnsupported
+                    : err == EINVAL ? ErrorCategory::kUsage
+                                    : ErrorCategory::kRuntime,
+                    ev.error(), fmt::format("probe '{}'", rp.info.name));
+    }
+    if (!o.filter.empty() && rp.info.format) {
+      if (auto st = ev->set_filter(tracefs::kernel_filter(o.filter, *rp.info.format)); !st)
+        throw_failure(ErrorCategory::kUsage, st.error(), fmt::format("probe '{}'", rp.info.name));
+    }
+  }
 }
 
 std::exception_ptr Engine::failure() const noexcept {

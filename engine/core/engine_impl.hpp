@@ -132,6 +132,9 @@ struct Engine::Impl : std::enable_shared_from_this<Engine::Impl> {
   /// A delivered probe's side-band records (COMM, FORK, EXIT... when its attr asks for them)
   /// from a dummy event on `cpu` writing into the ring of `ce` (whose tracepoint event is never
   /// enabled).
+  /// check(): opens each probe's event once, disabled, and closes it (what the kernel refuses
+  /// of the recipe is an error at its probe, as in start()).
+  void trial_open(const std::vector<core::ResolvedProbe>& resolved) const;
   void open_side_band(const core::ResolvedProbe& rp,
                       int cpu,
                       const std::vector<pid_t>& pids,

@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <filesystem>
 
+#include "common/text_file.hpp"
 #include "core/elf_symbols.hpp"
 #include "core/recipe_schema.hpp"
 #include "tracer/recipe.hpp"
@@ -79,9 +80,22 @@ void check_filter_fields(const RecipeProbe& p,
 
 void Recipe::check_system(Diagnostics& diagnostics, std::optional<pid_t> pid) const {
   std::optional<Result<tracefs::Tracefs>> tracefs;
+  // kernel.perf_event_max_sample_rate: a sampling frequency above it is refused (EINVAL).
+  std::optional<std::uint64_t> max_rate;
+  if (auto text = detail::read_text_file("/proc/sys/kernel/perf_event_max_sample_rate", "perf"))
+    max_rate = detail::parse_uint<std::uint64_t>(detail::trim(*text));
   for (const auto& p : probes) {
     const ProbeOptions& o = p.options;
     const SourceRegion& where = p.where_of(to_string(o.kind));
+    if (o.freq && max_rate && *o.freq > *max_rate) {
+      diagnostics.add(p.where_of("freq"),
+                      fmt::format("freq {} is above this kernel's limit of {} samples a second "
+                                  "(kernel.perf_event_max_sample_rate)",
+                                  *o.freq, *max_rate),
+                      fmt::format("lower it to {} or less, or raise the limit: sysctl "
+                                  "kernel.perf_event_max_sample_rate={}",
+                                  *max_rate, *o.freq));
+    }
     if (o.kind == ProbeKind::kTracepoint) {
       if (!tracefs) {
         tracefs = tracefs::Tracefs::open();
@@ -133,8 +147,18 @@ void Recipe::check_system(Diagnostics& diagnostics, std::optional<pid_t> pid) co
       }
     } else if (o.kind == ProbeKind::kUprobe || o.kind == ProbeKind::kUretprobe) {
       auto target = core::parse_uprobe_spec(o.spec, pid);
-      if (!target)
+      std::error_code ec;
+      if (!target) {
         diagnostics.add(where, target.error().message, target.error().hint);
+      } else if (const auto size = std::filesystem::file_size(target->path, ec);
+                 !ec && target->offset >= size) {
+        // The kernel refuses an offset past the file with a bare EINVAL.
+        diagnostics.add(where,
+                        fmt::format("offset {:#x} is past the end of {} ({} bytes)", target->offset,
+                                    target->path.string(), size),
+                        "a uprobe offset is a file offset inside the binary: name a symbol "
+                        "(path:function) or an offset that `objdump -d` shows");
+      }
     }
   }
   if (bpf) {

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "support/cli.hpp"
 #include "support/temp_dir.hpp"
@@ -252,6 +253,38 @@ TEST(Hostile, OutputPathsNeverFollowALinkAndAre0600) {
   ASSERT_EQ(::stat(old.c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0600U);
   EXPECT_EQ(testing::slurp(old).find("xxxx"), std::string::npos) << "the old content is gone";
+}
+
+// `check` refuses what `run` would refuse of the recipe itself, at the recipe's position: a
+// sampling frequency above the kernel's limit, a uprobe offset past its file, a filter the
+// kernel does not parse (check opens each probe's event once, disabled, and closes it).
+TEST(Hostile, CheckRefusesWhatRunRefuses) {
+  testing::TempDir dir;
+  struct Case {
+    const char* name;
+    std::string probe;
+    std::string position;  // line:column
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {"freq", "software = \"cpu-clock\"\nfreq = 100000000\n",
+       ":6:8:", "above this kernel's limit"},
+      {"offset", "uprobe = \"/bin/true:0x7fffffffffff\"\n", ":5:10:", "past the end of /bin/true"},
+      {"filter", "tracepoint = \"syscalls:sys_enter_lseek\"\nfilter = \"fd == 3 & offset\"\n",
+       ":6:10:", "rejected"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    const auto recipe = dir.path() / (std::string(c.name) + ".toml");
+    std::ofstream(recipe) << "[recipe]\nname = \"x\"\n[[probe]]\nname = \"p\"\n"
+                          << c.probe << "[[stage]]\nuse = \"count\"\n";
+    const auto check = testing::run_tracer("check " + recipe.string());
+    EXPECT_EQ(check.exit_code, 2) << check.err;
+    EXPECT_NE(check.err.find(recipe.string() + c.position), std::string::npos) << check.err;
+    EXPECT_NE(check.err.find(c.message), std::string::npos) << check.err;
+    const auto run = testing::run_tracer("run " + recipe.string() + " -d 1s");
+    EXPECT_NE(run.exit_code, 0) << run.err;
+  }
 }
 
 }  // namespace
