@@ -30,6 +30,9 @@ namespace {
 constexpr std::uint64_t kNoEnd = std::numeric_limits<std::uint64_t>::max();
 constexpr std::uint32_t kTracepointType = 2;  // PERF_TYPE_TRACEPOINT
 constexpr std::uint32_t kZstd = 1;            // enum perf_compress_type: PERF_COMP_ZSTD
+// A COMPRESSED record inflates to at most one ring's worth (mmap_len): perf's own rings are
+// far below this, and a file claiming more is not given the memory.
+constexpr std::size_t kMaxInflate = std::size_t{128} << 20;
 // The last record type a kernel writes: PERF_RECORD_AUX_OUTPUT_HW_ID (21) in uapi 6.1, and
 // PERF_RECORD_CALLCHAIN_DEFERRED (22) after it in newer kernels (enum perf_event_type).
 constexpr std::uint32_t kLastKernelRecordType = 22;
@@ -164,8 +167,11 @@ struct Reader::Impl {
         return view(off, n);
       }
       if (buf.size() < want) {
+        // Grown as the bytes arrive (at most doubling), never to a size the stream only claims:
+        // a 14 KB stream whose TRACING_DATA said 4 GB took 4 GB before its end was found.
         try {
-          buf.resize(std::max<std::size_t>(static_cast<std::size_t>(want), buf.size() * 2));
+          buf.resize(std::min<std::size_t>(static_cast<std::size_t>(want),
+                                           std::max<std::size_t>(buf.size() * 2, 1U << 20)));
         } catch (...) {
           return {};
         }
@@ -733,8 +739,10 @@ struct Reader::Impl {
       if (dbuf.size() - dlen < (std::size_t{1} << 16)) {
         // perf compresses at most one ring's worth (mmap_len) per push, so a record inflates to
         // no more than that: a bigger output is damage, not data.
-        const std::size_t limit = std::max<std::size_t>(
-            features.compressed ? features.compressed->mmap_len : 0, std::size_t{16} << 20);
+        // The file's mmap_len is a claim: it raises the bound up to kMaxInflate, no further.
+        const std::size_t limit =
+            std::clamp<std::size_t>(features.compressed ? features.compressed->mmap_len : 0,
+                                    std::size_t{16} << 20, kMaxInflate);
         if (dbuf.size() >= 2 * limit) {
           return fail(pending_offset, fmt::format("COMPRESSED record inflates to more than {} "
                                                   "bytes",

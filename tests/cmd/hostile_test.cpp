@@ -1,7 +1,10 @@
 // Hostile input (#27): what a root tool must never do whatever a recipe says. First: `tracer
 // check` writes nothing, whatever output paths the recipe names.
+#include <fcntl.h>
 #include <sys/auxv.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
@@ -285,6 +288,47 @@ TEST(Hostile, CheckRefusesWhatRunRefuses) {
     const auto run = testing::run_tracer("run " + recipe.string() + " -d 1s");
     EXPECT_NE(run.exit_code, 0) << run.err;
   }
+}
+
+// Sizes a stream claims are not allocated before the bytes are there: a 14 KB pipe-mode stream
+// whose TRACING_DATA record says 4 GB took 4.2 GB of RSS; now the replay stops at the stream's
+// end with an error, its memory that of the bytes it read.
+TEST(Hostile, ClaimedSizesInAPipeStreamAreNotAllocated) {
+  testing::TempDir dir;
+  const auto stream = dir.path() / "claim.data";
+  {
+    std::ofstream out(stream, std::ios::binary);
+    const auto put = [&](auto v) { out.write(reinterpret_cast<const char*>(&v), sizeof v); };
+    out.write("PERFILE2", 8);
+    put(std::uint64_t{16});  // the pipe header's size
+    // PERF_RECORD_HEADER_TRACING_DATA (66): header, then the size of the data that follows.
+    put(std::uint32_t{66});
+    put(std::uint16_t{0});
+    put(std::uint16_t{16});
+    put(std::uint32_t{0xF0000000});
+    put(std::uint32_t{0});
+    out << std::string(14000, '\0');
+  }
+  const auto out = dir.path() / "out", err = dir.path() / "err";
+  // Through a pipe (a file on stdin would be mapped, not streamed); wait4 on the shell reports
+  // the largest RSS of what it waited for.
+  const std::string cmd = "cat " + stream.string() + " | " + TRACER_CLI_PATH + " replay - >" +
+                          out.string() + " 2>" + err.string() + "; exit $?";
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::execl("/bin/sh", "sh", "-c", cmd.c_str(), nullptr);
+    ::_exit(127);
+  }
+  int status = 0;
+  rusage ru{};
+  ASSERT_EQ(::wait4(pid, &status, 0, &ru), pid);
+  ASSERT_TRUE(WIFEXITED(status)) << "killed by signal " << WTERMSIG(status);
+  EXPECT_NE(WEXITSTATUS(status), 0) << testing::slurp(err);
+  EXPECT_NE(testing::slurp(err).find(
+                "HEADER_TRACING_DATA record of 16 bytes (+4026531840 bytes of data) is cut short"),
+            std::string::npos)
+      << testing::slurp(err);
+  EXPECT_LT(ru.ru_maxrss, 200 * 1024) << "KiB of RSS for a 14 KB stream";
 }
 
 }  // namespace
