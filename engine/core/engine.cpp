@@ -362,10 +362,26 @@ void Engine::Impl::arm(Reader& r) {
         r.armed = false;
         if (kernel_wakeup)
           r.reader.count_wakeup();
-        r.reader.drain(r.via ? r.via : self->batch_handler);
-        if (self->after_wakeup())
-          self->arm(r);
+        self->drain_slice(r);
       });
+}
+
+void Engine::Impl::drain_slice(Reader& r) {
+  r.reader.yield_at(std::chrono::steady_clock::now() +
+                    std::chrono::milliseconds(opts.drain_slice_ms));
+  r.reader.drain(r.via ? r.via : batch_handler);
+  if (!after_wakeup())
+    return;
+  if (r.reader.more()) {
+    // Records are left (the pipeline is slower than the ring fills): the rest after whatever
+    // else is ready (a signal, the duration's timer), not on a wakeup that may not come.
+    asio::post(serial, [self = shared_from_this(), &r] {
+      if (self->running)
+        self->drain_slice(r);
+    });
+    return;
+  }
+  arm(r);
 }
 
 bool Engine::Impl::after_wakeup() {
@@ -426,8 +442,12 @@ void Engine::Impl::watch_exit(pid_t pid) {
 void Engine::Impl::drain_all() noexcept {
   last_pass = std::chrono::steady_clock::now();
   ++passes;
-  for (auto& r : readers)
+  for (auto& r : readers) {
+    r->reader.yield_at(stopping ? stop_deadline
+                                : std::chrono::steady_clock::now() +
+                                      std::chrono::milliseconds(opts.drain_slice_ms));
     r->reader.drain(r->via ? r->via : batch_handler);
+  }
   drain_ringbuf();
   if (round_handler) {
     try {
@@ -468,7 +488,15 @@ void Engine::Impl::stop() {
   if (output) {
     [[maybe_unused]] const auto st = output->disable();
   }
+  // What the rings hold, for stop_drain_ms at most: the rest is given up and counted, so that a
+  // stop is honoured on time however slow the pipeline.
+  stopping = true;
+  stop_deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(opts.stop_drain_ms);
   drain_all();
+  for (auto& r : readers) {
+    if (r->reader.more())
+      r->reader.discard_rest();
+  }
   check_handler_failure();
   final_stats = collect_stats();
   running = false;

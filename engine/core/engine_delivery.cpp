@@ -204,9 +204,22 @@ void Engine::Impl::drain_ringbuf() noexcept {
   if (!delivery || delivery->ring_buffer() == nullptr || failure)
     return;
   try {
-    // A bounded pass: a ring that keeps filling does not keep the reactor from the others.
-    const std::size_t max = std::size_t{1} << 16;
-    delivery->drain(probes, batch_handler, delivered_handler, max);
+    // A bounded pass, in chunks, for drain_slice_ms at most (until stop_deadline in a stop): a
+    // ring that keeps filling, or a slow pipeline, does not keep the reactor from its signals,
+    // timers and other rings. The ring's wait is level-triggered: what is left wakes it again.
+    const auto until = stopping ? stop_deadline
+                                : std::chrono::steady_clock::now() +
+                                      std::chrono::milliseconds(opts.drain_slice_ms);
+    constexpr std::size_t kChunk = 512;
+    std::size_t taken = 0;
+    while (taken < (std::size_t{1} << 16) && std::chrono::steady_clock::now() < until) {
+      const std::size_t n = delivery->drain(probes, batch_handler, delivered_handler, kChunk);
+      taken += n;
+      if (n < kChunk)
+        return;
+    }
+    if (stopping)
+      delivery->discard();  // past the stop's time: given up, and counted
   } catch (...) {
     failure = std::current_exception();
   }

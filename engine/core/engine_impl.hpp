@@ -132,6 +132,11 @@ struct Engine::Impl : std::enable_shared_from_this<Engine::Impl> {
   /// A delivered probe's side-band records (COMM, FORK, EXIT... when its attr asks for them)
   /// from a dummy event on `cpu` writing into the ring of `ce` (whose tracepoint event is never
   /// enabled).
+  /// Drains `r` for at most drain_slice_ms, then re-arms its wait, or posts the rest when the
+  /// slice ran out with records left.
+  void drain_slice(Reader& r);
+  bool stopping = false;  // stop()'s final drain: bounded by stop_deadline
+  std::chrono::steady_clock::time_point stop_deadline{};
   /// check(): opens each probe's event once, disabled, and closes it (what the kernel refuses
   /// of the recipe is an error at its probe, as in start()).
   void trial_open(const std::vector<core::ResolvedProbe>& resolved) const;

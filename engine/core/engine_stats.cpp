@@ -22,6 +22,7 @@ RingStats& RingStats::operator+=(const RingStats& o) noexcept {
   wakeups += o.wakeups;
   kernel_hits += o.kernel_hits;
   missed += o.missed;
+  unprocessed += o.unprocessed;
   return *this;
 }
 
@@ -35,7 +36,7 @@ RingStats ProbeStats::total() const noexcept {
 ProbeStats::Losses ProbeStats::losses() const noexcept {
   const RingStats t = total();
   Losses l;
-  l.ring = t.lost + t.lost_samples;
+  l.ring = t.lost + t.lost_samples + t.unprocessed;
   // A BPF output call that failed because the ring was full is also in the ring's LOST count.
   l.output_drops = bpf_output_drops > l.ring ? bpf_output_drops - l.ring : 0;
   l.stacks_lost = std::min(kernel_stacks_lost, kernel_dropped);
@@ -77,6 +78,7 @@ Stats Engine::Impl::collect_stats() const {
           const std::uint64_t base =
               p < drop_base.size() && c < drop_base[p].size() ? drop_base[p][c] : 0;
           rs.lost = c < d.size() ? d[c] - std::min(d[c], base) : 0;
+          rs.unprocessed = delivery->unprocessed(static_cast<std::uint32_t>(p), ce.cpu);
         }
         const auto now =
             p < hit_final.size() && !hit_final[p].empty() ? hit_final[p] : read_hits(p);
@@ -85,7 +87,7 @@ Stats Engine::Impl::collect_stats() const {
           const auto c = static_cast<std::size_t>(ce.cpu);
           const std::uint64_t base = c < hit_base[p].size() ? hit_base[p][c] : 0;
           rs.kernel_hits = now[c] - std::min(now[c], base);
-          const std::uint64_t got = rs.samples + rs.lost + rs.lost_samples;
+          const std::uint64_t got = rs.samples + rs.lost + rs.lost_samples + rs.unprocessed;
           rs.missed = rs.kernel_hits > got ? rs.kernel_hits - got : 0;
         }
         ps.per_cpu.emplace_back(ce.cpu, rs);

@@ -158,7 +158,7 @@ void Pipeline::round() noexcept {
     return;
   if (order_) {
     try {
-      order_->round(ordered_out_);
+      order_->round(ordered_out_, std::chrono::steady_clock::now() + std::chrono::milliseconds(50));
     } catch (...) {  // out of memory while compacting: release everything instead
       drain_order();
     }
@@ -354,9 +354,19 @@ void Pipeline::track_maps(const perf::Record& record) noexcept {
 }
 
 std::vector<std::string> Pipeline::take_warnings() {
+  std::vector<std::string> out;
+  if (order_ && order_->stats().unprocessed != 0 && !unprocessed_said_) {
+    unprocessed_said_ = true;
+    out.push_back(fmt::format(
+        "{} records were still queued for the stages when the stop's half second ran out: "
+        "not processed (the stages are slower than the events; see order.unprocessed)",
+        order_->stats().unprocessed));
+  }
   if (!schema_ || !schema_->stacks_bound())
-    return {};
-  return schema_->symbolizer().take_warnings();
+    return out;
+  for (auto& w : schema_->symbolizer().take_warnings())
+    out.push_back(std::move(w));
+  return out;
 }
 
 void Pipeline::dispatch() noexcept {
@@ -390,6 +400,8 @@ std::vector<std::pair<std::string, std::uint64_t>> Pipeline::counters() const {
     const auto& o = order_->stats();
     out.emplace_back("order.late", o.late);
     out.emplace_back("order.forced_flushes", o.forced_flushes);
+    if (o.unprocessed != 0)
+      out.emplace_back("order.unprocessed", o.unprocessed);
   }
   return out;
 }
@@ -444,7 +456,11 @@ void Pipeline::tick(std::chrono::nanoseconds now) {
 void Pipeline::stop(std::chrono::nanoseconds now) {
   if (stopped_)
     return;
-  drain_order();  // the last records, in time order, before the final tables
+  // The last records, in time order, before the final tables: for half a second at most, so
+  // that a stop is honoured however slow the stages (what is left is counted, and said).
+  if (order_)
+    order_->give_up_at(std::chrono::steady_clock::now() + std::chrono::milliseconds(500));
+  drain_order();
   stopped_ = true;
   for (std::size_t i = 0; i < stages_.size(); ++i) {
     if (stages_[i].aggregation != nullptr) {

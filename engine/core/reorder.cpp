@@ -65,10 +65,12 @@ void Reorder::push(const RecordRef& ref,
   }
 }
 
-void Reorder::round(const BatchHandler& out) {
+void Reorder::round(const BatchHandler& out, std::chrono::steady_clock::time_point yield_at) {
   ++stats_.rounds;
+  yield_at_ = yield_at;
   if (!entries_.empty())
     flush_until(next_flush_, out);
+  yield_at_ = std::chrono::steady_clock::time_point::max();
   next_flush_ = max_time_;
 }
 
@@ -179,6 +181,20 @@ void Reorder::release(std::size_t count, const BatchHandler& out) {
     stats_.released += refs_.size();
     if (out)
       out(Batch{refs_});
+    if (give_up_at_ != std::chrono::steady_clock::time_point::max() && i < count &&
+        std::chrono::steady_clock::now() >= give_up_at_) [[unlikely]] {
+      // Past the stop's time: what is left (released or held) is dropped, and counted.
+      stats_.unprocessed += entries_.size() - i;
+      refs_.clear();
+      entries_.clear();
+      bytes_.clear();
+      return;
+    }
+    if (yield_at_ != std::chrono::steady_clock::time_point::max() && i < count &&
+        std::chrono::steady_clock::now() >= yield_at_) [[unlikely]] {
+      count = i;  // the rest stays queued (sorted, before the held ones) for the next round
+      break;
+    }
   }
   refs_.clear();
   // Keep what was not released, compacted to the front of a fresh byte buffer.

@@ -49,7 +49,28 @@ void RingReader::flush(const BatchHandler& handler) noexcept {
   }
 }
 
+std::uint64_t RingReader::discard_rest() noexcept {
+  more_ = false;
+  if (corrupt_)
+    return 0;
+  const std::uint64_t head = ring_.load_head();
+  const std::span<const std::byte> area = ring_.data_area();
+  std::uint64_t pos = ring_.read_position(), n = 0;
+  while (pos != head) {
+    const auto h = perf::load<perf_event_header>(area.data() + (pos & (area.size() - 1)));
+    if (h.size == 0 || h.size % 8 != 0 || std::uint64_t{h.size} > head - pos)
+      break;
+    n += h.type == perf::abi::kSample ? 1 : 0;
+    pos += h.size;
+  }
+  ring_.seek(head);
+  ring_.commit();
+  stats_.unprocessed += n;
+  return n;
+}
+
 std::uint64_t RingReader::drain(const BatchHandler& handler) noexcept {
+  more_ = false;
   if (corrupt_)
     return 0;
   // The layouts the engine opens most, decoded with their field tests folded away
@@ -247,6 +268,11 @@ std::uint64_t RingReader::drain_as(  // NOLINT(bugprone-exception-escape)
       flush(handler);
       ref = slots;
       slot_ready = ready;
+      if (yield_at_ != std::chrono::steady_clock::time_point::max() &&
+          std::chrono::steady_clock::now() >= yield_at_) [[unlikely]] {
+        more_ = pos != head;
+        break;
+      }
     }
   }
   publish();

@@ -3,6 +3,8 @@
 // drain. No fds, no reactor: the engine calls drain() when the ring is readable.
 #pragma once
 
+#include <chrono>
+
 #include <cstdint>
 #include <exception>
 #include <vector>
@@ -27,6 +29,15 @@ class RingReader {
   /// used the AUX chunks). Allocation-free in steady state.
   /// @return records delivered.
   std::uint64_t drain(const BatchHandler& handler) noexcept;
+  /// A drain stops after the batch during which `at` passed (steady clock; max: never), with
+  /// the rest left in the ring and more() true: a slow pipeline does not keep the reactor from
+  /// its signals and timers.
+  void yield_at(std::chrono::steady_clock::time_point at) noexcept { yield_at_ = at; }
+  /// The last drain stopped at yield_at() with records left.
+  [[nodiscard]] bool more() const noexcept { return more_; }
+  /// Gives up what is left in the ring without handing it on (a stop past its time): the
+  /// records are counted in RingStats::unprocessed. @return how many.
+  std::uint64_t discard_rest() noexcept;
 
   [[nodiscard]] perf::Ring& ring() noexcept { return ring_; }
   [[nodiscard]] int cpu() const noexcept { return cpu_; }
@@ -64,6 +75,8 @@ class RingReader {
   bool aux_in_batch_ = false;  // some slot of the batch being filled holds an AUX chunk
   bool itrace_seen_ = false;   // an ITRACE_START came: slots get itrace_pid/tid
   bool corrupt_ = false;       // a malformed header: nothing after it can be trusted
+  bool more_ = false;          // the last drain yielded with records left
+  std::chrono::steady_clock::time_point yield_at_ = std::chrono::steady_clock::time_point::max();
   std::exception_ptr failure_;
 };
 

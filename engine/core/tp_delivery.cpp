@@ -114,6 +114,7 @@ Result<TracepointDelivery> TracepointDelivery::open(std::size_t slots,
   d.programs_.assign(slots, {});
   d.direct_loads_ = opts.direct_loads;
   d.delivered_.assign(slots * d.cpus_, 0);
+  d.unprocessed_.assign(slots * d.cpus_, 0);
   d.buf_ = std::make_unique<std::byte[]>(kBytes);
   d.compact_.resize(kCompact);
   return d;
@@ -369,6 +370,25 @@ std::size_t TracepointDelivery::drain(std::span<const ProbeInfo> probes,
     flush_in_place(out, in_place);
   flush(out);
   return n;
+}
+
+std::size_t TracepointDelivery::discard() {
+  if (!ring_)
+    return 0;
+  return ring_->consume([&](std::span<const std::byte> rec) {
+    if (rec.size() < sizeof(DeliveredHeader))
+      return;
+    DeliveredHeader h;
+    std::memcpy(&h, rec.data(), sizeof(h));
+    if (h.probe < programs_.size() && h.cpu < cpus_)
+      ++unprocessed_[std::size_t{h.probe} * cpus_ + h.cpu];
+  });
+}
+
+std::uint64_t TracepointDelivery::unprocessed(std::uint32_t slot, int cpu) const noexcept {
+  if (cpu < 0 || static_cast<std::size_t>(cpu) >= cpus_ || slot >= programs_.size())
+    return 0;
+  return unprocessed_[slot * cpus_ + static_cast<std::size_t>(cpu)];
 }
 
 std::uint64_t TracepointDelivery::delivered(std::uint32_t slot, int cpu) const noexcept {

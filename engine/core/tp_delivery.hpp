@@ -150,6 +150,11 @@ class TracepointDelivery {
                     const DeliveredHandler& in_place = {},
                     std::size_t max_records = SIZE_MAX);
 
+  /// kRingbuf: gives up what waits in the ring without handing it on (a stop past its time),
+  /// counted per slot and CPU (unprocessed()). @return the records given up.
+  std::size_t discard();
+  /// Records of `slot` from CPU `cpu` that discard() gave up.
+  [[nodiscard]] std::uint64_t unprocessed(std::uint32_t slot, int cpu) const noexcept;
   /// Samples handed on for `slot` from CPU `cpu`.
   [[nodiscard]] std::uint64_t delivered(std::uint32_t slot, int cpu) const noexcept;
   /// Per CPU (index = CPU): the tracepoint's hits, and the outputs that failed (ring full).
@@ -191,12 +196,13 @@ class TracepointDelivery {
   std::unique_ptr<bpf::RingBuffer> ring_;
   std::vector<BpfLink> links_;
   std::size_t cpus_ = 1;
-  std::vector<std::uint64_t> delivered_;  // [slot * cpus_ + cpu]
-  std::unique_ptr<std::byte[]> buf_;      // rebuilt samples of one batch (kBytes)
-  std::size_t used_ = 0;                  // bytes of buf_ in use
-  std::vector<RecordRef> refs_;           // slots reused batch after batch (their Samples too)
-  std::size_t nrefs_ = 0;                 // slots of this batch
-  std::vector<DeliveredSample> compact_;  // samples of a batch handed on in place (kCompact)
+  std::vector<std::uint64_t> delivered_;    // [slot * cpus_ + cpu]
+  std::vector<std::uint64_t> unprocessed_;  // [slot * cpus_ + cpu]: discard()
+  std::unique_ptr<std::byte[]> buf_;        // rebuilt samples of one batch (kBytes)
+  std::size_t used_ = 0;                    // bytes of buf_ in use
+  std::vector<RecordRef> refs_;             // slots reused batch after batch (their Samples too)
+  std::size_t nrefs_ = 0;                   // slots of this batch
+  std::vector<DeliveredSample> compact_;    // samples of a batch handed on in place (kCompact)
   std::size_t ncompact_ = 0;
 };
 

@@ -201,6 +201,13 @@ struct EngineOptions {
   /// out (the BPF delivery and hit counter skip its tgid, a sampled tracepoint's tracefs filter
   /// its main thread), so that a drain's own system calls are not records that wake it again.
   bool trace_self = false;
+  /// A drain hands the pipeline at most this much work (milliseconds) before the reactor runs
+  /// its other handlers (signals, timers, other rings): whatever the event rate, a stop or a
+  /// duration is honoured on time.
+  std::uint32_t drain_slice_ms = 50;
+  /// stop() drains what the rings hold for at most this long; the samples left then are given
+  /// up and counted (RingStats::unprocessed), so a stop never waits on a slow pipeline.
+  std::uint32_t stop_drain_ms = 500;
   /// A pid or command target: the processes (the target and its descendants) alive at once
   /// that BPF programs following it hold (tracer_target.h's `tgids`: the delivery's, a [bpf]
   /// object's); a child past it is counted (targets_dropped), not followed.
@@ -317,6 +324,9 @@ struct RingStats {
   /// lost when positive (perf's per-CPU tracepoint events miss events in some contexts on some
   /// machines; see DESIGN notes). Never silent: reported per probe and CPU.
   std::uint64_t missed = 0;
+  /// Samples still in the ring when a stop's drain ran out of time (EngineOptions::
+  /// stop_drain_ms): given up unprocessed, and counted as lost.
+  std::uint64_t unprocessed = 0;
   RingStats& operator+=(const RingStats& o) noexcept;
 };
 

@@ -197,6 +197,7 @@ class Pipeline {
   std::unique_ptr<Reorder> order_;
   BatchHandler ordered_out_;
   PipelineStats stats_;
+  bool unprocessed_said_ = false;  // take_warnings() said order.unprocessed
   bool stopped_ = false;
 };
 

@@ -21,6 +21,8 @@
 //   at stop:   order.flush_all(handler);
 #pragma once
 
+#include <chrono>
+
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -46,6 +48,9 @@ struct ReorderStats {
   std::uint64_t forced_flushes = 0;  // early releases for want of memory
   std::uint64_t max_queued = 0;      // most records queued at once
   std::uint64_t rounds = 0;
+  /// Records still queued when a release's give_up_at() passed (a stop past its time): dropped
+  /// unprocessed, and counted.
+  std::uint64_t unprocessed = 0;
 };
 
 class Reorder {
@@ -61,11 +66,20 @@ class Reorder {
 
   /// The end of a pass over every ring: releases, in time order, every record up to the largest
   /// time seen at the previous round's end.
-  void round(const BatchHandler& out);
+  /// `yield_at` (steady clock): past it, the round stops after a batch and keeps the rest
+  /// queued, in order, for the next one: a round of slow stages does not keep the reactor from
+  /// its timers and signals.
+  void round(const BatchHandler& out,
+             std::chrono::steady_clock::time_point yield_at =
+                 std::chrono::steady_clock::time_point::max());
   /// Releases every record with a time up to `time`.
   void flush_until(std::uint64_t time, const BatchHandler& out);
   /// Releases everything (end of input).
   void flush_all(const BatchHandler& out);
+
+  /// A release past `at` (steady clock) stops after its batch and drops what is still queued
+  /// (ReorderStats::unprocessed): the end of a stop that must not wait on slow stages.
+  void give_up_at(std::chrono::steady_clock::time_point at) noexcept { give_up_at_ = at; }
 
   [[nodiscard]] const ReorderStats& stats() const noexcept { return stats_; }
   [[nodiscard]] std::size_t queued() const noexcept { return entries_.size(); }
@@ -88,6 +102,8 @@ class Reorder {
   ReorderOptions options_;
   std::vector<Entry> entries_;  // queued, in arrival order
   std::vector<Entry> held_;     // flush_until's scratch (kept: no allocation once warm)
+  std::chrono::steady_clock::time_point give_up_at_ = std::chrono::steady_clock::time_point::max();
+  std::chrono::steady_clock::time_point yield_at_ = std::chrono::steady_clock::time_point::max();
   /// flush_until's sort keys: (time, index of the entry in arrival order), 16 bytes each.
   struct SortKey {
     std::uint64_t time = 0;
