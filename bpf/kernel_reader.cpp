@@ -474,7 +474,8 @@ Result<std::vector<Row>> Reader::read_batched(int fd, const char* map, bool clea
     keys.resize(std::size_t{batch} * l.key_size);
     values.resize(std::size_t{batch} * value_bytes);
     std::uint32_t count = batch;
-    LIBBPF_OPTS(bpf_map_batch_opts, opts);
+    bpf_map_batch_opts opts{};
+    opts.sz = sizeof(opts);
     std::uint32_t next = 0;
     const int rc = clear
                        ? bpf_map_lookup_and_delete_batch(fd, first ? nullptr : &cursor, &next,
@@ -514,7 +515,8 @@ Result<std::vector<std::byte>> Reader::read_stats() const {
   // Every slot in one call (an array's batch returns its keys in order), else one per slot.
   std::vector<std::uint32_t> keys(slots);
   std::uint32_t count = slots, next = 0;
-  LIBBPF_OPTS(bpf_map_batch_opts, opts);
+  bpf_map_batch_opts opts{};
+  opts.sz = sizeof(opts);
   const int rc = bpf_map_lookup_batch(fd, nullptr, &next, keys.data(), buf.data(), &count, &opts);
   if ((rc == 0 || errno == ENOENT) && count == slots) {
     bool in_order = true;

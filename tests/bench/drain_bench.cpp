@@ -207,7 +207,7 @@ max_keys = 16384
   const std::uint64_t before = count_of(counter);
   const auto t0 = std::chrono::steady_clock::now();
   w.start();
-  boost::asio::posix::stream_descriptor done(io, ::dup(w.done_fd()));
+  boost::asio::posix::stream_descriptor done(io, ::fcntl(w.done_fd(), F_DUPFD_CLOEXEC, 0));
   done.async_wait(boost::asio::posix::stream_descriptor::wait_read,
                   [&](const boost::system::error_code&) { io.stop(); });
   io.run();
