@@ -961,7 +961,10 @@ TEST(OracleAudit, RingLossIsLost) {
   ASSERT_EQ(a.o.exit_code, 0) << a.o.err;
   EXPECT_GT(a.part("ring"), 0) << a.o.summary;
   EXPECT_EQ(a.lost, a.part("ring")) << a.o.summary;
-  EXPECT_EQ(a.counted() + a.lost, 200000) << a.o.summary;
+  // LOST counts every record the ring had no room for: the samples, and the side-band records
+  // (the command's EXIT, a COMM) the same ring carries, a few at most.
+  EXPECT_GE(a.counted() + a.lost, 200000) << a.o.summary;
+  EXPECT_LE(a.counted() + a.lost, 200000 + 4) << a.o.summary;
 }
 
 }  // namespace
