@@ -16,6 +16,7 @@
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdlib>
 #include <functional>
 #include <string>
@@ -257,6 +258,45 @@ int run_bench(int argc,
     }
   }
   return 0;
+}
+
+Bpftrace::Bpftrace(const std::string& prog, unsigned keys_max) {
+  int out[2];
+  if (::pipe2(out, O_CLOEXEC) != 0)
+    std::abort();
+  pid_ = ::fork();
+  if (pid_ == 0) {
+    ::dup2(out[1], 1);
+    ::dup2(out[1], 2);
+    if (keys_max != 0)
+      ::setenv("BPFTRACE_MAP_KEYS_MAX", std::to_string(keys_max).c_str(), 1);
+    ::execl("/usr/bin/bpftrace", "bpftrace", "-e", prog.c_str(), nullptr);
+    ::_exit(127);
+  }
+  ::close(out[1]);
+  out_ = ::fdopen(out[0], "r");
+  char line[512];
+  while (std::fgets(line, sizeof(line), out_) != nullptr) {
+    text_ += line;
+    if (text_.find("Attaching") != std::string::npos)
+      break;
+  }
+}
+
+Bpftrace::~Bpftrace() {
+  if (out_ != nullptr)
+    stop();
+}
+
+std::string Bpftrace::stop() {
+  ::kill(pid_, SIGINT);
+  char line[512];
+  while (std::fgets(line, sizeof(line), out_) != nullptr)
+    text_ += line;
+  std::fclose(out_);
+  out_ = nullptr;
+  ::waitpid(pid_, nullptr, 0);
+  return text_;
 }
 
 }  // namespace tracer::bench

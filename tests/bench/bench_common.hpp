@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <functional>
 #include <string>
 #include <string_view>
@@ -69,6 +70,24 @@ int run_bench(int argc,
               char** argv,
               std::vector<std::function<Row(long)>> kinds,
               std::string_view ref_prefix);
+
+/// `bpftrace -e PROG` running and attached (its "Attaching" line read), its stdout and stderr
+/// on a pipe; `keys_max` raises BPFTRACE_MAP_KEYS_MAX (its default holds 4,096 keys).
+class Bpftrace {
+ public:
+  explicit Bpftrace(const std::string& prog, unsigned keys_max = 0);
+  Bpftrace(const Bpftrace&) = delete;
+  Bpftrace& operator=(const Bpftrace&) = delete;
+  ~Bpftrace();
+  [[nodiscard]] pid_t pid() const { return pid_; }
+  /// SIGINT, then everything it printed (its maps at exit); reaps it.
+  std::string stop();
+
+ private:
+  pid_t pid_ = -1;
+  std::FILE* out_ = nullptr;
+  std::string text_;
+};
 
 /// Runs added by optional parts (the BPF output channel and the libbpf reference).
 std::vector<std::function<Row(long)>> extra_runs();

@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_common.hpp"
 #include "tracer/perf/event.hpp"
 #include "tracer/recipe.hpp"
 #include "tracer/session.hpp"
@@ -124,7 +125,7 @@ std::uint64_t count_of(const perf::Event& e) {
   return c && !c->values.empty() ? c->values[0].value : 0;
 }
 
-struct Row {
+struct DrainRow {
   std::string name;
   double seconds = 0;
   long calls = 0;            // the workload's
@@ -133,39 +134,18 @@ struct Row {
   std::uint64_t syscalls = 0;  // the consumer's own
 };
 
-Row run_bpftrace() {
+DrainRow run_bpftrace() {
   Loop w;
-  int out[2];
-  if (::pipe2(out, O_CLOEXEC) != 0)
-    die("pipe");
-  const std::string prog = fmt::format(
-      "tracepoint:syscalls:sys_enter_lseek /pid == {}/ {{ @[args->offset] = count(); }}", w.pid());
-  const pid_t bt = ::fork();
-  if (bt == 0) {
-    ::dup2(out[1], 1);
-    ::dup2(out[1], 2);
-    ::setenv("BPFTRACE_MAP_KEYS_MAX", "16384", 1);  // its default holds 4,096 keys
-    ::execl("/usr/bin/bpftrace", "bpftrace", "-e", prog.c_str(), nullptr);
-    ::_exit(127);
-  }
-  ::close(out[1]);
-  FILE* f = ::fdopen(out[0], "r");
-  std::string text;
-  char line[512];
-  while (std::fgets(line, sizeof(line), f) != nullptr) {
-    text += line;
-    if (text.find("Attaching") != std::string::npos)
-      break;
-  }
-  const auto counter = syscall_counter(bt);
+  Bpftrace bt(
+      fmt::format(
+          "tracepoint:syscalls:sys_enter_lseek /pid == {}/ {{ @[args->offset] = count(); }}",
+          w.pid()),
+      16384);
+  const auto counter = syscall_counter(bt.pid());
   const auto t0 = std::chrono::steady_clock::now();
   w.start();
   const long calls = w.wait();
-  ::kill(bt, SIGINT);
-  while (std::fgets(line, sizeof(line), f) != nullptr)
-    text += line;
-  std::fclose(f);
-  ::waitpid(bt, nullptr, 0);
+  const std::string text = bt.stop();
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::uint64_t events = 0;
   const std::regex row(R"(@\[-?\d+\]: (\d+))");
@@ -180,7 +160,7 @@ Row run_bpftrace() {
           .syscalls = count_of(counter)};
 }
 
-Row run_tracer(const char* name, const char* every) {
+DrainRow run_tracer(const char* name, const char* every) {
   const std::string text = fmt::format(R"([recipe]
 name = "count-by-offset"
 [[probe]]
@@ -238,7 +218,7 @@ int main(int argc, char** argv) {
     rounds = std::atoi(argv[2]);
   if (argc > 3)
     g_keys = std::atol(argv[3]);
-  std::vector<std::function<Row()>> kinds;
+  std::vector<std::function<DrainRow()>> kinds;
   const bool bpftrace = fs::exists("/usr/bin/bpftrace");
   if (bpftrace)
     kinds.emplace_back(run_bpftrace);
@@ -248,11 +228,11 @@ int main(int argc, char** argv) {
   kinds.emplace_back(
       [] { return run_tracer("(e) tracer, the same with every = \"1s\"", "every = \"1s\""); });
   fmt::print("{} keys, {:.1f} s of lseek per run, {} rounds\n", g_keys, g_seconds, rounds);
-  std::vector<std::vector<Row>> all(kinds.size());
+  std::vector<std::vector<DrainRow>> all(kinds.size());
   bool exact = true;
   for (int r = 0; r < rounds; ++r) {
     for (std::size_t k = 0; k < kinds.size(); ++k) {
-      Row row = kinds[k]();
+      DrainRow row = kinds[k]();
       exact = exact && row.events == static_cast<std::uint64_t>(row.calls) && row.lost == 0;
       all[k].push_back(std::move(row));
     }
@@ -272,8 +252,8 @@ int main(int argc, char** argv) {
       ratios.push_back(ref_rates[i] > 0 ? rates[i] / ref_rates[i] : 0);
     std::ranges::sort(rates);
     std::ranges::sort(ratios);
-    std::ranges::sort(rows, {}, &Row::syscalls);
-    const Row& m = rows[rows.size() / 2];
+    std::ranges::sort(rows, {}, &DrainRow::syscalls);
+    const DrainRow& m = rows[rows.size() / 2];
     fmt::print("{:<44} {:>8.2f} {:>11} {:>11} {:>6} {:>9} {:>9.1f} {:>7.2f}x\n", m.name, m.seconds,
                m.calls, m.events, m.lost, m.syscalls, rates[rates.size() / 2],
                bpftrace ? ratios[ratios.size() / 2] : 0.0);

@@ -136,34 +136,11 @@ Row run_handwritten(long calls) {
 
 Row run_bpftrace(long calls) {
   Workload w(calls);
-  int out[2];
-  if (::pipe2(out, O_CLOEXEC) != 0)
-    die("pipe");
-  const std::string prog = fmt::format(
-      "tracepoint:syscalls:sys_enter_getppid /pid == {}/ {{ @[pid] = count(); }}", w.pid());
-  const pid_t bt = ::fork();
-  if (bt == 0) {
-    ::dup2(out[1], 1);
-    ::execl("/usr/bin/bpftrace", "bpftrace", "-e", prog.c_str(), nullptr);
-    ::_exit(127);
-  }
-  ::close(out[1]);
-  FILE* f = ::fdopen(out[0], "r");
-  std::string text;
-  char line[512];
-  // bpftrace prints "Attaching 1 probe..." once it is attached.
-  while (std::fgets(line, sizeof(line), f) != nullptr) {
-    text += line;
-    if (text.find("Attaching") != std::string::npos)
-      break;
-  }
+  Bpftrace bt(fmt::format(
+      "tracepoint:syscalls:sys_enter_getppid /pid == {}/ {{ @[pid] = count(); }}", w.pid()));
   w.start();
   const double secs = w.wait();
-  ::kill(bt, SIGINT);
-  while (std::fgets(line, sizeof(line), f) != nullptr)
-    text += line;
-  std::fclose(f);
-  ::waitpid(bt, nullptr, 0);
+  const std::string text = bt.stop();
   std::smatch m;
   std::uint64_t events = 0;
   if (std::regex_search(text, m, std::regex(R"(@\[\d+\]: (\d+))")))
