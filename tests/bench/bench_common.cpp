@@ -261,6 +261,8 @@ int run_bench(int argc,
 }
 
 Bpftrace::Bpftrace(const std::string& prog, unsigned keys_max) {
+  // "Attaching" comes before the probes are attached; BEGIN runs once they all are.
+  const std::string full = "BEGIN { printf(\"bpftrace attached\\n\"); } " + prog;
   int out[2];
   if (::pipe2(out, O_CLOEXEC) != 0)
     std::abort();
@@ -270,7 +272,7 @@ Bpftrace::Bpftrace(const std::string& prog, unsigned keys_max) {
     ::dup2(out[1], 2);
     if (keys_max != 0)
       ::setenv("BPFTRACE_MAP_KEYS_MAX", std::to_string(keys_max).c_str(), 1);
-    ::execl("/usr/bin/bpftrace", "bpftrace", "-e", prog.c_str(), nullptr);
+    ::execl("/usr/bin/bpftrace", "bpftrace", "-e", full.c_str(), nullptr);
     ::_exit(127);
   }
   ::close(out[1]);
@@ -278,7 +280,7 @@ Bpftrace::Bpftrace(const std::string& prog, unsigned keys_max) {
   char line[512];
   while (std::fgets(line, sizeof(line), out_) != nullptr) {
     text_ += line;
-    if (text_.find("Attaching") != std::string::npos)
+    if (text_.find("bpftrace attached") != std::string::npos)
       break;
   }
 }

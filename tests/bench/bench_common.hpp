@@ -71,7 +71,7 @@ int run_bench(int argc,
               std::vector<std::function<Row(long)>> kinds,
               std::string_view ref_prefix);
 
-/// `bpftrace -e PROG` running and attached (its "Attaching" line read), its stdout and stderr
+/// `bpftrace -e PROG` running and attached (its BEGIN probe has printed), its stdout and stderr
 /// on a pipe; `keys_max` raises BPFTRACE_MAP_KEYS_MAX (its default holds 4,096 keys).
 class Bpftrace {
  public:

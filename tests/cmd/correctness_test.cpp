@@ -158,7 +158,8 @@ TEST(CliCorrectness, RunqlatCountsWhatBpftraceCountsOnAPingPong) {
   narrowed.replace(narrowed.find("every = \"5s\""), 12, "");
   const auto recipe = write_file("runqlat_pingpong.toml", narrowed);
   const auto bt =
-      write_file("runqlat.bt", "tracepoint:sched:sched_wakeup /args->comm == \"" + comm +
+      write_file("runqlat.bt", std::string(testing::kBpftraceReady) +
+                                   "tracepoint:sched:sched_wakeup /args->comm == \"" + comm +
                                    "\"/ { @q[args->pid] = nsecs; }\n"
                                    "tracepoint:sched:sched_switch /args->next_comm == \"" +
                                    comm +
@@ -166,15 +167,18 @@ TEST(CliCorrectness, RunqlatCountsWhatBpftraceCountsOnAPingPong) {
                                    "delete(@q[args->next_pid]); } }\n"
                                    "interval:s:6 { exit(); }\n");
   const fs::path tracer_out = write_file("runqlat_tracer.out", "");
+  const fs::path tracer_err = write_file("runqlat_tracer.err", "");
   const fs::path bt_out = write_file("runqlat_bt.out", "");
-  // Both tools run across the whole workload: started 2 s before it, stopped 2+ s after.
+  // Both tools run across the whole workload: attached before it starts, stopped after.
   const pid_t t =
-      spawn_to_file({TRACER_CLI_PATH, "run", recipe.string(), "--json", "-d", "6s"}, tracer_out);
+      spawn_to_file({TRACER_CLI_PATH, "run", recipe.string(), "--json", "-v", "-d", "6s"},
+                    tracer_out, tracer_err);
   pid_t b = -1;
   if (have_bpftrace()) {
     b = spawn_to_file({"/usr/bin/bpftrace", bt.string()}, bt_out);
+    ASSERT_TRUE(testing::wait_for_text(bt_out, testing::kBpftraceReadyLine)) << slurp(bt_out);
   }
-  std::this_thread::sleep_for(std::chrono::seconds(2));
+  ASSERT_TRUE(testing::wait_for_text(tracer_err, "tracer: rings:")) << slurp(tracer_err);
   const auto w = shell(std::string(TRACER_SYSCALLER_PATH) + " pingpong " + std::to_string(kPasses));
   ASSERT_EQ(w.exit_code, 0) << w.err;
   ASSERT_TRUE(exited_ok(t));
@@ -195,7 +199,7 @@ TEST(CliCorrectness, RunqlatCountsWhatBpftraceCountsOnAPingPong) {
                 std::max(3.0, 0.005 * static_cast<double>(bpftrace_n)))
         << "tracer " << hist << " bpftrace " << bpftrace_n;
   }
-  for (const auto& p : {recipe, bt, tracer_out, bt_out})
+  for (const auto& p : {recipe, bt, tracer_out, tracer_err, bt_out})
     fs::remove(p);
 }
 
@@ -282,18 +286,20 @@ tracepoint = "sched:sched_switch"
 use = "count"
 by = ["cpu"]
 )");
-  const auto bt = write_file("switch_hits.bt",
-                             "tracepoint:sched:sched_switch { @[cpu] = count(); }\n"
-                             "interval:ms:3000 { exit(); }\n");
+  const auto bt = write_file("switch_hits.bt", std::string(testing::kBpftraceReady) +
+                                                   "tracepoint:sched:sched_switch { @[cpu] = "
+                                                   "count(); }\ninterval:ms:3000 { exit(); }\n");
   const fs::path tracer_out = write_file("switch_hits_tracer.out", "");
+  const fs::path tracer_err = write_file("switch_hits_tracer.err", "");
   const fs::path bt_out = write_file("switch_hits_bt.out", "");
   const pid_t t =
       // User placement: the events themselves cross (the in-kernel count has its own test).
-      spawn_to_file(
-          {TRACER_CLI_PATH, "run", recipe.string(), "--json", "-d", "3s", "--placement", "user"},
-          tracer_out);
+      spawn_to_file({TRACER_CLI_PATH, "run", recipe.string(), "--json", "-v", "-d", "3s",
+                     "--placement", "user"},
+                    tracer_out, tracer_err);
   const pid_t b = spawn_to_file({"/usr/bin/bpftrace", bt.string()}, bt_out);
-  std::this_thread::sleep_for(std::chrono::milliseconds(700));
+  ASSERT_TRUE(testing::wait_for_text(tracer_err, "tracer: rings:")) << slurp(tracer_err);
+  ASSERT_TRUE(testing::wait_for_text(bt_out, testing::kBpftraceReadyLine)) << slurp(bt_out);
   // Thousands of switches on each CPU, in and out of idle.
   const std::string s = TRACER_SYSCALLER_PATH;
   const auto w = shell(s + " pingpong 4000 0 & " + s + " pingpong 4000 1; wait");
@@ -301,7 +307,7 @@ by = ["cpu"]
   ASSERT_TRUE(exited_ok(t));
   ASSERT_TRUE(exited_ok(b));
   const std::string out = slurp(tracer_out), bo = slurp(bt_out);
-  for (const auto& p : {recipe, bt, tracer_out, bt_out})
+  for (const auto& p : {recipe, bt, tracer_out, tracer_err, bt_out})
     fs::remove(p);
   const auto summary = line_of(out, R"({"type":"summary")");
   const long long events = json_number(summary, "events");

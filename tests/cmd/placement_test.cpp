@@ -250,15 +250,18 @@ use = "count"
 by = ["pid"]
 )");
   const auto bt = testing::write_temp(
-      "placement_pid.bt",
-      "tracepoint:syscalls:sys_enter_getppid { @[pid] = count(); }\ninterval:ms:4000 { exit(); "
-      "}\n");
+      "placement_pid.bt", std::string(testing::kBpftraceReady) +
+                              "tracepoint:syscalls:sys_enter_getppid { @[pid] = count(); }\n"
+                              "interval:ms:6000 { exit(); }\n");
   const auto tracer_out = testing::write_temp("placement_pid_tracer.out", "");
+  const auto tracer_err = testing::write_temp("placement_pid_tracer.err", "");
   const auto bt_out = testing::write_temp("placement_pid_bt.out", "");
   const pid_t t =
-      spawn_to_file({TRACER_CLI_PATH, "run", recipe.string(), "--json", "-d", "4s"}, tracer_out);
+      spawn_to_file({TRACER_CLI_PATH, "run", recipe.string(), "--json", "-v", "-d", "6s"},
+                    tracer_out, tracer_err);
   const pid_t b = spawn_to_file({"/usr/bin/bpftrace", bt.string()}, bt_out);
-  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  ASSERT_TRUE(testing::wait_for_text(tracer_err, "tracer: rings:")) << slurp(tracer_err);
+  ASSERT_TRUE(testing::wait_for_text(bt_out, testing::kBpftraceReadyLine)) << slurp(bt_out);
   const auto w = shell(kSyscaller + " getppid 20000 0 & echo $!; " + kSyscaller +
                        " getppid 12345 1 & echo $!; wait");
   ASSERT_EQ(w.exit_code, 0) << w.err;

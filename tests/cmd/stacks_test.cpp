@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -360,22 +361,32 @@ TEST(KernelStacks, UprobeStackKeysInTheKernelEqualUserSpaceAndBpftrace) {
   for (const char* placement : {"kernel", "user"}) {
     outs[placement] = dir.path() / fmt::format("{}.out", placement);
     runs.push_back(tracer::testing::spawn_to_file(
-        {TRACER_CLI_PATH, "run", recipe(placement).string(), "--json", "-d", "5s"}, outs[placement],
-        dir.path() / fmt::format("{}.err", placement)));
+        {TRACER_CLI_PATH, "run", recipe(placement).string(), "--json", "-v", "-d", "60s"},
+        outs[placement], dir.path() / fmt::format("{}.err", placement)));
   }
   const auto bt_out = dir.path() / "bt.out";
   if (bpftrace) {
     const auto bt = dir.path() / "u.bt";
-    std::ofstream(bt) << fmt::format(
-        "uprobe:{} {{ @[ustack] = count(); }}\ninterval:ms:5000 {{ exit(); }}\n", probe);
+    std::ofstream(bt) << tracer::testing::kBpftraceReady
+                      << fmt::format(
+                             "uprobe:{} {{ @[ustack] = count(); }}\ninterval:s:60 {{ exit(); }}\n",
+                             probe);
     runs.push_back(tracer::testing::spawn_to_file({"/usr/bin/bpftrace", bt.string()}, bt_out));
+    ASSERT_TRUE(tracer::testing::wait_for_text(bt_out, tracer::testing::kBpftraceReadyLine))
+        << slurp(bt_out);
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(2000));
+  for (const char* placement : {"kernel", "user"}) {
+    const auto err = dir.path() / fmt::format("{}.err", placement);
+    ASSERT_TRUE(tracer::testing::wait_for_text(err, "tracer: rings:")) << slurp(err);
+  }
   const auto w =
       shell(fmt::format("taskset -c 0 {0} 1500 >/dev/null & taskset -c 1 {0} 1500 "
                         ">/dev/null & wait",
                         TRACER_LIB_USER));
   ASSERT_EQ(w.exit_code, 0) << w.err;
+  // Every tool stops on SIGINT once the workload is done (the 60 s are a safety net).
+  for (const pid_t pid : runs)
+    ::kill(pid, SIGINT);
   for (const pid_t pid : runs)
     ASSERT_TRUE(tracer::testing::exited_ok(pid));
   const std::string kernel = slurp(outs["kernel"]), user = slurp(outs["user"]);

@@ -31,5 +31,12 @@ pid_t spawn_to_file(const std::vector<std::string>& argv,
                     const std::filesystem::path& err);
 /// Waits for `pid`; true when it exited with 0.
 bool exited_ok(pid_t pid);
+/// Waits until `file` holds `text` (a tool's "attached" line), at most 60 s; false if it never
+/// does. Readiness is a line the tool prints, never a sleep (a loaded machine starts tools late).
+bool wait_for_text(const std::filesystem::path& file, const std::string& text);
+/// The line bpftrace's program prints once every probe is attached (its "Attaching" line comes
+/// before): put kBpftraceReady at the head of a bpftrace program, wait for kBpftraceReadyLine.
+inline constexpr const char* kBpftraceReady = "BEGIN { printf(\"bpftrace attached\\n\"); }\n";
+inline constexpr const char* kBpftraceReadyLine = "bpftrace attached";
 
 }  // namespace tracer::testing
