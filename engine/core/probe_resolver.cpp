@@ -502,6 +502,11 @@ ResolvedProbe resolve_probe(const ProbeOptions& o, std::uint32_t index, ResolveC
     // some event has mmap or mmap_data (account_event() counts nr_mmap_events for those): set
     // both, as perf record does.
     a.flag(perf::Flag::kMmap).flag(perf::Flag::kMmap2);
+    // A DWARF unwind (a stack copy) needs the data mappings too: perf's unwinders read a
+    // module's .eh_frame_hdr through the read-only mapping that holds it (perf record
+    // --call-graph dwarf records them as well).
+    if (o.data_mappings || o.sample_stack_user != 0)
+      a.flag(perf::Flag::kMmapData);
   }
   if (o.comm_records && !o.task_records)
     a.flag(perf::Flag::kComm).flag(perf::Flag::kCommExec).flag(perf::Flag::kTask);

@@ -629,30 +629,11 @@ FieldType tracefs_type(const tracefs::Field& f) noexcept {
   return f.is_signed ? FieldType::kInt : FieldType::kUint;
 }
 
-#if defined(__x86_64__)
-/// perf_regs.h's x86 registers by DWARF number (rax rdx rcx rbx rsi rdi rbp rsp r8..r15 rip).
-constexpr std::array<int, 17> kDwarfToPerf = {
-    PERF_REG_X86_AX,  PERF_REG_X86_DX,  PERF_REG_X86_CX,  PERF_REG_X86_BX,  PERF_REG_X86_SI,
-    PERF_REG_X86_DI,  PERF_REG_X86_BP,  PERF_REG_X86_SP,  PERF_REG_X86_R8,  PERF_REG_X86_R9,
-    PERF_REG_X86_R10, PERF_REG_X86_R11, PERF_REG_X86_R12, PERF_REG_X86_R13, PERF_REG_X86_R14,
-    PERF_REG_X86_R15, PERF_REG_X86_IP};
-#endif
-
 /// Whether a probe's samples carry what a DWARF unwind of the user stack needs: every register
 /// the CFI may name and a copy of the stack.
 bool dwarf_unwinds(const ProbeInfo& info) noexcept {
-#if defined(__x86_64__)
-  if (!info.layout.has(PERF_SAMPLE_REGS_USER) || !info.layout.has(PERF_SAMPLE_STACK_USER))
-    return false;
-  for (const int r : kDwarfToPerf) {
-    if ((info.sample_regs_user & (std::uint64_t{1} << r)) == 0)
-      return false;
-  }
-  return true;
-#else
-  (void)info;
-  return false;
-#endif
+  return info.layout.has(PERF_SAMPLE_REGS_USER) && info.layout.has(PERF_SAMPLE_STACK_USER) &&
+         symbols::UserRegs::unwindable(info.sample_regs_user);
 }
 
 /// The candidate nearest to `name`, when near enough to be a typo; empty if none.
@@ -873,16 +854,9 @@ IpList Schema::unwound_stack(const Event& e, bool with_kernel) const noexcept {
   }
   const std::uint32_t pid = pid_of(e);
 #if defined(__x86_64__)
-  const std::uint64_t mask = probes_[e.probe()].sample_regs_user;
   if (s.regs_user.abi != 0 && pid != 0) {
-    symbols::UserRegs regs;
-    for (std::size_t d = 0; d < kDwarfToPerf.size(); ++d) {
-      const int r = kDwarfToPerf[d];
-      // The sample holds the mask's registers in bit order: r's slot is the bits below it.
-      const auto slot =
-          static_cast<std::uint64_t>(std::popcount(mask & ((std::uint64_t{1} << r) - 1)));
-      regs.dwarf[d] = slot < s.regs_user.regs.size ? s.regs_user.regs[slot] : 0;
-    }
+    const auto regs =
+        symbols::UserRegs::from_perf(s.regs_user.regs, probes_[e.probe()].sample_regs_user);
     const auto stack =
         s.stack_user.first(std::min<std::size_t>(s.stack_user.size(), s.stack_user_dyn_size));
     if (with_kernel)

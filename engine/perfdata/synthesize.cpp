@@ -20,8 +20,9 @@ namespace {
 
 namespace abi = perf::abi;
 
-constexpr std::uint16_t kMiscKernel = 1;  // PERF_RECORD_MISC_KERNEL
-constexpr std::uint16_t kMiscUser = 2;    // PERF_RECORD_MISC_USER
+constexpr std::uint16_t kMiscKernel = 1;           // PERF_RECORD_MISC_KERNEL
+constexpr std::uint16_t kMiscUser = 2;             // PERF_RECORD_MISC_USER
+constexpr std::uint16_t kMiscMmapData = 1U << 13;  // PERF_RECORD_MISC_MMAP_DATA
 constexpr std::size_t kProcBuffer = std::size_t{64} * 1024;
 constexpr std::size_t kSeenCapacity = 1U << 16;  // pids/tids remembered (open addressing)
 
@@ -107,8 +108,9 @@ struct Mapping {
 };
 
 /// One line of /proc/PID/maps, "start-end perms offset maj:min inode   path": false when it is
-/// not an executable mapping perf record would announce.
-bool parse_map_line(std::string_view s, Mapping& m) noexcept {
+/// not a mapping perf record would announce: an executable one, or with `data` (events with
+/// mmap_data) a readable one (synthetic-events.c perf_event__synthesize_mmap_events).
+bool parse_map_line(std::string_view s, Mapping& m, bool data) noexcept {
   std::uint64_t start = 0, end = 0, maj = 0, min = 0;
   if (!take_hex_pair(s, '-', start, end))
     return false;
@@ -117,8 +119,9 @@ bool parse_map_line(std::string_view s, Mapping& m) noexcept {
     return false;
   const std::string_view perms = s.substr(0, 4);
   s.remove_prefix(4);
-  if (perms[2] != 'x')
-    return false;  // perf record synthesizes executable mappings only (without --data)
+  const bool exec = perms[2] == 'x';
+  if (!exec && (!data || perms[0] != 'r'))
+    return false;  // perf record synthesizes executable mappings only (without mmap_data)
   skip_spaces(s);
   if (!take_number(s, m.pgoff, 16))
     return false;
@@ -139,7 +142,8 @@ bool parse_map_line(std::string_view s, Mapping& m) noexcept {
     m.prot |= PROT_READ;
   if (perms[1] == 'w')
     m.prot |= PROT_WRITE;
-  m.prot |= PROT_EXEC;
+  if (exec)
+    m.prot |= PROT_EXEC;
   m.flags = perms[3] == 's' ? MAP_SHARED : MAP_PRIVATE;
   m.start = start;
   m.len = end - start;
@@ -181,7 +185,10 @@ void put_mmap2(RecordSink& sink,
   std::vector<std::byte>* buf = size <= 0xffff ? sink.synthesized_record(size) : nullptr;
   if (buf == nullptr)
     return;
-  put(*buf, header(abi::kMmap2, kMiscUser, size));
+  // A data mapping says so in its misc, as the kernel's and perf's do.
+  const auto misc =
+      static_cast<std::uint16_t>(kMiscUser | ((m.prot & PROT_EXEC) != 0 ? 0 : kMiscMmapData));
+  put(*buf, header(abi::kMmap2, misc, size));
   put(*buf, pid);
   put(*buf, pid);
   put(*buf, m.start);
@@ -216,8 +223,15 @@ bool SeenSet::check_insert(std::uint32_t key) noexcept {
   return false;
 }
 
-ProcSynthesizer::ProcSynthesizer(std::string proc_root, std::uint32_t trailer, RecordSink& sink)
-    : proc_root_(std::move(proc_root)), trailer_(trailer), sink_(sink), proc_buf_(kProcBuffer) {}
+ProcSynthesizer::ProcSynthesizer(std::string proc_root,
+                                 std::uint32_t trailer,
+                                 RecordSink& sink,
+                                 bool data)
+    : proc_root_(std::move(proc_root)),
+      trailer_(trailer),
+      sink_(sink),
+      data_(data),
+      proc_buf_(kProcBuffer) {}
 
 std::string_view ProcSynthesizer::read_proc_small(const char* file) noexcept {
   const int f = ::open(file, O_RDONLY | O_CLOEXEC);
@@ -251,7 +265,7 @@ void ProcSynthesizer::synthesize_maps(std::uint32_t pid) noexcept {
       f, proc_buf_,
       [&](std::string_view line) {
         Mapping m;
-        if (parse_map_line(line, m))
+        if (parse_map_line(line, m, data_))
           put_mmap2(sink_, trailer_, pid, m);
       },
       [] { return true; });
@@ -283,8 +297,27 @@ void ProcSynthesizer::all() {
       synthesize_comm(pid, tid);
     }
     seen_pids_.check_insert(pid);
-    synthesize_maps(pid);
+    // A child of this process is a command that has not exec'd yet (a target tracer started):
+    // its maps are this program's until the exec, after which the kernel announces the new
+    // image's. Announced now, they would stay in perf's view of it (perf keeps a process's maps
+    // across exec, and its libunwind takes a module's base from the lowest mapping of its file),
+    // as perf record, which announces no maps for its own workload, never has them.
+    if (!own_child(pid))
+      synthesize_maps(pid);
   }
+}
+
+bool ProcSynthesizer::own_child(std::uint32_t pid) noexcept {
+  char file[96];
+  std::snprintf(file, sizeof(file), "%s/%u/stat", proc_root_.c_str(), pid);
+  // "pid (comm) state ppid ...": the comm may hold anything, ") " after the last ')'.
+  std::string_view stat = read_proc_small(file);
+  const auto close = stat.rfind(')');
+  if (close == std::string_view::npos || close + 4 >= stat.size())
+    return false;
+  stat.remove_prefix(close + 4);  // ") S "
+  std::uint64_t ppid = 0;
+  return take_number(stat, ppid, 10) && ppid == static_cast<std::uint64_t>(::getpid());
 }
 
 void ProcSynthesizer::kernel() {

@@ -710,7 +710,12 @@ struct Writer::Impl final : detail::RecordSink {
     }
     // Trailers of synthesized records follow the first attr: every attr must agree on
     // sample_id_all (they do: rebuilt attrs get it).
-    synth.emplace(opts.proc_root, attrs.front().trailer, *this);
+    // With an event that has mmap_data (a DWARF unwind's: perf reads .eh_frame_hdr through the
+    // data mappings), existing processes' data mappings are announced as the kernel announces
+    // new ones.
+    const bool data = std::any_of(attrs.begin(), attrs.end(),
+                                  [](const auto& a) { return a.attr.base.mmap_data != 0; });
+    synth.emplace(opts.proc_root, attrs.front().trailer, *this, data);
     TRACER_ASSIGN_OR_RETURN(auto features, build_features(probes));
     return pipe ? start_pipe(features) : start_file(features);
   }

@@ -78,6 +78,12 @@ class ScriptPrinter {
         symbols_(symbols_options(reader, debug_roots)) {
     for (const auto& e : reader.events()) {
       name_width_ = std::max(name_width_, e.name.size());
+      // perf script unwinds the user part of an event with registers and a stack copy
+      // (callchain_param_setup: CALLCHAIN_DWARF).
+      const auto* a = e.attr.raw();
+      dwarf_.push_back((a->sample_type & PERF_SAMPLE_REGS_USER) != 0 &&
+                       (a->sample_type & PERF_SAMPLE_STACK_USER) != 0 &&
+                       symbols::UserRegs::unwindable(a->sample_regs_user));
       if (e.format && perf_mode_)
         fmts_.emplace_back(perfdata::PrintFmt::parse(*e.format));
       else
@@ -230,7 +236,7 @@ class ScriptPrinter {
           buf_.append(line_);
         }
       } else if (chain) {
-        callchain(s);  // the frames on lines of their own, the sampled ip first
+        callchain(event, s);  // the frames on lines of their own, the sampled ip first
         return;
       } else if ((st & PERF_SAMPLE_IP) != 0) {
         fmt::format_to(out, " {:>16x}", s.ip);
@@ -285,42 +291,66 @@ class ScriptPrinter {
   /// perf script's callchain lines (builtin-script.c, sample__fprintf_callchain): after the
   /// header, each frame as "\t ADDR sym+0xoff (module)", ADDR being the address in its module,
   /// then a blank line. A frame's line is made once per (process, address, context) and kept
-  /// until the process's maps change: a profile repeats its frames many times over.
-  void callchain(const perf::Sample& s) {
+  /// until the process's maps change: a profile repeats its frames many times over. An event
+  /// with registers and a stack copy (perf record --call-graph dwarf) has its user part
+  /// unwound with the binaries' CFI, as perf does, after the kernel's part.
+  void callchain(std::uint32_t event, const perf::Sample& s) {
     buf_.push_back('\n');
+    const bool dwarf = dwarf_[event] && s.regs_user.abi != 0;
     std::uint64_t marker = 0;  // the context of the ips that follow (0: none yet)
     for (std::uint64_t i = 0; i < s.callchain.size; ++i) {
       const std::uint64_t ip = s.callchain[i];
       if (ip >= perf::abi::kContextMax) {
         marker = ip;
+        if (dwarf && marker == perf::abi::kContextUser)
+          break;  // the unwind's
         continue;
       }
-      const bool kernel = marker == perf::abi::kContextKernel;
-      const FrameKey key{.ip = ip, .pid = kernel ? kAnyPid : s.pid, .marker = marker};
-      if (const auto line = frame_lines_.find(key)) {
-        buf_.append(*line);
-        continue;
+      frame_line(s.pid, marker, ip);
+    }
+    if (dwarf) {
+      const auto regs = symbols::UserRegs::from_perf(
+          s.regs_user.regs, reader_.events()[event].attr.raw()->sample_regs_user);
+      const auto stack =
+          s.stack_user.first(std::min<std::size_t>(s.stack_user.size(), s.stack_user_dyn_size));
+      unwound_.resize(kMaxUnwound);
+      std::size_t n = 0;
+      try {
+        n = symbols_.unwind_user(s.pid, regs, stack, unwound_);
+      } catch (const std::exception&) {  // NOLINT(bugprone-empty-catch): out of memory: no frames
       }
-      {
-        const std::array<std::uint64_t, 2> one = {marker, ip};
-        const auto ips = marker == 0 ? std::span(one).subspan(1) : std::span(one);
-        fmt::memory_buffer text;
-        for (const auto& f : symbols_.symbolize(s.pid, ips)) {
-          fmt::format_to(fmt::appender(text), "\t{:>16x} ", f.rel);
-          if (f.symbol.empty())
-            text.append(std::string_view("[unknown]"));
-          else
-            fmt::format_to(fmt::appender(text), "{}+{:#x}", f.symbol, f.offset);
-          fmt::format_to(fmt::appender(text), " ({})\n", f.module.empty() ? "[unknown]" : f.module);
-        }
-        if (!kernel)
-          frame_pids_.insert(s.pid);
-        const std::string_view line(text.data(), text.size());
-        frame_lines_.insert(key, line);
-        buf_.append(line);
-      }
+      // perf's unwinders give each caller's frame the address of its call, the return address
+      // less one (unwind-libdw.c entry(): a pc that is not an activation).
+      for (std::size_t i = 0; i < n; ++i)
+        frame_line(s.pid, perf::abi::kContextUser, i == 0 ? unwound_[i] : unwound_[i] - 1);
     }
     buf_.push_back('\n');
+  }
+
+  /// The line of one frame at `ip` in context `marker` of process `pid`, made once.
+  void frame_line(std::uint32_t pid, std::uint64_t marker, std::uint64_t ip) {
+    const bool kernel = marker == perf::abi::kContextKernel;
+    const FrameKey key{.ip = ip, .pid = kernel ? kAnyPid : pid, .marker = marker};
+    if (const auto line = frame_lines_.find(key)) {
+      buf_.append(*line);
+      return;
+    }
+    const std::array<std::uint64_t, 2> one = {marker, ip};
+    const auto ips = marker == 0 ? std::span(one).subspan(1) : std::span(one);
+    fmt::memory_buffer text;
+    for (const auto& f : symbols_.symbolize(pid, ips)) {
+      fmt::format_to(fmt::appender(text), "\t{:>16x} ", f.rel);
+      if (f.symbol.empty())
+        text.append(std::string_view("[unknown]"));
+      else
+        fmt::format_to(fmt::appender(text), "{}+{:#x}", f.symbol, f.offset);
+      fmt::format_to(fmt::appender(text), " ({})\n", f.module.empty() ? "[unknown]" : f.module);
+    }
+    if (!kernel)
+      frame_pids_.insert(pid);
+    const std::string_view line(text.data(), text.size());
+    frame_lines_.insert(key, line);
+    buf_.append(line);
   }
 
   /// The maps of `pid` changed: its frames' lines are made again.
@@ -423,6 +453,9 @@ class ScriptPrinter {
   }
   symbols::Symbolizer symbols_;
   std::vector<std::optional<perfdata::PrintFmt>> fmts_;
+  std::vector<bool> dwarf_;                        // by event: its user stacks are unwound (DWARF)
+  static constexpr std::size_t kMaxUnwound = 127;  // perf's kernel.perf_event_max_stack
+  std::vector<std::uint64_t> unwound_;
   std::size_t name_width_ = 0;
   Reorder order_;
   BatchHandler handler_;

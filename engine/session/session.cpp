@@ -34,14 +34,20 @@ std::chrono::nanoseconds monotonic_now() {
 /// The first sampling probe asks the kernel for task records, on every CPU (when no probe does
 /// yet): `full` adds MMAP2 (what perf report needs), else COMM/FORK/EXIT only (thread names at
 /// event time, so a short-lived process keeps its comm after it exited).
+/// A probe unwound with DWARF makes the carrier announce data mappings as well.
 void enable_task_records(EngineOptions& eo, bool full) {
+  const bool data = std::any_of(eo.probes.begin(), eo.probes.end(),
+                                [](const auto& p) { return p.sample_stack_user != 0; });
   for (auto& p : eo.probes) {
-    if (p.task_records || (!full && p.comm_records))
+    if (p.task_records || (!full && p.comm_records)) {
+      p.data_mappings = p.data_mappings || (p.task_records && data);
       return;
+    }
   }
   for (auto& p : eo.probes) {
     if (!p.counting) {
       (full ? p.task_records : p.comm_records) = true;
+      p.data_mappings = full && data;
       return;
     }
   }

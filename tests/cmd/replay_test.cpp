@@ -295,6 +295,106 @@ TEST(CliReplay, SystemWideSchedSwitchMatchesPerfScriptLineByLineInTimeOrder) {
   EXPECT_EQ(keys(plain.out), keys(perfs.out));
 }
 
+/// `ours` and `perfs` with every frame perf prints as "(inlined)" cut to its address on both
+/// sides: perf names the outer function of an address with inline information after its DWARF
+/// subprogram (and calls it inlined when that name is not the symbol table's, e.g. libc's
+/// __libc_start_main_impl for __libc_start_main@@GLIBC_2.34); tracer after the symbol table.
+void cut_inlined(std::vector<std::string>& ours, std::vector<std::string>& perfs) {
+  const auto address = [](const std::string& l) {
+    const auto at = l.find_first_not_of(" \t");
+    return l.substr(0, l.find(' ', at == std::string::npos ? 0 : at));
+  };
+  for (std::size_t i = 0; i < std::min(ours.size(), perfs.size()); ++i) {
+    if (perfs[i].ends_with(" (inlined)")) {
+      perfs[i] = address(perfs[i]);
+      ours[i] = address(ours[i]);
+    }
+  }
+}
+
+/// Samples (header lines) of a perf script text, and those whose frames include `frame`.
+std::pair<std::size_t, std::size_t> samples_with(const std::vector<std::string>& lines,
+                                                 const std::string& frame) {
+  std::size_t samples = 0, with = 0;
+  bool seen = false;
+  for (const auto& l : lines) {
+    if (!l.empty() && l[0] != '\t') {
+      ++samples;
+      seen = false;
+    } else if (!seen && l.find(" " + frame + "+0x") != std::string::npos) {
+      ++with;
+      seen = true;
+    }
+  }
+  return {samples, with};
+}
+
+// perf record --call-graph dwarf of a program without frame pointers: its callchains hold the
+// kernel's part only, the user part is the registers and a stack copy that perf script unwinds
+// with the binaries' CFI. tracer replay --perf unwinds them too and prints what perf prints,
+// frame by frame (it printed no frame at all: 600 lines where perf printed 2,400).
+TEST(CliReplay, DwarfCallchainsAreUnwoundAsPerfScriptUnwindsThem) {
+  REQUIRE_PERF();
+  tracer::testing::TempDir dir;
+  const auto file = (dir.path() / "dwarf.data").string();
+  ASSERT_EQ(shell(fmt::format("perf record -q --call-graph dwarf -F 499 -o {} -- {} 400", file,
+                              TRACER_BUSY_LOOP_NOFP))
+                .exit_code,
+            0);
+  const auto perfs = shell("perf script -i " + file);
+  ASSERT_EQ(perfs.exit_code, 0) << perfs.err;
+  const auto ours = shell(kTracer + " replay --perf " + file);
+  ASSERT_EQ(ours.exit_code, 0) << ours.err;
+  auto a = lines_of(ours.out), b = lines_of(perfs.out);
+  cut_inlined(a, b);
+  EXPECT_EQ(first_difference(a, b), "");
+  // The callers come from the unwind (the binary has no frame pointers): most samples are in
+  // the spin, called from tracer_busy_outer, called from main.
+  const auto [samples, outer] = samples_with(a, "tracer_busy_outer");
+  const auto [samples_main, in_main] = samples_with(a, "main");
+  ASSERT_GE(samples, 30U) << ours.out;
+  EXPECT_GE(outer * 10, samples * 8) << ours.out;
+  EXPECT_GE(in_main * 10, samples * 8) << ours.out;
+}
+
+// A perf.data that tracer writes with unwind = "dwarf" carries what perf needs to unwind it: the
+// data mappings (perf's unwinders read .eh_frame_hdr through them) and no maps of the command
+// from before its exec (perf keeps them and took libc's base from tracer's own libc). perf
+// script unwinds tracer's file through libc to _start, as tracer replay --perf does.
+TEST(CliReplay, ADwarfRecordingOfTracerIsUnwoundByPerfScript) {
+  REQUIRE_PERF();
+  tracer::testing::TempDir dir;
+  const auto file = (dir.path() / "tracer.data").string();
+  const auto recipe = write_recipe(dir, fmt::format(R"([recipe]
+name = "dwarf"
+[[probe]]
+name = "cpu"
+software = "cpu-clock"
+freq = 499
+unwind = "dwarf"
+[[stage]]
+use = "perf-data"
+path = "{}"
+)",
+                                                    file));
+  const auto run =
+      shell(fmt::format("{} run {} -- {} 400", kTracer, recipe.string(), TRACER_BUSY_LOOP_NOFP));
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const auto perfs = shell("perf script -i " + file);
+  ASSERT_EQ(perfs.exit_code, 0) << perfs.err;
+  auto b = lines_of(perfs.out);
+  const auto [samples, outer] = samples_with(b, "tracer_busy_outer");
+  const auto [samples_start, started] = samples_with(b, "_start");
+  ASSERT_GE(samples, 30U) << perfs.out;
+  EXPECT_GE(outer * 10, samples * 8) << perfs.out;
+  EXPECT_GE(started * 10, samples * 8) << "perf unwinds through libc to _start:\n" << perfs.out;
+  const auto ours = shell(kTracer + " replay --perf " + file);
+  ASSERT_EQ(ours.exit_code, 0) << ours.err;
+  auto a = lines_of(ours.out);
+  cut_inlined(a, b);
+  EXPECT_EQ(first_difference(a, b), "");
+}
+
 TEST(CliReplay, CommChangesAtTheExecNotInFileOrder) {
   REQUIRE_PERF();
   tracer::testing::TempDir dir;

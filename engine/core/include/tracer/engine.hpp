@@ -103,7 +103,10 @@ struct ProbeOptions {
   std::uint16_t max_stack = 0;
   bool exclude_callchain_kernel = false;
   bool exclude_callchain_user = false;
-  bool task_records = false;      // COMM/FORK/EXIT/MMAP2 records (for symbolization)
+  bool task_records = false;  // COMM/FORK/EXIT/MMAP2 records (for symbolization)
+  /// With task_records: MMAP2 records of data mappings too (mmap_data), what a DWARF unwind of
+  /// another probe's stack copies reads .eh_frame_hdr through (perf record --call-graph dwarf).
+  bool data_mappings = false;
   bool context_switches = false;  // SWITCH records
   std::string filter{};           // tracefs filter expression (tracepoints, probes)
   std::string bpf_program{};      // program of the engine's BPF object to attach (SET_BPF)

@@ -22,8 +22,12 @@
 #pragma once
 
 #include <sys/types.h>
+#if defined(__x86_64__)
+#include <asm/perf_regs.h>
+#endif
 
 #include <array>
+#include <bit>
 #include <cstdint>
 #include <filesystem>
 #include <map>
@@ -181,6 +185,44 @@ struct Mapping {
 /// a DWARF unwind starts from.
 struct UserRegs {
   std::array<std::uint64_t, 17> dwarf{};
+
+#if defined(__x86_64__)
+  /// The perf_regs.h register (a sample_regs_user bit) of each DWARF register.
+  static constexpr std::array<int, 17> kPerfOfDwarf = {
+      PERF_REG_X86_AX,  PERF_REG_X86_DX,  PERF_REG_X86_CX,  PERF_REG_X86_BX,  PERF_REG_X86_SI,
+      PERF_REG_X86_DI,  PERF_REG_X86_BP,  PERF_REG_X86_SP,  PERF_REG_X86_R8,  PERF_REG_X86_R9,
+      PERF_REG_X86_R10, PERF_REG_X86_R11, PERF_REG_X86_R12, PERF_REG_X86_R13, PERF_REG_X86_R14,
+      PERF_REG_X86_R15, PERF_REG_X86_IP};
+#endif
+  /// Whether samples with this sample_regs_user carry every register the CFI may name.
+  [[nodiscard]] static constexpr bool unwindable(std::uint64_t mask) noexcept {
+#if defined(__x86_64__)
+    for (const int r : kPerfOfDwarf) {
+      if ((mask & (std::uint64_t{1} << r)) == 0)
+        return false;
+    }
+    return true;
+#else
+    (void)mask;
+    return false;
+#endif
+  }
+  /// From a sample's PERF_SAMPLE_REGS_USER values: `regs[i]` (i < regs.size) is the i-th
+  /// register of `mask` in bit order, as the kernel writes them; missing ones are 0.
+  template <typename Values>
+  [[nodiscard]] static UserRegs from_perf(const Values& regs, std::uint64_t mask) noexcept {
+    UserRegs out;
+#if defined(__x86_64__)
+    for (std::size_t d = 0; d < kPerfOfDwarf.size(); ++d) {
+      const auto bit = std::uint64_t{1} << kPerfOfDwarf[d];
+      const auto slot = static_cast<std::uint64_t>(std::popcount(mask & (bit - 1)));
+      out.dwarf[d] = (mask & bit) != 0 && slot < regs.size ? regs[slot] : 0;
+    }
+#else
+    (void)regs, (void)mask;
+#endif
+    return out;
+  }
 };
 
 namespace detail {
