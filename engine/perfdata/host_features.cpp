@@ -15,6 +15,7 @@
 #include "common/text_file.hpp"
 #include "tracer/perf/software.hpp"
 #include "tracer/perfdata/writer.hpp"
+#include "tracer/symbols/symbols.hpp"
 
 namespace tracer::perfdata {
 namespace {
@@ -98,6 +99,7 @@ HostInfo HostInfo::read() {
     h.arch = uts.machine;
   }
   h.version = std::string("tracer ") + TRACER_VERSION;
+  h.kernel_build_id = symbols::KernelSymbols::build_id();
 
   const std::string cpuinfo = read_small("/proc/cpuinfo");
   h.cpu_desc = squash_spaces(cpuinfo_value(cpuinfo, "model name"));

@@ -917,6 +917,14 @@ const ReadStats& Reader::stats() const noexcept {
   return impl_->stats;
 }
 
+std::string kernel_build_id(const Features& features) {
+  for (const auto& b : features.build_ids) {
+    if (b.filename == "[kernel.kallsyms]" && !b.build_id.empty())
+      return b.build_id;
+  }
+  return {};
+}
+
 std::filesystem::path cached_kallsyms(const Features& features) {
   namespace fs = std::filesystem;
   for (const auto& b : features.build_ids) {

@@ -312,6 +312,29 @@ struct Writer::Impl final : detail::RecordSink {
       TRACER_ASSIGN_OR_RETURN(auto blob, build_tracing_data(opts.tracefs_root, formats));
       f.emplace_back(Feature::kTracingData, std::move(blob));
     }
+    if (h.kernel_build_id.size() >= 2 && h.kernel_build_id.size() <= 40) {
+      // One perf_record_header_build_id for the kernel (perf's write_buildid): pid -1 (the
+      // host's kernel), misc KERNEL | BUILD_ID_SIZE, the id in 24 bytes with its size at 20,
+      // the name padded to 64.
+      std::vector<std::byte> out;
+      constexpr std::string_view kName = "[kernel.kallsyms]";
+      constexpr std::size_t kNameLen = 64;
+      constexpr std::uint16_t kMisc = 1U | (1U << 15);
+      put<std::uint32_t>(out, 0);
+      put<std::uint16_t>(out, kMisc);
+      put<std::uint16_t>(out, static_cast<std::uint16_t>(8 + 4 + 24 + kNameLen));
+      put<std::int32_t>(out, -1);
+      std::array<std::uint8_t, 24> id{};
+      const std::size_t n = h.kernel_build_id.size() / 2;
+      for (std::size_t i = 0; i < n; ++i)
+        id[i] =
+            static_cast<std::uint8_t>(std::stoul(h.kernel_build_id.substr(i * 2, 2), nullptr, 16));
+      id[20] = static_cast<std::uint8_t>(n);
+      put_raw(out, id.data(), id.size());
+      put_raw(out, kName.data(), kName.size());
+      put_zeros(out, kNameLen - kName.size());
+      f.emplace_back(Feature::kBuildId, std::move(out));
+    }
     str(Feature::kHostname, h.hostname);
     str(Feature::kOsRelease, h.os_release);
     str(Feature::kVersion, h.version);

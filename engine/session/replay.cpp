@@ -215,6 +215,7 @@ Replay::Replay(const Recipe& recipe, perfdata::Reader& reader, Sink& out, Replay
   base.comm.read_proc = false;     // comms come from the file's COMM records, not this machine
   base.symbols.read_proc = false;  // maps from its MMAP records
   base.symbols.recorded_kallsyms = perfdata::cached_kallsyms(reader.features());
+  base.symbols.recorded_kernel_build_id = perfdata::kernel_build_id(reader.features());
   s.pipelines = make_pipelines(recipe, out, s.options.json, diags, base);
   for (auto& p : s.pipelines)
     p->bind(s.probes, diags);

@@ -448,6 +448,7 @@ class ScriptPrinter {
       const std::vector<std::filesystem::path>& debug_roots) {
     symbols::SymbolizeOptions o{.read_proc = false};
     o.recorded_kallsyms = perfdata::cached_kallsyms(reader.features());
+    o.recorded_kernel_build_id = perfdata::kernel_build_id(reader.features());
     o.debug_roots.insert(o.debug_roots.end(), debug_roots.begin(), debug_roots.end());
     return o;
   }

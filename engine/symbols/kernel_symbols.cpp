@@ -130,4 +130,31 @@ std::string KernelSymbols::restricted_hint() const {
       *value);
 }
 
+std::string KernelSymbols::build_id(const std::filesystem::path& notes) {
+  // ELF notes: namesz, descsz, type (u32 each), the name and the descriptor, each padded to 4.
+  const auto text = tracer::detail::read_text_file(notes, "symbols");
+  if (!text)
+    return {};
+  const std::string& b = *text;
+  constexpr std::uint32_t kGnuBuildId = 3;  // NT_GNU_BUILD_ID
+  const auto pad4 = [](std::size_t n) { return (n + 3) & ~std::size_t{3}; };
+  for (std::size_t at = 0; at + 12 <= b.size();) {
+    std::uint32_t namesz = 0, descsz = 0, type = 0;
+    std::memcpy(&namesz, b.data() + at, 4);
+    std::memcpy(&descsz, b.data() + at + 4, 4);
+    std::memcpy(&type, b.data() + at + 8, 4);
+    const std::size_t name = at + 12, desc = name + pad4(namesz);
+    if (namesz > b.size() || descsz > b.size() || desc + descsz > b.size())
+      return {};
+    if (type == kGnuBuildId && namesz == 4 && std::memcmp(b.data() + name, "GNU", 4) == 0) {
+      std::string hex;
+      for (std::size_t i = 0; i < descsz; ++i)
+        hex += fmt::format("{:02x}", static_cast<unsigned char>(b[desc + i]));
+      return hex;
+    }
+    at = desc + pad4(descsz);
+  }
+  return {};
+}
+
 }  // namespace tracer::symbols

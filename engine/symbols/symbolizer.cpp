@@ -411,12 +411,27 @@ struct Symbolizer::Impl {
   const KernelSymbols* kernel_symbols() {
     if (!kernel_tried) {
       kernel_tried = true;
-      const bool copy = use_recorded_kallsyms();
+      bool copy = use_recorded_kallsyms();
       auto loaded = preload.valid()
                         ? preload.get()
                         : KernelSymbols::load(copy ? options.recorded_kallsyms : options.kallsyms);
-      if (copy && (!loaded || !names_recorded_text(*loaded)))
+      if (copy && (!loaded || !names_recorded_text(*loaded))) {
         loaded = KernelSymbols::load(options.kallsyms);  // the copy is of another boot
+        copy = false;
+      }
+      if (!options.read_proc && !copy && !options.recorded_kernel_build_id.empty()) {
+        // This kernel's symbols name the records' frames only if it is their kernel (another
+        // build may load its text at the same address).
+        const std::string running = KernelSymbols::build_id(options.kernel_notes);
+        if (!running.empty() && running != options.recorded_kernel_build_id) {
+          warn_once("kernel-map",
+                    fmt::format("symbols: the records are of kernel build-id {}, this kernel's "
+                                "is {}, and no copy of their kallsyms is cached: kernel frames "
+                                "are left unnamed",
+                                options.recorded_kernel_build_id, running));
+          return nullptr;
+        }
+      }
       if (!loaded) {
         warn_once("kallsyms", loaded.error().describe());
       } else {

@@ -422,5 +422,54 @@ TEST(SymbolsSymbolizer, RecordedKallsymsCopyNamesTheFramesOfItsBoot) {
   EXPECT_EQ(name(0xffffffff83000000, 0xffffffff83001010), "");         // neither
 }
 
+// The running kernel's build-id comes from its notes as perf reads it (perf buildid-list -k).
+TEST(SymbolsSymbolizer, KernelBuildIdIsPerfs) {
+  const std::string ours = KernelSymbols::build_id();
+  ASSERT_FALSE(ours.empty()) << "/sys/kernel/notes has no GNU build-id note";
+  EXPECT_EQ(ours.size(), 40U) << ours;
+  if (::access("/usr/bin/perf", X_OK) == 0) {
+    std::string theirs;
+    if (FILE* p = ::popen("perf buildid-list -k 2>/dev/null", "r")) {
+      char line[128] = {};
+      if (std::fgets(line, sizeof(line), p) != nullptr)
+        theirs = line;
+      ::pclose(p);
+    }
+    while (!theirs.empty() && (theirs.back() == '\n' || theirs.back() == ' '))
+      theirs.pop_back();
+    EXPECT_EQ(ours, theirs);
+  }
+  EXPECT_EQ(KernelSymbols::build_id("/nonexistent/notes"), "");
+}
+
+// A recorded file's kernel frames without a cached kallsyms copy: this kernel's symbols name them
+// only when the file's kernel build-id is this kernel's (a kernel of another build may put its
+// text at the same address), as perf leaves them unknown; a file naming no build-id keeps the
+// text-address check alone.
+TEST(SymbolsSymbolizer, AnotherKernelsBuildIdLeavesKernelFramesUnnamed) {
+  testing::TempDir dir;
+  const auto live = dir.path() / "kallsyms";
+  std::ofstream(live) << "ffffffff81000000 T _text\nffffffff81001000 T live_fn\n";
+  const auto name = [&](const std::string& build_id) {
+    Symbolizer sym({.kallsyms = live, .recorded_kernel_build_id = build_id, .read_proc = false});
+    sym.on_mmap({.pid = 0,
+                 .start = 0xffffffff81000000,
+                 .len = 0x1000000,
+                 .pgoff = 0xffffffff81000000,
+                 .path = "[kernel.kallsyms]_text"});
+    auto f = sym.symbolize_kernel(0xffffffff81001010).symbol;
+    const auto warnings = sym.take_warnings();
+    return std::make_pair(f, warnings.empty() ? std::string() : warnings.front());
+  };
+  const std::string running = KernelSymbols::build_id();
+  ASSERT_FALSE(running.empty());
+  EXPECT_EQ(name(running).first, "live_fn");
+  EXPECT_EQ(name("").first, "live_fn");
+  const auto [other, why] = name(std::string(40, '0'));
+  EXPECT_EQ(other, "");
+  EXPECT_NE(why.find("build-id " + std::string(40, '0')), std::string::npos) << why;
+  EXPECT_NE(why.find(running), std::string::npos) << why;
+}
+
 }  // namespace
 }  // namespace tracer::symbols

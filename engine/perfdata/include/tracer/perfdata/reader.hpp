@@ -362,5 +362,8 @@ class Reader {
 /// A plain file: reading it costs a few ms where /proc/kallsyms makes the kernel format ~50 ms of
 /// text, and it is the text of the recording's boot.
 [[nodiscard]] std::filesystem::path cached_kallsyms(const Features& features);
+/// The build-id (hex) the file lists for "[kernel.kallsyms]", the kernel it was recorded on;
+/// empty when it lists none.
+[[nodiscard]] std::string kernel_build_id(const Features& features);
 
 }  // namespace tracer::perfdata

@@ -74,6 +74,9 @@ struct HostInfo {
   std::uint64_t clock_res_ns = 1;  // CLOCKID: resolution of CLOCK_MONOTONIC
   /// CLOCK_DATA: the same instant on the wall clock and on CLOCK_MONOTONIC (ns).
   std::uint64_t tod_ns = 0, clock_ns = 0;
+  /// BUILD_ID: the running kernel's build-id (hex, /sys/kernel/notes), what a reader checks
+  /// before it names kernel frames with its own kernel's symbols; empty: not written.
+  std::string kernel_build_id{};
 
   /// Reads uname, /proc/cpuinfo, /proc/meminfo, /sys/devices/system/cpu and
   /// /sys/bus/event_source. Missing pieces stay empty (their features are then left out).

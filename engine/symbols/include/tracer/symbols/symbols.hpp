@@ -88,6 +88,10 @@ class KernelSymbols {
   /// What to do when restricted(): names /proc/sys/kernel/kptr_restrict's value and the fix.
   [[nodiscard]] std::string restricted_hint() const;
   [[nodiscard]] std::size_t size() const noexcept { return syms_.size(); }
+  /// The running kernel's build-id as hex, from its ELF notes (`notes`: /sys/kernel/notes, the
+  /// GNU build-id note); empty when unreadable or absent.
+  [[nodiscard]] static std::string build_id(
+      const std::filesystem::path& notes = "/sys/kernel/notes");
 
  private:
   std::vector<KernelSymbol> syms_;           // sorted by start
@@ -109,6 +113,11 @@ struct SymbolizeOptions {
   /// (perfdata::cached_kallsyms). Used instead of `kallsyms` when its kernel text begins where
   /// the records' did; empty: none.
   std::filesystem::path recorded_kallsyms{};
+  /// Records of another time: their kernel's build-id (hex, HEADER_BUILD_ID's
+  /// "[kernel.kallsyms]"). Without the copy above, `kallsyms` names their kernel frames only
+  /// when this kernel's build-id (read from `kernel_notes`) is the same; empty: not known.
+  std::string recorded_kernel_build_id{};
+  std::filesystem::path kernel_notes = "/sys/kernel/notes";
   std::filesystem::path jit_map_dir = "/tmp";  // perf-PID.map
   /// Read /proc (PID/maps, PID/root): off for a recorded file, whose processes are not this
   /// machine's (maps come from its MMAP records only, files from this machine's paths).
