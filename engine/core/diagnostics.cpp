@@ -24,7 +24,13 @@ std::string Diagnostics::format() const {
     return a < b;
   });
   std::string out;
+  const Diagnostic* last = nullptr;
   for (const auto* d : sorted) {
+    // The same problem found by two checks (the recipe's and a stage's own) is said once.
+    if (last != nullptr && last->where.path == d->where.path && last->where.line == d->where.line &&
+        last->where.column == d->where.column && last->message == d->message)
+      continue;
+    last = d;
     out += fmt::format("{}:{}:{}: {}\n", d->where.path, d->where.line, d->where.column, d->message);
     if (!d->hint.empty())
       out += fmt::format("  hint: {}\n", d->hint);

@@ -197,13 +197,17 @@ void Engine::Impl::open_side_band(const core::ResolvedProbe& rp,
   }
 }
 
-std::vector<core::ResolvedProbe> Engine::Impl::resolve(core::ResolveContext& ctx) const {
+void Engine::Impl::prepare(core::ResolveContext& ctx) const {
   const auto& target = opts.target;
   ctx.prefer_tracefs_probes = opts.prefer_tracefs_probes;
   if (target.kind == Target::Kind::kPid)
     ctx.pid = target.pid;
   if (target.kind == Target::Kind::kCommand && !target.command.empty())
     ctx.command = target.command.front();
+}
+
+std::vector<core::ResolvedProbe> Engine::Impl::resolve(core::ResolveContext& ctx) const {
+  prepare(ctx);
   std::vector<core::ResolvedProbe> resolved;
   resolved.reserve(opts.probes.size());
   for (std::size_t i = 0; i < opts.probes.size(); ++i) {
@@ -649,7 +653,12 @@ void Engine::Impl::trial_open(const std::vector<core::ResolvedProbe>& resolved) 
   // a filter the kernel does not parse: errors at the probe, as run() gives them.
   const auto online = perf::online_cpus();
   const int cpu = online && !online->empty() ? online->front() : 0;
-  for (const auto& rp : resolved) {
+  for (const auto& rp : resolved)
+    trial_open_one(rp, cpu);
+}
+
+void Engine::Impl::trial_open_one(const core::ResolvedProbe& rp, int cpu) const {
+  {
     const auto& o = opts.probes[rp.info.index];
     perf::EventAttr attr = rp.attr;
     attr.flag(perf::Flag::kDisabled)
@@ -673,6 +682,28 @@ void Engine::Impl::trial_open(const std::vector<core::ResolvedProbe>& resolved) 
         throw_failure(ErrorCategory::kUsage, st.error(), fmt::format("probe '{}'", rp.info.name));
     }
   }
+}
+
+std::vector<Error> Engine::check_probes() {
+  if (impl_->running || impl_->stopped) {
+    throw Error(ErrorCategory::kUsage, std::make_error_code(std::errc::operation_not_permitted),
+                "engine: check_probes() goes before start()");
+  }
+  const auto& o = impl_->opts;
+  core::ResolveContext ctx;
+  impl_->prepare(ctx);
+  const auto online = perf::online_cpus();
+  const int cpu = online && !online->empty() ? online->front() : 0;
+  std::vector<Error> out;
+  for (std::size_t i = 0; i < o.probes.size(); ++i) {
+    try {
+      const auto rp = core::resolve_probe(o.probes[i], static_cast<std::uint32_t>(i), ctx);
+      impl_->trial_open_one(rp, cpu);
+    } catch (const Error& e) {
+      out.push_back(e);
+    }
+  }
+  return out;  // ctx's dynamic tracefs probes, if any, are removed here
 }
 
 std::exception_ptr Engine::failure() const noexcept {

@@ -139,7 +139,10 @@ struct Engine::Impl : std::enable_shared_from_this<Engine::Impl> {
   std::chrono::steady_clock::time_point stop_deadline{};
   /// check(): opens each probe's event once, disabled, and closes it (what the kernel refuses
   /// of the recipe is an error at its probe, as in start()).
+  /// The resolution context of the engine's target.
+  void prepare(core::ResolveContext& ctx) const;
   void trial_open(const std::vector<core::ResolvedProbe>& resolved) const;
+  void trial_open_one(const core::ResolvedProbe& rp, int cpu) const;
   void open_side_band(const core::ResolvedProbe& rp,
                       int cpu,
                       const std::vector<pid_t>& pids,

@@ -80,6 +80,11 @@ class Loader {
         core::substitute(v, recipe_.params, diags_);
     }
     read_root(*root->table());
+    if (options_.problems != nullptr) {
+      for (const auto& d : diags_.items())
+        options_.problems->add(d.where, d.message, d.hint);
+      return std::move(recipe_);
+    }
     diags_.throw_if_any();
     return std::move(recipe_);
   }

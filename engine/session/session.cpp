@@ -56,7 +56,8 @@ void enable_task_records(EngineOptions& eo, bool full) {
 /// An engine error about one probe ("probe 'x': ...") at that probe's place in the recipe: its
 /// filter's for a rejected filter, else its tracepoint/uprobe/... value's. A probe the system
 /// lacks or refuses as written is a recipe error (exit 2); other failures keep their category.
-[[noreturn]] void rethrow_at_probe(const Error& e, const Recipe& recipe) {
+/// The place in the recipe of the probe an engine error names ("probe 'x': ..."), if any.
+std::optional<SourceRegion> probe_place(const Error& e, const Recipe& recipe) {
   const std::string_view what = e.what();
   for (const auto& p : recipe.probes) {
     // A glob's probes are "name:event".
@@ -66,12 +67,19 @@ void enable_task_records(EngineOptions& eo, bool full) {
     const bool filter = !p.options.filter.empty() && what.find("filter") != std::string_view::npos;
     const SourceRegion& where = p.where_of(filter ? "filter" : to_string(p.options.kind));
     if (where.path.empty())
-      break;
+      return std::nullopt;
+    return where;
+  }
+  return std::nullopt;
+}
+
+[[noreturn]] void rethrow_at_probe(const Error& e, const Recipe& recipe) {
+  if (const auto where = probe_place(e, recipe)) {
     const bool recipe_error =
         e.category() == ErrorCategory::kUsage || e.category() == ErrorCategory::kNotFound;
     throw Error(recipe_error ? ErrorCategory::kRecipe : e.category(), e.code(),
-                fmt::format("{}:{}:{}: {}", where.path, where.line, where.column, what), e.hint(),
-                where);
+                fmt::format("{}:{}:{}: {}", where->path, where->line, where->column, e.what()),
+                e.hint(), *where);
   }
   throw e;
 }
@@ -322,7 +330,18 @@ Session::Session(asio::any_io_executor executor,
   Diagnostics diags;
   s.pipelines = make_pipelines(recipe, out, s.opts.json, diags, s.opts.pipeline, s.opts.perf_data,
                                s.opts.stacks);
-  diags.throw_if_any();
+  if (s.opts.all_problems) {
+    // A stage the recipe's check already found wrong says so once (its own words may sit at
+    // another place of the same stage).
+    for (const auto& d : diags.items()) {
+      const auto& known = s.opts.problems.items();
+      if (std::none_of(known.begin(), known.end(),
+                       [&](const auto& k) { return k.message == d.message; }))
+        s.opts.problems.add(d.where, d.message, d.hint);
+    }
+  } else {
+    diags.throw_if_any();
+  }
   s.engine_options = std::move(eo);
   s.make_engine(this);
 }
@@ -722,10 +741,25 @@ std::vector<std::string> out_of_target_notes(const Recipe& recipe, const Target&
 
 std::vector<ProbeInfo> Session::check(std::vector<std::string>* notes) {
   auto& s = *impl_;
-  Diagnostics diags;
+  Diagnostics diags = s.opts.problems;
   const auto& t = s.opts.target;
   s.recipe.check_system(diags,
                         t.kind == Target::Kind::kPid ? std::optional<pid_t>(t.pid) : std::nullopt);
+  if (s.opts.all_problems) {
+    // Each probe on its own: its error at its place, unless the system's check said something
+    // at that place already (a missing tracepoint is one problem, not two).
+    for (const auto& e : s.engine->check_probes()) {
+      const auto where = probe_place(e, s.recipe);
+      const bool said =
+          where && std::any_of(diags.items().begin(), diags.items().end(), [&](const auto& d) {
+            return d.where.path == where->path && d.where.line == where->line &&
+                   d.where.column == where->column;
+          });
+      if (!said)
+        diags.add(where.value_or(SourceRegion{.path = s.recipe.path, .line = 1, .column = 1}),
+                  e.what(), e.hint());
+    }
+  }
   diags.throw_if_any();
   s.plan_placement(this);
   std::vector<ProbeInfo> probes;
@@ -747,7 +781,7 @@ void Session::start() {
                 "session: start() may be called once");
   }
   s.started = true;
-  Diagnostics diags;
+  Diagnostics diags = s.opts.problems;
   const auto& t = s.opts.target;
   s.recipe.check_system(diags,
                         t.kind == Target::Kind::kPid ? std::optional<pid_t>(t.pid) : std::nullopt);

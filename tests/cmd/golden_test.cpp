@@ -14,6 +14,8 @@
 #include <sstream>
 #include <string>
 
+#include "tracer/symbols/symbols.hpp"
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -31,6 +33,11 @@ std::string replay(const std::string& recipe, const std::string& extra) {
     out += buf.data();
   const int status = ::pclose(p);
   out += "exit " + std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1) + "\n";
+  // The file's kernel is not this machine's: the warning names this kernel's build-id.
+  if (const auto id = tracer::symbols::KernelSymbols::build_id(); !id.empty()) {
+    for (auto at = out.find(id); at != std::string::npos; at = out.find(id, at))
+      out.replace(at, id.size(), "@KERNEL_BUILD_ID@");
+  }
   return out;
 }
 

@@ -115,6 +115,76 @@ use = "cout"
   fs::remove(recipe);
 }
 
+// Seven mistakes of five kinds (a key, a stage option, an unknown stage, a tracepoint, a filter
+// field, a software event, a symbol and a file) in one `tracer check`: each at its position,
+// once (a recipe with five mistakes took three rounds to fix). The stages' fields are bound
+// once the probes resolve: a misspelt `by` field is the next round's, and the only one left.
+TEST(CliRun, CheckReportsEveryProblemOfARecipeAtOnce) {
+  const auto recipe = write_recipe("many", R"([recipe]
+name = "many"
+[[probe]]
+name = "a"
+tracepoint = "syscalls:sys_enter_opnat"
+[[probe]]
+name = "b"
+tracepoint = "syscalls:sys_enter_read"
+filter = "nosuch == 3"
+fitler = "fd == 3"
+[[probe]]
+name = "c"
+software = "cpu-clok"
+[[probe]]
+name = "d"
+uprobe = "/bin/true:nosuchfn"
+[[probe]]
+name = "e"
+uprobe = "/bin/nosuch:main"
+[[stage]]
+use = "count"
+by = ["nosuchfield"]
+[[stage]]
+use = "hist"
+fied = "count"
+[[stage]]
+use = "nosuchstage"
+)");
+  const auto r = run("check " + recipe.string());
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  const std::string at = recipe.string() + ":";
+  for (const char* where :
+       {"5:14: unknown tracepoint", "9:10: filter of probe 'b'", "10:1: unknown key 'fitler'",
+        "13:12: probe 'c': unknown software", "16:10: elf: no function 'nosuchfn'",
+        "19:10: probe: /bin/nosuch", "23:1: stage 'hist' needs option 'field'",
+        "25:1: unknown option 'fied'", "27:7: unknown stage 'nosuchstage'"}) {
+    EXPECT_NE(r.err.find(at + where), std::string::npos) << where << " in\n" << r.err;
+  }
+  // Said once each, where two checks find the same problem.
+  const auto count = [&](const std::string& what) {
+    std::size_t n = 0;
+    for (auto p = r.err.find(what); p != std::string::npos; p = r.err.find(what, p + 1))
+      ++n;
+    return n;
+  };
+  EXPECT_EQ(count("unknown stage 'nosuchstage'"), 1U) << r.err;
+  EXPECT_EQ(count("sys_enter_opnat'"), 1U) << r.err;
+  // The second round: the probes fixed, the stages' own problems fixed, the field is left.
+  const auto fixed = write_recipe("many2", R"([recipe]
+name = "many"
+[[probe]]
+name = "b"
+tracepoint = "syscalls:sys_enter_read"
+filter = "fd == 3"
+[[stage]]
+use = "count"
+by = ["nosuchfield"]
+)");
+  const auto r2 = run("check " + fixed.string());
+  EXPECT_EQ(r2.exit_code, 2) << r2.err;
+  EXPECT_NE(r2.err.find("nosuchfield"), std::string::npos) << r2.err;
+  fs::remove(recipe);
+  fs::remove(fixed);
+}
+
 TEST(CliRun, MissingTracepointSuggestsNearMatches) {
   const auto recipe = write_recipe("typo", R"([recipe]
 name = "typo"

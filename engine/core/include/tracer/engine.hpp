@@ -449,6 +449,10 @@ class Engine {
   /// Only before start(): afterwards a usage error.
   /// @return the probes as start() would resolve them. Throws tracer::Error like start().
   std::vector<ProbeInfo> check(std::vector<std::string>* notes = nullptr);
+  /// Each probe on its own, as check() would resolve and trial-open it: the error of every probe
+  /// that fails (check() stops at the first), in probe order; empty when all are fine. For
+  /// `tracer check`, which reports every problem of a recipe at once.
+  std::vector<Error> check_probes();
 
   /// Checks privileges, resolves every probe, opens and maps events, attaches BPF programs,
   /// enables, and arms the reactor. Throws tracer::Error (category, message, hint) on failure,

@@ -40,6 +40,11 @@ struct RecipeLoadOptions {
   /// option types and required options are checked against it; when it is empty, they are not
   /// checked at all (only `use` is required).
   std::vector<StageSpec> stages{};
+  /// Set (`tracer check`): the problems that leave the recipe readable (unknown keys, values of
+  /// the wrong type, stage options) go here and the recipe is returned as far as it could be
+  /// read, so that later checks (the system's, each probe's) report theirs in the same
+  /// round. Problems of the text itself (TOML syntax, limits) still throw. Unset: any throws.
+  Diagnostics* problems = nullptr;
 };
 
 /// A `[params]` entry: its default, or the value --set gave it.

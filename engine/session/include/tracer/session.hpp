@@ -73,6 +73,12 @@ struct SessionOptions {
   /// System-wide: trace tracer's own process too (EngineOptions::trace_self; `tracer run
   /// --trace-self`). Left out by default, on every path.
   bool trace_self = false;
+  /// `tracer check`: every problem at once. The constructor keeps the stages' option problems
+  /// instead of throwing them, and check() reports them with these (Recipe::load's, through
+  /// RecipeLoadOptions::problems), the system's and each probe's in one error; the stages'
+  /// fields are bound when nothing before them failed. start() throws them all first.
+  bool all_problems = false;
+  Diagnostics problems{};
 };
 
 /// Probes of a pid or command target whose events the kernel raises outside the task that
@@ -125,7 +131,9 @@ class Session {
   Session& operator=(const Session&) = delete;
 
   /// `tracer check`: resolves every probe, compiles and verifies BPF, binds every stage;
-  /// attaches nothing. Notes worth a user's attention go to `notes`.
+  /// attaches nothing. Notes worth a user's attention go to `notes`. With
+  /// SessionOptions::all_problems, every probe is resolved on its own and every problem found
+  /// so far is reported together.
   /// @return the probes as start() would resolve them. Throws tracer::Error.
   std::vector<ProbeInfo> check(std::vector<std::string>* notes = nullptr);
   /// Checks the recipe against the system, starts the engine, binds and starts the pipelines,
