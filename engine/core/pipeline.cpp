@@ -191,8 +191,10 @@ void Pipeline::on_batch(const Batch& batch) noexcept {
 void Pipeline::push_ordered(const RecordRef& r) noexcept {
   const auto probes = schema_->probes();
   const RecordRef* ref = &r;
-  if (ref->probe >= probes.size() || !Reorder::queueable(*ref)) {
-    run_chunks({ref, 1});  // AUX chunks are not copied: handed on as they come
+  // AUX chunks are not copied, and a record without bytes (a counter's reading the session
+  // made, ProbeInfo::counts_to_stages) has none to copy: handed on as they come.
+  if (ref->probe >= probes.size() || !Reorder::queueable(*ref) || ref->record.bytes.empty()) {
+    run_chunks({ref, 1});
     return;
   }
   if (kind_of(ref->record) == RecordKind::kSample &&
@@ -285,6 +287,9 @@ void Pipeline::run(std::span<const RecordRef> records) noexcept {
     const RecordRef& r = *ref;
     e.ref = ref;
     e.dropped = false;
+    e.weight = e.sample != nullptr && schema_->probes()[ref->probe].counts_to_stages
+                   ? e.sample->period
+                   : 1;
     for (std::size_t d = 0; d < derived_; ++d)
       e.derived[d] = std::monostate{};
     ++stats_.records;

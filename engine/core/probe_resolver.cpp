@@ -488,6 +488,7 @@ ResolvedProbe resolve_probe(const ProbeOptions& o, std::uint32_t index, ResolveC
     a.add_sample_type(PERF_SAMPLE_REGS_USER);
   }
   r.info.sample_regs_user = regs;
+  r.info.counts_to_stages = o.counting && o.bpf_program.empty();
   if (o.sample_stack_user != 0)
     a.sample_stack_user(o.sample_stack_user);
   if (o.max_stack != 0)

@@ -269,6 +269,12 @@ PipelinePlace place_one(Pipeline& p,
   std::uint32_t stack_depth = 0;
   std::optional<std::uint32_t> entry_probe, exit_probe;
   for (std::uint32_t pi = 0; pi < probes.size(); ++pi) {
+    if (probes[pi].counts_to_stages) {
+      all_user(out, fmt::format("probe '{}' counts (counting = true): its counts reach the "
+                                "stages in user space at each tick",
+                                probes[pi].name));
+      return out;
+    }
     if (pi < sampling.size() && !sampling[pi])
       continue;
     const ProbeInfo& info = probes[pi];

@@ -9,6 +9,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <cstdio>
 #include <ctime>
+#include <map>
 
 #include <unistd.h>
 
@@ -282,12 +283,64 @@ struct Session::Impl {
   /// read: a count with no `every` costs tracer no syscall per tick.
   void absorb_kernel(bool final, std::chrono::nanoseconds now);
 
+  /// Counting probes whose counts reach the stages (ProbeInfo::counts_to_stages): each CPU
+  /// slot's count since the last reading, as one sample (probe, cpu, time, period = weight =
+  /// the count) handed to the user-space pipelines; nothing for a slot that did not count.
+  void feed_counters(std::chrono::nanoseconds now) {
+    const auto& infos = engine->probes();
+    const bool any = std::any_of(infos.begin(), infos.end(),
+                                 [](const ProbeInfo& p) { return p.counts_to_stages; });
+    if (!any)
+      return;
+    const Stats st = engine->stats();
+    counter_samples.clear();
+    for (std::size_t p = 0; p < infos.size() && p < st.probes.size(); ++p) {
+      if (!infos[p].counts_to_stages)
+        continue;
+      for (const auto& [cpu, rs] : st.probes[p].per_cpu) {
+        std::uint64_t& last = counter_last[{p, cpu}];
+        if (rs.samples <= last)
+          continue;
+        perf::Sample sample;
+        sample.sample_type = PERF_SAMPLE_TIME | PERF_SAMPLE_CPU | PERF_SAMPLE_PERIOD;
+        sample.time = static_cast<std::uint64_t>(now.count());
+        sample.cpu = static_cast<std::uint32_t>(std::max(cpu, 0));
+        sample.period = rs.samples - last;
+        last = rs.samples;
+        counter_samples.push_back({static_cast<std::uint32_t>(p), cpu, sample});
+      }
+    }
+    if (counter_samples.empty())
+      return;
+    std::vector<RecordRef> refs(counter_samples.size());
+    for (std::size_t i = 0; i < refs.size(); ++i) {
+      const auto& c = counter_samples[i];
+      refs[i].probe = c.probe;
+      refs[i].cpu = c.cpu;
+      refs[i].record.type = PERF_RECORD_SAMPLE;
+      refs[i].record.body = c.sample;
+    }
+    const Batch b{.records = refs};
+    for (std::size_t i = 0; i < pipelines.size(); ++i) {
+      if (i >= in_kernel.size() || !in_kernel[i])
+        pipelines[i]->on_batch(b);
+    }
+  }
+  struct CounterSample {
+    std::uint32_t probe = 0;
+    std::int32_t cpu = -1;
+    perf::Sample sample{};
+  };
+  std::vector<CounterSample> counter_samples;
+  std::map<std::pair<std::size_t, int>, std::uint64_t> counter_last;
+
   void arm_tick() {
     ticker.expires_after(opts.tick);
     ticker.async_wait([this](const boost::system::error_code& ec) {
       if (ec || stopped)
         return;
       const auto now = monotonic_now();
+      feed_counters(now);
       absorb_kernel(false, now);
       for (auto& p : pipelines)
         p->tick(now);
@@ -855,6 +908,7 @@ void Session::stop() {
     run.exit_event = {};
     run.exec_event = {};
   }
+  s.feed_counters(monotonic_now());        // the counters' last counts
   s.absorb_kernel(true, monotonic_now());  // what the kernel aggregated since the last read
   for (auto& p : s.pipelines)
     p->stop(monotonic_now());

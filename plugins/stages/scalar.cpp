@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <type_traits>
+
 namespace tracer::stages {
 
 namespace {
@@ -57,7 +59,12 @@ void ScalarAggregate::add(const Sample& e) noexcept {
   }
   State& s = state_of(e, states_, [] { return State{}; });
   const bool first = s.count == 0;
-  ++s.count;
+  // A counter's reading stands for its count of events (count, rate); the other operations
+  // take its fields once.
+  if constexpr (std::is_same_v<Sample, Event>)
+    s.count += needs_field(op_) ? 1 : e.weight;
+  else
+    ++s.count;
   if (!needs_field(op_))
     return;
   if (is_float_) {

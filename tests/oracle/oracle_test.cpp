@@ -21,6 +21,7 @@
 #include <fstream>
 #include <map>
 #include <regex>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -455,6 +456,75 @@ counting = true
   EXPECT_NE(r.out.find(R"("p":{"events":)" + std::to_string(kCalls) + R"(,"lost":0)"),
             std::string::npos)
       << r.out;
+}
+
+// Counting probes' values reach the stages: at each tick the counts since the last reading go
+// to the user-space pipelines, so a `count by probe` with `every` shows them per interval (the
+// sleeps of the command split its calls into intervals), their sum is perf stat's count of the
+// same command, and a `rate` over the whole run counts the same. Placement says why the pipeline
+// stays in user space. (Before, a pipeline over counting probes saw nothing.)
+TEST(OracleReference, CountingProbesReachTheStagesAtEachInterval) {
+  testing::TempDir dir;
+  const std::string s = TRACER_SYSCALLER_PATH;
+  const std::string work = "sh -c '" + s + " getppid 5000; sleep 0.3; " + s +
+                           " getppid 7000 1; sleep 0.3; " + s + " getppid 3000 0'";
+  const auto perf =
+      shell("/usr/bin/perf stat -x, -e syscalls:sys_enter_getppid -- " + work + " 2>&1 >/dev/null");
+  ASSERT_EQ(perf.exit_code, 0) << perf.out;
+  const long long want = std::stoll(perf.out.substr(0, perf.out.find(',')));
+  ASSERT_GE(want, 15000) << perf.out;
+  int recipes = 0;
+  const auto recipe = [&](const std::string& stage) {
+    const auto path = dir.path() / ("r" + std::to_string(++recipes) + ".toml");
+    std::ofstream(path) << R"([recipe]
+name = "counters"
+[[probe]]
+name = "faults"
+software = "page-faults"
+counting = true
+[[probe]]
+name = "getppid"
+tracepoint = "syscalls:sys_enter_getppid"
+counting = true
+[[stage]]
+)" + stage;
+    return path.string();
+  };
+  const auto counted = recipe("use = \"count\"\nby = [\"probe\"]\nevery = \"100ms\"\n");
+  const auto plan = shell(kTracer + " check --plan " + counted);
+  EXPECT_NE(plan.out.find("probe 'faults' counts (counting = true)"), std::string::npos)
+      << plan.out;
+  const auto r = shell(kTracer + " run " + counted + " --json -- " + work);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  long long calls = 0, faults = 0;
+  std::set<long long> intervals;
+  std::istringstream in(r.out);
+  for (std::string line; std::getline(in, line);) {
+    if (!line.starts_with(R"({"stage":"count")"))
+      continue;
+    if (line.find(R"("probe":"getppid")") != std::string::npos) {
+      calls += json_number(line, "count");
+      intervals.insert(json_number(line, "interval"));
+    } else if (line.find(R"("probe":"faults")") != std::string::npos) {
+      faults += json_number(line, "count");
+    }
+  }
+  EXPECT_EQ(calls, want) << r.out;
+  EXPECT_GE(intervals.size(), 2U) << r.out;
+  const auto summary = r.out.substr(r.out.find(R"({"type":"summary")"));
+  EXPECT_NE(summary.find(R"("faults":{"events":)" + std::to_string(faults) + ","),
+            std::string::npos)
+      << faults << " faults in the rows: " << summary;
+  EXPECT_NE(summary.find(R"("getppid":{"events":)" + std::to_string(want) + ","), std::string::npos)
+      << summary;
+  const auto rated = shell(kTracer + " run " + recipe("use = \"rate\"\nby = [\"probe\"]\n") +
+                           " --json -- " + work);
+  ASSERT_EQ(rated.exit_code, 0) << rated.err;
+  std::smatch m;
+  ASSERT_TRUE(
+      std::regex_search(rated.out, m, std::regex(R"re("probe":"getppid"\},"count":([0-9]+))re")))
+      << rated.out;
+  EXPECT_EQ(std::stoll(m[1]), want) << rated.out;
 }
 
 // Page faults of a task that moves between CPUs: a counting probe gives perf stat's number

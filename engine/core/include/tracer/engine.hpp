@@ -229,6 +229,10 @@ struct ProbeInfo {
   /// PERF_SAMPLE_REGS_USER mask (perf_regs.h order): uprobes carry their arguments (x86-64:
   /// rdi, rsi, rdx, rcx, r8, r9) and uretprobes their return value (rax) by default.
   std::uint64_t sample_regs_user = 0;
+  /// A counting probe (counting = true) without a BPF program of its own: the session hands
+  /// its count since the last reading to the user-space stages at each tick and at the end, as
+  /// one sample per CPU slot (probe, cpu, time, and the count as its period and weight).
+  bool counts_to_stages = false;
   /// kBpfOutput: the emitted struct's fields (from BTF), when BpfOptions::payload_struct is set.
   std::optional<bpf::StructSchema> payload{};
   /// The attr the events were opened with (sample_type, read_format, clockid...): what a

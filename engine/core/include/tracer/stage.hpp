@@ -159,6 +159,10 @@ struct Event {
   const perf::Sample* sample = nullptr;  // set for kSample
   RecordKind kind = RecordKind::kOther;
   bool dropped = false;
+  /// How many events this record stands for: 1, or for a counter's reading (a counting probe's
+  /// record at each tick, ProbeInfo::counts_to_stages) its count since the last (its period).
+  /// count and rate add it.
+  std::uint64_t weight = 1;
   std::array<Value, kMaxDerived> derived{};  // slots handed out by Schema::add_derived
 
   void drop() noexcept { dropped = true; }
