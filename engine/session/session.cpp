@@ -80,7 +80,7 @@ std::optional<SourceRegion> probe_place(const Error& e, const Recipe& recipe) {
         e.category() == ErrorCategory::kUsage || e.category() == ErrorCategory::kNotFound;
     throw Error(recipe_error ? ErrorCategory::kRecipe : e.category(), e.code(),
                 fmt::format("{}:{}:{}: {}", where->path, where->line, where->column, e.what()),
-                e.hint(), *where);
+                e.hint(), where);
   }
   throw e;
 }

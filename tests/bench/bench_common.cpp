@@ -262,7 +262,7 @@ int run_bench(int argc,
 
 Bpftrace::Bpftrace(const std::string& prog, unsigned keys_max) {
   // "Attaching" comes before the probes are attached; BEGIN runs once they all are.
-  const std::string full = "BEGIN { printf(\"bpftrace attached\\n\"); } " + prog;
+  const std::string full = R"(BEGIN { printf("bpftrace attached\n"); } )" + prog;
   int out[2];
   if (::pipe2(out, O_CLOEXEC) != 0)
     std::abort();
