@@ -404,6 +404,13 @@ int run_recipe(const RunOptions& given) {
   clear_status();
   const auto st = session.stats();
   print_summary(st.engine, st.counters, o.json, st.seconds, &out);
+  if (st.engine.held_passes != 0) {
+    fmt::print(stderr,
+               "tracer: warning: the stages fell behind the events: the rings were left unread "
+               "for {} passes while they caught up (what the rings had no room for is in "
+               "'lost')\n",
+               st.engine.held_passes);
+  }
   if (own_syscalls) {
     if (auto c = own_syscalls.read(); c && !c->values.empty()) {
       fmt::print(stderr, "tracer: own syscalls: {} in {:.1f}s ({:.0f}/s, once started)\n",

@@ -370,7 +370,24 @@ void Engine::Impl::arm(Reader& r) {
       });
 }
 
+bool Engine::Impl::held() const {
+  if (stopping || !backlogged)
+    return false;
+  try {
+    return backlogged();
+  } catch (...) {  // a check that fails holds nothing
+    return false;
+  }
+}
+
 void Engine::Impl::drain_slice(Reader& r) {
+  if (held()) {
+    // Not read, not re-armed (its fd would stay readable): the held passes go on, and the
+    // first that reads again re-arms it.
+    r.parked = true;
+    post_held_pass();
+    return;
+  }
   r.reader.yield_at(std::chrono::steady_clock::now() +
                     std::chrono::milliseconds(opts.drain_slice_ms));
   r.reader.drain(r.via ? r.via : batch_handler);
@@ -446,13 +463,18 @@ void Engine::Impl::watch_exit(pid_t pid) {
 void Engine::Impl::drain_all() noexcept {
   last_pass = std::chrono::steady_clock::now();
   ++passes;
-  for (auto& r : readers) {
-    r->reader.yield_at(stopping ? stop_deadline
-                                : std::chrono::steady_clock::now() +
-                                      std::chrono::milliseconds(opts.drain_slice_ms));
-    r->reader.drain(r->via ? r->via : batch_handler);
+  const bool hold = held();
+  if (!hold) {
+    for (auto& r : readers) {
+      r->reader.yield_at(stopping ? stop_deadline
+                                  : std::chrono::steady_clock::now() +
+                                        std::chrono::milliseconds(opts.drain_slice_ms));
+      r->reader.drain(r->via ? r->via : batch_handler);
+    }
+    drain_ringbuf();
+  } else {
+    ++held_passes;
   }
-  drain_ringbuf();
   if (round_handler) {
     try {
       round_handler();
@@ -461,6 +483,34 @@ void Engine::Impl::drain_all() noexcept {
         failure = std::current_exception();
     }
   }
+  if (hold) {
+    post_held_pass();
+    return;
+  }
+  for (auto& r : readers) {
+    if (r->parked && running && !stopping) {
+      r->parked = false;
+      arm(*r);
+    }
+  }
+  if (ringbuf_parked && running && !stopping) {
+    ringbuf_parked = false;
+    arm_ringbuf();
+  }
+}
+
+void Engine::Impl::post_held_pass() {
+  if (hold_posted || !running || stopping)
+    return;
+  hold_posted = true;
+  asio::post(serial, [self = shared_from_this()] {
+    self->hold_posted = false;
+    if (!self->running || self->stopping)
+      return;
+    self->drain_all();
+    if (self->check_handler_failure())
+      self->stop();
+  });
 }
 
 bool Engine::Impl::check_handler_failure() {
@@ -561,6 +611,10 @@ void Engine::on_delivered(DeliveredHandler handler) {
 
 void Engine::on_done(std::function<void()> handler) {
   impl_->done_handler = std::move(handler);
+}
+
+void Engine::hold_while(std::function<bool()> backlogged) {
+  impl_->backlogged = std::move(backlogged);
 }
 
 void Engine::on_round(std::function<void()> handler) {

@@ -194,6 +194,11 @@ void Engine::Impl::arm_ringbuf() {
                                return;
                              self->ringbuf_armed = false;
                              ++self->ringbuf_wakeups;
+                             if (self->held()) {  // re-armed by the first pass that reads
+                               self->ringbuf_parked = true;
+                               self->post_held_pass();
+                               return;
+                             }
                              self->drain_ringbuf();
                              if (self->after_wakeup())
                                self->arm_ringbuf();

@@ -56,6 +56,7 @@ struct Engine::Impl : std::enable_shared_from_this<Engine::Impl> {
     BatchHandler via;  // set: this ring's batches go through it (tracepoint delivery)  // on the
                        // ring's event fd (not owned); destroyed before the ring unmaps
     bool armed = false;
+    bool parked = false;  // held (backpressure): re-armed by the first pass that reads again
   };
   // The events of one probe on one CPU (one per traced thread for a pid target): the first
   // owns the ring, the others SET_OUTPUT into it.
@@ -76,6 +77,9 @@ struct Engine::Impl : std::enable_shared_from_this<Engine::Impl> {
   DeliveredHandler delivered_handler;
   std::function<void()> done_handler;
   std::function<void()> round_handler;
+  std::function<bool()> backlogged;  // hold_while()
+  bool hold_posted = false;          // a held pass is queued
+  bool ringbuf_parked = false;       // the delivery ring buffer's wait, held
   std::function<void()> before_enable;
   std::vector<ProbeInfo> probes;
   std::vector<bool> counting;
@@ -135,6 +139,11 @@ struct Engine::Impl : std::enable_shared_from_this<Engine::Impl> {
   /// Drains `r` for at most drain_slice_ms, then re-arms its wait, or posts the rest when the
   /// slice ran out with records left.
   void drain_slice(Reader& r);
+  /// hold_while()'s predicate, false while stopping.
+  [[nodiscard]] bool held() const;
+  /// Queues one pass (rounds only, while held) after what else is ready.
+  void post_held_pass();
+  std::uint64_t held_passes = 0;
   bool stopping = false;  // stop()'s final drain: bounded by stop_deadline
   std::chrono::steady_clock::time_point stop_deadline{};
   /// check(): opens each probe's event once, disabled, and closes it (what the kernel refuses

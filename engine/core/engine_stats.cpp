@@ -120,6 +120,7 @@ Stats Engine::Impl::collect_stats() const {
   }
   s.passes = passes;
   s.timer_passes = timer_passes;
+  s.held_passes = held_passes;
   return s;
 }
 

@@ -157,16 +157,35 @@ void Pipeline::round() noexcept {
   if (stopped_)
     return;
   if (order_) {
+    const std::uint64_t before = order_->stats().released;
+    const auto t0 = std::chrono::steady_clock::now();
     try {
-      order_->round(ordered_out_, std::chrono::steady_clock::now() + std::chrono::milliseconds(50));
+      order_->round(ordered_out_, t0 + std::chrono::milliseconds(50));
     } catch (...) {  // out of memory while compacting: release everything instead
       drain_order();
+    }
+    // The stages' pace, from rounds that ran enough records to tell.
+    const std::uint64_t n = order_->stats().released - before;
+    if (n >= 256) {
+      const double ns =
+          std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count() /
+          static_cast<double>(n);
+      ns_per_record_ = ns_per_record_ == 0 ? ns : 0.75 * ns_per_record_ + 0.25 * ns;
     }
   }
   for (auto& slot : stages_) {
     if (slot.output != nullptr)
       slot.output->on_round();
   }
+}
+
+bool Pipeline::backlogged() const noexcept {
+  if (order_ == nullptr)
+    return false;
+  if (order_->queued_bytes() * 2 > order_->max_bytes())
+    return true;
+  const double budget_ns = std::chrono::duration<double, std::nano>(kBacklogTime).count();
+  return ns_per_record_ > 0 && static_cast<double>(order_->queued()) * ns_per_record_ > budget_ns;
 }
 
 void Pipeline::drain_order() noexcept {

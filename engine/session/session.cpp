@@ -265,6 +265,12 @@ struct Session::Impl {
       for (auto& p : pipelines)
         p->round();
     });
+    // Backpressure: a pipeline whose stages are behind holds the rings, so that its queue (and
+    // what a stop must run through) stays bounded; the kernel counts what the rings drop.
+    engine->hold_while([this] {
+      return std::any_of(pipelines.begin(), pipelines.end(),
+                         [](const auto& p) { return p->backlogged(); });
+    });
     engine->on_done([self] { self->stop(); });
   }
 

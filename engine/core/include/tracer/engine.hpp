@@ -392,6 +392,8 @@ struct Stats {
   /// the engine for; the others were made on a ring's wakeup.
   std::uint64_t passes = 0;
   std::uint64_t timer_passes = 0;
+  /// Passes that read no ring because the stages were behind (Engine::hold_while).
+  std::uint64_t held_passes = 0;
 };
 
 /// The entries of one BPF map at one moment, with their layout: aggregations kept in the kernel
@@ -436,6 +438,13 @@ class Engine {
   /// after the pass began, so a sink can end a reorder round there, as perf record writes
   /// FINISHED_ROUND after each pass over its mmaps.
   void on_round(std::function<void()> handler);
+  /// Backpressure: while `backlogged()` is true (the stages are behind: records queue faster
+  /// than they run), no ring is read. Their records wait in the kernel, which counts what does
+  /// not fit as LOST, instead of in a queue that grows without bound and that a stop would have
+  /// to run through; passes run only the round handler, back to back with whatever else is
+  /// ready (a signal, the duration's timer), until the stages catch up. Not during stop()'s own
+  /// drain. Unset: always read.
+  void hold_while(std::function<bool()> backlogged);
   /// Called by start() once every event is open, before any is enabled (and before a command
   /// target runs): programs attached here (attach_bpf) see every event the probes will count.
   /// What it throws fails start().

@@ -124,6 +124,13 @@ class Pipeline {
   /// then every output is told (Output::on_round). Live runs must call it (the CLI does from
   /// Engine::on_round).
   void round() noexcept;
+  /// The stages are behind: the time-order merge holds more than half its byte budget, or more
+  /// records than the stages run in kBacklogTime at their measured pace (records arrive faster
+  /// than the stages run). The session then holds the rings (Engine::hold_while) until the
+  /// rounds have run the queue down: memory stays bounded and a stop runs through what is
+  /// queued within its time.
+  [[nodiscard]] bool backlogged() const noexcept;
+  static constexpr std::chrono::milliseconds kBacklogTime{250};
   /// Whether records are merged in time order before the stages (set by bind()).
   [[nodiscard]] bool ordered() const noexcept { return order_ != nullptr; }
   /// The merge's counters (late records, forced flushes), when ordered().
@@ -195,6 +202,7 @@ class Pipeline {
   bool stacks_ = false;    // a stage bound a stack field: the symbolizer tracks maps
   bool in_place_ = false;  // takes_delivered()
   std::unique_ptr<Reorder> order_;
+  double ns_per_record_ = 0;  // the stages' pace through the merge's rounds (moving average)
   BatchHandler ordered_out_;
   PipelineStats stats_;
   bool unprocessed_said_ = false;  // take_warnings() said order.unprocessed

@@ -83,6 +83,9 @@ class Reorder {
 
   [[nodiscard]] const ReorderStats& stats() const noexcept { return stats_; }
   [[nodiscard]] std::size_t queued() const noexcept { return entries_.size(); }
+  /// Bytes of the queued records, and the budget past which half of them are released at once.
+  [[nodiscard]] std::size_t queued_bytes() const noexcept { return bytes_.size(); }
+  [[nodiscard]] std::size_t max_bytes() const noexcept { return options_.max_bytes; }
 
   /// The time of a record: the sample's time, else its sample_id trailer's; nullopt without one.
   [[nodiscard]] static std::optional<std::uint64_t> time_of(const perf::Record& r) noexcept;
