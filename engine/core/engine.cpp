@@ -543,12 +543,18 @@ void Engine::Impl::stop() {
     [[maybe_unused]] const auto st = output->disable();
   }
   // What the rings hold, for stop_drain_ms at most: the rest is given up and counted, so that a
-  // stop is honoured on time however slow the pipeline.
+  // stop is honoured on time however slow the pipeline. Held rings (the stages are behind: their
+  // queue already holds what they run in the stop's time) are given up at once, counted.
+  const bool behind = held();
   stopping = true;
   stop_deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(opts.stop_drain_ms);
-  drain_all();
+  if (!behind) {
+    drain_all();
+  } else if (delivery && delivery->ring_buffer() != nullptr) {
+    delivery->discard();
+  }
   for (auto& r : readers) {
-    if (r->reader.more())
+    if (behind || r->reader.more())
       r->reader.discard_rest();
   }
   check_handler_failure();

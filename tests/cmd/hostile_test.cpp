@@ -297,7 +297,8 @@ TEST(Hostile, CheckRefusesWhatRunRefuses) {
 // A stop is honoured on time when the stages are slower than the events: a 500-term filter over
 // every system call while dd makes millions of them. The stages' queue is held to what they run
 // in a quarter second (the rings wait in the kernel meanwhile, which counts their drops as
-// lost), so SIGINT ends the run within its one second of draining instead of running a 32 MiB
+// lost), so SIGINT ends the run once that quarter second has run (the held rings are given up,
+// counted) instead of running a 32 MiB
 // forced flush through the filter (4.8 s after 3 s of running; SIGINT and SIGTERM ignored for
 // minutes before the drains yielded). Nothing is silent: the held passes and what the stop gave
 // up are reported.
@@ -334,7 +335,7 @@ TEST(Hostile, AStopIsHonouredWhenTheStagesAreSlowerThanTheEvents) {
   ASSERT_TRUE(WIFEXITED(status)) << e;
   EXPECT_EQ(WEXITSTATUS(status), 0) << e;
   // One second of draining (rings, then the queue), and the scheduling of a loaded machine.
-  EXPECT_LT(stop_s, 2.5) << e;
+  EXPECT_LT(stop_s, 2.0) << e;
   EXPECT_NE(e.find("order.forced_flushes 0"), std::string::npos) << e;
   EXPECT_NE(e.find("the stages fell behind the events"), std::string::npos) << e;
   std::cout << "stop after SIGINT: " << stop_s << " s\n";
