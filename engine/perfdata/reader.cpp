@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -318,10 +319,13 @@ struct Reader::Impl {
       file_end = stream ? kNoEnd : mem.size();
       return open_pipe();
     }
-    if (size < sizeof(FileHeader)) {
-      return bad_header(EINVAL,
-                        fmt::format("perf.data: offset 8: header size {} (expected {} or {})", size,
-                                    sizeof(FileHeader), sizeof(PipeHeader)));
+    // perf_file_header__read: the header is 104 bytes, or 72 in files written before the
+    // feature bitmap (adds_features) existed; any other size cannot be a perf.data header.
+    constexpr std::uint64_t kHeaderWithoutFeatures = offsetof(FileHeader, features);
+    if (size != sizeof(FileHeader) && size != kHeaderWithoutFeatures) {
+      return bad_header(
+          EINVAL, fmt::format("perf.data: offset 8: header size {} (expected {}, {} or {})", size,
+                              sizeof(FileHeader), kHeaderWithoutFeatures, sizeof(PipeHeader)));
     }
     if (stream) {  // a file-mode file on a pipe: its sections point anywhere, read it whole
       while (!stream_eof)
@@ -341,6 +345,8 @@ struct Reader::Impl {
       x = detail::maybe_swap(x, swap);
     std::memcpy(&hdr, w, sizeof(hdr));
     hdr.magic = kMagic;
+    if (size != sizeof(FileHeader))  // no feature bitmap: what follows is not one
+      std::fill(std::begin(hdr.features), std::end(hdr.features), 0);
     return open_file();
   }
 
@@ -364,6 +370,17 @@ struct Reader::Impl {
                         fmt::format("perf.data: offset 24: attr section [{}, +{}) lies past the "
                                     "end of the file ({} bytes)",
                                     hdr.attrs.offset, hdr.attrs.size, fsize));
+    }
+    if (hdr.attrs.size % std::max<std::uint64_t>(hdr.attr_size, 1) != 0) {
+      return bad_header(EINVAL, fmt::format("perf.data: offset 32: attr section of {} bytes is "
+                                            "not a whole number of {}-byte entries (attr_size)",
+                                            hdr.attrs.size, hdr.attr_size));
+    }
+    if (hdr.attrs.size == 0 && hdr.data.size != 0) {
+      return bad_header(EINVAL,
+                        fmt::format("perf.data: offset 32: no event attributes, but {} bytes of "
+                                    "data: its samples cannot be decoded",
+                                    hdr.data.size));
     }
     const std::uint64_t nattrs = hdr.attrs.size == 0 ? 0 : hdr.attrs.size / hdr.attr_size;
     for (std::uint64_t i = 0; i < nattrs; ++i) {

@@ -125,6 +125,32 @@ use = "count"
   EXPECT_NE(r.err.find("the file has: syscalls:sys_enter_lseek"), std::string::npos) << r.err;
 }
 
+// A header that cannot be perf's is an error at its offset, never empty output with exit 0: a
+// header size perf never wrote (it reads 104, or 72 before the feature bitmap), an attr section
+// that is not a whole number of entries (an attr_size of 100,000 left no attr, and the file
+// printed nothing with exit 0), and data with no attrs to decode it.
+TEST(CliReplay, AHeaderThatCannotBeRightIsAnErrorAtItsOffset) {
+  REQUIRE_PERF();
+  tracer::testing::TempDir dir;
+  const auto file = record_lseek(dir, 20);
+  const auto good = tracer::testing::read_file(file);
+  ASSERT_GE(good.size(), 104U);
+  for (const auto& [offset, value, message] :
+       {std::tuple{8, std::uint64_t{12345}, "offset 8: header size 12345"},
+        std::tuple{16, std::uint64_t{100000}, "offset 32: attr section of"},
+        std::tuple{32, std::uint64_t{0}, "offset 32: no event attributes"}}) {
+    SCOPED_TRACE(message);
+    auto bytes = good;
+    std::memcpy(bytes.data() + offset, &value, 8);
+    const auto damaged = dir.path() / "damaged.data";
+    tracer::testing::write_file(damaged, bytes);
+    const auto r = shell(kTracer + " replay " + damaged.string());
+    EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+    EXPECT_NE(r.err.find(message), std::string::npos) << r.err;
+    EXPECT_EQ(r.out, "");
+  }
+}
+
 TEST(CliReplay, DamagedFilePrintsWhatWasReadThenTheOffset) {
   REQUIRE_PERF();
   tracer::testing::TempDir dir;
