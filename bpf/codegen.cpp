@@ -812,6 +812,12 @@ class ProbeGen {
     w_.line("if (!tr_st)");
     w_.line("\t{}", ret());
     w_.line("TR_INC{}(&tr_st->hits);", atomic_suffix());
+    // A `char *` string read before the stats (by the probe filter) that failed: counted now.
+    stats_ready_ = true;
+    for (const auto& [off, b] : data_loc_) {
+      if (b.pointer && b.loaded)
+        count_fault(off);
+    }
     if (role != Role::kAggregate) {
       w_.line("__u64 tr_now = bpf_ktime_get_ns();");
     }
@@ -956,6 +962,8 @@ class ProbeGen {
             "(const void *)*(volatile __u64 *){});",
             off, b.user ? "user" : "kernel", off, off, ctx_at(off));
         w_.line("__u32 tr_len{} = tr_r{} > 0 ? (__u32)tr_r{} : 0;", off, off, off);
+        if (stats_ready_)
+          count_fault(off);
         continue;
       }
       // __data_loc: u32 (len << 16 | offset from the record's start); __rel_loc: the offset
@@ -1282,6 +1290,13 @@ class ProbeGen {
     w_.line("\t{}(&tr_agg0, &tr_k, {}, tr_st);", fn, value);
   }
 
+  /// A `char *` string whose page was not in memory (the read fails: a tracepoint program
+  /// cannot fault it in) reads as empty: counted, per probe, in tr_stats.read_faults.
+  void count_fault(std::uint32_t off) {
+    w_.line("if (tr_r{} < 0)", off);
+    w_.line("\tTR_INC{}(&tr_st->read_faults);", atomic_suffix());
+  }
+
   struct Buffer {
     std::uint32_t bytes = 1;
     bool rel = false;
@@ -1295,6 +1310,7 @@ class ProbeGen {
   std::uint32_t index_;
   Writer& w_;
   bool comm_ = false, comm_early_ = false, comm_loaded_ = false;
+  bool stats_ready_ = false;  // tr_st is looked up
   std::map<std::uint32_t, Buffer> data_loc_;
 };
 
@@ -1421,7 +1437,8 @@ void emit_maps(const KernelPlan& plan, const Layout& l, bool tgid_map, Writer& w
   w.line("struct tr_stats {{");
   w.line(
       "\t__u64 hits, map_full, truncated, contended, paired, unmatched_exits, unmatched_entries,");
-  w.line("\t\tout_of_order, entries_dropped, targets_dropped, stacks_lost, keys_added;");
+  w.line("\t\tout_of_order, entries_dropped, targets_dropped, stacks_lost, keys_added,");
+  w.line("\t\tread_faults;");
   w.line("}};");
   w.line("struct {{");
   w.line("\t__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);");

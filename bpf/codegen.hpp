@@ -294,6 +294,7 @@ struct Stats {
   std::uint64_t targets_dropped = 0;  // follow_children: the target map was full
   std::uint64_t stacks_lost = 0;      // events whose stack did not fit the stack map
   std::uint64_t keys_added = 0;       // keys inserted into an aggregation map (any generation)
+  std::uint64_t read_faults = 0;      // `char *` strings the program could not read (not paged in)
 };
 
 struct GeneratedProgram {

@@ -63,7 +63,7 @@ std::int64_t load_int(const std::byte* p, std::uint32_t size, bool is_signed) {
 constexpr int kKernelNotSupp = 524;
 
 // The Stats fields in tr_stats' order.
-constexpr std::size_t kStatsFields = 12;
+constexpr std::size_t kStatsFields = 13;
 Stats stats_from(const std::uint64_t* v) {
   return {.hits = v[0],
           .map_full = v[1],
@@ -76,7 +76,8 @@ Stats stats_from(const std::uint64_t* v) {
           .entries_dropped = v[8],
           .targets_dropped = v[9],
           .stacks_lost = v[10],
-          .keys_added = v[11]};
+          .keys_added = v[11],
+          .read_faults = v[12]};
 }
 void add(Stats& a, const Stats& b) {
   a.hits += b.hits;
@@ -91,6 +92,7 @@ void add(Stats& a, const Stats& b) {
   a.targets_dropped += b.targets_dropped;
   a.stacks_lost += b.stacks_lost;
   a.keys_added += b.keys_added;
+  a.read_faults += b.read_faults;
 }
 
 // PERF_CONTEXT_* (include/uapi/linux/perf_event.h): markers at or above PERF_CONTEXT_MAX.

@@ -152,6 +152,8 @@ std::string loss_parts_json(const ProbeStats& p) {
     out += fmt::format(R"(,"targets_dropped":{})", p.targets_dropped);
   if (p.keys_truncated != 0)
     out += fmt::format(R"(,"keys_truncated":{})", p.keys_truncated);
+  if (p.string_faults != 0)
+    out += fmt::format(R"(,"string_faults":{})", p.string_faults);
   if (p.kernel_contended != 0)
     out += fmt::format(R"(,"contended":{})", p.kernel_contended);
   if (p.bpf_skipped != 0)
@@ -185,6 +187,13 @@ void print_loss_warnings(const Stats& stats) {
                  "warning: probe '{}': {} events had a string key longer than the key's bytes "
                  "(string_key_bytes): counted under the cut string\n",
                  p.name, p.keys_truncated);
+    }
+    if (p.string_faults != 0) {
+      fmt::print(stderr,
+                 "warning: probe '{}': {} `char *` strings could not be read in the kernel "
+                 "(their page was not in memory at the event): they count and filter as empty "
+                 "strings\n",
+                 p.name, p.string_faults);
     }
     if (p.kernel_contended != 0) {
       fmt::print(stderr,

@@ -954,6 +954,7 @@ SessionStats Session::stats() const {
       ps.kernel_dropped += run.last[i].total.map_full + run.last[i].total.stacks_lost;
       ps.kernel_stacks_lost += run.last[i].total.stacks_lost;
       ps.keys_truncated += run.last[i].total.truncated;
+      ps.string_faults += run.last[i].total.read_faults;
       ps.kernel_contended += run.last[i].total.contended;
       ps.targets_dropped = std::max(ps.targets_dropped, run.targets_dropped);
       // The probe's own generated program: its skips are this probe's alone (a hit counter or

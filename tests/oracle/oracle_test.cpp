@@ -1004,6 +1004,32 @@ TEST(OracleAudit, StacksLostAreLost) {
   EXPECT_EQ(a.counted(), 10) << a.o.summary;
 }
 
+// A `char *` string whose page is not in memory at the event cannot be read by a tracepoint
+// program (it cannot fault the page in): each such read is counted per probe and reported
+// (string_faults), never a silent empty key. 500 openat() calls of a name in a fresh page: 500
+// faults, and the 500 events counted under the empty name.
+TEST(OracleAudit, StringsThatCannotBeReadAreCounted) {
+  testing::TempDir dir;
+  const auto recipe = dir.path() / "r.toml";
+  std::ofstream(recipe) << R"([recipe]
+name = "faults"
+[[probe]]
+name = "open"
+tracepoint = "syscalls:sys_enter_openat"
+[[stage]]
+use = "count"
+by = ["filename"]
+)";
+  const auto r = shell(kTracer + " run " + recipe.string() + " --json -- " + TRACER_SYSCALLER_PATH +
+                       " coldopen 500");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto summary = r.out.substr(r.out.find(R"({"type":"summary")"));
+  EXPECT_EQ(json_number(summary, "string_faults"), 500) << summary;
+  EXPECT_EQ(json_number(summary, "lost"), 0) << summary;
+  EXPECT_NE(r.out.find(R"("keys":{"filename":""},"count":500})"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("500 `char *` strings could not be read"), std::string::npos) << r.err;
+}
+
 // A string key longer than the key's bytes (128): counted under the cut string, and reported.
 TEST(OracleAudit, CutStringKeysAreReported) {
   testing::TempDir dir;

@@ -6,6 +6,8 @@
  *             readv call: a test counts exactly N)
  *   pingpong: a parent and a child pass a byte back and forth over two pipes N times: each
  *             pass wakes the other, blocked in read() (at least N wakeups in all)
+ *   coldopen: N calls of openat() of a file name in a fresh page never touched before the call
+ *             (the name is empty: ENOENT): a tracepoint program cannot read it (not paged in)
  * pinned to CPU when given. Exits 0. */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -13,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
@@ -46,9 +49,10 @@ int main(int argc, char** argv) {
   const int getppid_mode = argc >= 3 && strcmp(argv[1], "getppid") == 0;
   const int readv_mode = argc >= 3 && strcmp(argv[1], "readv") == 0;
   const int pingpong_mode = argc >= 3 && strcmp(argv[1], "pingpong") == 0;
-  if (argc < 3 ||
-      (strcmp(argv[1], "lseek") != 0 && !getppid_mode && !readv_mode && !pingpong_mode)) {
-    fprintf(stderr, "usage: %s lseek|getppid|readv|pingpong N [CPU]\n", argv[0]);
+  const int coldopen_mode = argc >= 3 && strcmp(argv[1], "coldopen") == 0;
+  if (argc < 3 || (strcmp(argv[1], "lseek") != 0 && !getppid_mode && !readv_mode &&
+                   !pingpong_mode && !coldopen_mode)) {
+    fprintf(stderr, "usage: %s lseek|getppid|readv|pingpong|coldopen N [CPU]\n", argv[0]);
     return 2;
   }
   long n = strtol(argv[2], NULL, 10);
@@ -68,6 +72,12 @@ int main(int argc, char** argv) {
     if (readv_mode) {
       if (readv(zero, &iov, 1) != 1)
         return 4;
+    } else if (coldopen_mode) {
+      void* page = mmap(NULL, 4096, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (page == MAP_FAILED)
+        return 4;
+      syscall(SYS_openat, AT_FDCWD, page, O_RDONLY);
+      munmap(page, 4096);
     } else if (getppid_mode) {
       syscall(SYS_getppid);
     } else {

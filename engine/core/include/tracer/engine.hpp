@@ -358,6 +358,10 @@ struct ProbeStats {
   /// Placed in the kernel: events whose string key (a `char *` field's string, a __data_loc
   /// string) was longer than the key's bytes and was cut. Counted, not lost.
   std::uint64_t keys_truncated = 0;
+  /// Placed in the kernel: `char *` strings its program could not read (their page was not in
+  /// memory at the event: a tracepoint program cannot fault it in); they key and filter as
+  /// empty strings. Not lost events: reported on their own.
+  std::uint64_t string_faults = 0;
   /// Placed in the kernel: min/max updates of a shared (not per-CPU) map that the program gave
   /// up after 64 compare-and-swap retries: the events are counted, their value may not be the
   /// extreme. Reported on their own.
