@@ -47,6 +47,10 @@ struct {
  * (system-wide), and the process left out then (tracer's own; 0: none). */
 const volatile __u8 tracer_target_all = 1;
 const volatile __u32 tracer_self_tgid = 0;
+/* Set by tracer before load: where sched_process_exit's record has its
+ * group_dead flag (the last thread of the process exits); 0: the kernel has
+ * none, and a process leaves at its leader's exit. */
+const volatile __u32 tracer_group_dead_offset = 0;
 
 static __always_inline int tracer_tgid_in_target(__u32 tgid)
 {
@@ -82,7 +86,10 @@ int tracer_follow_fork(struct trace_event_raw_sched_process_fork *ctx)
 }
 
 /* A thread the fork program took for a process (sched_process_fork fires for
- * threads too) leaves at its exit; a process at its leader's exit. */
+ * threads too) leaves at its exit; a process when its last thread exits
+ * (group_dead: a leader that calls pthread_exit leaves its other threads
+ * running, still the target), or at its leader's exit where the kernel does
+ * not say. */
 SEC("tracepoint")
 int tracer_follow_exit(void *ctx)
 {
@@ -92,7 +99,11 @@ int tracer_follow_exit(void *ctx)
 	__u32 tid = (__u32)id, tgid = id >> 32;
 	if (tid != tgid)
 		bpf_map_delete_elem(&tgids, &tid);
-	if (tid == tgid)
+	__u8 dead = tid == tgid;
+	if (tracer_group_dead_offset &&
+	    bpf_probe_read_kernel(&dead, 1, (char *)ctx + tracer_group_dead_offset) != 0)
+		dead = tid == tgid;
+	if (dead)
 		bpf_map_delete_elem(&tgids, &tgid);
 	return 1;
 }

@@ -15,6 +15,17 @@ namespace tracer {
 
 using core::throw_failure;
 
+std::uint32_t Engine::Impl::group_dead_offset() const {
+  auto fs = tracefs::Tracefs::open();
+  if (!fs)
+    return 0;
+  auto format = fs->format({.system = "sched", .event = "sched_process_exit"});
+  if (!format)
+    return 0;
+  const tracefs::Field* dead = format->field("group_dead");
+  return dead != nullptr && dead->size == 1 ? dead->offset : 0;
+}
+
 void Engine::Impl::load_bpf(const BpfOptions& b, const std::vector<core::ResolvedProbe>& resolved) {
   const int sources =
       (b.builtin.empty() ? 0 : 1) + (b.object.empty() ? 0 : 1) + (b.source.empty() ? 0 : 1);
@@ -68,6 +79,7 @@ void Engine::Impl::load_bpf(const BpfOptions& b, const std::vector<core::Resolve
     const std::uint8_t all = opts.target.kind == Target::Kind::kAllCpus ? 1 : 0;
     [[maybe_unused]] auto a = obj->set_global("tracer_target_all", all);
     [[maybe_unused]] auto s = obj->set_global("tracer_self_tgid", self_tgid());
+    [[maybe_unused]] auto g = obj->set_global("tracer_group_dead_offset", group_dead_offset());
     size_targets(*obj);
   }
   if (auto st = obj->load(); !st) {

@@ -124,6 +124,7 @@ void Engine::Impl::open_delivery() {
                                     .wakeup_bytes = rb_bytes / 4,
                                     .only_slot = only_slot(delivered),
                                     .self_tgid = self_tgid(),
+                                    .group_dead_offset = group_dead_offset(),
                                     .target_tasks = opts.target.kind == Target::Kind::kPid ||
                                                     opts.target.kind == Target::Kind::kCommand,
                                     .max_targets = opts.max_targets};

@@ -206,6 +206,9 @@ struct Engine::Impl : std::enable_shared_from_this<Engine::Impl> {
   /// programs attach to: system-wide, never inherited (cleanup() closes them).
   std::vector<perf::Event> follow_events;
   /// The process left out of system-wide tracing: this one, unless EngineOptions::trace_self.
+  /// Where sched_process_exit's record has its group_dead flag (tracefs), 0 when the kernel's
+  /// has none or tracefs cannot say: for tracer_target.h's exit follower.
+  [[nodiscard]] std::uint32_t group_dead_offset() const;
   [[nodiscard]] std::uint32_t self_tgid() const noexcept {
     return opts.trace_self || opts.target.kind != Target::Kind::kAllCpus
                ? 0

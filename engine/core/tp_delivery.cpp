@@ -95,6 +95,7 @@ Result<TracepointDelivery> TracepointDelivery::open(std::size_t slots,
   const std::uint8_t all = opts.target_tasks ? 0 : 1;
   TRACER_TRY(obj.set_global("tracer_target_all", all));
   TRACER_TRY(obj.set_global("tracer_self_tgid", opts.self_tgid));
+  TRACER_TRY(obj.set_global("tracer_group_dead_offset", opts.group_dead_offset));
   TRACER_TRY(
       obj.set_map_max_entries("tgids", opts.target_tasks ? std::max(1U, opts.max_targets) : 1U));
   if (opts.only_slot) {
