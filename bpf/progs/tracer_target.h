@@ -101,7 +101,8 @@ int tracer_follow_exit(void *ctx)
 		bpf_map_delete_elem(&tgids, &tid);
 	__u8 dead = tid == tgid;
 	if (tracer_group_dead_offset &&
-	    bpf_probe_read_kernel(&dead, 1, (char *)ctx + tracer_group_dead_offset) != 0)
+	    bpf_probe_read_kernel(&dead, 1,
+				  (char *)ctx + tracer_group_dead_offset) != 0)
 		dead = tid == tgid;
 	if (dead)
 		bpf_map_delete_elem(&tgids, &tgid);
