@@ -466,8 +466,12 @@ struct Symbolizer::Impl {
     ++stats->lookups;
     const KernelSymbols* k = kernel_symbols();
     const KernelSymbol* s = k != nullptr ? k->find(ip) : nullptr;
-    if (s == nullptr)
-      return unknown(ip, std::string(kKernelModule), true);
+    if (s == nullptr) {
+      // A user-space address in the kernel's part of a callchain (the kernel's walk went past
+      // its stack) lies in no kernel map: perf names its module [unknown], not the kernel.
+      const bool kernel_half = (ip >> 63) != 0;
+      return unknown(ip, kernel_half ? std::string(kKernelModule) : std::string("[unknown]"), true);
+    }
     return {
         .addr = ip,
         .rel = ip,

@@ -196,7 +196,8 @@ max_keys = 16384
   const std::uint64_t syscalls = count_of(counter) - before;
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::fclose(devnull);
-  const auto& probe = session.stats().engine.probes[0];
+  const auto stats = session.stats();
+  const auto& probe = stats.engine.probes[0];
   const auto st = probe.total();
   return {.name = name,
           .seconds = secs,

@@ -196,7 +196,8 @@ Row run_session(long calls,
   session.stop();
   const double cpu = process_cpu_seconds() - cpu0;
   std::fclose(devnull);
-  const auto& probe = session.stats().engine.probes[0];
+  const auto stats = session.stats();
+  const auto& probe = stats.engine.probes[0];
   const auto st = probe.total();
   return {.name = name,
           .workload_seconds = secs,

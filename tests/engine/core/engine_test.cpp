@@ -379,7 +379,8 @@ TEST(EngineLive, TinyDeliveryRingBurstDeliveredPlusLostEqualsGenerated) {
   io.run_for(100ms);
   engine.stop();
   EXPECT_EQ(c.foreign, 0U) << "only the target's hits are delivered";
-  const auto& p = engine.stats().probes[0];
+  const Stats stats = engine.stats();
+  const auto& p = stats.probes[0];
   const auto t = p.total();
   EXPECT_EQ(t.samples, c.samples);
   EXPECT_GT(p.losses().ring, 0U) << "a 4 KiB ring cannot hold a 20000-call burst";

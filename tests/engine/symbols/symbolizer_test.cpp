@@ -422,6 +422,21 @@ TEST(SymbolsSymbolizer, RecordedKallsymsCopyNamesTheFramesOfItsBoot) {
   EXPECT_EQ(name(0xffffffff83000000, 0xffffffff83001010), "");         // neither
 }
 
+// An address in the kernel's part of a callchain that no kernel symbol holds: a kernel address
+// is the kernel's ([kernel.kallsyms]); a user address there (the kernel's walk went past its
+// stack) is in no kernel map, [unknown] as perf script prints it.
+TEST(SymbolsSymbolizer, UnknownKernelContextFramesNameTheirModuleAsPerfDoes) {
+  testing::TempDir dir;
+  const auto live = dir.path() / "kallsyms";
+  std::ofstream(live) << "ffffffff81000000 T _text\nffffffff81001000 T live_fn\n";
+  Symbolizer sym({.kallsyms = live});
+  EXPECT_EQ(sym.symbolize_kernel(0xffffffff81001010).symbol, "live_fn");
+  EXPECT_EQ(sym.symbolize_kernel(0xffffffff70000000).module, "[kernel.kallsyms]");
+  const Frame user = sym.symbolize_kernel(0x555d8aab1be0);
+  EXPECT_EQ(user.symbol, "");
+  EXPECT_EQ(user.module, "[unknown]");
+}
+
 // The running kernel's build-id comes from its notes as perf reads it (perf buildid-list -k).
 TEST(SymbolsSymbolizer, KernelBuildIdIsPerfs) {
   const std::string ours = KernelSymbols::build_id();
