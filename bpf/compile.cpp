@@ -19,6 +19,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <optional>
+#include <regex>
 #include <set>
 #include <span>
 #include <sstream>
@@ -332,6 +333,41 @@ fs::path find_llvm_strip(const fs::path& clang) {
   return {};
 }
 
+// clang's diagnostics, cut to what it says about `src`, the recipe's own source. tracer runs as
+// root: a source that includes any file (`#include "/etc/shadow"`) would otherwise have clang echo
+// that file's lines, and its tokens in the messages, to whoever ran the recipe. A diagnostic about
+// another file keeps its location and severity only; the lines under it (the quoted source and
+// caret) go with it. "In file included from" lines name positions in the including files.
+std::string own_diagnostics(std::string_view err, const fs::path& src) {
+  static const std::regex kHeader(
+      R"(^(.+?):(\d+):(\d+): (fatal error|error|warning|note|remark): .*$)");
+  const std::string own = src.string();
+  std::string out;
+  bool keep = true;  // driver messages before any diagnostic ("clang: error: ...") are kept
+  std::size_t at = 0;
+  while (at < err.size()) {
+    const std::size_t nl = err.find('\n', at);
+    const std::string line(err.substr(at, nl == std::string_view::npos ? err.npos : nl - at));
+    at = nl == std::string_view::npos ? err.size() : nl + 1;
+    std::smatch m;
+    if (std::regex_match(line, m, kHeader)) {
+      keep = m[1].str() == own;
+      if (!keep) {
+        out += fmt::format("{}:{}:{}: {} (not shown: tracer quotes clang only about {})\n",
+                           m[1].str(), m[2].str(), m[3].str(), m[4].str(), src.filename().string());
+        continue;
+      }
+    } else if (line.starts_with("In file included from ") ||
+               line.starts_with("                 from ") ||
+               line.find(" generated.") != std::string::npos) {
+      keep = true;
+    }
+    if (keep)
+      out += line + "\n";
+  }
+  return out;
+}
+
 // Adds every `#include "x"` reachable from `text` that resolves in `dirs` to the hash, so that
 // editing a header beside the source is a cache miss too.
 void hash_local_includes(std::string_view text,
@@ -517,7 +553,7 @@ Result<Object> Object::compile_and_open(const fs::path& bpf_c, const CompileOpti
       return fail(
           EINVAL,
           fmt::format("bpf: clang failed to compile {} (exit {})", bpf_c.string(), cc.exit_code),
-          cc.err.empty() ? cc.out : cc.err);
+          own_diagnostics(cc.err.empty() ? cc.out : cc.err, src));
     }
     // DWARF is only needed by clang for CO-RE; BTF survives the strip (TOOLCHAIN.md).
     if (const fs::path strip = find_llvm_strip(clang); !strip.empty()) {

@@ -6,6 +6,7 @@
 #include <fmt/core.h>
 #include <gelf.h>
 #include <libelf.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -167,8 +168,9 @@ std::optional<T> parse_number(std::string_view s) {
 }
 
 bool is_elf_file(const fs::path& p) {
-  UniqueFd fd(::open(p.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd)
+  UniqueFd fd(::open(p.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
+  struct stat st {};
+  if (!fd || ::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode))
     return false;
   std::array<char, 4> magic{};
   return ::read(fd.get(), magic.data(), magic.size()) == 4 &&

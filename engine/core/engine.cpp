@@ -20,7 +20,9 @@ namespace asio = boost::asio;
 [[noreturn]] void core::throw_failure(ErrorCategory cat,
                                       const Failure& f,
                                       const std::string& prefix) {
-  throw Error(cat, f.code, prefix.empty() ? f.message : prefix + ": " + f.message, f.hint);
+  // A message that names its layer already ("bpf: ...") is not named twice.
+  const bool named = prefix.empty() || f.message.starts_with(prefix + ": ");
+  throw Error(cat, f.code, named ? f.message : prefix + ": " + f.message, f.hint);
 }
 
 using core::throw_failure;

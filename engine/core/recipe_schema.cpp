@@ -114,8 +114,8 @@ void check_option(const std::string& key,
       return;
     case T::kStringList:
     case T::kFieldList:
-      if (v.is_string())
-        return;
+      // A lone string is not taken for a one-element list: `by = "comm, pid"` would be one
+      // field named "comm, pid". The error shows the array form.
       if (const auto* a = v.array()) {
         for (const auto& e : *a) {
           if (!e.is_string())

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "core/recipe_schema.hpp"
+#include "core/recipe_toml.hpp"
 
 namespace tracer::core {
 namespace {
@@ -213,6 +214,23 @@ bool apply_set(ConfigValue& root,
     }
     if (stage == nullptr || parts[2] == "use")
       return false;
+    // An array is written as TOML writes it: --set 'stage.count.by=["comm", "pid"]'.
+    if (text.starts_with('[')) {
+      Diagnostics syntax;
+      const auto parsed = parse_toml(fmt::format("v = {}", text), "--set", syntax);
+      const ConfigValue* v = parsed ? parsed->find("v") : nullptr;
+      if (v == nullptr || v->array() == nullptr) {
+        diags.add(value_where, fmt::format("--set {}: '{}' is not a TOML array", key, text),
+                  R"(write the array as in a recipe: --set 'stage.count.by=["comm", "pid"]')");
+        return true;
+      }
+      ConfigValue array = *v;
+      array.where = value_where;
+      for (auto& e : *array.array())
+        e.where = value_where;
+      put(*stage, parts[2], key_where, std::move(array));
+      return true;
+    }
     // The type the recipe wrote for it, else what the text looks like.
     KeyType t = KeyType::kString;
     const ConfigValue* old = nullptr;

@@ -2,13 +2,16 @@
 // files (Recipe::check_system), and the engine's options with tracepoint globs expanded
 // (Recipe::to_engine_options).
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <filesystem>
 
 #include "common/text_file.hpp"
 #include "core/elf_symbols.hpp"
 #include "core/recipe_schema.hpp"
+#include "tracer/bpf/object.hpp"
 #include "tracer/recipe.hpp"
 #include "tracer/tracefs/filter.hpp"
 #include "tracer/tracefs/tracefs.hpp"
@@ -175,6 +178,31 @@ void Recipe::check_system(Diagnostics& diagnostics, std::optional<pid_t> pid) co
     };
     check_file(bpf->source, "source");
     check_file(bpf->object, "object");
+    const auto at = [&](std::string_view key) {
+      const auto it = bpf->value_where.find(key);
+      return it != bpf->value_where.end() ? it->second : bpf->where;
+    };
+    if (!bpf->builtin.empty()) {
+      std::vector<std::string> names;
+      for (const auto& p : bpf::shipped_programs())
+        names.emplace_back(p.name);
+      if (std::find(names.begin(), names.end(), bpf->builtin) == names.end()) {
+        diagnostics.add(at("builtin"),
+                        fmt::format("no BPF program '{}' is shipped with tracer", bpf->builtin),
+                        fmt::format("shipped programs: {}", fmt::join(names, ", ")));
+      }
+    }
+    // A recipe's own program is compiled here (into the cache `run` loads it from): clang's
+    // errors are the recipe's, at its `source`, with what clang says about that file.
+    std::error_code ec;
+    if (!bpf->source.empty() && fs::is_regular_file(bpf->source, ec)) {
+      if (auto obj = bpf::Object::compile_and_open(bpf->source, {}); !obj) {
+        std::string_view message = obj.error().message;
+        if (message.starts_with("bpf: "))
+          message.remove_prefix(5);
+        diagnostics.add(at("source"), std::string(message), obj.error().hint);
+      }
+    }
   }
 }
 

@@ -77,6 +77,12 @@ void Targets::start_command(const Target& target) {
   if (::pipe2(pipefd, O_CLOEXEC) != 0) {
     throw Error(ErrorCategory::kRuntime, {errno, std::generic_category()}, "engine: pipe2 failed");
   }
+  // The child may only call async-signal-safe functions: its messages are made here.
+  const std::string cannot = fmt::format("tracer: cannot execute '{}': ", cmd.front());
+  const std::string why[] = {cannot + std::strerror(ENOENT) + "\n",
+                             cannot + std::strerror(EACCES) + "\n",
+                             cannot + std::strerror(ENOEXEC) + "\n",
+                             cannot + std::strerror(ENOTDIR) + "\n", cannot + "exec failed\n"};
   child_ = ::fork();
   if (child_ < 0) {
     const int err = errno;
@@ -93,9 +99,14 @@ void Targets::start_command(const Target& target) {
     if (target.stdout_to_stderr && ::dup2(STDERR_FILENO, STDOUT_FILENO) < 0)
       ::_exit(126);
     ::execvp(argv[0], argv.data());
-    const char* msg = "tracer: cannot execute the command\n";
-    [[maybe_unused]] auto n = ::write(2, msg, std::strlen(msg));
-    ::_exit(127);
+    const int err = errno;
+    const std::string& msg = why[err == ENOENT    ? 0
+                                 : err == EACCES  ? 1
+                                 : err == ENOEXEC ? 2
+                                 : err == ENOTDIR ? 3
+                                                  : 4];
+    [[maybe_unused]] auto n = ::write(2, msg.data(), msg.size());
+    ::_exit(err == EACCES || err == ENOEXEC ? 126 : 127);  // the shell's codes
   }
   ::close(pipefd[0]);
   go_fd_.reset(pipefd[1]);

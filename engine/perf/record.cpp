@@ -177,13 +177,15 @@ void decode_sample(Cursor& c, const SampleLayout& l, Sample& s) noexcept {
 }  // namespace
 
 namespace detail {
-bool decode_general_sample(const std::byte* p,
-                           const std::byte* end,
-                           const SampleLayout& l,
-                           Sample& s) noexcept {
+DecodeError decode_general_sample(const std::byte* p,
+                                  const std::byte* end,
+                                  const SampleLayout& l,
+                                  Sample& s) noexcept {
   Cursor c(p, end);
   decode_sample(c, l, s);
-  return c.ok();
+  if (!c.ok())
+    return DecodeError::kFieldOverrun;
+  return c.left() >= 8 ? DecodeError::kUndescribed : DecodeError::kOk;
 }
 }  // namespace detail
 
@@ -337,6 +339,8 @@ std::string_view to_string(DecodeError e) noexcept {
       return "a field runs past the end of the record";
     case DecodeError::kTrailerOverrun:
       return "sample_id trailer does not fit the record";
+    case DecodeError::kUndescribed:
+      return "the record is longer than the fields its sample_type describes (a damaged attr?)";
   }
   return "unknown decode error";
 }

@@ -23,7 +23,8 @@ inline constexpr std::uint64_t kFixedSampleFields =
 }
 
 /// Fields of a `fixed` layout in the kernel's order (perf_output_sample()): one size check,
-/// then plain loads. @return false if the record is too short for its fields.
+/// then plain loads. @return false if the record is too short for its fields or has whole
+/// words past them.
 /// kSampleType != 0: the layout's sample_type known at compile time (the field tests fold
 /// away; the ring drain instantiates the engine's usual layouts), else l.sample_type.
 template <std::uint64_t kSampleType = 0>
@@ -36,7 +37,10 @@ template <std::uint64_t kSampleType = 0>
   const bool raw = (st & PERF_SAMPLE_RAW) != 0U;
   const std::size_t fixed_bytes =
       kSampleType != 0 ? std::popcount(kSampleType & kFixedSampleFields) * 8U : l.fixed_bytes;
-  if (static_cast<std::size_t>(end - p) < fixed_bytes + (raw ? 4U : 0U))
+  const auto left = static_cast<std::size_t>(end - p);
+  // The kernel writes exactly the fields (RAW padded to 8 bytes): bytes past them mean the
+  // sample_type does not describe this record (a damaged attr), not a record to guess at.
+  if (left < fixed_bytes + (raw ? 4U : 0U) || (!raw && left - fixed_bytes >= 8))
     return false;
   s.sample_type = st;
   const auto u64 = [&p]() noexcept {
@@ -71,7 +75,7 @@ template <std::uint64_t kSampleType = 0>
   if (raw) {
     const auto n = load<std::uint32_t>(p);
     p += 4;
-    if (n > static_cast<std::size_t>(end - p))
+    if (n > static_cast<std::size_t>(end - p) || static_cast<std::size_t>(end - p) - n >= 8)
       return false;
     s.raw = {p, n};
   }
@@ -79,11 +83,12 @@ template <std::uint64_t kSampleType = 0>
 }
 
 /// Every other layout (callchains, registers, stacks, ...): bounds-checked field by field.
-/// Out of line (record.cpp). @return false if a field runs past `end`.
-[[nodiscard]] bool decode_general_sample(const std::byte* p,
-                                         const std::byte* end,
-                                         const SampleLayout& l,
-                                         Sample& s) noexcept;
+/// Out of line (record.cpp). @return kFieldOverrun if a field runs past `end`, kUndescribed
+/// if whole words are left past the fields.
+[[nodiscard]] DecodeError decode_general_sample(const std::byte* p,
+                                                const std::byte* end,
+                                                const SampleLayout& l,
+                                                Sample& s) noexcept;
 
 /// `[bpf] time`: the sample's time read from its payload, where the layout says (0 if the
 /// payload is too short for it).
@@ -186,16 +191,20 @@ template <std::uint64_t kSampleType = 0>
     s = &out.body.emplace<Sample>();
   }
   if (kSampleType != 0 || layout.fixed) {
-    return write_fixed_sample<kSampleType>(rec, h, layout, out, *s, reused)
-               ? DecodeError::kOk
-               : DecodeError::kFieldOverrun;
+    if (write_fixed_sample<kSampleType>(rec, h, layout, out, *s, reused))
+      return DecodeError::kOk;
+    // Which way it failed (cold): the general decoder reads every layout.
+    const auto e = decode_general_sample(rec.data() + sizeof(perf_event_header),
+                                         rec.data() + rec.size(), layout, *s);
+    s->sample_type = 0;
+    return e == DecodeError::kOk ? DecodeError::kFieldOverrun : e;
   }
   write_header(rec, h, out);
   const std::byte* body = rec.data() + sizeof(perf_event_header);
   const std::byte* end = rec.data() + rec.size();
-  if (!decode_general_sample(body, end, layout, *s)) {
+  if (const auto e = decode_general_sample(body, end, layout, *s); e != DecodeError::kOk) {
     s->sample_type = 0;  // half written: never reused as complete
-    return DecodeError::kFieldOverrun;
+    return e;
   }
   set_payload_time(layout, *s);
   set_sample_id(st, *s, out.sample_id);

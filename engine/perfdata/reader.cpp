@@ -713,8 +713,20 @@ struct Reader::Impl {
                               record_name(type), events[static_cast<std::size_t>(attr)].name,
                               rec.size(), perf::to_string(err)));
     }
-    if (type == abi::kSample)
+    if (type == abi::kSample) {
+      // A CPU the recording's machine did not have (HEADER_NRCPUS) is damage, not a sample to
+      // print: perf would print it as it stands.
+      const auto* s = std::get_if<perf::Sample>(&out.record.body);
+      if (s != nullptr && (s->sample_type & PERF_SAMPLE_CPU) != 0U && features.nrcpus &&
+          features.nrcpus->available != 0 && s->cpu >= features.nrcpus->available) {
+        return fail(out.offset,
+                    fmt::format("SAMPLE record of event '{}' names CPU {}, but the recording's "
+                                "machine had {} (HEADER_NRCPUS): the file is damaged here",
+                                events[static_cast<std::size_t>(attr)].name, s->cpu,
+                                features.nrcpus->available));
+      }
       ++stats.samples;
+    }
     return true;
   }
   bool opened = false;
@@ -760,12 +772,15 @@ struct Reader::Impl {
         const std::size_t limit =
             std::clamp<std::size_t>(features.compressed ? features.compressed->mmap_len : 0,
                                     std::size_t{16} << 20, kMaxInflate);
-        if (dbuf.size() >= 2 * limit) {
-          return fail(pending_offset, fmt::format("COMPRESSED record inflates to more than {} "
-                                                  "bytes",
-                                                  2 * limit));
+        // Room for the ring's worth and the part of a record (< 64 KiB) carried over.
+        const std::size_t cap = limit + (std::size_t{1} << 16);
+        if (dbuf.size() >= cap) {
+          return fail(pending_offset,
+                      fmt::format("COMPRESSED record inflates to more than {} bytes (the ring "
+                                  "size the file claims, at most {} MiB)",
+                                  cap, kMaxInflate >> 20));
         }
-        dbuf.resize(std::min(2 * limit, std::max(std::size_t{1} << 20, dbuf.size() * 2)));
+        dbuf.resize(std::min(cap, std::max(std::size_t{1} << 20, dbuf.size() * 2)));
       }
       ZSTD_outBuffer outb{dbuf.data() + dlen, dbuf.size() - dlen, 0};
       const std::size_t r = ZSTD_decompressStream(dctx.get(), &outb, &in);

@@ -58,13 +58,21 @@ void enable_task_records(EngineOptions& eo, bool full) {
 /// filter's for a rejected filter, else its tracepoint/uprobe/... value's. A probe the system
 /// lacks or refuses as written is a recipe error (exit 2); other failures keep their category.
 /// The place in the recipe of the probe an engine error names ("probe 'x': ..."), if any.
-std::optional<SourceRegion> probe_place(const Error& e, const Recipe& recipe) {
+/// The recipe's probe an engine error names ("probe 'NAME': ..."; a glob's "probe 'NAME:event'").
+const RecipeProbe* probe_of(const Error& e, const Recipe& recipe) {
   const std::string_view what = e.what();
   for (const auto& p : recipe.probes) {
-    // A glob's probes are "name:event".
     const std::string prefix = fmt::format("probe '{}", p.options.name);
-    if (!what.starts_with(prefix + "':") && !what.starts_with(prefix + ":"))
-      continue;
+    if (what.starts_with(prefix + "':") || what.starts_with(prefix + ":"))
+      return &p;
+  }
+  return nullptr;
+}
+
+std::optional<SourceRegion> probe_place(const Error& e, const Recipe& recipe) {
+  const std::string_view what = e.what();
+  if (const RecipeProbe* found = probe_of(e, recipe)) {
+    const auto& p = *found;
     const bool filter = !p.options.filter.empty() && what.find("filter") != std::string_view::npos;
     const SourceRegion& where = p.where_of(filter ? "filter" : to_string(p.options.kind));
     if (where.path.empty())
@@ -72,6 +80,10 @@ std::optional<SourceRegion> probe_place(const Error& e, const Recipe& recipe) {
     return where;
   }
   return std::nullopt;
+}
+
+bool same_place(const SourceRegion& a, const SourceRegion& b) {
+  return a.path == b.path && a.line == b.line && a.column == b.column;
 }
 
 [[noreturn]] void rethrow_at_probe(const Error& e, const Recipe& recipe) {
@@ -807,13 +819,18 @@ std::vector<ProbeInfo> Session::check(std::vector<std::string>* notes) {
   if (s.opts.all_problems) {
     // Each probe on its own: its error at its place, unless the system's check said something
     // at that place already (a missing tracepoint is one problem, not two).
+    // A probe the system's check found wrong (its freq, its offset) is not trial-opened into a
+    // second, vaguer error about the same mistake.
     for (const auto& e : s.engine->check_probes()) {
       const auto where = probe_place(e, s.recipe);
-      const bool said =
-          where && std::any_of(diags.items().begin(), diags.items().end(), [&](const auto& d) {
-            return d.where.path == where->path && d.where.line == where->line &&
-                   d.where.column == where->column;
-          });
+      const RecipeProbe* probe = probe_of(e, s.recipe);
+      const bool said = std::any_of(diags.items().begin(), diags.items().end(), [&](const auto& d) {
+        if (where && same_place(d.where, *where))
+          return true;
+        return probe != nullptr &&
+               std::any_of(probe->value_where.begin(), probe->value_where.end(),
+                           [&](const auto& kv) { return same_place(d.where, kv.second); });
+      });
       if (!said)
         diags.add(where.value_or(SourceRegion{.path = s.recipe.path, .line = 1, .column = 1}),
                   e.what(), e.hint());

@@ -31,12 +31,17 @@ Result<OpenElf> open_elf(const std::filesystem::path& path,
     return fail(ENOSYS,
                 fmt::format("{}: libelf initialisation failed: {}", subsystem, elf_error_text()));
   OpenElf out;
-  out.fd.reset(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  // Without blocking, and only a regular file: a FIFO named as a binary hung `check` in open().
+  out.fd.reset(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
   if (!out.fd) {
     const int err = errno;
     return fail(
         err, fmt::format("{}: cannot open {}: {}", subsystem, path.string(), std::strerror(err)));
   }
+  struct stat st {};
+  if (::fstat(out.fd.get(), &st) != 0 || !S_ISREG(st.st_mode))
+    return fail(ENOEXEC, fmt::format("{}: {} is not a regular file", subsystem, path.string()),
+                std::string(not_elf_hint));
   out.elf.reset(::elf_begin(out.fd.get(), ELF_C_READ_MMAP, nullptr));
   if (!out.elf || ::elf_kind(out.elf.get()) != ELF_K_ELF)
     return fail(ENOEXEC, fmt::format("{}: {} is not an ELF file", subsystem, path.string()),
@@ -78,11 +83,14 @@ Result<std::string> read_all(const UniqueFd& fd,
 }  // namespace
 
 Result<std::string> read_file(const std::filesystem::path& path, std::size_t max_bytes) {
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
   if (!fd) {
     const int err = errno;
     return fail(err, fmt::format("symbols: cannot open {}: {}", path.string(), std::strerror(err)));
   }
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode))
+    return fail(EINVAL, fmt::format("symbols: {} is not a regular file", path.string()));
   return read_all(fd, path, max_bytes);
 }
 

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <filesystem>
 
 #include "tracer/error.hpp"
@@ -93,9 +94,12 @@ void PerfData::start() {
   o.synthesize = synthesize_;
   o.synthesize_new = synthesize_;
   auto w = perfdata::Writer::open(path_, probes_, std::move(o));
-  if (!w)
-    throw Error(ErrorCategory::kRuntime, w.error().code, w.error().message, w.error().hint,
-                path_where_);
+  if (!w) {
+    // A link planted at the path is a path the user cannot have meant (exit 2, as for -o text).
+    const auto cat =
+        w.error().errno_value() == ELOOP ? ErrorCategory::kUsage : ErrorCategory::kRuntime;
+    throw Error(cat, w.error().code, w.error().message, w.error().hint, path_where_);
+  }
   writer_.emplace(std::move(*w));
 }
 

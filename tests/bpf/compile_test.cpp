@@ -16,6 +16,7 @@ namespace tracer::bpf {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 namespace fs = std::filesystem;
 
 constexpr const char* kGood = R"(#include "vmlinux.h"
@@ -238,6 +239,23 @@ TEST_F(BpfCompile, SyntaxErrorReturnsClangsDiagnosticWithFileAndLine) {
   // Nothing half-written stays in the cache.
   for (const auto& e : fs::directory_iterator(dir_.path() / "cache/tracer/bpf"))
     EXPECT_FALSE(e.path().filename().string().starts_with("broken")) << e.path();
+}
+
+// tracer runs as root: a [bpf] source that includes any file must not have clang echo that
+// file's lines (or the tokens its messages quote) to whoever runs the recipe. Diagnostics about
+// the source itself are shown in full, with the quoted line and caret.
+TEST_F(BpfCompile, DiagnosticsQuoteOnlyTheSourceItself) {
+  dir_.write("secret/shadow", "root:s3cr3t-h4sh-value:20228:0:99999:7:::\n");
+  const auto secret = (dir_.path() / "secret/shadow").string();
+  dir_.write("src/leak.bpf.c", "int own_line_is_quoted = ;\n#include \"" + secret + "\"\n");
+  auto obj = Object::compile_and_open(dir_.path() / "src/leak.bpf.c");
+  ASSERT_FALSE(obj.has_value());
+  const auto& hint = obj.error().hint;
+  EXPECT_THAT(hint, Not(HasSubstr("s3cr3t"))) << hint;
+  EXPECT_THAT(hint, Not(HasSubstr("root"))) << hint;
+  EXPECT_THAT(hint, HasSubstr(secret + ":1:")) << "where clang complained stays: " << hint;
+  EXPECT_THAT(hint, HasSubstr("leak.bpf.c:1:"));
+  EXPECT_THAT(hint, HasSubstr("int own_line_is_quoted = ;")) << hint;
 }
 
 TEST_F(BpfCompile, MissingSourceOrClangIsENOENT) {

@@ -278,6 +278,23 @@ TEST(Recipe, SetOverridesParamsAndRecipeValues) {
   EXPECT_EQ(dump(r.pipelines[0].stages[1].options), "{by=[\"comm\"@29:7]@29:6, top=3@30:7}@27:1");
 }
 
+// A list option is set as TOML writes an array; a lone word is not taken for a one-element
+// list (the stage refuses a string where its schema wants an array, with the array form).
+TEST(Recipe, SetWritesAStageArrayAsTomlWritesIt) {
+  const Recipe r = load_valid("params", {"stage.count.by=[\"comm\", \"pid\"]"});
+  EXPECT_EQ(dump(r.pipelines[0].stages[1].options),
+            "{by=[\"comm\"@1:16, \"pid\"@1:16]@1:16, top=5@30:7}@27:1");
+  try {
+    (void)load_valid("params", {"stage.count.by=[comm"});
+    FAIL() << "an array that is not TOML was taken";
+  } catch (const Error& e) {
+    EXPECT_NE(
+        std::string(e.what()).find("--set:1:16: --set stage.count.by: '[comm' is not a TOML array"),
+        std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(Recipe, BpfSourceIsRelativeToTheRecipe) {
   const Recipe r = load_valid("bpf_source");
   ASSERT_TRUE(r.bpf);

@@ -812,7 +812,7 @@ TEST(StageSum, SumMinMaxAvgByKey) {
   const ProbeInfo p = fake_probe(0, "p");
   Harness h({p});
   for (const char* s : {"sum", "min", "max", "avg"})
-    h.add(s, {{"field", cv("bytes")}, {"by", cv("name")}});
+    h.add(s, {{"field", cv("bytes")}, {"by", cv_list({"name"})}});
   h.add("csv", {});
   h.bind();
   ASSERT_TRUE(h.diags.empty()) << h.errors();
@@ -849,7 +849,7 @@ TEST(StageHist, Log2BucketBoundaries) {
 TEST(StageHist, AsciiHistogramGolden) {
   const ProbeInfo p = fake_probe(0, "p");
   Harness h({p});
-  h.add("hist", {{"field", cv("bytes")}, {"by", cv("name")}});
+  h.add("hist", {{"field", cv("bytes")}, {"by", cv_list({"name"})}});
   h.bind();  // no output stage: the pipeline appends print
   ASSERT_TRUE(h.diags.empty()) << h.errors();
   Records r;
@@ -965,7 +965,7 @@ TEST(StageRate, PerSecondOverTheInterval) {
 TEST(StageCount, EveryIntervalResetsAndSkipsQuietIntervals) {
   const ProbeInfo p = fake_probe(0, "p");
   Harness h({p});
-  h.add("count", {{"by", cv("nr")}, {"every", cv("1s")}});
+  h.add("count", {{"by", cv_list({"nr"})}, {"every", cv("1s")}});
   h.add("csv", {});
   h.bind();
   Records r;
@@ -1121,7 +1121,7 @@ TEST(StagePrint, FormatLinesAndAlignedTables) {
 TEST(Pipeline, RoutesRecordKindsToStagesThatAsked) {
   const ProbeInfo p = fake_probe(0, "p");
   Harness h({p});
-  h.add("count", {{"by", cv("kind")}});  // samples only (the default)
+  h.add("count", {{"by", cv_list({"kind"})}});  // samples only (the default)
   h.add("jsonl", {{"kinds", cv_list({"lost", "comm"})},
                   {"fields", cv_list({"kind", "lost", "comm"})},
                   {"events", ConfigValue{.value = true, .where = {}}}});
@@ -1241,12 +1241,12 @@ TEST(Pipeline, SteadyStateDoesNotAllocate) {
   };
   add("filter", {{"expr", cv(R"(comm == "w*" && nr >= 0 || path == "/x")")}});
   add("count", {{"by", cv_list({"comm", "nr", "callchain"})}});
-  add("sum", {{"field", cv("bytes")}, {"by", cv("path")}});
+  add("sum", {{"field", cv("bytes")}, {"by", cv_list({"path"})}});
   add("latency", {{"entry", cv("enter")}, {"exit", cv("exit")}});
-  add("hist", {{"field", cv("duration")}, {"by", cv("comm")}});
+  add("hist", {{"field", cv("duration")}, {"by", cv_list({"comm"})}});
   add("lhist", {{"field", cv("duration")}, {"min", cv(0)}, {"max", cv(1000)}, {"step", cv(100)}});
-  add("quantiles", {{"field", cv("duration")}, {"by", cv("tid")}});
-  add("rate", {{"by", cv("cpu")}});
+  add("quantiles", {{"field", cv("duration")}, {"by", cv_list({"tid"})}});
+  add("rate", {{"by", cv_list({"cpu"})}});
   add("print", {{"format", cv("{comm} {tid} {duration} {path}")}});
   add("jsonl", {{"events", ConfigValue{.value = true, .where = {}}}});
   add("csv", {{"events", ConfigValue{.value = true, .where = {}}}});

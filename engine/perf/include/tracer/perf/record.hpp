@@ -293,6 +293,7 @@ enum class DecodeError : std::uint8_t {
   kMisaligned,       // header.size not a multiple of 8
   kFieldOverrun,     // a field (or an nr/size in it) runs past the record
   kTrailerOverrun,   // the sample_id trailer does not fit
+  kUndescribed,      // a SAMPLE has whole words past the fields its sample_type describes
 };
 [[nodiscard]] std::string_view to_string(DecodeError e) noexcept;
 
