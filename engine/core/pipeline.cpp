@@ -160,7 +160,9 @@ void Pipeline::round() noexcept {
     const std::uint64_t before = order_->stats().released;
     const auto t0 = std::chrono::steady_clock::now();
     try {
-      order_->round(ordered_out_, t0 + std::chrono::milliseconds(50));
+      // 20 ms a round: a signal reaches its handler through three reactor hops, each behind
+      // a round when the stages are behind (50 ms rounds made SIGINT wait 180 ms for them).
+      order_->round(ordered_out_, t0 + std::chrono::milliseconds(20));
     } catch (...) {  // out of memory while compacting: release everything instead
       drain_order();
     }
@@ -382,9 +384,9 @@ std::vector<std::string> Pipeline::take_warnings() {
   if (order_ && order_->stats().unprocessed != 0 && !unprocessed_said_) {
     unprocessed_said_ = true;
     out.push_back(fmt::format(
-        "{} records were still queued for the stages when the stop's half second ran out: "
+        "{} records were still queued for the stages when the stop's time ({} ms) ran out: "
         "not processed (the stages are slower than the events; see order.unprocessed)",
-        order_->stats().unprocessed));
+        order_->stats().unprocessed, kStopBudget.count()));
   }
   if (!schema_ || !schema_->stacks_bound())
     return out;
@@ -480,10 +482,10 @@ void Pipeline::tick(std::chrono::nanoseconds now) {
 void Pipeline::stop(std::chrono::nanoseconds now) {
   if (stopped_)
     return;
-  // The last records, in time order, before the final tables: for half a second at most, so
-  // that a stop is honoured however slow the stages (what is left is counted, and said).
+  // The last records, in time order, before the final tables: for kStopBudget at most, so that
+  // a stop is honoured however slow the stages (what is left is counted, and said).
   if (order_)
-    order_->give_up_at(std::chrono::steady_clock::now() + std::chrono::milliseconds(500));
+    order_->give_up_at(std::chrono::steady_clock::now() + kStopBudget);
   drain_order();
   stopped_ = true;
   for (std::size_t i = 0; i < stages_.size(); ++i) {

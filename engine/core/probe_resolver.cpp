@@ -13,6 +13,7 @@
 #include "core/elf_symbols.hpp"
 #include "core/probe_backend.hpp"
 #include "tracer/error.hpp"
+#include "tracer/perf/hw_events.hpp"
 #include "tracer/perf/pmu.hpp"
 #include "tracer/perf/software.hpp"
 
@@ -48,56 +49,6 @@ ErrorCategory category_for(const Failure& f) {
     default:
       return ErrorCategory::kRuntime;
   }
-}
-
-struct Named {
-  std::string_view name;
-  std::uint64_t config;
-};
-
-constexpr std::array kHardware = {
-    Named{"cycles", PERF_COUNT_HW_CPU_CYCLES},
-    Named{"cpu-cycles", PERF_COUNT_HW_CPU_CYCLES},
-    Named{"instructions", PERF_COUNT_HW_INSTRUCTIONS},
-    Named{"cache-references", PERF_COUNT_HW_CACHE_REFERENCES},
-    Named{"cache-misses", PERF_COUNT_HW_CACHE_MISSES},
-    Named{"branches", PERF_COUNT_HW_BRANCH_INSTRUCTIONS},
-    Named{"branch-instructions", PERF_COUNT_HW_BRANCH_INSTRUCTIONS},
-    Named{"branch-misses", PERF_COUNT_HW_BRANCH_MISSES},
-    Named{"bus-cycles", PERF_COUNT_HW_BUS_CYCLES},
-    Named{"stalled-cycles-frontend", PERF_COUNT_HW_STALLED_CYCLES_FRONTEND},
-    Named{"stalled-cycles-backend", PERF_COUNT_HW_STALLED_CYCLES_BACKEND},
-    Named{"ref-cycles", PERF_COUNT_HW_REF_CPU_CYCLES},
-};
-
-// tools/perf/util/evsel.c evsel__hw_cache / evsel__hw_cache_op / evsel__hw_cache_result.
-constexpr std::array kCacheIds = {
-    Named{"L1-dcache", PERF_COUNT_HW_CACHE_L1D}, Named{"L1-icache", PERF_COUNT_HW_CACHE_L1I},
-    Named{"LLC", PERF_COUNT_HW_CACHE_LL},        Named{"dTLB", PERF_COUNT_HW_CACHE_DTLB},
-    Named{"iTLB", PERF_COUNT_HW_CACHE_ITLB},     Named{"branch", PERF_COUNT_HW_CACHE_BPU},
-    Named{"node", PERF_COUNT_HW_CACHE_NODE},
-};
-constexpr std::array kCacheOps = {
-    Named{"loads", PERF_COUNT_HW_CACHE_OP_READ},
-    Named{"load", PERF_COUNT_HW_CACHE_OP_READ},
-    Named{"stores", PERF_COUNT_HW_CACHE_OP_WRITE},
-    Named{"store", PERF_COUNT_HW_CACHE_OP_WRITE},
-    Named{"prefetches", PERF_COUNT_HW_CACHE_OP_PREFETCH},
-    Named{"prefetch", PERF_COUNT_HW_CACHE_OP_PREFETCH},
-};
-constexpr std::array kCacheResults = {
-    Named{"refs", PERF_COUNT_HW_CACHE_RESULT_ACCESS},
-    Named{"misses", PERF_COUNT_HW_CACHE_RESULT_MISS},
-    Named{"miss", PERF_COUNT_HW_CACHE_RESULT_MISS},
-};
-
-template <std::size_t N>
-std::optional<std::uint64_t> lookup(const std::array<Named, N>& table, std::string_view name) {
-  for (const auto& n : table) {
-    if (n.name == name)
-      return n.config;
-  }
-  return std::nullopt;
 }
 
 bool parse_u64(std::string_view s, std::uint64_t& out) {
@@ -138,34 +89,6 @@ const tracefs::Tracefs& ResolveContext::fs() {
     tracefs = std::move(*opened);
   }
   return *tracefs;
-}
-
-std::optional<std::uint64_t> hardware_event_config(std::string_view name) {
-  return lookup(kHardware, name);
-}
-
-std::optional<std::uint64_t> cache_event_config(std::string_view name) {
-  // "<id>-<op>-<result>" or "<id>-<op>" (accesses), e.g. L1-dcache-load-misses, LLC-loads.
-  for (const auto& id : kCacheIds) {
-    if (!name.starts_with(id.name) || name.size() <= id.name.size() ||
-        name[id.name.size()] != '-') {
-      continue;
-    }
-    const std::string_view rest = name.substr(id.name.size() + 1);
-    const auto dash = rest.find('-');
-    const auto op = lookup(kCacheOps, rest.substr(0, dash));
-    if (!op)
-      return std::nullopt;
-    std::uint64_t result = PERF_COUNT_HW_CACHE_RESULT_ACCESS;
-    if (dash != std::string_view::npos) {
-      const auto r = lookup(kCacheResults, rest.substr(dash + 1));
-      if (!r)
-        return std::nullopt;
-      result = *r;
-    }
-    return id.config | (*op << 8) | (result << 16);
-  }
-  return std::nullopt;
 }
 
 Result<BreakpointSpec> parse_breakpoint(std::string_view spec) {
@@ -367,12 +290,10 @@ ResolvedProbe resolve_probe(const ProbeOptions& o, std::uint32_t index, ResolveC
       break;
     }
     case ProbeKind::kHardware: {
-      auto cfg = hardware_event_config(o.spec);
+      auto cfg = perf::find_hardware_event(o.spec);
       if (!cfg)
         usage_error(o, fmt::format("unknown hardware event '{}'", o.spec),
-                    "hardware events: cycles, instructions, cache-references, "
-                    "cache-misses, branches, branch-misses, bus-cycles, ref-cycles, "
-                    "stalled-cycles-frontend, stalled-cycles-backend");
+                    fmt::format("hardware events: {}", perf::hardware_event_names()));
       a.type(PERF_TYPE_HARDWARE).config(*cfg);
       r.info.pmu = "hardware";
       sample_type |= PERF_SAMPLE_IP | PERF_SAMPLE_PERIOD;
@@ -380,12 +301,10 @@ ResolvedProbe resolve_probe(const ProbeOptions& o, std::uint32_t index, ResolveC
       break;
     }
     case ProbeKind::kCache: {
-      auto cfg = cache_event_config(o.spec);
+      auto cfg = perf::find_cache_event(o.spec);
       if (!cfg)
         usage_error(o, fmt::format("unknown cache event '{}'", o.spec),
-                    "write CACHE-OP[-RESULT]: CACHE in L1-dcache, L1-icache, LLC, dTLB, "
-                    "iTLB, branch, node; OP in load(s), store(s), prefetch(es); RESULT "
-                    "in refs, misses (e.g. L1-dcache-load-misses)");
+                    std::string(perf::cache_event_grammar()));
       a.type(PERF_TYPE_HW_CACHE).config(*cfg);
       r.info.pmu = "hw_cache";
       sample_type |= PERF_SAMPLE_IP | PERF_SAMPLE_PERIOD;

@@ -51,12 +51,6 @@ struct ResolveContext {
                                           std::uint32_t index,
                                           ResolveContext& ctx);
 
-/// perf's hardware event names ("cycles", "instructions", ...) -> PERF_COUNT_HW_*.
-[[nodiscard]] std::optional<std::uint64_t> hardware_event_config(std::string_view name);
-/// perf's cache event names ("L1-dcache-load-misses", "LLC-loads", "dTLB-store-misses", ...) ->
-/// PERF_TYPE_HW_CACHE config (id | op << 8 | result << 16).
-[[nodiscard]] std::optional<std::uint64_t> cache_event_config(std::string_view name);
-
 /// Breakpoint spec "0xADDR[:rwx[:len]]" or "symbol[+off][:rwx[:len]]" -> bp_type, addr, len.
 struct BreakpointSpec {
   std::uint64_t addr = 0;  // 0 when `symbol` is set (resolved against the traced program)

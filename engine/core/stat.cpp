@@ -19,6 +19,7 @@
 #include "common/edit_distance.hpp"
 #include "tracer/error.hpp"
 #include "tracer/perf/event.hpp"
+#include "tracer/perf/hw_events.hpp"
 #include "tracer/perf/software.hpp"
 
 namespace tracer::core {
@@ -28,37 +29,6 @@ struct Counter {
   StatCounter info;
   std::vector<perf::Event> events;  // one per CPU, or one for a task
 };
-
-struct HardwareEvent {
-  std::string_view name;
-  std::uint64_t config;
-};
-
-// perf's generic hardware event names (tools/perf/util/parse-events.c event_symbols_hw).
-constexpr std::array kHardwareEvents = {
-    HardwareEvent{"cycles", PERF_COUNT_HW_CPU_CYCLES},
-    HardwareEvent{"cpu-cycles", PERF_COUNT_HW_CPU_CYCLES},
-    HardwareEvent{"instructions", PERF_COUNT_HW_INSTRUCTIONS},
-    HardwareEvent{"cache-references", PERF_COUNT_HW_CACHE_REFERENCES},
-    HardwareEvent{"cache-misses", PERF_COUNT_HW_CACHE_MISSES},
-    HardwareEvent{"branch-instructions", PERF_COUNT_HW_BRANCH_INSTRUCTIONS},
-    HardwareEvent{"branches", PERF_COUNT_HW_BRANCH_INSTRUCTIONS},
-    HardwareEvent{"branch-misses", PERF_COUNT_HW_BRANCH_MISSES},
-    HardwareEvent{"bus-cycles", PERF_COUNT_HW_BUS_CYCLES},
-    HardwareEvent{"stalled-cycles-frontend", PERF_COUNT_HW_STALLED_CYCLES_FRONTEND},
-    HardwareEvent{"idle-cycles-frontend", PERF_COUNT_HW_STALLED_CYCLES_FRONTEND},
-    HardwareEvent{"stalled-cycles-backend", PERF_COUNT_HW_STALLED_CYCLES_BACKEND},
-    HardwareEvent{"idle-cycles-backend", PERF_COUNT_HW_STALLED_CYCLES_BACKEND},
-    HardwareEvent{"ref-cycles", PERF_COUNT_HW_REF_CPU_CYCLES},
-};
-
-std::optional<HardwareEvent> find_hardware_event(std::string_view name) {
-  for (const auto& h : kHardwareEvents) {
-    if (h.name == name)
-      return h;
-  }
-  return std::nullopt;
-}
 
 /// An -e event split into its name and perf's modifier suffix ("page-faults:u" ->
 /// "page-faults", "u"; "sched:sched_switch:k" -> "sched:sched_switch", "k").
@@ -70,7 +40,8 @@ struct EventSpec {
 constexpr std::string_view kModifierChars = "ukhHGp";
 
 bool is_generic_event(std::string_view name) {
-  return perf::find_software_event(name).has_value() || find_hardware_event(name).has_value();
+  return perf::find_software_event(name).has_value() ||
+         perf::find_hardware_event(name).has_value() || perf::find_cache_event(name).has_value();
 }
 
 EventSpec split_modifiers(const std::string& text) {
@@ -142,7 +113,7 @@ std::vector<std::string> generic_event_names() {
   std::vector<std::string> out;
   for (const auto& e : perf::software_events())
     out.emplace_back(e.name);
-  for (const auto& e : kHardwareEvents)
+  for (const auto& e : perf::hardware_events())
     out.emplace_back(e.name);
   return out;
 }
@@ -155,8 +126,10 @@ perf::EventAttr resolve_stat_event(const std::string& text, std::optional<tracef
   perf::EventAttr a;
   if (auto sw = perf::find_software_event(name)) {
     a.type(PERF_TYPE_SOFTWARE).config(sw->config);
-  } else if (auto hw = find_hardware_event(name)) {
-    a.type(PERF_TYPE_HARDWARE).config(hw->config);
+  } else if (auto hw = perf::find_hardware_event(name)) {
+    a.type(PERF_TYPE_HARDWARE).config(*hw);
+  } else if (auto cache = perf::find_cache_event(name)) {
+    a.type(PERF_TYPE_HW_CACHE).config(*cache);
   } else if (auto tp = tracefs::split_tracepoint(name)) {
     if (!fs) {
       auto opened = tracefs::Tracefs::open();

@@ -349,9 +349,10 @@ by = ["comm"]
 top = 1000
 )");
   const fs::path out = write_file("exit_comm.out", "");
+  const fs::path err = write_file("exit_comm.err", "");
   const pid_t t =
-      spawn_to_file({TRACER_CLI_PATH, "run", recipe.string(), "--json", "-d", "4s"}, out);
-  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+      testing::spawn_tracer_ready({"run", recipe.string(), "--json", "-d", "4s"}, out, err);
+  ASSERT_GT(t, 0) << slurp(err);
   // /bin/true through a symlink of another name: its comm is the link's name.
   const fs::path link = fs::temp_directory_path() / "tracer_shortlv";
   fs::remove(link);

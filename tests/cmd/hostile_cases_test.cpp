@@ -5,8 +5,9 @@
 // symbolic links), runs tracer under `timeout`, and checks the exit code (a signal is a crash),
 // the messages, the largest RSS, and that planted files are untouched.
 //
-// `case` lines (`# ...` is a comment; @DIR@ is the copy's directory, @SYSCALLER@ and @DATA@ the
-// test programs and tests/data; the same names are replaced in the copied .toml and .c files):
+// `case` lines (`# ...` is a comment; @DIR@ is the copy's directory, @SYSCALLER@, @DATA@ and
+// @CONFIGS@ the test program, tests/data and configs/; the same names are replaced in the copied
+// .toml and .c files):
 //   run: ARGS              tracer's arguments (required)
 //   stdin: FILE            fed through a pipe (a stream, not a mapped file)
 //   stdout-to: FILE        stdout goes there instead of being captured (e.g. /dev/full)
@@ -66,6 +67,7 @@ std::string replace_all(std::string text, const std::string& from, const std::st
 std::string substitute(std::string text, const fs::path& dir) {
   text = replace_all(std::move(text), "@DIR@", dir.string());
   text = replace_all(std::move(text), "@SYSCALLER@", TRACER_SYSCALLER_PATH);
+  text = replace_all(std::move(text), "@CONFIGS@", TRACER_CONFIGS_DIR);
   return replace_all(std::move(text), "@DATA@", TRACER_TEST_DATA_DIR);
 }
 

@@ -303,10 +303,11 @@ by = ["comm"]
         "clock_" + placement + ".toml",
         "[recipe]\nname = \"clock\"\nplacement = \"" + placement + "\"\n" + body);
     outs[placement] = testing::write_temp("clock_" + placement + ".out", "");
-    runs.push_back(spawn_to_file({TRACER_CLI_PATH, "run", recipe.string(), "--json", "-d", "4s"},
-                                 outs[placement]));
+    const auto err = testing::write_temp("clock_" + placement + ".err", "");
+    runs.push_back(testing::spawn_tracer_ready({"run", recipe.string(), "--json", "-d", "4s"},
+                                               outs[placement], err));
+    ASSERT_GT(runs.back(), 0) << slurp(err);
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
   const auto w = shell(std::string("taskset -c 0 ") + TRACER_BUSY_LOOP + " 1000");
   ASSERT_EQ(w.exit_code, 0) << w.err;
   for (const pid_t pid : runs)
@@ -373,10 +374,9 @@ TEST(DeliveryChannel, RingBufferAndPerfRingsGiveExactCountsPerProcess) {
     SCOPED_TRACE(channel);
     const auto out = testing::write_temp("channel_" + channel + ".out", "");
     const auto err = testing::write_temp("channel_" + channel + ".err", "");
-    const pid_t t = testing::spawn_to_file(
-        {TRACER_CLI_PATH, "run", recipe.string(), "--json", "-v", "-d", "3s", "--channel", channel},
-        out, err);
-    std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+    const pid_t t = testing::spawn_tracer_ready(
+        {"run", recipe.string(), "--json", "-d", "3s", "--channel", channel}, out, err);
+    ASSERT_GT(t, 0) << slurp(err);
     const auto w = shell(c + " 0 & echo $!; " + c + " 1 & echo $!; wait");
     ASSERT_EQ(w.exit_code, 0) << w.err;
     ASSERT_TRUE(exited_ok(t)) << slurp(err);

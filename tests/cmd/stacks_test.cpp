@@ -419,11 +419,11 @@ TEST(KernelStacks, SystemWideProfileAggregatesInTheKernelAndNamesTheBusyFunction
   const auto err = dir.path() / "profile.err";
   const auto plan = run_tracer(fmt::format("check --plan {}/profile.toml", TRACER_CONFIGS_DIR));
   EXPECT_NE(plan.out.find("count      kernel"), std::string::npos) << plan.out;
-  const pid_t t = tracer::testing::spawn_to_file(
-      {TRACER_CLI_PATH, "run", std::string(TRACER_CONFIGS_DIR) + "/profile.toml", "--json", "-d",
-       "4s", "--set", "hz=499"},
-      out, err);
-  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  const pid_t t =
+      tracer::testing::spawn_tracer_ready({"run", std::string(TRACER_CONFIGS_DIR) + "/profile.toml",
+                                           "--json", "-d", "4s", "--set", "hz=499"},
+                                          out, err);
+  ASSERT_GT(t, 0) << slurp(err);
   ASSERT_EQ(shell(fmt::format("{} 1200", TRACER_BUSY_LOOP)).exit_code, 0);
   ASSERT_TRUE(tracer::testing::exited_ok(t)) << slurp(err);
   const std::string json = slurp(out);
@@ -463,10 +463,10 @@ use = "count"
 by = ["ustack"]
 max_stacks = 1
 )");
-  const auto out = dir.path() / "tiny.out";
-  const pid_t t = tracer::testing::spawn_to_file(
-      {TRACER_CLI_PATH, "run", recipe.string(), "--json", "-d", "4s"}, out);
-  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  const auto out = dir.path() / "tiny.out", err = dir.path() / "tiny.err";
+  const pid_t t =
+      tracer::testing::spawn_tracer_ready({"run", recipe.string(), "--json", "-d", "4s"}, out, err);
+  ASSERT_GT(t, 0) << slurp(err);
   ASSERT_EQ(
       shell(fmt::format("{0} lseek 400 0 && {0} lseek 300 1", TRACER_SYSCALLER_PATH)).exit_code, 0);
   ASSERT_TRUE(tracer::testing::exited_ok(t));

@@ -4,6 +4,8 @@
 
 #include <sys/types.h>
 
+#include <csignal>
+
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -34,6 +36,25 @@ bool exited_ok(pid_t pid);
 /// Waits until `file` holds `text` (a tool's "attached" line), at most 60 s; false if it never
 /// does. Readiness is a line the tool prints, never a sleep (a loaded machine starts tools late).
 bool wait_for_text(const std::filesystem::path& file, const std::string& text);
+#ifdef TRACER_CLI_PATH
+/// Starts `TRACER_CLI_PATH run ...` (args without the binary: {"run", recipe, ...}) with -v,
+/// stdout to `out` and stderr to `err`, and returns once it is tracing (its "tracer: rings:"
+/// line, printed after the events are enabled): the readiness handshake that replaces fixed
+/// sleeps. @return its pid, or -1 (after killing it) if it never got ready.
+inline pid_t spawn_tracer_ready(std::vector<std::string> args,
+                                const std::filesystem::path& out,
+                                const std::filesystem::path& err) {
+  args.insert(args.begin(), TRACER_CLI_PATH);
+  args.insert(args.begin() + 2, "-v");  // after "run": the rings line is a verbose one
+  const pid_t pid = spawn_to_file(args, out, err);
+  if (!wait_for_text(err, "tracer: rings:")) {
+    ::kill(pid, SIGKILL);
+    (void)exited_ok(pid);
+    return -1;
+  }
+  return pid;
+}
+#endif
 /// The line bpftrace's program prints once every probe is attached (its "Attaching" line comes
 /// before): put kBpftraceReady at the head of a bpftrace program, wait for kBpftraceReadyLine.
 inline constexpr const char* kBpftraceReady = "BEGIN { printf(\"bpftrace attached\\n\"); }\n";

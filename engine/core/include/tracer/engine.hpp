@@ -209,8 +209,9 @@ struct EngineOptions {
   /// duration is honoured on time.
   std::uint32_t drain_slice_ms = 50;
   /// stop() drains what the rings hold for at most this long; the samples left then are given
-  /// up and counted (RingStats::unprocessed), so a stop never waits on a slow pipeline.
-  std::uint32_t stop_drain_ms = 500;
+  /// up and counted (RingStats::unprocessed), so a stop never waits on a slow pipeline. With
+  /// the pipelines' own last run (Pipeline::kStopBudget) a stop ends within half a second.
+  std::uint32_t stop_drain_ms = 200;
   /// A pid or command target: the processes (the target and its descendants) alive at once
   /// that BPF programs following it hold (tracer_target.h's `tgids`: the delivery's, a [bpf]
   /// object's); a child past it is counted (targets_dropped), not followed.

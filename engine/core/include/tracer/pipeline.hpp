@@ -130,7 +130,10 @@ class Pipeline {
   /// rounds have run the queue down: memory stays bounded and a stop runs through what is
   /// queued within its time.
   [[nodiscard]] bool backlogged() const noexcept;
-  static constexpr std::chrono::milliseconds kBacklogTime{250};
+  static constexpr std::chrono::milliseconds kBacklogTime{100};
+  /// stop() runs what is queued for the stages for at most this long; what is left then is
+  /// counted (order.unprocessed) and said, not run: a stop is honoured on time.
+  static constexpr std::chrono::milliseconds kStopBudget{200};
   /// Whether records are merged in time order before the stages (set by bind()).
   [[nodiscard]] bool ordered() const noexcept { return order_ != nullptr; }
   /// The merge's counters (late records, forced flushes), when ordered().
