@@ -96,7 +96,7 @@ class FilterParser {
   bool run() {
     next();
     const int root = parse_or(0);
-    if (root < 0)
+    if (root < 0 || !error_.message.empty())
       return false;
     if (tok_ != Tok::kEnd)
       return fail(tok_start_, fmt::format("unexpected '{}' after the expression", tok_text_));
@@ -345,8 +345,11 @@ class FilterParser {
       // strings compares whole strings, '~' matches a glob (kernel trace_events_filter.c).
       if (tok_ == Tok::kIdent)
         tok_ = Tok::kString;
-      if (glob_op && tok_ != Tok::kString)
-        return fail(tok_start_, "'~' matches a string field against a glob: quote the pattern");
+      if (glob_op && tok_ != Tok::kString) {
+        // -1, not fail()'s false: 0 is a node index (a tree rooted at a node never added).
+        fail(tok_start_, "'~' matches a string field against a glob: quote the pattern");
+        return -1;
+      }
     }
     if (!parse_operand(node.b))
       return -1;
