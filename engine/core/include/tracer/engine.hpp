@@ -21,6 +21,10 @@
 
 #include <sys/types.h>
 
+// Boost 1.74's Asio uses std::exchange without including <utility> (TOOLCHAIN.md): included
+// here first, so that neither this header nor an embedder's Asio after it needs a forced flag.
+#include <utility>
+
 #include <boost/asio/any_io_executor.hpp>
 #include <cstdint>
 #include <cstring>

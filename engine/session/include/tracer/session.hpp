@@ -16,6 +16,10 @@
 //   auto s = session.stats();              // events/lost/missed per probe, stage counters
 #pragma once
 
+// Boost 1.74's Asio uses std::exchange without including <utility> (TOOLCHAIN.md): included
+// here first, so that neither this header nor an embedder's Asio after it needs a forced flag.
+#include <utility>
+
 #include <boost/asio/any_io_executor.hpp>
 #include <chrono>
 #include <cstdint>
@@ -25,7 +29,6 @@
 #include <optional>
 #include <span>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "tracer/diagnostics.hpp"
