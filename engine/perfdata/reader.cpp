@@ -780,6 +780,10 @@ struct Reader::Impl {
                                   "size the file claims, at most {} MiB)",
                                   cap, kMaxInflate >> 20));
         }
+        // The cap reserved once (address space; pages are touched as data inflates): growing
+        // never copies, and a bomb costs the cap, not the cap plus the copies it outgrew.
+        if (dbuf.capacity() < cap)
+          dbuf.reserve(cap);
         dbuf.resize(std::min(cap, std::max(std::size_t{1} << 20, dbuf.size() * 2)));
       }
       ZSTD_outBuffer outb{dbuf.data() + dlen, dbuf.size() - dlen, 0};

@@ -183,8 +183,14 @@ TEST(Hostile, AStopIsHonouredWhenTheStagesAreSlowerThanTheEvents) {
   ASSERT_TRUE(WIFEXITED(status)) << e;
   EXPECT_EQ(WEXITSTATUS(status), 0) << e;
   // 0.34-0.39 s idle and 0.39-0.48 s with both CPUs busy (release build): the queue's 200 ms,
-  // the signal's way through the reactor, the teardown. Twice that for an ASan build.
-  EXPECT_LT(stop_s, 1.0) << e;
+  // the signal's way through the reactor, the teardown. An ASan build (-O0, and its leak check
+  // of the whole heap at exit) took 1.4 s.
+#if defined(__SANITIZE_ADDRESS__)
+  constexpr double kBound = 3.0;
+#else
+  constexpr double kBound = 1.0;
+#endif
+  EXPECT_LT(stop_s, kBound) << e;
   EXPECT_NE(e.find("order.forced_flushes 0"), std::string::npos) << e;
   EXPECT_NE(e.find("the stages fell behind the events"), std::string::npos) << e;
   std::cout << "stop after SIGINT: " << stop_s << " s\n";
