@@ -281,9 +281,9 @@ TEST(Recipe, SetOverridesParamsAndRecipeValues) {
 // A list option is set as TOML writes an array; a lone word is not taken for a one-element
 // list (the stage refuses a string where its schema wants an array, with the array form).
 TEST(Recipe, SetWritesAStageArrayAsTomlWritesIt) {
-  const Recipe r = load_valid("params", {"stage.count.by=[\"comm\", \"pid\"]"});
+  const Recipe r = load_valid("params", {R"(stage.count.by=["comm", "pid"])"});
   EXPECT_EQ(dump(r.pipelines[0].stages[1].options),
-            "{by=[\"comm\"@1:16, \"pid\"@1:16]@1:16, top=5@30:7}@27:1");
+            R"({by=["comm"@1:16, "pid"@1:16]@1:16, top=5@30:7}@27:1)");
   try {
     (void)load_valid("params", {"stage.count.by=[comm"});
     FAIL() << "an array that is not TOML was taken";
