@@ -262,6 +262,16 @@ std::vector<RecordAt> records_of(const std::vector<std::byte>& b, bool pipe = fa
   return out;
 }
 
+/// The PERF_RECORD_SAMPLEs among records_of(b, pipe), in file order.
+std::vector<RecordAt> samples_of(const std::vector<std::byte>& b, bool pipe = false) {
+  std::vector<RecordAt> out;
+  for (const auto& r : records_of(b, pipe)) {
+    if (r.type == 9 /* PERF_RECORD_SAMPLE */)
+      out.push_back(r);
+  }
+  return out;
+}
+
 // Samples a damaged attr or record cannot describe are errors at their offset, never invented
 // lines with exit 0: a zeroed HEADER_ATTR in a pipe stream (size 0 reads as VER0, type 0 config 0
 // as "cycles", sample_type 0: every getppid sample printed as a `cycles` line of swapper), and a
@@ -277,14 +287,9 @@ TEST(CliReplay, SamplesTheirAttrCannotDescribeAreErrorsAtTheirOffset) {
     ASSERT_FALSE(recs.empty());
     ASSERT_EQ(recs.front().type, 64U);  // HEADER_ATTR
     std::memset(bytes.data() + recs.front().offset + 8, 0, recs.front().size - 8);
-    std::uint64_t first_sample = 0;
-    for (const auto& r : recs) {
-      if (r.type == 9) {
-        first_sample = r.offset;
-        break;
-      }
-    }
-    ASSERT_NE(first_sample, 0U);
+    const auto samples = samples_of(bytes, /*pipe=*/true);
+    ASSERT_FALSE(samples.empty());
+    const std::uint64_t first_sample = samples.front().offset;
     const auto damaged = dir.path() / "zero-attr.data";
     tracer::testing::write_file(damaged, bytes);
     const auto r = shell(kTracer + " replay --perf " + damaged.string());
@@ -307,12 +312,7 @@ TEST(CliReplay, SamplesTheirAttrCannotDescribeAreErrorsAtTheirOffset) {
         std::popcount(sample_type & (PERF_SAMPLE_IDENTIFIER | PERF_SAMPLE_IP | PERF_SAMPLE_TID |
                                      PERF_SAMPLE_TIME | PERF_SAMPLE_ADDR | PERF_SAMPLE_ID |
                                      PERF_SAMPLE_STREAM_ID));
-    const auto recs = records_of(bytes);
-    std::vector<RecordAt> samples;
-    for (const auto& r : recs) {
-      if (r.type == 9)
-        samples.push_back(r);
-    }
+    const auto samples = samples_of(bytes);
     ASSERT_GE(samples.size(), 30U);
     const auto& victim = samples[10];
     const std::uint32_t cpu = 13369345;
@@ -572,11 +572,7 @@ TEST(CliReplay, CorruptedRecordTypeStopsAtItsOffsetAfterWhatCameBefore) {
   const auto file = record_lseek(dir, 300);
   auto bytes = tracer::testing::read_file(file);
   const auto recs = records_of(bytes);
-  std::vector<RecordAt> samples;
-  for (const auto& r : recs) {
-    if (r.type == 9)
-      samples.push_back(r);
-  }
+  const auto samples = samples_of(bytes);
   ASSERT_GT(samples.size(), 100U);
   const auto& bad = samples[100];
   const std::uint32_t type = 0x1234;

@@ -4,7 +4,7 @@
 SEC("tracepoint")
 int on_getppid(void *ctx)
 {
-	return bpf_get_current_pid_tgid(;
+	return bpf_get_current_pid_tgid() + no_such_variable;
 }
 
 char LICENSE[] SEC("license") = "GPL";
