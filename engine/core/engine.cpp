@@ -27,47 +27,6 @@ namespace asio = boost::asio;
 
 using core::throw_failure;
 
-std::string_view to_string(DeliveryChannel c) noexcept {
-  return c == DeliveryChannel::kRingbuf ? "ringbuf" : "perf";
-}
-
-std::optional<DeliveryChannel> parse_delivery_channel(std::string_view text) noexcept {
-  if (text == "ringbuf")
-    return DeliveryChannel::kRingbuf;
-  if (text == "perf")
-    return DeliveryChannel::kPerf;
-  return std::nullopt;
-}
-
-std::string_view to_string(ProbeKind k) noexcept {
-  switch (k) {
-    case ProbeKind::kTracepoint:
-      return "tracepoint";
-    case ProbeKind::kKprobe:
-      return "kprobe";
-    case ProbeKind::kKretprobe:
-      return "kretprobe";
-    case ProbeKind::kUprobe:
-      return "uprobe";
-    case ProbeKind::kUretprobe:
-      return "uretprobe";
-    case ProbeKind::kSoftware:
-      return "software";
-    case ProbeKind::kHardware:
-      return "hardware";
-    case ProbeKind::kCache:
-      return "cache";
-    case ProbeKind::kRawPmu:
-      return "pmu";
-    case ProbeKind::kBreakpoint:
-      return "breakpoint";
-    case ProbeKind::kAux:
-      return "aux";
-    case ProbeKind::kBpfOutput:
-      return "bpf-output";
-  }
-  return "?";
-}
 
 void Engine::Impl::open_probe(core::ResolvedProbe& rp,
                               const std::vector<int>& cpus,
@@ -153,7 +112,7 @@ void Engine::Impl::open_probe(core::ResolvedProbe& rp,
         throw_failure(ErrorCategory::kRuntime, ring.error(),
                       fmt::format("probe '{}'", rp.info.name));
       auto r = std::make_unique<Reader>(
-          core::RingReader(std::move(*ring), rp.info.index, cpu, &probes[rp.info.index].layout,
+          perf::RingReader(std::move(*ring), rp.info.index, cpu, &probes[rp.info.index].layout,
                            opts.max_batch, opts.decode_samples),
           serial, ce.events.front().fd(), probes[rp.info.index].attr);
       ce.reader = r.get();

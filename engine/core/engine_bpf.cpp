@@ -250,7 +250,7 @@ void Engine::Impl::open_output_channel(const BpfOptions& b, bpf::Object& obj) {
     if (!slot)
       continue;
     auto r = std::make_unique<Reader>(
-        core::RingReader(std::move(slot->ring), out_info.index, slot->cpu, &out_info.layout,
+        perf::RingReader(std::move(slot->ring), out_info.index, slot->cpu, &out_info.layout,
                          opts.max_batch, opts.decode_samples),
         serial, slot->event.fd(), out_info.attr);
     output_readers.push_back(r.get());

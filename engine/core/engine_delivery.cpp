@@ -153,7 +153,7 @@ void Engine::Impl::open_delivery() {
       if (!slot)
         continue;
       auto r =
-          std::make_unique<Reader>(core::RingReader(std::move(slot->ring), UINT32_MAX, slot->cpu,
+          std::make_unique<Reader>(perf::RingReader(std::move(slot->ring), UINT32_MAX, slot->cpu,
                                                     &ch->layout(), opts.max_batch, true),
                                    serial, slot->event.fd(), ch->attr());
       r->via = [this](const Batch& b) {

@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "core/probe_resolver.hpp"
-#include "core/ring_reader.hpp"
+#include "tracer/perf/ring_reader.hpp"
 #include "core/ring_wait.hpp"
 #include "core/targets.hpp"
 #include "core/tp_delivery.hpp"
@@ -42,7 +42,7 @@ namespace core {
 
 struct Engine::Impl : std::enable_shared_from_this<Engine::Impl> {
   struct Reader {
-    Reader(core::RingReader r,
+    Reader(perf::RingReader r,
            const boost::asio::any_io_executor& executor,
            int fd,
            const perf::EventAttr& attr)
@@ -51,7 +51,7 @@ struct Engine::Impl : std::enable_shared_from_this<Engine::Impl> {
                fd,
                *reader.ring().meta(),
                attr.raw()->watermark != 0 ? attr.raw()->wakeup_watermark : 0) {}
-    core::RingReader reader;
+    perf::RingReader reader;
     core::RingWait wait;
     BatchHandler via;  // set: this ring's batches go through it (tracepoint delivery)  // on the
                        // ring's event fd (not owned); destroyed before the ring unmaps

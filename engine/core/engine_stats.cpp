@@ -7,48 +7,6 @@
 
 namespace tracer {
 
-RingStats& RingStats::operator+=(const RingStats& o) noexcept {
-  records += o.records;
-  samples += o.samples;
-  bytes += o.bytes;
-  lost += o.lost;
-  lost_samples += o.lost_samples;
-  aux_chunks += o.aux_chunks;
-  aux_bytes += o.aux_bytes;
-  aux_truncated += o.aux_truncated;
-  aux_lost += o.aux_lost;
-  decode_errors += o.decode_errors;
-  unrouted += o.unrouted;
-  wakeups += o.wakeups;
-  kernel_hits += o.kernel_hits;
-  missed += o.missed;
-  unprocessed += o.unprocessed;
-  return *this;
-}
-
-RingStats ProbeStats::total() const noexcept {
-  RingStats t;
-  for (const auto& [cpu, s] : per_cpu)
-    t += s;
-  return t;
-}
-
-ProbeStats::Losses ProbeStats::losses() const noexcept {
-  const RingStats t = total();
-  Losses l;
-  l.ring = t.lost + t.lost_samples + t.unprocessed;
-  // A BPF output call that failed because the ring was full is also in the ring's LOST count.
-  l.output_drops = bpf_output_drops > l.ring ? bpf_output_drops - l.ring : 0;
-  l.stacks_lost = std::min(kernel_stacks_lost, kernel_dropped);
-  l.map_full = kernel_dropped - l.stacks_lost;
-  return l;
-}
-
-std::uint64_t ProbeStats::lost() const noexcept {
-  const Losses l = losses();
-  return l.ring + l.output_drops + l.map_full + l.stacks_lost;
-}
-
 Stats Engine::Impl::collect_stats() const {
   Stats s;
   for (std::size_t p = 0; p < probes.size(); ++p) {

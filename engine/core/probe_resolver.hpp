@@ -6,7 +6,7 @@
 #include <optional>
 #include <string>
 
-#include "tracer/engine.hpp"
+#include "tracer/probe.hpp"
 #include "tracer/perf/event_attr.hpp"
 #include "tracer/perf/ring.hpp"
 #include "tracer/tracefs/dynamic_probes.hpp"

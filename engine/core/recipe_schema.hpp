@@ -15,7 +15,7 @@
 
 #include "tracer/config_value.hpp"
 #include "tracer/diagnostics.hpp"
-#include "tracer/engine.hpp"
+#include "tracer/probe.hpp"
 #include "tracer/stage_spec.hpp"
 
 namespace tracer::core {

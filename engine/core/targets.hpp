@@ -18,7 +18,7 @@
 #include <optional>
 #include <vector>
 
-#include "tracer/engine.hpp"
+#include "tracer/probe.hpp"
 #include "tracer/unique_fd.hpp"
 
 namespace tracer::core {

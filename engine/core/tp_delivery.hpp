@@ -32,7 +32,9 @@
 #include "tracer/bpf/object.hpp"
 #include "tracer/bpf/output_channel.hpp"
 #include "tracer/bpf/ring_buffer.hpp"
-#include "tracer/engine.hpp"
+#include "tracer/perf/record_ref.hpp"
+#include "tracer/perf/ring_stats.hpp"
+#include "tracer/probe.hpp"
 #include "tracer/result.hpp"
 #include "tracer/tracefs/tracefs.hpp"
 

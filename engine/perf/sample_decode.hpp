@@ -1,4 +1,4 @@
-// The SAMPLE half of perf::decode(), inline: the ring drain (core::RingReader) decodes each
+// The SAMPLE half of perf::decode(), inline: the ring drain (perf::RingReader) decodes each
 // sample with it without a call per record. Internal to the engine; decode() is the public entry.
 #pragma once
 

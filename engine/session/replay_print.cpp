@@ -19,7 +19,7 @@
 #include <unordered_set>
 #include <vector>
 
-#include "tracer/engine.hpp"
+#include "tracer/perf/record_ref.hpp"
 #include "tracer/perf/abi.hpp"
 #include "tracer/perfdata/print_fmt.hpp"
 #include "tracer/perfdata/reader.hpp"

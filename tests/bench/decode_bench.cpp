@@ -14,7 +14,7 @@
 #include <optional>
 #include <string>
 
-#include "core/ring_reader.hpp"
+#include "tracer/perf/ring_reader.hpp"
 #include "libbpf_reference.hpp"
 #include "support/synthetic_ring.hpp"
 #include "tracer/perf/ring.hpp"
@@ -141,7 +141,7 @@ void BM_RingReaderDrainOutput(benchmark::State& state) {
   };
   for (auto _ : state) {
     f.rewind();
-    tracer::core::RingReader reader(*Ring::adopt(f.synth.meta_and_data(), {}, false), 0, 1,
+    tracer::perf::RingReader reader(*Ring::adopt(f.synth.meta_and_data(), {}, false), 0, 1,
                                     &kOutputLayout, static_cast<std::uint32_t>(state.range(0)));
     reader.drain(handler);
   }
@@ -170,7 +170,7 @@ void BM_RingReaderDrainPayloadTime(benchmark::State& state) {
   };
   for (auto _ : state) {
     f.rewind();
-    tracer::core::RingReader reader(*Ring::adopt(f.synth.meta_and_data(), {}, false), 0, 1,
+    tracer::perf::RingReader reader(*Ring::adopt(f.synth.meta_and_data(), {}, false), 0, 1,
                                     &kPayloadTimeLayout, 64, state.range(0) != 0);
     reader.drain(handler);
   }
@@ -289,7 +289,7 @@ void BM_KernelRingEngineDrain(benchmark::State& state) {
   };
   // One reader for every pass (as the engine keeps one per ring): its position goes back with
   // the ring's tail.
-  tracer::core::RingReader reader(*Ring::adopt(k.meta_and_data(), {}, false), 0, 0,
+  tracer::perf::RingReader reader(*Ring::adopt(k.meta_and_data(), {}, false), 0, 0,
                                   &kPayloadTimeLayout, static_cast<std::uint32_t>(state.range(1)),
                                   state.range(0) != 0);
   for (auto _ : state) {

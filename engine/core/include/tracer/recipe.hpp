@@ -23,7 +23,7 @@
 
 #include "tracer/config_value.hpp"
 #include "tracer/diagnostics.hpp"
-#include "tracer/engine.hpp"
+#include "tracer/engine_options.hpp"
 #include "tracer/error.hpp"
 #include "tracer/stage_spec.hpp"
 

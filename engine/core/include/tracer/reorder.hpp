@@ -29,7 +29,7 @@
 #include <optional>
 #include <vector>
 
-#include "tracer/engine.hpp"
+#include "tracer/perf/record_ref.hpp"
 
 namespace tracer {
 

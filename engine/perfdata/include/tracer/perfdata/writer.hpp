@@ -36,7 +36,8 @@
 #include <string>
 #include <vector>
 
-#include "tracer/engine.hpp"
+#include "tracer/perf/record_ref.hpp"
+#include "tracer/probe.hpp"
 #include "tracer/perfdata/format.hpp"
 #include "tracer/result.hpp"
 

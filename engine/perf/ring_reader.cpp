@@ -1,8 +1,8 @@
-#include "core/ring_reader.hpp"
+#include "tracer/perf/ring_reader.hpp"
 
 #include "perf/sample_decode.hpp"
 
-namespace tracer::core {
+namespace tracer::perf {
 
 RingReader::RingReader(perf::Ring ring,
                        std::uint32_t probe,
@@ -282,4 +282,4 @@ std::uint64_t RingReader::drain_as(  // NOLINT(bugprone-exception-escape)
   return total;
 }
 
-}  // namespace tracer::core
+}  // namespace tracer::perf

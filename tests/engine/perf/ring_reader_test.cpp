@@ -1,6 +1,6 @@
 // RingReader against synthetic rings: batching, one release per drain, loss counting, AUX chunks
 // with their ITRACE_START context, and a corrupt ring.
-#include "core/ring_reader.hpp"
+#include "tracer/perf/ring_reader.hpp"
 
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@
 
 #include "support/synthetic_ring.hpp"
 
-namespace tracer::core {
+namespace tracer::perf {
 namespace {
 
 using testing::RecordBuilder;
@@ -324,4 +324,4 @@ TEST(RingReader, CorruptRingStopsForGood) {
 }
 
 }  // namespace
-}  // namespace tracer::core
+}  // namespace tracer::perf

@@ -9,10 +9,11 @@
 #include <exception>
 #include <vector>
 
-#include "tracer/engine.hpp"
+#include "tracer/perf/record_ref.hpp"
+#include "tracer/perf/ring_stats.hpp"
 #include "tracer/perf/ring.hpp"
 
-namespace tracer::core {
+namespace tracer::perf {
 
 class RingReader {
  public:
@@ -80,4 +81,4 @@ class RingReader {
   std::exception_ptr failure_;
 };
 
-}  // namespace tracer::core
+}  // namespace tracer::perf
