@@ -1,5 +1,5 @@
 // bpf::read_map: a loaded object's map read whole, per-CPU values summed, optionally cleared.
-#include "maps.hpp"
+#include "tracer/bpf/maps.hpp"
 
 #include <algorithm>
 #include <cstdint>

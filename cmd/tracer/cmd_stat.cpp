@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "commands.hpp"
-#include "core/stat.hpp"
+#include "tracer/stat.hpp"
 #include "tracer/duration.hpp"
 #include "tracer/error.hpp"
 

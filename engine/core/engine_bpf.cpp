@@ -6,7 +6,7 @@
 
 #include <algorithm>
 
-#include "bpf/maps.hpp"
+#include "tracer/bpf/maps.hpp"
 #include "common/edit_distance.hpp"
 #include "core/engine_impl.hpp"
 #include "tracer/diagnostics.hpp"

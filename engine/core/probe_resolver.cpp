@@ -10,7 +10,7 @@
 #include <ctime>
 #include <filesystem>
 
-#include "core/elf_symbols.hpp"
+#include "tracer/symbols/uprobe_target.hpp"
 #include "core/probe_backend.hpp"
 #include "tracer/error.hpp"
 #include "tracer/perf/hw_events.hpp"
@@ -167,13 +167,13 @@ void resolve_dynamic_probe(const ProbeOptions& o, ResolvedProbe& r, ResolveConte
   std::string target;  // uprobe: binary path; kprobe: symbol
   std::uint64_t offset = 0;
   if (uprobe) {
-    auto t = parse_uprobe_spec(o.spec, ctx.pid);
+    auto t = symbols::parse_uprobe_spec(o.spec, ctx.pid);
     if (!t)
       rethrow(o, t.error(), category_for(t.error()));
     target = t->path.string();
     offset = t->offset;
   } else {
-    auto s = parse_symbol_spec(o.spec);
+    auto s = symbols::parse_symbol_spec(o.spec);
     if (!s)
       rethrow(o, s.error(), ErrorCategory::kUsage);
     target = s->name;
@@ -217,7 +217,7 @@ void resolve_breakpoint_symbol(const ProbeOptions& o, BreakpointSpec& bp, Resolv
                   "is the process still running?");
     }
   } else if (!ctx.command.empty()) {
-    auto path = resolve_binary(ctx.command, std::nullopt);
+    auto path = symbols::resolve_binary(ctx.command, std::nullopt);
     if (!path)
       rethrow(o, path.error(), ErrorCategory::kNotFound);
     binary = *path;
@@ -226,7 +226,7 @@ void resolve_breakpoint_symbol(const ProbeOptions& o, BreakpointSpec& bp, Resolv
                 "trace a process (-p PID) or a command (-c CMD) whose symbol it is, or give an "
                 "address");
   }
-  auto addr = symbol_address(binary, bp.symbol, ctx.pid);
+  auto addr = symbols::symbol_address(binary, bp.symbol, ctx.pid);
   if (!addr)
     rethrow(
         o, addr.error(),

@@ -9,7 +9,7 @@
 #include <filesystem>
 
 #include "common/text_file.hpp"
-#include "core/elf_symbols.hpp"
+#include "tracer/symbols/uprobe_target.hpp"
 #include "core/recipe_schema.hpp"
 #include "tracer/bpf/object.hpp"
 #include "tracer/recipe.hpp"
@@ -149,7 +149,7 @@ void Recipe::check_system(Diagnostics& diagnostics, std::optional<pid_t> pid) co
         check_filter_fields(p, *format, diagnostics);
       }
     } else if (o.kind == ProbeKind::kUprobe || o.kind == ProbeKind::kUretprobe) {
-      auto target = core::parse_uprobe_spec(o.spec, pid);
+      auto target = symbols::parse_uprobe_spec(o.spec, pid);
       std::error_code ec;
       if (!target) {
         diagnostics.add(where, target.error().message, target.error().hint);

@@ -24,7 +24,7 @@
 
 #include "common/edit_distance.hpp"
 #include "core/recipe_schema.hpp"
-#include "core/syscall_names.hpp"
+#include "tracer/syscall_names.hpp"
 #include "tracer/duration.hpp"
 #include "tracer/perf/abi.hpp"
 

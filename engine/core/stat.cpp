@@ -1,5 +1,5 @@
 // Counting events as perf stat does (see stat.hpp).
-#include "core/stat.hpp"
+#include "tracer/stat.hpp"
 
 #include <fcntl.h>
 #include <fmt/core.h>

@@ -1,4 +1,4 @@
-#include "core/syscall_names.hpp"
+#include "tracer/syscall_names.hpp"
 
 #include <array>
 #include <cstddef>

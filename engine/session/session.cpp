@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "bpf/kernel_reader.hpp"
-#include "core/syscall_names.hpp"
+#include "tracer/syscall_names.hpp"
 #include "session/placement.hpp"
 #include "tracer/error.hpp"
 #include "tracer/perf/event.hpp"

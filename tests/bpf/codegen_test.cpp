@@ -27,7 +27,7 @@
 
 #include "bpf/codegen.hpp"
 #include "bpf/kernel_reader.hpp"
-#include "core/elf_symbols.hpp"
+#include "tracer/symbols/uprobe_target.hpp"
 #include "plugins/stages/hist.hpp"
 #include "plugins/stages/quantiles.hpp"
 #include "support/child.hpp"
@@ -1066,7 +1066,7 @@ TEST(BpfCodegenLive, UprobeArgumentsAndUretprobeReturnValues) {
   auto pmu = perf::find_pmu("uprobe");
   if (!pmu)
     GTEST_SKIP() << "no uprobe PMU: " << pmu.error().describe();
-  auto off = core::symbol_file_offset(TRACER_UPROBE_TARGET, "tracer_test_fn");
+  auto off = symbols::symbol_file_offset(TRACER_UPROBE_TARGET, "tracer_test_fn");
   ASSERT_TRUE(off.has_value()) << off.error().describe();
   constexpr long k = 3000;  // tracer_test_fn(1..k) returns 3 * arg
   Spawn target({TRACER_UPROBE_TARGET, std::to_string(k)});

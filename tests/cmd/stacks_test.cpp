@@ -17,7 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/elf_symbols.hpp"
+#include "tracer/symbols/uprobe_target.hpp"
 #include "support/cli.hpp"
 #include "support/perf_tool.hpp"
 #include "support/temp_dir.hpp"
@@ -234,7 +234,7 @@ TEST(Stacks, StrippedBinaryNamesItsExportedFunctionFromDynsym) {
 TEST(Stacks, SeparateDebuginfoByBuildIdNamesAStaticFunction) {
   // The split binary has neither .symtab nor its static function in .dynsym: only the debug
   // file under DEBUG_ROOT/.build-id names it. Its offset is the unstripped twin's.
-  auto fn = tracer::core::find_function(TRACER_SYMBOLS_TARGET, "tracer_sym_static");
+  auto fn = tracer::symbols::find_function(TRACER_SYMBOLS_TARGET, "tracer_sym_static");
   ASSERT_TRUE(fn.has_value()) << fn.error().message;
   TempDir dir;
   const std::string probe = fmt::format("{}:{:#x}", TRACER_SYMBOLS_TARGET_SPLIT, fn->file_offset);

@@ -11,7 +11,7 @@
 
 #include <string>
 
-#include "core/elf_symbols.hpp"
+#include "tracer/symbols/uprobe_target.hpp"
 #include "support/probe_hits.hpp"
 #include "support/temp_dir.hpp"
 
@@ -175,7 +175,7 @@ class UprobePmuLive : public ::testing::Test {
                          bool retprobe,
                          int reg,
                          const std::string& program) {
-    auto offset = symbol_file_offset(binary, symbol);
+    auto offset = symbols::symbol_file_offset(binary, symbol);
     EXPECT_TRUE(offset.has_value()) << offset.error().describe();
     if (!offset)
       return {};
@@ -232,7 +232,7 @@ TEST_F(UprobePmuLive, SharedLibraryFunction) {
 TEST_F(UprobePmuLive, HitsComeFromTheChildOnly) {
   // The event follows the child (pid = child): another process running the same binary at the
   // same time is not counted.
-  auto offset = symbol_file_offset(TRACER_UPROBE_TARGET, "tracer_test_fn");
+  auto offset = symbols::symbol_file_offset(TRACER_UPROBE_TARGET, "tracer_test_fn");
   ASSERT_TRUE(offset.has_value());
   const std::string path = TRACER_UPROBE_TARGET;
   auto attr = uprobe_attr(backend_, path, *offset, false);

@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "core/stat.hpp"
+#include "tracer/stat.hpp"
 #include "support/child.hpp"
 #include "tracer/error.hpp"
 #include "tracer/perf/hw_events.hpp"

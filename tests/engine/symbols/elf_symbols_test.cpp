@@ -7,7 +7,7 @@
 #include <filesystem>
 #include <string>
 
-#include "core/elf_symbols.hpp"
+#include "tracer/symbols/uprobe_target.hpp"
 #include "engine/symbols/target_process.hpp"
 #include "support/temp_dir.hpp"
 #include "tracer/symbols/symbols.hpp"
@@ -20,10 +20,10 @@ using tracer::testing::source_line_of;
 using tracer::testing::TempDir;
 
 /// The symbol as the core layer's uprobe lookup (a separate libelf reader) sees it.
-core::ElfSymbol expected(const char* binary, const char* name) {
-  auto sym = core::find_function(binary, name);
+symbols::FunctionSymbol expected(const char* binary, const char* name) {
+  auto sym = symbols::find_function(binary, name);
   EXPECT_TRUE(sym.has_value()) << binary << ": " << (sym ? "" : sym.error().describe());
-  return sym ? *sym : core::ElfSymbol{};
+  return sym ? *sym : symbols::FunctionSymbol{};
 }
 
 std::shared_ptr<ElfSymbols> open_or_fail(const fs::path& path, const SymbolizeOptions& options) {
@@ -33,7 +33,7 @@ std::shared_ptr<ElfSymbols> open_or_fail(const fs::path& path, const SymbolizeOp
 }
 
 /// find(start + 1) names the function; its start and size are the symbol table's.
-void expect_resolves(const ElfSymbols& elf, const core::ElfSymbol& want) {
+void expect_resolves(const ElfSymbols& elf, const symbols::FunctionSymbol& want) {
   const ElfSymbol* s = elf.find(want.value + 1);
   ASSERT_NE(s, nullptr) << want.name << " in " << elf.path();
   EXPECT_EQ(s->name, want.name);

@@ -14,7 +14,7 @@
 #include <sstream>
 #include <string>
 
-#include "core/elf_symbols.hpp"
+#include "tracer/symbols/uprobe_target.hpp"
 #include "engine/symbols/target_process.hpp"
 #include "support/temp_dir.hpp"
 #include "tracer/symbols/symbols.hpp"
@@ -29,10 +29,10 @@ using tracer::testing::TempDir;
 constexpr std::uint64_t kContextKernel = static_cast<std::uint64_t>(-128);
 constexpr std::uint64_t kContextUser = static_cast<std::uint64_t>(-512);
 
-core::ElfSymbol expected(const char* binary, const char* name) {
-  auto sym = core::find_function(binary, name);
+symbols::FunctionSymbol expected(const char* binary, const char* name) {
+  auto sym = symbols::find_function(binary, name);
   EXPECT_TRUE(sym.has_value()) << binary << ": " << (sym ? "" : sym.error().describe());
-  return sym ? *sym : core::ElfSymbol{};
+  return sym ? *sym : symbols::FunctionSymbol{};
 }
 
 /// Where `binary`'s file offset `offset` is mapped in `pid`, and the path as maps writes it,
@@ -213,7 +213,7 @@ class SymbolsSymbolizerRecords : public ::testing::Test {
   }
 
   TempDir proc_;
-  core::ElfSymbol fn_;
+  symbols::FunctionSymbol fn_;
   Symbolizer sym_{{.proc_root = proc_.path(), .jit_map_dir = proc_.path()}};
 };
 

@@ -15,7 +15,7 @@
 #include <sstream>
 #include <string>
 
-#include "core/elf_symbols.hpp"
+#include "tracer/symbols/uprobe_target.hpp"
 #include "support/probe_hits.hpp"
 #include "support/temp_dir.hpp"
 #include "tracer/perf/event.hpp"
@@ -138,7 +138,7 @@ class DynamicProbesLive : public ::testing::Test {
     if (!fs::exists(fs->root() / "uprobe_events"))
       GTEST_SKIP() << "no tracefs uprobe_events (CONFIG_UPROBE_EVENTS off)";
     fs_.emplace(std::move(*fs));
-    auto off = core::symbol_file_offset(TRACER_UPROBE_TARGET, "tracer_test_fn");
+    auto off = symbols::symbol_file_offset(TRACER_UPROBE_TARGET, "tracer_test_fn");
     ASSERT_TRUE(off.has_value()) << off.error().describe();
     offset_ = *off;
   }

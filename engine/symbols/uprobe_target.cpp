@@ -1,5 +1,5 @@
 // ELF function symbols to file offsets (libelf/gelf), and binary names to paths.
-#include "core/elf_symbols.hpp"
+#include "tracer/symbols/uprobe_target.hpp"
 #include "common/text_file.hpp"
 
 #include <fcntl.h>
@@ -27,7 +27,7 @@
 #include "symbols/symbols_internal.hpp"
 #include "tracer/unique_fd.hpp"
 
-namespace tracer::core {
+namespace tracer::symbols {
 namespace {
 
 namespace fs = std::filesystem;
@@ -49,7 +49,7 @@ Result<OpenElf> open_elf(const fs::path& binary) {
 }
 
 struct Candidate {
-  ElfSymbol sym;
+  FunctionSymbol sym;
   int rank = 0;  // lower is better: (type rank, bind rank)
 };
 
@@ -164,7 +164,7 @@ std::optional<T> parse_number(std::string_view s) {
     base = 16;
     s.remove_prefix(2);
   }
-  return detail::parse_uint<T>(s, base);
+  return tracer::detail::parse_uint<T>(s, base);
 }
 
 bool is_elf_file(const fs::path& p) {
@@ -194,12 +194,12 @@ bool library_name_matches(std::string_view base, std::string_view name) {
 /// The first file mapped by `pid` (/proc/PID/maps, 6th column) whose basename matches `name`.
 /// @return the path, or a failure whose message says where we looked (for resolve_binary()).
 Result<fs::path> find_in_maps(pid_t pid, std::string_view name) {
-  auto maps = detail::read_text_file(fs::path("/proc") / std::to_string(pid) / "maps", "probe",
+  auto maps = tracer::detail::read_text_file(fs::path("/proc") / std::to_string(pid) / "maps", "probe",
                                      kMaxMapsBytes);
   if (!maps)
     return fail(maps.error().code.value(),
                 fmt::format("pid {}'s maps ({})", pid, maps.error().message));
-  for (const std::string_view line : detail::lines(*maps)) {
+  for (const std::string_view line : tracer::detail::lines(*maps)) {
     // "start-end perms offset dev inode    /path"; anonymous mappings have no path, and
     // "[heap]"-style pseudo paths do not start with '/'.
     const auto slash = line.find('/');
@@ -284,7 +284,7 @@ Result<SymbolSpec> parse_symbol_spec(std::string_view spec) {
 namespace {
 
 /// find_function(), or with `data` also variables (STT_OBJECT).
-Result<ElfSymbol> find_symbol(const fs::path& binary, std::string_view name, bool data) {
+Result<FunctionSymbol> find_symbol(const fs::path& binary, std::string_view name, bool data) {
   TRACER_ASSIGN_OR_RETURN(OpenElf file, open_elf(binary));
   Elf* elf = file.elf.get();
   std::vector<Candidate> found;
@@ -295,7 +295,7 @@ Result<ElfSymbol> find_symbol(const fs::path& binary, std::string_view name, boo
   if (found.empty()) {
     // Beyond a third of the name (at least 3) a suggestion is noise rather than a likely typo; a
     // name that contains the query (or is contained in it) counts as close whatever its length.
-    const auto near = detail::nearest(
+    const auto near = tracer::detail::nearest(
         name, functions,
         {.max_distance = 3, .limit = kMaxNearMatches, .related_only = false, .substring = true});
     std::string hint;
@@ -332,7 +332,7 @@ Result<ElfSymbol> find_symbol(const fs::path& binary, std::string_view name, boo
                             binary.string(), where),
                 "probe one of them by file offset: path:0xOFFSET");
   }
-  ElfSymbol sym = best.sym;
+  FunctionSymbol sym = best.sym;
   const auto offset = vaddr_to_offset(elf, sym.value);
   if (!offset && data && sym.type == STT_OBJECT && in_bss(elf, sym.value))
     return sym;  // zero-initialized data has memory but no file bytes (file_offset 0)
@@ -367,11 +367,11 @@ Result<std::uint64_t> load_bias(const fs::path& binary, pid_t pid) {
   if (first_vaddr == ~std::uint64_t{0})
     return fail(EINVAL, fmt::format("elf: {} has no PT_LOAD segment", binary.string()));
   TRACER_ASSIGN_OR_RETURN(const std::string maps,
-                          detail::read_text_file(fs::path("/proc") / std::to_string(pid) / "maps",
+                          tracer::detail::read_text_file(fs::path("/proc") / std::to_string(pid) / "maps",
                                                  "breakpoint", kMaxMapsBytes));
   std::error_code ec;
   const fs::path want = fs::canonical(binary, ec);
-  for (const std::string_view line : detail::lines(maps)) {
+  for (const std::string_view line : tracer::detail::lines(maps)) {
     // start-end perms offset dev inode path
     const auto slash = line.find('/');
     if (slash == std::string_view::npos || fs::path(std::string(line.substr(slash))) != want)
@@ -398,7 +398,7 @@ Result<std::uint64_t> load_bias(const fs::path& binary, pid_t pid) {
 
 }  // namespace
 
-Result<ElfSymbol> find_function(const fs::path& binary, std::string_view name) {
+Result<FunctionSymbol> find_function(const fs::path& binary, std::string_view name) {
   return find_symbol(binary, name, false);
 }
 
@@ -406,7 +406,7 @@ Result<SymbolAddress> symbol_address(const fs::path& binary,
                                      std::string_view symbol,
                                      std::optional<pid_t> pid) {
   TRACER_ASSIGN_OR_RETURN(const SymbolSpec spec, parse_symbol_spec(symbol));
-  TRACER_ASSIGN_OR_RETURN(const ElfSymbol sym, find_symbol(binary, spec.name, true));
+  TRACER_ASSIGN_OR_RETURN(const FunctionSymbol sym, find_symbol(binary, spec.name, true));
   if (sym.size != 0 && spec.offset >= sym.size)
     return fail(EINVAL, fmt::format("elf: offset {:#x} is past the end of '{}' ({} bytes) in {}",
                                     spec.offset, spec.name, sym.size, binary.string()));
@@ -433,7 +433,7 @@ Result<SymbolAddress> symbol_address(const fs::path& binary,
 
 Result<std::uint64_t> symbol_file_offset(const fs::path& binary, std::string_view symbol) {
   TRACER_ASSIGN_OR_RETURN(const SymbolSpec spec, parse_symbol_spec(symbol));
-  TRACER_ASSIGN_OR_RETURN(const ElfSymbol sym, find_function(binary, spec.name));
+  TRACER_ASSIGN_OR_RETURN(const FunctionSymbol sym, find_function(binary, spec.name));
   if (sym.size != 0 && spec.offset >= sym.size)
     return fail(EINVAL,
                 fmt::format("elf: offset {:#x} is past the end of '{}' ({} bytes) in {}",
@@ -496,4 +496,4 @@ Result<UprobeTarget> parse_uprobe_spec(std::string_view spec, std::optional<pid_
   return out;
 }
 
-}  // namespace tracer::core
+}  // namespace tracer::symbols

@@ -5,7 +5,7 @@
 // file page and patches it. These helpers turn "binary:symbol+off" into that (path, offset).
 //
 // Usage:
-//   TRACER_ASSIGN_OR_RETURN(auto target, core::parse_uprobe_spec("libc:malloc", pid));
+//   TRACER_ASSIGN_OR_RETURN(auto target, symbols::parse_uprobe_spec("libc:malloc", pid));
 //   auto attr = core::uprobe_attr(backend, target.path.string(), target.offset, false);
 #pragma once
 
@@ -19,7 +19,7 @@
 
 #include "tracer/result.hpp"
 
-namespace tracer::core {
+namespace tracer::symbols {
 
 /// "sym", "sym+0x10" or "sym+16" split into its parts.
 struct SymbolSpec {
@@ -32,7 +32,7 @@ struct SymbolSpec {
 [[nodiscard]] Result<SymbolSpec> parse_symbol_spec(std::string_view spec);
 
 /// One resolved function symbol.
-struct ElfSymbol {
+struct FunctionSymbol {
   std::string name;
   std::uint64_t value = 0;        // st_value: the link-time virtual address
   std::uint64_t size = 0;         // st_size (0 when the producer did not say)
@@ -52,7 +52,7 @@ struct ElfSymbol {
 /// function names in the hint; ENOTUNIQ when several LOCAL definitions with different
 /// addresses share the name (hint: use path:0xOFFSET); EINVAL when the symbol lies in no
 /// PT_LOAD segment.
-[[nodiscard]] Result<ElfSymbol> find_function(const std::filesystem::path& binary,
+[[nodiscard]] Result<FunctionSymbol> find_function(const std::filesystem::path& binary,
                                               std::string_view name);
 
 /// The file offset of "sym", "sym+0x10" or "sym+16" in `binary` (see find_function()).
@@ -104,4 +104,4 @@ struct UprobeTarget {
 [[nodiscard]] Result<UprobeTarget> parse_uprobe_spec(std::string_view spec,
                                                      std::optional<pid_t> pid);
 
-}  // namespace tracer::core
+}  // namespace tracer::symbols

@@ -1,7 +1,7 @@
 // ELF symbol -> file offset, checked against an independent computation (section headers
 // instead of program headers) and against the kernel: a uprobe at the offset fires exactly once
 // per call (see probe_backend_test.cpp for the PMU, dynamic_probes_test.cpp for tracefs).
-#include "core/elf_symbols.hpp"
+#include "tracer/symbols/uprobe_target.hpp"
 
 #include <fcntl.h>
 #include <gelf.h>
@@ -14,7 +14,7 @@
 
 #include "support/temp_dir.hpp"
 
-namespace tracer::core {
+namespace tracer::symbols {
 namespace {
 
 namespace fs = std::filesystem;
@@ -53,7 +53,7 @@ std::optional<std::uint64_t> section_based_offset(const fs::path& file, const st
 }
 
 TEST(ElfSymbols, PieOffsetMatchesSectionComputation) {
-  auto sym = find_function(TRACER_UPROBE_TARGET, "tracer_test_fn");
+  auto sym = symbols::find_function(TRACER_UPROBE_TARGET, "tracer_test_fn");
   ASSERT_TRUE(sym.has_value()) << sym.error().describe();
   EXPECT_EQ(sym->type, STT_FUNC);
   EXPECT_EQ(sym->bind, STB_GLOBAL);
@@ -62,13 +62,13 @@ TEST(ElfSymbols, PieOffsetMatchesSectionComputation) {
   const auto expected = section_based_offset(TRACER_UPROBE_TARGET, "tracer_test_fn");
   ASSERT_TRUE(expected.has_value());
   EXPECT_EQ(sym->file_offset, *expected);
-  auto off = symbol_file_offset(TRACER_UPROBE_TARGET, "tracer_test_fn");
+  auto off = symbols::symbol_file_offset(TRACER_UPROBE_TARGET, "tracer_test_fn");
   ASSERT_TRUE(off.has_value()) << off.error().describe();
   EXPECT_EQ(*off, *expected);
 }
 
 TEST(ElfSymbols, NonPieOffsetIsNotTheVirtualAddress) {
-  auto sym = find_function(TRACER_UPROBE_TARGET_NOPIE, "tracer_test_fn");
+  auto sym = symbols::find_function(TRACER_UPROBE_TARGET_NOPIE, "tracer_test_fn");
   ASSERT_TRUE(sym.has_value()) << sym.error().describe();
   // ET_EXEC links at 0x400000: the address and the file offset differ by the load address.
   EXPECT_GE(sym->value, 0x400000U);
@@ -77,30 +77,30 @@ TEST(ElfSymbols, NonPieOffsetIsNotTheVirtualAddress) {
 }
 
 TEST(ElfSymbols, SharedLibraryOffset) {
-  auto off = symbol_file_offset(TRACER_TARGET_LIB, "tracer_lib_fn");
+  auto off = symbols::symbol_file_offset(TRACER_TARGET_LIB, "tracer_lib_fn");
   ASSERT_TRUE(off.has_value()) << off.error().describe();
   EXPECT_EQ(*off, section_based_offset(TRACER_TARGET_LIB, "tracer_lib_fn"));
 }
 
 TEST(ElfSymbols, StrippedBinaryFallsBackToDynsym) {
-  auto stripped = find_function(TRACER_UPROBE_TARGET_STRIPPED, "tracer_test_fn");
+  auto stripped = symbols::find_function(TRACER_UPROBE_TARGET_STRIPPED, "tracer_test_fn");
   ASSERT_TRUE(stripped.has_value()) << stripped.error().describe();
   EXPECT_TRUE(stripped->from_dynsym);
-  auto full = symbol_file_offset(TRACER_UPROBE_TARGET, "tracer_test_fn");
+  auto full = symbols::symbol_file_offset(TRACER_UPROBE_TARGET, "tracer_test_fn");
   ASSERT_TRUE(full.has_value());
   EXPECT_EQ(stripped->file_offset, *full) << "strip keeps code where it was";
   // LOCAL functions (crtstuff's frame_dummy) live only in .symtab, which strip removed.
-  EXPECT_TRUE(find_function(TRACER_UPROBE_TARGET, "frame_dummy").has_value());
-  auto local = find_function(TRACER_UPROBE_TARGET_STRIPPED, "frame_dummy");
+  EXPECT_TRUE(symbols::find_function(TRACER_UPROBE_TARGET, "frame_dummy").has_value());
+  auto local = symbols::find_function(TRACER_UPROBE_TARGET_STRIPPED, "frame_dummy");
   ASSERT_FALSE(local.has_value());
   EXPECT_EQ(local.error().errno_value(), ENOENT);
 }
 
 TEST(ElfSymbols, GlobalWinsOverLocalAndLocalTwinsAreAmbiguous) {
-  auto dup = find_function(TRACER_UPROBE_TARGET, "tracer_dup_fn");
+  auto dup = symbols::find_function(TRACER_UPROBE_TARGET, "tracer_dup_fn");
   ASSERT_TRUE(dup.has_value()) << dup.error().describe();
   EXPECT_EQ(dup->bind, STB_GLOBAL) << "dup_local.c's static tracer_dup_fn must lose";
-  auto twin = find_function(TRACER_UPROBE_TARGET, "tracer_local_twin");
+  auto twin = symbols::find_function(TRACER_UPROBE_TARGET, "tracer_local_twin");
   ASSERT_FALSE(twin.has_value());
   EXPECT_EQ(twin.error().errno_value(), ENOTUNIQ);
   EXPECT_NE(twin.error().message.find("defined 2 times"), std::string::npos)
@@ -108,28 +108,28 @@ TEST(ElfSymbols, GlobalWinsOverLocalAndLocalTwinsAreAmbiguous) {
 }
 
 TEST(ElfSymbols, PlusOffsetForms) {
-  auto base = symbol_file_offset(TRACER_UPROBE_TARGET, "tracer_test_fn");
+  auto base = symbols::symbol_file_offset(TRACER_UPROBE_TARGET, "tracer_test_fn");
   ASSERT_TRUE(base.has_value());
-  EXPECT_EQ(symbol_file_offset(TRACER_UPROBE_TARGET, "tracer_test_fn+4"), *base + 4);
-  EXPECT_EQ(symbol_file_offset(TRACER_UPROBE_TARGET, "tracer_test_fn+0x4"), *base + 4);
-  EXPECT_EQ(symbol_file_offset(TRACER_UPROBE_TARGET, "tracer_test_fn+0"), *base);
-  auto past = symbol_file_offset(TRACER_UPROBE_TARGET, "tracer_test_fn+0x100000");
+  EXPECT_EQ(symbols::symbol_file_offset(TRACER_UPROBE_TARGET, "tracer_test_fn+4"), *base + 4);
+  EXPECT_EQ(symbols::symbol_file_offset(TRACER_UPROBE_TARGET, "tracer_test_fn+0x4"), *base + 4);
+  EXPECT_EQ(symbols::symbol_file_offset(TRACER_UPROBE_TARGET, "tracer_test_fn+0"), *base);
+  auto past = symbols::symbol_file_offset(TRACER_UPROBE_TARGET, "tracer_test_fn+0x100000");
   ASSERT_FALSE(past.has_value());
   EXPECT_EQ(past.error().errno_value(), EINVAL);
   EXPECT_NE(past.error().message.find("past the end"), std::string::npos);
-  auto bad = symbol_file_offset(TRACER_UPROBE_TARGET, "tracer_test_fn+zz");
+  auto bad = symbols::symbol_file_offset(TRACER_UPROBE_TARGET, "tracer_test_fn+zz");
   ASSERT_FALSE(bad.has_value());
   EXPECT_EQ(bad.error().errno_value(), EINVAL);
-  EXPECT_FALSE(symbol_file_offset(TRACER_UPROBE_TARGET, "+4").has_value());
+  EXPECT_FALSE(symbols::symbol_file_offset(TRACER_UPROBE_TARGET, "+4").has_value());
 
-  auto spec = parse_symbol_spec("f+0x10");
+  auto spec = symbols::parse_symbol_spec("f+0x10");
   ASSERT_TRUE(spec.has_value());
   EXPECT_EQ(spec->name, "f");
   EXPECT_EQ(spec->offset, 16U);
 }
 
 TEST(ElfSymbols, UnknownSymbolSuggestsNearNames) {
-  auto r = symbol_file_offset(TRACER_UPROBE_TARGET, "tracer_test_fm");
+  auto r = symbols::symbol_file_offset(TRACER_UPROBE_TARGET, "tracer_test_fm");
   ASSERT_FALSE(r.has_value());
   EXPECT_EQ(r.error().errno_value(), ENOENT);
   EXPECT_NE(r.error().message.find("tracer_test_fm"), std::string::npos);
@@ -137,9 +137,9 @@ TEST(ElfSymbols, UnknownSymbolSuggestsNearNames) {
   EXPECT_NE(r.error().hint.find("did you mean tracer_test_fn"), std::string::npos)
       << r.error().hint;
   // In a library with thousands of functions the hint stays at 5 names.
-  auto libc = resolve_binary("libc", ::getpid());
+  auto libc = symbols::resolve_binary("libc", ::getpid());
   ASSERT_TRUE(libc.has_value()) << libc.error().describe();
-  auto m = symbol_file_offset(*libc, "mallocx");
+  auto m = symbols::symbol_file_offset(*libc, "mallocx");
   ASSERT_FALSE(m.has_value());
   const auto& hint = m.error().hint;
   EXPECT_NE(hint.find("malloc"), std::string::npos) << hint;
@@ -150,90 +150,90 @@ TEST(ElfSymbols, NonElfAndMissingFilesAreNamed) {
   testing::TempDir dir;
   dir.write("notelf.txt", "#!/bin/sh\necho hello\n");
   const auto path = dir.path() / "notelf.txt";
-  auto r = symbol_file_offset(path, "main");
+  auto r = symbols::symbol_file_offset(path, "main");
   ASSERT_FALSE(r.has_value());
   EXPECT_EQ(r.error().errno_value(), ENOEXEC);
   EXPECT_EQ(r.error().message, "elf: " + path.string() + " is not an ELF file");
 
-  auto missing = symbol_file_offset(dir.path() / "nope", "main");
+  auto missing = symbols::symbol_file_offset(dir.path() / "nope", "main");
   ASSERT_FALSE(missing.has_value());
   EXPECT_EQ(missing.error().errno_value(), ENOENT);
   EXPECT_NE(missing.error().message.find((dir.path() / "nope").string()), std::string::npos);
 }
 
 TEST(ResolveBinary, LibcFromTheMapsOfAProcess) {
-  auto p = resolve_binary("libc", ::getpid());
+  auto p = symbols::resolve_binary("libc", ::getpid());
   ASSERT_TRUE(p.has_value()) << p.error().describe();
   EXPECT_EQ(p->filename(), "libc.so.6");
   EXPECT_TRUE(p->is_absolute());
   EXPECT_TRUE(fs::exists(*p));
   // Exact basenames work too.
-  auto exact = resolve_binary("libc.so.6", ::getpid());
+  auto exact = symbols::resolve_binary("libc.so.6", ::getpid());
   ASSERT_TRUE(exact.has_value());
   EXPECT_EQ(*exact, *p);
 }
 
 TEST(ResolveBinary, LibraryDirsWithoutAPid) {
-  auto p = resolve_binary("libc", std::nullopt);
+  auto p = symbols::resolve_binary("libc", std::nullopt);
   ASSERT_TRUE(p.has_value()) << p.error().describe();
   EXPECT_EQ(p->filename(), "libc.so.6") << "not the libc.so linker script of libc6-dev";
   EXPECT_EQ(p->parent_path(), "/lib/x86_64-linux-gnu");
 }
 
 TEST(ResolveBinary, ExecutablesFromPath) {
-  auto p = resolve_binary("ls", std::nullopt);
+  auto p = symbols::resolve_binary("ls", std::nullopt);
   ASSERT_TRUE(p.has_value()) << p.error().describe();
   EXPECT_TRUE(fs::equivalent(*p, "/usr/bin/ls")) << *p;
 }
 
 TEST(ResolveBinary, PathsAndFailures) {
-  auto abs = resolve_binary(TRACER_UPROBE_TARGET, std::nullopt);
+  auto abs = symbols::resolve_binary(TRACER_UPROBE_TARGET, std::nullopt);
   ASSERT_TRUE(abs.has_value());
   EXPECT_EQ(*abs, fs::path(TRACER_UPROBE_TARGET));
-  auto gone = resolve_binary("/no/such/binary", std::nullopt);
+  auto gone = symbols::resolve_binary("/no/such/binary", std::nullopt);
   ASSERT_FALSE(gone.has_value());
   EXPECT_EQ(gone.error().errno_value(), ENOENT);
-  auto unknown = resolve_binary("tracer_no_such_program_xyz", ::getpid());
+  auto unknown = symbols::resolve_binary("tracer_no_such_program_xyz", ::getpid());
   ASSERT_FALSE(unknown.has_value());
   EXPECT_EQ(unknown.error().errno_value(), ENOENT);
   EXPECT_NE(unknown.error().message.find("$PATH"), std::string::npos) << unknown.error().message;
-  EXPECT_EQ(resolve_binary("", std::nullopt).error().errno_value(), EINVAL);
+  EXPECT_EQ(symbols::resolve_binary("", std::nullopt).error().errno_value(), EINVAL);
 }
 
 TEST(ParseUprobeSpec, EveryForm) {
-  auto base = symbol_file_offset(TRACER_UPROBE_TARGET, "tracer_test_fn");
+  auto base = symbols::symbol_file_offset(TRACER_UPROBE_TARGET, "tracer_test_fn");
   ASSERT_TRUE(base.has_value());
   const std::string path = TRACER_UPROBE_TARGET;
 
-  auto plain = parse_uprobe_spec(path + ":tracer_test_fn", std::nullopt);
+  auto plain = symbols::parse_uprobe_spec(path + ":tracer_test_fn", std::nullopt);
   ASSERT_TRUE(plain.has_value()) << plain.error().describe();
   EXPECT_EQ(plain->path, fs::path(path));
   EXPECT_EQ(plain->offset, *base);
   EXPECT_EQ(plain->symbol, "tracer_test_fn");
 
-  auto plus = parse_uprobe_spec(path + ":tracer_test_fn+4", std::nullopt);
+  auto plus = symbols::parse_uprobe_spec(path + ":tracer_test_fn+4", std::nullopt);
   ASSERT_TRUE(plus.has_value());
   EXPECT_EQ(plus->offset, *base + 4);
 
-  auto raw = parse_uprobe_spec(path + ":0x1234", std::nullopt);
+  auto raw = symbols::parse_uprobe_spec(path + ":0x1234", std::nullopt);
   ASSERT_TRUE(raw.has_value());
   EXPECT_EQ(raw->offset, 0x1234U);
   EXPECT_TRUE(raw->symbol.empty());
 
-  auto lib = parse_uprobe_spec("libc:getpid", ::getpid());
+  auto lib = symbols::parse_uprobe_spec("libc:getpid", ::getpid());
   ASSERT_TRUE(lib.has_value()) << lib.error().describe();
   EXPECT_EQ(lib->path.filename(), "libc.so.6");
-  EXPECT_EQ(lib->offset, symbol_file_offset(lib->path, "getpid"));
+  EXPECT_EQ(lib->offset, symbols::symbol_file_offset(lib->path, "getpid"));
 
   for (const char* bad : {"nocolon", ":sym", "/bin/ls:", "/bin/ls:0xzz"}) {
-    auto r = parse_uprobe_spec(bad, std::nullopt);
+    auto r = symbols::parse_uprobe_spec(bad, std::nullopt);
     ASSERT_FALSE(r.has_value()) << bad;
     EXPECT_EQ(r.error().errno_value(), EINVAL) << bad;
   }
-  auto nosym = parse_uprobe_spec(path + ":no_such_fn", std::nullopt);
+  auto nosym = symbols::parse_uprobe_spec(path + ":no_such_fn", std::nullopt);
   ASSERT_FALSE(nosym.has_value());
   EXPECT_EQ(nosym.error().errno_value(), ENOENT);
 }
 
 }  // namespace
-}  // namespace tracer::core
+}  // namespace tracer::symbols
