@@ -13,9 +13,9 @@
 
 #include <unistd.h>
 
-#include "bpf/kernel_reader.hpp"
+#include "tracer/kernel/reader.hpp"
 #include "tracer/syscall_names.hpp"
-#include "session/placement.hpp"
+#include "tracer/kernel/placement.hpp"
 #include "tracer/error.hpp"
 #include "tracer/perf/event.hpp"
 #include "tracer/stages.hpp"
@@ -198,9 +198,9 @@ std::vector<std::unique_ptr<Pipeline>> make_pipelines(const Recipe& recipe,
 /// A pipeline placed in the kernel: its generated object, attached to its probes' events.
 struct KernelRun {
   std::size_t pipeline = 0;
-  session::PipelinePlace place;
+  kernel::PipelinePlace place;
   std::unique_ptr<bpf::Object> object;  // the reader keeps its address
-  std::unique_ptr<bpf::gen::Reader> reader;
+  std::unique_ptr<kernel::gen::Reader> reader;
   perf::Event fork_event;  // sched_process_fork, when the targets' children are followed
   perf::Event exit_event;  // sched_process_exit: exited targets leave the target map
   perf::Event exec_event;  // sched_process_exec, arming a command's events at its exec
@@ -208,7 +208,7 @@ struct KernelRun {
   /// inherited (an inherited copy of an event carries its program, and a child's exit would
   /// detach it from the tracepoint for everyone).
   std::vector<perf::Event> events;
-  std::vector<bpf::gen::ProbeStats> last;  // counters at the last read
+  std::vector<kernel::gen::ProbeStats> last;  // counters at the last read
   std::uint64_t targets_dropped = 0;       // children the target map had no room for
 };
 
@@ -229,7 +229,7 @@ struct Session::Impl {
   std::unique_ptr<Engine> engine;
   EngineOptions engine_options;  // what engine was made with (placement may remake it)
   asio::any_io_executor executor;
-  std::vector<session::PipelinePlace> places;
+  std::vector<kernel::PipelinePlace> places;
   std::vector<KernelRun> kernel;     // before engine in destruction: programs detach with events
   std::vector<bool> in_kernel;       // per pipeline: placed in the kernel
   std::vector<bool> kernel_samples;  // per probe: a sampling event whose samples its program
@@ -459,7 +459,7 @@ bool keys_fields(const std::vector<std::unique_ptr<Pipeline>>& pipelines) {
 }  // namespace
 
 void Session::Impl::check_user_fields(std::span<const ProbeInfo> probes) const {
-  const auto problem = session::check_user_fields(pipelines, places, probes);
+  const auto problem = kernel::check_user_fields(pipelines, places, probes);
   if (!problem)
     return;
   SourceRegion where{.path = recipe.path};
@@ -485,7 +485,7 @@ void Session::Impl::plan_placement(Session* self) {
   };
   if (mode != Placement::kKernel && (mode == Placement::kUser || !kernel_candidate(pipelines))) {
     // Nothing to resolve for placement: the reasons come from the stages' forms (or the mode).
-    places = session::place(pipelines, {}, {}, mode, false);
+    places = kernel::place(pipelines, {}, {}, mode, false);
     if (keys_fields(pipelines))  // ... but a key may name a field user space cannot read
       check_user_fields(resolve());
     return;
@@ -497,7 +497,7 @@ void Session::Impl::plan_placement(Session* self) {
     sampling.push_back(!p.counting);
     filters.push_back(p.filter);
   }
-  places = session::place(pipelines, probes, sampling, mode,
+  places = kernel::place(pipelines, probes, sampling, mode,
                           engine_options.target.kind != Target::Kind::kAllCpus, filters);
   check_user_fields(probes);
   if (mode == Placement::kKernel) {
@@ -542,8 +542,8 @@ void Session::Impl::plan_placement(Session* self) {
       continue;
     for (const auto& pp : pl.plan->probes) {
       for (const auto& k : pp.keys) {
-        task_records = task_records || k.source == bpf::gen::Source::kUserStack ||
-                       k.source == bpf::gen::Source::kCallchain;
+        task_records = task_records || k.source == kernel::gen::Source::kUserStack ||
+                       k.source == kernel::gen::Source::kCallchain;
       }
     }
   }
@@ -554,7 +554,7 @@ void Session::Impl::plan_placement(Session* self) {
       const std::uint32_t pi = pl.probes[k];  // pl.plan->probes[k]'s engine probe
       auto& po = engine_options.probes[pi];
       po.task_records = po.comm_records = false;  // the program reads comm itself
-      if (pl.plan->probes[k].kind == bpf::gen::ProbeKind::kPerfEvent) {
+      if (pl.plan->probes[k].kind == kernel::gen::ProbeKind::kPerfEvent) {
         // Its program runs at each sample (it needs the sampling) and returns 0: no sample is
         // written to the ring, the samples are the program's hits.
         kernel_samples.resize(engine_options.probes.size(), false);
@@ -582,7 +582,7 @@ void Session::Impl::plan_placement(Session* self) {
 }
 
 void Session::Impl::start_kernel() {
-  namespace gen = bpf::gen;
+  namespace gen = kernel::gen;
   kernel.clear();
   in_kernel.assign(pipelines.size(), false);
   // The processes the programs count: the pid or the command (and their children, as the
@@ -699,7 +699,7 @@ void Session::Impl::start_kernel() {
 }
 
 void Session::Impl::absorb_kernel(bool final, std::chrono::nanoseconds now) {
-  std::vector<std::optional<Result<bpf::gen::Snapshot>>> snaps;
+  std::vector<std::optional<Result<kernel::gen::Snapshot>>> snaps;
   bool stacks = false;
   for (auto& run : kernel) {
     const Pipeline& p = *pipelines[run.pipeline];
@@ -741,7 +741,7 @@ void Session::Impl::absorb_kernel(bool final, std::chrono::nanoseconds now) {
         std::visit(
             [&row](auto& c) {
               using T = std::decay_t<decltype(c)>;
-              if constexpr (std::is_same_v<T, bpf::gen::Ips>)
+              if constexpr (std::is_same_v<T, kernel::gen::Ips>)
                 row.keys.emplace_back(KernelIps{.ips = std::move(c.ips), .pid = c.pid});
               else
                 row.keys.emplace_back(std::move(c));
@@ -1028,7 +1028,7 @@ std::exception_ptr Session::failure() const noexcept {
 }
 
 std::string Session::placement() const {
-  return session::describe(impl_->places);
+  return kernel::describe(impl_->places);
 }
 
 Engine& Session::engine() noexcept {

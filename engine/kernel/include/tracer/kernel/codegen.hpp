@@ -29,7 +29,7 @@
 #include "tracer/bpf/object.hpp"
 #include "tracer/result.hpp"
 
-namespace tracer::bpf::gen {
+namespace tracer::kernel::gen {
 
 /// kPerfEvent: a sampling perf event (cpu-clock, a hardware counter), BPF_PROG_TYPE_PERF_EVENT:
 /// its program runs at each sample and returns 0, so the kernel writes no sample to the ring.
@@ -326,11 +326,11 @@ struct GeneratedProgram {
 /// <cache>/gen/<name>.bpf.c and the object cached by content hash; the same text is compiled
 /// once) and opens it. Not loaded.
 /// @return the object, or compile_and_open's failure.
-[[nodiscard]] Result<Object> compile(const GeneratedProgram& prog, const CompileOptions& opts = {});
+[[nodiscard]] Result<bpf::Object> compile(const GeneratedProgram& prog, const bpf::CompileOptions& opts = {});
 
 /// Fills the target map (prog.tgid_map) with `tgids`. After load.
-[[nodiscard]] Status set_targets(Object& obj,
+[[nodiscard]] Status set_targets(bpf::Object& obj,
                                  const GeneratedProgram& prog,
                                  const std::vector<std::uint32_t>& tgids);
 
-}  // namespace tracer::bpf::gen
+}  // namespace tracer::kernel::gen

@@ -1,7 +1,7 @@
 // bpf::gen: KernelPlan -> BPF C text. See codegen.hpp for the API and docs/architecture.md
 // ("In-kernel recipes (codegen)") for the design: why C text compiled by clang, the map layout,
 // and the generation flip.
-#include "bpf/codegen.hpp"
+#include "tracer/kernel/codegen.hpp"
 
 #include <bpf/libbpf.h>
 
@@ -16,7 +16,12 @@
 
 #include <fmt/format.h>
 
-namespace tracer::bpf::gen {
+namespace tracer::kernel::gen {
+
+using bpf::CompileOptions;
+using bpf::default_cache_dir;
+using bpf::make_cache_dir;
+using bpf::Object;
 
 Field Field::missing(std::string name) {
   return {.source = Source::kMissing, .name = std::move(name)};
@@ -1950,4 +1955,4 @@ Status set_targets(Object& obj,
   return {};
 }
 
-}  // namespace tracer::bpf::gen
+}  // namespace tracer::kernel::gen

@@ -1,6 +1,6 @@
-// Placement: stage kernel forms + resolved probes -> a bpf::gen::KernelPlan per pipeline, or the
+// Placement: stage kernel forms + resolved probes -> a kernel::gen::KernelPlan per pipeline, or the
 // reason a pipeline stays in user space.
-#include "session/placement.hpp"
+#include "tracer/kernel/placement.hpp"
 
 #include <fmt/format.h>
 
@@ -14,10 +14,9 @@
 #include "tracer/stages.hpp"
 #include "tracer/tracefs/tracefs.hpp"
 
-namespace tracer::session {
+namespace tracer::kernel {
 namespace {
 
-namespace gen = bpf::gen;
 using Source = FieldRef::Source;
 
 std::optional<gen::ProbeKind> gen_kind(ProbeKind k) {
@@ -488,4 +487,4 @@ std::string describe(std::span<const PipelinePlace> places) {
   return text;
 }
 
-}  // namespace tracer::session
+}  // namespace tracer::kernel

@@ -1,4 +1,4 @@
-// bpf::gen::Reader: the rows of a generated program's aggregation (bpf/codegen.hpp), read one
+// kernel::gen::Reader: the rows of a generated program's aggregation (bpf/codegen.hpp), read one
 // generation at a time so that interval output loses and double-counts nothing.
 //
 // The row types map 1:1 to tracer::Table's (engine/include/tracer/stage.hpp): Cell is the same
@@ -19,9 +19,9 @@
 #include <variant>
 #include <vector>
 
-#include "bpf/codegen.hpp"
+#include "tracer/kernel/codegen.hpp"
 
-namespace tracer::bpf::gen {
+namespace tracer::kernel::gen {
 
 /// A stack key: its addresses, leaf first (Source::kCallchain: with the PERF_CONTEXT_KERNEL and
 /// PERF_CONTEXT_USER markers before each part, as perf writes a callchain), and the process
@@ -91,7 +91,7 @@ struct ReaderOptions {
 class Reader {
  public:
   /// `obj` is the loaded object of `prog` and must outlive the reader.
-  Reader(Object& obj, GeneratedProgram prog, ReaderOptions opts = {});
+  Reader(bpf::Object& obj, GeneratedProgram prog, ReaderOptions opts = {});
 
   /// Flips the generation the programs write (tr_gen), waits until no program can still be
   /// writing the old one (a grace period: every BPF program running when it began has
@@ -132,7 +132,7 @@ class Reader {
   [[nodiscard]] const std::vector<std::uint64_t>& stack_of(std::uint64_t hash) const;
   [[nodiscard]] Snapshot empty_snapshot() const;
 
-  Object* obj_;
+  bpf::Object* obj_;
   GeneratedProgram prog_;
   ReaderOptions opts_;
   std::uint32_t gen_ = 0;
@@ -145,4 +145,4 @@ class Reader {
 /// 1K ... 16E.
 [[nodiscard]] std::string power_label(unsigned power);
 
-}  // namespace tracer::bpf::gen
+}  // namespace tracer::kernel::gen

@@ -16,11 +16,11 @@
 #include <string>
 #include <vector>
 
-#include "bpf/codegen.hpp"
+#include "tracer/kernel/codegen.hpp"
 #include "tracer/pipeline.hpp"
 #include "tracer/recipe.hpp"
 
-namespace tracer::session {
+namespace tracer::kernel {
 
 struct StagePlace {
   std::string use;
@@ -30,7 +30,7 @@ struct StagePlace {
 
 struct PipelinePlace {
   std::vector<StagePlace> stages;            // one per stage of the pipeline
-  std::optional<bpf::gen::KernelPlan> plan;  // set: the pipeline runs in the kernel
+  std::optional<kernel::gen::KernelPlan> plan;  // set: the pipeline runs in the kernel
   std::vector<std::uint32_t> probes;         // plan->probes[i] is engine probe probes[i]
   std::size_t aggregation = 0;               // the aggregation stage (absorbs the rows)
   std::optional<std::size_t> latency;        // a latency stage before it (absorbs counters)
@@ -65,4 +65,4 @@ struct UserFieldProblem {
 /// The placement as `tracer check --plan` prints it: a line per stage.
 [[nodiscard]] std::string describe(std::span<const PipelinePlace> places);
 
-}  // namespace tracer::session
+}  // namespace tracer::kernel

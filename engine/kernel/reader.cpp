@@ -1,4 +1,4 @@
-// bpf::gen::Reader: flips a generated program's generation and reads the old one back.
+// kernel::gen::Reader: flips a generated program's generation and reads the old one back.
 //
 // Why the flip is exact (docs/architecture.md, "In-kernel recipes (codegen)"):
 //   1. Each program run reads tr_gen once, at entry, and sends every update of that event to
@@ -15,7 +15,7 @@
 //      so the capacity max_keys is per interval) before it becomes the one written again at the
 //      next flip.
 // tr_gen only ever holds 0 or 1, so even a torn store could only be read as 0 or 1.
-#include "bpf/kernel_reader.hpp"
+#include "tracer/kernel/reader.hpp"
 
 #include <bpf/bpf.h>
 
@@ -28,7 +28,7 @@
 
 #include <fmt/format.h>
 
-namespace tracer::bpf::gen {
+namespace tracer::kernel::gen {
 namespace {
 
 std::string errno_text(int err) {
@@ -117,7 +117,7 @@ std::string power_label(unsigned power) {
   return detail::power_label(power);
 }
 
-Reader::Reader(Object& obj, GeneratedProgram prog, ReaderOptions opts)
+Reader::Reader(bpf::Object& obj, GeneratedProgram prog, ReaderOptions opts)
     : obj_(&obj), prog_(std::move(prog)), opts_(std::move(opts)) {
   const int n = libbpf_num_possible_cpus();
   cpus_ = n > 0 ? static_cast<std::uint32_t>(n) : 1;
@@ -625,4 +625,4 @@ Result<Snapshot> Reader::peek() const {
   return s;
 }
 
-}  // namespace tracer::bpf::gen
+}  // namespace tracer::kernel::gen

@@ -25,8 +25,8 @@
 
 #include <fmt/format.h>
 
-#include "bpf/codegen.hpp"
-#include "bpf/kernel_reader.hpp"
+#include "tracer/kernel/codegen.hpp"
+#include "tracer/kernel/reader.hpp"
 #include "tracer/symbols/uprobe_target.hpp"
 #include "plugins/stages/hist.hpp"
 #include "plugins/stages/quantiles.hpp"
@@ -37,7 +37,9 @@
 #include "tracer/perf/ring.hpp"
 #include "tracer/tracefs/tracefs.hpp"
 
-namespace tracer::bpf::gen {
+namespace tracer::kernel::gen {
+using bpf::Object;
+
 namespace {
 
 using namespace std::chrono_literals;
@@ -1110,4 +1112,4 @@ TEST(BpfCodegenLive, UprobeArgumentsAndUretprobeReturnValues) {
 }
 
 }  // namespace
-}  // namespace tracer::bpf::gen
+}  // namespace tracer::kernel::gen
