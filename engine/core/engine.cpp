@@ -27,7 +27,6 @@ namespace asio = boost::asio;
 
 using core::throw_failure;
 
-
 void Engine::Impl::open_probe(core::ResolvedProbe& rp,
                               const std::vector<int>& cpus,
                               const std::vector<pid_t>& pids) {

@@ -10,12 +10,12 @@
 #include <ctime>
 #include <filesystem>
 
-#include "tracer/symbols/uprobe_target.hpp"
 #include "core/probe_backend.hpp"
 #include "tracer/error.hpp"
 #include "tracer/perf/hw_events.hpp"
 #include "tracer/perf/pmu.hpp"
 #include "tracer/perf/software.hpp"
+#include "tracer/symbols/uprobe_target.hpp"
 
 namespace tracer::core {
 namespace {

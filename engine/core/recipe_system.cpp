@@ -9,10 +9,10 @@
 #include <filesystem>
 
 #include "common/text_file.hpp"
-#include "tracer/symbols/uprobe_target.hpp"
 #include "core/recipe_schema.hpp"
 #include "tracer/bpf/object.hpp"
 #include "tracer/recipe.hpp"
+#include "tracer/symbols/uprobe_target.hpp"
 #include "tracer/tracefs/filter.hpp"
 #include "tracer/tracefs/tracefs.hpp"
 

@@ -24,9 +24,9 @@
 
 #include "common/edit_distance.hpp"
 #include "core/recipe_schema.hpp"
-#include "tracer/syscall_names.hpp"
 #include "tracer/duration.hpp"
 #include "tracer/perf/abi.hpp"
+#include "tracer/syscall_names.hpp"
 
 #if defined(__x86_64__)
 #include <asm/perf_regs.h>

@@ -55,13 +55,11 @@ Field Field::tp_string_pointer(std::string name, std::uint32_t offset, bool user
           .user = user};
 }
 
-
 std::uint64_t min_max_xor(AggKind kind) {
   // Sign bit flipped: signed order becomes unsigned order (max). All but the sign bit flipped:
   // the order reversed (min).
   return kind == AggKind::kMin ? 0x7fffffffffffffffULL : 0x8000000000000000ULL;
 }
-
 
 namespace {
 
@@ -85,7 +83,6 @@ std::string summary(const KernelPlan& plan) {
                      plan.aggregation.value_name.empty() ? "" : " of ", plan.aggregation.value_name,
                      keys, probes);
 }
-
 
 }  // namespace
 

@@ -16,10 +16,8 @@ std::uint32_t lhist_inner(const Aggregation& a) {
 }
 namespace {
 
-
 // ---------------------------------------------------------------------------------------------
 // check
-
 
 std::optional<std::string> check_field(const ProbePlan& p, const Field& f, bool exit_probe) {
   const auto bad = [&](std::string why) {
@@ -182,7 +180,6 @@ std::optional<std::string> check_filter(const ProbePlan& p, const Filter& f, boo
     return fmt::format("{}: the filter nests deeper than {} (or loops)", where(p), kMaxFilterDepth);
   return std::nullopt;
 }
-
 
 }  // namespace
 

@@ -21,7 +21,6 @@
 
 namespace tracer::kernel::gen {
 
-
 inline constexpr std::uint32_t kHistBuckets = 66;      // plugins/stages/hist.hpp Hist::kBuckets
 inline constexpr std::uint32_t kCommLen = 16;          // TASK_COMM_LEN
 inline constexpr std::uint32_t kMaxStringKey = 256;    // bytes of one string key or buffer
@@ -110,7 +109,6 @@ inline Role role_of(const KernelPlan& plan, std::uint32_t i) {
   }
   return Role::kAggregate;
 }
-
 
 /// "probe 'NAME' (KIND)": the subject of the errors.
 inline std::string where(const ProbePlan& p) {

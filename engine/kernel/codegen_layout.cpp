@@ -120,7 +120,6 @@ Result<std::vector<ColumnPlan>> plan_columns(const KernelPlan& plan) {
   return cols;
 }
 
-
 // ---------------------------------------------------------------------------------------------
 // generate
 

@@ -48,8 +48,6 @@ char LICENSE[] SEC("license") = "GPL";
 
 )C";
 
-
-
 void emit_maps(const KernelPlan& plan, const Layout& l, bool tgid_map, Writer& w) {
   const Aggregation& agg = plan.aggregation;
   // Key.

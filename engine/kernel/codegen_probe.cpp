@@ -9,7 +9,6 @@ namespace tracer::kernel::gen {
 namespace {
 constexpr const char* kArgRegs[] = {"di", "si", "dx", "cx", "r8", "r9"};
 
-
 // The generator of one probe's program: field reads as C expressions, locals declared once.
 class ProbeGen {
  public:

@@ -13,10 +13,9 @@
 
 #include <unistd.h>
 
-#include "tracer/kernel/reader.hpp"
-#include "tracer/syscall_names.hpp"
-#include "tracer/kernel/placement.hpp"
 #include "tracer/error.hpp"
+#include "tracer/kernel/placement.hpp"
+#include "tracer/kernel/run.hpp"
 #include "tracer/perf/event.hpp"
 #include "tracer/stages.hpp"
 #include "tracer/tracefs/tracefs.hpp"
@@ -195,23 +194,6 @@ std::vector<std::unique_ptr<Pipeline>> make_pipelines(const Recipe& recipe,
   return pipelines;
 }
 
-/// A pipeline placed in the kernel: its generated object, attached to its probes' events.
-struct KernelRun {
-  std::size_t pipeline = 0;
-  kernel::PipelinePlace place;
-  std::unique_ptr<bpf::Object> object;  // the reader keeps its address
-  std::unique_ptr<kernel::gen::Reader> reader;
-  perf::Event fork_event;  // sched_process_fork, when the targets' children are followed
-  perf::Event exit_event;  // sched_process_exit: exited targets leave the target map
-  perf::Event exec_event;  // sched_process_exec, arming a command's events at its exec
-  /// The events the programs are attached to: one per tracepoint, opened here and never
-  /// inherited (an inherited copy of an event carries its program, and a child's exit would
-  /// detach it from the tracepoint for everyone).
-  std::vector<perf::Event> events;
-  std::vector<kernel::gen::ProbeStats> last;  // counters at the last read
-  std::uint64_t targets_dropped = 0;       // children the target map had no room for
-};
-
 struct Session::Impl {
   Impl(const asio::any_io_executor& ex, Recipe r, Sink& o, SessionOptions so)
       : recipe(std::move(r)),
@@ -230,7 +212,7 @@ struct Session::Impl {
   EngineOptions engine_options;  // what engine was made with (placement may remake it)
   asio::any_io_executor executor;
   std::vector<kernel::PipelinePlace> places;
-  std::vector<KernelRun> kernel;     // before engine in destruction: programs detach with events
+  std::vector<kernel::Run> kernel;   // before engine in destruction: programs detach with events
   std::vector<bool> in_kernel;       // per pipeline: placed in the kernel
   std::vector<bool> kernel_samples;  // per probe: a sampling event whose samples its program
                                      // aggregates (none reach its ring)
@@ -498,7 +480,7 @@ void Session::Impl::plan_placement(Session* self) {
     filters.push_back(p.filter);
   }
   places = kernel::place(pipelines, probes, sampling, mode,
-                          engine_options.target.kind != Target::Kind::kAllCpus, filters);
+                         engine_options.target.kind != Target::Kind::kAllCpus, filters);
   check_user_fields(probes);
   if (mode == Placement::kKernel) {
     for (std::size_t p = 0; p < places.size(); ++p) {
@@ -582,194 +564,16 @@ void Session::Impl::plan_placement(Session* self) {
 }
 
 void Session::Impl::start_kernel() {
-  namespace gen = kernel::gen;
   kernel.clear();
   in_kernel.assign(pipelines.size(), false);
-  // The processes the programs count: the pid or the command (and their children, as the
-  // engine's inherited events follow them).
-  std::vector<std::uint32_t> tgids;
-  const auto& t = engine_options.target;
-  if (t.kind == Target::Kind::kPid)
-    tgids.push_back(static_cast<std::uint32_t>(t.pid));
-  else if (t.kind == Target::Kind::kCommand)
-    tgids.push_back(static_cast<std::uint32_t>(engine->command_pid()));
-  std::optional<gen::ForkTracepoint> fork;
-  std::uint32_t fork_id = 0, exec_id = 0, exit_id = 0;
-  if (!tgids.empty()) {
-    auto fs = tracefs::Tracefs::open();
-    auto format = fs ? fs->format({.system = "sched", .event = "sched_process_fork"})
-                     : Result<tracefs::Format>(std::unexpected(fs.error()));
-    const tracefs::Field* child = format ? format->field("child_pid") : nullptr;
-    if (child == nullptr) {
-      throw Error(ErrorCategory::kRuntime, std::make_error_code(std::errc::not_supported),
-                  "in-kernel placement: sched:sched_process_fork has no child_pid field",
-                  "run with placement = \"user\"");
-    }
-    fork = gen::ForkTracepoint{.child_pid_offset = child->offset, .child_pid_size = child->size};
-    fork_id = format->id;
-    auto exit = fs->format({.system = "sched", .event = "sched_process_exit"});
-    if (!exit) {
-      throw Error(ErrorCategory::kRuntime, exit.error().code,
-                  "in-kernel placement: " + exit.error().message, "run with placement = \"user\"");
-    }
-    exit_id = exit->id;
-    if (const tracefs::Field* dead = exit->field("group_dead"); dead != nullptr && dead->size == 1)
-      fork->group_dead_offset = dead->offset;
-    auto exec = fs->format({.system = "sched", .event = "sched_process_exec"});
-    if (!exec) {
-      throw Error(ErrorCategory::kRuntime, exec.error().code,
-                  "in-kernel placement: " + exec.error().message, "run with placement = \"user\"");
-    }
-    exec_id = exec->id;
-  }
-  for (std::size_t p = 0; p < places.size(); ++p) {
-    if (!places[p].plan)
-      continue;
-    KernelRun run;
-    run.pipeline = p;
-    run.place = places[p];
-    if (!run.place.plan)
-      continue;
-    auto& plan = *run.place.plan;
-    plan.tgids = tgids;
-    plan.max_tgids = recipe.max_targets;
-    if (t.kind == Target::Kind::kAllCpus && !engine_options.trace_self)
-      plan.exclude_tgid = static_cast<std::uint32_t>(::getpid());
-    plan.follow_children = fork;
-    plan.arm_on_exec = t.kind == Target::Kind::kCommand;
-    auto fail = [&](const Failure& f, std::string_view what) {
-      throw Error(ErrorCategory::kRuntime, f.code,
-                  fmt::format("pipeline {} in the kernel: {}: {}", p + 1, what, f.message),
-                  f.hint.empty() ? "run it in user space: placement = \"user\"" : f.hint);
-    };
-    auto prog = gen::generate(plan);
-    if (!prog)
-      fail(prog.error(), "generating its program");
-    auto obj = gen::compile(*prog);
-    if (!obj)
-      fail(obj.error(), "compiling its program");
-    run.object = std::make_unique<bpf::Object>(std::move(*obj));
-    if (auto st = run.object->load(); !st)
-      fail(st.error(), "loading its program");
-    if (prog->tgid_map) {
-      if (auto st = gen::set_targets(*run.object, *prog, tgids); !st)
-        fail(st.error(), "filling its target map");
-    }
-    // One event per tracepoint: its program runs on every CPU and for every task.
-    auto on_tracepoint = [&](std::uint64_t id, std::string_view prog_name) {
-      auto fd = run.object->program_fd(prog_name);
-      if (!fd)
-        fail(fd.error(), "finding its program");
-      perf::EventAttr a;
-      a.type(PERF_TYPE_TRACEPOINT).config(id).flag(perf::Flag::kDisabled);
-      auto ev = perf::Event::open(a, {.pid = -1, .cpu = 0});
-      if (!ev)
-        fail(ev.error(), "opening a tracepoint event for its program");
-      if (auto st = ev->set_bpf(*fd); !st)
-        fail(st.error(), "attaching its program");
-      return std::move(*ev);
-    };
-    for (std::size_t i = 0; i < prog->programs.size(); ++i) {
-      const std::uint32_t pi = run.place.probes[i];
-      const perf::EventAttr& attr = engine->probes()[pi].attr;
-      if (attr.type() == PERF_TYPE_TRACEPOINT) {
-        run.events.push_back(on_tracepoint(attr.config(), prog->programs[i]));
-      } else {  // a probe PMU's kprobe/uprobe, or a sampling event, system-wide (place() keeps
-                // task targets out)
-        auto fd = run.object->program_fd(prog->programs[i]);
-        if (!fd)
-          fail(fd.error(), "finding its program");
-        // A sampling event's program is the event's own: one on every CPU's.
-        engine->attach_bpf(pi, *fd, prog->plan.probes[i].kind == gen::ProbeKind::kPerfEvent);
-      }
-    }
-    if (fork) {  // children of the targets join them, and leave at their exit
-      run.fork_event = on_tracepoint(fork_id, gen::kForkProgram);
-      run.exit_event = on_tracepoint(exit_id, gen::kExitProgram);
-    }
-    if (plan.arm_on_exec)
-      run.exec_event = on_tracepoint(exec_id, gen::kExecProgram);
-    run.reader = std::make_unique<gen::Reader>(
-        *run.object, std::move(*prog), gen::ReaderOptions{.syscall_name = [](std::int64_t nr) {
-          return std::string(core::syscall_name(nr));
-        }});
-    in_kernel[p] = true;
-    kernel.push_back(std::move(run));
-  }
+  kernel = kernel::start_runs(*engine, places, engine_options.target, engine_options.trace_self,
+                              recipe.max_targets);
+  for (const auto& run : kernel)
+    in_kernel[run.pipeline] = true;
 }
 
 void Session::Impl::absorb_kernel(bool final, std::chrono::nanoseconds now) {
-  std::vector<std::optional<Result<kernel::gen::Snapshot>>> snaps;
-  bool stacks = false;
-  for (auto& run : kernel) {
-    const Pipeline& p = *pipelines[run.pipeline];
-    bool due = final || p.tracks_maps() || p.output_due(now);
-    if (!due) {
-      auto filling = run.reader->filling();
-      due = !filling || *filling;  // a failed read: flip, and report its error there
-    }
-    if (!due) {
-      snaps.emplace_back();
-      continue;
-    }
-    snaps.emplace_back(run.reader->flip_and_read());
-    stacks = stacks || p.tracks_maps();
-  }
-  // Every event of these rows happened before the flip, and so did the task records (MMAP2,
-  // FORK, exec COMM) of their processes: read the rings now, so that the symbolizer has those
-  // maps before the rows' stacks are named (a process may be gone by then).
-  if (stacks)
-    engine->drain_now();
-  for (std::size_t k = 0; k < kernel.size(); ++k) {
-    auto& run = kernel[k];
-    if (!snaps[k])
-      continue;  // not read this tick
-    auto& snap = *snaps[k];
-    if (!snap) {
-      std::fprintf(stderr, "tracer: pipeline %zu in the kernel: reading its maps: %s\n",
-                   run.pipeline + 1, snap.error().message.c_str());
-      continue;
-    }
-    Pipeline& p = *pipelines[run.pipeline];
-    p.flush_order();  // the task records so far, in time order
-    std::vector<KernelRow> rows;
-    rows.reserve(snap->rows.size());
-    for (auto& r : snap->rows) {
-      KernelRow row;
-      row.keys.reserve(r.keys.size());
-      for (auto& cell : r.keys) {  // gen::Cell is tracer's, a stack as KernelIps
-        std::visit(
-            [&row](auto& c) {
-              using T = std::decay_t<decltype(c)>;
-              if constexpr (std::is_same_v<T, kernel::gen::Ips>)
-                row.keys.emplace_back(KernelIps{.ips = std::move(c.ips), .pid = c.pid});
-              else
-                row.keys.emplace_back(std::move(c));
-            },
-            cell);
-      }
-      rows.push_back(KernelRow{.keys = std::move(row.keys),
-                               .count = r.count,
-                               .value = r.value,
-                               .counts = std::move(r.counts),
-                               .min = r.min,
-                               .max = r.max});
-    }
-    if (auto* agg = p.stage(run.place.aggregation).aggregation())
-      agg->absorb(rows);
-    if (run.place.latency) {
-      const auto& l = snap->pipeline;
-      p.stage(*run.place.latency)
-          .absorb_counters({.paired = l.paired,
-                            .unmatched_exits = l.unmatched_exits,
-                            .unmatched_entries = l.unmatched_entries,
-                            .out_of_order = l.out_of_order,
-                            .entries_dropped = l.entries_dropped,
-                            .pending = snap->pending});
-    }
-    run.last = std::move(snap->probes);
-    run.targets_dropped = snap->pipeline.targets_dropped;
-  }
+  kernel::absorb_runs(kernel, pipelines, *engine, final, now);
 }
 
 std::vector<std::string> out_of_target_notes(const Recipe& recipe, const Target& target) {
@@ -960,49 +764,10 @@ SessionStats Session::stats() const {
     for (auto& [name, value] : s.pipelines[i]->counters())
       out.counters.emplace_back(i == 0 ? name : fmt::format("pipeline{}.{}", i, name), value);
   }
-  // In-kernel pipelines: the events each probe's program saw (per CPU) and the events whose key
-  // did not fit the map, as of the last read.
-  for (const auto& run : s.kernel) {
-    for (std::size_t i = 0; i < run.last.size() && i < run.place.probes.size(); ++i) {
-      const std::uint32_t pi = run.place.probes[i];
-      if (pi >= out.engine.probes.size())
-        continue;
-      auto& ps = out.engine.probes[pi];
-      ps.kernel_dropped += run.last[i].total.map_full + run.last[i].total.stacks_lost;
-      ps.kernel_stacks_lost += run.last[i].total.stacks_lost;
-      ps.keys_truncated += run.last[i].total.truncated;
-      ps.string_faults += run.last[i].total.read_faults;
-      ps.kernel_contended += run.last[i].total.contended;
-      ps.targets_dropped = std::max(ps.targets_dropped, run.targets_dropped);
-      // The probe's own generated program: its skips are this probe's alone (a hit counter or
-      // delivery program on the same tracepoint was skipped for the same hits).
-      if (run.last[i].recursion_misses >= ps.bpf_skipped && run.last[i].recursion_misses != 0) {
-        ps.bpf_skipped = run.last[i].recursion_misses;
-        ps.bpf_skipped_shared = false;
-      }
-      const bool counting = s.engine_options.probes[pi].counting ||
-                            (pi < s.kernel_samples.size() && s.kernel_samples[pi]);
-      if (counting)  // the program's hits per CPU are the count: not also the event's own
-        std::erase_if(ps.per_cpu, [](const auto& e) { return e.first < 0; });
-      for (std::size_t cpu = 0; cpu < run.last[i].hits_per_cpu.size(); ++cpu) {
-        const std::uint64_t hits = run.last[i].hits_per_cpu[cpu];
-        auto it = std::find_if(ps.per_cpu.begin(), ps.per_cpu.end(),
-                               [&](const auto& e) { return e.first == static_cast<int>(cpu); });
-        if (it == ps.per_cpu.end()) {
-          if (hits == 0)
-            continue;
-          ps.per_cpu.emplace_back(static_cast<int>(cpu), RingStats{});
-          it = ps.per_cpu.end() - 1;
-        }
-        if (counting) {  // no ring: the events are the program's, its count the kernel's
-          it->second.samples = hits;
-          it->second.kernel_hits = 0;
-          it->second.missed = 0;
-        } else
-          it->second.kernel_hits = std::max(it->second.kernel_hits, hits);
-      }
-    }
-  }
+  kernel::add_run_stats(s.kernel, out.engine, [&s](std::uint32_t pi) {
+    return s.engine_options.probes[pi].counting ||
+           (pi < s.kernel_samples.size() && s.kernel_samples[pi]);
+  });
   out.delivered = s.delivered;
   out.in_place = s.in_place.load(std::memory_order_acquire);
   out.seconds =

@@ -194,8 +194,8 @@ bool library_name_matches(std::string_view base, std::string_view name) {
 /// The first file mapped by `pid` (/proc/PID/maps, 6th column) whose basename matches `name`.
 /// @return the path, or a failure whose message says where we looked (for resolve_binary()).
 Result<fs::path> find_in_maps(pid_t pid, std::string_view name) {
-  auto maps = tracer::detail::read_text_file(fs::path("/proc") / std::to_string(pid) / "maps", "probe",
-                                     kMaxMapsBytes);
+  auto maps = tracer::detail::read_text_file(fs::path("/proc") / std::to_string(pid) / "maps",
+                                             "probe", kMaxMapsBytes);
   if (!maps)
     return fail(maps.error().code.value(),
                 fmt::format("pid {}'s maps ({})", pid, maps.error().message));
@@ -366,9 +366,10 @@ Result<std::uint64_t> load_bias(const fs::path& binary, pid_t pid) {
   }
   if (first_vaddr == ~std::uint64_t{0})
     return fail(EINVAL, fmt::format("elf: {} has no PT_LOAD segment", binary.string()));
-  TRACER_ASSIGN_OR_RETURN(const std::string maps,
-                          tracer::detail::read_text_file(fs::path("/proc") / std::to_string(pid) / "maps",
-                                                 "breakpoint", kMaxMapsBytes));
+  TRACER_ASSIGN_OR_RETURN(
+      const std::string maps,
+      tracer::detail::read_text_file(fs::path("/proc") / std::to_string(pid) / "maps", "breakpoint",
+                                     kMaxMapsBytes));
   std::error_code ec;
   const fs::path want = fs::canonical(binary, ec);
   for (const std::string_view line : tracer::detail::lines(maps)) {

@@ -38,12 +38,12 @@
 #include <variant>
 #include <vector>
 
+#include "tracer/bpf/map_source.hpp"
 #include "tracer/config_value.hpp"
 #include "tracer/diagnostics.hpp"
-#include "tracer/bpf/map_source.hpp"
+#include "tracer/kernel_form.hpp"
 #include "tracer/perf/record_ref.hpp"
 #include "tracer/probe.hpp"
-#include "tracer/kernel_form.hpp"
 #include "tracer/stage_spec.hpp"
 #include "tracer/symbols/symbols.hpp"
 

@@ -326,7 +326,8 @@ struct GeneratedProgram {
 /// <cache>/gen/<name>.bpf.c and the object cached by content hash; the same text is compiled
 /// once) and opens it. Not loaded.
 /// @return the object, or compile_and_open's failure.
-[[nodiscard]] Result<bpf::Object> compile(const GeneratedProgram& prog, const bpf::CompileOptions& opts = {});
+[[nodiscard]] Result<bpf::Object> compile(const GeneratedProgram& prog,
+                                          const bpf::CompileOptions& opts = {});
 
 /// Fills the target map (prog.tgid_map) with `tgids`. After load.
 [[nodiscard]] Status set_targets(bpf::Object& obj,

@@ -29,11 +29,11 @@ struct StagePlace {
 };
 
 struct PipelinePlace {
-  std::vector<StagePlace> stages;            // one per stage of the pipeline
+  std::vector<StagePlace> stages;               // one per stage of the pipeline
   std::optional<kernel::gen::KernelPlan> plan;  // set: the pipeline runs in the kernel
-  std::vector<std::uint32_t> probes;         // plan->probes[i] is engine probe probes[i]
-  std::size_t aggregation = 0;               // the aggregation stage (absorbs the rows)
-  std::optional<std::size_t> latency;        // a latency stage before it (absorbs counters)
+  std::vector<std::uint32_t> probes;            // plan->probes[i] is engine probe probes[i]
+  std::size_t aggregation = 0;                  // the aggregation stage (absorbs the rows)
+  std::optional<std::size_t> latency;           // a latency stage before it (absorbs counters)
 };
 
 /// Decides every pipeline's placement against the resolved probes (`sampling[i]`: probe i

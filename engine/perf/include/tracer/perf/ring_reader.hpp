@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "tracer/perf/record_ref.hpp"
-#include "tracer/perf/ring_stats.hpp"
 #include "tracer/perf/ring.hpp"
+#include "tracer/perf/ring_stats.hpp"
 
 namespace tracer::perf {
 

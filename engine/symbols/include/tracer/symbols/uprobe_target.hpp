@@ -53,7 +53,7 @@ struct FunctionSymbol {
 /// addresses share the name (hint: use path:0xOFFSET); EINVAL when the symbol lies in no
 /// PT_LOAD segment.
 [[nodiscard]] Result<FunctionSymbol> find_function(const std::filesystem::path& binary,
-                                              std::string_view name);
+                                                   std::string_view name);
 
 /// The file offset of "sym", "sym+0x10" or "sym+16" in `binary` (see find_function()).
 /// @return the offset, or the errors of parse_symbol_spec() and find_function(), or EINVAL when

@@ -1,0 +1,263 @@
+#include "tracer/kernel/run.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <type_traits>
+#include <variant>
+
+#include <fmt/format.h>
+
+#include "tracer/error.hpp"
+#include "tracer/syscall_names.hpp"
+#include "tracer/tracefs/tracefs.hpp"
+
+namespace tracer::kernel {
+
+std::vector<Run> start_runs(Engine& engine,
+                            std::span<const PipelinePlace> places,
+                            const Target& target,
+                            bool trace_self,
+                            std::uint32_t max_targets) {
+  std::vector<Run> runs;
+  // The processes the programs count: the pid or the command (and their children, as the
+  // engine's inherited events follow them).
+  std::vector<std::uint32_t> tgids;
+  const auto& t = target;
+  if (t.kind == Target::Kind::kPid)
+    tgids.push_back(static_cast<std::uint32_t>(t.pid));
+  else if (t.kind == Target::Kind::kCommand)
+    tgids.push_back(static_cast<std::uint32_t>(engine.command_pid()));
+  std::optional<gen::ForkTracepoint> fork;
+  std::uint32_t fork_id = 0, exec_id = 0, exit_id = 0;
+  if (!tgids.empty()) {
+    auto fs = tracefs::Tracefs::open();
+    auto format = fs ? fs->format({.system = "sched", .event = "sched_process_fork"})
+                     : Result<tracefs::Format>(std::unexpected(fs.error()));
+    const tracefs::Field* child = format ? format->field("child_pid") : nullptr;
+    if (child == nullptr) {
+      throw Error(ErrorCategory::kRuntime, std::make_error_code(std::errc::not_supported),
+                  "in-kernel placement: sched:sched_process_fork has no child_pid field",
+                  "run with placement = \"user\"");
+    }
+    fork = gen::ForkTracepoint{.child_pid_offset = child->offset, .child_pid_size = child->size};
+    fork_id = format->id;
+    auto exit = fs->format({.system = "sched", .event = "sched_process_exit"});
+    if (!exit) {
+      throw Error(ErrorCategory::kRuntime, exit.error().code,
+                  "in-kernel placement: " + exit.error().message, "run with placement = \"user\"");
+    }
+    exit_id = exit->id;
+    if (const tracefs::Field* dead = exit->field("group_dead"); dead != nullptr && dead->size == 1)
+      fork->group_dead_offset = dead->offset;
+    auto exec = fs->format({.system = "sched", .event = "sched_process_exec"});
+    if (!exec) {
+      throw Error(ErrorCategory::kRuntime, exec.error().code,
+                  "in-kernel placement: " + exec.error().message, "run with placement = \"user\"");
+    }
+    exec_id = exec->id;
+  }
+  for (std::size_t p = 0; p < places.size(); ++p) {
+    if (!places[p].plan)
+      continue;
+    Run run;
+    run.pipeline = p;
+    run.place = places[p];
+    if (!run.place.plan)
+      continue;
+    auto& plan = *run.place.plan;
+    plan.tgids = tgids;
+    plan.max_tgids = max_targets;
+    if (t.kind == Target::Kind::kAllCpus && !trace_self)
+      plan.exclude_tgid = static_cast<std::uint32_t>(::getpid());
+    plan.follow_children = fork;
+    plan.arm_on_exec = t.kind == Target::Kind::kCommand;
+    auto fail = [&](const Failure& f, std::string_view what) {
+      throw Error(ErrorCategory::kRuntime, f.code,
+                  fmt::format("pipeline {} in the kernel: {}: {}", p + 1, what, f.message),
+                  f.hint.empty() ? "run it in user space: placement = \"user\"" : f.hint);
+    };
+    auto prog = gen::generate(plan);
+    if (!prog)
+      fail(prog.error(), "generating its program");
+    auto obj = gen::compile(*prog);
+    if (!obj)
+      fail(obj.error(), "compiling its program");
+    run.object = std::make_unique<bpf::Object>(std::move(*obj));
+    if (auto st = run.object->load(); !st)
+      fail(st.error(), "loading its program");
+    if (prog->tgid_map) {
+      if (auto st = gen::set_targets(*run.object, *prog, tgids); !st)
+        fail(st.error(), "filling its target map");
+    }
+    // One event per tracepoint: its program runs on every CPU and for every task.
+    auto on_tracepoint = [&](std::uint64_t id, std::string_view prog_name) {
+      auto fd = run.object->program_fd(prog_name);
+      if (!fd)
+        fail(fd.error(), "finding its program");
+      perf::EventAttr a;
+      a.type(PERF_TYPE_TRACEPOINT).config(id).flag(perf::Flag::kDisabled);
+      auto ev = perf::Event::open(a, {.pid = -1, .cpu = 0});
+      if (!ev)
+        fail(ev.error(), "opening a tracepoint event for its program");
+      if (auto st = ev->set_bpf(*fd); !st)
+        fail(st.error(), "attaching its program");
+      return std::move(*ev);
+    };
+    for (std::size_t i = 0; i < prog->programs.size(); ++i) {
+      const std::uint32_t pi = run.place.probes[i];
+      const perf::EventAttr& attr = engine.probes()[pi].attr;
+      if (attr.type() == PERF_TYPE_TRACEPOINT) {
+        run.events.push_back(on_tracepoint(attr.config(), prog->programs[i]));
+      } else {  // a probe PMU's kprobe/uprobe, or a sampling event, system-wide (place() keeps
+                // task targets out)
+        auto fd = run.object->program_fd(prog->programs[i]);
+        if (!fd)
+          fail(fd.error(), "finding its program");
+        // A sampling event's program is the event's own: one on every CPU's.
+        engine.attach_bpf(pi, *fd, prog->plan.probes[i].kind == gen::ProbeKind::kPerfEvent);
+      }
+    }
+    if (fork) {  // children of the targets join them, and leave at their exit
+      run.fork_event = on_tracepoint(fork_id, gen::kForkProgram);
+      run.exit_event = on_tracepoint(exit_id, gen::kExitProgram);
+    }
+    if (plan.arm_on_exec)
+      run.exec_event = on_tracepoint(exec_id, gen::kExecProgram);
+    run.reader = std::make_unique<gen::Reader>(
+        *run.object, std::move(*prog), gen::ReaderOptions{.syscall_name = [](std::int64_t nr) {
+          return std::string(core::syscall_name(nr));
+        }});
+    runs.push_back(std::move(run));
+  }
+  return runs;
+}
+
+void absorb_runs(std::span<Run> runs,
+                 std::span<const std::unique_ptr<Pipeline>> pipelines,
+                 Engine& engine,
+                 bool final,
+                 std::chrono::nanoseconds now) {
+  std::vector<std::optional<Result<gen::Snapshot>>> snaps;
+  bool stacks = false;
+  for (auto& run : runs) {
+    const Pipeline& p = *pipelines[run.pipeline];
+    bool due = final || p.tracks_maps() || p.output_due(now);
+    if (!due) {
+      auto filling = run.reader->filling();
+      due = !filling || *filling;  // a failed read: flip, and report its error there
+    }
+    if (!due) {
+      snaps.emplace_back();
+      continue;
+    }
+    snaps.emplace_back(run.reader->flip_and_read());
+    stacks = stacks || p.tracks_maps();
+  }
+  // Every event of these rows happened before the flip, and so did the task records (MMAP2,
+  // FORK, exec COMM) of their processes: read the rings now, so that the symbolizer has those
+  // maps before the rows' stacks are named (a process may be gone by then).
+  if (stacks)
+    engine.drain_now();
+  for (std::size_t k = 0; k < runs.size(); ++k) {
+    auto& run = runs[k];
+    if (!snaps[k])
+      continue;  // not read this tick
+    auto& snap = *snaps[k];
+    if (!snap) {
+      std::fprintf(stderr, "tracer: pipeline %zu in the kernel: reading its maps: %s\n",
+                   run.pipeline + 1, snap.error().message.c_str());
+      continue;
+    }
+    Pipeline& p = *pipelines[run.pipeline];
+    p.flush_order();  // the task records so far, in time order
+    std::vector<KernelRow> rows;
+    rows.reserve(snap->rows.size());
+    for (auto& r : snap->rows) {
+      KernelRow row;
+      row.keys.reserve(r.keys.size());
+      for (auto& cell : r.keys) {  // gen::Cell is tracer's, a stack as KernelIps
+        std::visit(
+            [&row](auto& c) {
+              using T = std::decay_t<decltype(c)>;
+              if constexpr (std::is_same_v<T, gen::Ips>)
+                row.keys.emplace_back(KernelIps{.ips = std::move(c.ips), .pid = c.pid});
+              else
+                row.keys.emplace_back(std::move(c));
+            },
+            cell);
+      }
+      rows.push_back(KernelRow{.keys = std::move(row.keys),
+                               .count = r.count,
+                               .value = r.value,
+                               .counts = std::move(r.counts),
+                               .min = r.min,
+                               .max = r.max});
+    }
+    if (auto* agg = p.stage(run.place.aggregation).aggregation())
+      agg->absorb(rows);
+    if (run.place.latency) {
+      const auto& l = snap->pipeline;
+      p.stage(*run.place.latency)
+          .absorb_counters({.paired = l.paired,
+                            .unmatched_exits = l.unmatched_exits,
+                            .unmatched_entries = l.unmatched_entries,
+                            .out_of_order = l.out_of_order,
+                            .entries_dropped = l.entries_dropped,
+                            .pending = snap->pending});
+    }
+    run.last = std::move(snap->probes);
+    run.targets_dropped = snap->pipeline.targets_dropped;
+  }
+}
+
+void add_run_stats(std::span<const Run> runs,
+                   Stats& stats,
+                   const std::function<bool(std::uint32_t)>& counting) {
+  // In-kernel pipelines: the events each probe's program saw (per CPU) and the events whose key
+  // did not fit the map, as of the last read.
+  for (const auto& run : runs) {
+    for (std::size_t i = 0; i < run.last.size() && i < run.place.probes.size(); ++i) {
+      const std::uint32_t pi = run.place.probes[i];
+      if (pi >= stats.probes.size())
+        continue;
+      auto& ps = stats.probes[pi];
+      ps.kernel_dropped += run.last[i].total.map_full + run.last[i].total.stacks_lost;
+      ps.kernel_stacks_lost += run.last[i].total.stacks_lost;
+      ps.keys_truncated += run.last[i].total.truncated;
+      ps.string_faults += run.last[i].total.read_faults;
+      ps.kernel_contended += run.last[i].total.contended;
+      ps.targets_dropped = std::max(ps.targets_dropped, run.targets_dropped);
+      // The probe's own generated program: its skips are this probe's alone (a hit counter or
+      // delivery program on the same tracepoint was skipped for the same hits).
+      if (run.last[i].recursion_misses >= ps.bpf_skipped && run.last[i].recursion_misses != 0) {
+        ps.bpf_skipped = run.last[i].recursion_misses;
+        ps.bpf_skipped_shared = false;
+      }
+      const bool counts = counting(pi);
+      if (counts)  // the program's hits per CPU are the count: not also the event's own
+        std::erase_if(ps.per_cpu, [](const auto& e) { return e.first < 0; });
+      for (std::size_t cpu = 0; cpu < run.last[i].hits_per_cpu.size(); ++cpu) {
+        const std::uint64_t hits = run.last[i].hits_per_cpu[cpu];
+        auto it = std::find_if(ps.per_cpu.begin(), ps.per_cpu.end(),
+                               [&](const auto& e) { return e.first == static_cast<int>(cpu); });
+        if (it == ps.per_cpu.end()) {
+          if (hits == 0)
+            continue;
+          ps.per_cpu.emplace_back(static_cast<int>(cpu), RingStats{});
+          it = ps.per_cpu.end() - 1;
+        }
+        if (counts) {  // no ring: the events are the program's, its count the kernel's
+          it->second.samples = hits;
+          it->second.kernel_hits = 0;
+          it->second.missed = 0;
+        } else
+          it->second.kernel_hits = std::max(it->second.kernel_hits, hits);
+      }
+    }
+  }
+}
+
+}  // namespace tracer::kernel
