@@ -21,7 +21,6 @@
 #include <vector>
 
 #include "core/probe_resolver.hpp"
-#include "tracer/perf/ring_reader.hpp"
 #include "core/ring_wait.hpp"
 #include "core/targets.hpp"
 #include "core/tp_delivery.hpp"
@@ -30,6 +29,7 @@
 #include "tracer/engine.hpp"
 #include "tracer/error.hpp"
 #include "tracer/perf/event.hpp"
+#include "tracer/perf/ring_reader.hpp"
 #include "tracer/tracefs/dynamic_probes.hpp"
 
 namespace tracer {

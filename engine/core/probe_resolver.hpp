@@ -6,9 +6,9 @@
 #include <optional>
 #include <string>
 
-#include "tracer/probe.hpp"
 #include "tracer/perf/event_attr.hpp"
 #include "tracer/perf/ring.hpp"
+#include "tracer/probe.hpp"
 #include "tracer/tracefs/dynamic_probes.hpp"
 #include "tracer/tracefs/tracefs.hpp"
 

@@ -1,0 +1,112 @@
+// Sinks, and cells as text.
+#include "tracer/table.hpp"
+
+#include "tracer/output_file.hpp"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cerrno>
+#include <charconv>
+#include <cstddef>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <new>
+#include <ranges>
+#include <system_error>
+#include <type_traits>
+
+#include "common/edit_distance.hpp"
+#include "core/recipe_schema.hpp"
+#include "tracer/duration.hpp"
+#include "tracer/perf/abi.hpp"
+#include "tracer/syscall_names.hpp"
+
+#if defined(__x86_64__)
+#include <asm/perf_regs.h>
+#endif
+
+namespace tracer {
+
+// Sink
+
+void Sink::Closer::operator()(std::FILE* f) const noexcept {
+  if (f != nullptr)
+    std::fclose(f);
+}
+
+Sink Sink::to_file(std::FILE* file) noexcept {
+  Sink s;
+  s.file_ = file;
+  return s;
+}
+
+Sink Sink::to_string(std::string* text) noexcept {
+  Sink s;
+  s.text_ = text;
+  return s;
+}
+
+Result<Sink> Sink::open(const std::string& path) {
+  TRACER_ASSIGN_OR_RETURN(auto fd, open_output_file(path));
+  std::FILE* f = ::fdopen(fd.get(), "w");
+  if (f == nullptr) {
+    const int err = errno;
+    return fail(err, fmt::format("sink: cannot write '{}': {}", path, std::strerror(err)));
+  }
+  [[maybe_unused]] const int owned_by_file = fd.release();
+  Sink s;
+  s.owned_.reset(f);
+  s.file_ = f;
+  return s;
+}
+
+void Sink::write(std::string_view bytes) noexcept {
+  if (text_ != nullptr) {
+    try {
+      text_->append(bytes);
+    } catch (...) {  // NOLINT(bugprone-empty-catch): a test sink out of memory drops output
+    }
+  } else if (file_ != nullptr) {
+    if (std::fwrite(bytes.data(), 1, bytes.size(), file_) != bytes.size() && error_ == 0)
+      error_ = errno != 0 ? errno : EIO;
+  }
+}
+
+void Sink::flush() noexcept {
+  if (file_ != nullptr && (std::fflush(file_) != 0 || std::ferror(file_) != 0) && error_ == 0)
+    error_ = errno != 0 ? errno : EIO;
+}
+
+std::string folded_text(const Stack& s) {
+  std::string out;
+  for (const auto& f : std::views::reverse(s.frames)) {
+    if (!out.empty())
+      out += ';';
+    out += symbols::frame_label(f, /*with_offset=*/false);
+  }
+  return out;
+}
+
+std::string to_text(const Cell& c) {
+  return std::visit(
+      [](const auto& v) -> std::string {
+        using T = std::decay_t<decltype(v)>;
+        if constexpr (std::is_same_v<T, std::monostate>)
+          return {};
+        else if constexpr (std::is_same_v<T, std::string>)
+          return v;
+        else if constexpr (std::is_same_v<T, Stack>)
+          return folded_text(v);
+        else
+          return fmt::format("{}", v);
+      },
+      c);
+}
+
+}  // namespace tracer
