@@ -7,8 +7,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "common/edit_distance.hpp"
 #include "tracer/bpf/object.hpp"
+#include "tracer/common/edit_distance.hpp"
 
 namespace tracer::bpf {
 namespace {

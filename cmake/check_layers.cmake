@@ -1,9 +1,13 @@
-# The layer rule of docs/architecture.md, checked on every build (cmake -P, from the target
-# tracer_layers): a source file includes project headers of its own layer and of the layers
-# below it only. Public headers are split per layer already (each layer's target exposes its own
-# include/ directory), so a public header of a higher layer does not even resolve; this check
-# covers the private headers every layer reaches through the engine/ root ("core/...",
-# "common/...") and the public headers the include path still finds.
+# The layer rules of docs/architecture.md, checked on every build (cmake -P, from the target
+# tracer_layer_check):
+# - a file includes public headers ("tracer/...") of its own layer and of the layers below it
+#   only;
+# - private headers are private: a layer's private headers are its files outside include/, and
+#   only that layer's files include them (a public header includes none). The exceptions are
+#   files the build generates and the shipped BPF programs' shared headers (bpf/progs/*.h).
+# Each layer's target already exposes only its own include/ directory and its own folder, so a
+# higher layer's header or another layer's private one does not resolve; this check names the
+# include that tries, with the rule it breaks.
 #
 #   cmake -DTRACER_SOURCE_DIR=<repo> -P cmake/check_layers.cmake
 cmake_minimum_required(VERSION 3.25)
@@ -38,15 +42,11 @@ set(allow_kernel common perf tracefs bpf symbols model perfdata core stages kern
 set(allow_session common perf tracefs bpf symbols model perfdata core stages kernel session)
 set(allow_cli common perf tracefs bpf symbols model perfdata core stages kernel session cli)
 
-# The layer a quoted include belongs to, or "" for a header outside the project's layers.
+# The layer whose public header a "tracer/..." include names, or "" for none.
 function(layer_of include out)
   set(layer "")
-  if(include MATCHES "^tracer/(perf|tracefs|bpf|symbols|perfdata|kernel)/")
+  if(include MATCHES "^tracer/(common|perf|tracefs|bpf|symbols|perfdata|kernel)/")
     set(layer ${CMAKE_MATCH_1})
-  elseif(include MATCHES "^(common|model|core|perf|tracefs|bpf|symbols|perfdata|kernel|session)/")
-    set(layer ${CMAKE_MATCH_1})
-  elseif(include MATCHES "^plugins/")
-    set(layer stages)
   elseif(include MATCHES "^tracer/([a-z_]+)\\.hpp$")
     # Top-level public headers: the layer whose include/ directory holds them.
     foreach(candidate common model core stages session)
@@ -62,28 +62,67 @@ function(layer_of include out)
 endfunction()
 
 set(violations "")
+set(private_violations "")
 foreach(layer IN LISTS layer_names)
-  file(GLOB_RECURSE files "${TRACER_SOURCE_DIR}/${dir_${layer}}/*.cpp"
-       "${TRACER_SOURCE_DIR}/${dir_${layer}}/*.hpp" "${TRACER_SOURCE_DIR}/${dir_${layer}}/*.h")
+  set(layer_dir "${TRACER_SOURCE_DIR}/${dir_${layer}}")
+  file(GLOB_RECURSE files "${layer_dir}/*.cpp" "${layer_dir}/*.hpp" "${layer_dir}/*.h")
   foreach(file IN LISTS files)
+    file(RELATIVE_PATH rel "${TRACER_SOURCE_DIR}" "${file}")
+    if(rel MATCHES "^bpf/progs/")
+      continue()  # BPF C: built by clang for the kernel, not part of a layer's C++
+    endif()
+    get_filename_component(file_dir "${file}" DIRECTORY)
+    string(FIND "${rel}/" "/include/" public_at)
     file(STRINGS "${file}" lines REGEX "^[ \t]*#[ \t]*include[ \t]+\"")
     foreach(line IN LISTS lines)
       string(REGEX REPLACE "^[ \t]*#[ \t]*include[ \t]+\"([^\"]+)\".*" "\\1" include "${line}")
-      layer_of("${include}" target)
-      if(target STREQUAL "" OR target IN_LIST allow_${layer})
+      if(include MATCHES "^tracer/")
+        layer_of("${include}" target)
+        if(target STREQUAL "" OR target IN_LIST allow_${layer})
+          continue()
+        endif()
+        string(APPEND violations
+               "  ${rel}: layer '${layer}' includes \"${include}\" of layer '${target}'\n")
         continue()
       endif()
-      file(RELATIVE_PATH rel "${TRACER_SOURCE_DIR}" "${file}")
-      string(APPEND violations
-             "  ${rel}: layer '${layer}' includes \"${include}\" of layer '${target}'\n")
+      # A private header: the layer's own (beside the file or under the layer's directory), a
+      # file the build generates (*.inc, *.skel.h), or the shipped BPF programs' shared headers
+      # (bpf/progs/*.h: the structs the programs write and user space reads) above bpf.
+      if(include MATCHES "\\.(inc|skel\\.h)$")
+        continue()
+      endif()
+      if(NOT public_at EQUAL -1)
+        string(APPEND private_violations
+               "  ${rel}: a public header includes the private header \"${include}\"\n")
+        continue()
+      endif()
+      if(EXISTS "${file_dir}/${include}" OR EXISTS "${layer_dir}/${include}")
+        continue()
+      endif()
+      if(EXISTS "${TRACER_SOURCE_DIR}/bpf/progs/${include}" AND "bpf" IN_LIST allow_${layer})
+        continue()
+      endif()
+      string(APPEND private_violations
+             "  ${rel}: layer '${layer}' includes \"${include}\", which is no header of its own\n")
     endforeach()
   endforeach()
 endforeach()
 
+set(report "")
 if(violations)
-  message(FATAL_ERROR
-          "layering: a layer includes a header of a layer above it (order: ${layer_names}; "
-          "docs/architecture.md):\n${violations}"
-          "Move the shared code down to the lowest layer that needs it, or pass what the lower "
-          "layer needs in as a parameter.")
+  string(APPEND report
+         "a layer includes a header of a layer above it (order: ${layer_names}; "
+         "docs/architecture.md):\n${violations}"
+         "Move the shared code down to the lowest layer that needs it, or pass what the lower "
+         "layer needs in as a parameter.\n")
+endif()
+if(private_violations)
+  string(APPEND report
+         "private headers are private (a layer's private headers are its files outside its "
+         "include/ directory):\n${private_violations}"
+         "Give what other layers need a public header in the owning layer's include/tracer/, or "
+         "move the code to the layer that uses it.\n")
+endif()
+if(report)
+  message(FATAL_ERROR "layering: ${report}")
 endif()

@@ -1,4 +1,4 @@
-#include "common/buckets.hpp"
+#include "tracer/common/buckets.hpp"
 
 #include <fmt/format.h>
 

@@ -1,5 +1,5 @@
 // Reading /proc/config.gz or /boot/config-<release>.
-#include "common/kernel_config.hpp"
+#include "tracer/common/kernel_config.hpp"
 
 #include <fcntl.h>
 #include <fmt/core.h>

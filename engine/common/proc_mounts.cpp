@@ -1,9 +1,9 @@
-#include "common/proc_mounts.hpp"
+#include "tracer/common/proc_mounts.hpp"
 
 #include <system_error>
 #include <utility>
 
-#include "common/text_file.hpp"
+#include "tracer/common/text_file.hpp"
 
 namespace tracer::detail {
 

@@ -1,4 +1,4 @@
-#include "common/text_file.hpp"
+#include "tracer/common/text_file.hpp"
 
 #include <fcntl.h>
 #include <fmt/format.h>

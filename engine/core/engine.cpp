@@ -8,9 +8,9 @@
 #include <boost/asio/post.hpp>
 #include <chrono>
 
-#include "core/engine_impl.hpp"
-#include "core/privileges.hpp"
-#include "core/ring_budget.hpp"
+#include "engine_impl.hpp"
+#include "privileges.hpp"
+#include "ring_budget.hpp"
 #include "tracer/perf/software.hpp"
 
 namespace tracer {

@@ -6,9 +6,9 @@
 
 #include <algorithm>
 
-#include "common/edit_distance.hpp"
-#include "core/engine_impl.hpp"
+#include "engine_impl.hpp"
 #include "tracer/bpf/maps.hpp"
+#include "tracer/common/edit_distance.hpp"
 #include "tracer/diagnostics.hpp"
 
 namespace tracer {

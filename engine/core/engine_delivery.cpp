@@ -7,9 +7,9 @@
 #include <algorithm>
 #include <bit>
 
-#include "core/engine_impl.hpp"
-#include "progs/tp_deliver.h"
-#include "progs/tp_hits.h"
+#include "engine_impl.hpp"
+#include "tp_deliver.h"
+#include "tp_hits.h"
 
 namespace tracer {
 
@@ -127,7 +127,8 @@ void Engine::Impl::open_delivery() {
                                     .group_dead_offset = group_dead_offset(),
                                     .target_tasks = opts.target.kind == Target::Kind::kPid ||
                                                     opts.target.kind == Target::Kind::kCommand,
-                                    .max_targets = opts.max_targets};
+                                    .max_targets = opts.max_targets,
+                                    .max_batch = opts.max_batch};
   auto d = core::TracepointDelivery::open(delivered.size(), dopts);
   if (!d) {
     // Without BPF delivery the probes sample through their own events, as before.

@@ -20,10 +20,10 @@
 #include <string>
 #include <vector>
 
-#include "core/probe_resolver.hpp"
-#include "core/ring_wait.hpp"
-#include "core/targets.hpp"
-#include "core/tp_delivery.hpp"
+#include "probe_resolver.hpp"
+#include "ring_wait.hpp"
+#include "targets.hpp"
+#include "tp_delivery.hpp"
 #include "tracer/bpf/object.hpp"
 #include "tracer/bpf/output_channel.hpp"
 #include "tracer/engine.hpp"

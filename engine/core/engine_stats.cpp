@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <tuple>
 
-#include "core/engine_impl.hpp"
+#include "engine_impl.hpp"
 
 namespace tracer {
 

@@ -1,4 +1,4 @@
-#include "core/privileges.hpp"
+#include "privileges.hpp"
 
 #include <fmt/format.h>
 #include <unistd.h>

@@ -1,5 +1,5 @@
 // Choosing between the probe PMUs and tracefs dynamic events, and building PMU attrs.
-#include "core/probe_backend.hpp"
+#include "probe_backend.hpp"
 
 #include <fmt/core.h>
 
@@ -7,8 +7,8 @@
 #include <optional>
 #include <system_error>
 
-#include "common/kernel_config.hpp"
 #include "tracer/check.hpp"
+#include "tracer/common/kernel_config.hpp"
 #include "tracer/perf/pmu.hpp"
 #include "tracer/tracefs/tracefs.hpp"
 

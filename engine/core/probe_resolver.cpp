@@ -1,4 +1,4 @@
-#include "core/probe_resolver.hpp"
+#include "probe_resolver.hpp"
 
 #include <asm/perf_regs.h>
 #include <fmt/format.h>
@@ -10,7 +10,7 @@
 #include <ctime>
 #include <filesystem>
 
-#include "core/probe_backend.hpp"
+#include "probe_backend.hpp"
 #include "tracer/error.hpp"
 #include "tracer/perf/hw_events.hpp"
 #include "tracer/perf/pmu.hpp"

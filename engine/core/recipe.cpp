@@ -10,11 +10,11 @@
 #include <algorithm>
 #include <utility>
 
-#include "common/text_file.hpp"
-#include "core/recipe_probe.hpp"
-#include "core/recipe_schema.hpp"
-#include "core/recipe_subst.hpp"
-#include "core/recipe_toml.hpp"
+#include "recipe_probe.hpp"
+#include "recipe_schema.hpp"
+#include "recipe_subst.hpp"
+#include "recipe_toml.hpp"
+#include "tracer/common/text_file.hpp"
 
 namespace tracer {
 

@@ -1,4 +1,4 @@
-#include "core/recipe_probe.hpp"
+#include "recipe_probe.hpp"
 
 #include <fmt/format.h>
 #include <linux/perf_event.h>
@@ -14,7 +14,7 @@
 #include <optional>
 #include <string>
 
-#include "core/recipe_schema.hpp"
+#include "recipe_schema.hpp"
 #include "tracer/tracefs/tracefs.hpp"
 
 namespace tracer::core {

@@ -1,8 +1,8 @@
-#include "core/recipe_schema.hpp"
+#include "recipe_schema.hpp"
 
 #include <fmt/format.h>
 
-#include "common/edit_distance.hpp"
+#include "tracer/common/edit_distance.hpp"
 #include "tracer/duration.hpp"
 
 namespace tracer::core {

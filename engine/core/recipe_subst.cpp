@@ -1,4 +1,4 @@
-#include "core/recipe_subst.hpp"
+#include "recipe_subst.hpp"
 
 #include <fmt/format.h>
 
@@ -7,8 +7,8 @@
 #include <string_view>
 #include <utility>
 
-#include "core/recipe_schema.hpp"
-#include "core/recipe_toml.hpp"
+#include "recipe_schema.hpp"
+#include "recipe_toml.hpp"
 
 namespace tracer::core {
 namespace {

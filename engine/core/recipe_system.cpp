@@ -8,9 +8,9 @@
 #include <cerrno>
 #include <filesystem>
 
-#include "common/text_file.hpp"
-#include "core/recipe_schema.hpp"
+#include "recipe_schema.hpp"
 #include "tracer/bpf/object.hpp"
+#include "tracer/common/text_file.hpp"
 #include "tracer/recipe.hpp"
 #include "tracer/symbols/uprobe_target.hpp"
 #include "tracer/tracefs/filter.hpp"

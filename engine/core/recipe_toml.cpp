@@ -1,4 +1,4 @@
-#include "core/recipe_toml.hpp"
+#include "recipe_toml.hpp"
 
 #include <toml++/toml.h>
 #include <algorithm>

@@ -1,4 +1,4 @@
-#include "core/ring_budget.hpp"
+#include "ring_budget.hpp"
 
 #include <fmt/format.h>
 #include <sys/resource.h>

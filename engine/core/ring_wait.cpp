@@ -1,4 +1,4 @@
-#include "core/ring_wait.hpp"
+#include "ring_wait.hpp"
 
 #include <boost/asio/execution/context.hpp>
 #include <boost/asio/query.hpp>

@@ -1,7 +1,7 @@
 // Schema: field names to accessors, per probe, once per run.
 #include "tracer/schema.hpp"
 
-#include "core/event_fields.hpp"
+#include "event_fields.hpp"
 
 #include "tracer/output_file.hpp"
 
@@ -23,8 +23,8 @@
 #include <system_error>
 #include <type_traits>
 
-#include "common/edit_distance.hpp"
-#include "core/recipe_schema.hpp"
+#include "recipe_schema.hpp"
+#include "tracer/common/edit_distance.hpp"
 #include "tracer/duration.hpp"
 #include "tracer/perf/abi.hpp"
 #include "tracer/syscall_names.hpp"

@@ -21,8 +21,8 @@
 #include <system_error>
 #include <type_traits>
 
-#include "common/edit_distance.hpp"
-#include "core/recipe_schema.hpp"
+#include "recipe_schema.hpp"
+#include "tracer/common/edit_distance.hpp"
 #include "tracer/duration.hpp"
 #include "tracer/perf/abi.hpp"
 #include "tracer/syscall_names.hpp"

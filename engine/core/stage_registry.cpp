@@ -7,7 +7,7 @@
 #include <ranges>
 #include <system_error>
 
-#include "common/edit_distance.hpp"
+#include "tracer/common/edit_distance.hpp"
 #include "tracer/stage.hpp"
 
 namespace tracer {

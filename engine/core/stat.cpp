@@ -16,7 +16,7 @@
 #include <string_view>
 #include <thread>
 
-#include "common/edit_distance.hpp"
+#include "tracer/common/edit_distance.hpp"
 #include "tracer/error.hpp"
 #include "tracer/perf/event.hpp"
 #include "tracer/perf/hw_events.hpp"

@@ -1,4 +1,4 @@
-#include "core/targets.hpp"
+#include "targets.hpp"
 
 #include <fcntl.h>
 #include <fmt/format.h>

@@ -1,4 +1,4 @@
-#include "core/tp_delivery.hpp"
+#include "tp_delivery.hpp"
 
 #include <fcntl.h>
 #include <linux/perf_event.h>
@@ -10,14 +10,14 @@
 
 #include <fmt/format.h>
 
-#include "progs/tp_deliver.h"
-#include "progs/tp_hits.h"
+#include "tp_deliver.h"
+#include "tp_hits.h"
 
 namespace tracer::core {
 namespace {
 
-// Rebuilt samples handed on at once at most (bytes), and records (a batch of RecordRefs stays
-// in the caches while the stages read it: EngineOptions::max_batch's reasoning).
+// Rebuilt samples handed on at once at most, in bytes (and in records: DeliveryOptions::
+// max_batch).
 constexpr std::size_t kBytes = std::size_t{1} << 18;
 // Samples handed on in place at once: their records (about 60 bytes each for a syscall's) stay
 // in L1 between the pass that finds them and the stages' pass.
@@ -117,6 +117,8 @@ Result<TracepointDelivery> TracepointDelivery::open(std::size_t slots,
   d.delivered_.assign(slots * d.cpus_, 0);
   d.unprocessed_.assign(slots * d.cpus_, 0);
   d.buf_ = std::make_unique<std::byte[]>(kBytes);
+  d.max_batch_ = std::max<std::size_t>(1, opts.max_batch);
+  d.refs_.reserve(d.max_batch_);
   d.compact_.resize(kCompact);
   return d;
 }
@@ -283,7 +285,7 @@ void TracepointDelivery::add(const DeliveredHeader& s,
   const std::size_t size = raw.size();
   const std::size_t raw_size = (size + sizeof(std::uint32_t) + 7) / 8 * 8 - sizeof(std::uint32_t);
   const std::size_t total = 8 + 8 + 8 + 8 + 8 + 4 + raw_size;
-  if (used_ + total > kBytes)
+  if (used_ + total > kBytes || nrefs_ == max_batch_)
     flush(out);
   std::byte* p = buf_.get() + used_;
   used_ += total;

@@ -107,6 +107,9 @@ struct DeliveryOptions {
   /// Records of a small fixed size are read with direct loads (tp_deliver_q<N>); false: every
   /// record with bpf_probe_read_kernel (tp_deliver), as a reference.
   bool direct_loads = true;
+  /// Rebuilt records handed on at once at most (EngineOptions::max_batch: the batch's
+  /// RecordRefs stay in the caches while the stages read them).
+  std::uint32_t max_batch = 64;
 };
 
 /// True when this kernel has BPF_MAP_TYPE_RINGBUF (5.8+).
@@ -207,6 +210,7 @@ class TracepointDelivery {
   std::size_t used_ = 0;                    // bytes of buf_ in use
   std::vector<RecordRef> refs_;             // slots reused batch after batch (their Samples too)
   std::size_t nrefs_ = 0;                   // slots of this batch
+  std::size_t max_batch_ = 64;              // slots of a batch at most (DeliveryOptions)
   std::vector<DeliveredSample> compact_;    // samples of a batch handed on in place (kCompact)
   std::size_t ncompact_ = 0;
 };

@@ -127,7 +127,7 @@ void emit_maps(const KernelPlan& plan, const Layout& l, bool tgid_map, Writer& w
   if (agg.kind == AggKind::kMin || agg.kind == AggKind::kMax) {
     w.line(
         "/* min: INT64_MAX -> 0 ... INT64_MIN -> ~0; max: INT64_MIN -> 0 ... INT64_MAX -> ~0 "
-        "(bpf/kernel_reader.cpp decodes). */");
+        "(engine/kernel/reader.cpp decodes). */");
     w.line("#define TR_ORDER(v) ((__u64)(v) ^ {:#x}ULL)", min_max_xor(agg.kind));
   }
   w.blank();

@@ -89,7 +89,7 @@ class ProbeGen {
     if (aggregates(role)) {
       w_.line(
           "/* Read once: every update of this event goes to one generation (the flip's grace "
-          "period, bpf/kernel_reader.cpp). */");
+          "period, engine/kernel/reader.cpp). */");
       w_.line("__u32 tr_g = *(volatile __u32 *)&tr_gen;");
     }
     if (p_.probe_filter.empty()) {

@@ -9,7 +9,7 @@
 #include <algorithm>
 #include <utility>
 
-#include "common/text_file.hpp"
+#include "tracer/common/text_file.hpp"
 #include "tracer/error.hpp"
 #include "tracer/stages.hpp"
 #include "tracer/tracefs/tracefs.hpp"

@@ -20,7 +20,7 @@
 #include <bpf/bpf.h>
 
 #include <bpf/libbpf.h>
-#include "common/buckets.hpp"
+#include "tracer/common/buckets.hpp"
 
 #include <algorithm>
 #include <cerrno>

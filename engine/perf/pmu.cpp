@@ -1,6 +1,6 @@
 // PMU discovery from /sys/bus/event_source/devices, perf term encoding and capability probing.
 #include "tracer/perf/pmu.hpp"
-#include "common/text_file.hpp"
+#include "tracer/common/text_file.hpp"
 
 #include <fcntl.h>
 #include <fmt/core.h>
@@ -17,8 +17,8 @@
 #include <system_error>
 #include <utility>
 
-#include "common/kernel_config.hpp"
-#include "common/proc_mounts.hpp"
+#include "tracer/common/kernel_config.hpp"
+#include "tracer/common/proc_mounts.hpp"
 #include "tracer/unique_fd.hpp"
 
 namespace tracer::perf {

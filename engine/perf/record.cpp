@@ -1,7 +1,7 @@
 #include "tracer/perf/record.hpp"
 
-#include "common/byte_cursor.hpp"
-#include "perf/sample_decode.hpp"
+#include "sample_decode.hpp"
+#include "tracer/common/byte_cursor.hpp"
 
 #include <bit>
 

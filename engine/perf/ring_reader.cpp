@@ -1,6 +1,6 @@
 #include "tracer/perf/ring_reader.hpp"
 
-#include "perf/sample_decode.hpp"
+#include "sample_decode.hpp"
 
 namespace tracer::perf {
 

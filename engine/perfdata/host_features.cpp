@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "common/text_file.hpp"
+#include "tracer/common/text_file.hpp"
 #include "tracer/perf/software.hpp"
 #include "tracer/perfdata/writer.hpp"
 #include "tracer/symbols/symbols.hpp"

@@ -10,7 +10,7 @@
 #include <string>
 #include <string_view>
 
-#include "common/byte_cursor.hpp"
+#include "tracer/common/byte_cursor.hpp"
 #include "tracer/perf/record.hpp"
 #include "tracer/tracefs/tracefs.hpp"
 

@@ -18,7 +18,7 @@
 #include <cstring>
 #include <limits>
 
-#include "perfdata/internal.hpp"
+#include "internal.hpp"
 #include "tracer/perf/abi.hpp"
 
 namespace tracer::perfdata {

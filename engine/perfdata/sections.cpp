@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "perfdata/internal.hpp"
+#include "internal.hpp"
 #include "tracer/perf/abi.hpp"
 #include "tracer/perfdata/reader.hpp"
 

@@ -7,7 +7,7 @@
 #include <bit>
 #include <cstring>
 
-#include "perfdata/internal.hpp"
+#include "internal.hpp"
 #include "tracer/perf/abi.hpp"
 #include "tracer/perfdata/format.hpp"
 

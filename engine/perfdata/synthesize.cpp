@@ -1,5 +1,5 @@
 // The records perf record synthesizes from /proc (see synthesize.hpp).
-#include "perfdata/synthesize.hpp"
+#include "synthesize.hpp"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -12,7 +12,7 @@
 #include <cstdio>
 #include <cstring>
 
-#include "perfdata/record_bytes.hpp"
+#include "record_bytes.hpp"
 #include "tracer/perf/abi.hpp"
 
 namespace tracer::perfdata::detail {

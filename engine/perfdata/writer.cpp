@@ -33,8 +33,8 @@
 #include <optional>
 #include <utility>
 
-#include "perfdata/record_bytes.hpp"
-#include "perfdata/synthesize.hpp"
+#include "record_bytes.hpp"
+#include "synthesize.hpp"
 #include "tracer/perf/abi.hpp"
 #include "tracer/perf/event_attr.hpp"
 #include "tracer/perf/software.hpp"

@@ -20,7 +20,7 @@
 #include <utility>
 #include <vector>
 
-#include "symbols/symbols_internal.hpp"
+#include "symbols_internal.hpp"
 #include "tracer/symbols/symbols.hpp"
 #include "tracer/unique_fd.hpp"
 

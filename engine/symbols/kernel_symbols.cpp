@@ -6,8 +6,8 @@
 #include <charconv>
 #include <cstring>
 
-#include "common/text_file.hpp"
-#include "symbols/symbols_internal.hpp"
+#include "symbols_internal.hpp"
+#include "tracer/common/text_file.hpp"
 #include "tracer/symbols/symbols.hpp"
 
 namespace tracer::symbols {
@@ -77,7 +77,7 @@ Result<KernelSymbols> KernelSymbols::load(const std::filesystem::path& path) {
   out.restricted_ = !syms.empty() && all_zero;
   out.text_ = std::move(shared);
   // std::sort with the file order as the last key: stable_sort's temporary buffer is deprecated
-  // under clang's C++23 (bpf/codegen.cpp).
+  // under clang's C++23 (engine/kernel/codegen*.cpp).
   const auto before = [](const Row& a, const Row& b) {
     if (a.start != b.start)
       return a.start < b.start;

@@ -18,10 +18,10 @@
 #include <unordered_set>
 #include <utility>
 
-#include "common/text_file.hpp"
-#include "symbols/symbols_internal.hpp"
-#include "symbols/unwind.hpp"
+#include "symbols_internal.hpp"
+#include "tracer/common/text_file.hpp"
 #include "tracer/symbols/symbols.hpp"
+#include "unwind.hpp"
 
 namespace tracer::symbols {
 

@@ -12,8 +12,8 @@
 #include <cstring>
 #include <memory>
 
-#include "common/text_file.hpp"
-#include "symbols/symbols_internal.hpp"
+#include "symbols_internal.hpp"
+#include "tracer/common/text_file.hpp"
 #include "tracer/unique_fd.hpp"
 
 namespace tracer::symbols::detail {

@@ -1,4 +1,4 @@
-#include "symbols/unwind.hpp"
+#include "unwind.hpp"
 
 #include <elfutils/libdwfl.h>
 

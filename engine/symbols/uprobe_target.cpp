@@ -1,6 +1,6 @@
 // ELF function symbols to file offsets (libelf/gelf), and binary names to paths.
 #include "tracer/symbols/uprobe_target.hpp"
-#include "common/text_file.hpp"
+#include "tracer/common/text_file.hpp"
 
 #include <fcntl.h>
 #include <fmt/core.h>
@@ -23,8 +23,8 @@
 #include <utility>
 #include <vector>
 
-#include "common/edit_distance.hpp"
-#include "symbols/symbols_internal.hpp"
+#include "symbols_internal.hpp"
+#include "tracer/common/edit_distance.hpp"
 #include "tracer/unique_fd.hpp"
 
 namespace tracer::symbols {

@@ -1,6 +1,6 @@
 // Dynamic kprobe/uprobe events through tracefs (kernel/trace/trace_kprobe.c, trace_uprobe.c).
 #include "tracer/tracefs/dynamic_probes.hpp"
-#include "common/text_file.hpp"
+#include "tracer/common/text_file.hpp"
 
 #include <fcntl.h>
 #include <fmt/core.h>

@@ -1,7 +1,7 @@
 // tracefs: locating/mounting it, listing tracepoints, parsing `format` files and reading fields
 // out of PERF_SAMPLE_RAW payloads.
 #include "tracer/tracefs/tracefs.hpp"
-#include "common/text_file.hpp"
+#include "tracer/common/text_file.hpp"
 
 #include <fcntl.h>
 #include <fmt/core.h>
@@ -20,8 +20,8 @@
 #include <tuple>
 #include <utility>
 
-#include "common/edit_distance.hpp"
-#include "common/proc_mounts.hpp"
+#include "tracer/common/edit_distance.hpp"
+#include "tracer/common/proc_mounts.hpp"
 #include "tracer/unique_fd.hpp"
 
 namespace tracer::tracefs {

@@ -1,4 +1,4 @@
-#include "plugins/stages/aggregate.hpp"
+#include "aggregate.hpp"
 
 #include <fmt/format.h>
 

@@ -2,19 +2,19 @@
 // StageRegistry::from_table() checks it for duplicate names at startup.
 #include "tracer/stages.hpp"
 
-#include "plugins/stages/bpf_map.hpp"
-#include "plugins/stages/csv.hpp"
-#include "plugins/stages/filter.hpp"
-#include "plugins/stages/flamegraph.hpp"
-#include "plugins/stages/folded.hpp"
-#include "plugins/stages/hist.hpp"
-#include "plugins/stages/jsonl.hpp"
-#include "plugins/stages/latency.hpp"
-#include "plugins/stages/lhist.hpp"
-#include "plugins/stages/perf_data.hpp"
-#include "plugins/stages/print.hpp"
-#include "plugins/stages/quantiles.hpp"
-#include "plugins/stages/scalar.hpp"
+#include "bpf_map.hpp"
+#include "csv.hpp"
+#include "filter.hpp"
+#include "flamegraph.hpp"
+#include "folded.hpp"
+#include "hist.hpp"
+#include "jsonl.hpp"
+#include "latency.hpp"
+#include "lhist.hpp"
+#include "perf_data.hpp"
+#include "print.hpp"
+#include "quantiles.hpp"
+#include "scalar.hpp"
 
 namespace tracer {
 

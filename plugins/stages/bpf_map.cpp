@@ -1,4 +1,4 @@
-#include "plugins/stages/bpf_map.hpp"
+#include "bpf_map.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "common/edit_distance.hpp"
+#include "tracer/common/edit_distance.hpp"
 
 namespace tracer::stages {
 namespace {

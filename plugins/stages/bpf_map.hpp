@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "plugins/stages/aggregate.hpp"
+#include "aggregate.hpp"
 
 namespace tracer::stages {
 

@@ -1,4 +1,4 @@
-#include "plugins/stages/csv.hpp"
+#include "csv.hpp"
 
 namespace tracer::stages {
 

@@ -3,7 +3,7 @@
 // stage,interval,<keys>,lo,hi,count per histogram bucket; a header whenever the shape changes.
 #pragma once
 
-#include "plugins/stages/output.hpp"
+#include "output.hpp"
 
 namespace tracer::stages {
 

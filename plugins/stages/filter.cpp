@@ -1,4 +1,4 @@
-#include "plugins/stages/filter.hpp"
+#include "filter.hpp"
 
 #include "tracer/stages.hpp"
 

@@ -1,4 +1,4 @@
-#include "plugins/stages/flamegraph.hpp"
+#include "flamegraph.hpp"
 
 #include <fmt/format.h>
 

@@ -11,7 +11,7 @@
 #include <memory>
 #include <string>
 
-#include "plugins/stages/folded.hpp"
+#include "folded.hpp"
 
 namespace tracer::stages {
 

@@ -1,4 +1,4 @@
-#include "plugins/stages/folded.hpp"
+#include "folded.hpp"
 
 #include <algorithm>
 #include <ranges>

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "plugins/stages/output.hpp"
+#include "output.hpp"
 
 namespace tracer::stages {
 

@@ -1,6 +1,6 @@
-#include "plugins/stages/hist.hpp"
+#include "hist.hpp"
 
-#include "common/buckets.hpp"
+#include "tracer/common/buckets.hpp"
 
 #include <fmt/format.h>
 

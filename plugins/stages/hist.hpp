@@ -4,7 +4,7 @@
 
 #include <array>
 
-#include "plugins/stages/aggregate.hpp"
+#include "aggregate.hpp"
 
 namespace tracer::stages {
 

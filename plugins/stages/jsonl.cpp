@@ -1,4 +1,4 @@
-#include "plugins/stages/jsonl.hpp"
+#include "jsonl.hpp"
 
 namespace tracer::stages {
 

@@ -3,7 +3,7 @@
 // with histogram rows carrying "buckets":[{"lo":..,"hi":..,"count":..}] (null for open ends).
 #pragma once
 
-#include "plugins/stages/output.hpp"
+#include "output.hpp"
 
 namespace tracer::stages {
 

@@ -1,4 +1,4 @@
-#include "plugins/stages/latency.hpp"
+#include "latency.hpp"
 
 #include <fmt/format.h>
 

@@ -9,7 +9,7 @@
 
 #include <unordered_map>
 
-#include "plugins/stages/aggregate.hpp"
+#include "aggregate.hpp"
 
 namespace tracer::stages {
 

@@ -1,6 +1,6 @@
-#include "plugins/stages/lhist.hpp"
+#include "lhist.hpp"
 
-#include "common/buckets.hpp"
+#include "tracer/common/buckets.hpp"
 
 #include <fmt/format.h>
 

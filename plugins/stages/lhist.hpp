@@ -2,7 +2,7 @@
 // Buckets: (..., min), [min, min+step), ... , [max, ...).
 #pragma once
 
-#include "plugins/stages/aggregate.hpp"
+#include "aggregate.hpp"
 
 namespace tracer::stages {
 

@@ -1,8 +1,8 @@
-#include "plugins/stages/output.hpp"
+#include "output.hpp"
 
 #include <cmath>
 
-#include "plugins/stages/filter.hpp"
+#include "filter.hpp"
 
 namespace tracer::stages {
 

@@ -1,4 +1,4 @@
-#include "plugins/stages/perf_data.hpp"
+#include "perf_data.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>

@@ -1,4 +1,4 @@
-#include "plugins/stages/print.hpp"
+#include "print.hpp"
 
 #include <algorithm>
 

@@ -4,7 +4,7 @@
 //   [4, 8)                 3 |@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@|
 #pragma once
 
-#include "plugins/stages/output.hpp"
+#include "output.hpp"
 
 namespace tracer::stages {
 

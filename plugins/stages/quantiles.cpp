@@ -1,4 +1,4 @@
-#include "plugins/stages/quantiles.hpp"
+#include "quantiles.hpp"
 
 #include <fmt/format.h>
 

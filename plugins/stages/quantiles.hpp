@@ -8,7 +8,7 @@
 // counters (30 KiB) per key.
 #pragma once
 
-#include "plugins/stages/aggregate.hpp"
+#include "aggregate.hpp"
 
 namespace tracer::stages {
 
@@ -34,7 +34,7 @@ class Quantiles : public AggregateStage {
   void on_delivered(std::span<const DeliveredSample> samples) noexcept override;
   void snapshot(Table& out, bool reset) override;
   /// In the kernel: the same log-linear buckets and exact min/max in a BPF map
-  /// (bpf/codegen.cpp), so placed in the kernel or not the table is the same.
+  /// (engine/kernel/codegen*.cpp), so placed in the kernel or not the table is the same.
   [[nodiscard]] KernelForm kernel_form() const override;
   void absorb(const std::vector<KernelRow>& rows) override;
 

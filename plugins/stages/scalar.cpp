@@ -1,4 +1,4 @@
-#include "plugins/stages/scalar.hpp"
+#include "scalar.hpp"
 
 #include <fmt/format.h>
 

@@ -2,7 +2,7 @@
 // op differs); each has its own name and spec in the stage table.
 #pragma once
 
-#include "plugins/stages/aggregate.hpp"
+#include "aggregate.hpp"
 
 namespace tracer::stages {
 

@@ -1,4 +1,4 @@
-// In-kernel placement (engine/session/placement.cpp): the same recipe placed in the kernel and in
+// In-kernel placement (engine/kernel/placement.cpp): the same recipe placed in the kernel and in
 // user space gives the same tables on a live workload with known answers, intervals lose and
 // double-count nothing, a full map is counted, and a stage that cannot go there says why.
 #include <gtest/gtest.h>

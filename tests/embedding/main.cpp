@@ -1,7 +1,7 @@
 // An embedding server: its own io_context runs its own work (a timer) and tracer's engine side
 // by side, with a callback sink. Exits 0 when the engine delivered samples and stopped cleanly.
-#include <tracer/engine.hpp>
 #include <tracer/error.hpp>
+#include <tracer/tracer.hpp>
 
 #include <unistd.h>
 #include <boost/asio/io_context.hpp>

@@ -7,6 +7,13 @@ src_dir="$(cd "$(dirname "$0")" && pwd)"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cmake --install "$build_dir" --prefix "$work/prefix" >/dev/null
+# The supported set only: the umbrella and what it reaches, none of the layers' own headers.
+for own in tracer/common tracer/kernel tracer/perf/ring_reader.hpp tracer/syscall_names.hpp; do
+  if [[ -e "$work/prefix/include/$own" ]]; then
+    echo "installed a layer's own header: include/$own" >&2
+    exit 1
+  fi
+done
 cmake -S "$src_dir" -B "$work/build" -G Ninja -DCMAKE_PREFIX_PATH="$work/prefix" \
   >/dev/null  # no forced flags: the installed headers include what they use
 cmake --build "$work/build" >/dev/null

@@ -1,4 +1,4 @@
-#include "common/byte_cursor.hpp"
+#include "tracer/common/byte_cursor.hpp"
 
 #include <gtest/gtest.h>
 

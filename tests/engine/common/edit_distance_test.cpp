@@ -1,4 +1,4 @@
-#include "common/edit_distance.hpp"
+#include "tracer/common/edit_distance.hpp"
 
 #include <gtest/gtest.h>
 

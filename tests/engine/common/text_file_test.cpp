@@ -1,11 +1,11 @@
-#include "common/text_file.hpp"
+#include "tracer/common/text_file.hpp"
 
 #include <gtest/gtest.h>
 
 #include <string_view>
 #include <vector>
 
-#include "common/proc_mounts.hpp"
+#include "tracer/common/proc_mounts.hpp"
 
 namespace tracer::detail {
 namespace {

@@ -1,5 +1,6 @@
-// In-kernel placement: what a stage computes, in the form the planner (engine/session/
-// placement.cpp) compiles to BPF (bpf/codegen.hpp), and the rows an in-kernel run hands back.
+// In-kernel placement: what a stage computes, in the form the planner (engine/kernel/
+// placement.cpp) compiles to BPF (tracer/kernel/codegen.hpp), and the rows an in-kernel run
+// hands back.
 // A stage describes itself by field *names*; the planner resolves them per probe and says why
 // a stage stays in user space when a field or an option has no kernel form.
 #pragma once

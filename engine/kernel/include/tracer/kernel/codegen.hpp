@@ -1,7 +1,7 @@
-// bpf::gen: a recipe's pipeline run in the kernel. A KernelPlan (plain data: the probes, the
+// kernel::gen: a recipe's pipeline run in the kernel. A KernelPlan (plain data: the probes, the
 // target processes, a filter per probe, one aggregation, an optional latency pairing) becomes
 // BPF C text (generate), compiled by clang and cached by content hash (compile), and its maps
-// are read back as typed rows (bpf/kernel_reader.hpp).
+// are read back as typed rows (tracer/kernel/reader.hpp).
 //
 // Usage:
 //   gen::KernelPlan plan{.probes = {{.name = "getppid", .kind = gen::ProbeKind::kTracepoint,

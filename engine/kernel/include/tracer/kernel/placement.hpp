@@ -1,7 +1,7 @@
 // Placement: which stages of a pipeline run in the kernel. A pipeline whose stages, up to and
 // including its aggregation, all have a kernel form (Stage::kernel_form) over fields every probe
-// can read in a BPF program becomes one generated program per probe (bpf/codegen.hpp); the
-// stages after the aggregation (outputs of its tables) stay in user space and see the same
+// can read in a BPF program becomes one generated program per probe (tracer/kernel/codegen.hpp);
+// the stages after the aggregation (outputs of its tables) stay in user space and see the same
 // tables, the aggregation absorbing the kernel's rows (Aggregation::absorb).
 //
 // Usage (Session's):

@@ -1,5 +1,5 @@
-// kernel::gen::Reader: the rows of a generated program's aggregation (bpf/codegen.hpp), read one
-// generation at a time so that interval output loses and double-counts nothing.
+// kernel::gen::Reader: the rows of a generated program's aggregation (tracer/kernel/codegen.hpp),
+// read one generation at a time so that interval output loses and double-counts nothing.
 //
 // The row types map 1:1 to tracer::Table's (engine/include/tracer/stage.hpp): Cell is the same
 // variant, Bucket is HistBucket, Row is TableRow plus the raw state (events, the sum/min/max,

@@ -1,5 +1,5 @@
 // The bucket bounds and labels of tracer's histograms, once: the hist and lhist stages
-// (plugins/stages/) and the reader of their in-kernel form (bpf/kernel_reader.cpp) render the
+// (plugins/stages/) and the reader of their in-kernel form (engine/kernel/reader.cpp) render the
 // same buckets the same way.
 #pragma once
 

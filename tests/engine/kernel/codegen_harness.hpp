@@ -1,0 +1,280 @@
+// Test support for the code generator's tests: tracepoint fields as plan fields, plans,
+// building and attaching a generated program, a child running the syscaller, rows by key.
+#pragma once
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <csignal>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <map>
+#include <set>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "plugins/stages/hist.hpp"
+#include "plugins/stages/quantiles.hpp"
+#include "support/child.hpp"
+#include "support/temp_dir.hpp"
+#include "tracer/kernel/codegen.hpp"
+#include "tracer/kernel/reader.hpp"
+#include "tracer/perf/event.hpp"
+#include "tracer/perf/pmu.hpp"
+#include "tracer/perf/ring.hpp"
+#include "tracer/symbols/uprobe_target.hpp"
+#include "tracer/tracefs/tracefs.hpp"
+
+namespace tracer::kernel::gen::harness {
+
+using bpf::Object;
+using namespace std::chrono_literals;
+
+inline const std::filesystem::path& cache_dir() {
+  static testing::TempDir dir;  // for the test binary's lifetime
+  return dir.path();
+}
+
+inline bool is_root() {
+  return ::geteuid() == 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Helpers
+
+/// A tracefs field as the generator reads it.
+inline Field field_of(const tracefs::Format& f, std::string_view name) {
+  const tracefs::Field* x = f.field(name);
+  if (x == nullptr) {
+    ADD_FAILURE() << f.name << " has no field " << name;
+    return Field::missing(std::string(name));
+  }
+  if (x->is_data_loc || x->is_rel_loc)
+    return Field::tp_data_loc(x->name, x->offset, x->is_rel_loc);
+  if (x->is_string)
+    return Field::tp_string(x->name, x->offset, x->size);
+  return Field::tp_int(x->name, x->offset, x->size, x->is_signed);
+}
+
+inline std::uint32_t record_size(const tracefs::Format& f) {
+  std::uint32_t end = 0;
+  for (const auto& x : f.fields)
+    end = std::max(end, x.offset + x.size);
+  return end;
+}
+
+inline tracefs::Format format(std::string_view sys, std::string_view event) {
+  auto fs = tracefs::Tracefs::open();
+  if (!fs) {
+    ADD_FAILURE() << fs.error().describe();
+    return {};
+  }
+  auto f = fs->format({std::string(sys), std::string(event)});
+  if (!f) {
+    ADD_FAILURE() << f.error().describe();
+    return {};
+  }
+  return *f;
+}
+
+/// A program forked now and exec'd on go(): its pid is known before it makes any call.
+class Spawn {
+ public:
+  explicit Spawn(std::vector<std::string> argv) : argv_(std::move(argv)) {
+    std::vector<char*> args;
+    for (auto& a : argv_)
+      args.push_back(a.data());
+    args.push_back(nullptr);
+    int p[2];
+    if (::pipe2(p, O_CLOEXEC) != 0)
+      throw std::runtime_error("pipe2");
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::close(p[1]);
+      char c;
+      if (::read(p[0], &c, 1) < 0)
+        ::_exit(126);
+      ::execv(args[0], args.data());
+      ::_exit(127);
+    }
+    ::close(p[0]);
+    go_ = p[1];
+  }
+  Spawn(const Spawn&) = delete;
+  Spawn& operator=(const Spawn&) = delete;
+  ~Spawn() {
+    if (pid_ > 0 && !waited_) {
+      ::kill(pid_, SIGKILL);
+      wait();
+    }
+    if (go_ >= 0)
+      ::close(go_);
+  }
+  [[nodiscard]] pid_t pid() const { return pid_; }
+  void go() {
+    ::close(go_);  // EOF: the child execs
+    go_ = -1;
+  }
+  /// The exit status (or -1).
+  int wait() {
+    int status = 0;
+    while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+    }
+    waited_ = true;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
+  /// Whether it exited (reaped then).
+  bool exited() {
+    int status = 0;
+    if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+      waited_ = true;
+      return true;
+    }
+    return false;
+  }
+
+ private:
+  std::vector<std::string> argv_;
+  pid_t pid_ = -1;
+  int go_ = -1;
+  bool waited_ = false;
+};
+
+inline std::vector<std::string> syscaller(std::string_view mode, long n) {
+  return {TRACER_SYSCALLER_PATH, std::string(mode), std::to_string(n)};
+}
+
+/// A generated, compiled and loaded pipeline.
+struct Built {
+  GeneratedProgram prog;
+  std::unique_ptr<Object> obj;
+};
+
+inline Built build(const KernelPlan& plan) {
+  Built b;
+  auto prog = generate(plan);
+  if (!prog) {
+    ADD_FAILURE() << prog.error().describe();
+    return b;
+  }
+  b.prog = std::move(*prog);
+  auto obj = compile(b.prog, {.cache_dir = cache_dir()});
+  if (!obj) {
+    ADD_FAILURE() << obj.error().describe() << "\n" << b.prog.source;
+    return b;
+  }
+  if (auto st = obj->load(); !st) {
+    ADD_FAILURE() << st.error().describe() << "\n" << b.prog.source;
+    return b;
+  }
+  b.obj = std::make_unique<Object>(std::move(*obj));
+  if (b.prog.tgid_map && !plan.tgids.empty()) {
+    auto st = set_targets(*b.obj, b.prog, plan.tgids);
+    EXPECT_TRUE(st.has_value()) << st.error().describe();
+  }
+  return b;
+}
+
+/// The tracepoint's perf event on CPU 0 (disabled: the program runs on every CPU's hits all the
+/// same, as long as the event exists) with `prog` attached. One event per program: the kernel
+/// keeps one program array per tracepoint, so a program attached to every CPU's event would run
+/// once per event for each hit.
+inline perf::Event attach_tracepoint(const Object& obj, const std::string& prog, std::uint32_t id) {
+  perf::EventAttr a;
+  a.type(PERF_TYPE_TRACEPOINT).config(id).sample_period(1).flag(perf::Flag::kDisabled);
+  auto ev = perf::Event::open(a, {.pid = -1, .cpu = 0});
+  if (!ev) {
+    ADD_FAILURE() << ev.error().describe();
+    return {};
+  }
+  auto fd = obj.program_fd(prog);
+  EXPECT_TRUE(fd.has_value());
+  if (fd) {
+    auto st = ev->set_bpf(*fd);
+    EXPECT_TRUE(st.has_value()) << st.error().describe();
+  }
+  return std::move(*ev);
+}
+
+/// Rows as key text -> row (keys joined by '|').
+inline std::string key_text(const Row& r) {
+  std::string out;
+  for (const Cell& c : r.keys) {
+    if (!out.empty())
+      out += '|';
+    std::visit(
+        [&](const auto& x) {
+          using T = std::decay_t<decltype(x)>;
+          if constexpr (std::is_same_v<T, std::monostate>)
+            out += "-";
+          else if constexpr (std::is_same_v<T, std::string>)
+            out += x;
+          else if constexpr (std::is_same_v<T, Ips>)
+            out += fmt::format("{}@{:x}", x.pid, fmt::join(x.ips, ","));
+          else
+            out += std::to_string(x);
+        },
+        c);
+  }
+  return out;
+}
+inline std::map<std::string, Row> by_key(const Snapshot& s) {
+  std::map<std::string, Row> out;
+  for (const Row& r : s.rows)
+    out[key_text(r)] = r;
+  return out;
+}
+
+inline KernelPlan count_plan(const tracefs::Format& f,
+                             std::vector<Field> keys,
+                             std::vector<std::string> names) {
+  KernelPlan plan;
+  plan.probes.push_back(ProbePlan{.name = f.name,
+                                  .kind = ProbeKind::kTracepoint,
+                                  .keys = std::move(keys),
+                                  .record_size = record_size(f)});
+  plan.aggregation.kind = AggKind::kCount;
+  plan.aggregation.key_names = std::move(names);
+  return plan;
+}
+
+#define REQUIRE_ROOT()                                            \
+  do {                                                            \
+    if (!is_root())                                               \
+      GTEST_SKIP() << "needs root (BPF programs on tracepoints)"; \
+  } while (0)
+
+// ---------------------------------------------------------------------------------------------
+// Plans that cannot run in the kernel say why
+
+inline FilterNode cmp(Operand a, Cmp op, Operand b) {
+  return {.kind = FilterNode::Kind::kCmp, .op = op, .a = std::move(a), .b = std::move(b)};
+}
+inline Operand fld(Field f) {
+  return {.kind = Operand::Kind::kField, .field = std::move(f)};
+}
+inline Operand str(std::string s, bool glob = false) {
+  return {.kind = Operand::Kind::kString, .text = std::move(s), .glob = glob};
+}
+inline Operand num(std::int64_t v) {
+  return {.kind = Operand::Kind::kInt, .ival = v};
+}
+
+inline KernelPlan simple_plan() {
+  KernelPlan plan;
+  plan.probes.push_back({.name = "p", .kind = ProbeKind::kTracepoint, .keys = {Field::pid()}});
+  plan.aggregation = {.kind = AggKind::kCount, .key_names = {"pid"}};
+  return plan;
+}
+
+}  // namespace tracer::kernel::gen::harness

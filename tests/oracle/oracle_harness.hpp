@@ -1,0 +1,267 @@
+// The oracle suite's workload, recipe shapes and runners (tests/oracle/*_test.cpp).
+#pragma once
+
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <csignal>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "support/cli.hpp"
+#include "support/temp_dir.hpp"
+
+namespace tracer::oracle {
+
+namespace fs = std::filesystem;
+using testing::kBpftraceReady;
+using testing::kBpftraceReadyLine;
+using testing::shell;
+using testing::slurp;
+using testing::wait_for_text;
+
+inline const std::string kWorkload = TRACER_ORACLE_WORKLOAD;
+inline const std::string kTracer = TRACER_CLI_PATH;
+
+// The workload: kW children (on both CPUs), kN lseek(12345, i) calls each, i = 0..kN-1.
+inline constexpr long kW = 4;
+inline constexpr long kN = 2500;
+inline constexpr long kCalls = kW * kN;                     // 10,000
+inline constexpr long kOffsetSum = kW * kN * (kN - 1) / 2;  // 12,495,000
+// The storm: kStorm processes one after another, kStormN calls each.
+inline constexpr long kStorm = 10500;
+inline constexpr long kStormN = 2;
+
+inline std::string tree_args() {
+  return kWorkload + " tree " + std::to_string(kW) + " " + std::to_string(kN);
+}
+
+struct Shape {
+  const char* name;
+  const char* probe;   // the [[probe]] keys after its name
+  const char* stages;  // the [[stage]] tables
+  /// Lines of the final table (without their time), in any order: the known answer.
+  std::vector<std::string> rows;
+  bool system_wide = true;  // also run system-wide (its events are the workload's alone there)
+  bool pids = false;        // keyed by pid: two runs of the workload differ
+};
+
+inline const std::string kLseek = R"(tracepoint = "syscalls:sys_enter_lseek")";
+
+inline std::string row(const std::string& stage,
+                       const std::string& keys,
+                       const std::string& values) {
+  return R"({"stage":")" + stage + R"(","interval":0,"keys":{)" + keys + "}," + values + "}";
+}
+
+/// The log2 histogram of the workload's offsets (0..kN-1 in each of kW children).
+inline std::string hist_values() {
+  std::string buckets;
+  auto add = [&](long lo, long hi) {
+    const long n = kW * (std::min(hi, kN) - lo);
+    buckets += std::string(buckets.empty() ? "" : ",") + R"({"lo":)" + std::to_string(lo) +
+               R"(,"hi":)" + std::to_string(hi) + R"(,"count":)" + std::to_string(n) + "}";
+  };
+  add(0, 1);
+  for (long lo = 1; lo < kN; lo *= 2)
+    add(lo, lo * 2);
+  return R"("count":)" + std::to_string(kCalls) + R"(,"buckets":[)" + buckets + "]";
+}
+
+inline std::vector<Shape> shapes() {
+  const std::string n = std::to_string(kCalls);
+  const std::string comm = R"("comm":"oracle_workload")";
+  return {
+      {"probe_filter_count",
+       R"(tracepoint = "syscalls:sys_enter_lseek"
+filter = "fd == 12345")",
+       R"([[stage]]
+use = "count")",
+       {row("count", "", R"("count":)" + n)}},
+      {"probe_filter_by_comm",
+       R"(tracepoint = "syscalls:sys_enter_lseek"
+filter = "fd == 12345")",
+       R"([[stage]]
+use = "count"
+by = ["comm"])",
+       {row("count", comm, R"("count":)" + n)}},
+      {"probe_filter_glob_and_stage_filter",
+       R"(tracepoint = "syscalls:sys_enter_lseek"
+filter = "fd == 12345 && comm ~ \"oracle_*\"")",
+       R"([[stage]]
+use = "filter"
+expr = "offset < 1000"
+[[stage]]
+use = "count"
+by = ["comm"])",
+       {row("count", comm, R"("count":)" + std::to_string(kW * 1000))}},
+      {"stage_filter_sum",
+       R"(tracepoint = "syscalls:sys_enter_lseek")",
+       R"([[stage]]
+use = "filter"
+expr = "fd == 12345"
+[[stage]]
+use = "sum"
+field = "offset"
+by = ["comm"])",
+       {row("sum", comm, R"("sum":)" + std::to_string(kOffsetSum))}},
+      {"stage_filter_max",
+       R"(tracepoint = "syscalls:sys_enter_lseek")",
+       R"([[stage]]
+use = "filter"
+expr = "fd == 12345"
+[[stage]]
+use = "max"
+field = "offset"
+by = ["comm"])",
+       {row("max", comm, R"("max":)" + std::to_string(kN - 1))}},
+      {"probe_filter_min",
+       R"(tracepoint = "syscalls:sys_enter_lseek"
+filter = "fd == 12345 && offset >= 7")",
+       R"([[stage]]
+use = "min"
+field = "offset")",
+       {row("min", "", R"("min":7)")}},
+      {"probe_filter_hist",
+       R"(tracepoint = "syscalls:sys_enter_lseek"
+filter = "fd == 12345")",
+       R"([[stage]]
+use = "hist"
+field = "offset")",
+       {row("hist", "", hist_values())}},
+      {"count_by_pid",
+       R"(tracepoint = "syscalls:sys_enter_lseek"
+filter = "fd == 12345")",
+       R"([[stage]]
+use = "count"
+by = ["pid"])",
+       {},
+       true,
+       true},
+      // raw_syscalls' id named: the workload's lseek calls are all its lseek calls (task targets
+      // only: system-wide, other processes' lseek calls count too).
+      {"raw_syscalls_by_name",
+       R"(tracepoint = "raw_syscalls:sys_enter"
+filter = "id == 8")",
+       R"([[stage]]
+use = "count"
+by = ["syscall"])",
+       {row("count", R"("syscall":"lseek")", R"("count":)" + n)},
+       /*system_wide=*/false},
+  };
+}
+
+/// The files the workload opens with a DIR argument (tree W N DIR).
+inline void make_workload_files(const fs::path& dir) {
+  std::ofstream(dir / "oracle-a") << "a";
+  std::ofstream(dir / "oracle-b") << "b";
+}
+
+inline std::string recipe_text(const Shape& s) {
+  return std::string("[recipe]\nname = \"oracle-") + s.name + "\"\n[[probe]]\nname = \"p\"\n" +
+         s.probe + "\n" + s.stages + "\n";
+}
+
+/// The final table's lines, without their time, sorted; and the probe's summary.
+struct Outcome {
+  std::vector<std::string> rows;
+  std::string summary;
+  std::string err;
+  int exit_code = -1;
+};
+
+inline Outcome outcome(const std::string& out, const std::string& err, int code) {
+  Outcome o;
+  o.err = err;
+  o.exit_code = code;
+  std::istringstream in(out);
+  for (std::string line; std::getline(in, line);) {
+    if (line.starts_with(R"({"stage":")"))
+      o.rows.push_back(std::regex_replace(line, std::regex(R"("time":[0-9]+,)"), ""));
+    else if (line.starts_with(R"({"type":"summary")"))
+      o.summary = line;
+  }
+  std::sort(o.rows.begin(), o.rows.end());
+  return o;
+}
+
+inline long long json_number(const std::string& text, const std::string& key) {
+  std::smatch m;
+  if (std::regex_search(text, m, std::regex("\"" + key + "\":([0-9]+)")))
+    return std::stoll(m[1]);
+  return -1;
+}
+
+/// Checks one path's outcome against the known answer.
+inline void expect_answer(const Shape& s, const Outcome& o, const std::string& path) {
+  SCOPED_TRACE(path);
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  EXPECT_EQ(json_number(o.summary, "lost"), 0) << o.summary;
+  if (!s.rows.empty()) {
+    auto want = s.rows;
+    std::sort(want.begin(), want.end());
+    EXPECT_EQ(o.rows, want) << o.err;
+  }
+  if (std::string(s.name) == "count_by_pid") {  // one row per child, kN calls each
+    ASSERT_EQ(o.rows.size(), static_cast<std::size_t>(kW)) << o.err;
+    for (const auto& r : o.rows)
+      EXPECT_EQ(json_number(r, "count"), kN) << r;
+  }
+}
+
+/// Runs `tracer run` on the shape with a command target.
+inline Outcome run_command(const fs::path& recipe,
+                           const std::string& flags,
+                           const std::string& command) {
+  const auto r = shell(kTracer + " run " + recipe.string() + " --json " + flags + " -- " + command);
+  return outcome(r.out, r.err, r.exit_code);
+}
+
+inline pid_t spawn(const std::vector<std::string>& argv, const fs::path& out, const fs::path& err) {
+  return testing::spawn_to_file(argv, out, err);
+}
+
+inline int wait_code(pid_t pid) {
+  int status = 0;
+  if (::waitpid(pid, &status, 0) != pid)
+    return -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+inline std::vector<std::string> split_flags(const std::string& flags) {
+  std::vector<std::string> out;
+  std::istringstream in(flags);
+  for (std::string f; in >> f;)
+    out.push_back(f);
+  return out;
+}
+
+// A pid or command target per event: through the BPF ring buffer (the default), the BPF perf
+// channel (both: the delivery program tests the target) and the target's own perf events.
+inline const std::vector<std::pair<std::string, std::string>> kTaskPaths = {
+    {"kernel", "--placement kernel"},
+    {"user-ringbuf", "--placement user"},
+    {"user-perf-channel", "--placement user --channel perf"},
+    {"user-perf-events", "--placement user --delivery perf"},
+};
+inline const std::vector<std::pair<std::string, std::string>> kSystemPaths = {
+    {"kernel", "--placement kernel"},
+    {"user-ringbuf", "--placement user --channel ringbuf"},
+    {"user-perf-channel", "--placement user --channel perf"},
+    {"user-perf-events", "--placement user --delivery perf"},
+};
+
+}  // namespace tracer::oracle
