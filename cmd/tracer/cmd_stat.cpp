@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "commands.hpp"
-#include "tracer/stat.hpp"
 #include "tracer/duration.hpp"
 #include "tracer/error.hpp"
+#include "tracer/stat.hpp"
 
 namespace tracer::cli {
 namespace {

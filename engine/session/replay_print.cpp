@@ -19,8 +19,8 @@
 #include <unordered_set>
 #include <vector>
 
-#include "tracer/perf/record_ref.hpp"
 #include "tracer/perf/abi.hpp"
+#include "tracer/perf/record_ref.hpp"
 #include "tracer/perfdata/print_fmt.hpp"
 #include "tracer/perfdata/reader.hpp"
 #include "tracer/pipeline.hpp"

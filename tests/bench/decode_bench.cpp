@@ -14,10 +14,10 @@
 #include <optional>
 #include <string>
 
-#include "tracer/perf/ring_reader.hpp"
 #include "libbpf_reference.hpp"
 #include "support/synthetic_ring.hpp"
 #include "tracer/perf/ring.hpp"
+#include "tracer/perf/ring_reader.hpp"
 
 namespace {
 

@@ -17,10 +17,10 @@
 #include <thread>
 #include <vector>
 
-#include "tracer/symbols/uprobe_target.hpp"
 #include "support/cli.hpp"
 #include "support/perf_tool.hpp"
 #include "support/temp_dir.hpp"
+#include "tracer/symbols/uprobe_target.hpp"
 
 namespace {
 

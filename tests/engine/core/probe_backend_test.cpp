@@ -11,9 +11,9 @@
 
 #include <string>
 
-#include "tracer/symbols/uprobe_target.hpp"
 #include "support/probe_hits.hpp"
 #include "support/temp_dir.hpp"
+#include "tracer/symbols/uprobe_target.hpp"
 
 namespace tracer::core {
 namespace {

@@ -6,10 +6,10 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "tracer/stat.hpp"
 #include "support/child.hpp"
 #include "tracer/error.hpp"
 #include "tracer/perf/hw_events.hpp"
+#include "tracer/stat.hpp"
 
 // Watched by the symbol-breakpoint tests (C names: what a user writes).
 extern "C" {

@@ -14,10 +14,10 @@
 #include <sstream>
 #include <string>
 
-#include "tracer/symbols/uprobe_target.hpp"
 #include "engine/symbols/target_process.hpp"
 #include "support/temp_dir.hpp"
 #include "tracer/symbols/symbols.hpp"
+#include "tracer/symbols/uprobe_target.hpp"
 
 namespace tracer::symbols {
 namespace {

@@ -15,10 +15,10 @@
 #include <sstream>
 #include <string>
 
-#include "tracer/symbols/uprobe_target.hpp"
 #include "support/probe_hits.hpp"
 #include "support/temp_dir.hpp"
 #include "tracer/perf/event.hpp"
+#include "tracer/symbols/uprobe_target.hpp"
 
 namespace tracer::tracefs {
 namespace {

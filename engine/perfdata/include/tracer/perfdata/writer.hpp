@@ -37,8 +37,8 @@
 #include <vector>
 
 #include "tracer/perf/record_ref.hpp"
-#include "tracer/probe.hpp"
 #include "tracer/perfdata/format.hpp"
+#include "tracer/probe.hpp"
 #include "tracer/result.hpp"
 
 namespace tracer::perfdata {
