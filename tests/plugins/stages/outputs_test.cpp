@@ -28,21 +28,9 @@
 namespace tracer {
 namespace {
 
-using stages::FilterError;
-using stages::FilterExpr;
-using testing::cv;
-using testing::cv_list;
-using testing::cv_table;
-using testing::fake_probe;
-using testing::FakeEvent;
+using namespace testing;  // tracer::testing: Harness, ev, Json, fake probes and records
 using ::testing::HasSubstr;
-using testing::Records;
-
 using namespace std::chrono_literals;
-using testing::ev;
-using testing::Harness;
-using testing::Json;
-using testing::lines;
 
 // bpf-map over a fake MapSource: rows from key/value bytes by their BTF fields (signed, unsigned,
 // char arrays), ordered by `sort`, cut to `top`; a misspelt map or field is a diagnostic.
