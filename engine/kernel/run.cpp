@@ -25,10 +25,9 @@ std::vector<Run> start_runs(Engine& engine,
   // The processes the programs count: the pid or the command (and their children, as the
   // engine's inherited events follow them).
   std::vector<std::uint32_t> tgids;
-  const auto& t = target;
-  if (t.kind == Target::Kind::kPid)
-    tgids.push_back(static_cast<std::uint32_t>(t.pid));
-  else if (t.kind == Target::Kind::kCommand)
+  if (target.kind == Target::Kind::kPid)
+    tgids.push_back(static_cast<std::uint32_t>(target.pid));
+  else if (target.kind == Target::Kind::kCommand)
     tgids.push_back(static_cast<std::uint32_t>(engine.command_pid()));
   std::optional<gen::ForkTracepoint> fork;
   std::uint32_t fork_id = 0, exec_id = 0, exit_id = 0;
@@ -70,10 +69,10 @@ std::vector<Run> start_runs(Engine& engine,
     auto& plan = *run.place.plan;
     plan.tgids = tgids;
     plan.max_tgids = max_targets;
-    if (t.kind == Target::Kind::kAllCpus && !trace_self)
+    if (target.kind == Target::Kind::kAllCpus && !trace_self)
       plan.exclude_tgid = static_cast<std::uint32_t>(::getpid());
     plan.follow_children = fork;
-    plan.arm_on_exec = t.kind == Target::Kind::kCommand;
+    plan.arm_on_exec = target.kind == Target::Kind::kCommand;
     auto fail = [&](const Failure& f, std::string_view what) {
       throw Error(ErrorCategory::kRuntime, f.code,
                   fmt::format("pipeline {} in the kernel: {}: {}", p + 1, what, f.message),
