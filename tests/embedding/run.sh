@@ -18,3 +18,10 @@ cmake -S "$src_dir" -B "$work/build" -G Ninja -DCMAKE_PREFIX_PATH="$work/prefix"
   >/dev/null  # no forced flags: the installed headers include what they use
 cmake --build "$work/build" >/dev/null
 "$work/build/embedding_example"
+# The same program through pkg-config, from the .pc file of the --prefix install as it is (its
+# prefix is relative to where it lies: no --define-variable).
+pc=$(find "$work/prefix" -name tracer.pc -print -quit)
+PKG_CONFIG_PATH="$(dirname "$pc")" pkg-config --cflags --libs tracer >"$work/pc_flags"
+# shellcheck disable=SC2046
+c++ "$src_dir/main.cpp" -o "$work/pc_example" $(cat "$work/pc_flags")
+"$work/pc_example" >/dev/null
