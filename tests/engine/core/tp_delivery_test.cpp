@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <numeric>
 #include <string_view>
 #include <vector>
@@ -108,6 +109,40 @@ TEST(TracepointDeliveryRingbuf, WhatDoesNotFitIsCountedAsDropped) {
   EXPECT_GT(sum(drops), 0U);
   EXPECT_GT(delivered, 0U);
   EXPECT_EQ(delivered + sum(drops), sum(hits));
+}
+
+// The rebuilt records reach the pipeline in batches of at most max_batch (their RecordRefs stay
+// in the caches while the stages read them), and none is lost at a batch's edge.
+TEST(TracepointDeliveryRingbuf, RebuiltBatchesHoldAtMostMaxBatchRecords) {
+  if (!core::kernel_has_ringbuf())
+    GTEST_SKIP() << "this kernel has no BPF_MAP_TYPE_RINGBUF (5.8+)";
+  auto lseek = open_lseek();
+  auto d = core::TracepointDelivery::open(
+      1, {.kind = DeliveryChannel::kRingbuf, .ringbuf_bytes = 1U << 20, .max_batch = 8});
+  ASSERT_TRUE(d.has_value()) << d.error().describe();
+  ASSERT_TRUE(d->attach(0, lseek.format, lseek.event.fd()).has_value());
+  constexpr int kCalls = 1000;  // ~80 KB: one drain, more than a hundred batches
+  for (int i = 0; i < kCalls; ++i)
+    ::syscall(SYS_lseek, kFd, i, SEEK_CUR);
+  const std::vector<ProbeInfo> probes(1);
+  const auto* offset = lseek.format.field("offset");
+  ASSERT_NE(offset, nullptr);
+  std::size_t batches = 0, largest = 0;
+  std::vector<std::int64_t> seen;
+  d->drain(probes, [&](const Batch& b) {
+    ++batches;
+    largest = std::max(largest, b.records.size());
+    for (const auto& r : b.records) {
+      const auto* smp = std::get_if<perf::Sample>(&r.record.body);
+      if (smp != nullptr && static_cast<pid_t>(smp->pid) == ::getpid())
+        seen.push_back(tracefs::read_int(*offset, smp->raw).value_or(-1));
+    }
+  });
+  EXPECT_LE(largest, 8U);
+  EXPECT_GE(batches, static_cast<std::size_t>(kCalls / 8));
+  ASSERT_EQ(seen.size(), static_cast<std::size_t>(kCalls));
+  for (std::size_t i = 0; i < seen.size(); ++i)
+    ASSERT_EQ(seen[i], static_cast<std::int64_t>(i));
 }
 
 // A record of a small fixed size is read with direct loads of the context by the program for
