@@ -400,8 +400,7 @@ int run_recipe(const RunOptions& given) {
     fmt::print(stderr, "tracer: rings: {}\n", session.engine().ring_note());
     if (session.stats().in_place)
       fmt::print(stderr,
-                 "tracer: the stages read the BPF-delivered samples in place (no record "
-                 "rebuilt)\n");
+                 "tracer: the stages read samples in place (no record rebuilt or decoded)\n");
   }
   asio::signal_set signals(io, SIGINT, SIGTERM);
   signals.async_wait([&](const boost::system::error_code& ec, int) {

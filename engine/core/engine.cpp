@@ -340,6 +340,15 @@ bool Engine::Impl::held() const {
   }
 }
 
+void Engine::Impl::drain_reader(Reader& r) noexcept {
+  if (r.via) {
+    r.reader.drain(r.via);
+    return;
+  }
+  const bool in_place = in_place_handler && in_place_takes && in_place_takes(r.reader.probe());
+  r.reader.drain(batch_handler, in_place ? &in_place_handler : nullptr);
+}
+
 void Engine::Impl::drain_slice(Reader& r) {
   if (held()) {
     // Not read, not re-armed (its fd would stay readable): the held passes go on, and the
@@ -350,7 +359,7 @@ void Engine::Impl::drain_slice(Reader& r) {
   }
   r.reader.yield_at(std::chrono::steady_clock::now() +
                     std::chrono::milliseconds(opts.drain_slice_ms));
-  r.reader.drain(r.via ? r.via : batch_handler);
+  drain_reader(r);
   if (!after_wakeup())
     return;
   if (r.reader.more()) {
@@ -429,7 +438,7 @@ void Engine::Impl::drain_all() noexcept {
       r->reader.yield_at(stopping ? stop_deadline
                                   : std::chrono::steady_clock::now() +
                                         std::chrono::milliseconds(opts.drain_slice_ms));
-      r->reader.drain(r->via ? r->via : batch_handler);
+      drain_reader(*r);
     }
     drain_ringbuf();
   } else {
@@ -571,8 +580,9 @@ void Engine::on_batch(BatchHandler handler) {
   impl_->batch_handler = std::move(handler);
 }
 
-void Engine::on_delivered(DeliveredHandler handler) {
-  impl_->delivered_handler = std::move(handler);
+void Engine::on_in_place(InPlaceHandler handler, std::function<bool(std::uint32_t)> takes) {
+  impl_->in_place_handler = std::move(handler);
+  impl_->in_place_takes = std::move(takes);
 }
 
 void Engine::on_done(std::function<void()> handler) {

@@ -61,6 +61,8 @@ void Engine::Impl::plan_delivery(std::vector<core::ResolvedProbe>& resolved) {
         a->freq != 0 || a->sample_period != 1 || p >= TP_DELIVER_MAX_SLOTS)
       continue;
     delivered[p] = true;
+    if (p < probes.size())
+      probes[p].delivered = true;  // its samples reach the stages in the delivered form
     // The probe's own events sample nothing and are never enabled: they are the attach point
     // of the program, which runs for every hit of the tracepoint once it is attached to one of
     // its events. An enabled one would cost each hit on its CPU perf's own pass over it
@@ -158,7 +160,7 @@ void Engine::Impl::open_delivery() {
                                                     &ch->layout(), opts.max_batch, true),
                                    serial, slot->event.fd(), ch->attr());
       r->via = [this](const Batch& b) {
-        delivery->convert(b, probes, batch_handler, delivered_handler);
+        delivery->convert(b, probes, batch_handler, in_place_handler);
       };
       readers.push_back(std::move(r));
     }
@@ -220,7 +222,7 @@ void Engine::Impl::drain_ringbuf() noexcept {
     constexpr std::size_t kChunk = 512;
     std::size_t taken = 0;
     while (taken < (std::size_t{1} << 16) && std::chrono::steady_clock::now() < until) {
-      const std::size_t n = delivery->drain(probes, batch_handler, delivered_handler, kChunk);
+      const std::size_t n = delivery->drain(probes, batch_handler, in_place_handler, kChunk);
       taken += n;
       if (n < kChunk)
         return;

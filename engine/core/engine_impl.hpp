@@ -74,7 +74,8 @@ struct Engine::Impl : std::enable_shared_from_this<Engine::Impl> {
   boost::asio::any_io_executor serial;
   EngineOptions opts;
   BatchHandler batch_handler;
-  DeliveredHandler delivered_handler;
+  InPlaceHandler in_place_handler;
+  std::function<bool(std::uint32_t)> in_place_takes;  // probes whose perf rings go in place
   std::function<void()> done_handler;
   std::function<void()> round_handler;
   std::function<bool()> backlogged;  // hold_while()
@@ -138,6 +139,9 @@ struct Engine::Impl : std::enable_shared_from_this<Engine::Impl> {
   /// enabled).
   /// Drains `r` for at most drain_slice_ms, then re-arms its wait, or posts the rest when the
   /// slice ran out with records left.
+  /// One drain of `r`: its records to the batch handler (or its `via`), its samples in place
+  /// when the in-place handler takes its probe.
+  void drain_reader(Reader& r) noexcept;
   void drain_slice(Reader& r);
   /// hold_while()'s predicate, false while stopping.
   [[nodiscard]] bool held() const;

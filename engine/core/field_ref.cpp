@@ -1,4 +1,4 @@
-// FieldRef: reading a bound field from an event, a delivered sample or record bytes.
+// FieldRef: reading a bound field from an event, a sample read in place or record bytes.
 #include "tracer/schema.hpp"
 
 #include "event_fields.hpp"
@@ -108,23 +108,57 @@ Value FieldRef::read_raw(const Accessor& a,
   }
 }
 
-bool FieldRef::reads_delivered(std::uint32_t probe) const noexcept {
+namespace {
+
+/// Where probe `info`'s samples read in place hold pid, tid, cpu and time (bytes from the start
+/// of InPlaceSample::bytes(), -1: absent), and where their raw() starts; nullopt for a probe
+/// whose samples are never read in place.
+struct InPlaceForm {
+  std::int32_t pid = -1, tid = -1, cpu = -1, time = -1;
+  std::uint32_t raw = 0;
+};
+std::optional<InPlaceForm> in_place_form(const ProbeInfo& info) noexcept {
+  if (info.delivered) {
+    return InPlaceForm{.pid = offsetof(DeliveredHeader, pid),
+                       .tid = offsetof(DeliveredHeader, tid),
+                       .cpu = offsetof(DeliveredHeader, cpu),
+                       .time = offsetof(DeliveredHeader, time),
+                       .raw = sizeof(DeliveredHeader)};
+  }
+  // perf::RingReader hands on in place the samples of a fixed layout whose time is its own
+  // (not a BPF payload's: decode() reads that one from the payload).
+  if (!info.layout.fixed || info.layout.raw_time_offset >= 0)
+    return std::nullopt;
+  const auto o = info.layout.fixed_offsets();
+  return InPlaceForm{.pid = o.pid, .tid = o.tid, .cpu = o.cpu, .time = o.time, .raw = o.raw};
+}
+
+}  // namespace
+
+bool FieldRef::reads_in_place(std::uint32_t probe) const noexcept {
   if (derived_.source == Source::kDerived)
     return false;
   if (probe >= by_probe_.size())
     return true;  // read() gives nothing either way
+  const auto form = in_place_form(schema_->probes()[probe]);
+  if (!form)
+    return false;
   switch (by_probe_[probe].source) {
     case Source::kMissing:
-    case Source::kPid:
-    case Source::kTid:
-    case Source::kCpu:
-    case Source::kTime:
     case Source::kProbe:
     case Source::kKind:
     case Source::kTracefs:
     case Source::kTracefsElement:
     case Source::kSyscallName:
       return true;
+    case Source::kPid:
+      return form->pid >= 0;
+    case Source::kTid:
+      return form->tid >= 0;
+    case Source::kCpu:
+      return form->cpu >= 0;
+    case Source::kTime:
+      return form->time >= 0;
     default:
       return false;
   }
@@ -135,26 +169,33 @@ std::optional<IntReader> FieldRef::int_reader(std::uint32_t probe) const noexcep
     return std::nullopt;
   if (probe >= by_probe_.size())
     return IntReader{};
-  // The header's words as read(DeliveredSample) gives them: pid, tid, cpu as int64, time uint64.
-  const auto header = [](std::size_t offset, std::uint8_t size, bool as_uint) {
+  const Accessor& a = by_probe_[probe];
+  if (a.source == Source::kMissing)
+    return IntReader{};
+  const auto form = in_place_form(schema_->probes()[probe]);
+  if (!form)
+    return std::nullopt;
+  // The words before raw() as read(InPlaceSample) gives them: pid, tid, cpu as int64, time
+  // uint64.
+  const auto header = [](std::int32_t offset, std::uint8_t size,
+                         bool as_uint) -> std::optional<IntReader> {
+    if (offset < 0)
+      return std::nullopt;
     return IntReader{.offset = static_cast<std::uint32_t>(offset),
                      .size = size,
                      .is_signed = false,
                      .as_uint = as_uint,
                      .in_header = true};
   };
-  const Accessor& a = by_probe_[probe];
   switch (a.source) {
-    case Source::kMissing:
-      return IntReader{};
     case Source::kPid:
-      return header(offsetof(DeliveredHeader, pid), 4, false);
+      return header(form->pid, 4, false);
     case Source::kTid:
-      return header(offsetof(DeliveredHeader, tid), 4, false);
+      return header(form->tid, 4, false);
     case Source::kCpu:
-      return header(offsetof(DeliveredHeader, cpu), 4, false);
+      return header(form->cpu, 4, false);
     case Source::kTime:
-      return header(offsetof(DeliveredHeader, time), 8, true);
+      return header(form->time, 8, true);
     case Source::kTracefs: {
       // tracefs::read_int's reading: a fixed-width field of 1, 2, 4 or 8 bytes.
       const tracefs::Field* f = a.field;
@@ -162,7 +203,7 @@ std::optional<IntReader> FieldRef::int_reader(std::uint32_t probe) const noexcep
           f->is_data_loc || f->is_rel_loc || f->array_len.has_value() ||
           (f->size != 1 && f->size != 2 && f->size != 4 && f->size != 8))
         return std::nullopt;
-      return IntReader{.offset = static_cast<std::uint32_t>(sizeof(DeliveredHeader) + f->offset),
+      return IntReader{.offset = static_cast<std::uint32_t>(form->raw + f->offset),
                        .size = static_cast<std::uint8_t>(f->size),
                        .is_signed = f->is_signed && f->size != 8,
                        .as_uint = a.type == FieldType::kUint,
@@ -173,20 +214,24 @@ std::optional<IntReader> FieldRef::int_reader(std::uint32_t probe) const noexcep
   }
 }
 
-Value FieldRef::read(const DeliveredSample& s) const noexcept {
+Value FieldRef::read(const InPlaceSample& s) const noexcept {
   const std::uint32_t probe = s.probe();
   if (probe >= by_probe_.size())
     return {};
   const Accessor& a = by_probe_[probe];
   switch (a.source) {
     case Source::kPid:
-      return std::int64_t{s.pid()};
     case Source::kTid:
-      return std::int64_t{s.tid()};
     case Source::kCpu:
-      return std::int64_t{s.cpu()};
-    case Source::kTime:
-      return s.time();
+    case Source::kTime: {
+      const auto r = int_reader(probe);
+      std::uint64_t v = 0;
+      if (!r || !r->read(s, v))
+        return {};
+      if (r->as_uint)
+        return v;
+      return static_cast<std::int64_t>(v);
+    }
     case Source::kProbe:
       return std::string_view(schema_->probes()[probe].name);
     case Source::kKind:

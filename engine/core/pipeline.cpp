@@ -34,6 +34,7 @@ void Pipeline::add(std::unique_ptr<Stage> stage, std::string name, StageNeeds ne
   Slot slot;
   slot.aggregation = stage->aggregation();
   slot.output = stage->output();
+  slot.in_place = stage->in_place();
   slot.stage = std::move(stage);
   slot.name = std::move(name);
   slot.needs = std::move(needs);
@@ -111,34 +112,32 @@ void Pipeline::bind(std::span<const ProbeInfo> probes,
     order_ = std::make_unique<Reorder>(options_.reorder);
     ordered_out_ = [this](const Batch& b) { run_chunks(b.records); };
   }
-  in_place_ =
-      options_.in_place && !ordered && derived_ == 0 && diags.empty() && takes_every_delivered();
+  in_place_.assign(schema_->probes().size(), false);
+  if (options_.in_place && !ordered && derived_ == 0 && diags.empty()) {
+    for (std::uint32_t p = 0; p < in_place_.size(); ++p)
+      in_place_[p] = stages_take_in_place(p);
+  }
 }
 
-bool Pipeline::takes_every_delivered() const noexcept {
+bool Pipeline::stages_take_in_place(std::uint32_t probe) const noexcept {
   bool any = false;
   for (const auto& slot : stages_) {
     if ((slot.kinds & kind_bit(RecordKind::kSample)) == 0)
       continue;
-    if (slot.aggregation == nullptr)
-      return false;  // a stage that may drop events, or writes them out
-    const auto probes = schema_->probes();
-    for (std::uint32_t p = 0; p < probes.size(); ++p) {
-      if (probes[p].format.has_value() && !slot.stage->takes_delivered(p))
-        return false;
-    }
+    if (slot.in_place == nullptr || !slot.in_place->takes(probe))
+      return false;  // a stage that reads Events (it may drop them, or writes them out)
     any = true;
   }
   return any;
 }
 
-void Pipeline::on_delivered(std::span<const DeliveredSample> samples) noexcept {
+void Pipeline::on_in_place(std::span<const InPlaceSample> samples) noexcept {
   stats_.records += samples.size();
   stats_.by_kind[static_cast<std::size_t>(RecordKind::kSample)] += samples.size();
   stats_.in_place += samples.size();
   for (auto& slot : stages_) {
     if ((slot.kinds & kind_bit(RecordKind::kSample)) != 0)
-      slot.stage->on_delivered(samples);
+      slot.in_place->on_samples(samples);
   }
 }
 

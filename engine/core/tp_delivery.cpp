@@ -191,7 +191,7 @@ struct TracepointDelivery::Pass {
   std::size_t probes = 0;  // slots known to both the caller and this delivery
   std::size_t cpus = 0;
   std::uint64_t* delivered = nullptr;
-  DeliveredSample* batch = nullptr;
+  InPlaceSample* batch = nullptr;
   std::size_t n = 0;  // samples in `batch`
   // The delivered_ counter of the last record, and the records counted for it since: runs of
   // one probe and CPU are added to it at once (no read-modify-write of memory per record).
@@ -224,7 +224,7 @@ TracepointDelivery::Pass TracepointDelivery::begin_pass(std::size_t probes) noex
 void TracepointDelivery::take(Pass& pass,
                               std::span<const std::byte> rec,
                               const BatchHandler& out,
-                              const DeliveredHandler& in_place) {
+                              const InPlaceHandler& in_place) {
   // Little per record here: the ring's lines are being read in, and the fewer instructions
   // wait on them, the more records' reads overlap. The stages read the fields in their pass,
   // from the cache. The header's words are loaded one by one, where they are.
@@ -249,7 +249,7 @@ void TracepointDelivery::take(Pass& pass,
     add(h, rec.subspan(sizeof(h), std::min<std::size_t>(size, room)), out);
     return;
   }
-  pass.batch[pass.n++] = DeliveredSample(rec.data());
+  pass.batch[pass.n++] = InPlaceSample::delivered(rec.data());
   if (pass.n == kCompact) [[unlikely]] {
     ncompact_ = pass.n;
     flush_in_place(out, in_place);
@@ -257,21 +257,15 @@ void TracepointDelivery::take(Pass& pass,
   }
 }
 
-void TracepointDelivery::flush_in_place(const BatchHandler& out, const DeliveredHandler& in_place) {
-  const std::span<const DeliveredSample> batch(compact_.data(), ncompact_);
+void TracepointDelivery::flush_in_place(const BatchHandler& out, const InPlaceHandler& in_place) {
+  const std::span<const InPlaceSample> batch(compact_.data(), ncompact_);
   ncompact_ = 0;
   if (batch.empty() || in_place(batch))
     return;
-  for (const DeliveredSample& s : batch) {
-    const auto raw = s.raw();
-    add({.time = s.time(),
-         .probe = s.probe(),
-         .size = static_cast<std::uint32_t>(raw.size()),
-         .pid = s.pid(),
-         .tid = s.tid(),
-         .cpu = s.cpu(),
-         .pad = 0},
-        raw, out);
+  for (const InPlaceSample& s : batch) {
+    DeliveredHeader h;
+    std::memcpy(&h, s.bytes().data(), sizeof(h));
+    add(h, s.raw(), out);
   }
 }
 
@@ -341,7 +335,7 @@ void TracepointDelivery::add(const DeliveredHeader& s,
 void TracepointDelivery::convert(const Batch& in,
                                  std::span<const ProbeInfo> probes,
                                  const BatchHandler& out,
-                                 const DeliveredHandler& in_place) {
+                                 const InPlaceHandler& in_place) {
   Pass pass = begin_pass(probes.size());
   for (const RecordRef& r : in.records) {
     const auto* s = std::get_if<perf::Sample>(&r.record.body);
@@ -358,7 +352,7 @@ void TracepointDelivery::convert(const Batch& in,
 
 std::size_t TracepointDelivery::drain(std::span<const ProbeInfo> probes,
                                       const BatchHandler& out,
-                                      const DeliveredHandler& in_place,
+                                      const InPlaceHandler& in_place,
                                       std::size_t max_records) {
   if (!ring_)
     return 0;

@@ -150,12 +150,12 @@ class TracepointDelivery {
   void convert(const Batch& in,
                std::span<const ProbeInfo> probes,
                const BatchHandler& out,
-               const DeliveredHandler& in_place = {});
+               const InPlaceHandler& in_place = {});
   /// kRingbuf: hands on what waits in the ring (at most `max_records`), as convert() does, in
   /// batches, and gives the space back once. @return records taken from the ring.
   std::size_t drain(std::span<const ProbeInfo> probes,
                     const BatchHandler& out,
-                    const DeliveredHandler& in_place = {},
+                    const InPlaceHandler& in_place = {},
                     std::size_t max_records = SIZE_MAX);
 
   /// kRingbuf: gives up what waits in the ring without handing it on (a stop past its time),
@@ -185,12 +185,12 @@ class TracepointDelivery {
   [[gnu::always_inline]] inline void take(Pass& pass,
                                           std::span<const std::byte> rec,
                                           const BatchHandler& out,
-                                          const DeliveredHandler& in_place);
+                                          const InPlaceHandler& in_place);
   /// Appends the sample of `h` with RAW `raw` rebuilt, decoded; hands what was rebuilt before
   /// to `out` first when the buffer is full.
   void add(const DeliveredHeader& h, std::span<const std::byte> raw, const BatchHandler& out);
   /// Hands the compact samples to `in_place`, or rebuilt to `out` when it does not take them.
-  void flush_in_place(const BatchHandler& out, const DeliveredHandler& in_place);
+  void flush_in_place(const BatchHandler& out, const InPlaceHandler& in_place);
   /// Hands the rebuilt samples to `out`.
   void flush(const BatchHandler& out);
 
@@ -211,7 +211,7 @@ class TracepointDelivery {
   std::vector<RecordRef> refs_;             // slots reused batch after batch (their Samples too)
   std::size_t nrefs_ = 0;                   // slots of this batch
   std::size_t max_batch_ = 64;              // slots of a batch at most (DeliveryOptions)
-  std::vector<DeliveredSample> compact_;    // samples of a batch handed on in place (kCompact)
+  std::vector<InPlaceSample> compact_;      // samples of a batch handed on in place (kCompact)
   std::size_t ncompact_ = 0;
 };
 

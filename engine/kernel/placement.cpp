@@ -231,7 +231,7 @@ PipelinePlace place_one(Pipeline& p,
   std::vector<KernelForm> forms;
   std::optional<std::size_t> agg;
   for (std::size_t i = 0; i < p.size() && !agg; ++i) {
-    forms.push_back(p.stage(i).kernel_form());
+    forms.push_back(kernel_form_of(p.stage(i)));
     const auto& f = forms.back();
     if (f.kind == KernelForm::Kind::kNone) {
       all_user(out, fmt::format("stage {} ('{}') stays in user space: {}", i + 1, p.stage_name(i),
@@ -445,7 +445,7 @@ std::optional<UserFieldProblem> check_user_fields(
       continue;
     Pipeline& pipe = *pipelines[p];
     for (std::size_t i = 0; i < pipe.size(); ++i) {
-      const KernelForm f = pipe.stage(i).kernel_form();
+      const KernelForm f = kernel_form_of(pipe.stage(i));
       if (f.kind != KernelForm::Kind::kAggregate)
         continue;
       for (const auto& key : f.by) {

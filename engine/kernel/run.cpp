@@ -195,12 +195,11 @@ void absorb_runs(std::span<Run> runs,
                                .min = r.min,
                                .max = r.max});
     }
-    if (auto* agg = p.stage(run.place.aggregation).aggregation())
+    if (InKernel* agg = p.stage(run.place.aggregation).in_kernel())
       agg->absorb(rows);
-    if (run.place.latency) {
+    if (InKernel* lat = run.place.latency ? p.stage(*run.place.latency).in_kernel() : nullptr) {
       const auto& l = snap->pipeline;
-      p.stage(*run.place.latency)
-          .absorb_counters({.paired = l.paired,
+      lat->absorb_counters({.paired = l.paired,
                             .unmatched_exits = l.unmatched_exits,
                             .unmatched_entries = l.unmatched_entries,
                             .out_of_order = l.out_of_order,

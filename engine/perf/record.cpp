@@ -209,6 +209,35 @@ SampleLayout SampleLayout::from(std::uint64_t sample_type,
   return l;
 }
 
+SampleLayout::FixedOffsets SampleLayout::fixed_offsets() const noexcept {
+  FixedOffsets o;
+  if (!fixed)
+    return o;
+  // perf_output_sample()'s order of the u64 fields, after the 8-byte header.
+  std::int16_t at = 8;
+  const auto next = [&](std::uint64_t bit) {
+    const std::int16_t here = at;
+    if ((sample_type & bit) == 0U)
+      return std::int16_t{-1};
+    at = static_cast<std::int16_t>(at + 8);
+    return here;
+  };
+  next(PERF_SAMPLE_IDENTIFIER);
+  next(PERF_SAMPLE_IP);
+  if (const std::int16_t tid = next(PERF_SAMPLE_TID); tid >= 0) {
+    o.pid = tid;
+    o.tid = static_cast<std::int16_t>(tid + 4);
+  }
+  o.time = next(PERF_SAMPLE_TIME);
+  next(PERF_SAMPLE_ADDR);
+  next(PERF_SAMPLE_ID);
+  next(PERF_SAMPLE_STREAM_ID);
+  o.cpu = next(PERF_SAMPLE_CPU);
+  next(PERF_SAMPLE_PERIOD);
+  o.raw = static_cast<std::uint16_t>(at + (has(PERF_SAMPLE_RAW) ? 4 : 0));
+  return o;
+}
+
 SampleLayout SampleLayout::from(const EventAttr& attr) noexcept {
   const auto* a = attr.raw();
   return from(a->sample_type, a->read_format, a->sample_id_all != 0, a->branch_sample_type,

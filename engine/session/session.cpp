@@ -220,8 +220,12 @@ struct Session::Impl {
   std::vector<std::function<void()>> done_handlers, tick_handlers;
   std::function<void(std::size_t)> delivery;
   std::uint64_t delivered = 0;
-  /// The pipelines in user space take BPF-delivered samples in place (set once they are bound).
-  std::atomic<bool> in_place{false};
+  /// The probes whose samples the pipelines in user space all take in place, and whether
+  /// every BPF-delivered probe is among them (set once they are bound; then in_place_ready).
+  std::vector<bool> in_place_probes;
+  std::vector<bool> delivered_probes;  // ProbeInfo::delivered
+  bool in_place_delivered = false;
+  std::atomic<bool> in_place_ready{false};
   std::chrono::steady_clock::time_point t0{};
   double seconds = 0;
   bool started = false, stopped = false;
@@ -240,20 +244,32 @@ struct Session::Impl {
           pipelines[i]->on_task_records(b);
       }
     });
-    // BPF-delivered samples reach the pipelines in place when every user-space one takes them
-    // so (decided once they are bound); else they are rebuilt as records for on_batch.
-    engine->on_delivered([this](std::span<const DeliveredSample> samples) {
-      if (!in_place.load(std::memory_order_acquire))
-        return false;
-      if (delivery)
-        delivery(samples.size());
-      delivered += samples.size();
-      for (std::size_t i = 0; i < pipelines.size(); ++i) {
-        if (i >= in_kernel.size() || !in_kernel[i])
-          pipelines[i]->on_delivered(samples);
-      }
-      return true;
-    });
+    // Samples reach the pipelines in place when every user-space one takes their probe's so
+    // (decided once they are bound): BPF-delivered ones when all their probes are taken, else
+    // rebuilt as records for on_batch; a perf ring's when its probe is.
+    engine->on_in_place(
+        [this](std::span<const InPlaceSample> samples) {
+          if (!in_place_ready.load(std::memory_order_acquire))
+            return false;
+          // A delivered batch (of any delivered probes), or a perf ring's (of the probe asked
+          // for before its drain).
+          const std::uint32_t p = samples.empty() ? 0 : samples.front().probe();
+          if (p >= in_place_probes.size() ||
+              !(delivered_probes[p] ? in_place_delivered : in_place_probes[p]))
+            return false;
+          if (delivery)
+            delivery(samples.size());
+          delivered += samples.size();
+          for (std::size_t i = 0; i < pipelines.size(); ++i) {
+            if (i >= in_kernel.size() || !in_kernel[i])
+              pipelines[i]->on_in_place(samples);
+          }
+          return true;
+        },
+        [this](std::uint32_t probe) {
+          return in_place_ready.load(std::memory_order_acquire) && probe < in_place_probes.size() &&
+                 in_place_probes[probe];
+        });
     // Rounds: the time-order merge releases there, perf-data sinks end a FINISHED_ROUND.
     engine->on_round([this] {
       for (auto& p : pipelines)
@@ -416,7 +432,7 @@ namespace {
 bool kernel_candidate(const std::vector<std::unique_ptr<Pipeline>>& pipelines) {
   for (const auto& p : pipelines) {
     for (std::size_t i = 0; i < p->size(); ++i) {
-      const auto f = p->stage(i).kernel_form();
+      const auto f = kernel_form_of(p->stage(i));
       if (f.kind == KernelForm::Kind::kNone)
         break;
       if (f.kind == KernelForm::Kind::kAggregate)
@@ -430,7 +446,7 @@ bool kernel_candidate(const std::vector<std::unique_ptr<Pipeline>>& pipelines) {
 bool keys_fields(const std::vector<std::unique_ptr<Pipeline>>& pipelines) {
   for (const auto& p : pipelines) {
     for (std::size_t i = 0; i < p->size(); ++i) {
-      const auto f = p->stage(i).kernel_form();
+      const auto f = kernel_form_of(p->stage(i));
       if (f.kind == KernelForm::Kind::kAggregate && !f.by.empty())
         return true;
     }
@@ -693,18 +709,30 @@ void Session::start() {
     s.stopped = true;
     diags.throw_if_any();
   }
-  bool in_place = false;
-  for (std::size_t i = 0; i < s.pipelines.size(); ++i) {
-    if (i < s.in_kernel.size() && s.in_kernel[i])
-      continue;
-    in_place = s.pipelines[i]->takes_delivered();
-    if (!in_place)
-      break;
+  // In place: the probes every user-space pipeline takes so (none without such a pipeline).
+  const auto probes = s.engine->probes();
+  s.in_place_probes.assign(probes.size(), false);
+  s.delivered_probes.assign(probes.size(), false);
+  s.in_place_delivered = false;
+  bool any_user = false, all_delivered = true;
+  for (std::uint32_t p = 0; p < probes.size(); ++p) {
+    bool takes = true;
+    for (std::size_t i = 0; i < s.pipelines.size() && takes; ++i) {
+      if (i < s.in_kernel.size() && s.in_kernel[i])
+        continue;
+      any_user = true;
+      takes = s.pipelines[i]->takes_in_place(p);
+    }
+    s.in_place_probes[p] = takes && any_user;
+    s.delivered_probes[p] = probes[p].delivered;
+    if (probes[p].delivered && !s.in_place_probes[p])
+      all_delivered = false;
   }
+  s.in_place_delivered = any_user && all_delivered;
   s.t0 = std::chrono::steady_clock::now();
   for (auto& p : s.pipelines)
     p->start(monotonic_now());
-  s.in_place.store(in_place, std::memory_order_release);
+  s.in_place_ready.store(true, std::memory_order_release);
   s.live = true;
   if (s.opts.duration) {
     s.deadline.expires_after(*s.opts.duration);
@@ -769,7 +797,9 @@ SessionStats Session::stats() const {
            (pi < s.kernel_samples.size() && s.kernel_samples[pi]);
   });
   out.delivered = s.delivered;
-  out.in_place = s.in_place.load(std::memory_order_acquire);
+  out.in_place = s.in_place_ready.load(std::memory_order_acquire) &&
+                 std::find(s.in_place_probes.begin(), s.in_place_probes.end(), true) !=
+                     s.in_place_probes.end();
   out.seconds =
       s.stopped ? s.seconds
                 : std::chrono::duration<double>(std::chrono::steady_clock::now() - s.t0).count();

@@ -283,7 +283,7 @@ class AggregateStage : public Stage, public Aggregation {
   void bind_keys(BindContext& ctx, Diagnostics& diags);
   /// Binds a required value field read in configure (value_name_/value_where_).
   std::optional<FieldRef> bind_value(BindContext& ctx, Diagnostics& diags);
-  /// The key of `e`, an Event or a DeliveredSample (valid until the next call).
+  /// The key of `e`, an Event or a InPlaceSample (valid until the next call).
   template <typename Sample>
   [[nodiscard]] std::string_view key_of(const Sample& e) {
     keys_enc_.clear();
@@ -293,7 +293,7 @@ class AggregateStage : public Stage, public Aggregation {
   }
   /// The key of a row an in-kernel run computed (valid until the next call).
   [[nodiscard]] std::string_view key_of(const KernelRow& row);
-  /// The key of `e` (an Event or a DeliveredSample) as integers, when fixed_keys_ and each `by`
+  /// The key of `e` (an Event or a InPlaceSample) as integers, when fixed_keys_ and each `by`
   /// value is an integer or missing.
   template <typename Sample>
   [[nodiscard]] bool fixed_key_of(const Sample& e, FixedKey& k) const noexcept {
@@ -310,7 +310,7 @@ class AggregateStage : public Stage, public Aggregation {
   /// integers when fixed_keys_ and they are all integers, else by its encoded bytes.
   template <typename State, typename Source, typename Make>
   State& state_of(const Source& e, KeyedStates<State>& states, Make&& make) {
-    if constexpr (std::is_same_v<Source, DeliveredSample>) {
+    if constexpr (std::is_same_v<Source, InPlaceSample>) {
       FixedKey k;
       if (int_key_of(e, k))
         return states.get(k, make);
@@ -326,16 +326,16 @@ class AggregateStage : public Stage, public Aggregation {
   }
   /// Whether the `by` fields and `value` (when set) of probe `probe` read from its delivered
   /// samples in place (Stage::takes_delivered of an aggregation).
-  [[nodiscard]] bool reads_delivered(std::uint32_t probe,
-                                     const std::optional<FieldRef>& value) const noexcept {
-    if (stacks_ || (value && !value->reads_delivered(probe)))
+  [[nodiscard]] bool reads_in_place(std::uint32_t probe,
+                                    const std::optional<FieldRef>& value) const noexcept {
+    if (stacks_ || (value && !value->reads_in_place(probe)))
       return false;
     return std::all_of(by_.begin(), by_.end(),
-                       [probe](const FieldRef& f) { return f.reads_delivered(probe); });
+                       [probe](const FieldRef& f) { return f.reads_in_place(probe); });
   }
   /// The key of a delivered sample as integers read straight from it, when its probe has an
   /// IntReader for each `by` field (int_keys_).
-  [[nodiscard, gnu::always_inline]] bool int_key_of(const DeliveredSample& s,
+  [[nodiscard, gnu::always_inline]] bool int_key_of(const InPlaceSample& s,
                                                     FixedKey& k) const noexcept {
     const std::uint32_t probe = s.probe();
     if (probe >= int_keys_.size() || !int_keys_[probe].ok)
@@ -352,7 +352,7 @@ class AggregateStage : public Stage, public Aggregation {
   /// and added to their state once, by add(state, run); the samples int_key_of cannot key go to
   /// one(sample).
   template <typename State, typename Make, typename Add, typename One>
-  void count_runs(std::span<const DeliveredSample> samples,
+  void count_runs(std::span<const InPlaceSample> samples,
                   KeyedStates<State>& states,
                   Make&& make,
                   Add&& add,
@@ -367,18 +367,27 @@ class AggregateStage : public Stage, public Aggregation {
       const std::uint32_t probe = samples[i].probe();
       const auto& readers = int_keys_[probe].readers;
       std::uint64_t run = 1;
-      if (fields == 1 && readers[0].in_header && readers[0].size == 4) {
-        // One word of the header (pid, tid, cpu): the run compared on it alone.
+      if (fields == 1 && readers[0].in_header && readers[0].size == 4 && !readers[0].is_signed) {
+        // One word before the raw data (pid, tid, cpu): the probe's samples keyed by that word
+        // alone, each run of one value added once; the key's type bits stay those of the first.
         const std::uint32_t off = readers[0].offset;
-        const auto want = static_cast<std::uint32_t>(k.v[0]);
-        for (++i; i < n && samples[i].probe() == probe && samples[i].word32(off) == want;
-             ++i, ++run) {
+        auto want = static_cast<std::uint32_t>(k.v[0]);
+        State* state = &states.get(k, make);
+        for (++i; i < n && samples[i].probe() == probe; ++i, ++run) {
+          const std::uint32_t w = samples[i].word32(off);
+          if (w == want) [[likely]]
+            continue;
+          add(*state, run);  // before the next get(): a new key may move the states
+          run = 0;
+          want = w;
+          k.v[0] = w;
+          state = &states.get(k, make);
         }
-        add(states.get(k, make), run);
+        add(*state, run);
         continue;
       }
       for (++i; i < n; ++i, ++run) {
-        const DeliveredSample& s = samples[i];
+        const InPlaceSample& s = samples[i];
         if (s.probe() != probe)
           break;
         bool same = true;
@@ -420,7 +429,7 @@ class AggregateStage : public Stage, public Aggregation {
   }
 
   /// The per-key loop of a distribution (hist, lhist, quantiles): for each event (Event* or
-  /// DeliveredSample) whose value field is set, add(state of its key, value), the state made by
+  /// InPlaceSample) whose value field is set, add(state of its key, value), the state made by
   /// make() for a new key.
   template <typename Sample, typename State, typename Make, typename Add>
   void accumulate(std::span<Sample> events,

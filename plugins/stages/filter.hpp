@@ -74,8 +74,9 @@ class FilterExpr {
   int root_ = -1;
 };
 
-class Filter : public Stage {
+class Filter : public Stage, public InKernel {
  public:
+  [[nodiscard]] InKernel* in_kernel() noexcept override { return this; }
   [[nodiscard]] static StageSpec spec();
   void configure(const ConfigValue& options, Diagnostics& diags) override;
   void bind(BindContext& ctx, Diagnostics& diags) override;

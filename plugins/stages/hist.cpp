@@ -57,7 +57,7 @@ void Hist::on_events(std::span<Event* const> events) noexcept {
   add(events);
 }
 
-void Hist::on_delivered(std::span<const DeliveredSample> samples) noexcept {
+void Hist::on_samples(std::span<const InPlaceSample> samples) noexcept {
   add(samples);
 }
 

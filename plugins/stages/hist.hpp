@@ -8,8 +8,10 @@
 
 namespace tracer::stages {
 
-class Hist : public AggregateStage {
+class Hist : public AggregateStage, public InPlace, public InKernel {
  public:
+  [[nodiscard]] InPlace* in_place() noexcept override { return this; }
+  [[nodiscard]] InKernel* in_kernel() noexcept override { return this; }
   static constexpr std::size_t kBuckets = 66;
   [[nodiscard]] static StageSpec spec();
   /// The bucket of `v` (0: negative, 1: zero, 2: one, 2 + k: [2^k, 2^(k+1))).
@@ -20,10 +22,10 @@ class Hist : public AggregateStage {
   void configure(const ConfigValue& options, Diagnostics& diags) override;
   void bind(BindContext& ctx, Diagnostics& diags) override;
   void on_events(std::span<Event* const> events) noexcept override;
-  [[nodiscard]] bool takes_delivered(std::uint32_t probe) const noexcept override {
-    return reads_delivered(probe, value_);
+  [[nodiscard]] bool takes(std::uint32_t probe) const noexcept override {
+    return reads_in_place(probe, value_);
   }
-  void on_delivered(std::span<const DeliveredSample> samples) noexcept override;
+  void on_samples(std::span<const InPlaceSample> samples) noexcept override;
   void snapshot(Table& out, bool reset) override;
   [[nodiscard]] KernelForm kernel_form() const override {
     return kernel_base(KernelForm::Agg::kHist);
@@ -31,7 +33,7 @@ class Hist : public AggregateStage {
   void absorb(const std::vector<KernelRow>& rows) override;
 
  private:
-  /// on_events and on_delivered: an Event* or a DeliveredSample each.
+  /// on_events and on_delivered: an Event* or a InPlaceSample each.
   template <typename Sample>
   void add(std::span<Sample> events) noexcept;
   struct State {

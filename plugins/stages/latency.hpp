@@ -23,8 +23,9 @@ struct LatencyStats {
                                       // in missing_exit)
 };
 
-class Latency : public Stage {
+class Latency : public Stage, public InKernel {
  public:
+  [[nodiscard]] InKernel* in_kernel() noexcept override { return this; }
   [[nodiscard]] static StageSpec spec();
 
   void configure(const ConfigValue& options, Diagnostics& diags) override;

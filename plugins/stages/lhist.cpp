@@ -88,7 +88,7 @@ void Lhist::on_events(std::span<Event* const> events) noexcept {
   add(events);
 }
 
-void Lhist::on_delivered(std::span<const DeliveredSample> samples) noexcept {
+void Lhist::on_samples(std::span<const InPlaceSample> samples) noexcept {
   add(samples);
 }
 

@@ -6,18 +6,20 @@
 
 namespace tracer::stages {
 
-class Lhist : public AggregateStage {
+class Lhist : public AggregateStage, public InPlace, public InKernel {
  public:
+  [[nodiscard]] InPlace* in_place() noexcept override { return this; }
+  [[nodiscard]] InKernel* in_kernel() noexcept override { return this; }
   static constexpr std::int64_t kMaxBuckets = 100000;
   [[nodiscard]] static StageSpec spec();
 
   void configure(const ConfigValue& options, Diagnostics& diags) override;
   void bind(BindContext& ctx, Diagnostics& diags) override;
   void on_events(std::span<Event* const> events) noexcept override;
-  [[nodiscard]] bool takes_delivered(std::uint32_t probe) const noexcept override {
-    return reads_delivered(probe, value_);
+  [[nodiscard]] bool takes(std::uint32_t probe) const noexcept override {
+    return reads_in_place(probe, value_);
   }
-  void on_delivered(std::span<const DeliveredSample> samples) noexcept override;
+  void on_samples(std::span<const InPlaceSample> samples) noexcept override;
   void snapshot(Table& out, bool reset) override;
   [[nodiscard]] KernelForm kernel_form() const override;
   void absorb(const std::vector<KernelRow>& rows) override;
@@ -26,7 +28,7 @@ class Lhist : public AggregateStage {
   [[nodiscard]] std::size_t bucket(std::int64_t v) const noexcept;
 
  private:
-  /// on_events and on_delivered: an Event* or a DeliveredSample each.
+  /// on_events and on_delivered: an Event* or a InPlaceSample each.
   template <typename Sample>
   void add(std::span<Sample> events) noexcept;
   struct State {

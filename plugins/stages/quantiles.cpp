@@ -97,7 +97,7 @@ void Quantiles::on_events(std::span<Event* const> events) noexcept {
   add(events);
 }
 
-void Quantiles::on_delivered(std::span<const DeliveredSample> samples) noexcept {
+void Quantiles::on_samples(std::span<const InPlaceSample> samples) noexcept {
   add(samples);
 }
 

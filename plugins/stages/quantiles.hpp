@@ -12,8 +12,10 @@
 
 namespace tracer::stages {
 
-class Quantiles : public AggregateStage {
+class Quantiles : public AggregateStage, public InPlace, public InKernel {
  public:
+  [[nodiscard]] InPlace* in_place() noexcept override { return this; }
+  [[nodiscard]] InKernel* in_kernel() noexcept override { return this; }
   static constexpr unsigned kSubBits = 6;                            // 64 sub-buckets per octave
   static constexpr std::size_t kExact = std::size_t{2} << kSubBits;  // 128
   static constexpr std::size_t kBuckets = kExact + (63 - kSubBits) * (std::size_t{1} << kSubBits);
@@ -28,10 +30,10 @@ class Quantiles : public AggregateStage {
   void configure(const ConfigValue& options, Diagnostics& diags) override;
   void bind(BindContext& ctx, Diagnostics& diags) override;
   void on_events(std::span<Event* const> events) noexcept override;
-  [[nodiscard]] bool takes_delivered(std::uint32_t probe) const noexcept override {
-    return reads_delivered(probe, value_);
+  [[nodiscard]] bool takes(std::uint32_t probe) const noexcept override {
+    return reads_in_place(probe, value_);
   }
-  void on_delivered(std::span<const DeliveredSample> samples) noexcept override;
+  void on_samples(std::span<const InPlaceSample> samples) noexcept override;
   void snapshot(Table& out, bool reset) override;
   /// In the kernel: the same log-linear buckets and exact min/max in a BPF map
   /// (engine/kernel/codegen*.cpp), so placed in the kernel or not the table is the same.
@@ -39,7 +41,7 @@ class Quantiles : public AggregateStage {
   void absorb(const std::vector<KernelRow>& rows) override;
 
  private:
-  /// on_events and on_delivered: an Event* or a DeliveredSample each.
+  /// on_events and on_delivered: an Event* or a InPlaceSample each.
   template <typename Sample>
   void add(std::span<Sample> events) noexcept;
   struct State {

@@ -89,19 +89,19 @@ void ScalarAggregate::on_events(std::span<Event* const> events) noexcept {
     add(*e);
 }
 
-bool ScalarAggregate::takes_delivered(std::uint32_t probe) const noexcept {
-  return (!needs_field(op_) || value_) && reads_delivered(probe, value_);
+bool ScalarAggregate::takes(std::uint32_t probe) const noexcept {
+  return (!needs_field(op_) || value_) && reads_in_place(probe, value_);
 }
 
-void ScalarAggregate::on_delivered(std::span<const DeliveredSample> samples) noexcept {
+void ScalarAggregate::on_samples(std::span<const InPlaceSample> samples) noexcept {
   if (needs_field(op_)) {
-    for (const DeliveredSample& s : samples)
+    for (const InPlaceSample& s : samples)
       add(s);
     return;
   }
   count_runs(
       samples, states_, [] { return State{}; }, [](State& s, std::uint64_t run) { s.count += run; },
-      [this](const DeliveredSample& s) { add(s); });
+      [this](const InPlaceSample& s) { add(s); });
 }
 
 KernelForm ScalarAggregate::kernel_form() const {

@@ -8,16 +8,18 @@ namespace tracer::stages {
 
 enum class ScalarOp : std::uint8_t { kCount, kRate, kSum, kMin, kMax, kAvg };
 
-class ScalarAggregate : public AggregateStage {
+class ScalarAggregate : public AggregateStage, public InPlace, public InKernel {
  public:
+  [[nodiscard]] InPlace* in_place() noexcept override { return this; }
+  [[nodiscard]] InKernel* in_kernel() noexcept override { return this; }
   explicit ScalarAggregate(ScalarOp op) : op_(op) {}
   [[nodiscard]] static StageSpec spec_for(ScalarOp op);
 
   void configure(const ConfigValue& options, Diagnostics& diags) override;
   void bind(BindContext& ctx, Diagnostics& diags) override;
   void on_events(std::span<Event* const> events) noexcept override;
-  [[nodiscard]] bool takes_delivered(std::uint32_t probe) const noexcept override;
-  void on_delivered(std::span<const DeliveredSample> samples) noexcept override;
+  [[nodiscard]] bool takes(std::uint32_t probe) const noexcept override;
+  void on_samples(std::span<const InPlaceSample> samples) noexcept override;
   void snapshot(Table& out, bool reset) override;
   [[nodiscard]] KernelForm kernel_form() const override;
   void absorb(const std::vector<KernelRow>& rows) override;
@@ -30,7 +32,7 @@ class ScalarAggregate : public AggregateStage {
     std::int64_t imin = INT64_MAX, imax = INT64_MIN;
     double dmin = 0, dmax = 0;
   };
-  /// One event (an Event or a DeliveredSample) into its key's state.
+  /// One event (an Event or a InPlaceSample) into its key's state.
   template <typename Sample>
   void add(const Sample& e) noexcept;
 

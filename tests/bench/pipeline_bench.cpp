@@ -10,6 +10,7 @@
 #include "support/alloc_counter.hpp"
 #include "support/stage_batches.hpp"
 #include "tracer/perf/ring.hpp"
+#include "tracer/perf/ring_reader.hpp"
 #include "tracer/pipeline.hpp"
 #include "tracer/stages.hpp"
 
@@ -173,7 +174,7 @@ struct CountPipeline {
   Pipeline pipeline{sink, {.max_events = kBatch, .comm = {}, .implicit_print = false}};
   CountPipeline(const CountPipeline&) = delete;
   CountPipeline& operator=(const CountPipeline&) = delete;
-  CountPipeline(benchmark::State& state, const Fixture& f, bool& ok) {
+  CountPipeline(benchmark::State& state, const ProbeInfo& probe, bool& ok) {
     static const std::vector<std::vector<std::string>> kBy = {
         {}, {"pid"}, {"pid", "cpu"}, {"name"}};
     const auto& by = kBy[static_cast<std::size_t>(state.range(0))];
@@ -182,7 +183,7 @@ struct CountPipeline {
     if (!by.empty())
       options.emplace_back("by", testing::cv_list(by));
     pipeline.add(stage_registry(), "count", testing::cv_table(std::move(options)), diags);
-    const std::vector<ProbeInfo> probes = {f.probe};
+    const std::vector<ProbeInfo> probes = {probe};
     pipeline.bind(probes, diags);
     ok = diags.empty();
     if (!ok)
@@ -205,7 +206,7 @@ void BM_DecodeCount(benchmark::State& state) {
   stages::set_fixed_keys_enabled(state.range(1) != 0);
   Fixture f;
   bool ok = false;
-  CountPipeline count(state, f, ok);
+  CountPipeline count(state, f.probe, ok);
   stages::set_fixed_keys_enabled(true);
   if (!ok)
     return;
@@ -225,18 +226,20 @@ void BM_DecodeCount(benchmark::State& state) {
 }
 BENCHMARK(BM_DecodeCount)->ArgsProduct({{0, 1, 2, 3}, {0, 1}})->ArgNames({"by", "fixed"});
 
-// The in-place path (Pipeline::on_delivered): count by the same keys over the same events, as
-// the BPF delivery channel hands them on (DeliveredSample batches of 256 viewing their records in
+// The in-place path (Pipeline::on_in_place): count by the same keys over the same events, as
+// the BPF delivery channel hands them on (InPlaceSample batches of 256 viewing their records in
 // the ring): no record decoded or rebuilt, no Event. range(0) picks `by` as BM_DecodeCount's;
 // range(1) = 0: every event of one process (a count's runs), 1: 16 processes in turn.
 void BM_DeliveredCount(benchmark::State& state) {
   Fixture f;
   bool ok = false;
-  CountPipeline count(state, f, ok);
+  ProbeInfo delivered = f.probe;
+  delivered.delivered = true;
+  CountPipeline count(state, delivered, ok);
   if (!ok)
     return;
   Pipeline& pipeline = count.pipeline;
-  if (!pipeline.takes_delivered()) {
+  if (!pipeline.takes_in_place(0)) {
     state.SkipWithError("the pipeline does not take delivered samples");
     return;
   }
@@ -263,13 +266,13 @@ void BM_DeliveredCount(benchmark::State& state) {
       arena.resize((arena.size() + 7) / 8 * 8);
     }
   });
-  std::vector<DeliveredSample> samples;
+  std::vector<InPlaceSample> samples;
   for (const std::size_t o : offsets)
-    samples.emplace_back(arena.data() + o);
+    samples.push_back(InPlaceSample::delivered(arena.data() + o));
   constexpr std::size_t kCompact = 256;
   const auto pass = [&] {
     for (std::size_t i = 0; i < samples.size(); i += kCompact)
-      pipeline.on_delivered(std::span(samples).subspan(i, std::min(kCompact, samples.size() - i)));
+      pipeline.on_in_place(std::span(samples).subspan(i, std::min(kCompact, samples.size() - i)));
   };
   pass();  // warm-up: keys
   testing::alloc_count_start();
@@ -279,5 +282,50 @@ void BM_DeliveredCount(benchmark::State& state) {
   report(state, f, allocs);
 }
 BENCHMARK(BM_DeliveredCount)->ArgsProduct({{0, 1, 2, 3}, {0, 1}})->ArgNames({"by", "pids"});
+
+// The whole per-event path from a perf ring, as the engine runs it: perf::RingReader drains the
+// fixture's ring (16 processes in turn) into a count by range(0) (as BM_DecodeCount's). range(1)
+// = 1: the samples go to the count in place (Pipeline::on_in_place: no decode, no Event);
+// 0: decoded into RecordRefs and run as Events (Pipeline::on_batch), the A/B in one run.
+void BM_RingCount(benchmark::State& state) {
+  Fixture f;
+  bool ok = false;
+  CountPipeline count(state, f.probe, ok);
+  if (!ok)
+    return;
+  Pipeline& pipeline = count.pipeline;
+  const bool in_place = state.range(1) != 0;
+  if (in_place && !pipeline.takes_in_place(0)) {
+    state.SkipWithError("the pipeline does not take the ring's samples in place");
+    return;
+  }
+  auto ring = Ring::adopt(f.synth.meta_and_data(), {}, false);
+  if (!ring) {
+    state.SkipWithError("Ring::adopt failed");
+    return;
+  }
+  perf::RingReader reader(std::move(*ring), 0, 1, &f.probe.layout, kBatch);
+  std::uint64_t allocs = 0;
+  const BatchHandler batches = [&](const Batch& b) { pipeline.on_batch(b); };
+  const InPlaceHandler samples = [&](std::span<const InPlaceSample> s) {
+    pipeline.on_in_place(s);
+    return true;
+  };
+  const auto pass = [&] {
+    f.rewind();
+    reader.ring().seek(f.start);
+    testing::alloc_count_start();
+    reader.drain(batches, in_place ? &samples : nullptr);
+    allocs += testing::alloc_count_stop();
+  };
+  pass();  // warm-up: keys, the reader's in-place batch
+  allocs = 0;
+  for (auto _ : state)
+    pass();
+  report(state, f, allocs);
+  if (reader.stats().decode_errors != 0)
+    state.SkipWithError("decode errors");
+}
+BENCHMARK(BM_RingCount)->ArgsProduct({{0, 1, 2, 3}, {0, 1}})->ArgNames({"by", "in_place"});
 
 }  // namespace

@@ -1,4 +1,4 @@
-// The in-place path (Engine::on_delivered, Pipeline::on_delivered): system-wide tracepoint samples
+// The in-place path (Engine::on_in_place, Pipeline::on_in_place): system-wide tracepoint samples
 // delivered through the BPF ring buffer reach the aggregations where they lie in the ring, no
 // record rebuilt. On a live workload with known answers, a session reading them in place and one
 // reading the rebuilt records, side by side, give the same rows, and those rows are the calls
@@ -7,12 +7,14 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <boost/asio/io_context.hpp>
 #include <map>
 #include <regex>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "support/child.hpp"
 #include "tracer/session.hpp"
@@ -48,11 +50,13 @@ struct Traced {
   std::string text;
   Sink out = Sink::to_string(&text);
   std::unique_ptr<Session> session;
-  Traced(boost::asio::io_context& io, const Recipe& recipe, bool in_place) {
+  /// `via_bpf` false: tracepoint samples come from the probes' own perf rings.
+  Traced(boost::asio::io_context& io, const Recipe& recipe, bool in_place, bool via_bpf = true) {
     PipelineOptions po;
     po.in_place = in_place;
     session = std::make_unique<Session>(io.get_executor(), recipe, out,
                                         SessionOptions{.json = true,
+                                                       .deliver_tracepoints_via_bpf = via_bpf,
                                                        .pipeline = po,
                                                        .placement = Placement::kUser,
                                                        .channel = DeliveryChannel::kRingbuf});
@@ -173,6 +177,126 @@ by = ["pid"]
       EXPECT_EQ(number(rows_of(run.text, child.pid())["count"], "count"), kCalls) << run.text;
     }
   }
+}
+
+constexpr int kPages = 2000;  // pages the perf-ring test's children touch
+
+/// A child pinned to `cpu` that makes kCalls lseek(-1, i, SEEK_SET) calls, then touches kPages
+/// new pages, at its first step.
+testing::Child lseeker_and_toucher(int cpu) {
+  return testing::Child([cpu](int) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    ::sched_setaffinity(0, sizeof(set), &set);
+    for (long i = 0; i < kCalls; ++i)
+      ::syscall(SYS_lseek, -1, i, SEEK_SET);
+    const long page = ::sysconf(_SC_PAGESIZE);
+    void* mem = ::mmap(nullptr, static_cast<std::size_t>(kPages * page), PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (mem == MAP_FAILED)
+      ::_exit(3);
+    auto* bytes = static_cast<volatile char*>(mem);
+    for (long i = 0; i < kPages; ++i)
+      bytes[i * page] = 1;
+  });
+}
+
+// The perf ring path in place: samples read from the probes' own perf rings (a tracepoint
+// without BPF delivery; page-faults, a software event) reach the aggregations where they lie,
+// no decode, no Event. For each shape of stage the in-place path takes, a session in place and
+// one decoding every record, side by side on the same two children (one per CPU), give the
+// same rows, and those rows are the calls made.
+TEST(InPlace, PerfRingSamplesInPlaceGiveTheDecodedRowsForEveryShape) {
+  if (::sysconf(_SC_NPROCESSORS_ONLN) < 2)
+    GTEST_SKIP() << "needs two CPUs";
+  struct Case {
+    const char* stages;
+    const char* value;  // the number each child's row must hold, and its name in the row
+    long long expected;
+  };
+  constexpr long long kSum = 1LL * kCalls * (kCalls - 1) / 2;
+  const std::vector<Case> cases = {
+      {"use = \"count\"\nby = [\"pid\", \"fd\"]", "count", kCalls},
+      {"use = \"count\"\nby = [\"pid\", \"cpu\"]", "count", kCalls},
+      {"use = \"count\"\nby = [\"pid\", \"tid\"]", "count", kCalls},
+      {"use = \"count\"\nby = [\"pid\", \"probe\"]", "count", kCalls},
+      {"use = \"count\"\nby = [\"pid\", \"syscall\"]", "count", kCalls},
+      {"use = \"sum\"\nfield = \"offset\"\nby = [\"pid\"]", "sum", kSum},
+      {"use = \"min\"\nfield = \"offset\"\nby = [\"pid\"]", "min", 0},
+      {"use = \"max\"\nfield = \"offset\"\nby = [\"pid\"]", "max", kCalls - 1},
+      {"use = \"avg\"\nfield = \"offset\"\nby = [\"pid\"]", "avg", (kCalls - 1) / 2},
+      {"use = \"hist\"\nfield = \"offset\"\nby = [\"pid\"]", "count", kCalls},
+      {"use = \"lhist\"\nfield = \"offset\"\nmin = 0\nmax = 4000\nstep = 500\nby = [\"pid\"]",
+       "count", kCalls},
+      {"use = \"quantiles\"\nfield = \"offset\"\nby = [\"pid\"]", "count", kCalls},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.stages);
+    const Recipe recipe = load(std::string("[[stage]]\n") + c.stages + "\n");
+    boost::asio::io_context io(1);
+    Traced in_place(io, recipe, true, false), decoded(io, recipe, false, false);
+    in_place.session->start();
+    decoded.session->start();
+    EXPECT_TRUE(in_place.session->stats().in_place);
+    EXPECT_FALSE(decoded.session->stats().in_place);
+    auto a = lseeker_and_toucher(0), b = lseeker_and_toucher(1);
+    ASSERT_TRUE(a.go());
+    ASSERT_TRUE(b.go());
+    io.run_for(std::chrono::milliseconds(300));
+    in_place.session->stop();
+    decoded.session->stop();
+    for (const pid_t pid : {a.pid(), b.pid()}) {
+      const auto mine = rows_of(in_place.text, pid);
+      ASSERT_EQ(mine.size(), 1U) << "pid " << pid << ":\n" << in_place.text;
+      EXPECT_EQ(mine, rows_of(decoded.text, pid)) << "pid " << pid;
+      EXPECT_EQ(number(mine.begin()->second, c.value), c.expected) << mine.begin()->second;
+    }
+    const auto st = in_place.session->stats();
+    EXPECT_EQ(st.engine.probes[0].total().lost, 0U);
+    const std::uint64_t samples = st.engine.probes[0].total().samples;
+    const std::uint64_t taken = in_place.session->pipelines().front()->stats().in_place;
+    // All but the few that wrap around a ring's end (those are decoded).
+    EXPECT_LE(taken, samples);
+    EXPECT_GE(taken * 10, samples * 9) << taken << " of " << samples << " in place";
+    EXPECT_EQ(decoded.session->pipelines().front()->stats().in_place, 0U);
+  }
+}
+
+// A software event's samples (page-faults: IP and PERIOD besides the common fields) in place:
+// count by pid equals the decoded path's, and each child's count covers the pages it touched.
+TEST(InPlace, SoftwareEventSamplesInPlaceGiveTheDecodedCounts) {
+  if (::sysconf(_SC_NPROCESSORS_ONLN) < 2)
+    GTEST_SKIP() << "needs two CPUs";
+  const Recipe recipe = Recipe::load_string(R"([recipe]
+name = "faults"
+[[probe]]
+name = "faults"
+software = "page-faults"
+[[stage]]
+use = "count"
+by = ["pid"]
+)",
+                                            "faults.toml", {.stages = stage_catalog()});
+  boost::asio::io_context io(1);
+  Traced in_place(io, recipe, true), decoded(io, recipe, false);
+  in_place.session->start();
+  decoded.session->start();
+  EXPECT_TRUE(in_place.session->stats().in_place);
+  auto a = lseeker_and_toucher(0), b = lseeker_and_toucher(1);
+  ASSERT_TRUE(a.go());
+  ASSERT_TRUE(b.go());
+  io.run_for(std::chrono::milliseconds(300));
+  in_place.session->stop();
+  decoded.session->stop();
+  for (const pid_t pid : {a.pid(), b.pid()}) {
+    const auto mine = rows_of(in_place.text, pid);
+    ASSERT_EQ(mine.size(), 1U) << "pid " << pid << ":\n" << in_place.text;
+    EXPECT_EQ(mine, rows_of(decoded.text, pid)) << "pid " << pid;
+    EXPECT_GE(number(mine.at("count"), "count"), kPages) << mine.at("count");
+  }
+  EXPECT_EQ(in_place.session->stats().engine.probes[0].total().lost, 0U);
+  EXPECT_GT(in_place.session->pipelines().front()->stats().in_place, 2U * kPages);
 }
 
 }  // namespace

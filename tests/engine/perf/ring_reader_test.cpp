@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <map>
 
 #include "support/synthetic_ring.hpp"
 
@@ -321,6 +322,93 @@ TEST(RingReader, CorruptRingStopsForGood) {
   synth.write(sample(2));
   synth.publish();
   EXPECT_EQ(reader.drain({}), 0U);
+}
+
+// The in-place mode (drain with an InPlaceHandler, a fixed layout): each sample reaches the
+// handler as an InPlaceSample whose words sit where SampleLayout::fixed_offsets() says, nothing
+// decoded; a LOST record and the sample split by the ring's end are decoded for the batch
+// handler; a malformed sample is counted, not handed on; a refused batch is decoded instead.
+// Either way every sample reaches exactly one of the two handlers, once, and is counted once.
+TEST(RingReader, InPlaceDrainHandsOnEverySampleOnceInPlaceOrDecoded) {
+  for (const bool refuse : {false, true}) {
+    SCOPED_TRACE(refuse ? "refused" : "taken");
+    SyntheticRing synth(1);
+    perf::SampleId id;
+    id.id = 1;
+    synth.set_lost_record(kLayout, id);
+    const auto at = kLayout.fixed_offsets();
+    ASSERT_EQ(at.pid, 16);  // header, IDENTIFIER, then TID
+    ASSERT_EQ(at.time, 24);
+    ASSERT_EQ(at.cpu, 32);
+    ASSERT_EQ(at.raw, 44);                       // then RAW's size word
+    synth.set_position(synth.data_size() - 40);  // a sample wraps around the end
+    auto ring = perf::Ring::adopt(synth.meta_and_data(), {}, false);
+    RingReader reader(std::move(*ring), 5, 0, &kLayout, 8);
+    std::map<std::uint32_t, int> seen;  // tid -> times handed on
+    std::uint64_t in_place = 0, decoded = 0, others = 0;
+    const InPlaceHandler handler = [&](std::span<const InPlaceSample> samples) {
+      EXPECT_LE(samples.size(), 8U);
+      if (refuse)
+        return false;
+      for (const InPlaceSample& s : samples) {
+        EXPECT_EQ(s.probe(), 5U);
+        EXPECT_EQ(s.raw().size(), 20U);
+        EXPECT_EQ(s.word32(static_cast<std::size_t>(at.pid)), 1000U);
+        ++seen[s.word32(static_cast<std::size_t>(at.tid))];
+        ++in_place;
+      }
+      return true;
+    };
+    const BatchHandler batches = [&](const Batch& b) {
+      for (const RecordRef& r : b.records) {
+        if (const auto* smp = std::get_if<perf::Sample>(&r.record.body)) {
+          EXPECT_EQ(smp->pid, 1000U);
+          ++seen[smp->tid];
+          ++decoded;
+        } else {
+          ++others;
+        }
+      }
+    };
+    std::uint32_t written = 0;
+    for (int round = 0; round < 6; ++round) {
+      if (round == 2) {  // a sample whose RAW size runs past its record: counted, not handed on
+        SampleSpec s;
+        s.raw.resize(20);
+        auto bad = testing::encode_sample(kLayout, s);
+        const std::uint32_t huge = 4096;
+        std::memcpy(bad.data() + at.raw - 4, &huge, 4);
+        ASSERT_TRUE(synth.write(bad));
+      }
+      for (int i = 0; i < 100; ++i) {  // 6,400 bytes into a 4,096-byte ring: some are lost
+        SampleSpec s;
+        s.pid = 1000;
+        s.tid = written;
+        s.raw.resize(20);
+        if (synth.write(testing::encode_sample(kLayout, s)))
+          ++written;
+      }
+      synth.publish();
+      reader.drain(batches, &handler);
+    }
+    const auto& st = reader.stats();
+    EXPECT_EQ(st.decode_errors, 1U);
+    EXPECT_GT(st.lost, 0U) << "the ring overflowed: LOST records came";
+    EXPECT_GE(others, 1U);
+    EXPECT_EQ(st.samples, in_place + decoded);
+    EXPECT_EQ(st.samples, written);
+    EXPECT_EQ(seen.size(), written) << "each sample once";
+    for (const auto& [tid, n] : seen)
+      EXPECT_EQ(n, 1) << "tid " << tid;
+    if (refuse) {
+      EXPECT_EQ(in_place, 0U);
+    } else {
+      EXPECT_GE(decoded, 1U) << "the wrapped sample is decoded";
+      EXPECT_LE(decoded, 20U);
+      EXPECT_GT(in_place, 100U);
+    }
+    EXPECT_EQ(synth.meta()->data_tail, synth.head());
+  }
 }
 
 }  // namespace

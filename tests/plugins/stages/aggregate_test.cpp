@@ -397,12 +397,12 @@ TEST(AggregateFixedKeys, KernelRowsLandInTheStatesOfTheSameKeys) {
       options.emplace_back("field", cv("bytes"));
     StageRun fixed({p}, use, options, true);
     StageRun encoded({p}, use, options, false);
-    EXPECT_EQ(fixed.stage().kernel_form().max_keys, 16u);
-    EXPECT_EQ(encoded.stage().kernel_form().max_keys, 16u);
+    EXPECT_EQ(kernel_form_of(fixed.stage()).max_keys, 16u);
+    EXPECT_EQ(kernel_form_of(encoded.stage()).max_keys, 16u);
     for (StageRun* run : {&fixed, &encoded}) {
-      run->stage().aggregation()->absorb(rows);
+      run->stage().in_kernel()->absorb(rows);
       run->feed(r);
-      run->stage().aggregation()->absorb(rows);
+      run->stage().in_kernel()->absorb(rows);
     }
     const Table a = fixed.snapshot(false, 0s, 1s);
     expect_same(a, encoded.snapshot(false, 0s, 1s));

@@ -52,12 +52,15 @@ class Engine {
 
   /// Where decoded records go (set before start()).
   void on_batch(BatchHandler handler);
-  /// Where the samples of BPF-delivered tracepoint probes go in place, in batches, before any
-  /// record is rebuilt for them (set before start()). Without it, or when it returns false for
-  /// a batch, they are rebuilt as the samples the probes' own events would have written and
-  /// reach the batch handler like every other record. The two paths keep each probe's order;
-  /// there is no order between them (a consumer in time order takes the records).
-  void on_delivered(DeliveredHandler handler);
+  /// Where samples go in place, read where they lie in their rings (set before start()): the
+  /// tracepoint hits of BPF-delivered probes, in batches before any record is rebuilt for them,
+  /// and the samples of a fixed layout (perf::SampleLayout::fixed) in the perf rings of the
+  /// probes `takes` says yes to (asked before each drain of a probe's ring). Without a handler,
+  /// or when it returns false for a batch, they are rebuilt or decoded and reach the batch
+  /// handler like every other record; so do the few samples that wrap around their ring's end.
+  /// The two paths keep each probe's order; there is no order between them (a consumer in time
+  /// order takes the records).
+  void on_in_place(InPlaceHandler handler, std::function<bool(std::uint32_t probe)> takes = {});
   /// Called once when the engine stopped by itself (the traced command or pid target exited, see
   /// target_exited(); a batch handler threw) or by stop().
   void on_done(std::function<void()> handler);

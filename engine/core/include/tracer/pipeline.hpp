@@ -46,9 +46,9 @@ struct PipelineOptions {
   ReorderOptions reorder{};
   /// Merge in time order even when no stage needs it (an embedder's own ordered consumer).
   bool force_order = false;
-  /// Let the stages take BPF-delivered tracepoint samples in place, without a record rebuilt
-  /// for each (on_delivered), where every stage that reads samples can (false: always the
-  /// records; tests and benchmarks compare the two).
+  /// Let the stages take samples in place (on_in_place: BPF-delivered tracepoint samples
+  /// without a record rebuilt for each, perf ring samples without a decode), where every stage
+  /// that reads samples can (false: always the records; tests and benchmarks compare the two).
   bool in_place = true;
   /// Bind to validate only (`tracer check`): the stages open and write nothing
   /// (BindContext::dry_run).
@@ -60,7 +60,7 @@ struct PipelineStats {
   std::array<std::uint64_t, kRecordKindCount> by_kind{};
   std::uint64_t dropped = 0;        // events some stage dropped
   std::uint64_t decode_errors = 0;  // undecoded samples that did not decode (never from a kernel)
-  std::uint64_t in_place = 0;       // delivered samples the stages read in place (also in records)
+  std::uint64_t in_place = 0;       // samples the stages read in place (also in records)
 };
 
 /// Hands a task record to `symbolizer`: an MMAP/MMAP2 record's mapping, the FORK of a new
@@ -98,13 +98,15 @@ class Pipeline {
 
   /// The hot path: builds events for the batch and runs them through the stages.
   void on_batch(const Batch& batch) noexcept;
-  /// Whether the stages take BPF-delivered samples in place (set by bind()): the records are not
-  /// merged in time order, no stage derives values, and every stage that reads samples is an
-  /// aggregation that takes each tracepoint probe's delivered samples (Stage::takes_delivered).
-  [[nodiscard]] bool takes_delivered() const noexcept { return in_place_; }
-  /// The in-place path (Engine::on_delivered), only when takes_delivered(): each stage that
-  /// reads samples gets them as they are.
-  void on_delivered(std::span<const DeliveredSample> samples) noexcept;
+  /// Whether the stages take probe `probe`'s samples in place (set by bind()): the records are
+  /// not merged in time order, no stage derives values, and every stage that reads samples has
+  /// the in-place role and takes that probe's (InPlace::takes).
+  [[nodiscard]] bool takes_in_place(std::uint32_t probe) const noexcept {
+    return probe < in_place_.size() && in_place_[probe];
+  }
+  /// The in-place path (Engine::on_in_place), only with samples of probes takes_in_place()
+  /// says yes to: each stage that reads samples gets them as they are.
+  void on_in_place(std::span<const InPlaceSample> samples) noexcept;
   /// Releases every record the time-order merge holds now (a kernel pipeline's task records,
   /// before the rows whose stacks they name are absorbed).
   void flush_order() noexcept;
@@ -170,8 +172,9 @@ class Pipeline {
     std::unique_ptr<Stage> stage;
     std::string name;
     StageNeeds needs;
-    Aggregation* aggregation = nullptr;  // the stage's roles (Stage::aggregation, ::output)
-    Output* output = nullptr;
+    Aggregation* aggregation = nullptr;  // the stage's roles (Stage::aggregation, ::output,
+    Output* output = nullptr;            // ::in_place)
+    InPlace* in_place = nullptr;
     KindMask kinds = 0;  // needs.kinds, or what the stage's options chose at bind
     std::chrono::nanoseconds last_emit{};
     std::uint32_t emitted = 0;
@@ -190,8 +193,8 @@ class Pipeline {
   /// into decoded_[slot]; nullptr if it does not decode.
   const RecordRef* decode_sample(const RecordRef& ref, std::size_t slot) noexcept;
   void emit(std::size_t index, std::chrono::nanoseconds now, bool reset);
-  /// bind()'s test of the in-place path's stages.
-  [[nodiscard]] bool takes_every_delivered() const noexcept;
+  /// bind()'s test of the in-place path's stages, for probe `probe`.
+  [[nodiscard]] bool stages_take_in_place(std::uint32_t probe) const noexcept;
 
   Sink* out_;
   PipelineOptions options_;
@@ -202,8 +205,8 @@ class Pipeline {
   std::vector<RecordRef> decoded_;
   std::vector<Event*> alive_, routed_;
   std::size_t derived_ = 0;
-  bool stacks_ = false;    // a stage bound a stack field: the symbolizer tracks maps
-  bool in_place_ = false;  // takes_delivered()
+  bool stacks_ = false;         // a stage bound a stack field: the symbolizer tracks maps
+  std::vector<bool> in_place_;  // by probe: takes_in_place()
   std::unique_ptr<Reorder> order_;
   double ns_per_record_ = 0;  // the stages' pace through the merge's rounds (moving average)
   BatchHandler ordered_out_;

@@ -67,20 +67,21 @@ struct Event {
 
 class Schema;
 
-/// An integer field of a delivered sample, read as a word without a Value (the in-place path's
-/// fixed-width keys): where the word is in the delivered record (DeliveredSample::bytes(): pid,
-/// tid, cpu and time in its header, the tracepoint's fields after it), and which Value
+/// An integer field of a sample read in place (InPlaceSample), read as a word without a Value
+/// (the in-place path's fixed-width keys): where the word is in the sample's bytes() (for a
+/// delivered sample pid, tid, cpu and time in its DeliveredHeader; for a perf ring's sample
+/// those of its fixed layout; the tracepoint's fields in raw() after them), and which Value
 /// alternative FieldRef::read gives for it. One load, no dispatch on the field's kind.
 struct IntReader {
-  std::uint32_t offset = 0;  // in DeliveredSample::bytes()
+  std::uint32_t offset = 0;  // in InPlaceSample::bytes()
   std::uint8_t size = 0;     // 1, 2, 4 or 8; 0: the probe lacks the field (read() gives nothing)
   bool is_signed = false;    // sign-extended from `size` bytes
   bool as_uint = false;      // read() gives a uint64 (else an int64)
-  bool in_header = false;    // within the DeliveredHeader: always there
+  bool in_header = false;    // before raw(): always there
 
   /// The word of `s` (an int64's two's complement bits). @return false when read() gives no
   /// value for it (the field is missing, or past the end of a short record).
-  [[nodiscard]] bool read(const DeliveredSample& s, std::uint64_t& v) const noexcept {
+  [[nodiscard]] bool read(const InPlaceSample& s, std::uint64_t& v) const noexcept {
     if (size == 0)
       return false;
     const auto b = s.bytes();
@@ -114,15 +115,17 @@ class FieldRef {
  public:
   FieldRef() = default;
   [[nodiscard]] Value read(const Event& e) const noexcept;
-  /// The field of a sample delivered in place (what read() gives for the same sample rebuilt
-  /// as a record); only where reads_delivered(s.probe).
-  [[nodiscard]] Value read(const DeliveredSample& s) const noexcept;
-  /// Whether probe `probe`'s delivered samples have this field in their compact form: pid, tid,
-  /// cpu, time, probe, kind, syscall and the tracepoint's own fields (or a field the probe
-  /// lacks: missing either way). Not derived fields, comm, or what a compact sample has not.
-  [[nodiscard]] bool reads_delivered(std::uint32_t probe) const noexcept;
-  /// Probe `probe`'s delivered samples' value of this field as an IntReader, when read() gives
-  /// an integer (or nothing) there: pid, tid, cpu, time and the tracepoint's fixed integers.
+  /// The field of a sample read in place (what read() gives for the same sample as a decoded
+  /// record); only where reads_in_place(s.probe()).
+  [[nodiscard]] Value read(const InPlaceSample& s) const noexcept;
+  /// Whether probe `probe`'s samples read in place have this field: pid, tid, cpu and time
+  /// where its in-place form holds them (a delivered sample's header; a perf sample's fixed
+  /// layout), probe, kind, syscall and the tracepoint's own fields (or a field the probe lacks:
+  /// missing either way). Not derived fields, comm, stacks, or a probe whose samples are never
+  /// read in place (a layout that is not fixed).
+  [[nodiscard]] bool reads_in_place(std::uint32_t probe) const noexcept;
+  /// Probe `probe`'s in-place value of this field as an IntReader, when read() gives an integer
+  /// (or nothing) there: pid, tid, cpu, time and the tracepoint's fixed integers.
   [[nodiscard]] std::optional<IntReader> int_reader(std::uint32_t probe) const noexcept;
   [[nodiscard]] const std::string& name() const noexcept { return name_; }
   /// The type of the field on the first probe that has it.

@@ -2,7 +2,8 @@
 // where it writes (Sink, Table), its lifecycle (Stage), the roles some stages have (Aggregation,
 // Output) and the registry of stages by name. What a stage type needs of a run: stage_spec.hpp.
 //
-// Usage (a stage's life, driven by tracer::Pipeline):
+// Usage (a stage's life, driven by tracer::Pipeline; the roles are Aggregation, Output, InPlace
+// and InKernel, each reached through its accessor):
 //   auto stage = registry.make("count");               // from the explicit table of built-ins
 //   stage->configure(options_table, diags);            // setup: option errors with positions
 //   stage->bind(ctx, diags);                           // once per run: names -> FieldRef accessors
@@ -74,6 +75,8 @@ struct BindContext {
 
 class Aggregation;
 class Output;
+class InPlace;
+class InKernel;
 
 /// A pipeline stage: the small core every stage has. What only some stages do is a role reached
 /// through a capability accessor (aggregation(), output()); what is fixed per stage type (record
@@ -101,16 +104,6 @@ class Stage {
   /// and probe when some stage of the pipeline asked for time order, else in ring order. Call
   /// Event::drop() to stop an event here.
   virtual void on_events(std::span<Event* const> events) noexcept = 0;
-  /// The in-place path (optional; Pipeline::on_delivered): whether this stage takes the samples
-  /// of probe `probe` delivered through the engine's BPF channel in their compact form, every
-  /// field it reads readable there (FieldRef::reads_delivered). Asked after bind. A stage that
-  /// says yes never drops an event: there is no Event to drop.
-  [[nodiscard]] virtual bool takes_delivered(std::uint32_t /*probe*/) const noexcept {
-    return false;
-  }
-  /// The in-place path: the samples of one batch, doing what on_events does with the same
-  /// samples rebuilt as records. Called only when takes_delivered(each sample's probe).
-  virtual void on_delivered(std::span<const DeliveredSample> /*samples*/) noexcept {}
   /// Accounting a user must see at the end of a run (latency: pairs, unmatched entries and
   /// exits, evictions): name and value, shown in the run's summary and --json.
   virtual void counters(std::vector<std::pair<std::string, std::uint64_t>>& /*out*/) const {}
@@ -119,16 +112,15 @@ class Stage {
 
   /// The aggregation role (count, hist, bpf-map, ...): tables out. nullptr for other stages.
   [[nodiscard]] virtual Aggregation* aggregation() noexcept { return nullptr; }
-  /// In-kernel placement: what this stage computes, as configured, in a form the planner can
-  /// compile to BPF; kNone with the reason when it has none. Called after configure().
-  [[nodiscard]] virtual KernelForm kernel_form() const {
-    return {.why_not = "this stage runs in user space only"};
-  }
-  /// A latency pairing placed in the kernel: its counters so far (replace the stage's own).
-  virtual void absorb_counters(const KernelLatencyCounters& /*counters*/) {}
   /// The output role (print, jsonl, csv, perf-data): where data leaves the pipeline. nullptr
   /// for other stages.
   [[nodiscard]] virtual Output* output() noexcept { return nullptr; }
+  /// The in-place role: samples read where they lie instead of Events. nullptr for stages that
+  /// read Events only.
+  [[nodiscard]] virtual InPlace* in_place() noexcept { return nullptr; }
+  /// The in-kernel role: what the stage computes, in a form the planner compiles to BPF, and
+  /// what it takes back from the kernel. nullptr for stages that run in user space only.
+  [[nodiscard]] virtual InKernel* in_kernel() noexcept { return nullptr; }
 };
 
 /// Role: an aggregation. Its state becomes a table at each `every` and at the end of the run;
@@ -140,9 +132,6 @@ class Aggregation {
   [[nodiscard]] virtual std::optional<std::chrono::nanoseconds> every() const noexcept = 0;
   /// The rows so far (ordered, cut to top); clears the state when `reset`.
   virtual void snapshot(Table& out, bool reset) = 0;
-  /// Placed in the kernel: adds the rows the kernel computed since the last read to the state,
-  /// as if their events had reached on_events (snapshot() then renders them as ever).
-  virtual void absorb(const std::vector<KernelRow>& /*rows*/) {}
 
  protected:
   Aggregation() = default;
@@ -174,6 +163,56 @@ class Output {
   Output(const Output&) = default;
   Output& operator=(const Output&) = default;
 };
+
+/// Role: samples read where they lie (InPlaceSample: the BPF delivery channel's records, a perf
+/// ring's samples of a fixed layout) instead of Events: Pipeline::on_in_place. A stage with this
+/// role returns itself from Stage::in_place().
+class InPlace {
+ public:
+  /// Whether this stage takes probe `probe`'s samples in place: every field it reads is
+  /// readable there (FieldRef::reads_in_place). Asked after bind. A stage that says yes never
+  /// drops an event: there is no Event to drop.
+  [[nodiscard]] virtual bool takes(std::uint32_t probe) const noexcept = 0;
+  /// The samples of one batch, doing what Stage::on_events does with the same samples as
+  /// Events. Called only with samples of the probes takes() says yes to.
+  virtual void on_samples(std::span<const InPlaceSample> samples) noexcept = 0;
+
+ protected:
+  InPlace() = default;
+  ~InPlace() = default;  // owned and destroyed as a Stage
+  InPlace(const InPlace&) = default;
+  InPlace& operator=(const InPlace&) = default;
+};
+
+/// Role: placeable in the kernel. The planner asks each stage of a pipeline for its
+/// kernel_form(); a pipeline placed there gives its results back through absorb() (the rows of
+/// an aggregation) and absorb_counters() (a latency pairing's accounting). A stage with this
+/// role returns itself from Stage::in_kernel().
+class InKernel {
+ public:
+  /// What this stage computes, as configured, in a form the planner can compile to BPF; kNone
+  /// with the reason when this configuration has none. Called after Stage::configure().
+  [[nodiscard]] virtual KernelForm kernel_form() const = 0;
+  /// An aggregation placed in the kernel: adds the rows the kernel computed since the last
+  /// read to the state, as if their events had reached on_events (snapshot() then renders them
+  /// as ever).
+  virtual void absorb(const std::vector<KernelRow>& /*rows*/) {}
+  /// A latency pairing placed in the kernel: its counters so far (replace the stage's own).
+  virtual void absorb_counters(const KernelLatencyCounters& /*counters*/) {}
+
+ protected:
+  InKernel() = default;
+  ~InKernel() = default;  // owned and destroyed as a Stage
+  InKernel(const InKernel&) = default;
+  InKernel& operator=(const InKernel&) = default;
+};
+
+/// The kernel form of `stage`: its in-kernel role's, else kNone with the reason.
+[[nodiscard]] inline KernelForm kernel_form_of(Stage& stage) {
+  if (const InKernel* k = stage.in_kernel())
+    return k->kernel_form();
+  return {.why_not = "this stage runs in user space only"};
+}
 
 // ---------------------------------------------------------------------------------------------
 // Registry

@@ -112,6 +112,9 @@ struct ProbeInfo {
   /// its count since the last reading to the user-space stages at each tick and at the end, as
   /// one sample per CPU slot (probe, cpu, time, and the count as its period and weight).
   bool counts_to_stages = false;
+  /// Its samples come through the engine's BPF delivery channel: read in place they have the
+  /// delivered form (a DeliveredHeader, then the tracepoint's record), not its layout's.
+  bool delivered = false;
   /// kBpfOutput: the emitted struct's fields (from BTF), when BpfOptions::payload_struct is set.
   std::optional<bpf::StructSchema> payload{};
   /// The attr the events were opened with (sample_type, read_format, clockid...): what a

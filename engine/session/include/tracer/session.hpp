@@ -100,8 +100,8 @@ struct SessionStats {
   /// prefix theirs with "pipelineN.".
   std::vector<std::pair<std::string, std::uint64_t>> counters{};
   std::uint64_t delivered = 0;  // records handed to the pipelines
-  /// The pipelines in user space read BPF-delivered samples in place (Pipeline::on_delivered):
-  /// no record is rebuilt for them.
+  /// The pipelines in user space read some probe's samples in place (Pipeline::on_in_place):
+  /// no record is rebuilt (BPF-delivered samples) or decoded (perf ring samples) for them.
   bool in_place = false;
   double seconds = 0;  // since start()
 };

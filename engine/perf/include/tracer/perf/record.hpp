@@ -70,6 +70,15 @@ struct SampleLayout {
                                          std::uint64_t regs_user = 0,
                                          std::uint64_t regs_intr = 0) noexcept;
   [[nodiscard]] bool has(std::uint64_t bit) const noexcept { return (sample_type & bit) != 0; }
+  /// Where a `fixed` layout's fields sit in its PERF_RECORD_SAMPLE records, in bytes from the
+  /// record's header (-1: absent): what a sample read in place (tracer::InPlaceSample) reads
+  /// without a decode. Zeros (and every field absent) for a layout that is not fixed.
+  struct FixedOffsets {
+    std::int16_t pid = -1, tid = -1, time = -1, cpu = -1;
+    /// The RAW data (after its size word), or without RAW the end of the fixed fields.
+    std::uint16_t raw = 0;
+  };
+  [[nodiscard]] FixedOffsets fixed_offsets() const noexcept;
 };
 
 /// read_format values (PERF_SAMPLE_READ, PERF_RECORD_READ, read(2) of a counter).

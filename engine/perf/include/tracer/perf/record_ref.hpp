@@ -1,6 +1,6 @@
 // The records the reactor hands on: RecordRef (a record decoded in place, with its probe and
-// CPU) in batches, and DeliveredSample (a tracepoint hit read where it lies in the BPF delivery
-// channel's ring). Both are valid during the callback only.
+// CPU) in batches, and InPlaceSample (a sample read where it lies in its ring, not decoded).
+// Both are valid during the callback only.
 #pragma once
 
 #include <cstddef>
@@ -44,44 +44,54 @@ struct DeliveredHeader {
   std::uint32_t pad = 0;
 };
 
-/// A tracepoint hit delivered through the engine's BPF channel (system-wide tracepoint probes),
-/// read where it lies in the channel's ring: no perf record is rebuilt for it, nothing copied.
+/// A sample read where it lies, not decoded: a tracepoint hit in the BPF delivery channel's ring
+/// (a DeliveredHeader, then the tracepoint's record), or a PERF_RECORD_SAMPLE of a fixed layout
+/// (perf::SampleLayout::fixed) in its probe's perf ring. No record is rebuilt or decoded for it,
+/// nothing copied: a stage reads the words it binds at offsets known per probe (IntReader).
 /// Valid during the callback only.
-class DeliveredSample {
+class InPlaceSample {
  public:
-  DeliveredSample() = default;
-  /// `record`: a DeliveredHeader, then its `size` bytes (the engine checked they are there).
-  explicit DeliveredSample(const std::byte* record) noexcept : rec_(record) {}
+  InPlaceSample() = default;
+  /// A record of the delivery channel: a DeliveredHeader, then its `size` bytes (the engine
+  /// checked they are there).
+  [[nodiscard]] static InPlaceSample delivered(const std::byte* record) noexcept {
+    DeliveredHeader h;
+    std::memcpy(&h, record, sizeof(h));
+    return {record, h.probe, sizeof(DeliveredHeader), h.size};
+  }
+  /// A PERF_RECORD_SAMPLE of probe `probe`, from its header: its RAW data (`raw_size` bytes) at
+  /// `raw_at`; without RAW, `raw_at` is the end of its fields and `raw_size` 0.
+  InPlaceSample(const std::byte* record,
+                std::uint32_t probe,
+                std::uint32_t raw_at,
+                std::uint32_t raw_size) noexcept
+      : rec_(record), probe_(probe), raw_at_(raw_at), raw_size_(raw_size) {}
 
-  [[nodiscard]] std::uint64_t time() const noexcept { return load<std::uint64_t>(0); }
-  [[nodiscard]] std::uint32_t probe() const noexcept { return load<std::uint32_t>(8); }
-  [[nodiscard]] std::uint32_t pid() const noexcept { return load<std::uint32_t>(16); }
-  [[nodiscard]] std::uint32_t tid() const noexcept { return load<std::uint32_t>(20); }
-  [[nodiscard]] std::uint32_t cpu() const noexcept { return load<std::uint32_t>(24); }
-  /// The tracepoint's record (common fields first).
+  [[nodiscard]] std::uint32_t probe() const noexcept { return probe_; }
+  /// The tracepoint's record (common fields first), or the BPF output payload.
   [[nodiscard]] std::span<const std::byte> raw() const noexcept {
-    return {rec_ + sizeof(DeliveredHeader), load<std::uint32_t>(12)};
+    return {rec_ + raw_at_, raw_size_};
   }
-  /// The 4 bytes at `offset` of the header (offsetof(DeliveredHeader, ...)).
-  [[nodiscard]] std::uint32_t word32(std::size_t offset) const noexcept {
-    return load<std::uint32_t>(offset);
-  }
-  /// The whole delivered record: the DeliveredHeader, then raw().
+  /// The record up to the end of raw(): where IntReader offsets point.
   [[nodiscard]] std::span<const std::byte> bytes() const noexcept {
-    return {rec_, sizeof(DeliveredHeader) + load<std::uint32_t>(12)};
+    return {rec_, std::size_t{raw_at_} + raw_size_};
+  }
+  /// The 4 bytes at `offset` of bytes(), an offset before raw() (a header word).
+  [[nodiscard]] std::uint32_t word32(std::size_t offset) const noexcept {
+    std::uint32_t v = 0;
+    std::memcpy(&v, rec_ + offset, sizeof(v));
+    return v;
   }
 
  private:
-  template <typename T>
-  [[nodiscard]] T load(std::size_t offset) const noexcept {
-    T v;
-    std::memcpy(&v, rec_ + offset, sizeof(T));
-    return v;
-  }
   const std::byte* rec_ = nullptr;
+  std::uint32_t probe_ = 0;
+  std::uint32_t raw_at_ = 0;
+  std::uint32_t raw_size_ = 0;
 };
-/// Takes delivered samples in place (Engine::on_delivered). @return false to have them rebuilt
-/// as PERF_RECORD_SAMPLE records and handed to the batch handler instead.
-using DeliveredHandler = std::function<bool(std::span<const DeliveredSample>)>;
+/// Takes samples in place (Engine::on_in_place). @return false to have them handed to the
+/// batch handler as records instead (delivered samples rebuilt as PERF_RECORD_SAMPLEs, perf
+/// ring samples decoded).
+using InPlaceHandler = std::function<bool(std::span<const InPlaceSample>)>;
 
 }  // namespace tracer

@@ -28,8 +28,12 @@ class RingReader {
   /// Reads everything the kernel has published, hands it to `handler` in batches of at most
   /// max_batch records, then releases the space (data_tail once, aux_tail after the batches that
   /// used the AUX chunks). Allocation-free in steady state.
+  /// `in_place` set and a fixed layout: the samples go to it as InPlaceSamples in batches of at
+  /// most max_batch, not decoded (the other records, and a sample that wraps around the ring's
+  /// end, are decoded for `handler`); a batch it refuses is decoded for `handler`.
   /// @return records delivered.
-  std::uint64_t drain(const BatchHandler& handler) noexcept;
+  std::uint64_t drain(const BatchHandler& handler,
+                      const InPlaceHandler* in_place = nullptr) noexcept;
   /// A drain stops after the batch during which `at` passed (steady clock; max: never), with
   /// the rest left in the ring and more() true: a slow pipeline does not keep the reactor from
   /// its signals and timers.
@@ -55,6 +59,13 @@ class RingReader {
   /// kDecode false: samples are handed on undecoded (header only).
   template <std::uint64_t kSampleType, bool kDecode = true>
   std::uint64_t drain_as(const BatchHandler& handler) noexcept;
+  /// drain() with its samples handed on in place.
+  std::uint64_t drain_in_place(const BatchHandler& handler,
+                               const InPlaceHandler& in_place) noexcept;
+  /// drain_in_place(): decodes `rec` into the batch (a record that is not taken in place).
+  void add_decoded(std::span<const std::byte> rec, const BatchHandler& handler) noexcept;
+  /// drain_in_place(): hands the samples gathered on, or decodes them when refused.
+  void flush_in_place(const BatchHandler& handler, const InPlaceHandler& in_place) noexcept;
   /// Counts a non-SAMPLE record (losses, AUX chunks, ITRACE_START context).
   void account(RecordRef& ref) noexcept;
 
@@ -68,6 +79,8 @@ class RingReader {
   /// Per slot: its Sample when it holds the last complete sample of the reader's fixed layout
   /// (rewritten in place by the next one), else nullptr.
   std::vector<perf::Sample*> ready_;
+  std::vector<InPlaceSample> in_place_;  // drain_in_place()'s batch (empty until used)
+  std::size_t in_place_used_ = 0;
   std::size_t used_ = 0;
   RingStats stats_;
   std::uint32_t itrace_pid_ = 0, itrace_tid_ = 0;
