@@ -54,6 +54,7 @@ struct RunOptions {
   std::string placement;         // "", "auto", "kernel", "user"
   std::string channel;           // "", "ringbuf", "perf"
   bool plan = false;             // check --plan
+  int ready_fd = -1;             // --ready-fd
   std::vector<std::string> sets;
 };
 
@@ -322,6 +323,7 @@ perf::Event own_syscall_counter() {
 
 int run_recipe(const RunOptions& given) {
   RunOptions o = given;
+  check_ready_fd(o.ready_fd);
   if (o.perf_data.empty() && o.output.ends_with(".data")) {
     o.perf_data = o.output;  // -o FILE.data: a perf.data file, not text
     o.output.clear();
@@ -392,6 +394,7 @@ int run_recipe(const RunOptions& given) {
     last_delivered = st.delivered;
   });
   session.start();
+  signal_ready(o.ready_fd);
   // From here on: the run's own cost (reactor, drains, map reads), not the start's compiles.
   perf::Event own_syscalls = o.verbose ? own_syscall_counter() : perf::Event{};
   for (const auto& note : out_of_target_notes(recipe, target_from(o)))
@@ -528,6 +531,7 @@ void add_run_command(CLI::App& app, Runner& run) {
                 "system calls would be events that wake it again)");
   cmd->add_flag("-v,--verbose", o->verbose,
                 "Full verifier logs on BPF errors; how the rings were sized");
+  add_ready_fd_option(cmd, o->ready_fd, "once every probe is attached and the run has begun");
   cmd->callback([o, &run] { run = [o] { return run_recipe(*o); }; });
 
   auto c = std::make_shared<RunOptions>();

@@ -33,6 +33,7 @@ struct StatCliOptions {
   std::string interval;
   unsigned repeat = 1;
   std::vector<std::string> command;
+  int ready_fd = -1;
 };
 
 const std::vector<std::string> kDefaultEvents = {
@@ -89,6 +90,9 @@ int run_stat(const StatCliOptions& opts) {
                        .pid = opts.pid,
                        .command = opts.command,
                        .repeat = opts.repeat};
+  check_ready_fd(opts.ready_fd);
+  int ready_fd = opts.ready_fd;
+  so.on_counting = [&ready_fd] { signal_ready(ready_fd); };
   const bool command = !opts.command.empty();
   const bool system_wide = so.system_wide();
   if (!opts.duration.empty())
@@ -175,6 +179,7 @@ void add_stat_command(CLI::App& app, Runner& run) {
   cmd->add_option("-r,--repeat", opts->repeat,
                   "Run the command this many times and print the mean of each count with its "
                   "variation (+- the standard deviation of the mean, in %)");
+  add_ready_fd_option(cmd, opts->ready_fd, "once every counter is open and counting");
   // Everything from the first positional on (or after --) is the command, passed through as is.
   cmd->prefix_command(true);
   cmd->footer("Usage with a command: tracer stat [OPTIONS] [--] COMMAND [ARGS...]");

@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace tracer::cli {
@@ -20,6 +21,13 @@ using Runner = std::function<int()>;
 
 /// The arguments after the first "--" on the command line (a command to run), if any.
 std::vector<std::string>& trailing_args();
+
+/// --ready-fd FD on `cmd`: "ready" is written to FD `when` (help text: "once every probe is
+/// attached"). check_ready_fd: a usage error unless FD is open (-1: none). signal_ready: writes
+/// the line, closes FD and sets it to -1 (nothing for -1).
+void add_ready_fd_option(CLI::App* cmd, int& fd, std::string_view when);
+void check_ready_fd(int fd);
+void signal_ready(int& fd) noexcept;
 
 void add_version_command(CLI::App& app, Runner& run);
 void add_list_command(CLI::App& app, Runner& run);

@@ -311,6 +311,10 @@ class Measurement {
       infos_.push_back(c.info);
 
     const auto start = clock::now();
+    if (opts_.on_counting && !counting_said_) {
+      counting_said_ = true;  // the first run only
+      opts_.on_counting();
+    }
     if (command) {
       char c = 'g';
       if (::write(go_pipe[1], &c, 1) != 1)
@@ -413,6 +417,7 @@ class Measurement {
 
  private:
   const StatOptions& opts_;
+  bool counting_said_ = false;  // opts_.on_counting was called
   std::optional<tracefs::Tracefs> fs_;
   std::vector<Counter> counters_;
   std::vector<StatCounter> infos_;  // counters_' names and units

@@ -3,16 +3,13 @@
 
 #include <optional>
 
+#include "tracer/common/buckets.hpp"
+
 namespace tracer::kernel::gen {
 
 std::uint32_t lhist_inner(const Aggregation& a) {
-  if (a.lhist_step <= 0 || a.lhist_max <= a.lhist_min)
-    return 0;
-  const auto span = static_cast<unsigned __int128>(static_cast<__int128>(a.lhist_max) -
-                                                   static_cast<__int128>(a.lhist_min));
-  const auto n = (span + static_cast<unsigned __int128>(a.lhist_step) - 1) /
-                 static_cast<unsigned __int128>(a.lhist_step);
-  return n > 1'000'000 ? 1'000'000 : static_cast<std::uint32_t>(n);
+  return static_cast<std::uint32_t>(
+      detail::linear_inner(a.lhist_min, a.lhist_max, a.lhist_step, 1'000'000));
 }
 namespace {
 

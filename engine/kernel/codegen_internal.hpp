@@ -21,7 +21,6 @@
 
 namespace tracer::kernel::gen {
 
-inline constexpr std::uint32_t kHistBuckets = 66;      // plugins/stages/hist.hpp Hist::kBuckets
 inline constexpr std::uint32_t kCommLen = 16;          // TASK_COMM_LEN
 inline constexpr std::uint32_t kMaxStringKey = 256;    // bytes of one string key or buffer
 inline constexpr std::uint32_t kMaxKeySize = 320;      // the key lives on the 512-byte BPF stack
@@ -74,9 +73,9 @@ inline bool is_return_probe(ProbeKind k) {
 inline bool is_uprobe(ProbeKind k) {
   return k == ProbeKind::kUprobe || k == ProbeKind::kUretprobe;
 }
-inline bool needs_value(AggKind k) {
-  return k != AggKind::kCount;
-}
+/// Whether aggregation `k` aggregates a field, and its name (kernel_aggs.hpp's record).
+[[nodiscard]] bool needs_value(AggKind k) noexcept;
+[[nodiscard]] std::string_view agg_name(AggKind k) noexcept;
 inline std::string_view kind_name(ProbeKind k) {
   switch (k) {
     case ProbeKind::kTracepoint:
@@ -93,11 +92,6 @@ inline std::string_view kind_name(ProbeKind k) {
       return "perf event";
   }
   return "?";
-}
-inline std::string_view agg_name(AggKind k) {
-  static constexpr std::string_view kNames[] = {"count", "sum",  "min",   "max",
-                                                "avg",   "hist", "lhist", "quantiles"};
-  return kNames[static_cast<std::size_t>(k)];
 }
 
 inline Role role_of(const KernelPlan& plan, std::uint32_t i) {

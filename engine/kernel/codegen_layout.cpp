@@ -1,6 +1,7 @@
 // The layout of an in-kernel aggregation: key columns merged over the probes, the maps, and
 // the value cells of each generation.
 #include "codegen_internal.hpp"
+#include "kernel_aggs.hpp"
 
 #include <algorithm>
 
@@ -185,32 +186,7 @@ Layout make_layout(const KernelPlan& plan,
   }
   l.key_size =
       l.keyless ? 4 : std::max<std::uint32_t>(1, (at + max_align - 1) / max_align * max_align);
-  switch (agg.kind) {
-    case AggKind::kCount:
-      l.value_size = 8;
-      break;
-    case AggKind::kSum:
-    case AggKind::kMin:
-    case AggKind::kMax:
-    case AggKind::kAvg:
-      l.value_size = 16;
-      break;
-    case AggKind::kHist:
-      l.buckets = kHistBuckets;
-      l.value_size = 8 * l.buckets;
-      break;
-    case AggKind::kLhist:
-      l.lhist_inner = lhist_inner(agg);
-      l.buckets = l.lhist_inner + 2;
-      l.value_size = 8 * l.buckets;
-      break;
-    case AggKind::kQuantiles:
-      // ~30 KiB a key: a per-CPU value fits the per-CPU allocator's unit (32 KiB); the shared
-      // hash allocates keys as they come (BPF_F_NO_PREALLOC), not max_keys of them up front.
-      l.buckets = kQuantileBuckets;
-      l.value_size = 8 * l.buckets + 16;
-      break;
-  }
+  kernel_agg(agg.kind).layout(agg, l);
   const std::uint64_t percpu_bytes = 2ULL * ((std::uint64_t{l.value_size} + 7) / 8 * 8) * cpus *
                                      (l.keyless    ? 1
                                       : l.by_probe ? l.probes

@@ -1,6 +1,7 @@
 // What every generated program has besides its probes: the prelude, the maps, the helper
 // functions the probes call, and the program that follows forks.
 #include "codegen_internal.hpp"
+#include "kernel_aggs.hpp"
 
 #include <algorithm>
 
@@ -91,31 +92,7 @@ void emit_maps(const KernelPlan& plan, const Layout& l, bool tgid_map, Writer& w
   // Value.
   w.line("struct tr_val {{");
   w.in();
-  switch (agg.kind) {
-    case AggKind::kCount:
-      w.line("__u64 count;");
-      break;
-    case AggKind::kSum:
-    case AggKind::kAvg:
-      w.line("__u64 count;");
-      w.line("__s64 v; /* the sum */");
-      break;
-    case AggKind::kMin:
-    case AggKind::kMax:
-      w.line("__u64 count;");
-      w.line("__u64 v; /* the {} as TR_ORDER(v): the largest wins, 0 is none */",
-             agg_name(agg.kind));
-      break;
-    case AggKind::kHist:
-    case AggKind::kLhist:
-      w.line("__u64 counts[{}];", l.buckets);
-      break;
-    case AggKind::kQuantiles:
-      w.line("__u64 counts[{}];", l.buckets);
-      w.line("__u64 vmin; /* ~min: the largest wins, 0 is none */");
-      w.line("__u64 vmax; /* max + 1: the largest wins, 0 is none */");
-      break;
-  }
+  kernel_agg(agg.kind).emit_value(agg, l, w);
   w.out();
   w.line("}};");
   w.line("_Static_assert(sizeof(struct tr_val) == {}, \"value layout\");", l.value_size);
@@ -124,7 +101,7 @@ void emit_maps(const KernelPlan& plan, const Layout& l, bool tgid_map, Writer& w
   // Arrays start zeroed too, so zero must mean "nothing yet" for every kind: min and max keep
   // an encoding of the value under which the largest wins and no value is 0.
   w.line("const struct tr_val tr_init SEC(\".rodata\");");
-  if (agg.kind == AggKind::kMin || agg.kind == AggKind::kMax) {
+  if (kernel_agg(agg.kind).ordered_value) {
     w.line(
         "/* min: INT64_MAX -> 0 ... INT64_MIN -> ~0; max: INT64_MIN -> 0 ... INT64_MAX -> ~0 "
         "(engine/kernel/reader.cpp decodes). */");
@@ -148,7 +125,7 @@ void emit_maps(const KernelPlan& plan, const Layout& l, bool tgid_map, Writer& w
     w.line("\t__uint(max_entries, {});", l.keyless ? 1 : l.by_probe ? l.probes : agg.max_keys);
     w.line("\t__type(key, {});", key_type);
     w.line("\t__type(value, struct tr_val);");
-    if (!array && agg.kind == AggKind::kQuantiles)
+    if (!array && kernel_agg(agg.kind).no_prealloc)
       w.line("\t__uint(map_flags, BPF_F_NO_PREALLOC);");
     w.line("}} {} SEC(\".maps\");", name);
   }
@@ -368,63 +345,8 @@ static __always_inline void tr_zero_after_nul(char *s, int n)
             s, bits);
     w.blank();
   }
-  if (agg.kind == AggKind::kHist) {
-    w.raw(
-        R"C(/* plugins/stages/hist.cpp Hist::bucket: 0 negative, 1 zero, 1 + bit_width(v) above. */
-static __always_inline __u32 tr_bucket(__s64 v)
-{
-	if (v < 0)
-		return 0;
-	if (v == 0)
-		return 1;
-	__u64 u = v;
-	__u32 w = 1;
-	if (u >> 32) { u >>= 32; w += 32; }
-	if (u >> 16) { u >>= 16; w += 16; }
-	if (u >> 8) { u >>= 8; w += 8; }
-	if (u >> 4) { u >>= 4; w += 4; }
-	if (u >> 2) { u >>= 2; w += 2; }
-	if (u >> 1) { w += 1; }
-	return 1 + w;
-}
-
-)C");
-  } else if (agg.kind == AggKind::kQuantiles) {
-    w.raw(
-        R"C(/* plugins/stages/quantiles.cpp Quantiles::bucket: values below 128 exactly, then 64
- * sub-buckets per power of two (negative values count as 0). */
-static __always_inline __u32 tr_bucket(__s64 v)
-{
-	if (v < 128)
-		return v < 0 ? 0 : (__u32)v;
-	__u64 u = v;
-	__u32 e = 0; /* bit_width(u) - 1 */
-	if (u >> 32) { u >>= 32; e += 32; }
-	if (u >> 16) { u >>= 16; e += 16; }
-	if (u >> 8) { u >>= 8; e += 8; }
-	if (u >> 4) { u >>= 4; e += 4; }
-	if (u >> 2) { u >>= 2; e += 2; }
-	if (u >> 1) { e += 1; }
-	__u32 shift = e - 6;
-	__u64 mant = (__u64)v >> shift;
-	return 128 + (shift - 1) * 64 + (__u32)(mant - 64);
-}
-
-)C");
-  } else if (agg.kind == AggKind::kLhist) {
-    w.line("/* plugins/stages/lhist.cpp Lhist::bucket: 0 below min, {} at or above max. */",
-           l.lhist_inner + 1);
-    w.line("static __always_inline __u32 tr_bucket(__s64 v)");
-    w.line("{{");
-    w.line("\tif (v < {}LL)", agg.lhist_min);
-    w.line("\t\treturn 0;");
-    w.line("\tif (v >= {}LL)", agg.lhist_max);
-    w.line("\t\treturn {};", l.lhist_inner + 1);
-    w.line("\treturn 1 + (__u32)(((__u64)v - (__u64)({}LL)) / {}ULL);", agg.lhist_min,
-           static_cast<std::uint64_t>(agg.lhist_step));
-    w.line("}}");
-    w.blank();
-  }
+  if (const auto emit_bucket = kernel_agg(agg.kind).emit_bucket)
+    emit_bucket(agg, l, w);
   // The update, plain (per-CPU values of non-preemptible programs) and atomic (uprobes), as
   // the probes need them.
   bool want[2] = {false, false};
@@ -460,54 +382,7 @@ static __always_inline __u32 tr_bucket(__s64 v)
     w.line("\t\treturn;");
     w.line("\t}}");
     w.line("}}");
-    switch (agg.kind) {
-      case AggKind::kCount:
-        w.line("{}(&p->count);", vinc);
-        break;
-      case AggKind::kSum:
-      case AggKind::kAvg:
-        w.line("{}(&p->count);", vinc);
-        if (cas)
-          w.line("__sync_fetch_and_add(&p->v, v);");
-        else
-          w.line("p->v += v;");
-        break;
-      case AggKind::kMin:
-      case AggKind::kMax: {
-        w.line("__u64 e = TR_ORDER(v);");
-        emit_raise(w, "p->v", "e", cas, inc);
-        w.line("{}(&p->count);", vinc);
-        break;
-      }
-      case AggKind::kHist:
-      case AggKind::kLhist:
-        w.line("__u32 b = tr_bucket(v);");
-        w.line("/* Forget what clang knows of b, so that the bound the verifier needs stays. */");
-        w.line(R"(asm volatile("" : "+r"(b));)");
-        w.line("if (b >= {})", l.buckets);
-        w.line("\tb = {};", l.buckets - 1);
-        w.line("{}(&p->counts[b]);", vinc);
-        break;
-      case AggKind::kQuantiles:
-        w.line("__u32 b = tr_bucket(v);");
-        w.line(R"(asm volatile("" : "+r"(b));)");
-        w.line("if (b >= {})", l.buckets);
-        w.line("\tb = {};", l.buckets - 1);
-        w.line("{}(&p->counts[b]);", vinc);
-        w.line("__u64 u = v < 0 ? 0 : (__u64)v;");
-        w.line("__u64 e_min = ~u, e_max = u + 1;");
-        w.line("{{");
-        w.in();
-        emit_raise(w, "p->vmin", "e_min", cas, inc);
-        w.out();
-        w.line("}}");
-        w.line("{{");
-        w.in();
-        emit_raise(w, "p->vmax", "e_max", cas, inc);
-        w.out();
-        w.line("}}");
-        break;
-    }
+    kernel_agg(agg.kind).emit_update(l, {.cas = cas, .inc = inc, .vinc = vinc}, w);
     w.out();
     w.line("}}");
     w.blank();

@@ -162,12 +162,12 @@ class FieldMap {
 bool append_filter(const KernelForm& f, FieldMap& fields, bool duration_here, gen::Filter& out) {
   const int base = static_cast<int>(out.nodes.size());
   for (const auto& n : f.nodes) {
-    gen::FilterNode g{.kind = static_cast<gen::FilterNode::Kind>(n.kind),
+    gen::FilterNode g{.kind = n.kind,
                       .lhs = n.lhs < 0 ? -1 : n.lhs + base,
                       .rhs = n.rhs < 0 ? -1 : n.rhs + base,
-                      .op = static_cast<gen::Cmp>(n.op)};
+                      .op = n.op};
     for (auto [src, dst] : {std::pair{&n.a, &g.a}, std::pair{&n.b, &g.b}}) {
-      dst->kind = static_cast<gen::Operand::Kind>(src->kind);
+      dst->kind = src->kind;
       dst->ival = src->ival;
       dst->uval = src->uval;
       dst->glob = src->glob;
@@ -193,17 +193,6 @@ bool append_filter(const KernelForm& f, FieldMap& fields, bool duration_here, ge
   }
   return true;
 }
-
-gen::AggKind agg_kind(KernelForm::Agg a) {
-  return static_cast<gen::AggKind>(a);  // same order (static_asserts below)
-}
-static_assert(static_cast<int>(gen::AggKind::kLhist) == static_cast<int>(KernelForm::Agg::kLhist));
-static_assert(static_cast<int>(gen::AggKind::kQuantiles) ==
-              static_cast<int>(KernelForm::Agg::kQuantiles));
-static_assert(static_cast<int>(gen::AggKind::kAvg) == static_cast<int>(KernelForm::Agg::kAvg));
-static_assert(static_cast<int>(gen::Cmp::kGe) == static_cast<int>(KernelForm::Cmp::kGe));
-static_assert(static_cast<int>(gen::FilterNode::Kind::kTruth) ==
-              static_cast<int>(KernelForm::Node::Kind::kTruth));
 
 void all_user(PipelinePlace& out, const std::string& why) {
   for (auto& s : out.stages) {
@@ -256,7 +245,7 @@ PipelinePlace place_one(Pipeline& p,
   const KernelForm& a = forms[*agg];
 
   gen::KernelPlan plan;
-  plan.aggregation = {.kind = agg_kind(a.agg),
+  plan.aggregation = {.kind = a.agg,
                       .key_names = a.by,
                       .value_name = a.value,
                       .lhist_min = a.lhist_min,

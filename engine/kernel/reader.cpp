@@ -17,6 +17,8 @@
 // tr_gen only ever holds 0 or 1, so even a torn store could only be read as 0 or 1.
 #include "tracer/kernel/reader.hpp"
 
+#include "kernel_aggs.hpp"
+
 #include <bpf/bpf.h>
 
 #include <bpf/libbpf.h>
@@ -127,31 +129,7 @@ Snapshot Reader::empty_snapshot() const {
   const Aggregation& agg = prog_.plan.aggregation;
   Snapshot s;
   s.key_names = agg.key_names;
-  switch (agg.kind) {
-    case AggKind::kCount:
-      s.value_names = {"count"};
-      break;
-    case AggKind::kSum:
-      s.value_names = {"sum"};
-      break;
-    case AggKind::kMin:
-      s.value_names = {"min"};
-      break;
-    case AggKind::kMax:
-      s.value_names = {"max"};
-      break;
-    case AggKind::kAvg:
-      s.value_names = {"avg"};
-      break;
-    case AggKind::kHist:
-    case AggKind::kLhist:
-      s.value_names = {agg.value_name};
-      s.histogram = true;
-      break;
-    case AggKind::kQuantiles:
-      s.value_names = {"count", "min", "max"};
-      break;
-  }
+  kernel_agg(agg.kind).describe(agg, s);
   return s;
 }
 
@@ -287,99 +265,11 @@ Row Reader::make_row(const std::byte* key,
   }
   const std::size_t stride = l.percpu ? round_up8(l.value_size) : 0;
   const std::size_t n = l.percpu ? cpus_ : 1;
-  bool first = true;
-  if (agg.kind == AggKind::kHist || agg.kind == AggKind::kLhist || agg.kind == AggKind::kQuantiles)
-    row.counts.assign(l.buckets, 0);
-  std::uint64_t min_enc = 0, max_enc = 0;  // quantiles: ~min and max + 1, 0 is none
-  for (std::size_t cpu = 0; cpu < n; ++cpu) {
-    const std::byte* v = values.data() + cpu * stride;
-    switch (agg.kind) {
-      case AggKind::kCount:
-        row.count += load<std::uint64_t>(v);
-        break;
-      case AggKind::kSum:
-      case AggKind::kAvg:
-        row.count += load<std::uint64_t>(v);
-        // Wrapping, as the stage's and the kernel's 64-bit sums.
-        row.value = static_cast<std::int64_t>(static_cast<std::uint64_t>(row.value) +
-                                              load<std::uint64_t>(v + 8));
-        break;
-      case AggKind::kMin:
-      case AggKind::kMax: {
-        const auto c = load<std::uint64_t>(v);
-        if (c == 0)
-          break;  // this CPU saw no event of the key
-        const auto x =
-            static_cast<std::int64_t>(load<std::uint64_t>(v + 8) ^ min_max_xor(agg.kind));
-        row.value = first                       ? x
-                    : agg.kind == AggKind::kMin ? std::min(row.value, x)
-                                                : std::max(row.value, x);
-        first = false;
-        row.count += c;
-        break;
-      }
-      case AggKind::kHist:
-      case AggKind::kLhist:
-      case AggKind::kQuantiles:
-        for (std::uint32_t b = 0; b < l.buckets; ++b) {
-          const auto c = load<std::uint64_t>(v + (std::size_t{8} * b));
-          row.counts[b] += c;
-          row.count += c;
-        }
-        if (agg.kind == AggKind::kQuantiles) {
-          min_enc = std::max(min_enc, load<std::uint64_t>(v + (std::size_t{8} * l.buckets)));
-          max_enc = std::max(max_enc, load<std::uint64_t>(v + (std::size_t{8} * l.buckets) + 8));
-        }
-        break;
-    }
-  }
-  if (agg.kind == AggKind::kQuantiles && row.count != 0) {
-    row.min = ~min_enc;
-    row.max = max_enc - 1;
-  }
-  switch (agg.kind) {
-    case AggKind::kCount:
-      row.values.emplace_back(row.count);
-      break;
-    case AggKind::kSum:
-    case AggKind::kMin:
-    case AggKind::kMax:
-      row.values.emplace_back(row.value);
-      break;
-    case AggKind::kAvg:
-      row.values.emplace_back(
-          row.count == 0 ? 0.0 : static_cast<double>(row.value) / static_cast<double>(row.count));
-      break;
-    case AggKind::kHist:
-    case AggKind::kLhist: {
-      std::size_t lo = row.counts.size(), hi = 0;
-      for (std::size_t b = 0; b < row.counts.size(); ++b) {
-        if (row.counts[b] != 0) {
-          lo = std::min(lo, b);
-          hi = b;
-        }
-      }
-      for (std::size_t b = lo; b <= hi && lo < row.counts.size(); ++b) {
-        Bucket hb;
-        hb.count = row.counts[b];
-        auto bb = agg.kind == AggKind::kHist
-                      ? detail::log2_bucket(b)
-                      : detail::linear_bucket(b, agg.lhist_min, agg.lhist_max, agg.lhist_step,
-                                              l.lhist_inner);
-        hb.lo = bb.lo, hb.hi = bb.hi;
-        hb.lo_unbounded = bb.lo_unbounded, hb.hi_unbounded = bb.hi_unbounded;
-        hb.label = std::move(bb.label);
-        row.buckets.push_back(std::move(hb));
-      }
-      row.values.emplace_back(row.count);
-      break;
-    }
-    case AggKind::kQuantiles:
-      row.values.emplace_back(row.count);
-      row.values.emplace_back(row.min);
-      row.values.emplace_back(row.max);
-      break;
-  }
+  const KernelAgg& ops = kernel_agg(agg.kind);
+  RowMerge m{.row = row};
+  for (std::size_t cpu = 0; cpu < n; ++cpu)
+    ops.merge(agg, l, values.data() + cpu * stride, m);
+  ops.finish(agg, l, m);
   return row;
 }
 

@@ -21,12 +21,7 @@ StageSpec Hist::spec() {
 }
 
 std::size_t Hist::bucket(std::int64_t v) noexcept {
-  if (v < 0)
-    return 0;
-  if (v == 0)
-    return 1;
-  const auto u = static_cast<std::uint64_t>(v);
-  return 1 + static_cast<std::size_t>(std::bit_width(u));  // 1 -> 2, [2,4) -> 3, ...
+  return detail::log2_bucket_of(v);  // 1 -> 2, [2,4) -> 3, ...
 }
 
 std::string Hist::power_label(unsigned power) {

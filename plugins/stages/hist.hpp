@@ -5,6 +5,7 @@
 #include <array>
 
 #include "aggregate.hpp"
+#include "tracer/common/buckets.hpp"
 
 namespace tracer::stages {
 
@@ -12,7 +13,7 @@ class Hist : public AggregateStage, public InPlace, public InKernel {
  public:
   [[nodiscard]] InPlace* in_place() noexcept override { return this; }
   [[nodiscard]] InKernel* in_kernel() noexcept override { return this; }
-  static constexpr std::size_t kBuckets = 66;
+  static constexpr std::size_t kBuckets = detail::kLog2Buckets;  // tracer/common/buckets.hpp
   [[nodiscard]] static StageSpec spec();
   /// The bucket of `v` (0: negative, 1: zero, 2: one, 2 + k: [2^k, 2^(k+1))).
   [[nodiscard]] static std::size_t bucket(std::int64_t v) noexcept;

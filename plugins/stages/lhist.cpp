@@ -48,14 +48,16 @@ void Lhist::configure(const ConfigValue& options, Diagnostics& diags) {
               fmt::format("option 'max' ({}) must be above 'min' ({})", max_, min_));
     max_ = min_ + step_;
   }
-  const std::int64_t n = (max_ - min_ + step_ - 1) / step_;
+  const std::size_t n = detail::linear_inner(min_, max_, step_);
   if (n > kMaxBuckets) {
     diags.add(opts.where("step"),
               fmt::format("lhist would have {} buckets (at most {})", n, kMaxBuckets),
               "raise 'step' or narrow [min, max)");
-    step_ = (max_ - min_ + kMaxBuckets - 1) / kMaxBuckets;
+    // (In 128 bits: max - min may not fit an int64.)
+    const auto span = static_cast<unsigned __int128>(static_cast<__int128>(max_) - min_);
+    step_ = static_cast<std::int64_t>((span + kMaxBuckets - 1) / kMaxBuckets);
   }
-  inner_ = static_cast<std::size_t>((max_ - min_ + step_ - 1) / step_);
+  inner_ = detail::linear_inner(min_, max_, step_);
 }
 
 KernelForm Lhist::kernel_form() const {
@@ -77,11 +79,7 @@ void Lhist::bind(BindContext& ctx, Diagnostics& diags) {
 }
 
 std::size_t Lhist::bucket(std::int64_t v) const noexcept {
-  if (v < min_)
-    return 0;
-  if (v >= max_)
-    return inner_ + 1;
-  return 1 + static_cast<std::size_t>((v - min_) / step_);
+  return detail::linear_bucket_of(v, min_, max_, step_, inner_);
 }
 
 void Lhist::on_events(std::span<Event* const> events) noexcept {

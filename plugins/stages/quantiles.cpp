@@ -28,13 +28,7 @@ StageSpec Quantiles::spec() {
 }
 
 std::size_t Quantiles::bucket(std::uint64_t v) noexcept {
-  if (v < kExact)
-    return static_cast<std::size_t>(v);
-  const unsigned e = static_cast<unsigned>(std::bit_width(v)) - 1;  // >= 7
-  const unsigned shift = e - kSubBits;                              // >= 1
-  const std::uint64_t mant = v >> shift;                            // [64, 128)
-  return kExact + (shift - 1) * (std::size_t{1} << kSubBits) +
-         static_cast<std::size_t>(mant - (std::uint64_t{1} << kSubBits));
+  return detail::quantile_bucket_of(v);
 }
 
 std::uint64_t Quantiles::representative(std::size_t b) noexcept {

@@ -9,6 +9,7 @@
 #pragma once
 
 #include "aggregate.hpp"
+#include "tracer/common/buckets.hpp"
 
 namespace tracer::stages {
 
@@ -16,9 +17,10 @@ class Quantiles : public AggregateStage, public InPlace, public InKernel {
  public:
   [[nodiscard]] InPlace* in_place() noexcept override { return this; }
   [[nodiscard]] InKernel* in_kernel() noexcept override { return this; }
-  static constexpr unsigned kSubBits = 6;                            // 64 sub-buckets per octave
-  static constexpr std::size_t kExact = std::size_t{2} << kSubBits;  // 128
-  static constexpr std::size_t kBuckets = kExact + (63 - kSubBits) * (std::size_t{1} << kSubBits);
+  // The buckets of tracer/common/buckets.hpp (shared with the in-kernel form).
+  static constexpr unsigned kSubBits = detail::kQuantileSubBits;  // 64 sub-buckets per octave
+  static constexpr std::size_t kExact = detail::kQuantileExact;   // 128
+  static constexpr std::size_t kBuckets = detail::kQuantileBuckets;
   /// The relative error bound stated above (1/128).
   static constexpr double kRelativeError = 1.0 / static_cast<double>(kExact);
 

@@ -5,13 +5,16 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <regex>
 #include <string>
+#include <thread>
 
+#include "support/cli.hpp"
 #include "support/perf_judge.hpp"
 
 namespace {
@@ -239,16 +242,26 @@ TEST(CliPerfData, FileAfterSigintAndSigkillIsReadable) {
   const auto recipe = f.recipe("forever", kLseek);
   for (const int sig : {SIGINT, SIGKILL}) {
     const auto data = f.add(sig == SIGINT ? "sigint" : "sigkill", ".data");
+    tracer::testing::ReadyPipe ready;
+    const std::string fd = ready.fd_arg();
     const pid_t pid = ::fork();
     if (pid == 0) {
       std::freopen("/dev/null", "w", stderr);
-      ::execl(kTracer.c_str(), kTracer.c_str(), "run", recipe.c_str(), "-o", data.c_str(), nullptr);
+      ::execl(kTracer.c_str(), kTracer.c_str(), "run", recipe.c_str(), "-o", data.c_str(),
+              "--ready-fd", fd.c_str(), nullptr);
       ::_exit(127);
     }
-    ::usleep(700 * 1000);  // running: the file exists and is valid already
+    ready.close_writer();
+    ASSERT_TRUE(ready.wait()) << "tracer never said ready";
     const auto calls = shell(std::string(TRACER_SYSCALLER_PATH) + " lseek 300");
     ASSERT_EQ(calls.exit_code, 0);
-    ::usleep(500 * 1000);  // several rounds (100 ms each) end after the calls
+    // Until a round after the calls ended in the file (written while tracer runs): perf script
+    // reads all 300 of them. A bound, not a sleep: a loaded machine gets there later.
+    for (int i = 0; i < 300; ++i) {
+      if (lines_of(shell("perf script -i " + data + " 2>/dev/null").out).size() >= 300)
+        break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
     ::kill(pid, sig);
     int status = 0;
     ::waitpid(pid, &status, 0);

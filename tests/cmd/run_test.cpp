@@ -405,13 +405,17 @@ use = "bpf-map"
 TEST(CliRun, SigintStopsCleanlyWithASummary) {
   const auto recipe = write_recipe("forever", kGetppid);
   const fs::path out = fs::temp_directory_path() / ("tracer_sigint_" + std::to_string(::getpid()));
+  tracer::testing::ReadyPipe ready;
+  const std::string fd = ready.fd_arg();
   const pid_t pid = ::fork();
   if (pid == 0) {
     std::freopen(out.c_str(), "w", stdout);
-    ::execl(TRACER_CLI_PATH, TRACER_CLI_PATH, "run", recipe.c_str(), "--json", nullptr);
+    ::execl(TRACER_CLI_PATH, TRACER_CLI_PATH, "run", recipe.c_str(), "--json", "--ready-fd",
+            fd.c_str(), nullptr);
     ::_exit(127);
   }
-  ::usleep(800 * 1000);
+  ready.close_writer();
+  EXPECT_TRUE(ready.wait()) << "tracer never said ready";
   ::kill(pid, SIGINT);
   int status = 0;
   ::waitpid(pid, &status, 0);
@@ -433,9 +437,11 @@ TEST(CliRun, SigintStopsCleanlyWithASummary) {
 // tracer run -p PID ends by itself when the process exits, as perf record -p does.
 TEST(CliRun, APidTargetsExitEndsTheRun) {
   constexpr int kCalls = 1000;
+  tracer::testing::ReadyPipe ready;
   const pid_t target = ::fork();
   if (target == 0) {
-    ::usleep(1000 * 1000);  // time for tracer to start
+    if (!ready.wait())  // tracer is attached: the calls are all seen
+      ::_exit(3);
     for (int i = 0; i < kCalls; ++i)
       ::getppid();
     ::_exit(0);
@@ -448,10 +454,12 @@ TEST(CliRun, APidTargetsExitEndsTheRun) {
     std::freopen(out.c_str(), "w", stdout);
     std::freopen(err.c_str(), "w", stderr);
     const std::string pid = std::to_string(target);
+    const std::string fd = ready.fd_arg();
     ::execl(TRACER_CLI_PATH, TRACER_CLI_PATH, "run", recipe.c_str(), "--json", "-p", pid.c_str(),
-            nullptr);
+            "--ready-fd", fd.c_str(), nullptr);
     ::_exit(127);
   }
+  ready.close_writer();
   int status = 0;
   bool exited = false;
   for (int i = 0; i < 1000 && !exited; ++i) {  // 10 s
@@ -484,15 +492,18 @@ TEST(CliRun, APidTargetsExitEndsTheRun) {
 // tracer stat -p PID ends by itself when the process exits, with its exact count, as perf stat
 // -p does (-d 20s only bounds the test if it did not).
 TEST(CliStat, APidTargetsExitEndsTheCount) {
+  tracer::testing::ReadyPipe ready;
   const pid_t target = ::fork();
   if (target == 0) {
-    ::usleep(1000 * 1000);  // time for tracer to start
+    if (!ready.wait())  // tracer is counting: the calls are all seen
+      ::_exit(3);
     for (int i = 0; i < 700; ++i)
       ::getppid();
     ::_exit(0);
   }
   const auto t0 = std::chrono::steady_clock::now();
-  const auto r = run("stat -d 20s -e syscalls:sys_enter_getppid -p " + std::to_string(target));
+  const auto r = run("stat -d 20s -e syscalls:sys_enter_getppid -p " + std::to_string(target) +
+                     " --ready-fd " + ready.fd_arg());
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   ::waitpid(target, nullptr, 0);
   ASSERT_EQ(r.exit_code, 0) << r.err;

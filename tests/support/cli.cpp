@@ -1,8 +1,11 @@
 #include "support/cli.hpp"
 
+#include <fcntl.h>
+#include <poll.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <fstream>
 #include <sstream>
@@ -53,6 +56,50 @@ bool exited_ok(pid_t pid) {
   int status = 0;
   ::waitpid(pid, &status, 0);
   return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+ReadyPipe::ReadyPipe() {
+  int fds[2] = {-1, -1};
+  if (::pipe(fds) == 0) {
+    read_fd_ = fds[0];
+    write_fd_ = fds[1];
+    ::fcntl(read_fd_, F_SETFD, FD_CLOEXEC);  // the write end alone crosses exec
+  }
+}
+
+ReadyPipe::~ReadyPipe() {
+  close_writer();
+  if (read_fd_ >= 0)
+    ::close(read_fd_);
+}
+
+void ReadyPipe::close_writer() {
+  if (write_fd_ >= 0)
+    ::close(write_fd_);
+  write_fd_ = -1;
+}
+
+bool ReadyPipe::wait(int seconds) {
+  std::string got;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+  while (got.find("ready\n") == std::string::npos) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        until - std::chrono::steady_clock::now());
+    if (left.count() <= 0)
+      return false;
+    pollfd p{read_fd_, POLLIN, 0};
+    const int r = ::poll(&p, 1, static_cast<int>(left.count()));
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r <= 0)
+      return false;
+    char buf[64];
+    const ssize_t n = ::read(read_fd_, buf, sizeof buf);
+    if (n <= 0)
+      return false;  // every writer closed without "ready"
+    got.append(buf, static_cast<std::size_t>(n));
+  }
+  return true;
 }
 
 bool wait_for_text(const fs::path& file, const std::string& text) {

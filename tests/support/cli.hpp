@@ -36,6 +36,27 @@ bool exited_ok(pid_t pid);
 /// Waits until `file` holds `text` (a tool's "attached" line), at most 60 s; false if it never
 /// does. Readiness is a line the tool prints, never a sleep (a loaded machine starts tools late).
 bool wait_for_text(const std::filesystem::path& file, const std::string& text);
+/// The --ready-fd handshake (`tracer run|stat --ready-fd N`): a pipe whose write end a tracer
+/// started after it inherits (pass fd_arg()); wait() returns once that tracer wrote "ready",
+/// which it does when every probe is attached. A child that must not start its work before
+/// then blocks in wait() too (it inherits the read end across fork).
+class ReadyPipe {
+ public:
+  ReadyPipe();
+  ~ReadyPipe();
+  ReadyPipe(const ReadyPipe&) = delete;
+  ReadyPipe& operator=(const ReadyPipe&) = delete;
+  /// The write end's number, for --ready-fd.
+  [[nodiscard]] std::string fd_arg() const { return std::to_string(write_fd_); }
+  /// Closes this process's write end (after the tracer was started).
+  void close_writer();
+  /// Waits for the "ready" line, at most `seconds`; false on a timeout or when every writer
+  /// closed without it (tracer failed to start).
+  bool wait(int seconds = 60);
+
+ private:
+  int read_fd_ = -1, write_fd_ = -1;
+};
 #ifdef TRACER_CLI_PATH
 /// Starts `TRACER_CLI_PATH run ...` (args without the binary: {"run", recipe, ...}) with -v,
 /// stdout to `out` and stderr to `err`, and returns once it is tracing (its "tracer: rings:"

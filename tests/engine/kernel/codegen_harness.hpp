@@ -23,10 +23,9 @@
 
 #include <fmt/format.h>
 
-#include "plugins/stages/hist.hpp"
-#include "plugins/stages/quantiles.hpp"
 #include "support/child.hpp"
 #include "support/temp_dir.hpp"
+#include "tracer/common/buckets.hpp"
 #include "tracer/kernel/codegen.hpp"
 #include "tracer/kernel/reader.hpp"
 #include "tracer/perf/event.hpp"

@@ -178,9 +178,9 @@ TEST(BpfCodegenLive, HistAndLhistBucketsEqualTheUserSpaceComputation) {
 
   // The user-space stages' buckets of the same values: `offset` is an unsigned 8-byte field,
   // read as the stages read it (to_int: uint64 above INT64_MAX wraps).
-  std::vector<std::uint64_t> want_h(stages::Hist::kBuckets), want_l(11 + 2);
+  std::vector<std::uint64_t> want_h(detail::kLog2Buckets), want_l(11 + 2);
   for (const auto v : values) {
-    ++want_h[stages::Hist::bucket(v)];
+    ++want_h[detail::log2_bucket_of(v)];
     // plugins/stages/lhist.cpp Lhist::bucket with min -50, max 1000, step 100: 11 inner buckets.
     const std::size_t b = v < -50     ? 0
                           : v >= 1000 ? 12
@@ -198,7 +198,7 @@ TEST(BpfCodegenLive, HistAndLhistBucketsEqualTheUserSpaceComputation) {
   EXPECT_EQ(sh->rows[0].buckets[1].label, "[0]");
   EXPECT_EQ(sh->rows[0].buckets[3].label, "[2, 4)");
   EXPECT_EQ(sh->rows[0].buckets.back().label,
-            fmt::format("[{}, {})", stages::Hist::power_label(62), stages::Hist::power_label(63)));
+            fmt::format("[{}, {})", detail::power_label(62), detail::power_label(63)));
   EXPECT_TRUE(sh->rows[0].buckets.back().hi_unbounded);
   EXPECT_EQ(sl->rows[0].buckets.front().label, "(..., -50)");
   EXPECT_EQ(sl->rows[0].buckets[1].label, "[-50, 50)");

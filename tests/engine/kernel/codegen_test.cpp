@@ -245,13 +245,23 @@ TEST(BpfCodegen, TheSameTextIsCompiledOnce) {
 
 TEST(BpfCodegen, HistLabelsAreTheStages) {
   for (unsigned p = 0; p < 64; ++p)
-    EXPECT_EQ(power_label(p), stages::Hist::power_label(p)) << p;
+    EXPECT_EQ(power_label(p), detail::power_label(p)) << p;
 }
 
-// The generated quantiles map holds the stage's buckets (the bucket function itself is checked
-// live: Aggregations/SamePlacement.KernelAndUserGiveTheSameTable/quantiles).
-TEST(BpfCodegen, QuantileBucketsAreTheStages) {
-  EXPECT_EQ(std::size_t{kQuantileBuckets}, stages::Quantiles::kBuckets);
+// The generated maps hold the stages' buckets (tracer/common/buckets.hpp; the C that fills them
+// is tests/engine/kernel/buckets_test.cpp's, and live: Aggregations/SamePlacement).
+TEST(BpfCodegen, BucketCountsAreTheStages) {
+  for (const auto& [kind, buckets] :
+       {std::pair{AggKind::kHist, detail::kLog2Buckets},
+        std::pair{AggKind::kQuantiles, detail::kQuantileBuckets},
+        std::pair{AggKind::kLhist, detail::linear_inner(0, 100, 10) + 2}}) {
+    KernelPlan plan;
+    plan.probes.push_back({.name = "p", .value = Field::pid()});
+    plan.aggregation = {.kind = kind, .value_name = "pid"};
+    const auto prog = generate(plan, 2);
+    ASSERT_TRUE(prog.has_value()) << prog.error().message;
+    EXPECT_EQ(std::size_t{prog->layout.buckets}, buckets) << static_cast<int>(kind);
+  }
 }
 
 // ---------------------------------------------------------------------------------------------

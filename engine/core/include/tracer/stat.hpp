@@ -41,6 +41,8 @@ struct StatOptions {
   std::chrono::nanoseconds duration{0};  // 0: until the command or process ends, or `stop`
   std::chrono::nanoseconds interval{0};  // > 0: on_interval every interval
   unsigned repeat = 1;                   // runs of the measurement (stops early on `stop`)
+  /// Called once, when the first run's counters are open and counting (a command then starts).
+  std::function<void()> on_counting{};
 
   /// Counters on every CPU for every task: -a, or neither a pid nor a command.
   [[nodiscard]] bool system_wide() const noexcept {

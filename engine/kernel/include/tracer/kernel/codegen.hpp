@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "tracer/bpf/object.hpp"
+#include "tracer/kernel_form.hpp"
 #include "tracer/result.hpp"
 
 namespace tracer::kernel::gen {
@@ -117,9 +118,11 @@ struct Field {
 /// (as the user-space filter's 128-bit compare); strings compare by equality (== !=) with a
 /// literal, or with a literal prefix when the literal is a glob whose only metacharacter is one
 /// trailing `*`. A missing field makes every comparison on it false.
-enum class Cmp : std::uint8_t { kEq, kNe, kLt, kLe, kGt, kGe };
+/// The filter tree, comparisons and aggregation kinds are KernelForm's (one set of types from
+/// the stages to the generator); a Field here is a KernelForm operand's name resolved.
+using Cmp = KernelForm::Cmp;
 struct Operand {
-  enum class Kind : std::uint8_t { kField, kInt, kUint, kString };
+  using Kind = KernelForm::Operand::Kind;
   Kind kind = Kind::kInt;
   Field field{};
   std::int64_t ival = 0;
@@ -128,7 +131,7 @@ struct Operand {
   bool glob = false;   // the literal is a glob pattern (holds * ? or [)
 };
 struct FilterNode {
-  enum class Kind : std::uint8_t { kOr, kAnd, kNot, kCmp, kTruth };
+  using Kind = KernelForm::Node::Kind;
   Kind kind = Kind::kTruth;
   int lhs = -1, rhs = -1;  // node indexes (kOr, kAnd: both; kNot: lhs)
   Cmp op = Cmp::kEq;
@@ -140,15 +143,11 @@ struct Filter {
   [[nodiscard]] bool empty() const noexcept { return root < 0; }
 };
 
-enum class AggKind : std::uint8_t { kCount, kSum, kMin, kMax, kAvg, kHist, kLhist, kQuantiles };
+using AggKind = KernelForm::Agg;
 
-/// Buckets of plugins/stages/quantiles.hpp: a log-linear histogram, 128 exact values then 64
-/// sub-buckets per power of two (Quantiles::kBuckets).
-inline constexpr std::uint32_t kQuantileBuckets = 128 + ((63 - 6) * 64);
-
-/// The one aggregation of the pipeline. Buckets are those of plugins/stages/hist.cpp (66 log2
-/// buckets: negative, 0, 1, then [2^k, 2^(k+1))), lhist.cpp (below min, [min + i*step, ...),
-/// at or above max) and quantiles.cpp (kQuantileBuckets, with the exact min and max).
+/// The one aggregation of the pipeline. Its buckets are tracer/common/buckets.hpp's, the stages'
+/// (hist: log2; lhist: below min, [min + i*step, ...), at or above max; quantiles: log-linear,
+/// with the exact min and max); its kind's record is kernel_aggs.hpp's.
 struct Aggregation {
   AggKind kind = AggKind::kCount;
   std::vector<std::string> key_names{};  // the `by` fields, in order (ProbePlan::keys match)

@@ -1,0 +1,347 @@
+// The in-kernel aggregations, one record each (kernel_aggs.hpp).
+#include "kernel_aggs.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "tracer/common/buckets.hpp"
+
+namespace tracer::kernel::gen {
+
+namespace {
+
+// bpf/progs/tracer_buckets.h, the C twin of tracer/common/buckets.hpp (embedded by CMake).
+constexpr std::string_view kBucketsC =
+#include "tracer_buckets_h.inc"
+    ;
+
+std::uint64_t load_u64(const std::byte* p) {
+  std::uint64_t v = 0;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+// ---------------------------------------------------------------------------------------------
+// What the kinds share
+
+void layout_scalar(const Aggregation& /*agg*/, Layout& l) {
+  l.value_size = 16;  // count, then the sum or TR_ORDER(min/max)
+}
+
+void emit_counted_value(const Aggregation& agg, const Layout& /*l*/, Writer& w) {
+  w.line("__u64 count;");
+  if (agg.kind == AggKind::kMin || agg.kind == AggKind::kMax)
+    w.line("__u64 v; /* the {} as TR_ORDER(v): the largest wins, 0 is none */",
+           kernel_agg(agg.kind).name);
+  else
+    w.line("__s64 v; /* the sum */");
+}
+
+void emit_bucket_counts(const Aggregation& /*agg*/, const Layout& l, Writer& w) {
+  w.line("__u64 counts[{}];", l.buckets);
+}
+
+/// `tr_bucket(v)` as `call` of bpf/progs/tracer_buckets.h.
+void emit_bucket_call(Writer& w, std::string_view call) {
+  w.raw(kBucketsC);
+  w.blank();
+  w.line("static __always_inline __u32 tr_bucket(__s64 v)");
+  w.line("{{");
+  w.line("\treturn {};", call);
+  w.line("}}");
+  w.blank();
+}
+
+/// counts[tr_bucket(v)] += 1, the index bounded for the verifier.
+void emit_bucket_add(const Layout& l, const UpdateStyle& u, Writer& w) {
+  w.line("__u32 b = tr_bucket(v);");
+  w.line("/* Forget what clang knows of b, so that the bound the verifier needs stays. */");
+  w.line(R"(asm volatile("" : "+r"(b));)");
+  w.line("if (b >= {})", l.buckets);
+  w.line("\tb = {};", l.buckets - 1);
+  w.line("{}(&p->counts[b]);", u.vinc);
+}
+
+void describe_as(Snapshot& s, std::string_view name) {
+  s.value_names = {std::string(name)};
+}
+
+void merge_sum(const Aggregation& /*agg*/, const Layout& /*l*/, const std::byte* v, RowMerge& m) {
+  m.row.count += load_u64(v);
+  // Wrapping, as the stage's and the kernel's 64-bit sums.
+  m.row.value =
+      static_cast<std::int64_t>(static_cast<std::uint64_t>(m.row.value) + load_u64(v + 8));
+}
+
+void merge_extreme(const Aggregation& agg, const Layout& /*l*/, const std::byte* v, RowMerge& m) {
+  const auto c = load_u64(v);
+  if (c == 0)
+    return;  // this CPU saw no event of the key
+  const auto x = static_cast<std::int64_t>(load_u64(v + 8) ^ min_max_xor(agg.kind));
+  m.row.value = m.first                     ? x
+                : agg.kind == AggKind::kMin ? std::min(m.row.value, x)
+                                            : std::max(m.row.value, x);
+  m.first = false;
+  m.row.count += c;
+}
+
+void merge_buckets(const Aggregation& /*agg*/, const Layout& l, const std::byte* v, RowMerge& m) {
+  m.row.counts.resize(l.buckets, 0);
+  for (std::uint32_t b = 0; b < l.buckets; ++b) {
+    const auto c = load_u64(v + (std::size_t{8} * b));
+    m.row.counts[b] += c;
+    m.row.count += c;
+  }
+}
+
+void finish_value(const Aggregation& /*agg*/, const Layout& /*l*/, RowMerge& m) {
+  m.row.values.emplace_back(m.row.value);
+}
+
+/// The buckets from the first to the last non-empty one, bounded and labelled by `bounds`.
+template <typename Bounds>
+void finish_histogram(RowMerge& m, Bounds&& bounds) {
+  Row& row = m.row;
+  std::size_t lo = row.counts.size(), hi = 0;
+  for (std::size_t b = 0; b < row.counts.size(); ++b) {
+    if (row.counts[b] != 0) {
+      lo = std::min(lo, b);
+      hi = b;
+    }
+  }
+  for (std::size_t b = lo; b <= hi && lo < row.counts.size(); ++b) {
+    Bucket hb;
+    hb.count = row.counts[b];
+    auto bb = bounds(b);
+    hb.lo = bb.lo, hb.hi = bb.hi;
+    hb.lo_unbounded = bb.lo_unbounded, hb.hi_unbounded = bb.hi_unbounded;
+    hb.label = std::move(bb.label);
+    row.buckets.push_back(std::move(hb));
+  }
+  row.values.emplace_back(row.count);
+}
+
+void describe_histogram(const Aggregation& agg, Snapshot& s) {
+  s.value_names = {agg.value_name};
+  s.histogram = true;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The records
+
+const KernelAgg kCount{
+    .name = "count",
+    .needs_value = false,
+    .layout = [](const Aggregation&, Layout& l) { l.value_size = 8; },
+    .emit_value = [](const Aggregation&, const Layout&, Writer& w) { w.line("__u64 count;"); },
+    .emit_update =
+        [](const Layout&, const UpdateStyle& u, Writer& w) { w.line("{}(&p->count);", u.vinc); },
+    .describe = [](const Aggregation&, Snapshot& s) { describe_as(s, "count"); },
+    .merge =
+        [](const Aggregation&, const Layout&, const std::byte* v, RowMerge& m) {
+          m.row.count += load_u64(v);
+        },
+    .finish = [](const Aggregation&,
+                 const Layout&,
+                 RowMerge& m) { m.row.values.emplace_back(m.row.count); },
+};
+
+void emit_sum_update(const Layout& /*l*/, const UpdateStyle& u, Writer& w) {
+  w.line("{}(&p->count);", u.vinc);
+  if (u.cas)
+    w.line("__sync_fetch_and_add(&p->v, v);");
+  else
+    w.line("p->v += v;");
+}
+
+const KernelAgg kSum{
+    .name = "sum",
+    .layout = layout_scalar,
+    .emit_value = emit_counted_value,
+    .emit_update = emit_sum_update,
+    .describe = [](const Aggregation&, Snapshot& s) { describe_as(s, "sum"); },
+    .merge = merge_sum,
+    .finish = finish_value,
+};
+
+const KernelAgg kAvg{
+    .name = "avg",
+    .layout = layout_scalar,
+    .emit_value = emit_counted_value,
+    .emit_update = emit_sum_update,
+    .describe = [](const Aggregation&, Snapshot& s) { describe_as(s, "avg"); },
+    .merge = merge_sum,
+    .finish =
+        [](const Aggregation&, const Layout&, RowMerge& m) {
+          m.row.values.emplace_back(m.row.count == 0 ? 0.0
+                                                     : static_cast<double>(m.row.value) /
+                                                           static_cast<double>(m.row.count));
+        },
+};
+
+void emit_extreme_update(const Layout& /*l*/, const UpdateStyle& u, Writer& w) {
+  w.line("__u64 e = TR_ORDER(v);");
+  emit_raise(w, "p->v", "e", u.cas, u.inc);
+  w.line("{}(&p->count);", u.vinc);
+}
+
+const KernelAgg kMin{
+    .name = "min",
+    .layout = layout_scalar,
+    .emit_value = emit_counted_value,
+    .emit_update = emit_extreme_update,
+    .describe = [](const Aggregation&, Snapshot& s) { describe_as(s, "min"); },
+    .merge = merge_extreme,
+    .finish = finish_value,
+    .ordered_value = true,
+};
+
+const KernelAgg kMax{
+    .name = "max",
+    .layout = layout_scalar,
+    .emit_value = emit_counted_value,
+    .emit_update = emit_extreme_update,
+    .describe = [](const Aggregation&, Snapshot& s) { describe_as(s, "max"); },
+    .merge = merge_extreme,
+    .finish = finish_value,
+    .ordered_value = true,
+};
+
+const KernelAgg kHist{
+    .name = "hist",
+    .layout =
+        [](const Aggregation&, Layout& l) {
+          l.buckets = static_cast<std::uint32_t>(detail::kLog2Buckets);
+          l.value_size = 8 * l.buckets;
+        },
+    .emit_value = emit_bucket_counts,
+    .emit_bucket = [](const Aggregation&,
+                      const Layout&,
+                      Writer& w) { emit_bucket_call(w, "tr_log2_bucket(v)"); },
+    .emit_update = emit_bucket_add,
+    .describe = describe_histogram,
+    .merge = merge_buckets,
+    .finish = [](const Aggregation&,
+                 const Layout&,
+                 RowMerge& m) { finish_histogram(m, detail::log2_bucket); },
+};
+
+const KernelAgg kLhist{
+    .name = "lhist",
+    .layout =
+        [](const Aggregation& agg, Layout& l) {
+          l.lhist_inner = lhist_inner(agg);
+          l.buckets = l.lhist_inner + 2;
+          l.value_size = 8 * l.buckets;
+        },
+    .emit_value = emit_bucket_counts,
+    .emit_bucket =
+        [](const Aggregation& agg, const Layout& l, Writer& w) {
+          emit_bucket_call(w,
+                           fmt::format("tr_linear_bucket(v, {}LL, {}LL, {}ULL, {})", agg.lhist_min,
+                                       agg.lhist_max, static_cast<std::uint64_t>(agg.lhist_step),
+                                       l.lhist_inner));
+        },
+    .emit_update = emit_bucket_add,
+    .describe = describe_histogram,
+    .merge = merge_buckets,
+    .finish =
+        [](const Aggregation& agg, const Layout& l, RowMerge& m) {
+          finish_histogram(m, [&](std::size_t b) {
+            return detail::linear_bucket(b, agg.lhist_min, agg.lhist_max, agg.lhist_step,
+                                         l.lhist_inner);
+          });
+        },
+};
+
+const KernelAgg kQuantiles{
+    .name = "quantiles",
+    .layout =
+        [](const Aggregation&, Layout& l) {
+          // ~30 KiB a key: a per-CPU value fits the per-CPU allocator's unit (32 KiB); the
+          // shared hash allocates keys as they come (BPF_F_NO_PREALLOC), not max_keys of them
+          // up front.
+          l.buckets = static_cast<std::uint32_t>(detail::kQuantileBuckets);
+          l.value_size = 8 * l.buckets + 16;
+        },
+    .emit_value =
+        [](const Aggregation& agg, const Layout& l, Writer& w) {
+          emit_bucket_counts(agg, l, w);
+          w.line("__u64 vmin; /* ~min: the largest wins, 0 is none */");
+          w.line("__u64 vmax; /* max + 1: the largest wins, 0 is none */");
+        },
+    .emit_bucket = [](const Aggregation&,
+                      const Layout&,
+                      Writer& w) { emit_bucket_call(w, "tr_quantile_bucket(v)"); },
+    .emit_update =
+        [](const Layout& l, const UpdateStyle& u, Writer& w) {
+          emit_bucket_add(l, u, w);
+          w.line("__u64 u = v < 0 ? 0 : (__u64)v;");
+          w.line("__u64 e_min = ~u, e_max = u + 1;");
+          w.line("{{");
+          w.in();
+          emit_raise(w, "p->vmin", "e_min", u.cas, u.inc);
+          w.out();
+          w.line("}}");
+          w.line("{{");
+          w.in();
+          emit_raise(w, "p->vmax", "e_max", u.cas, u.inc);
+          w.out();
+          w.line("}}");
+        },
+    .describe =
+        [](const Aggregation&, Snapshot& s) {
+          s.value_names = {"count", "min", "max"};
+        },
+    .merge =
+        [](const Aggregation& agg, const Layout& l, const std::byte* v, RowMerge& m) {
+          merge_buckets(agg, l, v, m);
+          m.min_enc = std::max(m.min_enc, load_u64(v + (std::size_t{8} * l.buckets)));
+          m.max_enc = std::max(m.max_enc, load_u64(v + (std::size_t{8} * l.buckets) + 8));
+        },
+    .finish =
+        [](const Aggregation&, const Layout&, RowMerge& m) {
+          if (m.row.count != 0) {
+            m.row.min = ~m.min_enc;
+            m.row.max = m.max_enc - 1;
+          }
+          m.row.values.emplace_back(m.row.count);
+          m.row.values.emplace_back(m.row.min);
+          m.row.values.emplace_back(m.row.max);
+        },
+    .no_prealloc = true,
+};
+
+}  // namespace
+
+bool needs_value(AggKind k) noexcept {
+  return kernel_agg(k).needs_value;
+}
+
+std::string_view agg_name(AggKind k) noexcept {
+  return kernel_agg(k).name;
+}
+
+const KernelAgg& kernel_agg(AggKind kind) noexcept {
+  switch (kind) {
+    case AggKind::kCount:
+      return kCount;
+    case AggKind::kSum:
+      return kSum;
+    case AggKind::kMin:
+      return kMin;
+    case AggKind::kMax:
+      return kMax;
+    case AggKind::kAvg:
+      return kAvg;
+    case AggKind::kHist:
+      return kHist;
+    case AggKind::kLhist:
+      return kLhist;
+    case AggKind::kQuantiles:
+      return kQuantiles;
+  }
+  return kCount;
+}
+
+}  // namespace tracer::kernel::gen

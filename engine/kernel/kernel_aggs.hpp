@@ -1,0 +1,60 @@
+// One record per in-kernel aggregation (KernelForm::Agg): what its map value holds, the C that
+// buckets and updates it in a generated program, and how the reader turns the values back into a
+// row. The generator (codegen_layout.cpp, codegen_maps.cpp) and the reader (reader.cpp) ask the
+// record instead of switching on the kind: a new in-kernel aggregation is one more record here
+// (beside its stage's kernel_form()), and its buckets are tracer/common/buckets.hpp's, in C as
+// bpf/progs/tracer_buckets.h.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "codegen_internal.hpp"
+#include "tracer/kernel/reader.hpp"
+
+namespace tracer::kernel::gen {
+
+/// How a program's update of one value is written: `cas` with atomics (a shared value, or a
+/// preemptible program), `inc` the macro that counts into the stats, `vinc` the one that
+/// counts into the value.
+struct UpdateStyle {
+  bool cas = false;
+  std::string_view inc, vinc;
+};
+
+/// The row being merged from each CPU's value (or the one shared value).
+struct RowMerge {
+  Row& row;
+  bool first = true;                       // no CPU with events merged yet (min, max)
+  std::uint64_t min_enc = 0, max_enc = 0;  // quantiles: ~min and max + 1, 0 is none
+};
+
+struct KernelAgg {
+  std::string_view name;  // "count", "sum", ...
+  /// Aggregates a field (`value`), not events alone.
+  bool needs_value = true;
+  /// Layout::value_size, buckets and lhist_inner.
+  void (*layout)(const Aggregation& agg, Layout& l) = nullptr;
+  /// The members of `struct tr_val`; with min_max, TR_ORDER after tr_init.
+  void (*emit_value)(const Aggregation& agg, const Layout& l, Writer& w) = nullptr;
+  /// `tr_bucket(v)` (nullptr: no buckets).
+  void (*emit_bucket)(const Aggregation& agg, const Layout& l, Writer& w) = nullptr;
+  /// The update of `struct tr_val *p` with `__s64 v`, once p exists.
+  void (*emit_update)(const Layout& l, const UpdateStyle& u, Writer& w) = nullptr;
+  /// Snapshot::value_names and histogram.
+  void (*describe)(const Aggregation& agg, Snapshot& s) = nullptr;
+  /// Adds one value (a CPU's, or the shared one) of the key to the row.
+  void (*merge)(const Aggregation& agg, const Layout& l, const std::byte* v, RowMerge& m) = nullptr;
+  /// Row::values (and buckets) once every value was merged.
+  void (*finish)(const Aggregation& agg, const Layout& l, RowMerge& m) = nullptr;
+  /// Min and max keep TR_ORDER(v) (tr_init's zeros must mean "none").
+  bool ordered_value = false;
+  /// A value so large that a hash map allocates its keys as they come (BPF_F_NO_PREALLOC).
+  bool no_prealloc = false;
+};
+
+/// The record of `kind`.
+[[nodiscard]] const KernelAgg& kernel_agg(AggKind kind) noexcept;
+
+}  // namespace tracer::kernel::gen
