@@ -393,8 +393,15 @@ int run_recipe(const RunOptions& given) {
     status_shown = true;
     last_delivered = st.delivered;
   });
+  // SIGINT and SIGTERM are caught from before the start: one that comes while the probes attach
+  // (or right after a supervisor saw "ready") stops the run cleanly once the loop runs, instead
+  // of killing tracer with its probes attached.
+  asio::signal_set signals(io, SIGINT, SIGTERM);
+  signals.async_wait([&](const boost::system::error_code& ec, int) {
+    if (!ec)
+      session.stop();
+  });
   session.start();
-  signal_ready(o.ready_fd);
   // From here on: the run's own cost (reactor, drains, map reads), not the start's compiles.
   perf::Event own_syscalls = o.verbose ? own_syscall_counter() : perf::Event{};
   for (const auto& note : out_of_target_notes(recipe, target_from(o)))
@@ -405,11 +412,7 @@ int run_recipe(const RunOptions& given) {
       fmt::print(stderr,
                  "tracer: the stages read samples in place (no record rebuilt or decoded)\n");
   }
-  asio::signal_set signals(io, SIGINT, SIGTERM);
-  signals.async_wait([&](const boost::system::error_code& ec, int) {
-    if (!ec)
-      session.stop();
-  });
+  signal_ready(o.ready_fd);
   io.run();
   session.stop();
   clear_status();

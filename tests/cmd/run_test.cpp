@@ -51,23 +51,6 @@ use = "count"
 by = ["comm"]
 )";
 
-TEST(CliRun, JsonSummaryCountsExactlyTheCommandsCalls) {
-  const auto recipe = write_recipe("getppid", kGetppid);
-  const auto r =
-      run("run " + recipe.string() + " --json -- " TRACER_SYSCALLER_PATH " getppid 25000");
-  fs::remove(recipe);
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_EQ(last_line(r.out).rfind("{\"type\":\"summary\"", 0), 0U) << r.out;
-  EXPECT_NE(last_line(r.out).find(R"("getppid":{"events":25000,"lost":0)"), std::string::npos)
-      << last_line(r.out);
-  // stdout is JSON lines only
-  std::istringstream lines(r.out);
-  for (std::string line; std::getline(lines, line);) {
-    EXPECT_TRUE(line.starts_with("{") && line.ends_with("}")) << line;
-  }
-  EXPECT_NE(r.out.find("\"count\":25000"), std::string::npos) << r.out;
-}
-
 // With --json, stdout is tracer's JSON lines only: the command's own stdout goes to stderr.
 TEST(CliRun, JsonStdoutCarriesNoCommandOutput) {
   const auto recipe = write_recipe("getppid_json", kGetppid);
@@ -96,23 +79,6 @@ TEST(CliRun, JsonStdoutCarriesNoCommandOutput) {
     counted += std::stoll((*it)[1]);
   EXPECT_GE(std::stoi(events[1]), 300) << summary;
   EXPECT_EQ(std::stoll(events[1]), counted) << r.out;
-}
-
-TEST(CliRun, RecipeErrorsExitTwoWithPositions) {
-  const auto recipe = write_recipe("bad", R"([recipe]
-name = "bad"
-[[probe]]
-name = "x"
-tracepont = "sched:sched_switch"
-[[stage]]
-use = "cout"
-)");
-  const auto r = run("check " + recipe.string());
-  EXPECT_EQ(r.exit_code, 2) << r.err;
-  EXPECT_NE(r.err.find(recipe.string() + ":5:1"), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("tracepoint"), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("count"), std::string::npos) << r.err << " (did you mean for the stage)";
-  fs::remove(recipe);
 }
 
 // Seven mistakes of five kinds (a key, a stage option, an unknown stage, a tracepoint, a filter
@@ -183,181 +149,6 @@ by = ["nosuchfield"]
   EXPECT_NE(r2.err.find("nosuchfield"), std::string::npos) << r2.err;
   fs::remove(recipe);
   fs::remove(fixed);
-}
-
-TEST(CliRun, MissingTracepointSuggestsNearMatches) {
-  const auto recipe = write_recipe("typo", R"([recipe]
-name = "typo"
-[[probe]]
-name = "x"
-tracepoint = "syscalls:sys_enter_opnat"
-)");
-  const auto r = run("check " + recipe.string());
-  EXPECT_EQ(r.exit_code, 2) << r.err;
-  EXPECT_NE(r.err.find("sys_enter_openat"), std::string::npos) << r.err;
-  fs::remove(recipe);
-}
-
-// A filter naming a field its tracepoint lacks is found by check and by run, at the filter's
-// position, with the field meant; the kernel itself would only say EINVAL.
-TEST(CliRun, FilterOnAMisspeltFieldIsARecipeError) {
-  const auto recipe = write_recipe("filter_typo", R"T([recipe]
-name = "filter_typo"
-[[probe]]
-name = "sw"
-tracepoint = "sched:sched_switch"
-filter = "prev_pid > 0 && (prev_pidd == 1 || common_pid == 1)"
-)T");
-  for (const std::string cmd : {"check ", "run -d 1s "}) {
-    const auto r = run(cmd + recipe.string());
-    EXPECT_EQ(r.exit_code, 2) << cmd << r.err;
-    EXPECT_NE(r.err.find(recipe.string() + ":6:10:"), std::string::npos) << cmd << r.err;
-    EXPECT_NE(r.err.find("no field 'prev_pidd'"), std::string::npos) << cmd << r.err;
-    EXPECT_NE(r.err.find("did you mean 'prev_pid'?"), std::string::npos) << cmd << r.err;
-  }
-  fs::remove(recipe);
-}
-
-// The kernel's generic fields (cpu, comm) and common_* fields are fields of every event.
-TEST(CliRun, FilterOnCommonAndGenericFieldsPassesCheck) {
-  const auto recipe = write_recipe("filter_ok", R"([recipe]
-name = "filter_ok"
-[[probe]]
-name = "sw"
-tracepoint = "sched:sched_switch"
-filter = "(common_pid != 0 || cpu >= 0) && comm != \"nobody\" && next_comm ~ \"s*\""
-)");
-  const auto r = run("check " + recipe.string());
-  EXPECT_EQ(r.exit_code, 0) << r.err;
-  fs::remove(recipe);
-}
-
-// A filter the kernel rejects although its fields exist (a string field compared with '<')
-// fails the run at the filter's position, exit 2.
-TEST(CliRun, FilterTheKernelRejectsIsReportedAtItsPosition) {
-  const auto recipe = write_recipe("filter_rejected", R"([recipe]
-name = "filter_rejected"
-[[probe]]
-name = "sw"
-tracepoint = "sched:sched_switch"
-filter = "prev_comm < 5"
-)");
-  const auto r = run("run -d 1s " + recipe.string());
-  EXPECT_EQ(r.exit_code, 2) << r.err;
-  EXPECT_NE(r.err.find(recipe.string() + ":6:10:"), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("rejected"), std::string::npos) << r.err;
-  fs::remove(recipe);
-}
-
-// run finds what check finds, with the same position and exit code: an unknown tracepoint and a
-// uprobe on a symbol the binary lacks.
-TEST(CliRun, RunReportsAMissingTracepointOrSymbolLikeCheck) {
-  const auto tp = write_recipe("run_typo", R"([recipe]
-name = "run_typo"
-[[probe]]
-name = "x"
-tracepoint = "syscalls:sys_enter_opnat"
-)");
-  for (const std::string cmd : {"check ", "run -d 1s "}) {
-    const auto r = run(cmd + tp.string());
-    EXPECT_EQ(r.exit_code, 2) << cmd << r.err;
-    EXPECT_NE(r.err.find(tp.string() + ":5:14:"), std::string::npos) << cmd << r.err;
-    EXPECT_NE(r.err.find("sys_enter_openat"), std::string::npos) << cmd << r.err;
-  }
-  fs::remove(tp);
-  const auto up = write_recipe("run_nosym", std::string(R"([recipe]
-name = "run_nosym"
-[[probe]]
-name = "u"
-uprobe = ")") + TRACER_UPROBE_TARGET + R"(:tracer_test_fnn"
-)");
-  for (const std::string cmd : {"check ", "run -d 1s "}) {
-    const auto r = run(cmd + up.string());
-    EXPECT_EQ(r.exit_code, 2) << cmd << r.err;
-    EXPECT_NE(r.err.find(up.string() + ":5:10:"), std::string::npos) << cmd << r.err;
-    EXPECT_NE(r.err.find("tracer_test_fn"), std::string::npos) << cmd << r.err;
-  }
-  fs::remove(up);
-}
-
-// A recipe file that is not there is a bad argument: exit 2, for check and run.
-TEST(CliRun, MissingRecipeFileIsAUsageError) {
-  for (const std::string cmd : {"check ", "run "}) {
-    const auto r = run(std::string(cmd) + "/nonexistent/missing.toml");
-    EXPECT_EQ(r.exit_code, 2) << cmd << r.err;
-    EXPECT_NE(r.err.find("missing.toml"), std::string::npos) << cmd << r.err;
-  }
-}
-
-// raw_syscalls carries a number in `id`; the `syscall` field names it: a count by syscall shows
-// "getppid" with the command's exact number of calls.
-TEST(CliRun, CountBySyscallNamesRawSyscallIds) {
-  const auto recipe = write_recipe("by_syscall", R"([recipe]
-name = "by_syscall"
-[[probe]]
-name = "sys"
-tracepoint = "raw_syscalls:sys_enter"
-ring = "4MiB"
-[[stage]]
-use = "count"
-by = ["syscall"]
-)");
-  const auto r = run("run " + recipe.string() + " --json -- " TRACER_SYSCALLER_PATH " getppid 777");
-  fs::remove(recipe);
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_TRUE(
-      std::regex_search(r.out, std::regex(R"("keys":\{"syscall":"getppid"\}[^\n]*"count":777\b)")))
-      << r.out;
-  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"("keys":\{"syscall":"exit_group"\})")))
-      << r.out;
-  EXPECT_FALSE(std::regex_search(r.out, std::regex(R"("syscall":\d)"))) << r.out;
-}
-
-// A tracepoint glob is one probe per match ("name:event"), each its own perf event: the
-// getppid probe among them counts the command's calls exactly, the others their own.
-TEST(CliRun, TracepointGlobExpandsToOneProbePerMatch) {
-  const auto recipe = write_recipe("glob", R"([recipe]
-name = "glob"
-[[probe]]
-name = "g"
-tracepoint = "syscalls:sys_enter_getp*"
-ring = "1MiB"
-[[stage]]
-use = "count"
-by = ["probe", "syscall"]
-)");
-  const auto r = run("run " + recipe.string() + " --json -- " TRACER_SYSCALLER_PATH " getppid 432");
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  const std::string summary = last_line(r.out);
-  EXPECT_NE(summary.find(R"("g:sys_enter_getppid":{"events":432,"lost":0)"), std::string::npos)
-      << summary;
-  EXPECT_NE(summary.find(R"("g:sys_enter_getpid":{"events":)"), std::string::npos) << summary;
-  EXPECT_NE(summary.find(R"("g:sys_enter_getpgid":{"events":)"), std::string::npos) << summary;
-  EXPECT_TRUE(std::regex_search(
-      r.out,
-      std::regex(
-          R"("keys":\{"probe":"g:sys_enter_getppid","syscall":"getppid"\}[^\n]*"count":432\b)")))
-      << r.out;
-  const auto listed = run("check " + recipe.string());
-  EXPECT_EQ(listed.exit_code, 0) << listed.err;
-  EXPECT_NE(listed.out.find("g:sys_enter_getppid"), std::string::npos) << listed.out;
-  fs::remove(recipe);
-
-  const auto none = write_recipe("glob_none", R"([recipe]
-name = "glob_none"
-[[probe]]
-name = "g"
-tracepoint = "syscalls:sys_enter_getppidd*"
-)");
-  for (const std::string cmd : {"check ", "run -d 1s "}) {
-    const auto n = run(cmd + none.string());
-    EXPECT_EQ(n.exit_code, 2) << cmd << n.err;
-    EXPECT_NE(n.err.find(none.string() + ":5:14:"), std::string::npos) << cmd << n.err;
-    EXPECT_NE(n.err.find("no tracepoint matches 'syscalls:sys_enter_getppidd*'"), std::string::npos)
-        << cmd << n.err;
-    EXPECT_NE(n.err.find("syscalls:sys_enter_getppid"), std::string::npos) << cmd << n.err;
-  }
-  fs::remove(none);
 }
 
 // tracer check loads the recipe's BPF object (the verifier runs, nothing is attached) and checks
@@ -512,18 +303,6 @@ TEST(CliStat, APidTargetsExitEndsTheCount) {
       << r.err;
   EXPECT_TRUE(std::regex_search(r.err, std::regex(R"(\b700\s+syscalls:sys_enter_getppid)")))
       << r.err;
-}
-
-TEST(CliRun, ListStagesAndRecipes) {
-  const auto stages = run("list stages");
-  EXPECT_EQ(stages.exit_code, 0) << stages.err;
-  for (const char* s :
-       {"filter", "count", "hist", "lhist", "quantiles", "latency", "print", "jsonl", "csv"}) {
-    EXPECT_NE(stages.out.find(s), std::string::npos) << s;
-  }
-  const auto recipes = run("list recipes");
-  EXPECT_EQ(recipes.exit_code, 0) << recipes.err;
-  EXPECT_NE(recipes.out.find("syscalls-by-process"), std::string::npos) << recipes.out;
 }
 
 }  // namespace

@@ -39,47 +39,6 @@ double count_of(const std::string& text, const std::string& event) {
 
 const std::string kSyscaller = TRACER_SYSCALLER_PATH;
 
-// The counts go to stderr as perf stat's do, so `tracer stat -- cmd >/dev/null` keeps them and
-// the command's stdout is the command's alone.
-TEST(CliStat, CountsGoToStderrAndStdoutIsTheCommands) {
-  auto r = run("stat -e syscalls:sys_enter_getppid -- " + kSyscaller + " getppid 321");
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_EQ(r.out, "");
-  EXPECT_EQ(count_of(r.err, "syscalls:sys_enter_getppid"), 321) << r.err;
-  r = run("stat -e page-faults -- sh -c 'echo from-the-command'");
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_EQ(r.out, "from-the-command\n");
-  EXPECT_GT(count_of(r.err, "page-faults"), 0) << r.err;
-}
-
-// The command's exit status is tracer stat's, as with perf stat; a signal gives 128+N.
-TEST(CliStat, ExitsWithTheCommandsStatus) {
-  auto r = run("stat -e page-faults -- sh -c 'exit 3'");
-  EXPECT_EQ(r.exit_code, 3) << r.err;
-  EXPECT_NE(r.err.find("page-faults"), std::string::npos) << r.err;  // counts still printed
-  r = run("stat -e page-faults -- sh -c 'kill -TERM $$'");
-  EXPECT_EQ(r.exit_code, 128 + SIGTERM) << r.err;
-  r = run("stat -e page-faults -- true");
-  EXPECT_EQ(r.exit_code, 0) << r.err;
-  r = run("stat -e page-faults -- /nonexistent/command");
-  EXPECT_EQ(r.exit_code, 1) << r.err;
-  EXPECT_NE(r.err.find("cannot run '/nonexistent/command'"), std::string::npos) << r.err;
-}
-
-// -r N runs the command N times and prints each count's mean with perf's "+- x%".
-TEST(CliStat, RepeatPrintsTheMeanOfEachRun) {
-  const auto r =
-      run("stat -r 3 -e syscalls:sys_enter_getppid,task-clock -- " + kSyscaller + " getppid 1234");
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(r.err.find("(3 runs)"), std::string::npos) << r.err;
-  // Every run makes exactly 1234 calls: the mean is 1234 and it does not vary.
-  EXPECT_TRUE(std::regex_search(
-      r.err, std::regex(R"(\b1234\s+syscalls:sys_enter_getppid\s.*\( \+-\s+0\.00% \))")))
-      << r.err;
-  EXPECT_GT(count_of(r.err, "task-clock"), 0) << r.err;
-  EXPECT_NE(r.err.find("seconds time elapsed"), std::string::npos) << r.err;
-}
-
 // perf's modifiers: :u counts user mode only, :k kernel mode only (perf stat gives the same
 // numbers). sched_process_exec fires in the kernel, once for the command; a page fault is in
 // one mode or the other.
@@ -95,11 +54,6 @@ TEST(CliStat, EventModifiersExcludeKernelOrUser) {
   const double kernel_faults = count_of(r.err, "page-faults:k");
   EXPECT_GT(user_faults, 0) << r.err;
   EXPECT_EQ(user_faults + kernel_faults, count_of(r.err, "page-faults")) << r.err;
-
-  const auto bad = run("stat -e page-faults:x -- true");
-  EXPECT_EQ(bad.exit_code, 2) << bad.err;
-  EXPECT_NE(bad.err.find("unknown modifier 'x'"), std::string::npos) << bad.err;
-  EXPECT_EQ(bad.err.find("iommu"), std::string::npos) << bad.err;
 }
 
 // A hardware event on a machine without a PMU is "not here", not "unknown"; where the PMU
@@ -114,9 +68,6 @@ TEST(CliStat, HardwareEventWithoutAPmuSaysSo) {
   const int err = fd < 0 ? errno : 0;
   if (fd >= 0)
     ::close(static_cast<int>(fd));
-  const auto typo = run("stat -e cylces -- true");
-  EXPECT_EQ(typo.exit_code, 2) << typo.err;
-  EXPECT_NE(typo.err.find("did you mean 'cycles'?"), std::string::npos) << typo.err;
 
   const auto r = run("stat -e cycles -- " + kSyscaller + " getppid 10");
   EXPECT_EQ(r.err.find("unknown event"), std::string::npos) << r.err;
