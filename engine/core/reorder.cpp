@@ -8,7 +8,7 @@ namespace tracer {
 
 Reorder::Reorder(ReorderOptions options) : options_(options) {
   options_.max_batch = std::max<std::size_t>(1, options_.max_batch);
-  refs_.reserve(options_.max_batch);
+  refs_.resize(options_.max_batch);
 }
 
 std::optional<std::uint64_t> Reorder::time_of(const perf::Record& r) noexcept {
@@ -40,18 +40,20 @@ void Reorder::push(const RecordRef& ref,
   Entry e;
   e.time = time;
   e.seq = seq_++;
-  e.offset = static_cast<std::uint32_t>(bytes_.size());
+  std::vector<std::byte>& arena = arenas_[current_];
+  e.arena = current_;
+  e.offset = static_cast<std::uint32_t>(arena.size());
   e.size = static_cast<std::uint32_t>(bytes.size());
   e.probe = ref.probe;
   e.cpu = ref.cpu;
   e.itrace_pid = ref.itrace_pid;
   e.itrace_tid = ref.itrace_tid;
   e.layout = &layout;
-  bytes_.insert(bytes_.end(), bytes.begin(), bytes.end());
+  arena.insert(arena.end(), bytes.begin(), bytes.end());
   entries_.push_back(e);
   ++stats_.queued;
   stats_.max_queued = std::max<std::uint64_t>(stats_.max_queued, entries_.size());
-  if (bytes_.size() > options_.max_bytes && entries_.size() > 1) {
+  if (queued_bytes() > options_.max_bytes && entries_.size() > 1) {
     // Over budget: release the older half now (perf's OE_FLUSH__HALF). What arrives later with
     // an older time is counted as late.
     std::vector<std::uint64_t> times;
@@ -155,19 +157,18 @@ bool Reorder::sort_keys(const Less& less) {
 
 void Reorder::release(std::size_t count, const BatchHandler& out) {
   for (std::size_t i = 0; i < count;) {
-    refs_.clear();
-    for (; i < count && refs_.size() < options_.max_batch; ++i) {
+    std::size_t n = 0;
+    for (; i < count && n < options_.max_batch; ++i, ++n) {
       const Entry& e = entries_[i];
-      refs_.emplace_back();
-      RecordRef& r = refs_.back();
+      // A slot of the last batch: every field is rewritten (decode() rewrites the record).
+      RecordRef& r = refs_[n];
       r.probe = e.probe;
       r.cpu = e.cpu;
       r.itrace_pid = e.itrace_pid;
       r.itrace_tid = e.itrace_tid;
-      const std::span<const std::byte> copy(bytes_.data() + e.offset, e.size);
+      const std::span<const std::byte> copy(arenas_[e.arena].data() + e.offset, e.size);
       if (perf::decode(copy, *e.layout, r.record) != perf::DecodeError::kOk) {
         // It decoded when it was pushed (or was handed on header-only): keep the header.
-        r.record = perf::Record{};
         perf::Record header;
         std::memcpy(&header.type, copy.data(), sizeof(header.type));
         std::memcpy(&header.misc, copy.data() + 4, sizeof(header.misc));
@@ -178,16 +179,16 @@ void Reorder::release(std::size_t count, const BatchHandler& out) {
       released_upto_ = std::max(released_upto_, e.time);
     }
     any_released_ = true;
-    stats_.released += refs_.size();
+    stats_.released += n;
     if (out)
-      out(Batch{refs_});
+      out(Batch{std::span<const RecordRef>(refs_.data(), n)});
     if (give_up_at_ != std::chrono::steady_clock::time_point::max() && i < count &&
         std::chrono::steady_clock::now() >= give_up_at_) [[unlikely]] {
       // Past the stop's time: what is left (released or held) is dropped, and counted.
       stats_.unprocessed += entries_.size() - i;
-      refs_.clear();
       entries_.clear();
-      bytes_.clear();
+      arenas_[0].clear();
+      arenas_[1].clear();
       return;
     }
     if (yield_at_ != std::chrono::steady_clock::time_point::max() && i < count &&
@@ -196,17 +197,24 @@ void Reorder::release(std::size_t count, const BatchHandler& out) {
       break;
     }
   }
-  refs_.clear();
-  // Keep what was not released, compacted to the front of a fresh byte buffer.
-  spare_.clear();
-  for (std::size_t j = count; j < entries_.size(); ++j) {
-    Entry& e = entries_[j];
-    const auto* from = bytes_.data() + e.offset;
-    e.offset = static_cast<std::uint32_t>(spare_.size());
-    spare_.insert(spare_.end(), from, from + e.size);
-  }
   entries_.erase(entries_.begin(), entries_.begin() + static_cast<std::ptrdiff_t>(count));
-  std::swap(bytes_, spare_);
+  recycle();
+}
+
+void Reorder::recycle() {
+  const auto older = static_cast<std::uint8_t>(1 - current_);
+  std::vector<std::byte>& from = arenas_[older];
+  std::vector<std::byte>& to = arenas_[current_];
+  for (Entry& e : entries_) {
+    if (e.arena != older)
+      continue;
+    const auto* bytes = from.data() + e.offset;
+    e.arena = current_;
+    e.offset = static_cast<std::uint32_t>(to.size());
+    to.insert(to.end(), bytes, bytes + e.size);
+  }
+  from.clear();  // keeps its capacity: no allocation once warm
+  current_ = older;
 }
 
 }  // namespace tracer

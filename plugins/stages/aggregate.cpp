@@ -124,20 +124,24 @@ void KeyEncoder::add_stack_ref(std::uint32_t index) {
 
 std::string encode_fixed(const FixedKey& key) {
   KeyEncoder enc;
+  std::size_t word = 0;
   for (std::size_t i = 0; i < FixedKey::kMaxFields; ++i) {
-    switch ((key.types >> (2 * i)) & 3) {
-      case 1:
-        enc.add(Value{});
-        break;
-      case 2:
-        enc.add(Value{static_cast<std::int64_t>(key.v[i])});
-        break;
-      case 3:
-        enc.add(Value{key.v[i]});
-        break;
-      default:  // no field i: the key has ended
-        return std::string(enc.bytes());
+    const std::uint32_t code = (key.types >> (8 * i)) & 0xFFU;
+    if (code == 0)
+      break;  // no field i: the key has ended
+    if (code >= FixedKey::kString) {
+      const char* bytes = reinterpret_cast<const char*>(key.v.data()) + (word * 8);
+      enc.add(Value{std::string_view(bytes, code - FixedKey::kString)});
+      word += 2;
+      continue;
     }
+    if (code == 1)
+      enc.add(Value{});
+    else if (code == 2)
+      enc.add(Value{static_cast<std::int64_t>(key.v[word])});
+    else
+      enc.add(Value{key.v[word]});
+    ++word;
   }
   return std::string(enc.bytes());
 }
@@ -346,9 +350,12 @@ bool AggregateStage::fixed_key_of(const KernelRow& row, FixedKey& k) const noexc
       v = *x;
     else if (const auto* u = std::get_if<std::uint64_t>(&cell))
       v = *u;
+    else if (const auto* str = std::get_if<std::string>(&cell))
+      v = std::string_view(*str);
     else if (!std::holds_alternative<std::monostate>(cell))
       return false;
-    k.set(i, v);
+    if (!k.set(i, v))
+      return false;
   }
   return true;
 }
@@ -363,12 +370,14 @@ void AggregateStage::bind_keys(BindContext& ctx, Diagnostics& diags) {
       by_.push_back(std::move(*f));
     }
   }
-  // The fixed-width path where the fields say every key is integers. The types are those of
-  // the first probe with each field; a probe that gives another type (or no value) still works:
-  // FixedKey::set refuses it and that key takes the encoded path.
+  // The fixed-width path where the fields say every key is integers or strings (short ones fit
+  // it: a comm, a char[16] field). The types are those of the first probe with each field; a
+  // probe that gives another type (or no value), or a longer string, still works: FixedKey::set
+  // refuses it and that key takes the encoded path.
   fixed_keys_ = g_fixed_keys_enabled && by_.size() <= FixedKey::kMaxFields &&
                 std::all_of(by_.begin(), by_.end(), [](const FieldRef& f) {
-                  return f.type() == FieldType::kInt || f.type() == FieldType::kUint;
+                  return f.type() == FieldType::kInt || f.type() == FieldType::kUint ||
+                         f.type() == FieldType::kString;
                 });
   int_keys_.clear();
   if (!fixed_keys_)

@@ -100,26 +100,48 @@ class StackInterner {
   std::vector<Stack> stacks_;
 };
 
-/// A key of at most kMaxFields integers or missing values: what the fixed-width path hashes
-/// instead of KeyEncoder bytes. `types` holds 2 bits per field, the Value's index + 1 (1 missing,
-/// 2 int64, 3 uint64), so a signed and an unsigned key of the same bits, or keys of different
-/// lengths, stay apart, as their encoded bytes do.
+/// A key of at most kMaxFields fields in at most kMaxWords words: an integer or a missing value
+/// in one word, a string of at most kMaxString bytes (a comm, a char[16] field) in two (its
+/// bytes, zero-padded). What the fixed-width path hashes instead of KeyEncoder bytes. `types`
+/// holds a byte per field: the Value's index + 1 for the one-word kinds (1 missing, 2 int64,
+/// 3 uint64), kString + its length for a string; so a signed and an unsigned key of the same
+/// bits, strings of other lengths, or keys of other lengths stay apart, as their encoded bytes
+/// do. A key that does not fit (a longer string, a double, a stack) takes the encoded path, and
+/// always the same one: a key has one form.
 struct FixedKey {
   static constexpr std::size_t kMaxFields = 3;
-  std::array<std::uint64_t, kMaxFields> v{};
+  static constexpr std::size_t kMaxWords = 4;
+  static constexpr std::size_t kMaxString = 16;
+  static constexpr std::uint32_t kString = 0x10;  // + length: 0x10 .. 0x20
+  std::array<std::uint64_t, kMaxWords> v{};
   std::uint32_t types = 0;
+  std::uint8_t words = 0;  // set()'s cursor: the words used (not part of the key)
 
-  /// Adds field `i` (in order, from 0). @return false for a value that is not an integer or
-  /// missing (a string, a double, an ip list): that key takes the encoded path.
+  /// Adds field `i` (in order, from 0). @return false for a value that does not fit: that key
+  /// takes the encoded path.
   bool set(std::size_t i, const Value& value) noexcept {
     const std::size_t t = value.index();
-    if (t == 1)
-      v[i] = static_cast<std::uint64_t>(*std::get_if<std::int64_t>(&value));
-    else if (t == 2)
-      v[i] = *std::get_if<std::uint64_t>(&value);
-    else if (t != 0)
+    std::uint32_t code = 0;
+    if (t <= 2) {
+      if (words >= kMaxWords)
+        return false;
+      if (t == 1)
+        v[words] = static_cast<std::uint64_t>(*std::get_if<std::int64_t>(&value));
+      else if (t == 2)
+        v[words] = *std::get_if<std::uint64_t>(&value);
+      ++words;
+      code = static_cast<std::uint32_t>(t + 1);
+    } else if (const auto* str = std::get_if<std::string_view>(&value)) {
+      if (str->size() > kMaxString || words + 2U > kMaxWords)
+        return false;
+      std::memcpy(reinterpret_cast<char*>(v.data()) + (std::size_t{words} * 8), str->data(),
+                  str->size());
+      words += 2;
+      code = kString + static_cast<std::uint32_t>(str->size());
+    } else {
       return false;
-    types |= static_cast<std::uint32_t>(t + 1) << (2 * i);
+    }
+    types |= code << (8 * i);
     return true;
   }
 };
@@ -155,24 +177,26 @@ class FixedKeyIndex {
   [[nodiscard]] std::size_t capacity() const noexcept { return slots_.size(); }
 
  private:
-  // An empty slot's types: no key has it (a key uses 2 bits per field), so same() never
+  // An empty slot's types: no key has it (a key uses a byte per field), so same() never
   // matches an empty slot.
   static constexpr std::uint32_t kEmpty = UINT32_MAX;
-  struct Slot {  // 32 bytes: two per cache line
-    std::array<std::uint64_t, FixedKey::kMaxFields> v{};
+  struct Slot {  // 40 bytes
+    std::array<std::uint64_t, FixedKey::kMaxWords> v{};
     std::uint32_t types = kEmpty;
     std::uint32_t index = kAbsent;
   };
   // Word by word, without branches: std::array's == is a memcmp call in libstdc++ 12.
   template <typename A>
   static bool same(const A& a, const FixedKey& b) noexcept {
-    return ((a.v[0] ^ b.v[0]) | (a.v[1] ^ b.v[1]) | (a.v[2] ^ b.v[2]) | (a.types ^ b.types)) == 0;
+    return ((a.v[0] ^ b.v[0]) | (a.v[1] ^ b.v[1]) | (a.v[2] ^ b.v[2]) | (a.v[3] ^ b.v[3]) |
+            (a.types ^ b.types)) == 0;
   }
   [[nodiscard]] std::size_t slot_of(const FixedKey& k) const noexcept {
     // Fibonacci hashing per word (the top bits of a multiply by an odd constant depend on
     // every bit of the word), the words' products xored: independent multiplies, one latency.
     const std::uint64_t h = ((k.v[0] + k.types) * 0x9E3779B97F4A7C15ULL) ^
-                            (k.v[1] * 0xC2B2AE3D27D4EB4FULL) ^ (k.v[2] * 0x165667B19E3779F9ULL);
+                            (k.v[1] * 0xC2B2AE3D27D4EB4FULL) ^ (k.v[2] * 0x165667B19E3779F9ULL) ^
+                            (k.v[3] * 0x27D4EB2F165667C5ULL);
     return static_cast<std::size_t>(h >> shift_);
   }
   /// @return the slot's position.
@@ -343,7 +367,7 @@ class AggregateStage : public Stage, public Aggregation {
     const auto& readers = int_keys_[probe].readers;
     for (std::size_t i = 0; i < by_.size(); ++i) {
       const bool has = readers[i].read(s, k.v[i]);
-      k.types |= static_cast<std::uint32_t>(has ? readers[i].value_index() + 1 : 1) << (2 * i);
+      k.types |= static_cast<std::uint32_t>(has ? readers[i].value_index() + 1 : 1) << (8 * i);
     }
     return true;
   }
@@ -394,8 +418,8 @@ class AggregateStage : public Stage, public Aggregation {
         for (std::size_t f = 0; f < fields && same; ++f) {
           std::uint64_t v = 0;
           const bool has = readers[f].read(s, v);
-          // The run's key has field f when its 2 type bits say a value (not 1: missing).
-          same = has == (((k.types >> (2 * f)) & 3U) != 1U) && (!has || v == k.v[f]);
+          // The run's key has field f when its type byte says a value (not 1: missing).
+          same = has == (((k.types >> (8 * f)) & 0xFFU) != 1U) && (!has || v == k.v[f]);
         }
         if (!same)
           break;

@@ -255,7 +255,8 @@ std::vector<Case> cases() {
         {"step", cv(50)},
         {"by", cv_list({"cpu"})}}},
       {"quantiles", {{"field", cv("bytes")}, {"by", cv_list({"nr", "cpu"})}}},
-      {"count", {{"by", cv_list({"pid", "name"})}}},  // a string: the encoded path in both
+      {"count", {{"by", cv_list({"pid", "name"})}}},   // a short string: two words of the key
+      {"count", {{"by", cv_list({"name", "path"})}}},  // two strings: four words
       {"count", {{"by", cv_list({"pid", "tid", "cpu", "nr"})}}},  // four: encoded in both
   };
 }
@@ -284,7 +285,8 @@ TEST(AggregateFixedKeys, ChosenAtBindForAtMostThreeIntegerFields) {
   EXPECT_TRUE(fixed_with({"pid"}));
   EXPECT_TRUE(fixed_with({"pid", "cpu", "args[0]"}));
   EXPECT_FALSE(fixed_with({"pid"}, false));
-  EXPECT_FALSE(fixed_with({"pid", "name"}));
+  EXPECT_TRUE(fixed_with({"pid", "name"}));  // a string field: short values fit (FixedKey::set)
+  EXPECT_TRUE(fixed_with({"comm", "pid"}));
   EXPECT_FALSE(fixed_with({"time", "pid", "tid", "cpu"}));
 }
 
@@ -300,6 +302,47 @@ TEST(AggregateFixedKeys, SameTablesAsTheEncodedPath) {
     const Table b = encoded.snapshot(false, 0s, 2s);
     EXPECT_FALSE(a.rows.empty()) << a.title;
     expect_same(a, b);
+  }
+}
+
+// Strings in fixed keys: up to 16 bytes they are two words of the key (their length in its type
+// byte), longer ones and keys past four words take the encoded path; either way the table is
+// the encoded path's, row for row, and no key is split between the two forms. Lengths around
+// every boundary, NULs inside, and a string beside integers.
+TEST(AggregateFixedKeys, StringKeysOfEveryLengthGiveTheEncodedTable) {
+  const ProbeInfo p = fake_probe(0, "p");
+  Records r;
+  std::vector<std::string> paths = {"",
+                                    "a",
+                                    std::string("a\0b", 3),
+                                    std::string(7, 'x'),
+                                    std::string(8, 'x'),
+                                    std::string(15, 'y'),
+                                    std::string(16, 'y'),
+                                    std::string(17, 'y'),
+                                    std::string(16, 'y') + "z",
+                                    std::string(40, 'q')};
+  for (std::uint32_t i = 0; i < 400; ++i) {
+    FakeEvent e = fake(static_cast<std::int32_t>(i % 3), 1);
+    e.path = paths[i % paths.size()];
+    e.name = i % 2 == 0 ? "sshd" : "a-name-of-15-ch";
+    r.event(p, e, 100 + (i % 4), 100 + (i % 4), i);
+  }
+  for (const auto& by : std::vector<std::vector<std::string>>{{"path"},
+                                                              {"path", "pid"},
+                                                              {"name", "path"},
+                                                              {"pid", "name", "nr"},
+                                                              {"name", "path", "nr"}}) {
+    StageRun fixed({p}, "count", {{"by", cv_list(by)}}, true);
+    StageRun encoded({p}, "count", {{"by", cv_list(by)}}, false);
+    fixed.feed(r);
+    encoded.feed(r);
+    const Table a = fixed.snapshot(false, 0s, 1s);
+    expect_same(a, encoded.snapshot(false, 0s, 1s));
+    std::uint64_t total = 0;
+    for (const auto& row : a.rows)
+      total += std::get<std::uint64_t>(row.values[0]);
+    EXPECT_EQ(total, 400U) << by.front();
   }
 }
 

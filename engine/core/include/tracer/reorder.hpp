@@ -21,6 +21,7 @@
 //   at stop:   order.flush_all(handler);
 #pragma once
 
+#include <array>
 #include <chrono>
 
 #include <cstddef>
@@ -84,7 +85,9 @@ class Reorder {
   [[nodiscard]] const ReorderStats& stats() const noexcept { return stats_; }
   [[nodiscard]] std::size_t queued() const noexcept { return entries_.size(); }
   /// Bytes of the queued records, and the budget past which half of them are released at once.
-  [[nodiscard]] std::size_t queued_bytes() const noexcept { return bytes_.size(); }
+  [[nodiscard]] std::size_t queued_bytes() const noexcept {
+    return arenas_[0].size() + arenas_[1].size();
+  }
   [[nodiscard]] std::size_t max_bytes() const noexcept { return options_.max_bytes; }
 
   /// The time of a record: the sample's time, else its sample_id trailer's; nullopt without one.
@@ -99,8 +102,14 @@ class Reorder {
     std::int32_t cpu = -1;
     std::uint32_t itrace_pid = 0, itrace_tid = 0;
     const perf::SampleLayout* layout = nullptr;
+    std::uint8_t arena = 0;  // which of arenas_ holds its bytes
   };
   void release(std::size_t count, const BatchHandler& out);
+  /// After a release: the records still queued in the older arena move to the current one
+  /// (rare: a round that yielded, a record far ahead of the others), the older arena empties
+  /// and takes the new records from now on. In steady state a round releases every record of
+  /// the older arena, so nothing is copied twice.
+  void recycle();
 
   ReorderOptions options_;
   std::vector<Entry> entries_;  // queued, in arrival order
@@ -118,8 +127,11 @@ class Reorder {
   template <typename Less>
   bool sort_keys(const Less& less);
   std::vector<Entry> sorted_;
-  std::vector<std::byte> bytes_, spare_;
-  std::vector<RecordRef> refs_;
+  /// The queued records' bytes, in two generations: new records go to arenas_[current_]; the
+  /// other holds what came before the last release and was not released by it.
+  std::array<std::vector<std::byte>, 2> arenas_;
+  std::uint8_t current_ = 0;
+  std::vector<RecordRef> refs_;  // max_batch slots, reused: a released batch
   std::uint64_t seq_ = 0;
   std::uint64_t max_time_ = 0;       // largest time pushed
   std::uint64_t next_flush_ = 0;     // round(): release up to this (max_time_ at the last round)
