@@ -13,7 +13,7 @@ namespace tracer::cli {
 
 void add_ready_fd_option(CLI::App* cmd, int& fd, std::string_view when) {
   cmd->add_option("--ready-fd", fd,
-                  "Write \"ready\\n\" to this open file descriptor (a pipe) and close it " +
+                  R"(Write "ready\n" to this open file descriptor (a pipe) and close it )" +
                       std::string(when) + ": wait for it instead of sleeping")
       ->check(CLI::NonNegativeNumber);
 }

@@ -60,10 +60,10 @@ bool exited_ok(pid_t pid) {
 
 ReadyPipe::ReadyPipe() {
   int fds[2] = {-1, -1};
-  if (::pipe(fds) == 0) {
+  if (::pipe2(fds, O_CLOEXEC) == 0) {
     read_fd_ = fds[0];
     write_fd_ = fds[1];
-    ::fcntl(read_fd_, F_SETFD, FD_CLOEXEC);  // the write end alone crosses exec
+    ::fcntl(write_fd_, F_SETFD, 0);  // the write end alone crosses exec (tracer's --ready-fd)
   }
 }
 

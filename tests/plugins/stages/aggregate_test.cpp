@@ -77,11 +77,23 @@ TEST(FixedKeyIndex, TypesAndLengthsKeepKeysApart) {
   EXPECT_EQ(index.find(zero_zero), 5u);
 }
 
-TEST(FixedKey, RefusesWhatIsNotAnInteger) {
+// What does not fit four words refuses: a double, a stack, a string past 16 bytes, a fourth
+// field's word or a string's second; a short string fits in two.
+TEST(FixedKey, RefusesWhatDoesNotFit) {
   FixedKey k;
-  EXPECT_FALSE(k.set(0, Value{std::string_view("bash")}));
   EXPECT_FALSE(k.set(0, Value{1.5}));
   EXPECT_FALSE(k.set(0, Value{IpList{}}));
+  EXPECT_FALSE(k.set(0, Value{std::string_view("seventeen-bytes-x")}));
+  EXPECT_TRUE(k.set(0, Value{std::string_view("sixteen-bytes-xx")}));
+  EXPECT_TRUE(k.set(1, Value{std::int64_t{1}}));
+  EXPECT_FALSE(k.set(2, Value{std::string_view("a")})) << "a string past the fourth word";
+  EXPECT_TRUE(k.set(2, Value{std::uint64_t{2}}));
+  FixedKey four;
+  for (std::size_t i = 0; i < 3; ++i)
+    EXPECT_TRUE(four.set(i, Value{std::int64_t{1}}));
+  FixedKey strings;
+  EXPECT_TRUE(strings.set(0, Value{std::string_view("bash")}));
+  EXPECT_TRUE(strings.set(1, Value{std::string_view("")}));
 }
 
 TEST(FixedKey, EncodesAsKeyEncoderDoes) {
@@ -92,6 +104,9 @@ TEST(FixedKey, EncodesAsKeyEncoderDoes) {
       {Value{}, std::int64_t{7}},
       {std::int64_t{1234}, std::uint64_t{3},
        std::int64_t{std::numeric_limits<std::int64_t>::min()}},
+      {std::string_view("bash"), std::int64_t{42}},
+      {std::string_view(""), std::string_view("sixteen-bytes-xx")},
+      {std::int64_t{-1}, std::string_view("a\0b", 3), Value{}},
   };
   for (const auto& t : tuples) {
     KeyEncoder enc;
