@@ -183,6 +183,20 @@ void RingReader::flush_in_place(const BatchHandler& handler,
   }
 }
 
+std::optional<RingReader::DrainStart> RingReader::begin_drain() noexcept {
+  const std::uint64_t head = ring_.load_head();
+  const std::uint64_t pos = ring_.read_position();
+  // Records are 8-byte aligned and the data area a multiple of 8: from an aligned position a
+  // header never wraps and is always inside the area (a short tail of a damaged ring is caught
+  // by the size test).
+  if (pos % 8 != 0) [[unlikely]] {
+    ++stats_.decode_errors;
+    corrupt_ = true;
+    return std::nullopt;
+  }
+  return DrainStart{.head = head, .area = ring_.data_area(), .pos = pos};
+}
+
 std::uint64_t RingReader::drain_in_place(const BatchHandler& handler,
                                          const InPlaceHandler& in_place) noexcept {
   if (in_place_.size() != max_batch_)
@@ -190,16 +204,14 @@ std::uint64_t RingReader::drain_in_place(const BatchHandler& handler,
   const perf::SampleLayout::FixedOffsets at = layout_->fixed_offsets();
   const bool raw = layout_->has(PERF_SAMPLE_RAW);
   const std::uint32_t fields_end = 8 + layout_->fixed_bytes;  // header and the u64 fields
-  const std::uint64_t head = ring_.load_head();
-  const std::span<const std::byte> area = ring_.data_area();
+  const auto start = begin_drain();
+  if (!start) [[unlikely]]
+    return 0;
+  const std::uint64_t head = start->head;
+  const std::span<const std::byte> area = start->area;
   const std::byte* const data = area.data();
   const std::uint64_t data_size = area.size();
-  std::uint64_t pos = ring_.read_position();
-  if (pos % 8 != 0) [[unlikely]] {
-    ++stats_.decode_errors;
-    corrupt_ = true;
-    return 0;
-  }
+  std::uint64_t pos = start->pos;
   // The loop's state in locals (stores into the batch could alias members); the counts reach
   // stats_ before each handler call and at the end.
   const std::uint64_t records_before = stats_.records;
@@ -311,19 +323,14 @@ std::uint64_t RingReader::drain_as(  // NOLINT(bugprone-exception-escape)
   // would then be reloaded and stored back per record. The counts reach stats_ before every
   // handler call (a handler may read the engine's stats) and at the end.
   const perf::SampleLayout layout = *layout_;
-  const std::uint64_t head = ring_.load_head();
-  const std::span<const std::byte> area = ring_.data_area();
+  const auto start = begin_drain();
+  if (!start) [[unlikely]]
+    return 0;
+  const std::uint64_t head = start->head;
+  const std::span<const std::byte> area = start->area;
   const std::byte* const data = area.data();
   const std::uint64_t data_size = area.size();
-  std::uint64_t pos = ring_.read_position();
-  // Records are 8-byte aligned and the data area a multiple of 8: from an aligned position a
-  // header never wraps and is always inside the area (a short tail of a damaged ring is caught
-  // by the size test).
-  if (pos % 8 != 0) [[unlikely]] {
-    ++stats_.decode_errors;
-    corrupt_ = true;
-    return 0;
-  }
+  std::uint64_t pos = start->pos;
   RecordRef* const slots = batch_.data();
   perf::Sample** const ready = ready_.data();
   RecordRef* const slots_end = slots + max_batch_;

@@ -111,28 +111,29 @@ void BM_DecodeOnly(benchmark::State& state) {
 }
 BENCHMARK(BM_DecodeOnly);
 
-// decode -> filter -> count by (name, pid); with range(0) = 1 the records are merged in time
-// order first (tracer::Reorder, a round after each pass over the ring, as the engine's passes):
-// the cost the ordered stages (latency, per-event outputs, comm) pay.
-void BM_DecodeFilterCount(benchmark::State& state) {
+/// Runs the fixture's passes through a pipeline of `stages` ({use, options} each): decoded
+/// batches, and with `ordered` a round after each pass (the engine's passes) through the
+/// time-order merge. `force_order`: merge even when no stage asks for it.
+void run_pipeline(benchmark::State& state,
+                  const std::vector<std::pair<std::string, ConfigTable>>& stages,
+                  bool ordered,
+                  bool force_order) {
   Fixture f;
   std::FILE* devnull = std::fopen("/dev/null", "we");
   Sink sink = Sink::to_file(devnull);
-  const bool ordered = state.range(0) != 0;
   Pipeline pipeline(sink, {.max_events = kBatch,
                            .comm = {},
                            .implicit_print = false,
                            .reorder = {},
-                           .force_order = ordered});
+                           .force_order = force_order});
   Diagnostics diags;
-  auto& reg = stage_registry();
-  pipeline.add(reg, "filter",
-               testing::cv_table({{"expr", testing::cv("nr >= 1 && name != \"idle*\"")}}), diags);
-  pipeline.add(reg, "count", testing::cv_table({{"by", testing::cv_list({"name", "pid"})}}), diags);
+  for (const auto& [use, options] : stages)
+    pipeline.add(stage_registry(), use, testing::cv_table(options), diags);
   const std::vector<ProbeInfo> probes = {f.probe};
   pipeline.bind(probes, diags);
   if (!diags.empty()) {
     state.SkipWithError(diags.format().c_str());
+    std::fclose(devnull);
     return;
   }
   pipeline.start(std::chrono::nanoseconds{0});
@@ -163,7 +164,26 @@ void BM_DecodeFilterCount(benchmark::State& state) {
   pipeline.stop(std::chrono::nanoseconds{1});
   std::fclose(devnull);
 }
+
+// decode -> filter -> count by (name, pid); with range(0) = 1 the records are merged in time
+// order first (tracer::Reorder, a round after each pass over the ring, as the engine's passes):
+// the cost the ordered stages (latency, per-event outputs, comm) pay.
+void BM_DecodeFilterCount(benchmark::State& state) {
+  const bool ordered = state.range(0) != 0;
+  run_pipeline(state,
+               {{"filter", {{"expr", testing::cv("nr >= 1 && name != \"idle*\"")}}},
+                {"count", {{"by", testing::cv_list({"name", "pid"})}}}},
+               ordered, ordered);
+}
 BENCHMARK(BM_DecodeFilterCount)->Arg(0)->Arg(1)->ArgName("ordered");
+
+// decode -> count by (comm, pid), the default recipe's key: binding `comm` merges the records in
+// time order (tracer::Reorder, a round after each pass, as the engine's) so that each event gets
+// its thread's name at its time.
+void BM_OrderedCountByCommPid(benchmark::State& state) {
+  run_pipeline(state, {{"count", {{"by", testing::cv_list({"comm", "pid"})}}}}, true, false);
+}
+BENCHMARK(BM_OrderedCountByCommPid);
 
 /// A pipeline of one `count` by `by` (range(0) of the count benchmarks: 0 none, 1 pid, 2 pid and
 /// cpu, 3 name) bound to the fixture's probe and started, writing to /dev/null; `ok` false after
@@ -225,49 +245,6 @@ void BM_DecodeCount(benchmark::State& state) {
   report(state, f, allocs);
 }
 BENCHMARK(BM_DecodeCount)->ArgsProduct({{0, 1, 2, 3}, {0, 1}})->ArgNames({"by", "fixed"});
-
-// decode -> count by (comm, pid), the default recipe's key: binding `comm` merges the records in
-// time order (tracer::Reorder, a round after each pass over the ring, as the engine's passes) so
-// that each event gets its thread's name at its time. The comm cache knows the 16 pids' names.
-void BM_OrderedCountByCommPid(benchmark::State& state) {
-  Fixture f;
-  std::FILE* devnull = std::fopen("/dev/null", "we");
-  Sink sink = Sink::to_file(devnull);
-  Pipeline pipeline(sink, {.max_events = kBatch, .comm = {}, .implicit_print = false});
-  Diagnostics diags;
-  pipeline.add(stage_registry(), "count",
-               testing::cv_table({{"by", testing::cv_list({"comm", "pid"})}}), diags);
-  const std::vector<ProbeInfo> probes = {f.probe};
-  pipeline.bind(probes, diags);
-  if (!diags.empty()) {
-    state.SkipWithError(diags.format().c_str());
-    std::fclose(devnull);
-    return;
-  }
-  pipeline.start(std::chrono::nanoseconds{0});
-  std::vector<RecordRef> refs(kBatch);
-  std::uint64_t allocs = 0;
-  const auto h = [&](const Batch& b) {
-    testing::alloc_count_start();
-    pipeline.on_batch(b);
-    allocs += testing::alloc_count_stop();
-  };
-  const auto pass = [&] {
-    f.drain(refs, h);
-    testing::alloc_count_start();
-    pipeline.round();
-    allocs += testing::alloc_count_stop();
-  };
-  pass();  // warm-up: keys, the merge's queues
-  pass();
-  allocs = 0;
-  for (auto _ : state)
-    pass();
-  report(state, f, allocs);
-  pipeline.stop(std::chrono::nanoseconds{1});
-  std::fclose(devnull);
-}
-BENCHMARK(BM_OrderedCountByCommPid);
 
 // The in-place path (Pipeline::on_in_place): count by the same keys over the same events, as
 // the BPF delivery channel hands them on (InPlaceSample batches of 256 viewing their records in

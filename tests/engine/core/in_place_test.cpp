@@ -63,6 +63,29 @@ struct Traced {
   }
 };
 
+/// Two sessions of one recipe side by side, one reading in place and one not (`via_bpf` as
+/// Traced's), while a child made by `child(cpu)` works on each CPU for 300 ms.
+struct SideBySide {
+  boost::asio::io_context io{1};
+  Traced in_place, other;
+  std::vector<pid_t> pids;
+  SideBySide(const Recipe& recipe, bool via_bpf)
+      : in_place(io, recipe, true, via_bpf), other(io, recipe, false, via_bpf) {}
+  void run(testing::Child (*child)(int)) {
+    in_place.session->start();
+    other.session->start();
+    EXPECT_TRUE(in_place.session->stats().in_place);
+    EXPECT_FALSE(other.session->stats().in_place);
+    auto a = child(0), b = child(1);
+    ASSERT_TRUE(a.go());
+    ASSERT_TRUE(b.go());
+    io.run_for(std::chrono::milliseconds(300));
+    in_place.session->stop();
+    other.session->stop();
+    pids = {a.pid(), b.pid()};
+  }
+};
+
 /// The JSON rows whose first key is `pid`, by stage, without their times: what that process did.
 std::map<std::string, std::string> rows_of(const std::string& text, pid_t pid) {
   std::map<std::string, std::string> out;
@@ -105,19 +128,11 @@ use = "hist"
 field = "offset"
 by = ["pid"]
 )");
-  boost::asio::io_context io(1);
-  Traced in_place(io, recipe, true), rebuilt(io, recipe, false);
-  in_place.session->start();
-  rebuilt.session->start();
-  EXPECT_TRUE(in_place.session->stats().in_place);
-  EXPECT_FALSE(rebuilt.session->stats().in_place);
-  auto a = lseeker(0), b = lseeker(1);
-  ASSERT_TRUE(a.go());
-  ASSERT_TRUE(b.go());
-  io.run_for(std::chrono::milliseconds(300));
-  in_place.session->stop();
-  rebuilt.session->stop();
-  for (const pid_t pid : {a.pid(), b.pid()}) {
+  SideBySide run(recipe, true);
+  run.run(lseeker);
+  const Traced& in_place = run.in_place;
+  const Traced& rebuilt = run.other;
+  for (const pid_t pid : run.pids) {
     const auto mine = rows_of(in_place.text, pid);
     const auto theirs = rows_of(rebuilt.text, pid);
     ASSERT_EQ(mine.size(), 3U) << "pid " << pid << ":\n" << in_place.text;
@@ -234,19 +249,11 @@ TEST(InPlace, PerfRingSamplesInPlaceGiveTheDecodedRowsForEveryShape) {
   for (const Case& c : cases) {
     SCOPED_TRACE(c.stages);
     const Recipe recipe = load(std::string("[[stage]]\n") + c.stages + "\n");
-    boost::asio::io_context io(1);
-    Traced in_place(io, recipe, true, false), decoded(io, recipe, false, false);
-    in_place.session->start();
-    decoded.session->start();
-    EXPECT_TRUE(in_place.session->stats().in_place);
-    EXPECT_FALSE(decoded.session->stats().in_place);
-    auto a = lseeker_and_toucher(0), b = lseeker_and_toucher(1);
-    ASSERT_TRUE(a.go());
-    ASSERT_TRUE(b.go());
-    io.run_for(std::chrono::milliseconds(300));
-    in_place.session->stop();
-    decoded.session->stop();
-    for (const pid_t pid : {a.pid(), b.pid()}) {
+    SideBySide run(recipe, false);
+    run.run(lseeker_and_toucher);
+    const Traced& in_place = run.in_place;
+    const Traced& decoded = run.other;
+    for (const pid_t pid : run.pids) {
       const auto mine = rows_of(in_place.text, pid);
       ASSERT_EQ(mine.size(), 1U) << "pid " << pid << ":\n" << in_place.text;
       EXPECT_EQ(mine, rows_of(decoded.text, pid)) << "pid " << pid;
@@ -278,18 +285,11 @@ use = "count"
 by = ["pid"]
 )",
                                             "faults.toml", {.stages = stage_catalog()});
-  boost::asio::io_context io(1);
-  Traced in_place(io, recipe, true), decoded(io, recipe, false);
-  in_place.session->start();
-  decoded.session->start();
-  EXPECT_TRUE(in_place.session->stats().in_place);
-  auto a = lseeker_and_toucher(0), b = lseeker_and_toucher(1);
-  ASSERT_TRUE(a.go());
-  ASSERT_TRUE(b.go());
-  io.run_for(std::chrono::milliseconds(300));
-  in_place.session->stop();
-  decoded.session->stop();
-  for (const pid_t pid : {a.pid(), b.pid()}) {
+  SideBySide run(recipe, true);
+  run.run(lseeker_and_toucher);
+  const Traced& in_place = run.in_place;
+  const Traced& decoded = run.other;
+  for (const pid_t pid : run.pids) {
     const auto mine = rows_of(in_place.text, pid);
     ASSERT_EQ(mine.size(), 1U) << "pid " << pid << ":\n" << in_place.text;
     EXPECT_EQ(mine, rows_of(decoded.text, pid)) << "pid " << pid;

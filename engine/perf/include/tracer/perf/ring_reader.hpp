@@ -7,6 +7,8 @@
 
 #include <cstdint>
 #include <exception>
+#include <optional>
+#include <span>
 #include <vector>
 
 #include "tracer/perf/record_ref.hpp"
@@ -59,6 +61,14 @@ class RingReader {
   /// kDecode false: samples are handed on undecoded (header only).
   template <std::uint64_t kSampleType, bool kDecode = true>
   std::uint64_t drain_as(const BatchHandler& handler) noexcept;
+  /// Where a drain starts: the published head, the data area, the read position; nullopt (the
+  /// ring counted and marked corrupt) when the position is misaligned.
+  struct DrainStart {
+    std::uint64_t head = 0;
+    std::span<const std::byte> area;
+    std::uint64_t pos = 0;
+  };
+  [[nodiscard]] std::optional<DrainStart> begin_drain() noexcept;
   /// drain() with its samples handed on in place.
   std::uint64_t drain_in_place(const BatchHandler& handler,
                                const InPlaceHandler& in_place) noexcept;
