@@ -183,6 +183,14 @@ void RingReader::flush_in_place(const BatchHandler& handler,
   }
 }
 
+bool RingReader::yield_due(bool records_left) noexcept {
+  if (yield_at_ == std::chrono::steady_clock::time_point::max() ||
+      std::chrono::steady_clock::now() < yield_at_)
+    return false;
+  more_ = records_left;
+  return true;
+}
+
 std::optional<RingReader::DrainStart> RingReader::begin_drain() noexcept {
   const std::uint64_t head = ring_.load_head();
   const std::uint64_t pos = ring_.read_position();
@@ -267,11 +275,8 @@ std::uint64_t RingReader::drain_in_place(const BatchHandler& handler,
       publish();
       flush_in_place(handler, in_place);
       used = 0;
-      if (yield_at_ != std::chrono::steady_clock::time_point::max() &&
-          std::chrono::steady_clock::now() >= yield_at_) [[unlikely]] {
-        more_ = pos != head;
+      if (yield_due(pos != head)) [[unlikely]]
         break;
-      }
     }
   }
   publish();
@@ -412,11 +417,8 @@ std::uint64_t RingReader::drain_as(  // NOLINT(bugprone-exception-escape)
       flush(handler);
       ref = slots;
       slot_ready = ready;
-      if (yield_at_ != std::chrono::steady_clock::time_point::max() &&
-          std::chrono::steady_clock::now() >= yield_at_) [[unlikely]] {
-        more_ = pos != head;
+      if (yield_due(pos != head)) [[unlikely]]
         break;
-      }
     }
   }
   publish();

@@ -24,13 +24,17 @@ namespace {
 
 constexpr int kCalls = 4000;  // lseek calls per child (offsets 0 .. kCalls - 1)
 
+void pin_to(int cpu) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  ::sched_setaffinity(0, sizeof(set), &set);
+}
+
 /// A child pinned to `cpu` that makes kCalls lseek(-1, i, SEEK_SET) calls at its first step.
 testing::Child lseeker(int cpu) {
   return testing::Child([cpu](int) {
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    CPU_SET(cpu, &set);
-    ::sched_setaffinity(0, sizeof(set), &set);
+    pin_to(cpu);
     for (long i = 0; i < kCalls; ++i)
       ::syscall(SYS_lseek, -1, i, SEEK_SET);
   });
@@ -200,10 +204,7 @@ constexpr int kPages = 2000;  // pages the perf-ring test's children touch
 /// new pages, at its first step.
 testing::Child lseeker_and_toucher(int cpu) {
   return testing::Child([cpu](int) {
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    CPU_SET(cpu, &set);
-    ::sched_setaffinity(0, sizeof(set), &set);
+    pin_to(cpu);
     for (long i = 0; i < kCalls; ++i)
       ::syscall(SYS_lseek, -1, i, SEEK_SET);
     const long page = ::sysconf(_SC_PAGESIZE);

@@ -69,6 +69,8 @@ class RingReader {
     std::uint64_t pos = 0;
   };
   [[nodiscard]] std::optional<DrainStart> begin_drain() noexcept;
+  /// After a batch: whether yield_at() has passed (then more() says `records_left`).
+  [[nodiscard]] bool yield_due(bool records_left) noexcept;
   /// drain() with its samples handed on in place.
   std::uint64_t drain_in_place(const BatchHandler& handler,
                                const InPlaceHandler& in_place) noexcept;
