@@ -46,9 +46,15 @@ struct tp_deliver_hdr {
 	__u32 size;
 	__u32 pid; /* tgid */
 	__u32 tid;
-	__u32 cpu; /* bpf_get_smp_processor_id(): one ring buffer serves
-		      every CPU */
-	__u32 pad;
+	__u32 cpu;   /* bpf_get_smp_processor_id(): one ring buffer serves
+			every CPU */
+	__u32 flags; /* TP_DELIVER_F_COMM: comm holds the task's name */
+	/* bpf_get_current_comm() at the hit, when the engine asked for it
+	 * (tp_deliver_with_comm): the name at the event's time, in the record,
+	 * so that a count by comm needs no time order across rings. */
+	char comm[16];
 };
+/* NOLINTNEXTLINE(modernize-macro-to-enum) */
+#define TP_DELIVER_F_COMM 1u
 
 #endif /* TRACER_BPF_TP_DELIVER_H */

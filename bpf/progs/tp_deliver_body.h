@@ -10,6 +10,9 @@
 /* Set by the engine before load when it delivers one tracepoint only: that
  * slot, a constant, and no bpf_get_attach_cookie() per hit. */
 const volatile __u32 only_slot = 0xffffffff;
+/* Set by the engine before load when a stage keys by comm: each record's
+ * header carries the task's name at the hit (tp_deliver_hdr.comm). */
+const volatile __u32 tp_deliver_with_comm = 0;
 /* The target (tracer_target.h), set by the engine before load: system-wide,
  * every process but tracer's own (tracer must not trace itself: each drain's
  * system calls would be records that wake it again); for a pid or command
@@ -142,7 +145,11 @@ tp_deliver_copy(void *ctx, __u32 *slot, const struct tp_deliver_cfg **cfg,
 	b->hdr.pid = pid_tgid >> 32;
 	b->hdr.tid = (__u32)pid_tgid;
 	b->hdr.cpu = bpf_get_smp_processor_id();
-	b->hdr.pad = 0;
+	b->hdr.flags = 0;
+	b->hdr.comm[0] = 0; /* empty unless the name is read below */
+	if (tp_deliver_with_comm &&
+	    bpf_get_current_comm(b->hdr.comm, sizeof(b->hdr.comm)) == 0)
+		b->hdr.flags = TP_DELIVER_F_COMM;
 	*cfg = c;
 	*bytes = sizeof(b->hdr) + size;
 	return b;

@@ -61,8 +61,10 @@ void Engine::Impl::plan_delivery(std::vector<core::ResolvedProbe>& resolved) {
         a->freq != 0 || a->sample_period != 1 || p >= TP_DELIVER_MAX_SLOTS)
       continue;
     delivered[p] = true;
-    if (p < probes.size())
+    if (p < probes.size()) {
       probes[p].delivered = true;  // its samples reach the stages in the delivered form
+      probes[p].delivered_comm = opts.deliver_comm;
+    }
     // The probe's own events sample nothing and are never enabled: they are the attach point
     // of the program, which runs for every hit of the tracepoint once it is attached to one of
     // its events. An enabled one would cost each hit on its CPU perf's own pass over it
@@ -125,6 +127,7 @@ void Engine::Impl::open_delivery() {
                                     // comes while the engine is being scheduled.
                                     .wakeup_bytes = rb_bytes / 4,
                                     .only_slot = only_slot(delivered),
+                                    .with_comm = opts.deliver_comm,
                                     .self_tgid = self_tgid(),
                                     .group_dead_offset = group_dead_offset(),
                                     .target_tasks = opts.target.kind == Target::Kind::kPid ||

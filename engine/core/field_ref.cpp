@@ -115,15 +115,18 @@ namespace {
 /// whose samples are never read in place.
 struct InPlaceForm {
   std::int32_t pid = -1, tid = -1, cpu = -1, time = -1;
+  std::int32_t comm = -1;  // a delivered sample's comm (ProbeInfo::delivered_comm)
   std::uint32_t raw = 0;
 };
 std::optional<InPlaceForm> in_place_form(const ProbeInfo& info) noexcept {
   if (info.delivered) {
-    return InPlaceForm{.pid = offsetof(DeliveredHeader, pid),
-                       .tid = offsetof(DeliveredHeader, tid),
-                       .cpu = offsetof(DeliveredHeader, cpu),
-                       .time = offsetof(DeliveredHeader, time),
-                       .raw = sizeof(DeliveredHeader)};
+    return InPlaceForm{
+        .pid = offsetof(DeliveredHeader, pid),
+        .tid = offsetof(DeliveredHeader, tid),
+        .cpu = offsetof(DeliveredHeader, cpu),
+        .time = offsetof(DeliveredHeader, time),
+        .comm = info.delivered_comm ? std::int32_t{offsetof(DeliveredHeader, comm)} : -1,
+        .raw = sizeof(DeliveredHeader)};
   }
   // perf::RingReader hands on in place the samples of a fixed layout whose time is its own
   // (not a BPF payload's: decode() reads that one from the payload).
@@ -159,6 +162,8 @@ bool FieldRef::reads_in_place(std::uint32_t probe) const noexcept {
       return form->cpu >= 0;
     case Source::kTime:
       return form->time >= 0;
+    case Source::kComm:
+      return form->comm >= 0;
     default:
       return false;
   }
@@ -196,9 +201,28 @@ std::optional<IntReader> FieldRef::int_reader(std::uint32_t probe) const noexcep
       return header(form->cpu, 4, false);
     case Source::kTime:
       return header(form->time, 8, true);
+    case Source::kComm:
+      if (form->comm < 0)
+        return std::nullopt;
+      return IntReader{.offset = static_cast<std::uint32_t>(form->comm),
+                       .size = sizeof(DeliveredHeader::comm),
+                       .is_signed = false,
+                       .as_uint = false,
+                       .in_header = true,
+                       .is_string = true};
     case Source::kTracefs: {
-      // tracefs::read_int's reading: a fixed-width field of 1, 2, 4 or 8 bytes.
       const tracefs::Field* f = a.field;
+      // tracefs::read_string's reading of a char array that fits a fixed key (16 bytes).
+      if (a.type == FieldType::kString && f != nullptr && f->is_string && !f->is_data_loc &&
+          !f->is_rel_loc && f->size != 0 && f->size <= 16) {
+        return IntReader{.offset = static_cast<std::uint32_t>(form->raw + f->offset),
+                         .size = static_cast<std::uint8_t>(f->size),
+                         .is_signed = false,
+                         .as_uint = false,
+                         .in_header = false,
+                         .is_string = true};
+      }
+      // tracefs::read_int's reading: a fixed-width field of 1, 2, 4 or 8 bytes.
       if ((a.type != FieldType::kInt && a.type != FieldType::kUint) || f == nullptr ||
           f->is_data_loc || f->is_rel_loc || f->array_len.has_value() ||
           (f->size != 1 && f->size != 2 && f->size != 4 && f->size != 8))
@@ -231,6 +255,14 @@ Value FieldRef::read(const InPlaceSample& s) const noexcept {
       if (r->as_uint)
         return v;
       return static_cast<std::int64_t>(v);
+    }
+    case Source::kComm: {
+      // The name at the hit (the program leaves it empty when it could not get it).
+      const auto r = int_reader(probe);
+      std::string_view comm;
+      if (!r || !r->read_string(s, comm))
+        return {};
+      return comm;
     }
     case Source::kProbe:
       return std::string_view(schema_->probes()[probe].name);

@@ -105,6 +105,7 @@ void Pipeline::bind(std::span<const ProbeInfo> probes,
   // Stacks are symbolized when their key is first seen, through the maps the MMAP2/FORK/exec
   // records built until then: those must come first, in time order across the rings (a sample
   // right after an exec on one CPU, the new image's MMAP2 records on another).
+  order_for_comm_ = !ordered && !stacks_ && schema_->comm_bound();
   ordered = ordered || schema_->comm_bound() || stacks_;
   if (schema_->comm_bound())
     comm_.seed();  // threads that exit before their events are looked at keep their names
@@ -117,6 +118,26 @@ void Pipeline::bind(std::span<const ProbeInfo> probes,
     for (std::uint32_t p = 0; p < in_place_.size(); ++p)
       in_place_[p] = stages_take_in_place(p);
   }
+}
+
+bool Pipeline::comm_in_place_possible() const noexcept {
+  if (!order_for_comm_ || derived_ != 0 || !options_.in_place || stopped_)
+    return false;
+  const auto probes = schema_->probes();
+  for (std::uint32_t p = 0; p < probes.size(); ++p) {
+    if (!probes[p].delivered_comm || !stages_take_in_place(p))
+      return false;
+  }
+  return !probes.empty();
+}
+
+void Pipeline::use_comm_in_place() {
+  if (!comm_in_place_possible())
+    return;
+  order_.reset();
+  ordered_out_ = {};
+  order_for_comm_ = false;
+  in_place_.assign(schema_->probes().size(), true);
 }
 
 bool Pipeline::stages_take_in_place(std::uint32_t probe) const noexcept {

@@ -98,6 +98,8 @@ Result<TracepointDelivery> TracepointDelivery::open(std::size_t slots,
   TRACER_TRY(obj.set_global("tracer_group_dead_offset", opts.group_dead_offset));
   TRACER_TRY(
       obj.set_map_max_entries("tgids", opts.target_tasks ? std::max(1U, opts.max_targets) : 1U));
+  if (opts.with_comm)
+    TRACER_TRY(obj.set_global("tp_deliver_with_comm", std::uint32_t{1}));
   if (opts.only_slot) {
     TRACER_TRY(obj.set_global("only_slot", *opts.only_slot));
     d.only_slot_ = opts.only_slot;
@@ -185,6 +187,9 @@ static_assert(offsetof(DeliveredHeader, size) == offsetof(tp_deliver_hdr, size))
 static_assert(offsetof(DeliveredHeader, pid) == offsetof(tp_deliver_hdr, pid));
 static_assert(offsetof(DeliveredHeader, tid) == offsetof(tp_deliver_hdr, tid));
 static_assert(offsetof(DeliveredHeader, cpu) == offsetof(tp_deliver_hdr, cpu));
+static_assert(offsetof(DeliveredHeader, flags) == offsetof(tp_deliver_hdr, flags));
+static_assert(offsetof(DeliveredHeader, comm) == offsetof(tp_deliver_hdr, comm));
+static_assert(DeliveredHeader::kCommFlag == TP_DELIVER_F_COMM);
 
 /// What take() uses for every record of a drain, held in locals (registers) for the pass.
 struct TracepointDelivery::Pass {

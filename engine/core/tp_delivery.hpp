@@ -94,6 +94,8 @@ struct DeliveryOptions {
   /// The one slot attach() will be given, when there is one only: the program then takes its
   /// slot as a constant instead of the link's cookie.
   std::optional<std::uint32_t> only_slot{};
+  /// Each record carries the task's name at the hit (DeliveredHeader::comm).
+  bool with_comm = false;
   /// A process whose hits are neither delivered nor counted (tracer's own); 0: none.
   std::uint32_t self_tgid = 0;
   /// Where sched_process_exit's record has group_dead (0: none): the followers remove a process

@@ -367,6 +367,23 @@ struct Session::Impl {
   }
 };
 
+namespace {
+
+/// Whether some aggregation keys by `comm`.
+bool keys_by_comm(const std::vector<std::unique_ptr<Pipeline>>& pipelines) {
+  for (const auto& p : pipelines) {
+    for (std::size_t i = 0; i < p->size(); ++i) {
+      const auto f = kernel_form_of(p->stage(i));
+      if (f.kind == KernelForm::Kind::kAggregate &&
+          std::find(f.by.begin(), f.by.end(), "comm") != f.by.end())
+        return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
 Session::Session(asio::any_io_executor executor,
                  const Recipe& recipe,
                  Sink& out,
@@ -411,6 +428,9 @@ Session::Session(asio::any_io_executor executor,
   } else {
     diags.throw_if_any();
   }
+  // A stage that keys by comm gets it from each delivered record (the name at the hit), so
+  // that its pipeline may run without time order (use_comm_in_place, at start).
+  eo.deliver_comm = keys_by_comm(s.pipelines);
   s.engine_options = std::move(eo);
   s.make_engine(this);
 }
@@ -708,6 +728,31 @@ void Session::start() {
     s.engine->stop();
     s.stopped = true;
     diags.throw_if_any();
+  }
+  // Pipelines ordered only for their comm keys read comm from the delivered records instead,
+  // with no time order, when every user-space pipeline then takes every probe in place (one
+  // that needs records would get them rebuilt, without their comm).
+  {
+    bool any = false, all = true;
+    const auto n = static_cast<std::uint32_t>(s.engine->probes().size());
+    for (std::size_t i = 0; i < s.pipelines.size(); ++i) {
+      if (i < s.in_kernel.size() && s.in_kernel[i])
+        continue;
+      Pipeline& p = *s.pipelines[i];
+      if (p.comm_in_place_possible()) {
+        any = true;
+        continue;
+      }
+      for (std::uint32_t pi = 0; pi < n && all; ++pi)
+        all = p.takes_in_place(pi);
+    }
+    if (any && all) {
+      for (std::size_t i = 0; i < s.pipelines.size(); ++i) {
+        if ((i >= s.in_kernel.size() || !s.in_kernel[i]) &&
+            s.pipelines[i]->comm_in_place_possible())
+          s.pipelines[i]->use_comm_in_place();
+      }
+    }
   }
   // In place: the probes every user-space pipeline takes so (none without such a pipeline).
   const auto probes = s.engine->probes();

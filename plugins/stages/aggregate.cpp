@@ -386,11 +386,13 @@ void AggregateStage::bind_keys(BindContext& ctx, Diagnostics& diags) {
   for (std::uint32_t p = 0; p < int_keys_.size(); ++p) {
     IntKeys& keys = int_keys_[p];
     keys.ok = true;
+    keys.words = true;
     for (std::size_t i = 0; i < by_.size() && keys.ok; ++i) {
       const auto r = by_[i].int_reader(p);
       keys.ok = r.has_value();
       if (r)
         keys.readers[i] = *r;
+      keys.words = keys.words && (!r || !r->is_string);
     }
   }
 }

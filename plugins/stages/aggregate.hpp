@@ -365,11 +365,40 @@ class AggregateStage : public Stage, public Aggregation {
     if (probe >= int_keys_.size() || !int_keys_[probe].ok)
       return false;
     const auto& readers = int_keys_[probe].readers;
+    if (int_keys_[probe].words) {  // integers only: field i is word i
+      for (std::size_t i = 0; i < by_.size(); ++i) {
+        const bool has = readers[i].read(s, k.v[i]);
+        k.types |= static_cast<std::uint32_t>(has ? readers[i].value_index() + 1 : 1) << (8 * i);
+      }
+      return true;
+    }
+    // As FixedKey::set lays the same values out: a word per integer or missing value, two per
+    // string.
+    std::size_t w = 0;
     for (std::size_t i = 0; i < by_.size(); ++i) {
-      const bool has = readers[i].read(s, k.v[i]);
-      k.types |= static_cast<std::uint32_t>(has ? readers[i].value_index() + 1 : 1) << (8 * i);
+      const IntReader& r = readers[i];
+      std::uint32_t code = 1;  // missing
+      std::string_view str;
+      if (r.is_string && r.read_string(s, str)) {
+        if (w + 2 > FixedKey::kMaxWords)
+          return false;
+        std::memcpy(reinterpret_cast<char*>(k.v.data()) + (w * 8), str.data(), str.size());
+        w += 2;
+        code = FixedKey::kString + static_cast<std::uint32_t>(str.size());
+      } else {
+        if (w >= FixedKey::kMaxWords)
+          return false;
+        if (!r.is_string && r.read(s, k.v[w]))
+          code = static_cast<std::uint32_t>(r.value_index() + 1);
+        ++w;
+      }
+      k.types |= code << (8 * i);
     }
     return true;
+  }
+  [[nodiscard]] static bool same_key(const FixedKey& a, const FixedKey& b) noexcept {
+    return ((a.v[0] ^ b.v[0]) | (a.v[1] ^ b.v[1]) | (a.v[2] ^ b.v[2]) | (a.v[3] ^ b.v[3]) |
+            (a.types ^ b.types)) == 0;
   }
   /// Events per key of a batch of delivered samples: consecutive samples of one probe and key (a
   /// thread's burst) are counted in a register, each compared word by word with the run's key,
@@ -382,10 +411,19 @@ class AggregateStage : public Stage, public Aggregation {
                   Add&& add,
                   One&& one) noexcept {
     const std::size_t n = samples.size(), fields = by_.size();
+    if (fields == 0 && n != 0) {
+      add(states.get(FixedKey{}, make), n);  // no key: one run
+      return;
+    }
+    // k: the key of samples[i] when `keyed` (computed once: the sample that ends a run starts
+    // the next).
+    FixedKey k;
+    bool keyed = n != 0 && int_key_of(samples[0], k);
     for (std::size_t i = 0; i < n;) {
-      FixedKey k;
-      if (!int_key_of(samples[i], k)) {
+      if (!keyed) {
         one(samples[i++]);
+        k = {};
+        keyed = i < n && int_key_of(samples[i], k);
         continue;
       }
       const std::uint32_t probe = samples[i].probe();
@@ -408,23 +446,42 @@ class AggregateStage : public Stage, public Aggregation {
           state = &states.get(k, make);
         }
         add(*state, run);
+        k = {};
+        keyed = i < n && int_key_of(samples[i], k);
         continue;
       }
-      for (++i; i < n; ++i, ++run) {
-        const InPlaceSample& s = samples[i];
-        if (s.probe() != probe)
-          break;
-        bool same = true;
-        for (std::size_t f = 0; f < fields && same; ++f) {
-          std::uint64_t v = 0;
-          const bool has = readers[f].read(s, v);
-          // The run's key has field f when its type byte says a value (not 1: missing).
-          same = has == (((k.types >> (8 * f)) & 0xFFU) != 1U) && (!has || v == k.v[f]);
+      if (int_keys_[probe].words) {
+        // Integers only: a run compared field by field (no key built per sample).
+        for (++i; i < n; ++i, ++run) {
+          const InPlaceSample& s = samples[i];
+          if (s.probe() != probe)
+            break;
+          bool same = true;
+          for (std::size_t f = 0; f < fields && same; ++f) {
+            std::uint64_t v = 0;
+            const bool has = readers[f].read(s, v);
+            // The run's key has field f when its type byte says a value (not 1: missing).
+            same = has == (((k.types >> (8 * f)) & 0xFFU) != 1U) && (!has || v == k.v[f]);
+          }
+          if (!same)
+            break;
         }
-        if (!same)
+        add(states.get(k, make), run);
+        k = {};
+        keyed = i < n && int_key_of(samples[i], k);
+        continue;
+      }
+      FixedKey next;
+      bool next_keyed = false;
+      for (++i; i < n; ++i, ++run) {
+        next = {};
+        next_keyed = int_key_of(samples[i], next);
+        if (!next_keyed || samples[i].probe() != probe || !same_key(next, k))
           break;
       }
       add(states.get(k, make), run);
+      k = next;
+      keyed = next_keyed;
     }
   }
   /// The cells of a stored key, its stacks symbolized.
@@ -540,6 +597,7 @@ class AggregateStage : public Stage, public Aggregation {
   struct IntKeys {
     std::array<IntReader, FixedKey::kMaxFields> readers{};
     bool ok = false;
+    bool words = false;  // integers only: field i is word i of the key
   };
   std::vector<IntKeys> int_keys_;
   /// Set at bind when a `by` field is a stack: keys made canonical through the pipeline's

@@ -196,7 +196,7 @@ struct CountPipeline {
   CountPipeline& operator=(const CountPipeline&) = delete;
   CountPipeline(benchmark::State& state, const ProbeInfo& probe, bool& ok) {
     static const std::vector<std::vector<std::string>> kBy = {
-        {}, {"pid"}, {"pid", "cpu"}, {"name"}};
+        {}, {"pid"}, {"pid", "cpu"}, {"name"}, {"comm", "pid"}};
     const auto& by = kBy[static_cast<std::size_t>(state.range(0))];
     Diagnostics diags;
     ConfigTable options;
@@ -255,10 +255,12 @@ void BM_DeliveredCount(benchmark::State& state) {
   bool ok = false;
   ProbeInfo delivered = f.probe;
   delivered.delivered = true;
+  delivered.delivered_comm = true;  // by:4, comm and pid: the name at the hit, in the header
   CountPipeline count(state, delivered, ok);
   if (!ok)
     return;
   Pipeline& pipeline = count.pipeline;
+  pipeline.use_comm_in_place();  // by comm: read from each record, as Session decides
   if (!pipeline.takes_in_place(0)) {
     state.SkipWithError("the pipeline does not take delivered samples");
     return;
@@ -271,13 +273,16 @@ void BM_DeliveredCount(benchmark::State& state) {
   f.drain(refs, [&](const Batch& b) {
     for (const RecordRef& r : b.records) {
       const auto& smp = std::get<perf::Sample>(r.record.body);
-      const DeliveredHeader h{.time = smp.time,
-                              .probe = 0,
-                              .size = static_cast<std::uint32_t>(smp.raw.size()),
-                              .pid = state.range(1) != 0 ? smp.pid : 1000,
-                              .tid = smp.tid,
-                              .cpu = smp.cpu,
-                              .pad = 0};
+      DeliveredHeader h{.time = smp.time,
+                        .probe = 0,
+                        .size = static_cast<std::uint32_t>(smp.raw.size()),
+                        .pid = state.range(1) != 0 ? smp.pid : 1000,
+                        .tid = smp.tid,
+                        .cpu = smp.cpu,
+                        .flags = DeliveredHeader::kCommFlag,
+                        .comm = {}};
+      std::memcpy(h.comm, "task-", 5);
+      h.comm[5] = static_cast<char>('a' + smp.pid % 16);
       arena.resize(arena.size() + 8);
       offsets.push_back(arena.size());
       const auto* hb = reinterpret_cast<const std::byte*>(&h);
@@ -301,7 +306,7 @@ void BM_DeliveredCount(benchmark::State& state) {
   const std::uint64_t allocs = testing::alloc_count_stop();
   report(state, f, allocs);
 }
-BENCHMARK(BM_DeliveredCount)->ArgsProduct({{0, 1, 2, 3}, {0, 1}})->ArgNames({"by", "pids"});
+BENCHMARK(BM_DeliveredCount)->ArgsProduct({{0, 1, 2, 3, 4}, {0, 1}})->ArgNames({"by", "pids"});
 
 // The whole per-event path from a perf ring, as the engine runs it: perf::RingReader drains the
 // fixture's ring (16 processes in turn) into a count by range(0) (as BM_DecodeCount's). range(1)

@@ -5,10 +5,12 @@
 // made; a pipeline that needs records (per-event output, comm, time order) gets records.
 #include <gtest/gtest.h>
 #include <sched.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <sys/mman.h>
 #include <sys/syscall.h>
+#include <algorithm>
 #include <boost/asio/io_context.hpp>
 #include <map>
 #include <regex>
@@ -159,8 +161,8 @@ by = ["pid"]
     EXPECT_EQ(p->stats().in_place, 0U);
 }
 
-// Pipelines that need records get records: a per-event output, `comm` (time order), and a
-// filter (it drops events) each keep the rebuilt path, and their results are still exact.
+// Pipelines that need records get records: a per-event output and a filter (it drops events)
+// each keep the rebuilt path, and their results are still exact.
 TEST(InPlace, PipelinesThatNeedRecordsGetThem) {
   struct Case {
     const char* name;
@@ -168,10 +170,6 @@ TEST(InPlace, PipelinesThatNeedRecordsGetThem) {
   };
   for (const Case& c : {Case{"per-event output", R"([[stage]]
 use = "jsonl"
-)"},
-                        Case{"comm", R"([[stage]]
-use = "count"
-by = ["comm"]
 )"},
                         Case{"filter", R"([[stage]]
 use = "filter"
@@ -196,6 +194,124 @@ by = ["pid"]
       EXPECT_EQ(number(rows_of(run.text, child.pid())["count"], "count"), kCalls) << run.text;
     }
   }
+}
+
+/// A child pinned to `cpu` that makes kCalls lseek calls as "before-rename", renames itself
+/// "after-rename" (prctl), and makes kCalls more.
+testing::Child renamer(int cpu) {
+  return testing::Child([cpu](int) {
+    pin_to(cpu);
+    ::prctl(PR_SET_NAME, "before-rename");
+    for (long i = 0; i < kCalls; ++i)
+      ::syscall(SYS_lseek, -1, i, SEEK_SET);
+    ::prctl(PR_SET_NAME, "after-rename");
+    for (long i = 0; i < kCalls; ++i)
+      ::syscall(SYS_lseek, -1, i, SEEK_SET);
+  });
+}
+
+/// The count of the JSON row keyed {"comm":comm,"pid":pid}, or -1.
+long long count_of(const std::string& text, const std::string& comm, pid_t pid) {
+  const std::string key = R"("keys":{"comm":")" + comm + R"(","pid":)" + std::to_string(pid) + "}";
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (line.find(key) != std::string::npos)
+      return number(line, "count");
+  }
+  return -1;
+}
+
+// count by (comm, pid), the default recipe's key, of system-wide tracepoint samples: the
+// delivery program puts the task's name at the hit in each record, so the pipeline reads it in
+// place with no time order. Two children (one per CPU) rename themselves halfway: each name
+// counts exactly its calls, as the ordered path with the comm cache counts them side by side.
+TEST(InPlace, CommIsReadFromEachDeliveredRecordWithoutTimeOrder) {
+  if (::sysconf(_SC_NPROCESSORS_ONLN) < 2)
+    GTEST_SKIP() << "needs two CPUs";
+  const Recipe recipe = load(R"([[stage]]
+use = "count"
+by = ["comm", "pid"]
+)");
+  SideBySide run(recipe, true);
+  run.run(renamer);
+  for (const Traced* t : {&run.in_place, &run.other}) {
+    for (const pid_t pid : run.pids) {
+      EXPECT_EQ(count_of(t->text, "before-rename", pid), kCalls) << t->text;
+      EXPECT_EQ(count_of(t->text, "after-rename", pid), kCalls) << t->text;
+    }
+  }
+  const auto& p = *run.in_place.session->pipelines().front();
+  EXPECT_GE(p.stats().in_place, 4U * kCalls) << "every sample read in place";
+  EXPECT_FALSE(p.ordered()) << "no time order";
+  EXPECT_TRUE(run.other.session->pipelines().front()->ordered())
+      << "the reference path merges in time order";
+}
+
+// The same recipe beside a pipeline that needs records (a per-event output): that one would get
+// rebuilt records, which carry no comm, so the comm pipeline keeps its time order, and both are
+// exact.
+TEST(InPlace, CommKeepsTheTimeOrderBesideAPipelineThatNeedsRecords) {
+  const Recipe recipe = load(R"([[pipeline]]
+name = "counts"
+[[pipeline.stage]]
+use = "count"
+by = ["comm", "pid"]
+[[pipeline]]
+name = "events"
+[[pipeline.stage]]
+use = "jsonl"
+)");
+  boost::asio::io_context io(1);
+  Traced t(io, recipe, true);
+  t.session->start();
+  EXPECT_FALSE(t.session->stats().in_place);
+  auto child = renamer(0);
+  ASSERT_TRUE(child.go());
+  io.run_for(std::chrono::milliseconds(300));
+  t.session->stop();
+  EXPECT_EQ(count_of(t.text, "before-rename", child.pid()), kCalls);
+  EXPECT_EQ(count_of(t.text, "after-rename", child.pid()), kCalls);
+  EXPECT_TRUE(t.session->pipelines().front()->ordered());
+}
+
+/// The JSON rows holding `needle`, their times cut, sorted.
+std::vector<std::string> rows_with(const std::string& text, const std::string& needle) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (line.find(needle) != std::string::npos)
+      out.push_back(std::regex_replace(line, std::regex(R"("time":[0-9]+,)"), ""));
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// A tracepoint's char[16] field as a key in place (sched_switch's prev_comm, read from the
+// record as two words of a fixed key), beside its pid: the rows of the children's switches equal
+// the rebuilt records' row for row, on both CPUs, and each child switched out at least once (its
+// exit).
+TEST(InPlace, ACharArrayFieldKeysInPlaceAsTheRebuiltRecordsDo) {
+  if (::sysconf(_SC_NPROCESSORS_ONLN) < 2)
+    GTEST_SKIP() << "needs two CPUs";
+  const Recipe recipe = Recipe::load_string(R"([recipe]
+name = "switches"
+[[probe]]
+name = "sw"
+tracepoint = "sched:sched_switch"
+[[stage]]
+use = "count"
+by = ["prev_comm", "prev_pid"]
+)",
+                                            "switches.toml", {.stages = stage_catalog()});
+  SideBySide run(recipe, true);
+  run.run(renamer);
+  for (const pid_t pid : run.pids) {
+    const std::string needle = R"("prev_pid":)" + std::to_string(pid) + "}";
+    const auto mine = rows_with(run.in_place.text, needle);
+    EXPECT_FALSE(mine.empty()) << run.in_place.text;
+    EXPECT_EQ(mine, rows_with(run.other.text, needle));
+  }
+  EXPECT_GT(run.in_place.session->pipelines().front()->stats().in_place, 0U);
 }
 
 constexpr int kPages = 2000;  // pages the perf-ring test's children touch

@@ -78,6 +78,9 @@ struct EngineOptions {
   /// costs the traced program less than sampling its perf events. false: the perf events
   /// sample.
   bool deliver_tracepoints_via_bpf = true;
+  /// Each delivered record carries the task's name at the hit (bpf_get_current_comm): stages
+  /// that key by comm read it there, with no time order across rings (ProbeInfo::delivered_comm).
+  bool deliver_comm = false;
   /// The channel of that delivery: a BPF ring buffer (when the kernel has none, the perf
   /// channel) or a perf event array. nullopt: the ring buffer where the kernel has it.
   std::optional<DeliveryChannel> channel{};

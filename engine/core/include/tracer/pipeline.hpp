@@ -104,6 +104,14 @@ class Pipeline {
   [[nodiscard]] bool takes_in_place(std::uint32_t probe) const noexcept {
     return probe < in_place_.size() && in_place_[probe];
   }
+  /// Whether this pipeline is ordered only because a stage binds `comm`, and every probe's
+  /// samples carry the name at the hit (ProbeInfo::delivered_comm) and every stage that reads
+  /// samples takes them in place: then it may run without time order (use_comm_in_place).
+  [[nodiscard]] bool comm_in_place_possible() const noexcept;
+  /// Drops the time order and takes every probe's samples in place (comm read from each
+  /// delivered record). Only when comm_in_place_possible(), and only if every sample will then
+  /// come in place: a rebuilt record carries no comm (Session decides).
+  void use_comm_in_place();
   /// The in-place path (Engine::on_in_place), only with samples of probes takes_in_place()
   /// says yes to: each stage that reads samples gets them as they are.
   void on_in_place(std::span<const InPlaceSample> samples) noexcept;
@@ -205,8 +213,9 @@ class Pipeline {
   std::vector<RecordRef> decoded_;
   std::vector<Event*> alive_, routed_;
   std::size_t derived_ = 0;
-  bool stacks_ = false;         // a stage bound a stack field: the symbolizer tracks maps
-  std::vector<bool> in_place_;  // by probe: takes_in_place()
+  bool stacks_ = false;          // a stage bound a stack field: the symbolizer tracks maps
+  std::vector<bool> in_place_;   // by probe: takes_in_place()
+  bool order_for_comm_ = false;  // ordered only because a stage binds comm
   std::unique_ptr<Reorder> order_;
   double ns_per_record_ = 0;  // the stages' pace through the merge's rounds (moving average)
   BatchHandler ordered_out_;

@@ -78,6 +78,9 @@ struct IntReader {
   bool is_signed = false;    // sign-extended from `size` bytes
   bool as_uint = false;      // read() gives a uint64 (else an int64)
   bool in_header = false;    // before raw(): always there
+  /// A char array of `size` bytes (at most 16: a comm, a char[16] field), up to its first NUL:
+  /// read_string(), not read().
+  bool is_string = false;
 
   /// The word of `s` (an int64's two's complement bits). @return false when read() gives no
   /// value for it (the field is missing, or past the end of a short record).
@@ -105,6 +108,20 @@ struct IntReader {
     }
     return true;
   }
+  /// The string of `s` (is_string). @return false when read() gives no value for it.
+  [[nodiscard]] bool read_string(const InPlaceSample& s, std::string_view& out) const noexcept {
+    if (size == 0)
+      return false;
+    const auto b = s.bytes();
+    if (!in_header && std::size_t{offset} + size > b.size())
+      return false;
+    const char* p = reinterpret_cast<const char*>(b.data()) + offset;
+    const void* nul = std::memchr(p, '\0', size);
+    out = std::string_view(p, nul != nullptr
+                                  ? static_cast<std::size_t>(static_cast<const char*>(nul) - p)
+                                  : std::size_t{size});
+    return true;
+  }
   /// The index in Value of what read() gives when there is a value (1 int64, 2 uint64).
   [[nodiscard]] std::size_t value_index() const noexcept { return as_uint ? 2 : 1; }
 };
@@ -125,7 +142,8 @@ class FieldRef {
   /// read in place (a layout that is not fixed).
   [[nodiscard]] bool reads_in_place(std::uint32_t probe) const noexcept;
   /// Probe `probe`'s in-place value of this field as an IntReader, when read() gives an integer
-  /// (or nothing) there: pid, tid, cpu, time and the tracepoint's fixed integers.
+  /// (or nothing) there: pid, tid, cpu, time and the tracepoint's fixed integers; or a short
+  /// string: a delivered sample's comm, a tracepoint's char array of at most 16 bytes.
   [[nodiscard]] std::optional<IntReader> int_reader(std::uint32_t probe) const noexcept;
   [[nodiscard]] const std::string& name() const noexcept { return name_; }
   /// The type of the field on the first probe that has it.

@@ -115,6 +115,8 @@ struct ProbeInfo {
   /// Its samples come through the engine's BPF delivery channel: read in place they have the
   /// delivered form (a DeliveredHeader, then the tracepoint's record), not its layout's.
   bool delivered = false;
+  /// Its delivered samples carry the task's name at the hit (EngineOptions::deliver_comm).
+  bool delivered_comm = false;
   /// kBpfOutput: the emitted struct's fields (from BTF), when BpfOptions::payload_struct is set.
   std::optional<bpf::StructSchema> payload{};
   /// The attr the events were opened with (sample_type, read_format, clockid...): what a

@@ -41,7 +41,9 @@ struct DeliveredHeader {
   std::uint32_t pid = 0;    // tgid
   std::uint32_t tid = 0;
   std::uint32_t cpu = 0;
-  std::uint32_t pad = 0;
+  std::uint32_t flags = 0;  // kCommFlag: comm holds the task's name at the hit
+  char comm[16] = {};       // bpf_get_current_comm() (EngineOptions::deliver_comm)
+  static constexpr std::uint32_t kCommFlag = 1;
 };
 
 /// A sample read where it lies, not decoded: a tracepoint hit in the BPF delivery channel's ring
