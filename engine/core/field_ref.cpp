@@ -170,6 +170,12 @@ bool FieldRef::reads_in_place(std::uint32_t probe) const noexcept {
 }
 
 std::optional<IntReader> FieldRef::int_reader(std::uint32_t probe) const noexcept {
+  if (probe < in_place_readers_.size())
+    return in_place_readers_[probe];
+  return compute_int_reader(probe);
+}
+
+std::optional<IntReader> FieldRef::compute_int_reader(std::uint32_t probe) const noexcept {
   if (derived_.source == Source::kDerived)
     return std::nullopt;
   if (probe >= by_probe_.size())

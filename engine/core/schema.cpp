@@ -376,8 +376,13 @@ std::optional<FieldRef> Schema::bind(std::string_view name,
       any = true;
     }
   }
-  if (any)
+  if (any) {
+    // The in-place readers once (read(InPlaceSample) of pid, tid, cpu, time, comm uses them).
+    ref.in_place_readers_.resize(probes_.size());
+    for (std::uint32_t p = 0; p < probes_.size(); ++p)
+      ref.in_place_readers_[p] = ref.compute_int_reader(p);
     return ref;
+  }
 
   std::string listing;
   std::vector<std::string> all;

@@ -196,8 +196,11 @@ class FieldRef {
   std::string name_;
   FieldType type_ = FieldType::kNone;
   const Schema* schema_ = nullptr;
-  std::vector<Accessor> by_probe_;  // indexed by RecordRef::probe
-  Accessor derived_{};              // used for every probe when source is kDerived
+  /// int_reader() as computed once at bind (Schema::bind), per probe.
+  [[nodiscard]] std::optional<IntReader> compute_int_reader(std::uint32_t probe) const noexcept;
+  std::vector<Accessor> by_probe_;                          // indexed by RecordRef::probe
+  std::vector<std::optional<IntReader>> in_place_readers_;  // by probe: int_reader()
+  Accessor derived_{};  // used for every probe when source is kDerived
 };
 
 /// The probes a pipeline reads and the fields they offer, plus the derived fields that stages
