@@ -394,6 +394,17 @@ void AggregateStage::bind_keys(BindContext& ctx, Diagnostics& diags) {
         keys.readers[i] = *r;
       keys.words = keys.words && (!r || !r->is_string);
     }
+    // Laid out when the probe has every field (a field it lacks is a missing value: the key is
+    // then laid out by the cursor, and integer-only keys by the word path).
+    std::size_t w = 0;
+    bool has_all = keys.ok;
+    for (std::size_t i = 0; i < by_.size() && keys.ok; ++i) {
+      keys.at[i] = static_cast<std::uint8_t>(w);
+      w += keys.readers[i].is_string ? 2 : 1;
+      has_all = has_all && keys.readers[i].size != 0;
+    }
+    keys.laid_out = has_all && w <= FixedKey::kMaxWords;
+    keys.fields = static_cast<std::uint8_t>(by_.size());
   }
 }
 

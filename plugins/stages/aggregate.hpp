@@ -161,6 +161,13 @@ class FixedKeyIndex {
       return kAbsent;
     if (same(slots_[last_], k))
       return slots_[last_].index;
+    return find_other(k);
+  }
+  /// find() without the look at the last key found: for a key that is likely another (a run's
+  /// next key). Right for any key.
+  [[nodiscard]] std::uint32_t find_other(const FixedKey& k) noexcept {
+    if (slots_.empty())
+      return kAbsent;
     for (std::size_t s = slot_of(k);; s = (s + 1) & mask_) {
       const Slot& slot = slots_[s];
       if (same(slot, k)) {
@@ -237,6 +244,14 @@ class KeyedStates {
       return states_[i];
     return add(key, make);
   }
+  /// get() without the look at the last key found, for a key likely to be another (a run's next
+  /// key). Right for any key.
+  template <typename Make>
+  State& get_other(const FixedKey& key, Make&& make) {
+    if (const std::uint32_t i = fixed_.find_other(key); i != FixedKeyIndex::kAbsent) [[likely]]
+      return states_[i];
+    return add(key, make);
+  }
   template <typename Zero>
   void reset(Zero&& zero) {
     for (auto& s : states_)
@@ -302,6 +317,18 @@ class AggregateStage : public Stage, public Aggregation {
   }
 
  protected:
+  /// The `by` fields' readers of a probe's in-place samples (ok when each has one), bound when
+  /// fixed_keys_.
+  struct IntKeys {
+    std::array<IntReader, FixedKey::kMaxFields> readers{};
+    bool ok = false;
+    bool words = false;  // integers only: field i is word i of the key
+    /// The key fits with every field there: field i's first word when every field has a value
+    /// (else the key is laid out by FixedKey::set's cursor: a missing string takes one word).
+    bool laid_out = false;
+    std::uint8_t fields = 0;  // by_.size()
+    std::array<std::uint8_t, FixedKey::kMaxFields> at{};
+  };
   /// Reads by/top/every; returns the options for the stage's own ones.
   void configure_common(StageOptions& opts);
   void bind_keys(BindContext& ctx, Diagnostics& diags);
@@ -378,13 +405,15 @@ class AggregateStage : public Stage, public Aggregation {
     for (std::size_t i = 0; i < by_.size(); ++i) {
       const IntReader& r = readers[i];
       std::uint32_t code = 1;  // missing
-      std::string_view str;
-      if (r.is_string && r.read_string(s, str)) {
+      std::array<std::uint64_t, 2> str{};
+      const int len = r.is_string ? r.read_string_words(s, str.data()) : -1;
+      if (len >= 0) {
         if (w + 2 > FixedKey::kMaxWords)
           return false;
-        std::memcpy(reinterpret_cast<char*>(k.v.data()) + (w * 8), str.data(), str.size());
+        k.v[w] = str[0];
+        k.v[w + 1] = str[1];
         w += 2;
-        code = FixedKey::kString + static_cast<std::uint32_t>(str.size());
+        code = FixedKey::kString + static_cast<std::uint32_t>(len);
       } else {
         if (w >= FixedKey::kMaxWords)
           return false;
@@ -395,6 +424,61 @@ class AggregateStage : public Stage, public Aggregation {
       k.types |= code << (8 * i);
     }
     return true;
+  }
+  /// int_key_of() of a probe whose key is laid out (IntKeys::laid_out) with N fields: each
+  /// field at its word (the other words of `k` are left as they are: zero). @return false when
+  /// a field has no value (the key is then laid out by the cursor).
+  template <std::size_t N>
+  [[nodiscard, gnu::always_inline]] static bool laid_out_key(const IntKeys& plan,
+                                                             const InPlaceSample& s,
+                                                             FixedKey& k) noexcept {
+    std::uint32_t types = 0;
+    for (std::size_t i = 0; i < N; ++i) {
+      const IntReader& r = plan.readers[i];
+      if (r.is_string) {
+        const int len = r.read_string_words(s, &k.v[plan.at[i]]);
+        if (len < 0)
+          return false;
+        types |= (FixedKey::kString + static_cast<std::uint32_t>(len)) << (8 * i);
+      } else {
+        if (!r.read(s, k.v[plan.at[i]]))
+          return false;
+        types |= static_cast<std::uint32_t>(r.value_index() + 1) << (8 * i);
+      }
+    }
+    k.types = types;
+    return true;
+  }
+  /// count_runs() from samples[i], whose key `k` begins a run of `run`, over the samples of its
+  /// probe with a laid-out key of N fields. Keys alternate between two buffers (no copy); every
+  /// word the layout uses is written for each sample and the others stay zero.
+  /// @return the first sample not counted.
+  template <std::size_t N, typename State, typename Make, typename Add>
+  std::size_t laid_out_runs(std::span<const InPlaceSample> samples,
+                            std::size_t i,
+                            const FixedKey& first,
+                            std::uint64_t run,
+                            KeyedStates<State>& states,
+                            Make& make,
+                            Add& add) const noexcept {
+    const std::uint32_t probe = samples[i].probe();
+    const IntKeys& plan = int_keys_[probe];
+    std::array<FixedKey, 2> keys{first, FixedKey{}};
+    std::size_t cur = 0;
+    State* state = &states.get(keys[0], make);
+    for (++i; i < samples.size() && samples[i].probe() == probe; ++i, ++run) {
+      FixedKey& next = keys[cur ^ 1];
+      if (!laid_out_key<N>(plan, samples[i], next))
+        break;
+      if (same_key(next, keys[cur])) [[likely]]
+        continue;
+      add(*state, run);  // before the next get(): a new key may move the states
+      run = 0;
+      cur ^= 1;
+      state = &states.get_other(keys[cur], make);
+    }
+    add(*state, run);
+    return i;
   }
   [[nodiscard]] static bool same_key(const FixedKey& a, const FixedKey& b) noexcept {
     return ((a.v[0] ^ b.v[0]) | (a.v[1] ^ b.v[1]) | (a.v[2] ^ b.v[2]) | (a.v[3] ^ b.v[3]) |
@@ -446,6 +530,24 @@ class AggregateStage : public Stage, public Aggregation {
           state = &states.get(k, make);
         }
         add(*state, run);
+        k = {};
+        keyed = i < n && int_key_of(samples[i], k);
+        continue;
+      }
+      if (int_keys_[probe].laid_out) {
+        // Each field at its word: a run of the probe's samples keyed in line, each run added
+        // once; a sample missing a field ends it (the paths below).
+        switch (int_keys_[probe].fields) {
+          case 1:
+            i = laid_out_runs<1>(samples, i, k, run, states, make, add);
+            break;
+          case 2:
+            i = laid_out_runs<2>(samples, i, k, run, states, make, add);
+            break;
+          default:
+            i = laid_out_runs<3>(samples, i, k, run, states, make, add);
+            break;
+        }
         k = {};
         keyed = i < n && int_key_of(samples[i], k);
         continue;
@@ -592,13 +694,7 @@ class AggregateStage : public Stage, public Aggregation {
   /// Set at bind: every `by` field is an integer (FieldType kInt/kUint) and there are at most
   /// FixedKey::kMaxFields of them (or none), so states are keyed by FixedKey where they can be.
   bool fixed_keys_ = false;
-  /// Set at bind when fixed_keys_: per probe, the `by` fields' readers of its delivered samples
-  /// (ok when each has one).
-  struct IntKeys {
-    std::array<IntReader, FixedKey::kMaxFields> readers{};
-    bool ok = false;
-    bool words = false;  // integers only: field i is word i of the key
-  };
+  /// Set at bind when fixed_keys_: per probe, the `by` fields' readers (IntKeys).
   std::vector<IntKeys> int_keys_;
   /// Set at bind when a `by` field is a stack: keys made canonical through the pipeline's
   /// symbolizer.

@@ -2,8 +2,10 @@
 // batches of real records (encoded as the kernel lays them out, then decoded into RecordRefs).
 #pragma once
 
+#include <algorithm>
 #include <cstring>
 #include <deque>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -124,6 +126,16 @@ class Records {
     return out;
   }
   [[nodiscard]] std::size_t size() const { return refs_.size(); }
+  /// Record i as a perf ring sample read in place (InPlaceSample), its RAW data cut to
+  /// `raw_size` bytes when given (a short record).
+  [[nodiscard]] InPlaceSample in_place(std::size_t i,
+                                       std::optional<std::uint32_t> raw_size = {}) const {
+    const auto& smp = std::get<perf::Sample>(refs_[i].record.body);
+    const std::byte* rec = bytes_[i].data();
+    const auto at = static_cast<std::uint32_t>(smp.raw.data() - rec);
+    return {rec, refs_[i].probe, at,
+            std::min(raw_size.value_or(UINT32_MAX), static_cast<std::uint32_t>(smp.raw.size()))};
+  }
   [[nodiscard]] const std::vector<RecordRef>& refs() const { return refs_; }
   void clear() {
     refs_.clear();

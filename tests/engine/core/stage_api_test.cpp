@@ -214,6 +214,40 @@ TEST(FieldRef, SampleTracefsArrayAndUnknownFields) {
   EXPECT_THAT(d.items()[0].hint, Not(HasSubstr("common_pid")));
 }
 
+// A char array read as two key words gives read_string()'s bytes zero-padded and its length,
+// for every size up to 16, every NUL position, and garbage after the NUL (a tracefs char array
+// may hold anything there), in the header and in raw data near its end.
+TEST(IntReader, StringWordsAreTheStringZeroPadded) {
+  std::mt19937_64 rng(7);
+  for (std::uint8_t size = 1; size <= 16; ++size) {
+    for (int trial = 0; trial < 2000; ++trial) {
+      std::array<std::byte, sizeof(DeliveredHeader) + 16> rec{};
+      for (auto& b : rec)  // bytes of every value, NULs among them
+        b = static_cast<std::byte>(rng() % 4 == 0 ? 0 : rng() & 0xFF);
+      const auto at = static_cast<std::uint32_t>(sizeof(DeliveredHeader) + 16 - size);
+      const InPlaceSample s(rec.data(), 0, sizeof(DeliveredHeader), 16);
+      const IntReader r{.offset = at, .size = size, .is_string = true};
+      std::string_view want;
+      ASSERT_TRUE(r.read_string(s, want));
+      std::array<std::uint64_t, 2> w{~0ULL, ~0ULL};
+      const int len = r.read_string_words(s, w.data());
+      ASSERT_EQ(len, static_cast<int>(want.size())) << int{size};
+      std::array<char, 16> padded{};
+      std::memcpy(padded.data(), want.data(), want.size());
+      std::array<std::uint64_t, 2> expect{};
+      std::memcpy(expect.data(), padded.data(), 16);
+      ASSERT_EQ(w, expect) << "size " << int{size} << " length " << len;
+    }
+  }
+  // Past the end of a short record: no value, as read_string().
+  std::array<std::byte, sizeof(DeliveredHeader) + 8> rec{};
+  const InPlaceSample s(rec.data(), 0, sizeof(DeliveredHeader), 8);
+  const IntReader r{.offset = sizeof(DeliveredHeader), .size = 16, .is_string = true};
+  std::array<std::uint64_t, 2> w{};
+  EXPECT_EQ(r.read_string_words(s, w.data()), -1);
+  EXPECT_EQ(IntReader{}.read_string_words(s, w.data()), -1);
+}
+
 TEST(FieldRef, UprobeRegistersAndPayloadSchema) {
 #if defined(__x86_64__)
   // rdi (5), rsi (4) and rax (0): the kernel writes registers in bit order: ax, si, di.

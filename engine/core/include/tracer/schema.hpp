@@ -3,6 +3,7 @@
 #pragma once
 
 #include <array>
+#include <bit>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -121,6 +122,48 @@ struct IntReader {
                                   ? static_cast<std::size_t>(static_cast<const char*>(nul) - p)
                                   : std::size_t{size});
     return true;
+  }
+  /// The string of `s` (is_string) as two words, its bytes zero-padded: what a FixedKey holds,
+  /// read with word loads and no call (the first NUL found by a bit trick, the bytes after it
+  /// cleared, since a char array may hold anything there). @return its length, or -1 when
+  /// read() gives no value for it.
+  [[nodiscard]] int read_string_words(const InPlaceSample& s, std::uint64_t* w) const noexcept {
+    static_assert(std::endian::native == std::endian::little, "the first byte is the lowest");
+    if (size == 0)
+      return -1;
+    const auto b = s.bytes();
+    if (!in_header && std::size_t{offset} + size > b.size())
+      return -1;
+    const std::byte* p = b.data() + offset;
+    std::uint64_t lo = 0, hi = 0;
+    if (size == 16) [[likely]] {
+      std::memcpy(&lo, p, 8);
+      std::memcpy(&hi, p + 8, 8);
+    } else {
+      std::array<std::byte, 16> buf{};
+      std::memcpy(buf.data(), p, size);
+      std::memcpy(&lo, buf.data(), 8);
+      std::memcpy(&hi, buf.data() + 8, 8);
+    }
+    // A byte's top bit in zeros(x) for its first zero byte (bits above it may be set falsely,
+    // never below): the lowest set bit is the first NUL.
+    constexpr std::uint64_t kOnes = 0x0101010101010101ULL, kTops = 0x8080808080808080ULL;
+    const auto zeros = [](std::uint64_t x) noexcept { return (x - kOnes) & ~x & kTops; };
+    // n < 8 bytes kept: the mask's shift is below 64.
+    if (const std::uint64_t z = zeros(lo); z != 0) {
+      const int n = std::countr_zero(z) / 8;
+      w[0] = lo & ((std::uint64_t{1} << (8 * n)) - 1);
+      w[1] = 0;
+      return n;
+    }
+    w[0] = lo;
+    if (const std::uint64_t z = zeros(hi); z != 0) {
+      const int n = std::countr_zero(z) / 8;
+      w[1] = hi & ((std::uint64_t{1} << (8 * n)) - 1);
+      return 8 + n;
+    }
+    w[1] = hi;
+    return 16;
   }
   /// The index in Value of what read() gives when there is a value (1 int64, 2 uint64).
   [[nodiscard]] std::size_t value_index() const noexcept { return as_uint ? 2 : 1; }
