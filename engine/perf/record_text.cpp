@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace tracer::perf {
 namespace {
 
@@ -86,7 +88,12 @@ struct Printer {
     fmt::format_to(it, " pid={} tid={} addr={:#x} len={:#x} pgoff={:#x}", m.pid, m.tid, m.addr,
                    m.len, m.pgoff);
     if (m.has_build_id) {
-      fmt::format_to(it, " build_id_size={}", m.build_id_size);
+      // The build id's bytes, as perf and readelf -n print it (a size past the 20 bytes the
+      // record holds shows what is there).
+      fmt::format_to(it, " build_id=");
+      for (const std::byte b :
+           m.build_id.first(std::min<std::size_t>(m.build_id_size, m.build_id.size())))
+        fmt::format_to(it, "{:02x}", static_cast<unsigned>(b));
     } else {
       fmt::format_to(it, " maj={} min={} ino={}", m.maj, m.min, m.ino);
     }

@@ -13,7 +13,7 @@ namespace tracer::testing {
 
 std::string golden_text(const perf::SampleLayout& layout,
                         std::span<const std::byte> bytes,
-                        const tracefs::Format& format) {
+                        const tracefs::Format* format) {
   std::string out;
   const auto err = perf::for_each_record(bytes, [&](std::span<const std::byte> rec) {
     perf::Record r;
@@ -23,9 +23,15 @@ std::string golden_text(const perf::SampleLayout& layout,
       return;
     }
     out += perf::to_text(r) + "\n";
-    if (const auto* s = std::get_if<perf::Sample>(&r.body); s != nullptr && !s->raw.empty()) {
+    const auto* s = std::get_if<perf::Sample>(&r.body);
+    if (s != nullptr && !s->raw.empty() && format == nullptr) {
+      std::string hex;
+      for (const std::byte b : s->raw)
+        hex += fmt::format("{:02x}", static_cast<unsigned>(b));
+      out += "  raw " + hex + "\n";
+    } else if (s != nullptr && !s->raw.empty()) {
       std::string fields;
-      for (const auto& f : format.fields) {
+      for (const auto& f : format->fields) {
         if (f.is_common)
           continue;
         if (auto v = tracefs::read_int(f, s->raw))
@@ -40,7 +46,7 @@ std::string golden_text(const perf::SampleLayout& layout,
 }
 
 Status write_recorded_ring(const RecordedRing& r,
-                           const tracefs::Format& format,
+                           const tracefs::Format* format,
                            const std::string& stem) {
   const std::string golden = golden_text(r.layout, r.bytes, format);
   std::ofstream hex(stem + ".hex");
@@ -60,9 +66,10 @@ Status write_recorded_ring(const RecordedRing& r,
   }
   std::ofstream attr(stem + ".attr");
   attr << fmt::format(
-      "sample_type={:#x}\nread_format={:#x}\nsample_id_all={}\nformat={}\nattr={}\n",
-      r.layout.sample_type, r.layout.read_format, r.layout.sample_id_all ? 1 : 0, r.format_file,
-      r.attr_text);
+      "sample_type={:#x}\nread_format={:#x}\nsample_id_all={}\nsample_regs_user={:#x}\n"
+      "format={}\nattr={}\n",
+      r.layout.sample_type, r.layout.read_format, r.layout.sample_id_all ? 1 : 0,
+      r.sample_regs_user, r.format_file, r.attr_text);
   std::ofstream expected(stem + ".expected");
   expected << golden;
   if (!hex || !attr || !expected)
@@ -75,7 +82,7 @@ Result<RecordedRing> read_recorded_ring(const std::string& stem) {
   std::ifstream attr(stem + ".attr");
   if (!attr)
     return fail(ENOENT, "cannot read " + stem + ".attr");
-  std::uint64_t st = 0, rf = 0;
+  std::uint64_t st = 0, rf = 0, regs = 0;
   int id_all = 0;
   for (std::string line; std::getline(attr, line);) {
     const auto eq = line.find('=');
@@ -88,12 +95,15 @@ Result<RecordedRing> read_recorded_ring(const std::string& stem) {
       rf = std::stoull(value, nullptr, 0);
     if (key == "sample_id_all")
       id_all = std::stoi(value);
+    if (key == "sample_regs_user")
+      regs = std::stoull(value, nullptr, 0);
     if (key == "format")
       r.format_file = value;
     if (key == "attr")
       r.attr_text = value;
   }
-  r.layout = perf::SampleLayout::from(st, rf, id_all != 0);
+  r.sample_regs_user = regs;
+  r.layout = perf::SampleLayout::from(st, rf, id_all != 0, 0, regs);
   r.bytes = read_xxd(stem + ".hex");
   return r;
 }
