@@ -30,7 +30,10 @@ namespace fs = std::filesystem;
 
 namespace {
 
+using detail::DefinedSymbol;
 using detail::elf_error_text;
+using detail::executable_section;
+using detail::for_each_defined_symbol;
 using detail::OpenElf;
 
 Result<OpenElf> open_elf(const fs::path& path) {
@@ -47,16 +50,6 @@ std::string build_id_of(Elf* elf) {
   for (ssize_t i = 0; i < n; ++i)
     fmt::format_to(std::back_inserter(hex), "{:02x}", static_cast<const unsigned char*>(bytes)[i]);
   return hex;
-}
-
-/// The first section of type `type`, or nullptr.
-Elf_Scn* find_section(Elf* elf, Elf64_Word type) {
-  for (Elf_Scn* scn = ::elf_nextscn(elf, nullptr); scn != nullptr; scn = ::elf_nextscn(elf, scn)) {
-    GElf_Shdr shdr;
-    if (::gelf_getshdr(scn, &shdr) != nullptr && shdr.sh_type == type)
-      return scn;
-  }
-  return nullptr;
 }
 
 /// The section named `name`, or nullptr.
@@ -168,48 +161,24 @@ bool better_alias(const RawSymbol& a, const RawSymbol& b) {
   return a.index < b.index;
 }
 
-/// Whether section `index` holds code (SHF_EXECINSTR).
-bool executable_section(Elf* elf, std::size_t index) {
-  Elf_Scn* scn = ::elf_getscn(elf, index);
-  GElf_Shdr shdr;
-  return scn != nullptr && ::gelf_getshdr(scn, &shdr) != nullptr &&
-         (shdr.sh_flags & SHF_EXECINSTR) != 0;
-}
-
 /// The function symbols (STT_FUNC, STT_GNU_IFUNC; defined) of the first table of `type`.
 /// @return false when the file has no such table.
 bool read_functions(Elf* elf, Elf64_Word type, std::vector<ElfSymbol>& out) {
-  Elf_Scn* scn = find_section(elf, type);
-  GElf_Shdr shdr;
-  if (scn == nullptr || ::gelf_getshdr(scn, &shdr) == nullptr || shdr.sh_entsize == 0)
-    return false;
-  Elf_Data* data = ::elf_getdata(scn, nullptr);
-  if (data == nullptr)
-    return false;
   std::vector<RawSymbol> raw;
-  const std::size_t count = shdr.sh_size / shdr.sh_entsize;
-  raw.reserve(count);
-  for (std::size_t i = 0; i < count; ++i) {
-    GElf_Sym sym;
-    if (::gelf_getsym(data, static_cast<int>(i), &sym) == nullptr)
-      continue;
-    const unsigned char st_type = GELF_ST_TYPE(sym.st_info);
-    if (sym.st_shndx == SHN_UNDEF || sym.st_shndx >= SHN_LORESERVE || sym.st_value == 0)
-      continue;
+  const bool has_table = for_each_defined_symbol(elf, type, [&](const DefinedSymbol& s) {
     // Functions, and untyped labels in code (perf's elf_sym__is_label: assembly entry points
     // such as ld.so's _start and _dl_start_user).
-    if (st_type != STT_FUNC && st_type != STT_GNU_IFUNC &&
-        !(st_type == STT_NOTYPE && executable_section(elf, sym.st_shndx)))
-      continue;
-    const char* name = ::elf_strptr(elf, shdr.sh_link, sym.st_name);
-    if (name == nullptr || *name == '\0')
-      continue;
-    raw.push_back({.start = sym.st_value,
-                   .size = sym.st_size,
-                   .name = name,
-                   .bind = static_cast<unsigned char>(GELF_ST_BIND(sym.st_info)),
-                   .index = i});
-  }
+    if (s.sym.st_value == 0 || (s.type != STT_FUNC && s.type != STT_GNU_IFUNC &&
+                                !(s.type == STT_NOTYPE && executable_section(elf, s.sym.st_shndx))))
+      return;
+    raw.push_back({.start = s.sym.st_value,
+                   .size = s.sym.st_size,
+                   .name = s.name,
+                   .bind = s.bind,
+                   .index = s.index});
+  });
+  if (!has_table)
+    return false;
   std::sort(raw.begin(), raw.end(), [](const RawSymbol& a, const RawSymbol& b) {
     if (a.start != b.start)
       return a.start < b.start;

@@ -61,6 +61,59 @@ struct OpenElf {
 /// `name` demangled when it is an Itanium C++ name ("_Z..."), else `name` itself.
 [[nodiscard]] std::string demangle(std::string_view name);
 
+/// A defined symbol of an ELF symbol table, as for_each_defined_symbol() hands it on.
+struct DefinedSymbol {
+  const GElf_Sym& sym;
+  const char* name;    // not empty
+  std::size_t index;   // in its table
+  unsigned char type;  // GELF_ST_TYPE
+  unsigned char bind;  // GELF_ST_BIND
+};
+
+/// Whether section `index` holds code (SHF_EXECINSTR): where an untyped label (STT_NOTYPE, an
+/// assembly entry point such as _start) is a function.
+[[nodiscard]] inline bool executable_section(Elf* elf, std::size_t index) {
+  Elf_Scn* scn = ::elf_getscn(elf, index);
+  GElf_Shdr shdr;
+  return scn != nullptr && ::gelf_getshdr(scn, &shdr) != nullptr &&
+         (shdr.sh_flags & SHF_EXECINSTR) != 0;
+}
+
+/// The one walk of the symbol tables that both readers use (the symbolizer's address table and
+/// the uprobe lookup by name): visit(DefinedSymbol) for each symbol of every table of
+/// `table_type` (SHT_SYMTAB or SHT_DYNSYM) that is defined here (not undefined, absolute or
+/// common) and named. @return whether the file has such a table.
+template <typename Visit>
+bool for_each_defined_symbol(Elf* elf, Elf64_Word table_type, Visit&& visit) {
+  bool found = false;
+  for (Elf_Scn* scn = ::elf_nextscn(elf, nullptr); scn != nullptr; scn = ::elf_nextscn(elf, scn)) {
+    GElf_Shdr shdr;
+    if (::gelf_getshdr(scn, &shdr) == nullptr || shdr.sh_type != table_type || shdr.sh_entsize == 0)
+      continue;
+    Elf_Data* data = ::elf_getdata(scn, nullptr);
+    if (data == nullptr)
+      continue;
+    found = true;
+    const std::size_t count = shdr.sh_size / shdr.sh_entsize;
+    for (std::size_t i = 0; i < count; ++i) {
+      GElf_Sym sym;
+      if (::gelf_getsym(data, static_cast<int>(i), &sym) == nullptr)
+        continue;
+      if (sym.st_shndx == SHN_UNDEF || sym.st_shndx >= SHN_LORESERVE)
+        continue;
+      const char* name = ::elf_strptr(elf, shdr.sh_link, sym.st_name);
+      if (name == nullptr || *name == '\0')
+        continue;
+      visit(DefinedSymbol{.sym = sym,
+                          .name = name,
+                          .index = i,
+                          .type = static_cast<unsigned char>(GELF_ST_TYPE(sym.st_info)),
+                          .bind = static_cast<unsigned char>(GELF_ST_BIND(sym.st_info))});
+    }
+  }
+  return found;
+}
+
 /// One line of /proc/PID/maps ("start-end perms offset dev inode   path") as a Mapping of `pid`,
 /// or std::nullopt for a malformed line.
 [[nodiscard]] std::optional<Mapping> parse_maps_line(std::string_view line, std::uint32_t pid);

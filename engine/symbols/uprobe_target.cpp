@@ -40,7 +40,10 @@ constexpr std::array<std::string_view, 4> kLibraryDirs = {
 // /proc/PID/maps lines are short; the cap only protects against a runaway read.
 constexpr std::size_t kMaxMapsBytes = 64 << 20;
 
+using symbols::detail::DefinedSymbol;
 using symbols::detail::elf_error_text;
+using symbols::detail::executable_section;
+using symbols::detail::for_each_defined_symbol;
 using symbols::detail::OpenElf;
 
 Result<OpenElf> open_elf(const fs::path& binary) {
@@ -68,15 +71,6 @@ bool is_function_type(unsigned char type) {
   return type == STT_FUNC || type == STT_GNU_IFUNC;
 }
 
-/// Whether section `index` holds code (SHF_EXECINSTR), for STT_NOTYPE labels (assembly entry
-/// points such as _start are often untyped).
-bool in_exec_section(Elf* elf, std::size_t index) {
-  Elf_Scn* scn = ::elf_getscn(elf, index);
-  GElf_Shdr shdr;
-  return scn != nullptr && ::gelf_getshdr(scn, &shdr) != nullptr &&
-         (shdr.sh_flags & SHF_EXECINSTR) != 0;
-}
-
 /// Walks one symbol table (SHT_SYMTAB or SHT_DYNSYM): collects definitions of `name` and every
 /// defined function name (for suggestions).
 void scan_table(Elf* elf,
@@ -85,46 +79,25 @@ void scan_table(Elf* elf,
                 std::vector<Candidate>& found,
                 std::set<std::string>& functions,
                 bool with_data = false) {
-  for (Elf_Scn* scn = ::elf_nextscn(elf, nullptr); scn != nullptr; scn = ::elf_nextscn(elf, scn)) {
-    GElf_Shdr shdr;
-    if (::gelf_getshdr(scn, &shdr) == nullptr || shdr.sh_type != table_type || shdr.sh_entsize == 0)
-      continue;
-    Elf_Data* data = ::elf_getdata(scn, nullptr);
-    if (data == nullptr)
-      continue;
-    const std::size_t count = shdr.sh_size / shdr.sh_entsize;
-    for (std::size_t i = 0; i < count; ++i) {
-      GElf_Sym sym;
-      if (::gelf_getsym(data, static_cast<int>(i), &sym) == nullptr)
-        continue;
-      // Undefined (imported) and absolute symbols have no code in this file.
-      if (sym.st_shndx == SHN_UNDEF || sym.st_shndx >= SHN_LORESERVE)
-        continue;
-      const unsigned char type = GELF_ST_TYPE(sym.st_info);
-      // With `data`, variables count as much as functions (breakpoints watch either).
-      const bool func = is_function_type(type) || (with_data && type == STT_OBJECT);
-      if (!func && type != STT_NOTYPE)
-        continue;
-      const char* sym_name = ::elf_strptr(elf, shdr.sh_link, sym.st_name);
-      if (sym_name == nullptr || *sym_name == '\0')
-        continue;
-      if (func)
-        functions.emplace(sym_name);
-      if (name != sym_name)
-        continue;
-      if (!func && !in_exec_section(elf, sym.st_shndx))
-        continue;
-      Candidate c;
-      c.sym.name = sym_name;
-      c.sym.value = sym.st_value;
-      c.sym.size = sym.st_size;
-      c.sym.type = type;
-      c.sym.bind = GELF_ST_BIND(sym.st_info);
-      c.sym.from_dynsym = table_type == SHT_DYNSYM;
-      c.rank = (func ? 0 : 10) + bind_rank(c.sym.bind);
-      found.push_back(std::move(c));
-    }
-  }
+  for_each_defined_symbol(elf, table_type, [&](const DefinedSymbol& s) {
+    // With `data`, variables count as much as functions (breakpoints watch either).
+    const bool func = is_function_type(s.type) || (with_data && s.type == STT_OBJECT);
+    if (!func && s.type != STT_NOTYPE)
+      return;
+    if (func)
+      functions.emplace(s.name);
+    if (name != s.name || (!func && !executable_section(elf, s.sym.st_shndx)))
+      return;
+    Candidate c;
+    c.sym.name = s.name;
+    c.sym.value = s.sym.st_value;
+    c.sym.size = s.sym.st_size;
+    c.sym.type = s.type;
+    c.sym.bind = s.bind;
+    c.sym.from_dynsym = table_type == SHT_DYNSYM;
+    c.rank = (func ? 0 : 10) + bind_rank(c.sym.bind);
+    found.push_back(std::move(c));
+  });
 }
 
 /// Whether `vaddr` lies in the zero-filled tail of a PT_LOAD segment (p_filesz..p_memsz: .bss).
