@@ -482,6 +482,30 @@ Result<fs::path> ensure_vmlinux_h(const fs::path& cache_dir, const fs::path& btf
 }
 
 Result<Object> Object::compile_and_open(const fs::path& bpf_c, const CompileOptions& opts) {
+  if (opts.scratch) {
+    // A fresh directory nobody else can name or enter; removed whatever the compile gives.
+    std::string tmpl = (fs::temp_directory_path() / "tracer-check-XXXXXX").string();
+    if (::mkdtemp(tmpl.data()) == nullptr) {
+      const int err = errno;
+      return fail(
+          err,
+          fmt::format("bpf: cannot create a temporary directory {}: {}", tmpl, errno_text(err)),
+          "set TMPDIR to a writable directory");
+    }
+    const fs::path dir = tmpl;
+    CompileOptions in_dir = opts;
+    in_dir.scratch = false;
+    in_dir.cache_dir = dir;
+    in_dir.vmlinux_dir.clear();
+    auto obj = compile_and_open(bpf_c, in_dir);
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+    if (!obj)
+      return obj;
+    if (auto& info = obj->compile_info_; info.has_value())
+      info->object_path.clear();  // gone with the directory
+    return obj;
+  }
   TRACER_ASSIGN_OR_RETURN(const std::string source, read_file(bpf_c));
   fs::path cache_dir = opts.cache_dir;
   if (cache_dir.empty()) {

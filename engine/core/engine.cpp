@@ -645,7 +645,7 @@ std::vector<ProbeInfo> Engine::check(std::vector<std::string>* notes) {
   impl_->trial_open(resolved);
   if (o.bpf) {
     const BpfOptions& b = *o.bpf;
-    impl_->load_bpf(b, resolved);
+    impl_->load_bpf(b, resolved, /*scratch=*/true);  // a check writes nothing
     for (std::size_t p = 0; p < o.probes.size(); ++p) {
       const auto& po = o.probes[p];
       if (po.bpf_program.empty())

@@ -26,7 +26,9 @@ std::uint32_t Engine::Impl::group_dead_offset() const {
   return dead != nullptr && dead->size == 1 ? dead->offset : 0;
 }
 
-void Engine::Impl::load_bpf(const BpfOptions& b, const std::vector<core::ResolvedProbe>& resolved) {
+void Engine::Impl::load_bpf(const BpfOptions& b,
+                            const std::vector<core::ResolvedProbe>& resolved,
+                            bool scratch) {
   const int sources =
       (b.builtin.empty() ? 0 : 1) + (b.object.empty() ? 0 : 1) + (b.source.empty() ? 0 : 1);
   if (sources != 1) {
@@ -36,7 +38,7 @@ void Engine::Impl::load_bpf(const BpfOptions& b, const std::vector<core::Resolve
   }
   auto obj = !b.builtin.empty()  ? bpf::Object::open_shipped(b.builtin)
              : !b.object.empty() ? bpf::Object::open_file(b.object)
-                                 : bpf::Object::compile_and_open(b.source, {});
+                                 : bpf::Object::compile_and_open(b.source, {.scratch = scratch});
   if (!obj) {
     throw_failure(
         obj.error().errno_value() == ENOENT ? ErrorCategory::kNotFound : ErrorCategory::kRuntime,

@@ -178,7 +178,10 @@ struct Engine::Impl : std::enable_shared_from_this<Engine::Impl> {
   bool check_handler_failure();
 
   // engine_bpf.cpp
-  void load_bpf(const BpfOptions& b, const std::vector<core::ResolvedProbe>& resolved);
+  /// `scratch`: a source compiles in a temporary directory, not into the cache (check()).
+  void load_bpf(const BpfOptions& b,
+                const std::vector<core::ResolvedProbe>& resolved,
+                bool scratch = false);
   /// The fd of the program probe `p` names. Throws kUsage when there is no BPF object or it
   /// has no such program.
   [[nodiscard]] int program_fd(std::size_t p) const;

@@ -81,7 +81,7 @@ void check_filter_fields(const RecipeProbe& p,
 
 }  // namespace
 
-void Recipe::check_system(Diagnostics& diagnostics, std::optional<pid_t> pid) const {
+void Recipe::check_system(Diagnostics& diagnostics, std::optional<pid_t> pid, Writes writes) const {
   std::optional<Result<tracefs::Tracefs>> tracefs;
   // kernel.perf_event_max_sample_rate: a sampling frequency above it is refused (EINVAL).
   std::optional<std::uint64_t> max_rate;
@@ -192,11 +192,14 @@ void Recipe::check_system(Diagnostics& diagnostics, std::optional<pid_t> pid) co
                         fmt::format("shipped programs: {}", fmt::join(names, ", ")));
       }
     }
-    // A recipe's own program is compiled here (into the cache `run` loads it from): clang's
-    // errors are the recipe's, at its `source`, with what clang says about that file.
+    // A recipe's own program is compiled here (into the cache `run` loads it from, or nowhere
+    // for `check`): clang's errors are the recipe's, at its `source`, with what clang says
+    // about that file.
     std::error_code ec;
     if (!bpf->source.empty() && fs::is_regular_file(bpf->source, ec)) {
-      if (auto obj = bpf::Object::compile_and_open(bpf->source, {}); !obj) {
+      if (auto obj =
+              bpf::Object::compile_and_open(bpf->source, {.scratch = writes == Writes::kNone});
+          !obj) {
         std::string_view message = obj.error().message;
         if (message.starts_with("bpf: "))
           message.remove_prefix(5);

@@ -655,7 +655,8 @@ std::vector<ProbeInfo> Session::check(std::vector<std::string>* notes) {
   Diagnostics diags = s.opts.problems;
   const auto& t = s.opts.target;
   s.recipe.check_system(diags,
-                        t.kind == Target::Kind::kPid ? std::optional<pid_t>(t.pid) : std::nullopt);
+                        t.kind == Target::Kind::kPid ? std::optional<pid_t>(t.pid) : std::nullopt,
+                        Recipe::Writes::kNone);
   if (s.opts.all_problems) {
     // Each probe on its own: its error at its place, unless the system's check said something
     // at that place already (a missing tracepoint is one problem, not two).

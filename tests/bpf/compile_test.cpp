@@ -258,6 +258,36 @@ TEST_F(BpfCompile, DiagnosticsQuoteOnlyTheSourceItself) {
   EXPECT_THAT(hint, HasSubstr("int own_line_is_quoted = ;")) << hint;
 }
 
+// tracer check writes nothing: a scratch compile gives the same object as a cached one, and
+// leaves no cache and nothing in $TMPDIR, whether clang succeeds or fails.
+TEST_F(BpfCompile, AScratchCompileWritesNothing) {
+  dir_.write("src/count.bpf.c", kGood);
+  dir_.write("src/counter.h", kCounterH);
+  dir_.write("src/bad.bpf.c", "int own_line_is_quoted = ;\n");
+  const fs::path tmp = dir_.path() / "tmp";
+  fs::create_directories(tmp);
+  const char* old_tmp = std::getenv("TMPDIR");
+  const std::string saved = old_tmp != nullptr ? old_tmp : "";
+  ::setenv("TMPDIR", tmp.c_str(), 1);
+  auto obj = Object::compile_and_open(dir_.path() / "src/count.bpf.c", {.scratch = true});
+  auto bad = Object::compile_and_open(dir_.path() / "src/bad.bpf.c", {.scratch = true});
+  if (old_tmp != nullptr)
+    ::setenv("TMPDIR", saved.c_str(), 1);
+  else
+    ::unsetenv("TMPDIR");
+  ASSERT_TRUE(obj.has_value()) << obj.error().describe();
+  EXPECT_EQ(obj->program_names(), std::vector<std::string>{"count_calls"});
+  ASSERT_TRUE(obj->struct_schema("counter").has_value());
+  ASSERT_FALSE(bad.has_value());
+  EXPECT_THAT(bad.error().hint, HasSubstr("bad.bpf.c:1:")) << "clang's errors, as a cached compile";
+  EXPECT_FALSE(fs::exists(dir_.path() / "cache")) << "the cache is not created";
+  EXPECT_TRUE(fs::is_empty(tmp)) << "the temporary directories are removed";
+  // The same source compiled for `run` goes to the cache.
+  auto cached = Object::compile_and_open(dir_.path() / "src/count.bpf.c");
+  ASSERT_TRUE(cached.has_value()) << cached.error().describe();
+  EXPECT_TRUE(fs::is_regular_file(cached->compile_info()->object_path));
+}
+
 TEST_F(BpfCompile, MissingSourceOrClangIsENOENT) {
   auto no_src = Object::compile_and_open(dir_.path() / "absent.bpf.c");
   ASSERT_FALSE(no_src.has_value());

@@ -48,6 +48,9 @@ struct CompileOptions {
   std::filesystem::path cache_dir{};
   /// Compile even when the cache holds the object (the result replaces the cached one).
   bool force = false;
+  /// Write nothing to the cache (tracer check): the whole compile, vmlinux.h included, runs in
+  /// a private temporary directory (mkdtemp under $TMPDIR, mode 0700) removed before return.
+  bool scratch = false;
 };
 
 /// What compile_and_open did.

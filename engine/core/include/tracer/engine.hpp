@@ -90,7 +90,8 @@ class Engine {
   /// maps() describes its maps (a bpf-map stage's names and fields are checked against them).
   /// Notes worth a user's attention (a BPF program that gates every perf consumer of its
   /// tracepoint) are appended to `notes`.
-  /// Only before start(): afterwards a usage error.
+  /// Only before start(): afterwards a usage error. Writes nothing: a BPF source compiles in a
+  /// temporary directory removed at once, not into the cache.
   /// @return the probes as start() would resolve them. Throws tracer::Error like start().
   std::vector<ProbeInfo> check(std::vector<std::string>* notes = nullptr);
   /// Each probe on its own, as check() would resolve and trial-open it: the error of every probe

@@ -137,8 +137,13 @@ struct Recipe {
   /// tracepoints (usually root). A tracepoint probe's filter names only fields of the
   /// tracepoint's format (or the kernel's generic ones): an unknown field is reported at the
   /// filter's position with a "did you mean". `pid`: the traced process, for "lib:symbol"
-  /// uprobes found through its maps.
-  void check_system(Diagnostics& diagnostics, std::optional<pid_t> pid = std::nullopt) const;
+  /// uprobes found through its maps. A [bpf] source is compiled to report clang's errors at
+  /// its position: into the BPF cache that `run` loads from, or with `writes` = kNone (`tracer
+  /// check`, which writes nothing) in a temporary directory removed at once.
+  enum class Writes : std::uint8_t { kCache, kNone };
+  void check_system(Diagnostics& diagnostics,
+                    std::optional<pid_t> pid = std::nullopt,
+                    Writes writes = Writes::kCache) const;
 
   /// The engine's options for this recipe's probes and `target` (BPF object, duration and
   /// pipelines are wired by the caller). A tracepoint glob ("syscalls:sys_enter_*", fnmatch on
