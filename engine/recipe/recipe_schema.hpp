@@ -187,11 +187,7 @@ class KeyReader {
 // Stage options: the single validator, for the recipe loader (at load time) and StageOptions
 // (when a stage is configured).
 
-/// Checks a stage's options table against its spec: unknown options (at the key, with a "did you
-/// mean"), wrong types (at the value, with an example), required options that are missing (at
-/// the table), and values a type rules out (an empty expression, a bad duration or size). The
-/// key `use` is the loader's and is skipped.
-void check_stage_options(const StageSpec& spec, const ConfigValue& options, Diagnostics& diags);
+/// check_stage_options() (tracer/stage_spec.hpp) is the validator, public for StageOptions.
 
 /// Reports every date or time in `v`: no option takes one. `label` names the option.
 void reject_date_times(const ConfigValue& v, std::string_view label, Diagnostics& diags);

@@ -21,12 +21,6 @@
 #include <system_error>
 #include <type_traits>
 
-#include "recipe_schema.hpp"
-#include "tracer/common/edit_distance.hpp"
-#include "tracer/duration.hpp"
-#include "tracer/perf/abi.hpp"
-#include "tracer/syscall_names.hpp"
-
 #if defined(__x86_64__)
 #include <asm/perf_regs.h>
 #endif

@@ -87,4 +87,14 @@ struct StageSpec {
   StageNeeds needs{};
 };
 
+struct ConfigValue;
+class Diagnostics;
+
+/// Checks a stage's options table against its spec: unknown options (at the key, with a "did you
+/// mean"), wrong types (at the value, with an example), required options that are missing (at
+/// the table), and values a type rules out (an empty expression, a bad duration or size). The
+/// key `use` is the loader's and is skipped. The single validator, for the recipe loader (at
+/// load time) and StageOptions (when a stage is configured).
+void check_stage_options(const StageSpec& spec, const ConfigValue& options, Diagnostics& diags);
+
 }  // namespace tracer

@@ -455,7 +455,7 @@ class Loader {
                  suggest(name, names_of(options_.stages), "stages"));
       return false;
     }
-    core::check_stage_options(*spec, node, diags_);
+    check_stage_options(*spec, node, diags_);
     return true;
   }
 

@@ -1,8 +1,6 @@
 // StageOptions: a [[stage]] table read against the stage's spec.
 #include "tracer/stage_options.hpp"
 
-#include "tracer/output_file.hpp"
-
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <unistd.h>
@@ -21,11 +19,7 @@
 #include <system_error>
 #include <type_traits>
 
-#include "recipe_schema.hpp"
-#include "tracer/common/edit_distance.hpp"
 #include "tracer/duration.hpp"
-#include "tracer/perf/abi.hpp"
-#include "tracer/syscall_names.hpp"
 
 #if defined(__x86_64__)
 #include <asm/perf_regs.h>
@@ -38,7 +32,7 @@ namespace tracer {
 StageOptions::StageOptions(const StageSpec& spec, const ConfigValue& table, Diagnostics& diags)
     : table_(&table), diags_(&diags) {
   // The validator the recipe loader runs too: one check and one wording for each mistake.
-  core::check_stage_options(spec, table, diags);
+  check_stage_options(spec, table, diags);
 }
 
 const ConfigValue* StageOptions::get(std::string_view name) const noexcept {

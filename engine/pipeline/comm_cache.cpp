@@ -1,8 +1,6 @@
 // CommCache: set-associative (kWays per set), LRU within a set, fixed storage.
 #include "tracer/comm_cache.hpp"
 
-#include "tracer/output_file.hpp"
-
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <unistd.h>
@@ -20,12 +18,6 @@
 #include <ranges>
 #include <system_error>
 #include <type_traits>
-
-#include "recipe_schema.hpp"
-#include "tracer/common/edit_distance.hpp"
-#include "tracer/duration.hpp"
-#include "tracer/perf/abi.hpp"
-#include "tracer/syscall_names.hpp"
 
 #if defined(__x86_64__)
 #include <asm/perf_regs.h>

@@ -366,3 +366,11 @@ void reject_date_times(const ConfigValue& v, std::string_view label, Diagnostics
 }
 
 }  // namespace tracer::core
+
+namespace tracer {
+
+void check_stage_options(const StageSpec& spec, const ConfigValue& options, Diagnostics& diags) {
+  core::check_stage_options(spec, options, diags);
+}
+
+}  // namespace tracer

@@ -1,8 +1,6 @@
 // Record kinds and values.
 #include "tracer/value.hpp"
 
-#include "tracer/output_file.hpp"
-
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <unistd.h>
@@ -21,11 +19,7 @@
 #include <system_error>
 #include <type_traits>
 
-#include "recipe_schema.hpp"
-#include "tracer/common/edit_distance.hpp"
-#include "tracer/duration.hpp"
 #include "tracer/perf/abi.hpp"
-#include "tracer/syscall_names.hpp"
 
 #if defined(__x86_64__)
 #include <asm/perf_regs.h>

@@ -3,8 +3,6 @@
 
 #include "event_fields.hpp"
 
-#include "tracer/output_file.hpp"
-
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <unistd.h>
@@ -23,9 +21,6 @@
 #include <system_error>
 #include <type_traits>
 
-#include "recipe_schema.hpp"
-#include "tracer/common/edit_distance.hpp"
-#include "tracer/duration.hpp"
 #include "tracer/perf/abi.hpp"
 #include "tracer/syscall_names.hpp"
 
