@@ -74,6 +74,22 @@ std::vector<std::byte> drain(perf::Ring& ring) {
   return bytes;
 }
 
+// Opens `a` on the child, lets it run its step and exit, and returns what the ring holds.
+// Fails when the child does not exit 0.
+Result<testing::RecordedRing> record_child(const perf::EventAttr& a, testing::Child& child) {
+  TRACER_ASSIGN_OR_RETURN(auto ev, perf::Event::open(a, {.pid = child.pid(), .cpu = -1}));
+  TRACER_ASSIGN_OR_RETURN(auto ring, perf::Ring::map(ev.fd(), {.data_pages = 8}));
+  TRACER_TRY(ev.enable());
+  child.go();
+  if (const int st = child.finish(); !WIFEXITED(st) || WEXITSTATUS(st) != 0)
+    return fail(EIO, fmt::format("the captured child failed (status {})", st));
+  testing::RecordedRing rec;
+  rec.layout = perf::SampleLayout::from(a);
+  rec.attr_text = a.describe();
+  rec.bytes = drain(ring);
+  return rec;
+}
+
 struct Capture {
   std::string name;
   testing::RecordedRing rec;
@@ -110,15 +126,8 @@ Result<Capture> capture_lseek_task(tracefs::Tracefs& fs) {
       .flag(perf::Flag::kContextSwitch)
       .flag(perf::Flag::kDisabled)
       .clockid(CLOCK_MONOTONIC);
-  TRACER_ASSIGN_OR_RETURN(auto ev, perf::Event::open(a, {.pid = child.pid(), .cpu = -1}));
-  TRACER_ASSIGN_OR_RETURN(auto ring, perf::Ring::map(ev.fd(), {.data_pages = 8}));
-  TRACER_TRY(ev.enable());
-  child.go();
-  child.finish();
   Capture c{.name = "lseek_task", .rec = {}, .format = format};
-  c.rec.layout = perf::SampleLayout::from(a);
-  c.rec.attr_text = a.describe();
-  c.rec.bytes = drain(ring);
+  TRACER_ASSIGN_OR_RETURN(c.rec, record_child(a, child));
   c.rec.format_file = "syscalls__sys_enter_lseek.format";
   return c;
 }
@@ -158,17 +167,9 @@ Result<Capture> capture_uprobe_regs() {
       .flag(perf::Flag::kTask)
       .flag(perf::Flag::kDisabled)
       .clockid(CLOCK_MONOTONIC);
-  TRACER_ASSIGN_OR_RETURN(auto ev, perf::Event::open(a, {.pid = child.pid(), .cpu = -1}));
-  TRACER_ASSIGN_OR_RETURN(auto ring, perf::Ring::map(ev.fd(), {.data_pages = 8}));
-  TRACER_TRY(ev.enable());
-  child.go();
-  if (const int st = child.finish(); !WIFEXITED(st) || WEXITSTATUS(st) != 0)
-    return fail(EIO, fmt::format("the uprobe child failed ({})", st));
   Capture c{.name = "uprobe_regs", .rec = {}, .format = std::nullopt};
-  c.rec.layout = perf::SampleLayout::from(a);
+  TRACER_ASSIGN_OR_RETURN(c.rec, record_child(a, child));
   c.rec.sample_regs_user = kRegs;
-  c.rec.attr_text = a.describe();
-  c.rec.bytes = drain(ring);
   return c;
 }
 

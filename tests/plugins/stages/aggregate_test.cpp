@@ -231,6 +231,14 @@ void expect_same(const Table& a, const Table& b) {
   }
 }
 
+// The events a count's table holds, all rows together.
+std::uint64_t total_count(const Table& t) {
+  std::uint64_t total = 0;
+  for (const auto& row : t.rows)
+    total += std::get<std::uint64_t>(row.values[0]);
+  return total;
+}
+
 FakeEvent fake(std::int32_t nr, std::int64_t bytes, std::uint64_t arg0 = 0) {
   FakeEvent e;
   e.nr = nr;
@@ -365,10 +373,7 @@ TEST(AggregateFixedKeys, StringKeysOfEveryLengthGiveTheEncodedTable) {
     encoded.feed(r);
     const Table a = fixed.snapshot(false, 0s, 1s);
     expect_same(a, encoded.snapshot(false, 0s, 1s));
-    std::uint64_t total = 0;
-    for (const auto& row : a.rows)
-      total += std::get<std::uint64_t>(row.values[0]);
-    EXPECT_EQ(total, 400U) << by.front();
+    EXPECT_EQ(total_count(a), 400U) << by.front();
   }
 }
 
@@ -466,10 +471,7 @@ TEST(AggregateFixedKeys, InPlaceRunsGiveTheEventsTable) {
     in_place.feed_in_place(whole);
     const Table a = in_place.snapshot(false, 0s, 1s);
     expect_same(a, events.snapshot(false, 0s, 1s));
-    std::uint64_t total = 0;
-    for (const auto& row : a.rows)
-      total += std::get<std::uint64_t>(row.values[0]);
-    EXPECT_EQ(total, r.size());
+    EXPECT_EQ(total_count(a), r.size());
     StageRun fixed_cut(probes, "count", {{"by", cv_list(by)}}, true);
     StageRun encoded_cut(probes, "count", {{"by", cv_list(by)}}, false);
     fixed_cut.feed_in_place(cut);
