@@ -27,4 +27,11 @@ std::uint64_t ProbeStats::lost() const noexcept {
   return l.ring + l.output_drops + l.map_full + l.stacks_lost;
 }
 
+std::uint64_t Stats::lost() const noexcept {
+  std::uint64_t n = 0;
+  for (const auto& p : probes)
+    n += p.lost();
+  return n;
+}
+
 }  // namespace tracer

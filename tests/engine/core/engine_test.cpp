@@ -385,6 +385,7 @@ TEST(EngineLive, TinyDeliveryRingBurstDeliveredPlusLostEqualsGenerated) {
   EXPECT_EQ(t.samples, c.samples);
   EXPECT_GT(p.losses().ring, 0U) << "a 4 KiB ring cannot hold a 20000-call burst";
   EXPECT_EQ(p.lost(), p.losses().ring);
+  EXPECT_EQ(stats.lost(), p.lost()) << "one probe: the engine's total is its";
   EXPECT_EQ(c.samples + p.lost(), static_cast<std::uint64_t>(kCalls));
 }
 

@@ -72,6 +72,9 @@ struct Stats {
   std::uint64_t timer_passes = 0;
   /// Passes that read no ring because the stages were behind (Engine::hold_while).
   std::uint64_t held_passes = 0;
+  /// Every event lost, all probes together (the sum of each probe's lost()): the one total the
+  /// CLI's status line, summary and an embedder read.
+  [[nodiscard]] std::uint64_t lost() const noexcept;
 };
 
 }  // namespace tracer
