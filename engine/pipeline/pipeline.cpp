@@ -1,6 +1,8 @@
 // Pipeline: events built in a fixed buffer, routed per record kind, stages run in order.
 #include "tracer/pipeline.hpp"
 
+#include <exception>
+
 #include <fmt/format.h>
 
 #include <linux/perf_event.h>
@@ -508,15 +510,29 @@ void Pipeline::stop(std::chrono::nanoseconds now) {
     order_->give_up_at(std::chrono::steady_clock::now() + kStopBudget);
   drain_order();
   stopped_ = true;
+  // Every stage's final table, every stage's stop and the sink's flush run whatever one of them
+  // throws (a stage that fails must not cost the others their results); the first error is
+  // rethrown after.
+  std::exception_ptr first;
+  const auto guarded = [&first](auto&& step) {
+    try {
+      step();
+    } catch (...) {
+      if (!first)
+        first = std::current_exception();
+    }
+  };
   for (std::size_t i = 0; i < stages_.size(); ++i) {
     if (stages_[i].aggregation != nullptr) {
-      emit(i, now, true);
+      guarded([&] { emit(i, now, true); });
       stages_[i].last_emit = now;
     }
   }
   for (auto& slot : stages_)
-    slot.stage->stop();
-  out_->flush();
+    guarded([&] { slot.stage->stop(); });
+  guarded([&] { out_->flush(); });
+  if (first)
+    std::rethrow_exception(first);
 }
 
 void Pipeline::stop() {

@@ -398,6 +398,43 @@ TEST(Pipeline, RoutesRecordKindsToStagesThatAsked) {
   EXPECT_EQ(h.pipeline.stats().by_kind[static_cast<std::size_t>(RecordKind::kSample)], 2u);
 }
 
+// A stage whose stop() throws: the stages after it still stop, every final table is printed and
+// the sink flushed, and the error reaches the caller once.
+TEST(Pipeline, AStageThatThrowsAtStopCostsTheOthersNothing) {
+  struct Failing : Stage {
+    void configure(const ConfigValue&, Diagnostics&) override {}
+    void bind(BindContext&, Diagnostics&) override {}
+    void on_events(std::span<Event* const>) noexcept override {}
+    void stop() override { throw std::runtime_error("failing stage: disk gone"); }
+  };
+  struct Last : Stage {
+    void configure(const ConfigValue&, Diagnostics&) override {}
+    void bind(BindContext&, Diagnostics&) override {}
+    void on_events(std::span<Event* const>) noexcept override {}
+    void stop() override { stopped = true; }
+    bool stopped = false;
+  };
+  const ProbeInfo p = fake_probe(0, "p");
+  Records r;
+  r.event(p, ev(0), 5, 5, 1);
+  r.event(p, ev(0), 5, 5, 2);
+  Harness h({p});
+  h.add("count");
+  h.pipeline.add(std::make_unique<Failing>(), "failing", {});
+  auto last = std::make_unique<Last>();
+  Last& l = *last;
+  h.pipeline.add(std::move(last), "last", {});
+  h.add("count", {{"by", cv_list({"pid"})}});
+  h.bind();
+  ASSERT_TRUE(h.diags.empty()) << h.errors();
+  h.pipeline.on_batch(r.batch());
+  EXPECT_THROW(h.pipeline.stop(1s), std::runtime_error);
+  EXPECT_TRUE(l.stopped) << "the stage after the failing one stopped";
+  // Both final tables, the one after the failing stage included, flushed to the sink.
+  EXPECT_EQ(h.out, "count:\ncount\n    2\n\ncount by pid:\npid  count\n  5      2\n\n");
+  EXPECT_NO_THROW(h.pipeline.stop(2s)) << "a second stop does nothing";
+}
+
 // An embedder's stage: the needs it declares at Pipeline::add, and the output role it implements,
 // without a flag on the core interface.
 TEST(Pipeline, AnEmbeddersOutputGetsWhatItDeclares) {
