@@ -464,6 +464,8 @@ void Pipeline::emit(std::size_t index, std::chrono::nanoseconds now, bool reset)
   if (table.rows.empty() && slot.aggregation->every())
     return;  // quiet intervals print nothing (as bpftrace's interval probes with empty maps)
   ++slot.emitted;
+  if (on_table_)
+    on_table_(index, table, stopped_);  // stop() sets stopped_ before its final tables
   for (std::size_t j = index + 1; j < stages_.size(); ++j) {
     if (Output* out = stages_[j].output; out != nullptr && out->takes_tables())
       out->on_table(table);

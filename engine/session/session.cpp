@@ -218,6 +218,7 @@ struct Session::Impl {
                                      // aggregates (none reach its ring)
   asio::steady_timer deadline, ticker;
   std::vector<std::function<void()>> done_handlers, tick_handlers;
+  std::vector<std::function<void(const TableUpdate&)>> table_handlers;
   std::function<void(std::size_t)> delivery;
   std::uint64_t delivered = 0;
   /// The probes whose samples the pipelines in user space all take in place, and whether
@@ -824,6 +825,20 @@ void Session::on_done(std::function<void()> handler) {
 
 void Session::on_delivery(std::function<void(std::size_t)> handler) {
   impl_->delivery = std::move(handler);
+}
+
+void Session::on_table(std::function<void(const TableUpdate&)> handler) {
+  auto& s = *impl_;
+  if (s.table_handlers.empty()) {
+    for (std::size_t i = 0; i < s.pipelines.size(); ++i) {
+      s.pipelines[i]->on_table([&s, i](std::size_t stage, const Table& table, bool final) {
+        const TableUpdate update{.pipeline = i, .stage = stage, .table = table, .final = final};
+        for (auto& h : s.table_handlers)
+          h(update);
+      });
+    }
+  }
+  s.table_handlers.push_back(std::move(handler));
 }
 
 void Session::on_tick(std::function<void()> handler) {

@@ -19,6 +19,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -161,6 +162,13 @@ class Pipeline {
   [[nodiscard]] bool output_due(std::chrono::nanoseconds now) const;
   /// Emits every aggregation's final table, stops every stage, flushes the sink. Idempotent.
   void stop(std::chrono::nanoseconds now);
+  /// Each aggregation's table as a value, as it is emitted (every interval of an `every`, and
+  /// the final one stop() emits), before the outputs after the stage see it: `stage` is its
+  /// index in this pipeline, `final` whether stop() emits it. Quiet intervals (no rows, with
+  /// `every`) are not emitted. Runs where the tables are made (the session's executor); the
+  /// table is valid during the call.
+  using TableHandler = std::function<void(std::size_t stage, const Table& table, bool final)>;
+  void on_table(TableHandler handler) { on_table_ = std::move(handler); }
   void stop();
 
   [[nodiscard]] CommCache& comm() noexcept { return comm_; }
@@ -222,6 +230,7 @@ class Pipeline {
   PipelineStats stats_;
   bool unprocessed_said_ = false;  // take_warnings() said order.unprocessed
   bool stopped_ = false;
+  TableHandler on_table_;
 };
 
 }  // namespace tracer

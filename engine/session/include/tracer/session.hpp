@@ -94,6 +94,14 @@ struct SessionOptions {
                                                            const Target& target);
 
 /// A Session's accounting: the engine's per probe and CPU, and the stages'.
+/// An aggregation's table as C++ values (Session::on_table).
+struct TableUpdate {
+  std::size_t pipeline = 0;  // index in the recipe's pipelines
+  std::size_t stage = 0;     // index of the aggregation in its pipeline
+  const Table& table;        // keys, values, buckets as printed; valid during the call
+  bool final = false;        // the table of the end (else an interval's, with `every`)
+};
+
 struct SessionStats {
   Stats engine{};
   /// Stage counters ("latency.paired", "order.late", ...); the pipelines after the first
@@ -153,6 +161,11 @@ class Session {
   void on_delivery(std::function<void(std::size_t records)> handler);
   /// After each tick's interval output.
   void on_tick(std::function<void()> handler);
+  /// Every aggregation's table as values, wherever the stage runs (in the kernel or in user
+  /// space): at each interval of an `every` and at the end, as the stages after it (print,
+  /// jsonl, ...) get it. Runs on the session's executor, inside start()'s ticks and stop().
+  /// Set before start(); handlers run in the order they were added.
+  void on_table(std::function<void(const TableUpdate&)> handler);
 
   [[nodiscard]] SessionStats stats() const;
   [[nodiscard]] bool running() const noexcept;
