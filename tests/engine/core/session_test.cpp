@@ -24,12 +24,20 @@ fs::path write_recipe(const std::string& name, const std::string& text) {
   return p;
 }
 
+/// The recipe `text`, loaded from a file written for it (and removed).
+Recipe load_recipe(const std::string& name, const std::string& text) {
+  const fs::path path = write_recipe(name, text);
+  Recipe recipe = Recipe::load(path.string(), {.stages = stage_catalog()});
+  fs::remove(path);
+  return recipe;
+}
+
 // A command's exact getppid calls, counted by a recipe's count stage, through a Session on an
 // io_context the test owns; the session ends by itself when the command exits.
 /// Runs the count-by-comm recipe on a command making 4321 getppid calls through a Session on
 /// this thread's io_context, with the stages placed as `placement` says.
 void run_count_on_callers_io_context(Placement placement) {
-  const auto path = write_recipe("session_count", R"([recipe]
+  Recipe recipe = load_recipe("session_count", R"([recipe]
 name = "session-count"
 [[probe]]
 name = "getppid"
@@ -38,8 +46,6 @@ tracepoint = "syscalls:sys_enter_getppid"
 use = "count"
 by = ["comm"]
 )");
-  Recipe recipe = Recipe::load(path.string(), {.stages = stage_catalog()});
-  fs::remove(path);
   std::string text;
   Sink out = Sink::to_string(&text);
   boost::asio::io_context io(1);
@@ -108,9 +114,7 @@ filter = "fd == 12345"
         "use = \"quantiles\"\nfield = \"offset\""})
     text_recipe += "[[pipeline]]\nname = \"p" + std::to_string(text_recipe.size()) +
                    "\"\n[[pipeline.stage]]\n" + stage + "\n";
-  const auto path = write_recipe("session_values", text_recipe);
-  Recipe recipe = Recipe::load(path.string(), {.stages = stage_catalog()});
-  fs::remove(path);
+  Recipe recipe = load_recipe("session_values", text_recipe);
   std::string text;
   Sink out = Sink::to_string(&text);
   boost::asio::io_context io(1);
