@@ -56,12 +56,6 @@ Field Field::tp_string_pointer(std::string name, std::uint32_t offset, bool user
           .user = user};
 }
 
-std::uint64_t min_max_xor(AggKind kind) {
-  // Sign bit flipped: signed order becomes unsigned order (max). All but the sign bit flipped:
-  // the order reversed (min).
-  return kind == AggKind::kMin ? 0x7fffffffffffffffULL : 0x8000000000000000ULL;
-}
-
 namespace {
 
 std::uint64_t fnv1a64(std::string_view s) {
@@ -80,7 +74,7 @@ std::string summary(const KernelPlan& plan) {
   std::string keys;
   for (const auto& k : plan.aggregation.key_names)
     keys += (keys.empty() ? "" : ", ") + k;
-  return fmt::format("{}{}{} by [{}] on {}", agg_name(plan.aggregation.kind),
+  return fmt::format("{}{}{} by [{}] on {}", plan.aggregation.kind,
                      plan.aggregation.value_name.empty() ? "" : " of ", plan.aggregation.value_name,
                      keys, probes);
 }

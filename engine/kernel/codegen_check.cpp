@@ -1,5 +1,6 @@
 // check(): what a KernelPlan asks that the kernel cannot run, as an error naming the probe.
 #include "codegen_internal.hpp"
+#include "kernel_aggs.hpp"
 
 #include <optional>
 
@@ -7,10 +8,6 @@
 
 namespace tracer::kernel::gen {
 
-std::uint32_t lhist_inner(const Aggregation& a) {
-  return static_cast<std::uint32_t>(
-      detail::linear_inner(a.lhist_min, a.lhist_max, a.lhist_step, 1'000'000));
-}
 namespace {
 
 // ---------------------------------------------------------------------------------------------
@@ -203,19 +200,14 @@ std::optional<std::string> check(const KernelPlan& plan) {
     return fmt::format("stack depth {} (1..{} frames)", agg.stack_depth, kMaxStackDepth);
   if (agg.string_key_bytes == 0 || agg.string_key_bytes > kMaxStringKey)
     return fmt::format("string_key_bytes {} (1..{})", agg.string_key_bytes, kMaxStringKey);
-  if (agg.kind == AggKind::kLhist) {
-    if (agg.lhist_step <= 0)
-      return "lhist: step must be positive";
-    if (agg.lhist_max <= agg.lhist_min)
-      return "lhist: max must be above min";
-    const std::uint64_t buckets = std::uint64_t{lhist_inner(agg)} + 2;
-    if (buckets * 8 > kMaxValueSize)
-      return fmt::format(
-          "lhist: {} buckets per key (at most {} fit in a BPF map value): raise step or narrow "
-          "[min, max)",
-          buckets, kMaxValueSize / 8);
-  }
-  bool any_value = !needs_value(agg.kind);
+  const KernelAgg* record = find_kernel_agg(agg.kind);
+  if (record == nullptr)
+    return fmt::format("no in-kernel aggregation '{}' (there are {})", agg.kind,
+                       kernel_agg_names());
+  if (record->check != nullptr)
+    if (auto why = record->check(agg))
+      return why;
+  bool any_value = !record->needs_value;
   for (std::uint32_t i = 0; i < plan.probes.size(); ++i) {
     const ProbePlan& p = plan.probes[i];
     const Role role = role_of(plan, i);
@@ -243,10 +235,10 @@ std::optional<std::string> check(const KernelPlan& plan) {
       if (auto why = check_field(p, k, exit_probe))
         return why;
     }
-    if (needs_value(agg.kind)) {
+    if (record->needs_value) {
       const VType t = type_of(p.value);
       if (t == VType::kString || t == VType::kStack)
-        return fmt::format("{}: {} of '{}', a {}", where(p), agg_name(agg.kind), p.value.name,
+        return fmt::format("{}: {} of '{}', a {}", where(p), agg.kind, p.value.name,
                            t == VType::kString ? "string" : "stack");
       if (t != VType::kNone) {
         if (auto why = check_field(p, p.value, exit_probe))
@@ -256,7 +248,7 @@ std::optional<std::string> check(const KernelPlan& plan) {
     }
   }
   if (!any_value)
-    return fmt::format("{}: no probe has the field '{}'", agg_name(agg.kind), agg.value_name);
+    return fmt::format("{}: no probe has the field '{}'", agg.kind, agg.value_name);
   auto cols = plan_columns(plan);
   if (!cols)
     return cols.error().message;

@@ -73,9 +73,6 @@ inline bool is_return_probe(ProbeKind k) {
 inline bool is_uprobe(ProbeKind k) {
   return k == ProbeKind::kUprobe || k == ProbeKind::kUretprobe;
 }
-/// Whether aggregation `k` aggregates a field, and its name (kernel_aggs.hpp's record).
-[[nodiscard]] bool needs_value(AggKind k) noexcept;
-[[nodiscard]] std::string_view agg_name(AggKind k) noexcept;
 inline std::string_view kind_name(ProbeKind k) {
   switch (k) {
     case ProbeKind::kTracepoint:
@@ -127,7 +124,6 @@ struct ColumnPlan {
 [[nodiscard]] Layout make_layout(const KernelPlan& plan,
                                  const std::vector<ColumnPlan>& cols_in,
                                  std::uint32_t possible_cpus);
-[[nodiscard]] std::uint32_t lhist_inner(const Aggregation& a);
 /// Whether probes of role `r` update the aggregation (a latency entry only stores a time).
 inline bool aggregates(Role r) {
   return r != Role::kLatencyEntry;

@@ -186,7 +186,7 @@ Layout make_layout(const KernelPlan& plan,
   }
   l.key_size =
       l.keyless ? 4 : std::max<std::uint32_t>(1, (at + max_align - 1) / max_align * max_align);
-  kernel_agg(agg.kind).layout(agg, l);
+  kernel_agg(agg).layout(agg, l);
   const std::uint64_t percpu_bytes = 2ULL * ((std::uint64_t{l.value_size} + 7) / 8 * 8) * cpus *
                                      (l.keyless    ? 1
                                       : l.by_probe ? l.probes

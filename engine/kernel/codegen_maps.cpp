@@ -92,7 +92,7 @@ void emit_maps(const KernelPlan& plan, const Layout& l, bool tgid_map, Writer& w
   // Value.
   w.line("struct tr_val {{");
   w.in();
-  kernel_agg(agg.kind).emit_value(agg, l, w);
+  kernel_agg(agg).emit_value(agg, l, w);
   w.out();
   w.line("}};");
   w.line("_Static_assert(sizeof(struct tr_val) == {}, \"value layout\");", l.value_size);
@@ -101,11 +101,11 @@ void emit_maps(const KernelPlan& plan, const Layout& l, bool tgid_map, Writer& w
   // Arrays start zeroed too, so zero must mean "nothing yet" for every kind: min and max keep
   // an encoding of the value under which the largest wins and no value is 0.
   w.line("const struct tr_val tr_init SEC(\".rodata\");");
-  if (kernel_agg(agg.kind).ordered_value) {
+  if (kernel_agg(agg).order_xor != 0) {
     w.line(
         "/* min: INT64_MAX -> 0 ... INT64_MIN -> ~0; max: INT64_MIN -> 0 ... INT64_MAX -> ~0 "
         "(engine/kernel/reader.cpp decodes). */");
-    w.line("#define TR_ORDER(v) ((__u64)(v) ^ {:#x}ULL)", min_max_xor(agg.kind));
+    w.line("#define TR_ORDER(v) ((__u64)(v) ^ {:#x}ULL)", kernel_agg(agg).order_xor);
   }
   w.blank();
   // Aggregation maps, two generations.
@@ -125,7 +125,7 @@ void emit_maps(const KernelPlan& plan, const Layout& l, bool tgid_map, Writer& w
     w.line("\t__uint(max_entries, {});", l.keyless ? 1 : l.by_probe ? l.probes : agg.max_keys);
     w.line("\t__type(key, {});", key_type);
     w.line("\t__type(value, struct tr_val);");
-    if (!array && kernel_agg(agg.kind).no_prealloc)
+    if (!array && kernel_agg(agg).no_prealloc)
       w.line("\t__uint(map_flags, BPF_F_NO_PREALLOC);");
     w.line("}} {} SEC(\".maps\");", name);
   }
@@ -345,7 +345,7 @@ static __always_inline void tr_zero_after_nul(char *s, int n)
             s, bits);
     w.blank();
   }
-  if (const auto emit_bucket = kernel_agg(agg.kind).emit_bucket)
+  if (const auto emit_bucket = kernel_agg(agg).emit_bucket)
     emit_bucket(agg, l, w);
   // The update, plain (per-CPU values of non-preemptible programs) and atomic (uprobes), as
   // the probes need them.
@@ -382,7 +382,7 @@ static __always_inline void tr_zero_after_nul(char *s, int n)
     w.line("\t\treturn;");
     w.line("\t}}");
     w.line("}}");
-    kernel_agg(agg.kind).emit_update(l, {.cas = cas, .inc = inc, .vinc = vinc}, w);
+    kernel_agg(agg).emit_update(l, {.cas = cas, .inc = inc, .vinc = vinc}, w);
     w.out();
     w.line("}}");
     w.blank();

@@ -2,7 +2,11 @@
 #include "kernel_aggs.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
+#include <optional>
+#include <stdexcept>
+#include <string>
 
 #include "tracer/common/buckets.hpp"
 
@@ -30,9 +34,8 @@ void layout_scalar(const Aggregation& /*agg*/, Layout& l) {
 
 void emit_counted_value(const Aggregation& agg, const Layout& /*l*/, Writer& w) {
   w.line("__u64 count;");
-  if (agg.kind == AggKind::kMin || agg.kind == AggKind::kMax)
-    w.line("__u64 v; /* the {} as TR_ORDER(v): the largest wins, 0 is none */",
-           kernel_agg(agg.kind).name);
+  if (kernel_agg(agg).order_xor != 0)
+    w.line("__u64 v; /* the {} as TR_ORDER(v): the largest wins, 0 is none */", agg.kind);
   else
     w.line("__s64 v; /* the sum */");
 }
@@ -73,14 +76,20 @@ void merge_sum(const Aggregation& /*agg*/, const Layout& /*l*/, const std::byte*
       static_cast<std::int64_t>(static_cast<std::uint64_t>(m.row.value) + load_u64(v + 8));
 }
 
+// Sign bit flipped: signed order becomes unsigned order (max). All but the sign bit flipped:
+// the order reversed (min).
+constexpr std::uint64_t kMaxXor = 0x8000000000000000ULL;
+constexpr std::uint64_t kMinXor = 0x7fffffffffffffffULL;
+
 void merge_extreme(const Aggregation& agg, const Layout& /*l*/, const std::byte* v, RowMerge& m) {
   const auto c = load_u64(v);
   if (c == 0)
     return;  // this CPU saw no event of the key
-  const auto x = static_cast<std::int64_t>(load_u64(v + 8) ^ min_max_xor(agg.kind));
-  m.row.value = m.first                     ? x
-                : agg.kind == AggKind::kMin ? std::min(m.row.value, x)
-                                            : std::max(m.row.value, x);
+  const std::uint64_t order = kernel_agg(agg).order_xor;
+  const auto x = static_cast<std::int64_t>(load_u64(v + 8) ^ order);
+  m.row.value = m.first            ? x
+                : order == kMinXor ? std::min(m.row.value, x)
+                                   : std::max(m.row.value, x);
   m.first = false;
   m.row.count += c;
 }
@@ -193,7 +202,7 @@ const KernelAgg kMin{
     .describe = [](const Aggregation&, Snapshot& s) { describe_as(s, "min"); },
     .merge = merge_extreme,
     .finish = finish_value,
-    .ordered_value = true,
+    .order_xor = kMinXor,
 };
 
 const KernelAgg kMax{
@@ -204,7 +213,7 @@ const KernelAgg kMax{
     .describe = [](const Aggregation&, Snapshot& s) { describe_as(s, "max"); },
     .merge = merge_extreme,
     .finish = finish_value,
-    .ordered_value = true,
+    .order_xor = kMaxXor,
 };
 
 const KernelAgg kHist{
@@ -226,30 +235,56 @@ const KernelAgg kHist{
                  RowMerge& m) { finish_histogram(m, detail::log2_bucket); },
 };
 
+/// lhist's params: [min, max) cut in steps (0, 100, 10 when unset, as the stage's defaults).
+struct LinearParams {
+  std::int64_t min, max, step;
+  explicit LinearParams(const Aggregation& agg)
+      : min(agg.params.get("min", 0)),
+        max(agg.params.get("max", 100)),
+        step(agg.params.get("step", 10)) {}
+  [[nodiscard]] std::uint32_t inner() const {
+    return static_cast<std::uint32_t>(detail::linear_inner(min, max, step, 1'000'000));
+  }
+};
+
 const KernelAgg kLhist{
     .name = "lhist",
+    .check = [](const Aggregation& agg) -> std::optional<std::string> {
+      const LinearParams p(agg);
+      if (p.step <= 0)
+        return "lhist: step must be positive";
+      if (p.max <= p.min)
+        return "lhist: max must be above min";
+      const std::uint64_t buckets = std::uint64_t{p.inner()} + 2;
+      if (buckets * 8 > kMaxValueSize)
+        return fmt::format(
+            "lhist: {} buckets per key (at most {} fit in a BPF map value): raise step or narrow "
+            "[min, max)",
+            buckets, kMaxValueSize / 8);
+      return std::nullopt;
+    },
     .layout =
         [](const Aggregation& agg, Layout& l) {
-          l.lhist_inner = lhist_inner(agg);
+          l.lhist_inner = LinearParams(agg).inner();
           l.buckets = l.lhist_inner + 2;
           l.value_size = 8 * l.buckets;
         },
     .emit_value = emit_bucket_counts,
     .emit_bucket =
         [](const Aggregation& agg, const Layout& l, Writer& w) {
+          const LinearParams p(agg);
           emit_bucket_call(w,
-                           fmt::format("tr_linear_bucket(v, {}LL, {}LL, {}ULL, {})", agg.lhist_min,
-                                       agg.lhist_max, static_cast<std::uint64_t>(agg.lhist_step),
-                                       l.lhist_inner));
+                           fmt::format("tr_linear_bucket(v, {}LL, {}LL, {}ULL, {})", p.min, p.max,
+                                       static_cast<std::uint64_t>(p.step), l.lhist_inner));
         },
     .emit_update = emit_bucket_add,
     .describe = describe_histogram,
     .merge = merge_buckets,
     .finish =
         [](const Aggregation& agg, const Layout& l, RowMerge& m) {
+          const LinearParams p(agg);
           finish_histogram(m, [&](std::size_t b) {
-            return detail::linear_bucket(b, agg.lhist_min, agg.lhist_max, agg.lhist_step,
-                                         l.lhist_inner);
+            return detail::linear_bucket(b, p.min, p.max, p.step, l.lhist_inner);
           });
         },
 };
@@ -312,36 +347,29 @@ const KernelAgg kQuantiles{
     .no_prealloc = true,
 };
 
+/// Every in-kernel aggregation: a new one is a record above and its line here.
+constexpr std::array kRecords{&kCount, &kSum, &kMin, &kMax, &kAvg, &kHist, &kLhist, &kQuantiles};
+
 }  // namespace
 
-bool needs_value(AggKind k) noexcept {
-  return kernel_agg(k).needs_value;
+const KernelAgg* find_kernel_agg(std::string_view name) noexcept {
+  for (const KernelAgg* r : kRecords)
+    if (r->name == name)
+      return r;
+  return nullptr;
 }
 
-std::string_view agg_name(AggKind k) noexcept {
-  return kernel_agg(k).name;
+std::string kernel_agg_names() {
+  std::string out;
+  for (const KernelAgg* r : kRecords)
+    out += fmt::format("{}{}", out.empty() ? "" : ", ", r->name);
+  return out;
 }
 
-const KernelAgg& kernel_agg(AggKind kind) noexcept {
-  switch (kind) {
-    case AggKind::kCount:
-      return kCount;
-    case AggKind::kSum:
-      return kSum;
-    case AggKind::kMin:
-      return kMin;
-    case AggKind::kMax:
-      return kMax;
-    case AggKind::kAvg:
-      return kAvg;
-    case AggKind::kHist:
-      return kHist;
-    case AggKind::kLhist:
-      return kLhist;
-    case AggKind::kQuantiles:
-      return kQuantiles;
-  }
-  return kCount;
+const KernelAgg& kernel_agg(const Aggregation& agg) {
+  if (const KernelAgg* r = find_kernel_agg(agg.kind))
+    return *r;
+  throw std::logic_error(fmt::format("no in-kernel aggregation '{}'", agg.kind));
 }
 
 }  // namespace tracer::kernel::gen

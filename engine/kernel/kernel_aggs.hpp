@@ -1,13 +1,16 @@
-// One record per in-kernel aggregation (KernelForm::Agg): what its map value holds, the C that
-// buckets and updates it in a generated program, and how the reader turns the values back into a
-// row. The generator (codegen_layout.cpp, codegen_maps.cpp) and the reader (reader.cpp) ask the
-// record instead of switching on the kind: a new in-kernel aggregation is one more record here
-// (beside its stage's kernel_form()), and its buckets are tracer/common/buckets.hpp's, in C as
+// One record per in-kernel aggregation, found by its name (KernelForm::agg, Aggregation::kind):
+// its options' check, what its map value holds, the C that buckets and updates it in a generated
+// program, and how the reader turns the values back into a row. The generator (codegen_*.cpp),
+// the planner (placement.cpp) and the reader (reader.cpp) ask the record and never name a kind:
+// a new in-kernel aggregation is one more record in kernel_aggs.cpp (its stage names it in its
+// kernel_form()), and its buckets are tracer/common/buckets.hpp's, in C as
 // bpf/progs/tracer_buckets.h.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
+#include <string>
 #include <string_view>
 
 #include "codegen_internal.hpp"
@@ -34,6 +37,9 @@ struct KernelAgg {
   std::string_view name;  // "count", "sum", ...
   /// Aggregates a field (`value`), not events alone.
   bool needs_value = true;
+  /// Why the aggregation's params (Aggregation::params) cannot run, or nullopt (nullptr: it
+  /// has none to check).
+  std::optional<std::string> (*check)(const Aggregation& agg) = nullptr;
   /// Layout::value_size, buckets and lhist_inner.
   void (*layout)(const Aggregation& agg, Layout& l) = nullptr;
   /// The members of `struct tr_val`; with min_max, TR_ORDER after tr_init.
@@ -48,13 +54,19 @@ struct KernelAgg {
   void (*merge)(const Aggregation& agg, const Layout& l, const std::byte* v, RowMerge& m) = nullptr;
   /// Row::values (and buckets) once every value was merged.
   void (*finish)(const Aggregation& agg, const Layout& l, RowMerge& m) = nullptr;
-  /// Min and max keep TR_ORDER(v) (tr_init's zeros must mean "none").
-  bool ordered_value = false;
+  /// Min and max keep TR_ORDER(v) = (u64)v ^ order_xor (not 0): the largest encoded value wins
+  /// and 0 means none, so zeroed array slots and new keys need no initial sentinel.
+  std::uint64_t order_xor = 0;
   /// A value so large that a hash map allocates its keys as they come (BPF_F_NO_PREALLOC).
   bool no_prealloc = false;
 };
 
-/// The record of `kind`.
-[[nodiscard]] const KernelAgg& kernel_agg(AggKind kind) noexcept;
+/// The record named `name`, or nullptr.
+[[nodiscard]] const KernelAgg* find_kernel_agg(std::string_view name) noexcept;
+/// The names of every record, for messages: "count, sum, ...".
+[[nodiscard]] std::string kernel_agg_names();
+/// The record of a checked aggregation (check() named an unknown kind first).
+/// @throws std::logic_error for a kind no record has.
+[[nodiscard]] const KernelAgg& kernel_agg(const Aggregation& agg);
 
 }  // namespace tracer::kernel::gen

@@ -167,17 +167,12 @@ bool append_filter(const KernelForm& f, FieldMap& fields, bool duration_here, ge
                       .rhs = n.rhs < 0 ? -1 : n.rhs + base,
                       .op = n.op};
     for (auto [src, dst] : {std::pair{&n.a, &g.a}, std::pair{&n.b, &g.b}}) {
-      dst->kind = src->kind;
-      dst->ival = src->ival;
-      dst->uval = src->uval;
-      dst->glob = src->glob;
-      if (src->kind == KernelForm::Operand::Kind::kField) {
+      *dst = src->rebound<gen::Field>();
+      if (src->kind == OperandKind::kField) {
         auto field = fields(src->text, duration_here);
         if (!field)
           return false;
         dst->field = std::move(*field);
-      } else {
-        dst->text = src->text;
       }
     }
     out.nodes.push_back(std::move(g));
@@ -248,9 +243,7 @@ PipelinePlace place_one(Pipeline& p,
   plan.aggregation = {.kind = a.agg,
                       .key_names = a.by,
                       .value_name = a.value,
-                      .lhist_min = a.lhist_min,
-                      .lhist_max = a.lhist_max,
-                      .lhist_step = a.lhist_step,
+                      .params = a.params,
                       .max_keys = a.max_keys,
                       .max_stacks = a.max_stacks};
   std::string why;

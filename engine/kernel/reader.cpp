@@ -129,7 +129,7 @@ Snapshot Reader::empty_snapshot() const {
   const Aggregation& agg = prog_.plan.aggregation;
   Snapshot s;
   s.key_names = agg.key_names;
-  kernel_agg(agg.kind).describe(agg, s);
+  kernel_agg(agg).describe(agg, s);
   return s;
 }
 
@@ -265,7 +265,7 @@ Row Reader::make_row(const std::byte* key,
   }
   const std::size_t stride = l.percpu ? round_up8(l.value_size) : 0;
   const std::size_t n = l.percpu ? cpus_ : 1;
-  const KernelAgg& ops = kernel_agg(agg.kind);
+  const KernelAgg& ops = kernel_agg(agg);
   RowMerge m{.row = row};
   for (std::size_t cpu = 0; cpu < n; ++cpu)
     ops.merge(agg, l, values.data() + cpu * stride, m);

@@ -5,8 +5,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <string>
-#include <type_traits>
-#include <variant>
 
 #include <fmt/format.h>
 
@@ -162,9 +160,10 @@ void absorb_runs(std::span<Run> runs,
     engine.drain_now();
   for (std::size_t k = 0; k < runs.size(); ++k) {
     auto& run = runs[k];
-    if (!snaps[k])
+    auto& slot = snaps[k];
+    if (!slot)
       continue;  // not read this tick
-    auto& snap = *snaps[k];
+    auto& snap = *slot;
     if (!snap) {
       std::fprintf(stderr, "tracer: pipeline %zu in the kernel: reading its maps: %s\n",
                    run.pipeline + 1, snap.error().message.c_str());
@@ -174,27 +173,8 @@ void absorb_runs(std::span<Run> runs,
     p.flush_order();  // the task records so far, in time order
     std::vector<KernelRow> rows;
     rows.reserve(snap->rows.size());
-    for (auto& r : snap->rows) {
-      KernelRow row;
-      row.keys.reserve(r.keys.size());
-      for (auto& cell : r.keys) {  // gen::Cell is tracer's, a stack as KernelIps
-        std::visit(
-            [&row](auto& c) {
-              using T = std::decay_t<decltype(c)>;
-              if constexpr (std::is_same_v<T, gen::Ips>)
-                row.keys.emplace_back(KernelIps{.ips = std::move(c.ips), .pid = c.pid});
-              else
-                row.keys.emplace_back(std::move(c));
-            },
-            cell);
-      }
-      rows.push_back(KernelRow{.keys = std::move(row.keys),
-                               .count = r.count,
-                               .value = r.value,
-                               .counts = std::move(r.counts),
-                               .min = r.min,
-                               .max = r.max});
-    }
+    for (auto& r : snap->rows)
+      rows.push_back(std::move(static_cast<KernelRow&>(r)));
     if (InKernel* agg = p.stage(run.place.aggregation).in_kernel())
       agg->absorb(rows);
     if (InKernel* lat = run.place.latency ? p.stage(*run.place.latency).in_kernel() : nullptr) {

@@ -5,6 +5,7 @@
 #include <bit>
 #include <cstring>
 #include <numeric>
+#include <utility>
 
 namespace tracer::stages {
 
@@ -245,9 +246,9 @@ void AggregateStage::configure_common(StageOptions& opts) {
   }
 }
 
-KernelForm AggregateStage::kernel_base(KernelForm::Agg agg) const {
+KernelForm AggregateStage::kernel_base(std::string agg) const {
   KernelForm f{.kind = KernelForm::Kind::kAggregate,
-               .agg = agg,
+               .agg = std::move(agg),
                .max_keys = max_keys_,
                .max_stacks = max_stacks_};
   for (const auto& [name, where] : by_names_)

@@ -591,7 +591,7 @@ class AggregateStage : public Stage, public Aggregation {
     return decode_key(key, stacks_.get());
   }
   /// The kernel form of this aggregation: `agg` over value_name_, keyed by `by`.
-  [[nodiscard]] KernelForm kernel_base(KernelForm::Agg agg) const;
+  [[nodiscard]] KernelForm kernel_base(std::string agg) const;
   /// Fills key names and title ("count by comm").
   void describe(Table& t, std::string_view what) const;
   /// Sorts rows by score descending (ties by key text) and keeps `top`.

@@ -677,22 +677,15 @@ void Filter::configure(const ConfigValue& options, Diagnostics& diags) {
 }
 
 void FilterExpr::to_kernel(KernelForm& out) const {
-  auto operand = [](const Operand& o) {
-    return KernelForm::Operand{.kind = static_cast<KernelForm::Operand::Kind>(o.kind),
-                               .text = o.text,
-                               .ival = o.ival,
-                               .uval = o.uval,
-                               .glob = o.glob};
-  };
   out.kind = KernelForm::Kind::kFilter;
   out.nodes.clear();
   for (const auto& n : nodes_) {
-    out.nodes.push_back({.kind = static_cast<KernelForm::Node::Kind>(n.kind),
+    out.nodes.push_back({.kind = n.kind,
                          .lhs = n.lhs,
                          .rhs = n.rhs,
-                         .op = static_cast<KernelForm::Cmp>(n.op),
-                         .a = operand(n.a),
-                         .b = operand(n.b)});
+                         .op = n.op,
+                         .a = n.a.rebound<std::monostate>(),
+                         .b = n.b.rebound<std::monostate>()});
   }
   out.root = root_;
 }

@@ -47,24 +47,10 @@ class FilterExpr {
   /// The tree with field operands by name, for the in-kernel planner.
   void to_kernel(KernelForm& out) const;
 
-  enum class Cmp : std::uint8_t { kEq, kNe, kLt, kLe, kGt, kGe };
-  struct Operand {
-    enum class Kind : std::uint8_t { kField, kInt, kUint, kString };
-    Kind kind = Kind::kInt;
-    std::string text;  // field name or string literal
-    std::int64_t ival = 0;
-    std::uint64_t uval = 0;
-    bool glob = false;
-    std::size_t column = 0;
-    FieldRef field{};
-  };
-  struct Node {
-    enum class Kind : std::uint8_t { kOr, kAnd, kNot, kCmp, kTruth };
-    Kind kind = Kind::kTruth;
-    int lhs = -1, rhs = -1;
-    Cmp op = Cmp::kEq;
-    Operand a{}, b{};
-  };
+  // The tree's shape is tracer/kernel_form.hpp's (one from here to the generator).
+  using Cmp = FilterCmp;
+  using Operand = FilterOperand<FieldRef>;
+  using Node = FilterNode<Operand>;
 
  private:
   friend class FilterParser;

@@ -28,9 +28,7 @@ class Hist : public AggregateStage, public InPlace, public InKernel {
   }
   void on_samples(std::span<const InPlaceSample> samples) noexcept override;
   void snapshot(Table& out, bool reset) override;
-  [[nodiscard]] KernelForm kernel_form() const override {
-    return kernel_base(KernelForm::Agg::kHist);
-  }
+  [[nodiscard]] KernelForm kernel_form() const override { return kernel_base("hist"); }
   void absorb(const std::vector<KernelRow>& rows) override;
 
  private:

@@ -61,10 +61,10 @@ void Lhist::configure(const ConfigValue& options, Diagnostics& diags) {
 }
 
 KernelForm Lhist::kernel_form() const {
-  KernelForm f = kernel_base(KernelForm::Agg::kLhist);
-  f.lhist_min = min_;
-  f.lhist_max = max_;
-  f.lhist_step = step_;
+  KernelForm f = kernel_base("lhist");
+  f.params.set("min", min_);
+  f.params.set("max", max_);
+  f.params.set("step", step_);
   return f;
 }
 

@@ -111,7 +111,7 @@ void Quantiles::add(std::span<Sample> events) noexcept {
 }
 
 KernelForm Quantiles::kernel_form() const {
-  return kernel_base(KernelForm::Agg::kQuantiles);
+  return kernel_base("quantiles");
 }
 
 void Quantiles::absorb(const std::vector<KernelRow>& rows) {

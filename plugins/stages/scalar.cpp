@@ -105,19 +105,18 @@ void ScalarAggregate::on_samples(std::span<const InPlaceSample> samples) noexcep
 }
 
 KernelForm ScalarAggregate::kernel_form() const {
-  using Agg = KernelForm::Agg;
   switch (op_) {
     case ScalarOp::kCount:
     case ScalarOp::kRate:  // a count per interval, divided by its length at the snapshot
-      return kernel_base(Agg::kCount);
+      return kernel_base("count");
     case ScalarOp::kSum:
-      return kernel_base(Agg::kSum);
+      return kernel_base("sum");
     case ScalarOp::kMin:
-      return kernel_base(Agg::kMin);
+      return kernel_base("min");
     case ScalarOp::kMax:
-      return kernel_base(Agg::kMax);
+      return kernel_base("max");
     case ScalarOp::kAvg:
-      return kernel_base(Agg::kAvg);
+      return kernel_base("avg");
   }
   return {.why_not = "unknown operation"};
 }

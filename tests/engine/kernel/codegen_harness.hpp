@@ -242,7 +242,7 @@ inline KernelPlan count_plan(const tracefs::Format& f,
                                   .kind = ProbeKind::kTracepoint,
                                   .keys = std::move(keys),
                                   .record_size = record_size(f)});
-  plan.aggregation.kind = AggKind::kCount;
+  plan.aggregation.kind = "count";
   plan.aggregation.key_names = std::move(names);
   return plan;
 }
@@ -272,7 +272,7 @@ inline Operand num(std::int64_t v) {
 inline KernelPlan simple_plan() {
   KernelPlan plan;
   plan.probes.push_back({.name = "p", .kind = ProbeKind::kTracepoint, .keys = {Field::pid()}});
-  plan.aggregation = {.kind = AggKind::kCount, .key_names = {"pid"}};
+  plan.aggregation = {.kind = "count", .key_names = {"pid"}};
   return plan;
 }
 

@@ -88,7 +88,7 @@ TEST(BpfCodegenLive, SumMinMaxAvgOfATracepointField) {
   // and a cmpxchg loop for min/max), and by nothing (a per-CPU array: slots start zeroed).
   for (const int keys : {0, 1, 2}) {
     const bool by_comm = keys == 1;
-    for (const AggKind kind : {AggKind::kSum, AggKind::kMin, AggKind::kMax, AggKind::kAvg}) {
+    for (const std::string_view kind : {"sum", "min", "max", "avg"}) {
       KernelPlan plan = keys == 0 ? count_plan(fmt, {field_of(fmt, "fd")}, {"fd"})
                         : by_comm ? count_plan(fmt, {Field::comm()}, {"comm"})
                                   : count_plan(fmt, {}, {});
@@ -155,15 +155,13 @@ TEST(BpfCodegenLive, HistAndLhistBucketsEqualTheUserSpaceComputation) {
   const auto pid = static_cast<std::uint32_t>(child.pid());
 
   KernelPlan hist = count_plan(fmt, {}, {});
-  hist.aggregation = {.kind = AggKind::kHist, .value_name = "offset"};
+  hist.aggregation = {.kind = "hist", .value_name = "offset"};
   hist.probes[0].value = field_of(fmt, "offset");
   hist.tgids = {pid};
   KernelPlan lhist = hist;
-  lhist.aggregation = {.kind = AggKind::kLhist,
+  lhist.aggregation = {.kind = "lhist",
                        .value_name = "offset",
-                       .lhist_min = -50,
-                       .lhist_max = 1000,
-                       .lhist_step = 100};
+                       .params = {{{"min", -50}, {"max", 1000}, {"step", 100}}}};
   Built bh = build(hist), bl = build(lhist);
   ASSERT_TRUE(bh.obj && bl.obj);
   auto eh = attach_tracepoint(*bh.obj, bh.prog.programs[0], fmt.id);
@@ -475,7 +473,7 @@ TEST(BpfCodegenLive, LatencyPairsEntryAndExitByThread) {
                          .value = Field::duration(),
                          .record_size = record_size(exit)});
   plan.latency = Latency{.entry_probe = 0, .exit_probe = 1};
-  plan.aggregation = {.kind = AggKind::kHist, .key_names = {"comm"}, .value_name = "duration"};
+  plan.aggregation = {.kind = "hist", .key_names = {"comm"}, .value_name = "duration"};
   plan.tgids = {static_cast<std::uint32_t>(child.pid())};
   Built b = build(plan);
   ASSERT_TRUE(b.obj);
@@ -559,7 +557,7 @@ TEST(BpfCodegenLive, UprobeArgumentsAndUretprobeReturnValues) {
                          .kind = ProbeKind::kUretprobe,
                          .keys = {Field::probe()},
                          .value = Field::retval()});
-  plan.aggregation = {.kind = AggKind::kSum, .key_names = {"probe"}, .value_name = "v"};
+  plan.aggregation = {.kind = "sum", .key_names = {"probe"}, .value_name = "v"};
   plan.tgids = {static_cast<std::uint32_t>(target.pid())};
   Built b = build(plan);
   ASSERT_TRUE(b.obj);

@@ -41,17 +41,28 @@ TEST(BpfCodegen, CheckNamesWhatCannotRunInTheKernel) {
             }).find("retval"),
             std::string::npos);
   EXPECT_NE(reason([](KernelPlan& p) {
-              p.aggregation = {.kind = AggKind::kLhist,
+              p.aggregation = {.kind = "lhist",
                                .key_names = {"pid"},
                                .value_name = "x",
-                               .lhist_min = 0,
-                               .lhist_max = 1000000,
-                               .lhist_step = 1};
+                               .params = {{{"min", 0}, {"max", 1000000}, {"step", 1}}}};
               p.probes[0].value = Field::tp_int("x", 8, 8, true);
             }).find("buckets"),
             std::string::npos);
+  // An aggregation is found by its name: one the kernel layer has no record of is named, with
+  // the ones it has; lhist's params are its record's to check.
+  EXPECT_EQ(reason([](KernelPlan& p) { p.aggregation.kind = "stddev"; }),
+            "no in-kernel aggregation 'stddev' (there are count, sum, min, max, avg, hist, lhist, "
+            "quantiles)");
   EXPECT_NE(reason([](KernelPlan& p) {
-              p.aggregation = {.kind = AggKind::kSum, .key_names = {"pid"}, .value_name = "comm"};
+              p.aggregation = {.kind = "lhist",
+                               .key_names = {"pid"},
+                               .value_name = "x",
+                               .params = {{{"min", 10}, {"max", 10}, {"step", 1}}}};
+              p.probes[0].value = Field::tp_int("x", 8, 8, true);
+            }).find("max must be above min"),
+            std::string::npos);
+  EXPECT_NE(reason([](KernelPlan& p) {
+              p.aggregation = {.kind = "sum", .key_names = {"pid"}, .value_name = "comm"};
               p.probes[0].value = Field::comm();
             }).find("a string"),
             std::string::npos);
@@ -80,7 +91,7 @@ TEST(BpfCodegen, CheckNamesWhatCannotRunInTheKernel) {
             }).find("reads a stack"),
             std::string::npos);
   EXPECT_NE(reason([](KernelPlan& p) {
-              p.aggregation = {.kind = AggKind::kSum, .key_names = {"pid"}, .value_name = "kstack"};
+              p.aggregation = {.kind = "sum", .key_names = {"pid"}, .value_name = "kstack"};
               p.probes[0].value = Field::kstack();
             }).find("a stack"),
             std::string::npos);
@@ -120,8 +131,7 @@ TEST(BpfCodegen, EveryShapeCompilesAndLoads) {
                      .value = std::move(value),
                      .record_size = 40};
   };
-  for (const AggKind kind : {AggKind::kCount, AggKind::kSum, AggKind::kMin, AggKind::kMax,
-                             AggKind::kAvg, AggKind::kHist, AggKind::kLhist}) {
+  for (const std::string_view kind : {"count", "sum", "min", "max", "avg", "hist", "lhist"}) {
     for (int keys = 0; keys < 3; ++keys) {
       KernelPlan plan;
       std::vector<Field> k;
@@ -131,11 +141,11 @@ TEST(BpfCodegen, EveryShapeCompilesAndLoads) {
         k = {Field::comm(), Field::cpu(), Field::tp_int("whence", 32, 8, false), Field::uid(),
              Field::cgroup()};
       plan.probes.push_back(tp(k, offset));
-      plan.aggregation = {.kind = kind, .value_name = "offset"};
+      plan.aggregation = {.kind = std::string(kind), .value_name = "offset"};
       for (const auto& f : k)
         plan.aggregation.key_names.push_back(f.name);
       plan.tgids = keys == 1 ? std::vector<std::uint32_t>{1} : std::vector<std::uint32_t>{1, 2};
-      shapes.push_back({fmt::format("agg {} keys {}", static_cast<int>(kind), keys), plan});
+      shapes.push_back({fmt::format("agg {} keys {}", kind, keys), plan});
     }
   }
   {  // __data_loc string key and filters on every operand kind
@@ -158,7 +168,7 @@ TEST(BpfCodegen, EveryShapeCompilesAndLoads) {
     };
     p.filter.root = 9;
     plan.probes.push_back(p);
-    plan.aggregation = {.kind = AggKind::kCount, .key_names = {"filename", "comm"}};
+    plan.aggregation = {.kind = "count", .key_names = {"filename", "comm"}};
     plan.follow_children = ForkTracepoint{};
     plan.tgids = {1};
     shapes.push_back({"data_loc key and filters, shared map, fork follower", plan});
@@ -175,10 +185,9 @@ TEST(BpfCodegen, EveryShapeCompilesAndLoads) {
                            .keys = {Field::probe(), Field::missing("retval")},
                            .value = Field::arg(0)});
     plan.latency = Latency{.entry_probe = 0, .exit_probe = 1};
-    plan.aggregation = {
-        .kind = AggKind::kHist, .key_names = {"probe", "retval"}, .value_name = "duration"};
+    plan.aggregation = {.kind = "hist", .key_names = {"probe", "retval"}, .value_name = "duration"};
     shapes.push_back({"latency + uprobe", plan});
-    plan.aggregation.kind = AggKind::kMin;
+    plan.aggregation.kind = "min";
     shapes.push_back({"latency + uprobe, min", plan});
   }
   {  // stack keys on every program kind: a tracepoint, a uprobe (the guarded scratch buffer)
@@ -190,15 +199,13 @@ TEST(BpfCodegen, EveryShapeCompilesAndLoads) {
     plan.probes.push_back({.name = "cpu",
                            .kind = ProbeKind::kPerfEvent,
                            .keys = {Field::comm(), Field::callchain()}});
-    plan.aggregation = {.kind = AggKind::kCount,
-                        .key_names = {"comm", "callchain"},
-                        .max_stacks = 64,
-                        .stack_depth = 32};
+    plan.aggregation = {
+        .kind = "count", .key_names = {"comm", "callchain"}, .max_stacks = 64, .stack_depth = 32};
     shapes.push_back({"callchain keys on a tracepoint, a uprobe and a perf event", plan});
     plan.probes.resize(1);
     plan.probes[0].keys = {Field::kstack(), Field::ustack()};
     plan.aggregation.key_names = {"kstack", "ustack"};
-    plan.aggregation.kind = AggKind::kHist;
+    plan.aggregation.kind = "hist";
     plan.aggregation.value_name = "offset";
     plan.probes[0].value = offset;
     shapes.push_back({"kstack and ustack keys of a hist", plan});
@@ -251,16 +258,16 @@ TEST(BpfCodegen, HistLabelsAreTheStages) {
 // The generated maps hold the stages' buckets (tracer/common/buckets.hpp; the C that fills them
 // is tests/engine/kernel/buckets_test.cpp's, and live: Aggregations/SamePlacement).
 TEST(BpfCodegen, BucketCountsAreTheStages) {
+  using Expected = std::pair<std::string_view, std::size_t>;
   for (const auto& [kind, buckets] :
-       {std::pair{AggKind::kHist, detail::kLog2Buckets},
-        std::pair{AggKind::kQuantiles, detail::kQuantileBuckets},
-        std::pair{AggKind::kLhist, detail::linear_inner(0, 100, 10) + 2}}) {
+       {Expected{"hist", detail::kLog2Buckets}, Expected{"quantiles", detail::kQuantileBuckets},
+        Expected{"lhist", detail::linear_inner(0, 100, 10) + 2}}) {
     KernelPlan plan;
     plan.probes.push_back({.name = "p", .value = Field::pid()});
-    plan.aggregation = {.kind = kind, .value_name = "pid"};
+    plan.aggregation = {.kind = std::string(kind), .value_name = "pid"};
     const auto prog = generate(plan, 2);
     ASSERT_TRUE(prog.has_value()) << prog.error().message;
-    EXPECT_EQ(std::size_t{prog->layout.buckets}, buckets) << static_cast<int>(kind);
+    EXPECT_EQ(std::size_t{prog->layout.buckets}, buckets) << kind;
   }
 }
 

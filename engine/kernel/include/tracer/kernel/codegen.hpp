@@ -6,7 +6,7 @@
 // Usage:
 //   gen::KernelPlan plan{.probes = {{.name = "getppid", .kind = gen::ProbeKind::kTracepoint,
 //                                    .keys = {gen::Field::pid()}}},
-//                        .aggregation = {.kind = gen::AggKind::kCount, .key_names = {"pid"}},
+//                        .aggregation = {.kind = "count", .key_names = {"pid"}},
 //                        .tgids = {child}};
 //   auto why = gen::check(plan);                   // nullopt, or why it cannot run in the kernel
 //   auto prog = gen::generate(plan);               // the C text and its map layout
@@ -113,46 +113,30 @@ struct Field {
   [[nodiscard]] static Field tp_string_pointer(std::string name, std::uint32_t offset, bool user);
 };
 
-/// The filter expression tree, the shape of plugins/stages/filter.hpp FilterExpr::Node with the
-/// field operands resolved for one probe. Integers compare by value whatever their signedness
+/// The filter expression tree. Integers compare by value whatever their signedness
 /// (as the user-space filter's 128-bit compare); strings compare by equality (== !=) with a
 /// literal, or with a literal prefix when the literal is a glob whose only metacharacter is one
 /// trailing `*`. A missing field makes every comparison on it false.
-/// The filter tree, comparisons and aggregation kinds are KernelForm's (one set of types from
-/// the stages to the generator); a Field here is a KernelForm operand's name resolved.
-using Cmp = KernelForm::Cmp;
-struct Operand {
-  using Kind = KernelForm::Operand::Kind;
-  Kind kind = Kind::kInt;
-  Field field{};
-  std::int64_t ival = 0;
-  std::uint64_t uval = 0;
-  std::string text{};  // string literal
-  bool glob = false;   // the literal is a glob pattern (holds * ? or [)
-};
-struct FilterNode {
-  using Kind = KernelForm::Node::Kind;
-  Kind kind = Kind::kTruth;
-  int lhs = -1, rhs = -1;  // node indexes (kOr, kAnd: both; kNot: lhs)
-  Cmp op = Cmp::kEq;
-  Operand a{}, b{};  // kCmp: a op b; kTruth: a (non-zero, non-empty)
-};
+/// The filter tree is KernelForm's (tracer/kernel_form.hpp, one shape from the filter stage to
+/// here), each field operand resolved to the probe's Field (`text` keeps its name).
+using Cmp = FilterCmp;
+using Operand = FilterOperand<Field>;
+using FilterNode = tracer::FilterNode<Operand>;
 struct Filter {
   std::vector<FilterNode> nodes;
   int root = -1;  // -1: every event passes
   [[nodiscard]] bool empty() const noexcept { return root < 0; }
 };
 
-using AggKind = KernelForm::Agg;
-
 /// The one aggregation of the pipeline. Its buckets are tracer/common/buckets.hpp's, the stages'
 /// (hist: log2; lhist: below min, [min + i*step, ...), at or above max; quantiles: log-linear,
-/// with the exact min and max); its kind's record is kernel_aggs.hpp's.
+/// with the exact min and max). `kind` names its record (engine/kernel/kernel_aggs.cpp): count,
+/// sum, min, max, avg, hist, lhist (params min, max, step; 0, 100, 10 when unset), quantiles.
 struct Aggregation {
-  AggKind kind = AggKind::kCount;
+  std::string kind = "count";
   std::vector<std::string> key_names{};  // the `by` fields, in order (ProbePlan::keys match)
   std::string value_name{};              // sum, min, max, avg, hist, lhist: the field's name
-  std::int64_t lhist_min = 0, lhist_max = 100, lhist_step = 10;
+  AggParams params{};                    // the kind's own options (KernelForm::params)
   /// Keys the map holds (per generation); events of keys that do not fit are counted
   /// (Snapshot::map_full), never silently dropped.
   std::uint32_t max_keys = 10240;
@@ -305,10 +289,6 @@ struct GeneratedProgram {
   Layout layout;
   KernelPlan plan;
 };
-
-/// min and max values are kept as (u64)v ^ min_max_xor(kind): the largest encoded value wins
-/// and 0 means no value, so zeroed array slots and new keys need no initial sentinel.
-[[nodiscard]] std::uint64_t min_max_xor(AggKind kind);
 
 /// Whether `plan` can run in the kernel.
 /// @return nullopt, or the reason it cannot (naming the probe, field or option).

@@ -1,9 +1,9 @@
 // kernel::gen::Reader: the rows of a generated program's aggregation (tracer/kernel/codegen.hpp),
 // read one generation at a time so that interval output loses and double-counts nothing.
 //
-// The row types map 1:1 to tracer::Table's (engine/include/tracer/stage.hpp): Cell is the same
-// variant, Bucket is HistBucket, Row is TableRow plus the raw state (events, the sum/min/max,
-// every bucket) for a stage that keeps its own state and orders, cuts (top) and labels itself.
+// A Row is the stage API's KernelRow (tracer/kernel_form.hpp: keys and the raw state, events,
+// the sum/min/max, every bucket, which a stage absorbs into its own state and orders, cuts (top)
+// and labels itself), plus its values as tracer::Table shows them (Bucket is HistBucket).
 //
 // Usage:
 //   gen::Reader reader(obj, prog, {.syscall_name = [](std::int64_t nr) { return name(nr); }});
@@ -25,15 +25,10 @@ namespace tracer::kernel::gen {
 
 /// A stack key: its addresses, leaf first (Source::kCallchain: with the PERF_CONTEXT_KERNEL and
 /// PERF_CONTEXT_USER markers before each part, as perf writes a callchain), and the process
-/// whose address space the user addresses belong to (0 for kernel stacks).
-struct Ips {
-  std::vector<std::uint64_t> ips;
-  std::uint32_t pid = 0;
-  friend bool operator==(const Ips&, const Ips&) = default;
-};
-
-/// tracer::Cell's alternatives, with a stack as its addresses (symbolized by the stage).
-using Cell = std::variant<std::monostate, std::int64_t, std::uint64_t, double, std::string, Ips>;
+/// whose address space the user addresses belong to (0 for kernel stacks). The stage API's
+/// types (tracer/kernel_form.hpp): the rows go to the stages as they are read.
+using Ips = KernelIps;
+using Cell = KernelCell;
 
 /// tracer::HistBucket: [lo, hi), labels as plugins/stages/hist.cpp and lhist.cpp render them.
 struct Bucket {
@@ -44,17 +39,12 @@ struct Bucket {
   std::string label;
 };
 
-/// tracer::TableRow, plus the raw state summed over CPUs.
-struct Row {
-  std::vector<Cell> keys;       // one per Aggregation::key_names
+/// A row as the stages absorb it (KernelRow: the keys and the raw state summed over CPUs), plus
+/// its values as a table shows them.
+struct Row : KernelRow {
   std::vector<Cell> values;     // one per Snapshot::value_names (count: uint; sum, min, max: int;
                                 // avg: double; hist, lhist: the total, uint)
   std::vector<Bucket> buckets;  // hist, lhist: from the first to the last non-empty bucket
-  std::uint64_t count = 0;      // events aggregated
-  std::int64_t value = 0;       // sum (sum, avg), min, max
-  std::vector<std::uint64_t> counts;  // hist, lhist, quantiles: every bucket (Hist::kBuckets,
-                                      // inner + 2, kQuantileBuckets)
-  std::uint64_t min = 0, max = 0;     // quantiles: the extremes (values below 0 count as 0)
 };
 
 /// A probe's counters since load (cumulative), summed over CPUs.
