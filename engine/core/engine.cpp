@@ -196,7 +196,12 @@ std::uint32_t Engine::Impl::plan_ring_sizes() {
 }
 
 void Engine::Impl::start() {
-  if (running || stopped) {
+  prepare();
+  go();
+}
+
+void Engine::Impl::prepare() {
+  if (prepared || running || stopped) {
     throw Error(ErrorCategory::kUsage, std::make_error_code(std::errc::operation_not_permitted),
                 "engine: start() may be called once");
   }
@@ -298,6 +303,15 @@ void Engine::Impl::start() {
     cleanup();
     throw;
   }
+  prepared = true;
+}
+
+void Engine::Impl::go() {
+  if (!prepared || running || stopped) {
+    throw Error(ErrorCategory::kUsage, std::make_error_code(std::errc::operation_not_permitted),
+                "engine: go() follows prepare(), once");
+  }
+  const auto& target = opts.target;
   running = true;
   last_pass = std::chrono::steady_clock::now();
   for (auto& r : readers)
@@ -610,6 +624,14 @@ void Engine::start() {
   impl_->start();
 }
 
+void Engine::prepare() {
+  impl_->prepare();
+}
+
+void Engine::go() {
+  impl_->go();
+}
+
 void Engine::stop() {
   impl_->stop();
 }
@@ -631,7 +653,7 @@ Stats Engine::stats() const {
 }
 
 std::vector<ProbeInfo> Engine::check(std::vector<std::string>* notes) {
-  if (impl_->running || impl_->stopped) {
+  if (impl_->prepared || impl_->running || impl_->stopped) {
     // Its BPF object would replace the one start() attached (and whose maps stay readable).
     throw Error(ErrorCategory::kUsage, std::make_error_code(std::errc::operation_not_permitted),
                 "engine: check() goes before start()");
@@ -715,7 +737,7 @@ void Engine::Impl::trial_open_one(const core::ResolvedProbe& rp, int cpu) const 
 }
 
 std::vector<Error> Engine::check_probes() {
-  if (impl_->running || impl_->stopped) {
+  if (impl_->prepared || impl_->running || impl_->stopped) {
     throw Error(ErrorCategory::kUsage, std::make_error_code(std::errc::operation_not_permitted),
                 "engine: check_probes() goes before start()");
   }

@@ -108,6 +108,7 @@ struct Engine::Impl : std::enable_shared_from_this<Engine::Impl> {
   std::optional<bpf::OutputChannel> output;  // bpf-output events (rings moved to readers)
   std::vector<Reader*> output_readers;       // readers of the output channel, per CPU
   bool running = false;
+  bool prepared = false;  // prepare() opened everything (go() not yet: nothing armed)
   bool stopped = false;
   bool target_exited = false;  // the engine stopped because the command or pid target exited
   // Passes over every ring: when the last began, how many were made and how many of them the
@@ -132,6 +133,8 @@ struct Engine::Impl : std::enable_shared_from_this<Engine::Impl> {
   /// output_ring_pages. @return the data pages of a ring whose probe gives none.
   std::uint32_t plan_ring_sizes();
   void start();
+  void prepare();
+  void go();
   void stop();
   void cleanup() noexcept;
   /// A delivered probe's side-band records (COMM, FORK, EXIT... when its attr asks for them)

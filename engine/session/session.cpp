@@ -2,6 +2,8 @@
 // drain at stop.
 #include "tracer/session.hpp"
 
+#include "session_impl.hpp"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -21,9 +23,12 @@
 #include "tracer/tracefs/tracefs.hpp"
 
 namespace tracer {
-namespace {
 
-namespace asio = boost::asio;
+using session_detail::enable_task_records;
+using session_detail::monotonic_now;
+using session_detail::rethrow_at_probe;
+
+namespace session_detail {
 
 std::chrono::nanoseconds monotonic_now() {
   timespec ts{};
@@ -53,10 +58,12 @@ void enable_task_records(EngineOptions& eo, bool full) {
   }
 }
 
-/// An engine error about one probe ("probe 'x': ...") at that probe's place in the recipe: its
-/// filter's for a rejected filter, else its tracepoint/uprobe/... value's. A probe the system
-/// lacks or refuses as written is a recipe error (exit 2); other failures keep their category.
-/// The place in the recipe of the probe an engine error names ("probe 'x': ..."), if any.
+}  // namespace session_detail
+
+namespace {
+
+namespace asio = boost::asio;
+
 /// The recipe's probe an engine error names ("probe 'NAME': ..."; a glob's "probe 'NAME:event'").
 const RecipeProbe* probe_of(const Error& e, const Recipe& recipe) {
   const std::string_view what = e.what();
@@ -83,17 +90,6 @@ std::optional<SourceRegion> probe_place(const Error& e, const Recipe& recipe) {
 
 bool same_place(const SourceRegion& a, const SourceRegion& b) {
   return a.path == b.path && a.line == b.line && a.column == b.column;
-}
-
-[[noreturn]] void rethrow_at_probe(const Error& e, const Recipe& recipe) {
-  if (const auto where = probe_place(e, recipe)) {
-    const bool recipe_error =
-        e.category() == ErrorCategory::kUsage || e.category() == ErrorCategory::kNotFound;
-    throw Error(recipe_error ? ErrorCategory::kRecipe : e.category(), e.code(),
-                fmt::format("{}:{}:{}: {}", where->path, where->line, where->column, e.what()),
-                e.hint(), where);
-  }
-  throw e;
 }
 
 /// Whether some stage of the recipe, with its spec's needs, satisfies `pred(spec, stage)`.
@@ -126,6 +122,24 @@ bool stages_need_task_records(const Recipe& recipe) {
 }
 
 }  // namespace
+
+namespace session_detail {
+
+/// An engine error about one probe ("probe 'x': ...") at that probe's place in the recipe: its
+/// filter's for a rejected filter, else its tracepoint/uprobe/... value's. A probe the system
+/// lacks or refuses as written is a recipe error (exit 2); other failures keep their category.
+[[noreturn]] void rethrow_at_probe(const Error& e, const Recipe& recipe) {
+  if (const auto where = probe_place(e, recipe)) {
+    const bool recipe_error =
+        e.category() == ErrorCategory::kUsage || e.category() == ErrorCategory::kNotFound;
+    throw Error(recipe_error ? ErrorCategory::kRecipe : e.category(), e.code(),
+                fmt::format("{}:{}:{}: {}", where->path, where->line, where->column, e.what()),
+                e.hint(), where);
+  }
+  throw e;
+}
+
+}  // namespace session_detail
 
 std::vector<StageSpec> stage_catalog() {
   std::vector<StageSpec> specs;
@@ -193,181 +207,6 @@ std::vector<std::unique_ptr<Pipeline>> make_pipelines(const Recipe& recipe,
   }
   return pipelines;
 }
-
-struct Session::Impl {
-  Impl(const asio::any_io_executor& ex, Recipe r, Sink& o, SessionOptions so)
-      : recipe(std::move(r)),
-        out(&o),
-        opts(std::move(so)),
-        executor(ex),
-        deadline(ex),
-        ticker(ex) {}
-
-  Recipe recipe;
-  Sink* out;
-  SessionOptions opts;
-  std::vector<std::unique_ptr<Pipeline>> pipelines;
-  // After the pipelines: destroyed first (an engine's destructor drains into them).
-  std::unique_ptr<Engine> engine;
-  EngineOptions engine_options;  // what engine was made with (placement may remake it)
-  asio::any_io_executor executor;
-  std::vector<kernel::PipelinePlace> places;
-  std::vector<kernel::Run> kernel;   // before engine in destruction: programs detach with events
-  std::vector<bool> in_kernel;       // per pipeline: placed in the kernel
-  std::vector<bool> kernel_samples;  // per probe: a sampling event whose samples its program
-                                     // aggregates (none reach its ring)
-  asio::steady_timer deadline, ticker;
-  std::vector<std::function<void()>> done_handlers, tick_handlers;
-  std::vector<std::function<void(const TableUpdate&)>> table_handlers;
-  std::function<void(std::size_t)> delivery;
-  std::uint64_t delivered = 0;
-  /// The probes whose samples the pipelines in user space all take in place, and whether
-  /// every BPF-delivered probe is among them (set once they are bound; then in_place_ready).
-  std::vector<bool> in_place_probes;
-  std::vector<bool> delivered_probes;  // ProbeInfo::delivered
-  bool in_place_delivered = false;
-  std::atomic<bool> in_place_ready{false};
-  std::chrono::steady_clock::time_point t0{};
-  double seconds = 0;
-  bool started = false, stopped = false;
-  bool live = false;  // the pipelines were bound and started: stop() has tables to emit
-
-  void make_engine(Session* self) {
-    engine = std::make_unique<Engine>(executor, engine_options);
-    engine->on_batch([this](const Batch& b) {
-      if (delivery)
-        delivery(b.records.size());
-      delivered += b.records.size();
-      for (std::size_t i = 0; i < pipelines.size(); ++i) {
-        if (i >= in_kernel.size() || !in_kernel[i])
-          pipelines[i]->on_batch(b);
-        else  // a kernel pipeline's events stay there; its stacks need the processes' maps
-          pipelines[i]->on_task_records(b);
-      }
-    });
-    // Samples reach the pipelines in place when every user-space one takes their probe's so
-    // (decided once they are bound): BPF-delivered ones when all their probes are taken, else
-    // rebuilt as records for on_batch; a perf ring's when its probe is.
-    engine->on_in_place(
-        [this](std::span<const InPlaceSample> samples) {
-          if (!in_place_ready.load(std::memory_order_acquire))
-            return false;
-          // A delivered batch (of any delivered probes), or a perf ring's (of the probe asked
-          // for before its drain).
-          const std::uint32_t p = samples.empty() ? 0 : samples.front().probe();
-          if (p >= in_place_probes.size() ||
-              !(delivered_probes[p] ? in_place_delivered : in_place_probes[p]))
-            return false;
-          if (delivery)
-            delivery(samples.size());
-          delivered += samples.size();
-          for (std::size_t i = 0; i < pipelines.size(); ++i) {
-            if (i >= in_kernel.size() || !in_kernel[i])
-              pipelines[i]->on_in_place(samples);
-          }
-          return true;
-        },
-        [this](std::uint32_t probe) {
-          return in_place_ready.load(std::memory_order_acquire) && probe < in_place_probes.size() &&
-                 in_place_probes[probe];
-        });
-    // Rounds: the time-order merge releases there, perf-data sinks end a FINISHED_ROUND.
-    engine->on_round([this] {
-      for (auto& p : pipelines)
-        p->round();
-    });
-    // Backpressure: a pipeline whose stages are behind holds the rings, so that its queue (and
-    // what a stop must run through) stays bounded; the kernel counts what the rings drop.
-    engine->hold_while([this] {
-      return std::any_of(pipelines.begin(), pipelines.end(),
-                         [](const auto& p) { return p->backlogged(); });
-    });
-    engine->on_done([self] { self->stop(); });
-  }
-
-  /// Placement: which pipelines run in the kernel (probes resolved by a check of the engine).
-  /// Probes that only kernel pipelines consume become counting events (no ring).
-  void plan_placement(Session* self);
-  /// A pipeline left in user space may not key by what only the kernel reads (a `char *`
-  /// field's string): an error at its stage's position.
-  void check_user_fields(std::span<const ProbeInfo> probes) const;
-  /// Generates, loads and attaches the kernel pipelines' programs (after the engine started,
-  /// before the command target runs).
-  void start_kernel();
-  /// Hands what the kernel aggregated since the last read to the aggregation stages: at the
-  /// end (`final`), and at a tick only for a pipeline whose output is due at `now`, whose stacks
-  /// need the processes' maps of now, or whose map may be half full. Otherwise nothing is
-  /// read: a count with no `every` costs tracer no syscall per tick.
-  void absorb_kernel(bool final, std::chrono::nanoseconds now);
-
-  /// Counting probes whose counts reach the stages (ProbeInfo::counts_to_stages): each CPU
-  /// slot's count since the last reading, as one sample (probe, cpu, time, period = weight =
-  /// the count) handed to the user-space pipelines; nothing for a slot that did not count.
-  void feed_counters(std::chrono::nanoseconds now) {
-    const auto& infos = engine->probes();
-    const bool any = std::any_of(infos.begin(), infos.end(),
-                                 [](const ProbeInfo& p) { return p.counts_to_stages; });
-    if (!any)
-      return;
-    const Stats st = engine->stats();
-    counter_samples.clear();
-    for (std::size_t p = 0; p < infos.size() && p < st.probes.size(); ++p) {
-      if (!infos[p].counts_to_stages)
-        continue;
-      for (const auto& [cpu, rs] : st.probes[p].per_cpu) {
-        std::uint64_t& last = counter_last[{p, cpu}];
-        if (rs.samples <= last)
-          continue;
-        perf::Sample sample;
-        sample.sample_type = PERF_SAMPLE_TIME | PERF_SAMPLE_CPU | PERF_SAMPLE_PERIOD;
-        sample.time = static_cast<std::uint64_t>(now.count());
-        sample.cpu = static_cast<std::uint32_t>(std::max(cpu, 0));
-        sample.period = rs.samples - last;
-        last = rs.samples;
-        counter_samples.push_back({static_cast<std::uint32_t>(p), cpu, sample});
-      }
-    }
-    if (counter_samples.empty())
-      return;
-    std::vector<RecordRef> refs(counter_samples.size());
-    for (std::size_t i = 0; i < refs.size(); ++i) {
-      const auto& c = counter_samples[i];
-      refs[i].probe = c.probe;
-      refs[i].cpu = c.cpu;
-      refs[i].record.type = PERF_RECORD_SAMPLE;
-      refs[i].record.body = c.sample;
-    }
-    const Batch b{.records = refs};
-    for (std::size_t i = 0; i < pipelines.size(); ++i) {
-      if (i >= in_kernel.size() || !in_kernel[i])
-        pipelines[i]->on_batch(b);
-    }
-  }
-  struct CounterSample {
-    std::uint32_t probe = 0;
-    std::int32_t cpu = -1;
-    perf::Sample sample{};
-  };
-  std::vector<CounterSample> counter_samples;
-  std::map<std::pair<std::size_t, int>, std::uint64_t> counter_last;
-
-  void arm_tick() {
-    ticker.expires_after(opts.tick);
-    ticker.async_wait([this](const boost::system::error_code& ec) {
-      if (ec || stopped)
-        return;
-      const auto now = monotonic_now();
-      feed_counters(now);
-      absorb_kernel(false, now);
-      for (auto& p : pipelines)
-        p->tick(now);
-      for (auto& h : tick_handlers)
-        h();
-      arm_tick();
-    });
-  }
-};
-
 namespace {
 
 /// Whether some aggregation keys by `comm`.
@@ -444,173 +283,6 @@ Session::~Session() {
   } catch (...) {
     std::fputs("tracer: session: stopping at destruction failed\n", stderr);
   }
-}
-
-namespace {
-
-/// Whether some pipeline has an aggregation that could run in the kernel (options only): then
-/// placement resolves the probes before the run.
-bool kernel_candidate(const std::vector<std::unique_ptr<Pipeline>>& pipelines) {
-  for (const auto& p : pipelines) {
-    for (std::size_t i = 0; i < p->size(); ++i) {
-      const auto f = kernel_form_of(p->stage(i));
-      if (f.kind == KernelForm::Kind::kNone)
-        break;
-      if (f.kind == KernelForm::Kind::kAggregate)
-        return true;
-    }
-  }
-  return false;
-}
-
-/// Whether some aggregation keys by a field (then the fields are checked against the probes).
-bool keys_fields(const std::vector<std::unique_ptr<Pipeline>>& pipelines) {
-  for (const auto& p : pipelines) {
-    for (std::size_t i = 0; i < p->size(); ++i) {
-      const auto f = kernel_form_of(p->stage(i));
-      if (f.kind == KernelForm::Kind::kAggregate && !f.by.empty())
-        return true;
-    }
-  }
-  return false;
-}
-
-}  // namespace
-
-void Session::Impl::check_user_fields(std::span<const ProbeInfo> probes) const {
-  const auto problem = kernel::check_user_fields(pipelines, places, probes);
-  if (!problem)
-    return;
-  SourceRegion where{.path = recipe.path};
-  if (problem->pipeline < recipe.pipelines.size() &&
-      problem->stage < recipe.pipelines[problem->pipeline].stages.size())
-    where = recipe.pipelines[problem->pipeline].stages[problem->stage].where;
-  throw Error(
-      ErrorCategory::kRecipe, std::make_error_code(std::errc::not_supported),
-      fmt::format("{}:{}:{}: pipeline {} stage {}: {}", where.path, where.line, where.column,
-                  problem->pipeline + 1, problem->stage + 1, problem->message),
-      problem->hint, where);
-}
-
-void Session::Impl::plan_placement(Session* self) {
-  const Placement mode = opts.placement.value_or(recipe.placement);
-  places.clear();
-  const auto resolve = [&] {
-    try {
-      return engine->check();
-    } catch (const Error& e) {
-      rethrow_at_probe(e, recipe);
-    }
-  };
-  if (mode != Placement::kKernel && (mode == Placement::kUser || !kernel_candidate(pipelines))) {
-    // Nothing to resolve for placement: the reasons come from the stages' forms (or the mode).
-    places = kernel::place(pipelines, {}, {}, mode, false);
-    if (keys_fields(pipelines))  // ... but a key may name a field user space cannot read
-      check_user_fields(resolve());
-    return;
-  }
-  const std::vector<ProbeInfo> probes = resolve();
-  std::vector<bool> sampling;
-  std::vector<std::string> filters;
-  for (const auto& p : engine_options.probes) {
-    sampling.push_back(!p.counting);
-    filters.push_back(p.filter);
-  }
-  places = kernel::place(pipelines, probes, sampling, mode,
-                         engine_options.target.kind != Target::Kind::kAllCpus, filters);
-  check_user_fields(probes);
-  if (mode == Placement::kKernel) {
-    for (std::size_t p = 0; p < places.size(); ++p) {
-      if (places[p].plan)
-        continue;
-      // The first stage that stays in user space, at its place in the recipe.
-      const auto& st = places[p].stages.front();
-      SourceRegion where{.path = recipe.path};
-      if (p < recipe.pipelines.size() && !recipe.pipelines[p].stages.empty())
-        where = recipe.pipelines[p].stages.front().where;
-      throw Error(ErrorCategory::kRecipe, std::make_error_code(std::errc::not_supported),
-                  fmt::format("{}:{}:{}: placement = \"kernel\": pipeline {} cannot run in the "
-                              "kernel: {}",
-                              where.path, where.line, where.column, p + 1, st.why),
-                  "use placement = \"auto\" to run it in user space", where);
-    }
-  }
-  // Probes no user-space pipeline reads become counting events: their events go nowhere but
-  // into the kernel programs (a perf.data output reads every probe).
-  bool user_reads = !opts.perf_data.empty();
-  bool any_kernel = false;
-  for (const auto& pl : places) {
-    user_reads = user_reads || !pl.plan;
-    any_kernel = any_kernel || pl.plan.has_value();
-  }
-  // A sampling perf event's program keeps the samples in the ring only when user space reads
-  // them too.
-  for (auto& pl : places) {
-    if (pl.plan) {
-      for (auto& pp : pl.plan->probes)
-        pp.keep_samples = user_reads;
-    }
-  }
-  if (!any_kernel || user_reads)
-    return;
-  // Task records (MMAP2, FORK, exec COMM) name the user frames of in-kernel stack keys, also of
-  // processes that exit before the table is made: they need a ring.
-  bool task_records = false;
-  for (const auto& pl : places) {
-    if (!pl.plan)
-      continue;
-    for (const auto& pp : pl.plan->probes) {
-      for (const auto& k : pp.keys) {
-        task_records = task_records || k.source == kernel::gen::Source::kUserStack ||
-                       k.source == kernel::gen::Source::kCallchain;
-      }
-    }
-  }
-  for (const auto& pl : places) {
-    if (!pl.plan)
-      continue;
-    for (std::size_t k = 0; k < pl.probes.size(); ++k) {
-      const std::uint32_t pi = pl.probes[k];  // pl.plan->probes[k]'s engine probe
-      auto& po = engine_options.probes[pi];
-      po.task_records = po.comm_records = false;  // the program reads comm itself
-      if (pl.plan->probes[k].kind == kernel::gen::ProbeKind::kPerfEvent) {
-        // Its program runs at each sample (it needs the sampling) and returns 0: no sample is
-        // written to the ring, the samples are the program's hits.
-        kernel_samples.resize(engine_options.probes.size(), false);
-        kernel_samples[pi] = true;
-        continue;
-      }
-      po.counting = true;
-    }
-  }
-  if (task_records) {
-    enable_task_records(engine_options, true);
-    const bool placed = std::any_of(engine_options.probes.begin(), engine_options.probes.end(),
-                                    [](const auto& p) { return p.task_records; });
-    if (!placed) {  // every probe counts: a dummy event carries them (perf record's sideband)
-      ProbeOptions side;
-      side.name = "sideband";
-      side.kind = ProbeKind::kSoftware;
-      side.spec = "dummy";
-      side.task_records = true;
-      side.ring_pages = 128;  // task records only: 512 KiB per CPU
-      engine_options.probes.push_back(std::move(side));
-    }
-  }
-  make_engine(self);
-}
-
-void Session::Impl::start_kernel() {
-  kernel.clear();
-  in_kernel.assign(pipelines.size(), false);
-  kernel = kernel::start_runs(*engine, places, engine_options.target, engine_options.trace_self,
-                              recipe.max_targets);
-  for (const auto& run : kernel)
-    in_kernel[run.pipeline] = true;
-}
-
-void Session::Impl::absorb_kernel(bool final, std::chrono::nanoseconds now) {
-  kernel::absorb_runs(kernel, pipelines, *engine, final, now);
 }
 
 std::vector<std::string> out_of_target_notes(const Recipe& recipe, const Target& target) {
@@ -690,105 +362,6 @@ std::vector<ProbeInfo> Session::check(std::vector<std::string>* notes) {
     p->bind(probes, diags, {}, &s.engine->maps());
   diags.throw_if_any();
   return probes;
-}
-
-void Session::start() {
-  auto& s = *impl_;
-  if (s.started) {
-    throw Error(ErrorCategory::kUsage, std::make_error_code(std::errc::operation_not_permitted),
-                "session: start() may be called once");
-  }
-  s.started = true;
-  Diagnostics diags = s.opts.problems;
-  const auto& t = s.opts.target;
-  s.recipe.check_system(diags,
-                        t.kind == Target::Kind::kPid ? std::optional<pid_t>(t.pid) : std::nullopt);
-  diags.throw_if_any();
-  s.plan_placement(this);
-  // The kernel pipelines' programs attach once the events are open and before they are enabled:
-  // they count every event the probes see. What start_kernel() throws fails engine->start(),
-  // which closes the events; the programs go with s.kernel.
-  s.engine->before_enable([&s] {
-    try {
-      s.start_kernel();
-    } catch (...) {
-      s.kernel.clear();
-      s.stopped = true;
-      throw;
-    }
-  });
-  try {
-    s.engine->start();
-  } catch (const Error& e) {
-    if (s.stopped)  // the kernel pipelines' failure, already at its place
-      throw;
-    rethrow_at_probe(e, s.recipe);
-  }
-  for (auto& p : s.pipelines)
-    p->bind(s.engine->probes(), diags, {}, &s.engine->maps());
-  if (!diags.empty()) {
-    s.engine->stop();
-    s.stopped = true;
-    diags.throw_if_any();
-  }
-  // Pipelines ordered only for their comm keys read comm from the delivered records instead,
-  // with no time order, when every user-space pipeline then takes every probe in place (one
-  // that needs records would get them rebuilt, without their comm).
-  {
-    bool any = false, all = true;
-    const auto n = static_cast<std::uint32_t>(s.engine->probes().size());
-    for (std::size_t i = 0; i < s.pipelines.size(); ++i) {
-      if (i < s.in_kernel.size() && s.in_kernel[i])
-        continue;
-      Pipeline& p = *s.pipelines[i];
-      if (p.comm_in_place_possible()) {
-        any = true;
-        continue;
-      }
-      for (std::uint32_t pi = 0; pi < n && all; ++pi)
-        all = p.takes_in_place(pi);
-    }
-    if (any && all) {
-      for (std::size_t i = 0; i < s.pipelines.size(); ++i) {
-        if ((i >= s.in_kernel.size() || !s.in_kernel[i]) &&
-            s.pipelines[i]->comm_in_place_possible())
-          s.pipelines[i]->use_comm_in_place();
-      }
-    }
-  }
-  // In place: the probes every user-space pipeline takes so (none without such a pipeline).
-  const auto probes = s.engine->probes();
-  s.in_place_probes.assign(probes.size(), false);
-  s.delivered_probes.assign(probes.size(), false);
-  s.in_place_delivered = false;
-  bool any_user = false, all_delivered = true;
-  for (std::uint32_t p = 0; p < probes.size(); ++p) {
-    bool takes = true;
-    for (std::size_t i = 0; i < s.pipelines.size() && takes; ++i) {
-      if (i < s.in_kernel.size() && s.in_kernel[i])
-        continue;
-      any_user = true;
-      takes = s.pipelines[i]->takes_in_place(p);
-    }
-    s.in_place_probes[p] = takes && any_user;
-    s.delivered_probes[p] = probes[p].delivered;
-    if (probes[p].delivered && !s.in_place_probes[p])
-      all_delivered = false;
-  }
-  s.in_place_delivered = any_user && all_delivered;
-  s.t0 = std::chrono::steady_clock::now();
-  for (auto& p : s.pipelines)
-    p->start(monotonic_now());
-  s.in_place_ready.store(true, std::memory_order_release);
-  s.live = true;
-  if (s.opts.duration) {
-    s.deadline.expires_after(*s.opts.duration);
-    s.deadline.async_wait([this](const boost::system::error_code& ec) {
-      if (!ec)
-        stop();
-    });
-  }
-  s.arm_tick();
 }
 
 void Session::stop() {

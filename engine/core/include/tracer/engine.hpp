@@ -103,6 +103,15 @@ class Engine {
   /// enables, and arms the reactor. Throws tracer::Error (category, message, hint) on failure,
   /// after closing whatever it had opened.
   void start();
+  /// start() in two halves, for a caller whose executor must stay free while probes resolve,
+  /// BPF compiles and events open (Session::async_start). prepare() does all of that and
+  /// enables the events (records wait in the rings); it touches nothing of the executor, so it
+  /// may run on another thread, once, while nothing else is called on the engine. Its
+  /// before_enable() hook runs on that thread too. go() then, on the executor, arms the ring
+  /// waits and timers and lets a command target run. stop() after prepare() alone closes
+  /// everything. Both throw as start() does.
+  void prepare();
+  void go();
   /// Disables every event, drains every ring to the end, detaches, closes and removes dynamic
   /// probes. Idempotent.
   void stop();

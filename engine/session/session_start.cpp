@@ -1,0 +1,284 @@
+// Session's start: the placement of the pipelines, then the start itself, blocking (start()) or
+// off the host's executor (async_start()).
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "session_impl.hpp"
+
+namespace tracer {
+
+using session_detail::enable_task_records;
+using session_detail::monotonic_now;
+using session_detail::rethrow_at_probe;
+
+namespace {
+
+/// Whether some pipeline has an aggregation that could run in the kernel (options only): then
+/// placement resolves the probes before the run.
+bool kernel_candidate(const std::vector<std::unique_ptr<Pipeline>>& pipelines) {
+  for (const auto& p : pipelines) {
+    for (std::size_t i = 0; i < p->size(); ++i) {
+      const auto f = kernel_form_of(p->stage(i));
+      if (f.kind == KernelForm::Kind::kNone)
+        break;
+      if (f.kind == KernelForm::Kind::kAggregate)
+        return true;
+    }
+  }
+  return false;
+}
+
+/// Whether some aggregation keys by a field (then the fields are checked against the probes).
+bool keys_fields(const std::vector<std::unique_ptr<Pipeline>>& pipelines) {
+  for (const auto& p : pipelines) {
+    for (std::size_t i = 0; i < p->size(); ++i) {
+      const auto f = kernel_form_of(p->stage(i));
+      if (f.kind == KernelForm::Kind::kAggregate && !f.by.empty())
+        return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+void Session::Impl::check_user_fields(std::span<const ProbeInfo> probes) const {
+  const auto problem = kernel::check_user_fields(pipelines, places, probes);
+  if (!problem)
+    return;
+  SourceRegion where{.path = recipe.path};
+  if (problem->pipeline < recipe.pipelines.size() &&
+      problem->stage < recipe.pipelines[problem->pipeline].stages.size())
+    where = recipe.pipelines[problem->pipeline].stages[problem->stage].where;
+  throw Error(
+      ErrorCategory::kRecipe, std::make_error_code(std::errc::not_supported),
+      fmt::format("{}:{}:{}: pipeline {} stage {}: {}", where.path, where.line, where.column,
+                  problem->pipeline + 1, problem->stage + 1, problem->message),
+      problem->hint, where);
+}
+
+void Session::Impl::plan_placement(Session* self) {
+  const Placement mode = opts.placement.value_or(recipe.placement);
+  places.clear();
+  const auto resolve = [&] {
+    try {
+      return engine->check();
+    } catch (const Error& e) {
+      rethrow_at_probe(e, recipe);
+    }
+  };
+  if (mode != Placement::kKernel && (mode == Placement::kUser || !kernel_candidate(pipelines))) {
+    // Nothing to resolve for placement: the reasons come from the stages' forms (or the mode).
+    places = kernel::place(pipelines, {}, {}, mode, false);
+    if (keys_fields(pipelines))  // ... but a key may name a field user space cannot read
+      check_user_fields(resolve());
+    return;
+  }
+  const std::vector<ProbeInfo> probes = resolve();
+  std::vector<bool> sampling;
+  std::vector<std::string> filters;
+  for (const auto& p : engine_options.probes) {
+    sampling.push_back(!p.counting);
+    filters.push_back(p.filter);
+  }
+  places = kernel::place(pipelines, probes, sampling, mode,
+                         engine_options.target.kind != Target::Kind::kAllCpus, filters);
+  check_user_fields(probes);
+  if (mode == Placement::kKernel) {
+    for (std::size_t p = 0; p < places.size(); ++p) {
+      if (places[p].plan)
+        continue;
+      // The first stage that stays in user space, at its place in the recipe.
+      const auto& st = places[p].stages.front();
+      SourceRegion where{.path = recipe.path};
+      if (p < recipe.pipelines.size() && !recipe.pipelines[p].stages.empty())
+        where = recipe.pipelines[p].stages.front().where;
+      throw Error(ErrorCategory::kRecipe, std::make_error_code(std::errc::not_supported),
+                  fmt::format("{}:{}:{}: placement = \"kernel\": pipeline {} cannot run in the "
+                              "kernel: {}",
+                              where.path, where.line, where.column, p + 1, st.why),
+                  "use placement = \"auto\" to run it in user space", where);
+    }
+  }
+  // Probes no user-space pipeline reads become counting events: their events go nowhere but
+  // into the kernel programs (a perf.data output reads every probe).
+  bool user_reads = !opts.perf_data.empty();
+  bool any_kernel = false;
+  for (const auto& pl : places) {
+    user_reads = user_reads || !pl.plan;
+    any_kernel = any_kernel || pl.plan.has_value();
+  }
+  // A sampling perf event's program keeps the samples in the ring only when user space reads
+  // them too.
+  for (auto& pl : places) {
+    if (pl.plan) {
+      for (auto& pp : pl.plan->probes)
+        pp.keep_samples = user_reads;
+    }
+  }
+  if (!any_kernel || user_reads)
+    return;
+  // Task records (MMAP2, FORK, exec COMM) name the user frames of in-kernel stack keys, also of
+  // processes that exit before the table is made: they need a ring.
+  bool task_records = false;
+  for (const auto& pl : places) {
+    if (!pl.plan)
+      continue;
+    for (const auto& pp : pl.plan->probes) {
+      for (const auto& k : pp.keys) {
+        task_records = task_records || k.source == kernel::gen::Source::kUserStack ||
+                       k.source == kernel::gen::Source::kCallchain;
+      }
+    }
+  }
+  for (const auto& pl : places) {
+    if (!pl.plan)
+      continue;
+    for (std::size_t k = 0; k < pl.probes.size(); ++k) {
+      const std::uint32_t pi = pl.probes[k];  // pl.plan->probes[k]'s engine probe
+      auto& po = engine_options.probes[pi];
+      po.task_records = po.comm_records = false;  // the program reads comm itself
+      if (pl.plan->probes[k].kind == kernel::gen::ProbeKind::kPerfEvent) {
+        // Its program runs at each sample (it needs the sampling) and returns 0: no sample is
+        // written to the ring, the samples are the program's hits.
+        kernel_samples.resize(engine_options.probes.size(), false);
+        kernel_samples[pi] = true;
+        continue;
+      }
+      po.counting = true;
+    }
+  }
+  if (task_records) {
+    enable_task_records(engine_options, true);
+    const bool placed = std::any_of(engine_options.probes.begin(), engine_options.probes.end(),
+                                    [](const auto& p) { return p.task_records; });
+    if (!placed) {  // every probe counts: a dummy event carries them (perf record's sideband)
+      ProbeOptions side;
+      side.name = "sideband";
+      side.kind = ProbeKind::kSoftware;
+      side.spec = "dummy";
+      side.task_records = true;
+      side.ring_pages = 128;  // task records only: 512 KiB per CPU
+      engine_options.probes.push_back(std::move(side));
+    }
+  }
+  make_engine(self);
+}
+
+void Session::Impl::start_kernel() {
+  kernel.clear();
+  in_kernel.assign(pipelines.size(), false);
+  kernel = kernel::start_runs(*engine, places, engine_options.target, engine_options.trace_self,
+                              recipe.max_targets);
+  for (const auto& run : kernel)
+    in_kernel[run.pipeline] = true;
+}
+
+void Session::Impl::absorb_kernel(bool final, std::chrono::nanoseconds now) {
+  kernel::absorb_runs(kernel, pipelines, *engine, final, now);
+}
+
+void Session::start() {
+  auto& s = *impl_;
+  if (s.started) {
+    throw Error(ErrorCategory::kUsage, std::make_error_code(std::errc::operation_not_permitted),
+                "session: start() may be called once");
+  }
+  s.started = true;
+  Diagnostics diags = s.opts.problems;
+  const auto& t = s.opts.target;
+  s.recipe.check_system(diags,
+                        t.kind == Target::Kind::kPid ? std::optional<pid_t>(t.pid) : std::nullopt);
+  diags.throw_if_any();
+  s.plan_placement(this);
+  // The kernel pipelines' programs attach once the events are open and before they are enabled:
+  // they count every event the probes see. What start_kernel() throws fails engine->start(),
+  // which closes the events; the programs go with s.kernel.
+  s.engine->before_enable([&s] {
+    try {
+      s.start_kernel();
+    } catch (...) {
+      s.kernel.clear();
+      s.stopped = true;
+      throw;
+    }
+  });
+  try {
+    s.engine->start();
+  } catch (const Error& e) {
+    if (s.stopped)  // the kernel pipelines' failure, already at its place
+      throw;
+    rethrow_at_probe(e, s.recipe);
+  }
+  for (auto& p : s.pipelines)
+    p->bind(s.engine->probes(), diags, {}, &s.engine->maps());
+  if (!diags.empty()) {
+    s.engine->stop();
+    s.stopped = true;
+    diags.throw_if_any();
+  }
+  // Pipelines ordered only for their comm keys read comm from the delivered records instead,
+  // with no time order, when every user-space pipeline then takes every probe in place (one
+  // that needs records would get them rebuilt, without their comm).
+  {
+    bool any = false, all = true;
+    const auto n = static_cast<std::uint32_t>(s.engine->probes().size());
+    for (std::size_t i = 0; i < s.pipelines.size(); ++i) {
+      if (i < s.in_kernel.size() && s.in_kernel[i])
+        continue;
+      Pipeline& p = *s.pipelines[i];
+      if (p.comm_in_place_possible()) {
+        any = true;
+        continue;
+      }
+      for (std::uint32_t pi = 0; pi < n && all; ++pi)
+        all = p.takes_in_place(pi);
+    }
+    if (any && all) {
+      for (std::size_t i = 0; i < s.pipelines.size(); ++i) {
+        if ((i >= s.in_kernel.size() || !s.in_kernel[i]) &&
+            s.pipelines[i]->comm_in_place_possible())
+          s.pipelines[i]->use_comm_in_place();
+      }
+    }
+  }
+  // In place: the probes every user-space pipeline takes so (none without such a pipeline).
+  const auto probes = s.engine->probes();
+  s.in_place_probes.assign(probes.size(), false);
+  s.delivered_probes.assign(probes.size(), false);
+  s.in_place_delivered = false;
+  bool any_user = false, all_delivered = true;
+  for (std::uint32_t p = 0; p < probes.size(); ++p) {
+    bool takes = true;
+    for (std::size_t i = 0; i < s.pipelines.size() && takes; ++i) {
+      if (i < s.in_kernel.size() && s.in_kernel[i])
+        continue;
+      any_user = true;
+      takes = s.pipelines[i]->takes_in_place(p);
+    }
+    s.in_place_probes[p] = takes && any_user;
+    s.delivered_probes[p] = probes[p].delivered;
+    if (probes[p].delivered && !s.in_place_probes[p])
+      all_delivered = false;
+  }
+  s.in_place_delivered = any_user && all_delivered;
+  s.t0 = std::chrono::steady_clock::now();
+  for (auto& p : s.pipelines)
+    p->start(monotonic_now());
+  s.in_place_ready.store(true, std::memory_order_release);
+  s.live = true;
+  if (s.opts.duration) {
+    s.deadline.expires_after(*s.opts.duration);
+    s.deadline.async_wait([this](const boost::system::error_code& ec) {
+      if (!ec)
+        stop();
+    });
+  }
+  s.arm_tick();
+}
+
+}  // namespace tracer
