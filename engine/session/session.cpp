@@ -276,6 +276,13 @@ Session::Session(asio::any_io_executor executor,
 }
 
 Session::~Session() {
+  auto& s = *impl_;
+  if (s.worker.joinable()) {  // an async_start still preparing: it gives up at its next step
+    s.cancel = true;
+    s.worker.join();
+  }
+  s.alive->store(false);  // its completion, if posted, finds the session gone
+  s.starting = false;
   try {
     stop();
   } catch (const std::exception& e) {  // a destructor does not throw; say what stop() met
@@ -366,6 +373,10 @@ std::vector<ProbeInfo> Session::check(std::vector<std::string>* notes) {
 
 void Session::stop() {
   auto& s = *impl_;
+  if (s.starting) {  // async_start's preparation runs: its handler gets the cancellation
+    s.cancel = true;
+    return;
+  }
   if (s.stopped || !s.started)
     return;
   s.stopped = true;
@@ -441,7 +452,7 @@ SessionStats Session::stats() const {
 }
 
 bool Session::running() const noexcept {
-  return impl_->started && !impl_->stopped;
+  return impl_->live && !impl_->stopped;
 }
 
 bool Session::target_exited() const noexcept {

@@ -65,6 +65,23 @@ struct Session::Impl {
   std::chrono::steady_clock::time_point t0{};
   double seconds = 0;
   bool started = false, stopped = false;
+  bool closed = false;  // a failed start closed the engine (stop() has nothing to do)
+  // async_start: the preparation runs on `worker` while the host's executor goes on; stop()
+  // meanwhile asks it to give up (`cancel`); `alive` tells its completion, posted to the
+  // executor, whether the session still exists.
+  std::thread worker;
+  std::atomic<bool> starting{false}, cancel{false};
+  std::shared_ptr<std::atomic<bool>> alive = std::make_shared<std::atomic<bool>>(true);
+
+  void begin_start();
+  /// check_system, placement, engine->prepare() (with the kernel programs), the pipelines'
+  /// bind and the in-place decisions: everything of a start that does not touch the executor.
+  void prepare_start(Session* self);
+  /// engine->go(), the stages' start, the duration and the ticks: on the executor.
+  void finish_start(Session* self);
+  void throw_if_canceled() const;
+  /// A start that failed (or was canceled) after the engine opened: everything closes now.
+  void close_after_failure();
   bool live = false;  // the pipelines were bound and started: stop() has tables to emit
 
   void make_engine(Session* self) {

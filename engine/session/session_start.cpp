@@ -2,9 +2,15 @@
 // off the host's executor (async_start()).
 #include <fmt/format.h>
 
+#include <boost/asio/execution/outstanding_work.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/prefer.hpp>
+
 #include <algorithm>
 #include <exception>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "session_impl.hpp"
@@ -182,55 +188,66 @@ void Session::Impl::absorb_kernel(bool final, std::chrono::nanoseconds now) {
   kernel::absorb_runs(kernel, pipelines, *engine, final, now);
 }
 
-void Session::start() {
-  auto& s = *impl_;
-  if (s.started) {
+void Session::Impl::begin_start() {
+  if (started) {
     throw Error(ErrorCategory::kUsage, std::make_error_code(std::errc::operation_not_permitted),
                 "session: start() may be called once");
   }
-  s.started = true;
-  Diagnostics diags = s.opts.problems;
-  const auto& t = s.opts.target;
-  s.recipe.check_system(diags,
-                        t.kind == Target::Kind::kPid ? std::optional<pid_t>(t.pid) : std::nullopt);
+  started = true;
+}
+
+void Session::Impl::prepare_start(Session* self) {
+  Diagnostics diags = opts.problems;
+  const auto& t = opts.target;
+  recipe.check_system(diags,
+                      t.kind == Target::Kind::kPid ? std::optional<pid_t>(t.pid) : std::nullopt);
   diags.throw_if_any();
-  s.plan_placement(this);
+  throw_if_canceled();
+  plan_placement(self);
+  throw_if_canceled();
   // The kernel pipelines' programs attach once the events are open and before they are enabled:
-  // they count every event the probes see. What start_kernel() throws fails engine->start(),
-  // which closes the events; the programs go with s.kernel.
-  s.engine->before_enable([&s] {
+  // they count every event the probes see. What start_kernel() throws fails engine->prepare(),
+  // which closes the events; the programs go with `kernel`.
+  bool kernel_failed = false;
+  engine->before_enable([this, &kernel_failed] {
     try {
-      s.start_kernel();
+      start_kernel();
     } catch (...) {
-      s.kernel.clear();
-      s.stopped = true;
+      kernel.clear();
+      kernel_failed = true;
       throw;
     }
   });
   try {
-    s.engine->start();
+    engine->prepare();
   } catch (const Error& e) {
-    if (s.stopped)  // the kernel pipelines' failure, already at its place
+    closed = true;
+    if (kernel_failed)  // the kernel pipelines' failure, already at its place
       throw;
-    rethrow_at_probe(e, s.recipe);
+    rethrow_at_probe(e, recipe);
   }
-  for (auto& p : s.pipelines)
-    p->bind(s.engine->probes(), diags, {}, &s.engine->maps());
+  engine->before_enable({});
+  for (auto& p : pipelines)
+    p->bind(engine->probes(), diags, {}, &engine->maps());
   if (!diags.empty()) {
-    s.engine->stop();
-    s.stopped = true;
+    close_after_failure();
     diags.throw_if_any();
+  }
+  if (cancel.load()) {
+    close_after_failure();
+    throw_if_canceled();
   }
   // Pipelines ordered only for their comm keys read comm from the delivered records instead,
   // with no time order, when every user-space pipeline then takes every probe in place (one
   // that needs records would get them rebuilt, without their comm).
+  const auto user = [this](std::size_t i) { return i >= in_kernel.size() || !in_kernel[i]; };
   {
     bool any = false, all = true;
-    const auto n = static_cast<std::uint32_t>(s.engine->probes().size());
-    for (std::size_t i = 0; i < s.pipelines.size(); ++i) {
-      if (i < s.in_kernel.size() && s.in_kernel[i])
+    const auto n = static_cast<std::uint32_t>(engine->probes().size());
+    for (std::size_t i = 0; i < pipelines.size(); ++i) {
+      if (!user(i))
         continue;
-      Pipeline& p = *s.pipelines[i];
+      Pipeline& p = *pipelines[i];
       if (p.comm_in_place_possible()) {
         any = true;
         continue;
@@ -239,46 +256,128 @@ void Session::start() {
         all = p.takes_in_place(pi);
     }
     if (any && all) {
-      for (std::size_t i = 0; i < s.pipelines.size(); ++i) {
-        if ((i >= s.in_kernel.size() || !s.in_kernel[i]) &&
-            s.pipelines[i]->comm_in_place_possible())
-          s.pipelines[i]->use_comm_in_place();
+      for (std::size_t i = 0; i < pipelines.size(); ++i) {
+        if (user(i) && pipelines[i]->comm_in_place_possible())
+          pipelines[i]->use_comm_in_place();
       }
     }
   }
   // In place: the probes every user-space pipeline takes so (none without such a pipeline).
-  const auto probes = s.engine->probes();
-  s.in_place_probes.assign(probes.size(), false);
-  s.delivered_probes.assign(probes.size(), false);
-  s.in_place_delivered = false;
+  const auto probes = engine->probes();
+  in_place_probes.assign(probes.size(), false);
+  delivered_probes.assign(probes.size(), false);
+  in_place_delivered = false;
   bool any_user = false, all_delivered = true;
   for (std::uint32_t p = 0; p < probes.size(); ++p) {
     bool takes = true;
-    for (std::size_t i = 0; i < s.pipelines.size() && takes; ++i) {
-      if (i < s.in_kernel.size() && s.in_kernel[i])
+    for (std::size_t i = 0; i < pipelines.size() && takes; ++i) {
+      if (!user(i))
         continue;
       any_user = true;
-      takes = s.pipelines[i]->takes_in_place(p);
+      takes = pipelines[i]->takes_in_place(p);
     }
-    s.in_place_probes[p] = takes && any_user;
-    s.delivered_probes[p] = probes[p].delivered;
-    if (probes[p].delivered && !s.in_place_probes[p])
+    in_place_probes[p] = takes && any_user;
+    delivered_probes[p] = probes[p].delivered;
+    if (probes[p].delivered && !in_place_probes[p])
       all_delivered = false;
   }
-  s.in_place_delivered = any_user && all_delivered;
-  s.t0 = std::chrono::steady_clock::now();
-  for (auto& p : s.pipelines)
+  in_place_delivered = any_user && all_delivered;
+}
+
+void Session::Impl::close_after_failure() {
+  engine->stop();
+  kernel.clear();  // the in-kernel pipelines' events and programs too
+  closed = true;
+}
+
+void Session::Impl::throw_if_canceled() const {
+  if (cancel.load()) {
+    throw Error(ErrorCategory::kRuntime, std::make_error_code(std::errc::operation_canceled),
+                "session: stopped while starting");
+  }
+}
+
+void Session::Impl::finish_start(Session* self) {
+  try {
+    engine->go();
+  } catch (...) {
+    close_after_failure();
+    throw;
+  }
+  t0 = std::chrono::steady_clock::now();
+  for (auto& p : pipelines)
     p->start(monotonic_now());
-  s.in_place_ready.store(true, std::memory_order_release);
-  s.live = true;
-  if (s.opts.duration) {
-    s.deadline.expires_after(*s.opts.duration);
-    s.deadline.async_wait([this](const boost::system::error_code& ec) {
+  in_place_ready.store(true, std::memory_order_release);
+  live = true;
+  if (opts.duration) {
+    deadline.expires_after(*opts.duration);
+    deadline.async_wait([self](const boost::system::error_code& ec) {
       if (!ec)
-        stop();
+        self->stop();
     });
   }
-  s.arm_tick();
+  arm_tick();
+}
+
+void Session::start() {
+  auto& s = *impl_;
+  s.begin_start();
+  try {
+    s.prepare_start(this);
+    s.finish_start(this);
+  } catch (...) {
+    s.stopped = s.stopped || s.closed;  // what failed closed the engine: nothing to stop
+    throw;
+  }
+}
+
+void Session::async_start(std::function<void(std::exception_ptr)> handler) {
+  auto& s = *impl_;
+  s.begin_start();
+  s.starting = true;
+  // Outstanding work on the executor until the completion runs: the host's run() does not
+  // return while the start prepares.
+  boost::asio::any_io_executor work =
+      boost::asio::prefer(s.executor, boost::asio::execution::outstanding_work.tracked);
+  s.worker =
+      std::thread([this, &s, handler = std::move(handler), work = std::move(work)]() mutable {
+        std::exception_ptr failure;
+        try {
+          s.prepare_start(this);
+        } catch (...) {
+          failure = std::current_exception();
+        }
+        // The rest on the executor: the engine's waits and timers, the stages' start, the ticks.
+        boost::asio::post(
+            work, [this, &s, failure, handler = std::move(handler), alive = s.alive]() mutable {
+              if (!alive->load())
+                return;  // the session is gone (its destructor joined this thread)
+              if (s.worker.joinable())
+                s.worker.join();
+              s.starting = false;
+              const bool canceled = s.cancel.load();
+              if (!failure && canceled) {
+                s.close_after_failure();
+                failure = std::make_exception_ptr(Error(
+                    ErrorCategory::kRuntime, std::make_error_code(std::errc::operation_canceled),
+                    "session: stopped while starting"));
+              }
+              if (!failure) {
+                try {
+                  s.finish_start(this);
+                } catch (...) {
+                  failure = std::current_exception();
+                }
+              }
+              s.stopped = s.stopped || s.closed;
+              handler(failure);
+              if (canceled) {  // stop() was called meanwhile: the session ended
+                s.stopped = true;
+                for (auto& h : s.done_handlers)
+                  h();
+              }
+            });
+      });
 }
 
 }  // namespace tracer

@@ -150,6 +150,16 @@ class Session {
   /// Checks the recipe against the system, starts the engine, binds and starts the pipelines,
   /// arms the duration and the ticks. Errors about a probe point at its place in the recipe.
   void start();
+  /// start() without blocking the caller's executor: the recipe's check against the system,
+  /// probe resolution, BPF generation and compiles, opening and attaching the events and the
+  /// pipelines' bind run on a thread of the session's own; the rest (the rings' waits, the
+  /// stages' start, the duration and the ticks) then runs on the session's executor, and
+  /// `handler` runs there last with nullptr (the session runs) or what start() would have thrown
+  /// (tracer::Error with the recipe position). Until the handler runs, call nothing on the
+  /// session but stop() (the start gives up at its next step and the handler gets an Error with
+  /// std::errc::operation_canceled; on_done observers then run) and its destructor (which waits
+  /// for the preparation's current step). The handler never runs after the session is gone.
+  void async_start(std::function<void(std::exception_ptr)> handler);
   /// Stops the engine (the last records reach the pipelines), emits the final tables, flushes.
   /// Idempotent; on_done observers run once.
   void stop();
