@@ -19,10 +19,13 @@ namespace asio = boost::asio;
 
 [[noreturn]] void core::throw_failure(ErrorCategory cat,
                                       const Failure& f,
-                                      const std::string& prefix) {
+                                      const std::string& prefix,
+                                      ErrorSubject subject) {
   // A message that names its layer already ("bpf: ...") is not named twice.
   const bool named = prefix.empty() || f.message.starts_with(prefix + ": ");
-  throw Error(cat, f.code, named ? f.message : prefix + ": " + f.message, f.hint);
+  Error e(cat, f.code, named ? f.message : prefix + ": " + f.message, f.hint);
+  e.subject() = std::move(subject);
+  throw e;
 }
 
 using core::throw_failure;
@@ -77,7 +80,7 @@ void Engine::Impl::open_probe(core::ResolvedProbe& rp,
                           ? ErrorCategory::kPermission
                       : ev.error().errno_value() == ENOENT ? ErrorCategory::kUnsupported
                                                            : ErrorCategory::kRuntime,
-                      ev.error(), fmt::format("probe '{}'", rp.info.name));
+                      ev.error(), fmt::format("probe '{}'", rp.info.name), about(rp.info.index));
       }
       // A system-wide tracepoint sampled by its own events leaves tracer's main thread out
       // (its drains' system calls would be samples that wake it again).
@@ -92,13 +95,14 @@ void Engine::Impl::open_probe(core::ResolvedProbe& rp,
       }
       if (!filter.empty()) {
         if (auto st = ev->set_filter(filter); !st) {
-          throw_failure(ErrorCategory::kUsage, st.error(), fmt::format("probe '{}'", rp.info.name));
+          throw_failure(ErrorCategory::kUsage, st.error(), fmt::format("probe '{}'", rp.info.name),
+                        about(rp.info.index, "filter"));
         }
       }
       if (!rp.counting && !ce.events.empty()) {
         if (auto st = ev->set_output(ce.events.front().fd()); !st) {
           throw_failure(ErrorCategory::kRuntime, st.error(),
-                        fmt::format("probe '{}'", rp.info.name));
+                        fmt::format("probe '{}'", rp.info.name), about(rp.info.index));
         }
       }
       ce.events.push_back(std::move(*ev));
@@ -109,7 +113,7 @@ void Engine::Impl::open_probe(core::ResolvedProbe& rp,
       auto ring = perf::Ring::map(ce.events.front().fd(), rp.ring);
       if (!ring)
         throw_failure(ErrorCategory::kRuntime, ring.error(),
-                      fmt::format("probe '{}'", rp.info.name));
+                      fmt::format("probe '{}'", rp.info.name), about(rp.info.index));
       auto r = std::make_unique<Reader>(
           perf::RingReader(std::move(*ring), rp.info.index, cpu, &probes[rp.info.index].layout,
                            opts.max_batch, opts.decode_samples),
@@ -149,10 +153,12 @@ void Engine::Impl::open_side_band(const core::ResolvedProbe& rp,
       continue;  // a thread that exited since we listed it
     if (!ev)
       throw_failure(ErrorCategory::kRuntime, ev.error(),
-                    fmt::format("probe '{}': its side-band event", rp.info.name));
+                    fmt::format("probe '{}': its side-band event", rp.info.name),
+                    about(rp.info.index));
     if (auto st = ev->set_output(ce.events.front().fd()); !st)
       throw_failure(ErrorCategory::kRuntime, st.error(),
-                    fmt::format("probe '{}': its side-band event", rp.info.name));
+                    fmt::format("probe '{}': its side-band event", rp.info.name),
+                    about(rp.info.index));
     ce.events.push_back(std::move(*ev));
   }
 }
@@ -171,7 +177,12 @@ std::vector<core::ResolvedProbe> Engine::Impl::resolve(core::ResolveContext& ctx
   std::vector<core::ResolvedProbe> resolved;
   resolved.reserve(opts.probes.size());
   for (std::size_t i = 0; i < opts.probes.size(); ++i) {
-    resolved.push_back(core::resolve_probe(opts.probes[i], static_cast<std::uint32_t>(i), ctx));
+    try {
+      resolved.push_back(core::resolve_probe(opts.probes[i], static_cast<std::uint32_t>(i), ctx));
+    } catch (Error& e) {
+      mark(e, i);
+      throw;
+    }
   }
   return resolved;
 }
@@ -727,11 +738,12 @@ void Engine::Impl::trial_open_one(const core::ResolvedProbe& rp, int cpu) const 
       throw_failure(err == ENOENT   ? ErrorCategory::kUnsupported
                     : err == EINVAL ? ErrorCategory::kUsage
                                     : ErrorCategory::kRuntime,
-                    ev.error(), fmt::format("probe '{}'", rp.info.name));
+                    ev.error(), fmt::format("probe '{}'", rp.info.name), about(rp.info.index));
     }
     if (!o.filter.empty() && rp.info.format) {
       if (auto st = ev->set_filter(tracefs::kernel_filter(o.filter, *rp.info.format)); !st)
-        throw_failure(ErrorCategory::kUsage, st.error(), fmt::format("probe '{}'", rp.info.name));
+        throw_failure(ErrorCategory::kUsage, st.error(), fmt::format("probe '{}'", rp.info.name),
+                      about(rp.info.index, "filter"));
     }
   }
 }
@@ -751,7 +763,8 @@ std::vector<Error> Engine::check_probes() {
     try {
       const auto rp = core::resolve_probe(o.probes[i], static_cast<std::uint32_t>(i), ctx);
       impl_->trial_open_one(rp, cpu);
-    } catch (const Error& e) {
+    } catch (Error& e) {
+      impl_->mark(e, i);
       out.push_back(e);
     }
   }

@@ -263,15 +263,16 @@ void Engine::Impl::open_output_channel(const BpfOptions& b, bpf::Object& obj) {
 int Engine::Impl::program_fd(std::size_t p) const {
   const auto& name = opts.probes[p].bpf_program;
   if (!bpf_object) {
-    throw Error(
-        ErrorCategory::kUsage, std::make_error_code(std::errc::invalid_argument),
-        fmt::format("probe '{}': program '{}' but no BPF object", opts.probes[p].name, name),
-        "give the engine BPF options (a recipe's [bpf] section)");
+    Error e(ErrorCategory::kUsage, std::make_error_code(std::errc::invalid_argument),
+            fmt::format("probe '{}': program '{}' but no BPF object", opts.probes[p].name, name),
+            "give the engine BPF options (a recipe's [bpf] section)");
+    e.subject() = about(p, "program");
+    throw e;
   }
   auto fd = bpf_object->program_fd(name);
   if (!fd)
-    throw_failure(ErrorCategory::kUsage, fd.error(),
-                  fmt::format("probe '{}'", opts.probes[p].name));
+    throw_failure(ErrorCategory::kUsage, fd.error(), fmt::format("probe '{}'", opts.probes[p].name),
+                  about(p));
   return *fd;
 }
 
@@ -293,10 +294,11 @@ void Engine::Impl::attach_bpf_programs() {
       auto ev = perf::Event::open(a, {.pid = -1, .cpu = 0});
       if (!ev)
         throw_failure(ErrorCategory::kRuntime, ev.error(),
-                      fmt::format("probe '{}': an event for its program", opts.probes[p].name));
+                      fmt::format("probe '{}': an event for its program", opts.probes[p].name),
+                      about(p));
       if (auto st = ev->set_bpf(fd); !st)
         throw_failure(ErrorCategory::kRuntime, st.error(),
-                      fmt::format("probe '{}'", opts.probes[p].name));
+                      fmt::format("probe '{}'", opts.probes[p].name), about(p));
       follow_events.push_back(std::move(*ev));
       continue;
     }
@@ -304,7 +306,7 @@ void Engine::Impl::attach_bpf_programs() {
     // (a second SET_BPF on another CPU's event of it fails with EEXIST). TOOLCHAIN.md.
     if (auto st = events[p].front().events.front().set_bpf(fd); !st) {
       throw_failure(ErrorCategory::kRuntime, st.error(),
-                    fmt::format("probe '{}'", opts.probes[p].name));
+                    fmt::format("probe '{}'", opts.probes[p].name), about(p));
     }
   }
 }
@@ -342,7 +344,8 @@ void Engine::attach_bpf(std::uint32_t probe, int prog_fd, bool every_event) {
   if (!st) {
     throw_failure(
         ErrorCategory::kRuntime, st.error(),
-        fmt::format("probe '{}': attaching its in-kernel program", im.opts.probes[probe].name));
+        fmt::format("probe '{}': attaching its in-kernel program", im.opts.probes[probe].name),
+        im.about(probe));
   }
 }
 

@@ -186,7 +186,7 @@ void Engine::Impl::open_delivery() {
                                    events[p].front().events.front().fd());
         !st) {
       throw_failure(ErrorCategory::kRuntime, st.error(),
-                    fmt::format("probe '{}': tracepoint delivery (BPF)", probes[p].name));
+                    fmt::format("probe '{}': tracepoint delivery (BPF)", probes[p].name), about(p));
     }
   }
 }

@@ -37,10 +37,22 @@ namespace tracer {
 namespace core {
 [[noreturn]] void throw_failure(ErrorCategory cat,
                                 const Failure& f,
-                                const std::string& prefix = {});
+                                const std::string& prefix = {},
+                                ErrorSubject subject = {});
 }  // namespace core
 
 struct Engine::Impl : std::enable_shared_from_this<Engine::Impl> {
+  /// What an error about probe `p` is about (ErrorSubject), with the option it names.
+  [[nodiscard]] ErrorSubject about(std::size_t p, std::string option = {}) const {
+    return {.probe = p,
+            .recipe_probe = p < opts.probes.size() ? opts.probes[p].origin : std::nullopt,
+            .option = std::move(option)};
+  }
+  /// An Error thrown about probe `p` without a subject yet gets it (rethrown by the caller).
+  void mark(Error& e, std::size_t p) const {
+    if (!e.subject().probe)
+      e.subject() = about(p, std::move(e.subject().option));
+  }
   struct Reader {
     Reader(perf::RingReader r,
            const boost::asio::any_io_executor& executor,

@@ -44,8 +44,26 @@ void Diagnostics::throw_if_any() const {
   std::string text = format();
   if (!text.empty() && text.back() == '\n')
     text.pop_back();
-  throw Error(ErrorCategory::kRecipe, std::make_error_code(std::errc::invalid_argument), text, {},
-              items_.front().where);
+  Error e(ErrorCategory::kRecipe, std::make_error_code(std::errc::invalid_argument), text, {},
+          items_.front().where);
+  e.subject() = items_.front().subject;
+  throw e;
+}
+
+void Diagnostics::about_since(std::size_t from, const ErrorSubject& subject) {
+  for (std::size_t i = from; i < items_.size(); ++i) {
+    ErrorSubject& s = items_[i].subject;
+    if (!s.probe)
+      s.probe = subject.probe;
+    if (!s.recipe_probe)
+      s.recipe_probe = subject.recipe_probe;
+    if (!s.pipeline)
+      s.pipeline = subject.pipeline;
+    if (!s.stage)
+      s.stage = subject.stage;
+    if (s.option.empty())
+      s.option = subject.option;
+  }
 }
 
 }  // namespace tracer

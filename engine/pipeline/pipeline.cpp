@@ -88,7 +88,9 @@ void Pipeline::bind(std::span<const ProbeInfo> probes,
   }
   bool upstream = false;
   bool ordered = options_.force_order;
-  for (auto& slot : stages_) {
+  for (std::size_t i = 0; i < stages_.size(); ++i) {
+    auto& slot = stages_[i];
+    const std::size_t said = diags.size();
     BindContext ctx{.schema = *schema_,
                     .out = *out_,
                     .upstream_aggregates = upstream,
@@ -98,6 +100,7 @@ void Pipeline::bind(std::span<const ProbeInfo> probes,
                     .time_order = slot.needs.time_order,
                     .dry_run = options_.dry_run};
     slot.stage->bind(ctx, diags);
+    diags.about_since(said, {.stage = i});
     slot.kinds = ctx.kinds;
     ordered = ordered || ctx.time_order;
     upstream = upstream || slot.aggregation != nullptr;

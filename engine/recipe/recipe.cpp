@@ -405,6 +405,8 @@ class Loader {
   }
 
   void read_stage(const ConfigValue& node, std::vector<RecipeStage>& out) {
+    // Its problems are about it: the pipeline being read (not yet in the recipe) and this stage.
+    const std::size_t said = diags_.size();
     RecipeStage stage;
     stage.where = node.where;
     stage.options.where = node.where;
@@ -436,6 +438,7 @@ class Loader {
       for (const auto& [key, v] : *stage.options.table())
         core::reject_date_times(v, fmt::format("option '{}'", key), diags_);
     }
+    diags_.about_since(said, {.pipeline = recipe_.pipelines.size(), .stage = out.size()});
     out.push_back(std::move(stage));
   }
 

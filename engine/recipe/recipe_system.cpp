@@ -75,7 +75,7 @@ void check_filter_fields(const RecipeProbe& p,
                     fmt::format("filter of probe '{}': {} has no field '{}' (at offset {} of "
                                 "the filter)",
                                 p.options.name, p.options.spec, ff.name, ff.offset),
-                    hint);
+                    hint, ErrorSubject{.option = "filter"});
   }
 }
 
@@ -87,7 +87,7 @@ void Recipe::check_system(Diagnostics& diagnostics, std::optional<pid_t> pid, Wr
   std::optional<std::uint64_t> max_rate;
   if (auto text = detail::read_text_file("/proc/sys/kernel/perf_event_max_sample_rate", "perf"))
     max_rate = detail::parse_uint<std::uint64_t>(detail::trim(*text));
-  for (const auto& p : probes) {
+  const auto check_probe = [&](const RecipeProbe& p) {
     const ProbeOptions& o = p.options;
     const SourceRegion& where = p.where_of(to_string(o.kind));
     if (o.freq && max_rate && *o.freq > *max_rate) {
@@ -97,7 +97,8 @@ void Recipe::check_system(Diagnostics& diagnostics, std::optional<pid_t> pid, Wr
                                   *o.freq, *max_rate),
                       fmt::format("lower it to {} or less, or raise the limit: sysctl "
                                   "kernel.perf_event_max_sample_rate={}",
-                                  *max_rate, *o.freq));
+                                  *max_rate, *o.freq),
+                      ErrorSubject{.option = "freq"});
     }
     if (o.kind == ProbeKind::kTracepoint) {
       if (!tracefs) {
@@ -109,7 +110,7 @@ void Recipe::check_system(Diagnostics& diagnostics, std::optional<pid_t> pid, Wr
         }
       }
       if (!*tracefs)
-        continue;
+        return;
       if (is_tracepoint_glob(o.spec)) {
         auto matches = (*tracefs)->list_tracepoints(o.spec);
         if (!matches) {
@@ -124,19 +125,19 @@ void Recipe::check_system(Diagnostics& diagnostics, std::optional<pid_t> pid, Wr
               check_filter_fields(p, *format, one);
               if (!one.empty()) {
                 for (const auto& d : one.items())
-                  diagnostics.add(d.where, d.message, d.hint);
+                  diagnostics.add(d.where, d.message, d.hint, d.subject);
                 break;  // one event lacking the field says it
               }
             }
           }
         }
-        continue;
+        return;
       }
       const auto tp = tracefs::split_tracepoint(o.spec);
       if (!tp) {
         diagnostics.add(where, fmt::format("malformed tracepoint '{}'", o.spec),
                         "write it as system:event, e.g. \"syscalls:sys_enter_openat\"");
-        continue;
+        return;
       }
       auto format = (*tracefs)->format(*tp);
       if (!format) {
@@ -163,6 +164,13 @@ void Recipe::check_system(Diagnostics& diagnostics, std::optional<pid_t> pid, Wr
                         "(path:function) or an offset that `objdump -d` shows");
       }
     }
+  };
+  for (std::size_t pi = 0; pi < probes.size(); ++pi) {
+    // What a probe's checks add is about it: its kind's value, unless an add says which option.
+    const std::size_t said = diagnostics.size();
+    check_probe(probes[pi]);
+    diagnostics.about_since(
+        said, {.recipe_probe = pi, .option = std::string(to_string(probes[pi].options.kind))});
   }
   if (bpf) {
     const auto check_file = [&](const fs::path& file, std::string_view key) {
@@ -215,9 +223,11 @@ EngineOptions Recipe::to_engine_options(const Target& target) const {
   out.probes.reserve(probes.size());
   std::optional<Result<tracefs::Tracefs>> tracefs;
   Diagnostics diags;
-  for (const auto& p : probes) {
+  for (std::size_t pi = 0; pi < probes.size(); ++pi) {
+    const auto& p = probes[pi];
     if (p.options.kind != ProbeKind::kTracepoint || !is_tracepoint_glob(p.options.spec)) {
       out.probes.push_back(p.options);
+      out.probes.back().origin = pi;
       continue;
     }
     // A glob is one probe per matching tracepoint, each its own perf event: "name:event".
@@ -238,6 +248,7 @@ EngineOptions Recipe::to_engine_options(const Target& target) const {
       no_match(p, **tracefs, diags);
     for (const auto& m : *matches) {
       ProbeOptions o = p.options;
+      o.origin = pi;
       o.name = fmt::format("{}:{}", p.options.name, m.event);
       o.spec = fmt::format("{}:{}", m.system, m.event);
       out.probes.push_back(std::move(o));

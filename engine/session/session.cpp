@@ -64,28 +64,18 @@ namespace {
 
 namespace asio = boost::asio;
 
-/// The recipe's probe an engine error names ("probe 'NAME': ..."; a glob's "probe 'NAME:event'").
-const RecipeProbe* probe_of(const Error& e, const Recipe& recipe) {
-  const std::string_view what = e.what();
-  for (const auto& p : recipe.probes) {
-    const std::string prefix = fmt::format("probe '{}", p.options.name);
-    if (what.starts_with(prefix + "':") || what.starts_with(prefix + ":"))
-      return &p;
-  }
-  return nullptr;
-}
-
+/// The place in the recipe of the probe an engine error is about (ErrorSubject::recipe_probe):
+/// its filter's for an error about the filter, else its tracepoint/uprobe/... value's.
 std::optional<SourceRegion> probe_place(const Error& e, const Recipe& recipe) {
-  const std::string_view what = e.what();
-  if (const RecipeProbe* found = probe_of(e, recipe)) {
-    const auto& p = *found;
-    const bool filter = !p.options.filter.empty() && what.find("filter") != std::string_view::npos;
-    const SourceRegion& where = p.where_of(filter ? "filter" : to_string(p.options.kind));
-    if (where.path.empty())
-      return std::nullopt;
-    return where;
-  }
-  return std::nullopt;
+  const auto& about = e.subject().recipe_probe;
+  if (!about || *about >= recipe.probes.size())
+    return std::nullopt;
+  const auto& p = recipe.probes[*about];
+  const bool filter = e.subject().option == "filter" && !p.options.filter.empty();
+  const SourceRegion& where = p.where_of(filter ? "filter" : to_string(p.options.kind));
+  if (where.path.empty())
+    return std::nullopt;
+  return where;
 }
 
 bool same_place(const SourceRegion& a, const SourceRegion& b) {
@@ -132,9 +122,11 @@ namespace session_detail {
   if (const auto where = probe_place(e, recipe)) {
     const bool recipe_error =
         e.category() == ErrorCategory::kUsage || e.category() == ErrorCategory::kNotFound;
-    throw Error(recipe_error ? ErrorCategory::kRecipe : e.category(), e.code(),
-                fmt::format("{}:{}:{}: {}", where->path, where->line, where->column, e.what()),
-                e.hint(), where);
+    Error placed(recipe_error ? ErrorCategory::kRecipe : e.category(), e.code(),
+                 fmt::format("{}:{}:{}: {}", where->path, where->line, where->column, e.what()),
+                 e.hint(), where);
+    placed.subject() = e.subject();
+    throw placed;
   }
   throw e;
 }
@@ -162,15 +154,19 @@ std::vector<std::unique_ptr<Pipeline>> make_pipelines(const Recipe& recipe,
     o.implicit_print = implicit_print;
     return o;
   };
-  for (const auto& rp : recipe.pipelines) {
+  for (std::size_t pi = 0; pi < recipe.pipelines.size(); ++pi) {
+    const auto& rp = recipe.pipelines[pi];
     auto p = std::make_unique<Pipeline>(out, options(!json));
-    for (const auto& st : rp.stages) {
+    for (std::size_t si = 0; si < rp.stages.size(); ++si) {
+      const auto& st = rp.stages[si];
+      const std::size_t said = diags.size();
       if (json && st.use == "print") {
         ConfigValue empty{.value = ConfigTable{}, .where = st.where};
         p->add(registry, "jsonl", empty, diags);
       } else {
         p->add(registry, st.use, st.options, diags);
       }
+      diags.about_since(said, {.pipeline = pi, .stage = si});  // its options' problems
     }
     const Output* last = p->size() == 0 ? nullptr : p->stage(p->size() - 1).output();
     bool aggregates = false;
@@ -344,7 +340,9 @@ std::vector<ProbeInfo> Session::check(std::vector<std::string>* notes) {
     // second, vaguer error about the same mistake.
     for (const auto& e : s.engine->check_probes()) {
       const auto where = probe_place(e, s.recipe);
-      const RecipeProbe* probe = probe_of(e, s.recipe);
+      const auto& about = e.subject().recipe_probe;
+      const RecipeProbe* probe =
+          about && *about < s.recipe.probes.size() ? &s.recipe.probes[*about] : nullptr;
       const bool said = std::any_of(diags.items().begin(), diags.items().end(), [&](const auto& d) {
         if (where && same_place(d.where, *where))
           return true;
@@ -365,8 +363,11 @@ std::vector<ProbeInfo> Session::check(std::vector<std::string>* notes) {
   } catch (const Error& e) {
     rethrow_at_probe(e, s.recipe);
   }
-  for (auto& p : s.pipelines)
-    p->bind(probes, diags, {}, &s.engine->maps());
+  for (std::size_t i = 0; i < s.pipelines.size(); ++i) {
+    const std::size_t said = diags.size();
+    s.pipelines[i]->bind(probes, diags, {}, &s.engine->maps());
+    diags.about_since(said, {.pipeline = i});
+  }
   diags.throw_if_any();
   return probes;
 }

@@ -60,11 +60,12 @@ void Session::Impl::check_user_fields(std::span<const ProbeInfo> probes) const {
   if (problem->pipeline < recipe.pipelines.size() &&
       problem->stage < recipe.pipelines[problem->pipeline].stages.size())
     where = recipe.pipelines[problem->pipeline].stages[problem->stage].where;
-  throw Error(
-      ErrorCategory::kRecipe, std::make_error_code(std::errc::not_supported),
-      fmt::format("{}:{}:{}: pipeline {} stage {}: {}", where.path, where.line, where.column,
-                  problem->pipeline + 1, problem->stage + 1, problem->message),
-      problem->hint, where);
+  Error e(ErrorCategory::kRecipe, std::make_error_code(std::errc::not_supported),
+          fmt::format("{}:{}:{}: pipeline {} stage {}: {}", where.path, where.line, where.column,
+                      problem->pipeline + 1, problem->stage + 1, problem->message),
+          problem->hint, where);
+  e.subject() = {.pipeline = problem->pipeline, .stage = problem->stage, .option = "by"};
+  throw e;
 }
 
 void Session::Impl::plan_placement(Session* self) {
@@ -103,11 +104,13 @@ void Session::Impl::plan_placement(Session* self) {
       SourceRegion where{.path = recipe.path};
       if (p < recipe.pipelines.size() && !recipe.pipelines[p].stages.empty())
         where = recipe.pipelines[p].stages.front().where;
-      throw Error(ErrorCategory::kRecipe, std::make_error_code(std::errc::not_supported),
-                  fmt::format("{}:{}:{}: placement = \"kernel\": pipeline {} cannot run in the "
-                              "kernel: {}",
-                              where.path, where.line, where.column, p + 1, st.why),
-                  "use placement = \"auto\" to run it in user space", where);
+      Error e(ErrorCategory::kRecipe, std::make_error_code(std::errc::not_supported),
+              fmt::format("{}:{}:{}: placement = \"kernel\": pipeline {} cannot run in the "
+                          "kernel: {}",
+                          where.path, where.line, where.column, p + 1, st.why),
+              "use placement = \"auto\" to run it in user space", where);
+      e.subject() = {.pipeline = p, .stage = 0, .option = "placement"};
+      throw e;
     }
   }
   // Probes no user-space pipeline reads become counting events: their events go nowhere but
@@ -227,8 +230,11 @@ void Session::Impl::prepare_start(Session* self) {
     rethrow_at_probe(e, recipe);
   }
   engine->before_enable({});
-  for (auto& p : pipelines)
-    p->bind(engine->probes(), diags, {}, &engine->maps());
+  for (std::size_t i = 0; i < pipelines.size(); ++i) {
+    const std::size_t said = diags.size();
+    pipelines[i]->bind(engine->probes(), diags, {}, &engine->maps());
+    diags.about_since(said, {.pipeline = i});
+  }
   if (!diags.empty()) {
     close_after_failure();
     diags.throw_if_any();

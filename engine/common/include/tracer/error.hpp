@@ -2,6 +2,7 @@
 // Engine::start). The hot path never throws.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <stdexcept>
@@ -17,6 +18,17 @@ struct SourceRegion {
   std::string path;
   std::uint32_t line = 0;
   std::uint32_t column = 0;
+};
+
+/// What an error is about besides its text, for a program that reacts to it without parsing
+/// the message (a host that shows the probe or stage, or drops it and retries).
+struct ErrorSubject {
+  std::optional<std::size_t> probe{};         // the engine's probe (EngineOptions::probes index)
+  std::optional<std::size_t> recipe_probe{};  // the recipe's [[probe]] it comes from (its index)
+  std::optional<std::size_t> pipeline{};      // the recipe's pipeline (index)
+  std::optional<std::size_t> stage{};         // the stage's index in that pipeline
+  std::string option{};                       // the option it is about ("filter", "by", ...)
+  friend bool operator==(const ErrorSubject&, const ErrorSubject&) = default;
 };
 
 enum class ErrorCategory : std::uint8_t {
@@ -48,6 +60,10 @@ class Error : public std::runtime_error {
   [[nodiscard]] std::error_code code() const noexcept { return code_; }
   [[nodiscard]] const std::string& hint() const noexcept { return hint_; }
   [[nodiscard]] const std::optional<SourceRegion>& where() const noexcept { return where_; }
+  /// What the error is about (empty fields: not known or not about one).
+  [[nodiscard]] const ErrorSubject& subject() const noexcept { return subject_; }
+  /// Set by the layer that knows it, also on an Error caught on its way up.
+  ErrorSubject& subject() noexcept { return subject_; }
 
   /// Process exit code for this error: 2 for usage/recipe errors, 1 otherwise.
   [[nodiscard]] int exit_code() const noexcept {
@@ -59,6 +75,7 @@ class Error : public std::runtime_error {
   std::error_code code_;
   std::string hint_;
   std::optional<SourceRegion> where_;
+  ErrorSubject subject_;
 };
 
 }  // namespace tracer

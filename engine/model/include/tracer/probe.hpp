@@ -5,6 +5,7 @@
 
 #include <sys/types.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -63,6 +64,9 @@ struct WakeupPolicy {
 
 struct ProbeOptions {
   std::string name{};  // shown in stats; unique per engine
+  /// The recipe's [[probe]] this one comes from (its index; a glob gives several): errors
+  /// about the probe carry it (ErrorSubject::recipe_probe).
+  std::optional<std::size_t> origin{};
   ProbeKind kind = ProbeKind::kTracepoint;
   std::string spec{};
   /// Sampling: every `period` events, or `freq` times a second. Neither: every event for
