@@ -420,8 +420,26 @@ std::vector<std::string> Pipeline::take_warnings() {
   return out;
 }
 
+void Pipeline::tap(std::size_t stage, std::span<const FieldRef> fields) noexcept {
+  for (const Event* e : routed_) {
+    if (e->dropped)
+      continue;
+    if (handler_failure_) {
+      ++events_missed_;
+      continue;
+    }
+    try {
+      on_event_(stage, *e, fields);
+    } catch (...) {
+      handler_failure_ = std::current_exception();
+      ++events_missed_;
+    }
+  }
+}
+
 void Pipeline::dispatch() noexcept {
-  for (auto& slot : stages_) {
+  for (std::size_t i = 0; i < stages_.size(); ++i) {
+    auto& slot = stages_[i];
     if (alive_.empty())
       break;
     routed_.clear();
@@ -432,6 +450,10 @@ void Pipeline::dispatch() noexcept {
     if (routed_.empty())
       continue;
     slot.stage->on_events(routed_);
+    if (on_event_ && slot.output != nullptr) {
+      if (const auto fields = slot.output->event_fields(); !fields.empty())
+        tap(i, fields);
+    }
     const auto before = alive_.size();
     std::erase_if(alive_, [](const Event* e) { return e->dropped; });
     stats_.dropped += before - alive_.size();
@@ -454,6 +476,8 @@ std::vector<std::pair<std::string, std::uint64_t>> Pipeline::counters() const {
     if (o.unprocessed != 0)
       out.emplace_back("order.unprocessed", o.unprocessed);
   }
+  if (handler_failure_)
+    out.emplace_back("on_event.missed", events_missed_);
   return out;
 }
 

@@ -40,6 +40,10 @@ Sink Sink::to_file(std::FILE* file) noexcept {
   return s;
 }
 
+Sink Sink::discard() noexcept {
+  return {};
+}
+
 Sink Sink::to_string(std::string* text) noexcept {
   Sink s;
   s.text_ = text;

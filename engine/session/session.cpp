@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <cstdio>
 #include <ctime>
@@ -161,8 +162,16 @@ std::vector<std::unique_ptr<Pipeline>> make_pipelines(const Recipe& recipe,
       const auto& st = rp.stages[si];
       const std::size_t said = diags.size();
       if (json && st.use == "print") {
-        ConfigValue empty{.value = ConfigTable{}, .where = st.where};
-        p->add(registry, "jsonl", empty, diags);
+        // The same output as JSON lines: its fields, kinds and events, not its text format.
+        ConfigTable as_json;
+        if (const ConfigTable* t = st.options.table()) {
+          for (const auto& kv : *t) {
+            if (kv.first != "format")
+              as_json.push_back(kv);
+          }
+        }
+        p->add(registry, "jsonl", ConfigValue{.value = std::move(as_json), .where = st.where},
+               diags);
       } else {
         p->add(registry, st.use, st.options, diags);
       }
@@ -426,6 +435,34 @@ void Session::on_table(std::function<void(const TableUpdate&)> handler) {
   s.table_handlers.push_back(std::move(handler));
 }
 
+void Session::on_event(std::function<void(const EventUpdate&)> handler) {
+  auto& s = *impl_;
+  if (s.event_handlers.empty()) {
+    for (std::size_t i = 0; i < s.pipelines.size(); ++i) {
+      s.pipelines[i]->on_event([this, &s, i](std::size_t stage, const Event& event,
+                                             std::span<const FieldRef> fields) {
+        const EventUpdate update{.pipeline = i, .stage = stage, .event = event, .fields = fields};
+        try {
+          for (auto& h : s.event_handlers)
+            h(update);
+        } catch (...) {
+          // The session ends (failure() says why); the pipeline gives the handlers no more
+          // events and counts them.
+          if (!s.handler_failure) {
+            s.handler_failure = std::current_exception();
+            boost::asio::post(s.executor, [this, alive = s.alive] {
+              if (alive->load())
+                stop();
+            });
+          }
+          throw;
+        }
+      });
+    }
+  }
+  s.event_handlers.push_back(std::move(handler));
+}
+
 void Session::on_tick(std::function<void()> handler) {
   impl_->tick_handlers.push_back(std::move(handler));
 }
@@ -465,7 +502,9 @@ std::optional<int> Session::command_exit_code() const noexcept {
 }
 
 std::exception_ptr Session::failure() const noexcept {
-  return impl_->engine->failure();
+  if (auto f = impl_->engine->failure())
+    return f;
+  return impl_->handler_failure;
 }
 
 std::string Session::placement() const {

@@ -5,8 +5,10 @@
 #include <algorithm>
 #include <atomic>
 #include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
+#include <exception>
 #include <functional>
 #include <map>
 #include <memory>
@@ -54,6 +56,8 @@ struct Session::Impl {
   boost::asio::steady_timer deadline, ticker;
   std::vector<std::function<void()>> done_handlers, tick_handlers;
   std::vector<std::function<void(const TableUpdate&)>> table_handlers;
+  std::vector<std::function<void(const EventUpdate&)>> event_handlers;
+  std::exception_ptr handler_failure;  // what an on_event handler threw (the session stops)
   std::function<void(std::size_t)> delivery;
   std::uint64_t delivered = 0;
   /// The probes whose samples the pipelines in user space all take in place, and whether

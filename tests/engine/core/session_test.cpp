@@ -8,8 +8,11 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <sstream>
+#include <stdexcept>
 #include <utility>
+#include <variant>
 #include <vector>
 
 namespace tracer {
@@ -205,6 +208,125 @@ TEST(Session, TablesAsValuesInTheKernel) {
 
 TEST(Session, TablesAsValuesInUserSpace) {
   expect_tables_as_values(Placement::kUser);
+}
+
+// Events as values (Session::on_event): the workload's 2 x 3,000 lseek calls through a filter
+// and a per-event jsonl output with two fields. The handler gets each event the output writes,
+// once, with the output's fields in its order: every offset 0..2999 twice, the same values the
+// printed lines hold, and nothing the filter dropped.
+TEST(Session, EventsAsValuesAreTheEventsTheOutputWrites) {
+  Recipe recipe = load_recipe("session_events", R"([recipe]
+name = "events"
+[[probe]]
+name = "lseek"
+tracepoint = "syscalls:sys_enter_lseek"
+filter = "fd == 12345"
+[[stage]]
+use = "filter"
+expr = "offset < 2000"
+[[stage]]
+use = "print"
+fields = ["offset", "pid"]
+)");
+  std::string text;
+  Sink out = Sink::to_string(&text);
+  boost::asio::io_context io(1);
+  Session session(io.get_executor(), recipe, out,
+                  {.target = {.kind = Target::Kind::kCommand,
+                              .command = {TRACER_ORACLE_WORKLOAD, "tree", "2", "3000"}},
+                   .json = true});
+  std::map<std::int64_t, int> offsets;  // offset -> events
+  std::map<std::int64_t, int> pids;
+  std::size_t events = 0;
+  session.on_event([&](const EventUpdate& u) {
+    ++events;
+    EXPECT_EQ(u.pipeline, 0u);
+    EXPECT_EQ(u.stage, 1u);
+    ASSERT_EQ(u.fields.size(), 2u);
+    EXPECT_EQ(u.fields[0].name(), "offset");
+    EXPECT_EQ(u.fields[1].name(), "pid");
+    // An integer field reads as int64 or uint64 as the tracepoint declares it signed or not.
+    const auto integer = [&](const FieldRef& f) -> std::optional<std::int64_t> {
+      const Value v = f.read(u.event);
+      if (const auto* i = std::get_if<std::int64_t>(&v))
+        return *i;
+      if (const auto* n = std::get_if<std::uint64_t>(&v))
+        return static_cast<std::int64_t>(*n);
+      return std::nullopt;
+    };
+    const auto offset = integer(u.fields[0]), pid = integer(u.fields[1]);
+    ASSERT_TRUE(offset && pid);
+    ++offsets[*offset];
+    ++pids[*pid];
+  });
+  session.on_done([&] { io.stop(); });
+  session.start();
+  io.run_for(std::chrono::seconds(30));
+  ASSERT_FALSE(session.running());
+  ASSERT_EQ(session.stats().engine.lost(), 0u);
+  EXPECT_EQ(events, 4000u);
+  ASSERT_EQ(offsets.size(), 2000u);
+  EXPECT_EQ(offsets.begin()->first, 0);
+  EXPECT_EQ(offsets.rbegin()->first, 1999);
+  for (const auto& [offset, n] : offsets)
+    EXPECT_EQ(n, 2) << "offset " << offset;
+  EXPECT_EQ(pids.size(), 2u) << "one per child";
+  // The printed lines hold the same values.
+  std::map<std::int64_t, int> printed;
+  std::istringstream lines(text);
+  std::string line;
+  while (std::getline(lines, line)) {
+    const auto at = line.find("\"offset\":");
+    if (at != std::string::npos)
+      ++printed[std::stoll(line.substr(at + 9))];
+  }
+  EXPECT_EQ(printed, offsets);
+}
+
+// A handler that throws ends the session: failure() is its exception, and it gets no more
+// events (the output's missed events are counted).
+TEST(Session, AnEventHandlerThatThrowsStopsTheSession) {
+  Recipe recipe = load_recipe("session_events_throw", R"([recipe]
+name = "events"
+[[probe]]
+name = "lseek"
+tracepoint = "syscalls:sys_enter_lseek"
+filter = "fd == 12345"
+[[stage]]
+use = "print"
+fields = ["offset"]
+)");
+  Sink out = Sink::discard();  // the values only
+  boost::asio::io_context io(1);
+  Session session(io.get_executor(), recipe, out,
+                  {.target = {.kind = Target::Kind::kCommand,
+                              .command = {TRACER_ORACLE_WORKLOAD, "tree", "2", "3000"}}});
+  int calls = 0;
+  session.on_event([&](const EventUpdate&) {
+    if (++calls == 10)
+      throw std::runtime_error("host gave up");
+  });
+  bool done = false;
+  session.on_done([&] {
+    done = true;
+    io.stop();
+  });
+  session.start();
+  io.run_for(std::chrono::seconds(30));
+  ASSERT_TRUE(done);
+  EXPECT_EQ(calls, 10);
+  ASSERT_TRUE(session.failure());
+  try {
+    std::rethrow_exception(session.failure());
+  } catch (const std::runtime_error& e) {
+    EXPECT_STREQ(e.what(), "host gave up");
+  }
+  std::uint64_t missed = 0;
+  for (const auto& [name, value] : session.stats().counters) {
+    if (name == "on_event.missed")
+      missed = value;
+  }
+  EXPECT_GT(missed, 0u);
 }
 
 TEST(Session, AMisspeltTracepointIsARecipeErrorAtItsPosition) {

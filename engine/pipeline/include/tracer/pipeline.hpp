@@ -169,6 +169,15 @@ class Pipeline {
   /// table is valid during the call.
   using TableHandler = std::function<void(std::size_t stage, const Table& table, bool final)>;
   void on_table(TableHandler handler) { on_table_ = std::move(handler); }
+  /// Each event a per-event output (print, jsonl, csv) writes, as it gets it: `stage` is the
+  /// output's index, `fields` what it writes of the event (FieldRef::name, FieldRef::read).
+  /// Runs on the hot path, on the session's executor; the event is valid during the call. A
+  /// handler that throws gets no more events: the pipeline keeps the exception
+  /// (handler_failure()) and counts the events it missed ("on_event.missed").
+  using EventHandler =
+      std::function<void(std::size_t stage, const Event& event, std::span<const FieldRef> fields)>;
+  void on_event(EventHandler handler) { on_event_ = std::move(handler); }
+  [[nodiscard]] std::exception_ptr handler_failure() const noexcept { return handler_failure_; }
   void stop();
 
   [[nodiscard]] CommCache& comm() noexcept { return comm_; }
@@ -231,6 +240,11 @@ class Pipeline {
   bool unprocessed_said_ = false;  // take_warnings() said order.unprocessed
   bool stopped_ = false;
   TableHandler on_table_;
+  EventHandler on_event_;
+  std::exception_ptr handler_failure_;
+  std::uint64_t events_missed_ = 0;  // events on_event_ did not get after it threw
+  /// Hands the events an output just got to on_event_.
+  void tap(std::size_t stage, std::span<const FieldRef> fields) noexcept;
 };
 
 }  // namespace tracer

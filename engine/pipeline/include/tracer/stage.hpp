@@ -150,6 +150,10 @@ class Output {
   [[nodiscard]] virtual bool takes_tables() const noexcept { return true; }
   /// A table of an aggregation before this stage, at its interval or at the end of the run.
   virtual void on_table(const Table& /*table*/) {}
+  /// The fields this output writes of each event it gets, in its order (print, jsonl, csv: a
+  /// line per event); empty when it writes no events as fields (tables only, perf.data).
+  /// Pipeline::on_event hands each such event on with these fields.
+  [[nodiscard]] virtual std::span<const FieldRef> event_fields() const noexcept { return {}; }
   /// The engine finished a pass over every ring (Engine::on_round), or a perf.data file's
   /// FINISHED_ROUND: records handed on after it were written to their rings after the pass
   /// began. Outputs that keep time order (perf.data's FINISHED_ROUND) end a round here.

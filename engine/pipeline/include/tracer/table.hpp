@@ -31,6 +31,9 @@ class Sink {
   [[nodiscard]] static Sink to_file(std::FILE* file) noexcept;
   /// Appends to `*text` (tests).
   [[nodiscard]] static Sink to_string(std::string* text) noexcept;
+  /// Writes nowhere: a host that takes the events and tables as values (Session::on_event,
+  /// on_table) and wants no text.
+  [[nodiscard]] static Sink discard() noexcept;
   /// Creates or truncates `path` (closed on destruction).
   /// @return the sink, or a Failure with the errno of fopen.
   [[nodiscard]] static Result<Sink> open(const std::string& path);

@@ -102,6 +102,14 @@ struct TableUpdate {
   bool final = false;        // the table of the end (else an interval's, with `every`)
 };
 
+/// An event a per-event output (print, jsonl, csv) writes, as values (Session::on_event).
+struct EventUpdate {
+  std::size_t pipeline = 0;          // index in the recipe's pipelines
+  std::size_t stage = 0;             // index of the output in its pipeline
+  const Event& event;                // valid during the call
+  std::span<const FieldRef> fields;  // what the output writes: f.name(), f.read(event)
+};
+
 struct SessionStats {
   Stats engine{};
   /// Stage counters ("latency.paired", "order.late", ...); the pipelines after the first
@@ -176,6 +184,12 @@ class Session {
   /// jsonl, ...) get it. Runs on the session's executor, inside start()'s ticks and stop().
   /// Set before start(); handlers run in the order they were added.
   void on_table(std::function<void(const TableUpdate&)> handler);
+  /// Every event a per-event output (print, jsonl, csv) writes, as values: the output's fields
+  /// of it, read with FieldRef::read (a number, a string, a stack...), in the output's order,
+  /// as the output gets it (after the filters before it). Runs on the hot path on the session's
+  /// executor: keep it short. A handler that throws gets no more events; the session stops and
+  /// failure() is that exception. Set before start().
+  void on_event(std::function<void(const EventUpdate&)> handler);
 
   [[nodiscard]] SessionStats stats() const;
   [[nodiscard]] bool running() const noexcept;
