@@ -150,6 +150,17 @@ int list_stages() {
       fmt::print("    {:<12}{} {}\n", o.name, o.required ? " (required)" : "", o.help);
     }
   }
+  // Stage plugins in TRACER_PLUGIN_PATH, each loaded to read its descriptor.
+  const auto plugins = find_plugins();
+  if (!plugins.empty())
+    fmt::print("\nplugins (TRACER_PLUGIN_PATH; a recipe names one as plugin = \"NAME.so\"):\n");
+  for (const auto& p : plugins) {
+    if (p.problem.empty())
+      fmt::print("{:<10} {} (ABI {}.{}, {})\n", p.name, p.summary, p.abi_major, p.abi_minor,
+                 p.path);
+    else
+      fmt::print("{:<10} cannot be loaded: {}\n", p.path, p.problem);
+  }
   return kExitOk;
 }
 

@@ -423,7 +423,14 @@ class Loader {
     }
     stage.options.value = std::move(options);
     bool checked = false;
-    if (use == nullptr) {
+    const ConfigValue* plugin = stage.options.find("plugin");
+    if (use == nullptr && plugin != nullptr) {
+      // `plugin = "./lib.so"` alone names the plugin stage (its other keys are its options).
+      stage.use = "plugin";
+      checked = check_stage(
+          Entry{"plugin", ConfigValue{.value = std::string("plugin"), .where = plugin->where}},
+          node);
+    } else if (use == nullptr) {
       diags_.add(node.where, "missing required key 'use' in [[stage]]",
                  options_.stages.empty() ? std::string("name the stage: use = \"count\"")
                                          : fmt::format("name the stage: use = \"...\" (stages: {})",

@@ -338,6 +338,8 @@ void check_stage_options(const StageSpec& spec, const ConfigValue& options, Diag
     const auto it = std::find_if(spec.options.begin(), spec.options.end(),
                                  [&](const OptionSpec& o) { return o.name == key; });
     if (it == spec.options.end()) {
+      if (spec.open_options)
+        continue;
       diags.add(key_position(v), fmt::format("unknown option '{}' for stage '{}'", key, spec.name),
                 suggest(key, option_names, fmt::format("options of '{}'", spec.name)));
       continue;

@@ -12,6 +12,7 @@
 #include "latency.hpp"
 #include "lhist.hpp"
 #include "perf_data.hpp"
+#include "plugin_stage.hpp"
 #include "print.hpp"
 #include "quantiles.hpp"
 #include "scalar.hpp"
@@ -21,10 +22,10 @@ namespace tracer {
 namespace {
 using namespace stages;  // NOLINT(google-build-using-namespace): the table reads better
 constexpr StageEntry kAllStages[] = {
-    stage<Filter>(),   stage<Count>(),  stage<Sum>(),        stage<Min>(),       stage<Max>(),
-    stage<Avg>(),      stage<Hist>(),   stage<Lhist>(),      stage<Quantiles>(), stage<Rate>(),
-    stage<Latency>(),  stage<Print>(),  stage<Jsonl>(),      stage<Csv>(),       stage<BpfMap>(),
-    stage<PerfData>(), stage<Folded>(), stage<Flamegraph>(),
+    stage<Filter>(),   stage<Count>(),  stage<Sum>(),        stage<Min>(),         stage<Max>(),
+    stage<Avg>(),      stage<Hist>(),   stage<Lhist>(),      stage<Quantiles>(),   stage<Rate>(),
+    stage<Latency>(),  stage<Print>(),  stage<Jsonl>(),      stage<Csv>(),         stage<BpfMap>(),
+    stage<PerfData>(), stage<Folded>(), stage<Flamegraph>(), stage<PluginStage>(),
 };
 }  // namespace
 

@@ -141,6 +141,7 @@ std::string substitute(std::string text, const fs::path& dir) {
   text = replace_all(std::move(text), "{{SYSCALLER}}", TRACER_SYSCALLER_PATH);
   text = replace_all(std::move(text), "{{UPROBE_TARGET}}", TRACER_UPROBE_TARGET);
   text = replace_all(std::move(text), "{{DATA}}", TRACER_TEST_DATA_DIR);
+  text = replace_all(std::move(text), "{{PLUGINS}}", TRACER_PLUGIN_DIR);
   return replace_all(std::move(text), "{{CONFIGS}}", TRACER_CONFIGS_DIR);
 }
 

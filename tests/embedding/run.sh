@@ -25,3 +25,20 @@ PKG_CONFIG_PATH="$(dirname "$pc")" pkg-config --cflags --libs tracer >"$work/pc_
 # shellcheck disable=SC2046
 c++ "$src_dir/main.cpp" -o "$work/pc_example" $(cat "$work/pc_flags")
 "$work/pc_example" >/dev/null
+# The example stage plugin against the installed C header alone (no tracer library: a plugin
+# speaks the C ABI only), then loaded by the installed tracer from a recipe.
+c++ -std=c++17 -shared -fPIC -Wall -Wextra -Werror -I"$work/prefix/include" \
+  "$src_dir/../../examples/plugin/sum_by.cpp" -o "$work/libsum_by.so"
+cat >"$work/plugin.toml" <<'TOML'
+[recipe]
+name = "plugin"
+[[probe]]
+name = "getppid"
+tracepoint = "syscalls:sys_enter_getppid"
+[[stage]]
+plugin = "./libsum_by.so"
+key = "comm"
+value = "pid"
+TOML
+out=$("$work/prefix/bin/tracer" run "$work/plugin.toml" --json -- /bin/sh -c 'for i in 1 2 3 4 5; do :; done')
+grep -q '"stage":"sum_by"' <<<"$out" || { echo "the installed plugin wrote no table: $out" >&2; exit 1; }

@@ -21,6 +21,18 @@ namespace tracer {
 /// register_stage on the process-wide registry (A1 libbpf_register_prog_handler).
 void register_stage(StageSpec spec, StageFactory factory);
 
+/// A stage plugin (tracer/plugin.h) in the search path: what its descriptor says, or why it
+/// cannot be loaded.
+struct PluginInfo {
+  std::string path{};
+  std::string name{}, summary{};
+  std::uint32_t abi_major = 0, abi_minor = 0;
+  std::string problem{};  // empty: it loads
+};
+/// The shared objects (*.so) in the directories of TRACER_PLUGIN_PATH (':'-separated), each
+/// loaded to read its descriptor (`tracer list stages`).
+[[nodiscard]] std::vector<PluginInfo> find_plugins();
+
 /// A probe's tracefs filter (trace_events_filter.c syntax) as the kernel form of a filter stage,
 /// for a probe whose events an in-kernel program reads: the tracefs filter gates only a perf
 /// event's samples, never what a BPF program on the tracepoint sees. A filter that has no such

@@ -85,6 +85,8 @@ struct StageSpec {
   std::string summary;  // one line for `tracer list stages`
   std::vector<OptionSpec> options;
   StageNeeds needs{};
+  /// Options beyond `options` are the stage's own business, of any type (a plugin's).
+  bool open_options = false;
 };
 
 struct ConfigValue;

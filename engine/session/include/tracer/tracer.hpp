@@ -9,6 +9,7 @@
 //   Stage, Pipeline  the stage API and the built-in stages (stage.hpp, pipeline.hpp, stages.hpp)
 //   perfdata         perf.data reading and writing (perfdata/reader.hpp, perfdata/writer.hpp)
 //   symbols          addresses to names (symbols/symbols.hpp)
+//   plugin.h         the C ABI of out-of-tree stages (a shared object a recipe names)
 #pragma once
 
 #include "tracer/engine.hpp"
@@ -16,6 +17,7 @@
 #include "tracer/perfdata/reader.hpp"
 #include "tracer/perfdata/writer.hpp"
 #include "tracer/pipeline.hpp"
+#include "tracer/plugin.h"
 #include "tracer/recipe.hpp"
 #include "tracer/replay.hpp"
 #include "tracer/result.hpp"
