@@ -99,12 +99,6 @@ void Engine::Impl::open_probe(core::ResolvedProbe& rp,
                         about(rp.info.index, "filter"));
         }
       }
-      if (!rp.counting && !ce.events.empty()) {
-        if (auto st = ev->set_output(ce.events.front().fd()); !st) {
-          throw_failure(ErrorCategory::kRuntime, st.error(),
-                        fmt::format("probe '{}'", rp.info.name), about(rp.info.index));
-        }
-      }
       ce.events.push_back(std::move(*ev));
     }
     if (ce.events.empty())
@@ -114,6 +108,15 @@ void Engine::Impl::open_probe(core::ResolvedProbe& rp,
       if (!ring)
         throw_failure(ErrorCategory::kRuntime, ring.error(),
                       fmt::format("probe '{}'", rp.info.name), about(rp.info.index));
+      // The other tasks' events on this CPU write to the first one's ring. (After the mmap: the
+      // kernel refuses SET_OUTPUT to an event without a ring, EINVAL; a multi-threaded -p
+      // target failed there.)
+      for (std::size_t i = 1; i < ce.events.size(); ++i) {
+        if (auto st = ce.events[i].set_output(ce.events.front().fd()); !st) {
+          throw_failure(ErrorCategory::kRuntime, st.error(),
+                        fmt::format("probe '{}'", rp.info.name), about(rp.info.index));
+        }
+      }
       auto r = std::make_unique<Reader>(
           perf::RingReader(std::move(*ring), rp.info.index, cpu, &probes[rp.info.index].layout,
                            opts.max_batch, opts.decode_samples),
@@ -165,7 +168,13 @@ void Engine::Impl::open_side_band(const core::ResolvedProbe& rp,
 
 void Engine::Impl::prepare(core::ResolveContext& ctx) const {
   const auto& target = opts.target;
-  ctx.prefer_tracefs_probes = opts.prefer_tracefs_probes;
+  // A task target's events are inherited by the tasks it creates, and the probe PMU cannot
+  // inherit its kprobes and uprobes: the kernel reads the copy's config1 (a pointer to the
+  // path or symbol in tracer's memory) again in the new task, fails, and so does the target's
+  // clone() (its threads and children could not be created). A tracefs dynamic probe is a
+  // tracepoint, which inherits as any other.
+  ctx.prefer_tracefs_probes = opts.prefer_tracefs_probes || target.kind == Target::Kind::kPid ||
+                              target.kind == Target::Kind::kCommand;
   if (target.kind == Target::Kind::kPid)
     ctx.pid = target.pid;
   if (target.kind == Target::Kind::kCommand && !target.command.empty())

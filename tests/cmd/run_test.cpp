@@ -1,11 +1,13 @@
 // tracer run / check end to end: the CLI as a user runs it.
 #include <gtest/gtest.h>
 
+#include <pthread.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <csignal>
 
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -278,6 +280,93 @@ TEST(CliRun, APidTargetsExitEndsTheRun) {
   EXPECT_EQ(WEXITSTATUS(status), 0) << e;
   EXPECT_NE(e.find("process " + std::to_string(target) + " exited"), std::string::npos) << e;
   EXPECT_NE(last_line(o).find(R"("getppid":{"events":1000,"lost":0)"), std::string::npos) << o;
+}
+
+// A multi-threaded -p target: the threads it has when tracer attaches share each CPU's ring
+// (SET_OUTPUT after the ring's mmap: before, the start failed with EINVAL), and the thread and
+// child it creates while traced are traced too, with their creation unharmed (a probe-PMU
+// uprobe cannot be inherited: the target's clone() failed; task targets place uprobes through
+// tracefs). 3 threads at attach, then a new thread and a child: 5 x 1,000 getppid calls, exactly,
+// through a uprobe on libc's getppid and through the system call's tracepoint.
+TEST(CliRun, AMultiThreadedPidTargetIsTracedInEveryThreadAndWhatItCreates) {
+  constexpr int kCalls = 1000;
+  for (const char* probe :
+       {R"(uprobe = "libc:getppid")", R"(tracepoint = "syscalls:sys_enter_getppid")"}) {
+    SCOPED_TRACE(probe);
+    tracer::testing::ReadyPipe ready;
+    const pid_t target = ::fork();
+    if (target == 0) {
+      static std::atomic<bool> go{false};
+      const auto calls = [](void*) -> void* {
+        while (!go.load())
+          ::usleep(1000);
+        for (int i = 0; i < kCalls; ++i)
+          ::getppid();
+        return nullptr;
+      };
+      std::array<pthread_t, 2> threads{};
+      for (auto& t : threads) {
+        if (::pthread_create(&t, nullptr, calls, nullptr) != 0)
+          ::_exit(4);
+      }
+      if (!ready.wait())  // tracer is attached to the 3 threads
+        ::_exit(3);
+      go = true;
+      calls(nullptr);
+      for (auto& t : threads)
+        ::pthread_join(t, nullptr);
+      pthread_t late{};  // created while traced
+      if (::pthread_create(&late, nullptr, calls, nullptr) != 0)
+        ::_exit(5);
+      ::pthread_join(late, nullptr);
+      const pid_t child = ::fork();
+      if (child < 0)
+        ::_exit(6);
+      if (child == 0) {
+        calls(nullptr);
+        ::_exit(0);
+      }
+      int st = 0;
+      ::waitpid(child, &st, 0);
+      ::_exit(WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : 7);
+    }
+    const auto recipe = write_recipe("pid_threads", std::string(R"([recipe]
+name = "threads"
+[[probe]]
+name = "getppid"
+)") + probe + "\n");
+    const fs::path out =
+        fs::temp_directory_path() / ("tracer_threads_" + std::to_string(::getpid()));
+    const pid_t tracer = ::fork();
+    if (tracer == 0) {
+      std::freopen(out.c_str(), "w", stdout);
+      std::freopen((out.string() + ".err").c_str(), "w", stderr);
+      const std::string pid = std::to_string(target);
+      const std::string fd = ready.fd_arg();
+      ::execl(TRACER_CLI_PATH, TRACER_CLI_PATH, "run", recipe.c_str(), "--json", "-p", pid.c_str(),
+              "--ready-fd", fd.c_str(), nullptr);
+      ::_exit(127);
+    }
+    ready.close_writer();
+    int target_status = 0, status = 0;
+    ::waitpid(target, &target_status, 0);
+    ::waitpid(tracer, &status, 0);  // it ends with its target
+    std::ifstream in(out);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    std::ifstream err_in(out.string() + ".err");
+    std::stringstream es;
+    es << err_in.rdbuf();
+    fs::remove(out);
+    fs::remove(out.string() + ".err");
+    fs::remove(recipe);
+    ASSERT_TRUE(WIFEXITED(target_status));
+    EXPECT_EQ(WEXITSTATUS(target_status), 0) << "the target could not create its thread or child";
+    ASSERT_TRUE(WIFEXITED(status));
+    EXPECT_EQ(WEXITSTATUS(status), 0) << es.str();
+    EXPECT_NE(last_line(ss.str()).find(R"("getppid":{"events":5000,"lost":0)"), std::string::npos)
+        << ss.str() << es.str();
+  }
 }
 
 // tracer stat -p PID ends by itself when the process exits, with its exact count, as perf stat

@@ -42,3 +42,40 @@ value = "pid"
 TOML
 out=$("$work/prefix/bin/tracer" run "$work/plugin.toml" --json -- /bin/sh -c 'for i in 1 2 3 4 5; do :; done')
 grep -q '"stage":"sum_by"' <<<"$out" || { echo "the installed plugin wrote no table: $out" >&2; exit 1; }
+# The embedded server (examples/server): Beast and a Session on one io_context, the server
+# tracing itself. A client makes a known number of requests; the counts it then serves are
+# exactly what they did (3 getppid calls each) and its latency histogram holds each request.
+cmake -S "$src_dir/../../examples/server" -B "$work/server" -G Ninja \
+  -DCMAKE_PREFIX_PATH="$work/prefix" >/dev/null
+cmake --build "$work/server" >/dev/null
+"$work/server/tracer_example_server" >"$work/server.out" 2>"$work/server.err" &
+server=$!
+trap 'kill $server 2>/dev/null; rm -rf "$work"' EXIT
+port=""
+for _ in $(seq 1 200); do
+  port=$(sed -n 's/^listening \([0-9]*\)$/\1/p' "$work/server.out")
+  [[ -n "$port" ]] && break
+  kill -0 $server 2>/dev/null || { cat "$work/server.err" >&2; exit 1; }
+  sleep 0.1
+done
+[[ -n "$port" ]] || { echo "the server never said listening" >&2; cat "$work/server.err" >&2; exit 1; }
+get() {  # GET $1 over bash's /dev/tcp: the body
+  exec 3<>"/dev/tcp/127.0.0.1/$port"
+  printf 'GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n' "$1" >&3
+  sed '1,/^\r$/d' <&3
+  exec 3<&-
+}
+requests=25
+for _ in $(seq 1 $requests); do get /work >/dev/null; done
+expected=$((requests * 3))
+counts="" latency_total=0
+for _ in $(seq 1 50); do  # the tables come every 100 ms
+  counts=$(get /counts)
+  latency_total=$( (get /latency | grep -o '"count":[0-9]*' || true) | cut -d: -f2 |
+    awk '{ n += $1 } END { print n + 0 }')
+  [[ "$counts" == *"\"getppid\":$expected"* && "${latency_total:-0}" -eq $requests ]] && break
+  sleep 0.1
+done
+[[ "$counts" == *"\"getppid\":$expected"* ]] || { echo "server counts: $counts (expected getppid $expected)" >&2; exit 1; }
+[[ "${latency_total:-0}" -eq $requests ]] || { echo "latency histogram holds ${latency_total:-0} requests, not $requests" >&2; exit 1; }
+echo "server: $requests requests, getppid $expected, latency histogram $latency_total"
