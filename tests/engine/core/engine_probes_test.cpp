@@ -2,6 +2,8 @@
 // on a command it starts, and kprobes on this kernel (a clear error when unsupported).
 #include <asm/perf_regs.h>
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <boost/asio/io_context.hpp>
 #include <filesystem>
@@ -37,8 +39,13 @@ UprobeRun run_uprobes(const std::string& binary,
                       int calls,
                       bool prefer_tracefs) {
   boost::asio::io_context io;
+  // Through tracefs: on a command the engine starts. Through the probe PMU: system-wide, the
+  // binary run by the test (a task target places its uprobes through tracefs: the PMU cannot
+  // inherit them into the tasks a target creates).
   EngineOptions opts{
-      .target = {.kind = Target::Kind::kCommand, .command = {binary, std::to_string(calls)}},
+      .target = prefer_tracefs ? Target{.kind = Target::Kind::kCommand,
+                                        .command = {binary, std::to_string(calls)}}
+                               : Target{.kind = Target::Kind::kAllCpus},
       .probes = {{.name = "entry", .kind = ProbeKind::kUprobe, .spec = binary + ":" + symbol},
                  {.name = "return", .kind = ProbeKind::kUretprobe, .spec = binary + ":" + symbol}},
       .prefer_tracefs_probes = prefer_tracefs};
@@ -63,7 +70,16 @@ UprobeRun run_uprobes(const std::string& binary,
     }
   });
   engine.start();
-  command = engine.command_pid();
+  if (prefer_tracefs) {
+    command = engine.command_pid();
+  } else {
+    command = ::fork();
+    if (command == 0) {
+      const std::string n = std::to_string(calls);
+      ::execl(binary.c_str(), binary.c_str(), n.c_str(), nullptr);
+      ::_exit(127);
+    }
+  }
   run.pmu_entry = engine.probes()[0].pmu;
   run.pmu_return = engine.probes()[1].pmu;
   di = perf::reg_slot(engine.probes()[0].sample_regs_user, PERF_REG_X86_DI);
@@ -72,7 +88,14 @@ UprobeRun run_uprobes(const std::string& binary,
   EXPECT_EQ(ax, 0);
   run.group_seen_while_running =
       slurp("/sys/kernel/tracing/uprobe_events").find("tracer_") != std::string::npos;
-  io.run_for(10s);
+  if (prefer_tracefs) {
+    io.run_for(10s);
+  } else {
+    for (int i = 0; i < 1000 && ::waitpid(command, nullptr, WNOHANG) != command; ++i)
+      io.run_for(10ms);
+    io.run_for(100ms);
+    engine.stop();
+  }
   EXPECT_FALSE(engine.running()) << "the command should have exited";
   return run;
 }

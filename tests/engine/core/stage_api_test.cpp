@@ -38,13 +38,13 @@ using namespace std::chrono_literals;
 
 TEST(StageRegistry, BuiltinsAreListedOnceWithSpecs) {
   auto reg = builtin_stage_registry();
-  for (std::string_view name :
-       {"filter", "count", "sum", "min", "max", "avg", "hist", "lhist", "quantiles", "rate",
-        "latency", "print", "jsonl", "csv", "bpf-map", "perf-data", "folded", "flamegraph"}) {
+  for (std::string_view name : {"filter", "count", "sum", "min", "max", "avg", "hist", "lhist",
+                                "quantiles", "rate", "latency", "print", "jsonl", "csv", "bpf-map",
+                                "perf-data", "folded", "flamegraph", "plugin"}) {
     EXPECT_NE(reg.find(name), nullptr) << name;
     EXPECT_NE(reg.make(name), nullptr) << name;
   }
-  EXPECT_EQ(reg.specs().size(), 18u);
+  EXPECT_EQ(reg.specs().size(), 19u);
   const StageSpec* count = reg.find("count");
   ASSERT_NE(count, nullptr);
   std::map<std::string, OptionSpec::Type> types;
