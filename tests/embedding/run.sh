@@ -18,6 +18,19 @@ cmake -S "$src_dir" -B "$work/build" -G Ninja -DCMAKE_PREFIX_PATH="$work/prefix"
   >/dev/null  # no forced flags: the installed headers include what they use
 cmake --build "$work/build" >/dev/null
 "$work/build/embedding_example"
+# Against libtracer.so: it links nothing of the layers' archives, and exports the tracer
+# namespace only.
+"$work/build/embedding_example_shared"
+if ! ldd "$work/build/embedding_example_shared" | grep -q 'libtracer\.so'; then
+  echo "embedding_example_shared does not use libtracer.so" >&2
+  exit 1
+fi
+so=$(find "$work/prefix" -name 'libtracer.so.*.*' -print -quit)
+if nm -D --defined-only -C "$so" | grep -vqE ' (tracer::|typeinfo for tracer::|typeinfo name for tracer::|vtable for tracer::|VTT for tracer::)'; then
+  echo "libtracer.so exports more than the tracer namespace:" >&2
+  nm -D --defined-only -C "$so" | grep -vE ' (tracer::|typeinfo|vtable|VTT)' | head >&2
+  exit 1
+fi
 # The same program through pkg-config, from the .pc file of the --prefix install as it is (its
 # prefix is relative to where it lies: no --define-variable).
 pc=$(find "$work/prefix" -name tracer.pc -print -quit)
