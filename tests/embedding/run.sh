@@ -38,6 +38,13 @@ PKG_CONFIG_PATH="$(dirname "$pc")" pkg-config --cflags --libs tracer >"$work/pc_
 # shellcheck disable=SC2046
 c++ "$src_dir/main.cpp" -o "$work/pc_example" $(cat "$work/pc_flags")
 "$work/pc_example" >/dev/null
+# And against libtracer.so through tracer-shared.pc.
+PKG_CONFIG_PATH="$(dirname "$pc")" pkg-config --cflags --libs tracer-shared >"$work/pc_shared_flags"
+# shellcheck disable=SC2046
+c++ "$src_dir/main.cpp" -o "$work/pc_shared_example" $(cat "$work/pc_shared_flags")
+ldd "$work/pc_shared_example" | grep -q 'libtracer\.so' ||
+  { echo "pc_shared_example does not use libtracer.so" >&2; exit 1; }
+"$work/pc_shared_example" >/dev/null
 # The example stage plugin against the installed C header alone (no tracer library: a plugin
 # speaks the C ABI only), then loaded by the installed tracer from a recipe.
 c++ -std=c++17 -shared -fPIC -Wall -Wextra -Werror -I"$work/prefix/include" \
