@@ -296,11 +296,17 @@ void Session::Impl::close_after_failure() {
   closed = true;
 }
 
+namespace {
+/// What a start stopped before it was done ends with (async_start's handler gets it).
+Error canceled_start() {
+  return {ErrorCategory::kRuntime, std::make_error_code(std::errc::operation_canceled),
+          "session: stopped while starting"};
+}
+}  // namespace
+
 void Session::Impl::throw_if_canceled() const {
-  if (cancel.load()) {
-    throw Error(ErrorCategory::kRuntime, std::make_error_code(std::errc::operation_canceled),
-                "session: stopped while starting");
-  }
+  if (cancel.load())
+    throw canceled_start();
 }
 
 void Session::Impl::finish_start(Session* self) {
@@ -364,9 +370,7 @@ void Session::async_start(std::function<void(std::exception_ptr)> handler) {
               const bool canceled = s.cancel.load();
               if (!failure && canceled) {
                 s.close_after_failure();
-                failure = std::make_exception_ptr(Error(
-                    ErrorCategory::kRuntime, std::make_error_code(std::errc::operation_canceled),
-                    "session: stopped while starting"));
+                failure = std::make_exception_ptr(canceled_start());
               }
               if (!failure) {
                 try {
