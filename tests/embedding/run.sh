@@ -21,14 +21,24 @@ cmake --build "$work/build" >/dev/null
 # Against libtracer.so: it links nothing of the layers' archives, and exports the tracer
 # namespace only.
 "$work/build/embedding_example_shared"
-if ! ldd "$work/build/embedding_example_shared" | grep -q 'libtracer\.so'; then
-  echo "embedding_example_shared does not use libtracer.so" >&2
-  exit 1
-fi
+# A command's whole output is taken before it is searched: `cmd | grep -q` under pipefail fails
+# when grep's early exit kills cmd with SIGPIPE (it did in CI, on a loaded machine).
+uses_libtracer() {
+  local deps
+  deps=$(ldd "$1")
+  if ! grep -q 'libtracer\.so' <<<"$deps"; then
+    echo "$(basename "$1") does not use libtracer.so; ldd says:" >&2
+    echo "$deps" >&2
+    exit 1
+  fi
+}
+uses_libtracer "$work/build/embedding_example_shared"
 so=$(find "$work/prefix" -name 'libtracer.so.*.*' -print -quit)
-if nm -D --defined-only -C "$so" | grep -vqE ' (tracer::|typeinfo for tracer::|typeinfo name for tracer::|vtable for tracer::|VTT for tracer::)'; then
+exported=$(nm -D --defined-only -C "$so")
+foreign=$(grep -vE ' (tracer::|typeinfo for tracer::|typeinfo name for tracer::|vtable for tracer::|VTT for tracer::)' <<<"$exported" || true)
+if [[ -n "$foreign" ]]; then
   echo "libtracer.so exports more than the tracer namespace:" >&2
-  nm -D --defined-only -C "$so" | grep -vE ' (tracer::|typeinfo|vtable|VTT)' | head >&2
+  head <<<"$foreign" >&2
   exit 1
 fi
 # The same program through pkg-config, from the .pc file of the --prefix install as it is (its
@@ -42,8 +52,7 @@ c++ "$src_dir/main.cpp" -o "$work/pc_example" $(cat "$work/pc_flags")
 PKG_CONFIG_PATH="$(dirname "$pc")" pkg-config --cflags --libs tracer-shared >"$work/pc_shared_flags"
 # shellcheck disable=SC2046
 c++ "$src_dir/main.cpp" -o "$work/pc_shared_example" $(cat "$work/pc_shared_flags")
-ldd "$work/pc_shared_example" | grep -q 'libtracer\.so' ||
-  { echo "pc_shared_example does not use libtracer.so" >&2; exit 1; }
+uses_libtracer "$work/pc_shared_example"
 "$work/pc_shared_example" >/dev/null
 # The example stage plugin against the installed C header alone (no tracer library: a plugin
 # speaks the C ABI only), then loaded by the installed tracer from a recipe.
