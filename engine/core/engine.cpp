@@ -349,13 +349,13 @@ void Engine::Impl::go() {
 }
 
 void Engine::Impl::arm(Reader& r) {
-  if (r.armed || !running)
+  if (r.armed || !running || r.retired)
     return;
   r.armed = true;
   r.wait.async_wait(
       [self = shared_from_this(), &r](const boost::system::error_code& ec, bool kernel_wakeup) {
         // After stop() the reader may be gone: look at `running` before `r`.
-        if (ec || !self->running)
+        if (ec || !self->running || r.retired)
           return;
         r.armed = false;
         if (kernel_wakeup)
@@ -400,7 +400,7 @@ void Engine::Impl::drain_slice(Reader& r) {
     // Records are left (the pipeline is slower than the ring fills): the rest after whatever
     // else is ready (a signal, the duration's timer), not on a wakeup that may not come.
     asio::post(serial, [self = shared_from_this(), &r] {
-      if (self->running)
+      if (self->running && !r.retired)  // (a removed probe's reader lives until after this)
         self->drain_slice(r);
     });
     return;
@@ -582,6 +582,7 @@ void Engine::Impl::cleanup() noexcept {
   targets.cancel_watch();
   // Readers before events: the rings unmap, then the fds close.
   readers.clear();
+  closings.clear();  // removed probes' rings and events not closed yet
   for (auto& per_cpu : events) {
     for (auto& ce : per_cpu)
       ce.reader = nullptr;
@@ -595,6 +596,7 @@ void Engine::Impl::cleanup() noexcept {
   events.clear();
   // Dynamic tracefs probes can only be removed once no perf event holds them (EBUSY).
   dynamic.reset();
+  added_dynamic.clear();
   delivery.reset();  // its rings were unmapped with the readers
   // The BPF object stays: its programs were detached with their events, and its maps stay
   // readable until the engine is destroyed (the final read of in-kernel aggregations comes

@@ -68,7 +68,8 @@ struct Engine::Impl : std::enable_shared_from_this<Engine::Impl> {
     BatchHandler via;  // set: this ring's batches go through it (tracepoint delivery)  // on the
                        // ring's event fd (not owned); destroyed before the ring unmaps
     bool armed = false;
-    bool parked = false;  // held (backpressure): re-armed by the first pass that reads again
+    bool parked = false;   // held (backpressure): re-armed by the first pass that reads again
+    bool retired = false;  // its probe was removed: never drained or armed again
   };
   // The events of one probe on one CPU (one per traced thread for a pid target): the first
   // owns the ring, the others SET_OUTPUT into it.
@@ -101,7 +102,20 @@ struct Engine::Impl : std::enable_shared_from_this<Engine::Impl> {
   boost::asio::steady_timer flush_timer;
   core::Targets targets;
   std::optional<tracefs::DynamicProbes> dynamic;  // removed after the events close
-  std::optional<bpf::Object> bpf_object;          // closed last: programs detach with the events
+  std::vector<std::unique_ptr<tracefs::DynamicProbes>> added_dynamic;  // of probes added live
+  /// A removed probe's rings and events, closed once the executor has run what it had queued
+  /// for them (a posted drain then finds its reader retired); then its dynamic tracefs probe,
+  /// which the kernel keeps while an event holds it (EBUSY). cleanup() closes what is left.
+  struct Closing {
+    std::vector<std::unique_ptr<Reader>> readers;
+    std::vector<CpuEvents> events;
+    std::string prefix;  // of its dynamic probe's event name
+  };
+  std::vector<std::unique_ptr<Closing>> closings;
+  void finish_closing(const Closing* c) noexcept;
+  /// By probe: its stats when it was removed (Engine::remove_probe).
+  std::vector<std::optional<ProbeStats>> removed_stats;
+  std::optional<bpf::Object> bpf_object;  // closed last: programs detach with the events
   // The tracepoint hit counter (count_tracepoint_hits): the object, each probe's tracepoint id
   // (0: not counted) and the per-CPU counts when the events were enabled.
   core::TracepointHits hit_counter;  // detached in cleanup()
@@ -251,6 +265,12 @@ struct Engine::Impl : std::enable_shared_from_this<Engine::Impl> {
 
   // engine_stats.cpp
   Stats collect_stats() const;
+  /// Probe `p`'s stats now (collect_stats' for one probe).
+  ProbeStats probe_stats(std::size_t p) const;
+
+  // engine_live.cpp
+  std::vector<std::uint32_t> add_probes(std::vector<ProbeOptions> added);
+  void remove_probe(std::uint32_t index);
 };
 
 }  // namespace tracer

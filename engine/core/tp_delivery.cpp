@@ -61,7 +61,7 @@ bool TracepointHits::attach(std::uint32_t slot, int event_fd, std::uint32_t self
   auto link = attach_perf_event(*object_, "tp_hits", event_fd, slot);
   if (!link)
     return false;  // EEXIST: another probe of ours on the same tracepoint counts it already
-  links_.push_back(std::move(*link));
+  links_.emplace_back(slot, std::move(*link));
   return true;
 }
 
@@ -160,7 +160,7 @@ Status TracepointDelivery::attach(std::uint32_t slot, const tracefs::Format& for
   }
   if (!link)
     return fail(link.error());
-  links_.push_back(std::move(*link));
+  links_.emplace_back(slot, std::move(*link));
   programs_[slot] = std::move(prog);
   return {};
 }
@@ -418,6 +418,12 @@ std::uint64_t TracepointDelivery::skips() const {
 
 void TracepointDelivery::detach() noexcept {
   links_.clear();
+}
+
+void TracepointDelivery::detach(std::uint32_t slot) noexcept {
+  std::erase_if(links_, [slot](const auto& l) { return l.first == slot; });
+  if (slot < programs_.size())
+    programs_[slot].clear();
 }
 
 }  // namespace tracer::core

@@ -27,6 +27,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "tracer/bpf/object.hpp"
@@ -70,10 +71,14 @@ class TracepointHits {
   [[nodiscard]] std::uint64_t skips() const;
   /// Detaches every link (before the events they hold close).
   void detach() noexcept { links_.clear(); }
+  /// Detaches slot `slot`'s link (its probe is removed; its counts stay readable).
+  void detach(std::uint32_t slot) noexcept {
+    std::erase_if(links_, [slot](const auto& l) { return l.first == slot; });
+  }
 
  private:
   std::unique_ptr<bpf::Object> object_;
-  std::vector<BpfLink> links_;
+  std::vector<std::pair<std::uint32_t, BpfLink>> links_;  // (slot, link)
   bool unavailable_ = false;
 };
 
@@ -176,6 +181,8 @@ class TracepointDelivery {
   [[nodiscard]] std::uint64_t skips() const;
   /// Detaches every link (before the events they hold close).
   void detach() noexcept;
+  /// Detaches slot `slot`'s link: its probe is removed (its counts stay readable).
+  void detach(std::uint32_t slot) noexcept;
 
  private:
   TracepointDelivery() = default;
@@ -204,7 +211,7 @@ class TracepointDelivery {
   std::unique_ptr<bpf::Object> object_;
   std::unique_ptr<bpf::OutputChannel> channel_;
   std::unique_ptr<bpf::RingBuffer> ring_;
-  std::vector<BpfLink> links_;
+  std::vector<std::pair<std::uint32_t, BpfLink>> links_;  // (slot, link)
   std::size_t cpus_ = 1;
   std::vector<std::uint64_t> delivered_;    // [slot * cpus_ + cpu]
   std::vector<std::uint64_t> unprocessed_;  // [slot * cpus_ + cpu]: discard()

@@ -108,6 +108,7 @@ std::vector<Run> start_runs(Engine& engine,
       const perf::EventAttr& attr = engine.probes()[pi].attr;
       if (attr.type() == PERF_TYPE_TRACEPOINT) {
         run.events.push_back(on_tracepoint(attr.config(), prog->programs[i]));
+        run.event_probes.push_back(pi);
       } else {  // a probe PMU's kprobe/uprobe, or a sampling event, system-wide (place() keeps
                 // task targets out)
         auto fd = run.object->program_fd(prog->programs[i]);
@@ -189,6 +190,16 @@ void absorb_runs(std::span<Run> runs,
     run.last = std::move(snap->probes);
     run.targets_dropped = snap->pipeline.targets_dropped;
   }
+}
+
+bool drop_probe(Run& run, std::uint32_t probe, std::span<const ProbeInfo> probes) {
+  for (std::size_t i = 0; i < run.events.size() && i < run.event_probes.size(); ++i) {
+    if (run.event_probes[i] == probe)
+      run.events[i] = perf::Event{};
+  }
+  return std::any_of(run.place.probes.begin(), run.place.probes.end(), [&](std::uint32_t p) {
+    return p != probe && p < probes.size() && !probes[p].removed;
+  });
 }
 
 void add_run_stats(std::span<const Run> runs,

@@ -44,4 +44,10 @@ std::string_view to_string(ProbeKind k) noexcept {
   return "?";
 }
 
+bool ProbeOptions::same_probe(const ProbeOptions& other) const {
+  ProbeOptions a = *this;
+  a.origin = other.origin;
+  return a == other;
+}
+
 }  // namespace tracer

@@ -71,6 +71,7 @@ void Pipeline::bind(std::span<const ProbeInfo> probes,
                     Diagnostics& diags,
                     std::span<const PayloadSchema> payloads,
                     const MapSource* maps) {
+  payloads_.assign(payloads.begin(), payloads.end());
   schema_ = std::make_unique<Schema>(probes, payloads, comm_);
   schema_->set_symbolize_options(options_.symbols);
   if (options_.implicit_print && implicit_print_) {
@@ -86,6 +87,28 @@ void Pipeline::bind(std::span<const ProbeInfo> probes,
       add(std::move(implicit_print_), "print", implicit_print_needs_);
     }
   }
+  bind_stages(diags, maps);
+}
+
+bool Pipeline::rebinds() const noexcept {
+  return std::all_of(stages_.begin(), stages_.end(),
+                     [](const Slot& s) { return s.stage->rebinds(); });
+}
+
+void Pipeline::rebind(std::span<const ProbeInfo> probes,
+                      Diagnostics& diags,
+                      const MapSource* maps) {
+  // What the time-order merge holds runs now, through the bindings it was read with.
+  flush_order();
+  auto schema = std::make_unique<Schema>(probes, payloads_, comm_);
+  schema->set_symbolize_options(options_.symbols);
+  if (schema_)
+    schema->adopt_symbolizer(*schema_);
+  schema_ = std::move(schema);
+  bind_stages(diags, maps);
+}
+
+void Pipeline::bind_stages(Diagnostics& diags, const MapSource* maps) {
   bool upstream = false;
   bool ordered = options_.force_order;
   for (std::size_t i = 0; i < stages_.size(); ++i) {
@@ -113,8 +136,8 @@ void Pipeline::bind(std::span<const ProbeInfo> probes,
   order_for_comm_ = !ordered && !stacks_ && schema_->comm_bound();
   ordered = ordered || schema_->comm_bound() || stacks_;
   if (schema_->comm_bound())
-    comm_.seed();  // threads that exit before their events are looked at keep their names
-  if (ordered) {
+    comm_.seed();            // threads that exit before their events are looked at keep their names
+  if (ordered && !order_) {  // (a rebind keeps the merge and its counts)
     order_ = std::make_unique<Reorder>(options_.reorder);
     ordered_out_ = [this](const Batch& b) { run_chunks(b.records); };
   }

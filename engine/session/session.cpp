@@ -116,6 +116,31 @@ bool stages_need_task_records(const Recipe& recipe) {
 
 namespace session_detail {
 
+EngineOptions engine_options_for(const Recipe& recipe, const SessionOptions& opts) {
+  EngineOptions eo = recipe.to_engine_options(opts.target);
+  eo.verbose = opts.verbose;
+  eo.deliver_tracepoints_via_bpf = opts.deliver_tracepoints_via_bpf;
+  eo.trace_self = opts.trace_self;
+  eo.channel = opts.channel ? opts.channel : recipe.channel;
+  const bool stdout_taken = opts.perf_data == "-" || stage_takes_stdout(recipe);
+  if (stdout_taken && opts.json) {
+    throw Error(ErrorCategory::kUsage, std::make_error_code(std::errc::invalid_argument),
+                "a perf.data stream and --json both write to stdout",
+                "write the perf.data to a file, or leave out --json");
+  }
+  // Machine output on stdout: the traced command's own output must not mix into it.
+  eo.target.stdout_to_stderr = eo.target.stdout_to_stderr || opts.json || stdout_taken;
+  // Callchains are symbolized through the processes' maps: MMAP2 records keep them for the
+  // processes that exit before their stacks are rendered.
+  const bool callchains = std::any_of(eo.probes.begin(), eo.probes.end(), [](const auto& p) {
+    return (p.extra_sample_type & PERF_SAMPLE_CALLCHAIN) != 0;
+  });
+  if (stages_need_task_records(recipe) || !opts.perf_data.empty() || callchains)
+    enable_task_records(eo, true);
+  enable_task_records(eo, false);
+  return eo;
+}
+
 /// An engine error about one probe ("probe 'x': ...") at that probe's place in the recipe: its
 /// filter's for a rejected filter, else its tracepoint/uprobe/... value's. A probe the system
 /// lacks or refuses as written is a recipe error (exit 2); other failures keep their category.
@@ -235,29 +260,11 @@ Session::Session(asio::any_io_executor executor,
                  SessionOptions options)
     : impl_(std::make_unique<Impl>(executor, recipe, out, std::move(options))) {
   auto& s = *impl_;
+  s.owner = this;
   if (!s.opts.duration)
     s.opts.duration = recipe.duration;
-  EngineOptions eo = recipe.to_engine_options(s.opts.target);
-  eo.verbose = s.opts.verbose;
-  eo.deliver_tracepoints_via_bpf = s.opts.deliver_tracepoints_via_bpf;
-  eo.trace_self = s.opts.trace_self;
-  eo.channel = s.opts.channel ? s.opts.channel : recipe.channel;
-  const bool stdout_taken = s.opts.perf_data == "-" || stage_takes_stdout(recipe);
-  if (stdout_taken && s.opts.json) {
-    throw Error(ErrorCategory::kUsage, std::make_error_code(std::errc::invalid_argument),
-                "a perf.data stream and --json both write to stdout",
-                "write the perf.data to a file, or leave out --json");
-  }
-  // Machine output on stdout: the traced command's own output must not mix into it.
-  eo.target.stdout_to_stderr = eo.target.stdout_to_stderr || s.opts.json || stdout_taken;
-  // Callchains are symbolized through the processes' maps: MMAP2 records keep them for the
-  // processes that exit before their stacks are rendered.
-  const bool callchains = std::any_of(eo.probes.begin(), eo.probes.end(), [](const auto& p) {
-    return (p.extra_sample_type & PERF_SAMPLE_CALLCHAIN) != 0;
-  });
-  if (stages_need_task_records(recipe) || !s.opts.perf_data.empty() || callchains)
-    enable_task_records(eo, true);
-  enable_task_records(eo, false);
+  EngineOptions eo = session_detail::engine_options_for(recipe, s.opts);
+  s.base_probes.assign(eo.probes.begin(), eo.probes.end());
   Diagnostics diags;
   s.pipelines = make_pipelines(recipe, out, s.opts.json, diags, s.opts.pipeline, s.opts.perf_data,
                                s.opts.stacks);
@@ -423,44 +430,47 @@ void Session::on_delivery(std::function<void(std::size_t)> handler) {
 
 void Session::on_table(std::function<void(const TableUpdate&)> handler) {
   auto& s = *impl_;
-  if (s.table_handlers.empty()) {
-    for (std::size_t i = 0; i < s.pipelines.size(); ++i) {
-      s.pipelines[i]->on_table([&s, i](std::size_t stage, const Table& table, bool final) {
-        const TableUpdate update{.pipeline = i, .stage = stage, .table = table, .final = final};
-        for (auto& h : s.table_handlers)
-          h(update);
-      });
-    }
-  }
   s.table_handlers.push_back(std::move(handler));
+  s.hook_pipelines();
 }
 
 void Session::on_event(std::function<void(const EventUpdate&)> handler) {
   auto& s = *impl_;
-  if (s.event_handlers.empty()) {
-    for (std::size_t i = 0; i < s.pipelines.size(); ++i) {
-      s.pipelines[i]->on_event([this, &s, i](std::size_t stage, const Event& event,
-                                             std::span<const FieldRef> fields) {
-        const EventUpdate update{.pipeline = i, .stage = stage, .event = event, .fields = fields};
-        try {
-          for (auto& h : s.event_handlers)
-            h(update);
-        } catch (...) {
-          // The session ends (failure() says why); the pipeline gives the handlers no more
-          // events and counts them.
-          if (!s.handler_failure) {
-            s.handler_failure = std::current_exception();
-            boost::asio::post(s.executor, [this, alive = s.alive] {
-              if (alive->load())
-                stop();
-            });
-          }
-          throw;
-        }
+  s.event_handlers.push_back(std::move(handler));
+  s.hook_pipelines();
+}
+
+void Session::Impl::hook_pipelines() {
+  for (std::size_t i = 0; i < pipelines.size(); ++i) {
+    if (!table_handlers.empty()) {
+      pipelines[i]->on_table([this, i](std::size_t stage, const Table& table, bool final) {
+        const TableUpdate update{.pipeline = i, .stage = stage, .table = table, .final = final};
+        for (auto& h : table_handlers)
+          h(update);
       });
     }
+    if (event_handlers.empty())
+      continue;
+    pipelines[i]->on_event(
+        [this, i](std::size_t stage, const Event& event, std::span<const FieldRef> fields) {
+          const EventUpdate update{.pipeline = i, .stage = stage, .event = event, .fields = fields};
+          try {
+            for (auto& h : event_handlers)
+              h(update);
+          } catch (...) {
+            // The session ends (failure() says why); the pipeline gives the handlers no more
+            // events and counts them.
+            if (!handler_failure) {
+              handler_failure = std::current_exception();
+              boost::asio::post(executor, [this, alive = alive] {
+                if (alive->load())
+                  owner->stop();
+              });
+            }
+            throw;
+          }
+        });
   }
-  s.event_handlers.push_back(std::move(handler));
 }
 
 void Session::on_tick(std::function<void()> handler) {

@@ -29,6 +29,8 @@ namespace session_detail {
 void enable_task_records(EngineOptions& eo, bool full);
 /// An engine error about one probe, rethrown at that probe's place in the recipe.
 [[noreturn]] void rethrow_at_probe(const Error& e, const Recipe& recipe);
+/// The engine options of `recipe` as a session with `opts` runs it (before placement).
+[[nodiscard]] EngineOptions engine_options_for(const Recipe& recipe, const SessionOptions& opts);
 }  // namespace session_detail
 
 struct Session::Impl {
@@ -41,6 +43,11 @@ struct Session::Impl {
         ticker(ex) {}
 
   Recipe recipe;
+  Session* owner = nullptr;  // set by the constructor
+  /// The recipe's probes as the engine options first had them (before the placement made some
+  /// counting): what a live change compares the next recipe's with. By engine probe index.
+  /// nullopt: not the recipe's (a side-band event, the BPF output channel).
+  std::vector<std::optional<ProbeOptions>> base_probes;
   Sink* out;
   SessionOptions opts;
   std::vector<std::unique_ptr<Pipeline>> pipelines;
@@ -76,6 +83,14 @@ struct Session::Impl {
   std::thread worker;
   std::atomic<bool> starting{false}, cancel{false};
   std::shared_ptr<std::atomic<bool>> alive = std::make_shared<std::atomic<bool>>(true);
+
+  /// (Re)installs the on_table/on_event handlers on every pipeline, with its index.
+  void hook_pipelines();
+  /// Which probes' samples the user-space pipelines take in place, and whether pipelines
+  /// ordered only for comm read it from the delivered records (after they are bound).
+  void decide_in_place();
+  /// Session::apply.
+  RecipeChanges apply(const Recipe& next);
 
   void begin_start();
   /// check_system, placement, engine->prepare() (with the kernel programs), the pipelines'

@@ -243,6 +243,10 @@ void Session::Impl::prepare_start(Session* self) {
     close_after_failure();
     throw_if_canceled();
   }
+  decide_in_place();
+}
+
+void Session::Impl::decide_in_place() {
   // Pipelines ordered only for their comm keys read comm from the delivered records instead,
   // with no time order, when every user-space pipeline then takes every probe in place (one
   // that needs records would get them rebuilt, without their comm).

@@ -304,6 +304,31 @@ Status DynamicProbes::remove_all() {
   return {};
 }
 
+Result<std::size_t> DynamicProbes::remove_named(std::string_view prefix) {
+  std::size_t removed = 0;
+  std::optional<Failure> first;
+  std::vector<DynamicProbe> kept;
+  for (const auto& probe : probes_) {
+    if (!probe.name.event.starts_with(prefix)) {
+      kept.push_back(probe);
+      continue;
+    }
+    const fs::path file = root_ / (probe.kprobe ? kKprobeEvents : kUprobeEvents);
+    auto st = remove_probe(file, probe.name.system, probe.name.event, probe.kprobe);
+    if (!st && st.error().errno_value() != ENOENT) {
+      if (!first)
+        first = std::move(st).error();
+      kept.push_back(probe);
+      continue;
+    }
+    ++removed;
+  }
+  probes_ = std::move(kept);
+  if (first)
+    return fail(std::move(*first));
+  return removed;
+}
+
 Result<std::size_t> DynamicProbes::remove_stale(const Tracefs& fs) {
   std::size_t removed = 0;
   std::optional<Failure> first;

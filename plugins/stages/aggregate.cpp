@@ -362,8 +362,7 @@ bool AggregateStage::fixed_key_of(const KernelRow& row, FixedKey& k) const noexc
 }
 
 void AggregateStage::bind_keys(BindContext& ctx, Diagnostics& diags) {
-  by_.clear();
-  stacks_.reset();
+  by_.clear();  // (a rebind keeps stacks_: the keys interned so far name its stacks)
   for (const auto& [name, where] : by_names_) {
     if (auto f = ctx.schema.bind(name, where, diags)) {
       if (f->type() == FieldType::kIps && !stacks_)

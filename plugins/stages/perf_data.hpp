@@ -18,6 +18,7 @@ class PerfData : public Stage, public Output {
  public:
   [[nodiscard]] static StageSpec spec();
   void configure(const ConfigValue& options, Diagnostics& diags) override;
+  [[nodiscard]] bool rebinds() const noexcept override { return false; }
   void bind(BindContext& ctx, Diagnostics& diags) override;
   void start() override;
   void on_events(std::span<Event* const> events) noexcept override;

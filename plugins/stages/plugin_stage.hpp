@@ -26,6 +26,7 @@ class PluginStage : public Stage, public Aggregation {
   [[nodiscard]] static StageSpec spec();
 
   void configure(const ConfigValue& options, Diagnostics& diags) override;
+  [[nodiscard]] bool rebinds() const noexcept override { return false; }
   void bind(BindContext& ctx, Diagnostics& diags) override;
   void on_events(std::span<Event* const> events) noexcept override;
   void counters(std::vector<std::pair<std::string, std::uint64_t>>& out) const override;

@@ -150,6 +150,22 @@ class Engine {
   /// Throws tracer::Error (kRuntime) with the errno.
   void attach_bpf(std::uint32_t probe, int prog_fd, bool every_event = false);
 
+  /// Live changes, while the engine runs (after go(), on its executor), for a system-wide or
+  /// cgroup target. add_probes() opens `added` as new probes after the others (their indices
+  /// are probes().size() on), enabled at once: their records reach the handlers like the
+  /// others'. Their tracepoints are sampled by their own events (not through the BPF delivery)
+  /// and no tracepoint hit counter checks them. Throws tracer::Error about the probe (kUsage for
+  /// a pid or command target, whose processes made since the start a new event would not
+  /// follow, or a name taken), leaving nothing of them open.
+  /// @return their indices.
+  std::vector<std::uint32_t> add_probes(std::vector<ProbeOptions> added);
+  /// Live: closes probe `index`. Its events stop, what they wrote reaches the handlers, and its
+  /// rings, events, BPF links and dynamic tracefs probe close (the rings and events once the
+  /// executor has run what it had queued for them). Its ProbeInfo stays with `removed` set and
+  /// its stats are those of its removal; no other probe's index changes. Throws kUsage for an
+  /// index that is not a probe, or the BPF output channel's.
+  void remove_probe(std::uint32_t index);
+
   struct Impl;
 
  private:

@@ -60,6 +60,7 @@ struct Target {
 struct WakeupPolicy {
   std::uint32_t events = 0;           // wake every N samples (wakeup_events), if > 0
   std::uint32_t watermark_bytes = 0;  // else wake at this fill level; 0: a quarter of the ring
+  friend bool operator==(const WakeupPolicy&, const WakeupPolicy&) = default;
 };
 
 struct ProbeOptions {
@@ -98,6 +99,10 @@ struct ProbeOptions {
   WakeupPolicy wakeup{};
   std::uint64_t aux_bytes = 0;  // kAux: AUX area size (power-of-two pages); 0: 4 MiB
   bool aux_snapshot = false;    // kAux: overwrite (snapshot) mode
+
+  /// The same probe: every option equal but `origin` (where the recipe wrote it).
+  [[nodiscard]] bool same_probe(const ProbeOptions& other) const;
+  friend bool operator==(const ProbeOptions&, const ProbeOptions&) = default;
 };
 
 /// What a probe resolved to, for stages that bind field names once.
@@ -121,6 +126,9 @@ struct ProbeInfo {
   bool delivered = false;
   /// Its delivered samples carry the task's name at the hit (EngineOptions::deliver_comm).
   bool delivered_comm = false;
+  /// Removed while the engine ran (Engine::remove_probe): nothing of it is open any more and no
+  /// record of it comes; its index stays taken, so that the other probes keep theirs.
+  bool removed = false;
   /// kBpfOutput: the emitted struct's fields (from BTF), when BpfOptions::payload_struct is set.
   std::optional<bpf::StructSchema> payload{};
   /// The attr the events were opened with (sample_type, read_format, clockid...): what a

@@ -93,6 +93,12 @@ class Pipeline {
             Diagnostics& diags,
             std::span<const PayloadSchema> payloads = {},
             const MapSource* maps = nullptr);
+  /// A live change of the probes (Session::apply): binds every stage again against `probes`
+  /// (the same indices for the probes that stay, new ones after them) while the stages keep
+  /// what they hold. What the time-order merge holds runs first. Only when rebinds().
+  void rebind(std::span<const ProbeInfo> probes, Diagnostics& diags, const MapSource* maps);
+  /// Whether every stage may bind again while it keeps its state (Stage::rebinds).
+  [[nodiscard]] bool rebinds() const noexcept;
   /// Starts the interval clocks (`every`, rate) at `now` (CLOCK_MONOTONIC ns) and every stage
   /// (Stage::start: outputs such as perf.data files open here). May throw tracer::Error.
   void start(std::chrono::nanoseconds now);
@@ -225,6 +231,8 @@ class Pipeline {
   PipelineOptions options_;
   CommCache comm_;
   std::unique_ptr<Schema> schema_;
+  std::vector<PayloadSchema> payloads_;  // bind()'s, for rebind()
+  void bind_stages(Diagnostics& diags, const MapSource* maps);
   std::vector<Slot> stages_;
   std::vector<Event> events_;
   std::vector<RecordRef> decoded_;

@@ -298,6 +298,9 @@ class Schema {
   void set_symbolize_options(symbols::SymbolizeOptions options) {
     symbolize_options_ = std::move(options);
   }
+  /// Takes `old`'s symbolizer (what it learnt of the processes' maps; stages that interned
+  /// stacks keep referring to it): a schema rebuilt for changed probes (Pipeline::rebind).
+  void adopt_symbolizer(Schema& old) noexcept { symbolizer_ = std::move(old.symbolizer_); }
   /// Whether some stage bound the sample field `comm` (thread names at event time then need the
   /// records in time order, COMM and FORK records included).
   [[nodiscard]] bool comm_bound() const noexcept { return comm_bound_; }

@@ -97,6 +97,10 @@ class Stage {
   /// Resolves field names to accessors once; may add derived fields for later stages, and set
   /// what its options decide of its needs (BindContext::kinds, BindContext::time_order).
   virtual void bind(BindContext& ctx, Diagnostics& diags) = 0;
+  /// Whether bind() may run again, against a changed set of probes, while the stage keeps what
+  /// it holds (Pipeline::rebind, a live change of the recipe): true unless the stage fixed
+  /// something of the probes it cannot redo (a perf.data header, a plugin's own binding).
+  [[nodiscard]] virtual bool rebinds() const noexcept { return true; }
   /// The run begins (Pipeline::start; never called by `tracer check`): open what must not exist
   /// before a real run, such as a perf.data file. May throw tracer::Error.
   virtual void start() {}

@@ -122,6 +122,22 @@ struct SessionStats {
   double seconds = 0;  // since start()
 };
 
+/// What Session::apply changed: the names of the probes (as the engine has them: a glob's one
+/// per tracepoint) and of the pipelines.
+struct RecipeChanges {
+  std::vector<std::string> probes_added{}, probes_removed{};
+  std::vector<std::string> pipelines_added{}, pipelines_removed{};
+  /// Pipelines that began again: their final tables were emitted, and new ones start from
+  /// nothing. An in-kernel pipeline whose probes changed in a way its programs cannot take (it
+  /// pairs probes, a new probe's fields cannot be read there, a pid or command target): "name
+  /// (why)".
+  std::vector<std::string> pipelines_restarted{};
+  std::size_t probes_kept = 0, pipelines_kept = 0;
+  [[nodiscard]] bool empty() const noexcept;
+  /// One line: "probes added: x; probes removed: y; ...; kept: 2 probes, 1 pipeline".
+  [[nodiscard]] std::string describe() const;
+};
+
 /// The pipelines of `recipe` writing to `out` (what a Session runs; replay feeds them from a
 /// file). A recipe without stages gets one pipeline that prints every event; `json` and
 /// `perf_data` as in SessionOptions. Problems go to `diags`.
@@ -168,6 +184,26 @@ class Session {
   /// std::errc::operation_canceled; on_done observers then run) and its destructor (which waits
   /// for the preparation's current step). The handler never runs after the session is gone.
   void async_start(std::function<void(std::exception_ptr)> handler);
+  /// A live change: runs `recipe` from now on, in place of the one running (tracer run's
+  /// SIGHUP). Probes are matched by name and definition, pipelines by name and stages.
+  /// - An unchanged probe keeps its events, rings and in-kernel programs: it loses and counts
+  ///   nothing twice. A removed one's events stop, its last records reach the pipelines, and its
+  ///   events, rings, BPF links and tracefs probe close (a program of an in-kernel pipeline
+  ///   that also serves other probes stays loaded, detached from it, until that pipeline ends).
+  ///   An added one opens, enabled at once (sampled by its own events, not the BPF delivery).
+  /// - An unchanged pipeline keeps what it aggregated; one in user space sees the added probes
+  ///   from now on, one in the kernel counts them in programs of their own (or restarts, see
+  ///   RecipeChanges::pipelines_restarted). A removed pipeline emits its final tables (on_table
+  ///   with `final`) and ends; an added one starts (placed as at start()).
+  /// What cannot change while tracer runs is a kRecipe error at its position in `recipe`, and the
+  /// session goes on unchanged: [bpf], placement, channel, max_targets, the probes while a
+  /// perf.data file is written or a plugin stage binds them; probes of a pid or command target
+  /// (the processes it made since the start would be missed). An error opening an added probe
+  /// (at its position) also leaves the session as it was. Call on the session's executor while
+  /// it runs (after start()'s completion, before stop()); it blocks that executor while added
+  /// probes resolve and in-kernel programs compile. Pipeline indices of on_table and on_event
+  /// are those of `recipe` afterwards.
+  RecipeChanges apply(const Recipe& recipe);
   /// Stops the engine (the last records reach the pipelines), emits the final tables, flushes.
   /// Idempotent; on_done observers run once.
   void stop();

@@ -33,8 +33,9 @@ struct Run {
   /// inherited (an inherited copy of an event carries its program, and a child's exit would
   /// detach it from the tracepoint for everyone).
   std::vector<perf::Event> events;
-  std::vector<gen::ProbeStats> last;  // counters at the last read
-  std::uint64_t targets_dropped = 0;  // children the target map had no room for
+  std::vector<std::uint32_t> event_probes;  // events[i] is engine probe event_probes[i]'s
+  std::vector<gen::ProbeStats> last;        // counters at the last read
+  std::uint64_t targets_dropped = 0;        // children the target map had no room for
 };
 
 /// Generates, compiles, loads and attaches the program of each pipeline `places` put in the
@@ -60,6 +61,12 @@ void absorb_runs(std::span<Run> runs,
 /// saw per CPU, the events whose key or stack did not fit, cut keys, unreadable strings,
 /// contended updates, targets dropped and skipped runs. `counting(probe)`: the probe's events
 /// are its program's hits (no ring of its own).
+/// A live change removed engine probe `probe`: the run's events on its tracepoint close (its
+/// program there no longer runs; the engine closes the probe's own events, which a probe PMU's
+/// or sampling event's program is attached to). What the run counted of it stays in its maps.
+/// @return whether the run still has a probe that is not removed.
+bool drop_probe(Run& run, std::uint32_t probe, std::span<const ProbeInfo> probes);
+
 void add_run_stats(std::span<const Run> runs,
                    Stats& stats,
                    const std::function<bool(std::uint32_t)>& counting);

@@ -49,6 +49,8 @@ class RingReader {
   [[nodiscard]] perf::Ring& ring() noexcept { return ring_; }
   [[nodiscard]] int cpu() const noexcept { return cpu_; }
   [[nodiscard]] std::uint32_t probe() const noexcept { return probe_; }
+  /// The layout moved (the engine's probes grew while it ran): the same layout at `layout`.
+  void set_layout(const perf::SampleLayout* layout) noexcept { layout_ = layout; }
   [[nodiscard]] const RingStats& stats() const noexcept { return stats_; }
   /// The exception a batch handler threw, if any. The reader delivers nothing more after one
   /// (the engine stops and reports it).

@@ -90,6 +90,10 @@ class DynamicProbes {
   /// @return success, or the first failure (EBUSY: a perf event still has it open), naming
   /// how many probes could not be removed.
   [[nodiscard]] Status remove_all();
+  /// Removes the probes this object created whose event name starts with `prefix` (a probe
+  /// removed while the engine runs), as remove_all() does. @return how many were removed, or the
+  /// first failure.
+  [[nodiscard]] Result<std::size_t> remove_named(std::string_view prefix);
 
   /// Removes the probes of every group named tracer_<pid>_<starttime> whose owner is dead (no
   /// /proc/<pid>, a different starttime, or a zombie), from uprobe_events and kprobe_events.
