@@ -12,6 +12,7 @@
 #include <csignal>
 #include <cstring>
 #include <ctime>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -400,6 +401,32 @@ int run_recipe(const RunOptions& given) {
     if (!ec)
       session.stop();
   });
+  // SIGHUP: the recipe file is read again (with the same --set values) and applied while the
+  // run goes on (Session::apply): unchanged probes and pipelines keep their counts. What
+  // changed, or why nothing could, goes to stderr; a recipe that fails leaves the run as it was.
+  asio::signal_set reload(io, SIGHUP);
+  std::function<void()> wait_reload;
+  wait_reload = [&] {
+    reload.async_wait([&](const boost::system::error_code& ec, int) {
+      if (ec)
+        return;
+      if (session.running()) {
+        try {
+          const RecipeChanges changes = session.apply(load_recipe(o));
+          clear_status();
+          fmt::print(stderr, "tracer: reloaded {}: {}\n", o.recipe, changes.describe());
+        } catch (const Error& e) {
+          clear_status();
+          fmt::print(stderr, "tracer: reloading {}: {}\n", o.recipe, e.what());
+          if (!e.hint().empty())
+            fmt::print(stderr, "  hint: {}\n", e.hint());
+          fmt::print(stderr, "tracer: the run goes on with the recipe it had\n");
+        }
+      }
+      wait_reload();
+    });
+  };
+  wait_reload();
   session.start();
   // From here on: the run's own cost (reactor, drains, map reads), not the start's compiles.
   perf::Event own_syscalls = o.verbose ? own_syscall_counter() : perf::Event{};

@@ -283,6 +283,76 @@ use = "print"
     EXPECT_EQ(p.total().lost, 0u) << p.name;
 }
 
+// The mirror: a probe of the recipe the session started with is removed (in the kernel, the
+// program it shares with the other probe stays, detached from it), then added again under the
+// same name; it counts exactly the calls made while it existed, both times.
+TEST_P(SessionLive, AProbeRemovedAndAddedAgainCountsExactlyWhileItExists) {
+  const Placement placement = GetParam();
+  Children children;
+  std::map<std::string, std::map<std::string, std::uint64_t>> finals;
+  std::vector<std::string> names = {"by_pid", "by_probe"};
+  boost::asio::io_context io(1);
+  Sink out = Sink::discard();
+  Session session(io.get_executor(), load(recipe_text(placement, true)), out,
+                  {.duration = std::chrono::seconds(120)});
+  session.on_table([&](const TableUpdate& u) {
+    if (!u.final)
+      return;
+    auto& t = finals[names.at(u.pipeline)];
+    for (const auto& row : u.table.rows) {
+      std::string key;
+      for (const auto& c : row.keys)
+        key += (key.empty() ? "" : "/") + to_text(c);
+      t[key] += std::get<std::uint64_t>(row.values.at(0));
+    }
+  });
+  session.start();
+  const auto phase = [&](int n) {
+    children.shared().phase = n;
+    for (int i = 0; i < 3000; ++i) {
+      if (n < 2 || (children.shared().pgrp_done[0] == static_cast<std::uint64_t>(n) &&
+                    children.shared().pgrp_done[1] == static_cast<std::uint64_t>(n)))
+        break;
+      io.run_for(std::chrono::milliseconds(10));
+    }
+    io.run_for(std::chrono::milliseconds(300));
+  };
+  phase(1);
+  phase(2);  // counted
+  const auto with_pgrp = kernel_objects();
+  const RecipeChanges removed = session.apply(load(recipe_text(placement, false)));
+  EXPECT_EQ(removed.probes_removed, std::vector<std::string>{"getpgrp"});
+  EXPECT_EQ(removed.pipelines_removed, std::vector<std::string>{"by_probe"});
+  names = {"by_pid"};
+  EXPECT_EQ(finals["by_probe"]["getpgrp"], 2 * kPgrpCalls);
+  io.run_for(std::chrono::milliseconds(200));
+  EXPECT_LT(kernel_objects()["[perf_event]"], with_pgrp.at("[perf_event]"));
+  phase(3);  // not counted
+  const RecipeChanges again = session.apply(load(recipe_text(placement, true)));
+  EXPECT_EQ(again.probes_added, std::vector<std::string>{"getpgrp"});
+  EXPECT_TRUE(again.pipelines_restarted.empty()) << again.describe();
+  names = {"by_pid", "by_probe_again"};
+  phase(4);  // counted
+  children.shared().stop = true;
+  children.reap();
+  io.run_for(std::chrono::milliseconds(300));
+  session.stop();
+
+  const auto& by_pid = finals["by_pid"];
+  for (int k = 0; k < 2; ++k) {
+    SCOPED_TRACE(fmt::format("child {} (pid {})", k, children.pid(k)));
+    const auto count = [&](const char* probe) {
+      const auto it = by_pid.find(fmt::format("{}/{}", probe, children.pid(k)));
+      return it == by_pid.end() ? std::uint64_t{0} : it->second;
+    };
+    EXPECT_EQ(count("getppid"), children.shared().ppid[k].load());
+    EXPECT_EQ(count("getpgrp"), 2 * kPgrpCalls);  // phases 2 and 4, not 3
+  }
+  EXPECT_EQ(finals["by_probe_again"]["getpgrp"], 2 * kPgrpCalls);  // phase 4
+  for (const auto& p : session.stats().engine.probes)
+    EXPECT_EQ(p.total().lost, 0u) << p.name;
+}
+
 INSTANTIATE_TEST_SUITE_P(Placements,
                          SessionLive,
                          ::testing::Values(Placement::kKernel, Placement::kUser),
