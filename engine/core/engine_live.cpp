@@ -88,7 +88,14 @@ std::vector<std::uint32_t> Engine::Impl::add_probes(std::vector<ProbeOptions> ad
   auto online = perf::online_cpus();
   if (!online)
     throw_failure(ErrorCategory::kRuntime, online.error());
-  // The new probes join the engine's lists; on a failure everything of them is taken back.
+  // The new probes join the engine's lists (by index: the BPF output channel's probe has no
+  // options, it gets a placeholder); on a failure everything of them is taken back.
+  while (opts.probes.size() < first) {
+    ProbeOptions placeholder;
+    placeholder.name = probes[opts.probes.size()].name;
+    placeholder.kind = probes[opts.probes.size()].kind;
+    opts.probes.push_back(std::move(placeholder));
+  }
   for (auto& o : added)
     opts.probes.push_back(std::move(o));
   for (const auto& r : resolved) {

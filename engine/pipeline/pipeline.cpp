@@ -340,6 +340,8 @@ void Pipeline::run(std::span<const RecordRef> records) noexcept {
   alive_.clear();
   for (std::size_t i = 0; i < records.size(); ++i) {
     const RecordRef* ref = &records[i];
+    if (ref->probe >= schema_->probes().size())
+      continue;  // a probe added while running that this pipeline was not bound to
     Event& e = events_[i];
     e.kind = kind_of(ref->record);
     e.sample = nullptr;

@@ -291,7 +291,10 @@ RecipeChanges Session::Impl::apply(const Recipe& next) {
   std::vector<bool> sampling(now_probes.size(), false);
   std::vector<std::string> filters(now_probes.size());
   for (std::size_t p = 0; p < now_probes.size(); ++p) {
-    const ProbeOptions& o = p < n_before ? engine_options.probes[p] : added[p - n_before];
+    // As the recipe wrote it: a probe the placement made counting still delivers its events to
+    // the kernel's programs.
+    const ProbeOptions& o =
+        p < n_before ? base_probes[p].value_or(engine_options.probes[p]) : added[p - n_before];
     sampling[p] = !o.counting && !now_probes[p].removed && (p >= n_before || keep[p]) &&
                   now_probes[p].kind != ProbeKind::kBpfOutput;
     filters[p] = o.filter;
@@ -441,12 +444,16 @@ RecipeChanges Session::Impl::apply(const Recipe& next) {
       }
       (ends || !serving ? theirs : others).push_back(std::move(r));
     }
-    for (auto& r : theirs) {  // detach, then the last read
+    for (auto& r : theirs) {  // detach: they count nothing more
       r.events.clear();
       r.fork_event = {};
       r.exit_event = {};
       r.exec_event = {};
     }
+    // What the rings hold goes to the pipelines as they were (the ending ones too): a pipeline
+    // that starts now gets no event from before its start, and one that restarts counts no
+    // event twice (its old programs are detached: what they missed since is the restart's gap).
+    engine->drain_now();
     kernel::absorb_runs(theirs, pipelines, *engine, true, now);
     kernel = std::move(others);
   }

@@ -28,8 +28,11 @@ std::string recipe_text(const std::string& placement, bool getppid, bool lseek, 
   std::string text = "[recipe]\nname = \"reload\"\nplacement = \"" + placement + "\"\n";
   if (getppid)
     text += "[[probe]]\nname = \"getppid\"\ntracepoint = \"syscalls:sys_enter_getppid\"\n";
-  if (lseek)
+  if (lseek) {  // and a uprobe beside it (a probe-PMU event, system-wide)
     text += "[[probe]]\nname = \"lseek\"\ntracepoint = \"syscalls:sys_enter_lseek\"\n";
+    text += std::string("[[probe]]\nname = \"fn\"\nuprobe = \"") + TRACER_UPROBE_TARGET +
+            ":tracer_test_fn\"\n";
+  }
   if (broken)
     text += "[[probe]]\nname = \"typo\"\ntracepoint = \"syscalls:sys_enter_lseekk\"\n";
   return text + "[[stage]]\nuse = \"count\"\nby = [\"probe\", \"pid\"]\n";
@@ -84,6 +87,9 @@ TEST(CliReload, SighupAppliesTheChangedRecipeAndEachProbeCountsWhileItExists) {
     ASSERT_TRUE(wait_for(err, "tracer: reloaded", 1)) << slurp(err);
     const std::string b = calls("getppid 2000");
     const std::string c = calls("lseek 1500");
+    const auto fn = shell(std::string(TRACER_UPROBE_TARGET) + " 500 & echo $!; wait");
+    ASSERT_EQ(fn.exit_code, 0) << fn.err;
+    const std::string g = fn.out.substr(0, fn.out.find('\n'));
     // A recipe with a typo: the run goes on as it was.
     std::ofstream(recipe) << recipe_text(placement, true, true, true);
     ::kill(t, SIGHUP);
@@ -101,10 +107,10 @@ TEST(CliReload, SighupAppliesTheChangedRecipeAndEachProbeCountsWhileItExists) {
     const std::string text = slurp(out);
     const std::string log = slurp(err);
     EXPECT_NE(log.find("reloaded " + recipe.string() +
-                       ": probes added: lseek; kept: 1 probe, 1 pipeline"),
+                       ": probes added: lseek, fn; kept: 1 probe, 1 pipeline"),
               std::string::npos)
         << log;
-    EXPECT_NE(log.find("probes removed: getppid; kept: 1 probe, 1 pipeline"), std::string::npos)
+    EXPECT_NE(log.find("probes removed: getppid; kept: 2 probes, 1 pipeline"), std::string::npos)
         << log;
     EXPECT_NE(log.find("sys_enter_lseekk"), std::string::npos) << log;
     EXPECT_NE(text.find(row("getppid", a, 3000)), std::string::npos) << text;
@@ -113,6 +119,7 @@ TEST(CliReload, SighupAppliesTheChangedRecipeAndEachProbeCountsWhileItExists) {
     EXPECT_EQ(text.find(R"("pid":)" + e + "}"), std::string::npos) << text;  // after its removal
     EXPECT_NE(text.find(row("lseek", c, 1500)), std::string::npos) << text;
     EXPECT_NE(text.find(row("lseek", f, 700)), std::string::npos) << text;
+    EXPECT_NE(text.find(row("fn", g, 500)), std::string::npos) << text;
     EXPECT_NE(text.find(R"("lost":0,)"), std::string::npos) << text;
   }
 }
