@@ -37,8 +37,8 @@ std::vector<std::uint32_t> Engine::Impl::add_probes(std::vector<ProbeOptions> ad
   }
   for (std::size_t i = 0; i < added.size(); ++i) {
     const auto taken = [&](const std::string& name) {
-      for (std::size_t p = 0; p < probes.size(); ++p) {
-        if (!probes[p].removed && probes[p].name == name)
+      for (const auto& p : probes) {
+        if (!p.removed && p.name == name)
           return true;
       }
       for (std::size_t j = 0; j < i; ++j) {

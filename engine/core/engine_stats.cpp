@@ -10,9 +10,11 @@ namespace tracer {
 Stats Engine::Impl::collect_stats() const {
   Stats s;
   for (std::size_t p = 0; p < probes.size(); ++p) {
-    if (p < removed_stats.size() && removed_stats[p]) {
-      s.probes.push_back(*removed_stats[p]);
-      continue;
+    if (p < removed_stats.size()) {
+      if (const auto& removed = removed_stats[p]) {
+        s.probes.push_back(*removed);
+        continue;
+      }
     }
     s.probes.push_back(probe_stats(p));
   }

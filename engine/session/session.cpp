@@ -462,8 +462,8 @@ void Session::Impl::hook_pipelines() {
             // events and counts them.
             if (!handler_failure) {
               handler_failure = std::current_exception();
-              boost::asio::post(executor, [this, alive = alive] {
-                if (alive->load())
+              boost::asio::post(executor, [this, token = alive] {
+                if (token->load())
                   owner->stop();
               });
             }
