@@ -7,6 +7,8 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -14,6 +16,7 @@
 #include "commands.hpp"
 #include "tracer/duration.hpp"
 #include "tracer/error.hpp"
+#include "tracer/output_file.hpp"
 #include "tracer/stat.hpp"
 
 namespace tracer::cli {
@@ -34,6 +37,10 @@ struct StatCliOptions {
   unsigned repeat = 1;
   std::vector<std::string> command;
   int ready_fd = -1;
+  std::string separator;        // -x: CSV with this separator
+  bool json = false;            // -j
+  std::string output;           // -o FILE
+  bool unknown_option = false;  // the command's first word is an option stat does not know
 };
 
 const std::vector<std::string> kDefaultEvents = {
@@ -55,36 +62,178 @@ std::chrono::nanoseconds duration_option(const std::string& text, const char* wh
   return *d;
 }
 
-std::string stddev_text(const core::StatSummary& s) {
-  return s.rel_stddev_pct ? fmt::format("  ( +- {:5.2f}% )", *s.rel_stddev_pct) : std::string{};
+/// How the counts are written: perf stat's text, its CSV (-x SEP) or its JSON lines (-j).
+enum class Format : std::uint8_t { kText, kCsv, kJson };
+
+/// One counter's line: its value (the clocks' in ns), how long it ran, its variation over the
+/// runs.
+struct Line {
+  const core::StatCounter& counter;
+  double value = 0;
+  core::StatRuntime runtime{};
+  std::optional<double> variance_pct{};
+};
+
+/// perf stat's metric beside a count (tools/perf/util/stat-shadow.c): a clock's "CPUs utilized"
+/// (its time over the wall time), any other count's rate per second of the clock counted
+/// beside it (task-clock, else cpu-clock); none without a clock.
+struct Metric {
+  std::optional<double> value;
+  std::string unit;
+};
+
+Metric metric_of(const Line& l, std::optional<double> clock_ns, double wall_s) {
+  if (!l.counter.supported || l.runtime.running_ns == 0)
+    return {};
+  if (l.counter.unit == "ns")
+    return {wall_s > 0 ? std::optional(l.value / 1e9 / wall_s) : std::nullopt, "CPUs utilized"};
+  if (!clock_ns || *clock_ns <= 0)
+    return {};
+  const double rate = l.value / (*clock_ns / 1e9);
+  if (rate > 1e9)
+    return {rate / 1e9, "G/sec"};
+  if (rate > 1e6)
+    return {rate / 1e6, "M/sec"};
+  if (rate > 1e3)
+    return {rate / 1e3, "K/sec"};
+  return {rate, "/sec"};
 }
 
-// The counts go to stderr, as perf stat's do: `tracer stat -- cmd >/dev/null` keeps them, and
-// the command's own stdout stays its own.
-void print_counts(const std::vector<core::StatCounter>& counters,
-                  const std::vector<core::StatSummary>& values,
-                  double seconds) {
-  for (std::size_t i = 0; i < counters.size(); ++i) {
-    const auto& c = counters[i];
-    const double v = values[i].mean;
-    if (c.unit == "ns") {
-      fmt::print(stderr, "{:>18.2f} msec  {:<28} # {:8.3f} CPUs utilized{}\n", v / 1e6, c.name,
-                 seconds > 0 ? v / 1e9 / seconds : 0.0, stddev_text(values[i]));
-    } else {
-      fmt::print(stderr, "{:>18.0f}       {:<28} # {:10.1f}/s{}\n", v, c.name,
-                 seconds > 0 ? v / seconds : 0.0, stddev_text(values[i]));
+/// The clock a rate is per second of: task-clock's count, else cpu-clock's.
+std::optional<double> clock_of(const std::vector<Line>& lines) {
+  for (const char* name : {"task-clock", "cpu-clock"}) {
+    for (const auto& l : lines) {
+      if (l.counter.supported && l.counter.name == name)
+        return l.value;
     }
   }
+  return std::nullopt;
 }
 
-std::vector<core::StatSummary> single(const std::vector<double>& values) {
-  std::vector<core::StatSummary> out;
-  for (double v : values)
-    out.push_back({.mean = v, .rel_stddev_pct = std::nullopt});
-  return out;
-}
+class Printer {
+ public:
+  Printer(std::FILE* out, Format format, std::string sep)
+      : out_(out), format_(format), sep_(std::move(sep)) {}
+
+  /// The counts of a run or an interval (`interval_at`: its time since the start).
+  void counts(const std::vector<Line>& lines, double wall_s, std::optional<double> interval_at) {
+    const auto clock = clock_of(lines);
+    for (const auto& l : lines) {
+      const Metric m = metric_of(l, clock, wall_s);
+      switch (format_) {
+        case Format::kText:
+          text(l, m, interval_at);
+          break;
+        case Format::kCsv:
+          csv(l, m, interval_at);
+          break;
+        case Format::kJson:
+          json(l, m, interval_at);
+          break;
+      }
+    }
+  }
+  [[nodiscard]] bool text() const noexcept { return format_ == Format::kText; }
+  [[nodiscard]] std::FILE* file() const noexcept { return out_; }
+
+ private:
+  /// "<not supported>", "<not counted>" (it never ran), or nothing: the value counts.
+  static std::string_view absent(const Line& l) {
+    if (!l.counter.supported)
+      return "<not supported>";
+    if (l.runtime.running_ns == 0)
+      return "<not counted>";
+    return {};
+  }
+  static bool clock(const Line& l) { return l.counter.unit == "ns"; }
+
+  void text(const Line& l, const Metric& m, std::optional<double> at) {
+    if (at)
+      fmt::print(out_, "{:>16.9f} ", *at);
+    const auto none = absent(l);
+    if (!none.empty())
+      fmt::print(out_, "{:>18} {:<4} {:<28}\n", none, clock(l) ? "msec" : "", l.counter.name);
+    else if (clock(l))
+      fmt::print(out_, "{:>18.2f} msec {:<28}", l.value / 1e6, l.counter.name);
+    else
+      fmt::print(out_, "{:>18.0f}      {:<28}", l.value, l.counter.name);
+    if (!none.empty())
+      return;
+    if (m.value)
+      fmt::print(out_, " # {:8.3f} {:<15}", *m.value, m.unit);
+    if (l.variance_pct)
+      fmt::print(out_, "  ( +- {:5.2f}% )", *l.variance_pct);
+    if (l.runtime.pct < 99.995)
+      fmt::print(out_, "  ({:.2f}%)", l.runtime.pct);
+    fmt::print(out_, "\n");
+  }
+
+  void csv(const Line& l, const Metric& m, std::optional<double> at) {
+    std::string row;
+    if (at)
+      row += fmt::format("{:>16.9f}{}", *at, sep_);
+    const auto none = absent(l);
+    if (!none.empty())
+      row += fmt::format("{}{}{}{}{}", none, sep_, clock(l) ? "msec" : "", sep_, l.counter.name);
+    else if (clock(l))
+      row += fmt::format("{:.2f}{}msec{}{}", l.value / 1e6, sep_, sep_, l.counter.name);
+    else
+      row += fmt::format("{:.0f}{}{}{}", l.value, sep_, sep_, l.counter.name);
+    if (l.variance_pct)
+      row += fmt::format("{}{:.2f}%", sep_, *l.variance_pct);
+    row += fmt::format("{}{}{}{:.2f}{}", sep_, l.runtime.running_ns, sep_,
+                       l.counter.supported ? l.runtime.pct : 100.0, sep_);
+    if (m.value)
+      row += fmt::format("{:.3f}{}{}", *m.value, sep_, m.unit);
+    else
+      row += sep_;
+    fmt::print(out_, "{}\n", row);
+  }
+
+  void json(const Line& l, const Metric& m, std::optional<double> at) {
+    std::string row = "{";
+    if (at)
+      row += fmt::format("\"interval\" : {:.9f}, ", *at);
+    const auto none = absent(l);
+    const std::string value = !none.empty() ? std::string(none)
+                              : clock(l)    ? fmt::format("{:.6f}", l.value / 1e6)
+                                            : fmt::format("{:.6f}", l.value);
+    row += fmt::format(R"("counter-value" : "{}", "unit" : "{}", "event" : "{}", )", value,
+                       clock(l) ? "msec" : "", json_escaped(l.counter.name));
+    if (l.variance_pct)
+      row += fmt::format("\"variance\" : {:.2f}, ", *l.variance_pct);
+    row += fmt::format(R"("event-runtime" : {}, "pcnt-running" : {:.2f}, )", l.runtime.running_ns,
+                       l.counter.supported ? l.runtime.pct : 100.0);
+    row += fmt::format(R"("metric-value" : {:.6f}, "metric-unit" : "{}"}})", m.value.value_or(0),
+                       m.unit);
+    fmt::print(out_, "{}\n", row);
+  }
+
+  static std::string json_escaped(const std::string& s) {
+    std::string out;
+    for (char c : s) {
+      if (c == '"' || c == '\\')
+        out += '\\';
+      if (static_cast<unsigned char>(c) < 0x20) {
+        out += fmt::format("\\u{:04x}", static_cast<unsigned>(c));
+        continue;
+      }
+      out += c;
+    }
+    return out;
+  }
+
+  std::FILE* out_;
+  Format format_;
+  std::string sep_;
+};
 
 int run_stat(const StatCliOptions& opts) {
+  if (opts.unknown_option) {
+    throw Error(ErrorCategory::kUsage, std::make_error_code(std::errc::invalid_argument),
+                fmt::format("stat: unknown option '{}'", opts.command.front()),
+                "tracer stat --help lists the options; a command goes after them (or after --)");
+  }
   core::StatOptions so{.events = opts.events.empty() ? kDefaultEvents : opts.events,
                        .all_cpus = opts.all_cpus,
                        .pid = opts.pid,
@@ -123,36 +272,100 @@ int run_stat(const StatCliOptions& opts) {
                 "tracer stat -r 5 -- COMMAND");
   }
 
+  if (!opts.separator.empty() && opts.json) {
+    throw Error(ErrorCategory::kUsage, std::make_error_code(std::errc::invalid_argument),
+                "-x and -j do not go together", "CSV (-x SEP) or JSON lines (-j)");
+  }
+  // The counts go to stderr, as perf stat's do (`tracer stat -- cmd >/dev/null` keeps them, and
+  // the command's own stdout stays its own), or to -o FILE.
+  std::FILE* out = stderr;
+  struct FileCloser {
+    void operator()(std::FILE* f) const noexcept {
+      if (f != nullptr)
+        std::fclose(f);
+    }
+  };
+  std::unique_ptr<std::FILE, FileCloser> out_file;
+  if (!opts.output.empty()) {
+    auto fd = open_output_file(opts.output);
+    if (!fd)
+      throw Error(ErrorCategory::kUsage, fd.error());
+    out_file.reset(::fdopen(fd->release(), "w"));
+    if (!out_file) {
+      throw Error(ErrorCategory::kRuntime, std::error_code(errno, std::generic_category()),
+                  "-o " + opts.output + ": " + std::strerror(errno));
+    }
+    out = out_file.get();
+  }
+  const Format format = opts.json                 ? Format::kJson
+                        : !opts.separator.empty() ? Format::kCsv
+                                                  : Format::kText;
+  Printer printer(out, format, opts.separator);
+
   struct sigaction sa {};
   sa.sa_handler = on_signal;
   ::sigaction(SIGINT, &sa, nullptr);
   ::sigaction(SIGTERM, &sa, nullptr);
 
-  const core::StatResult r = core::count_events(so, g_stop, [](const core::StatInterval& i) {
-    fmt::print(stderr, "--- {:.3f}s ---\n", i.elapsed_s);
-    print_counts(i.counters, single(i.deltas), i.interval_s);
-    std::fflush(stderr);
+  bool header = false;
+  const core::StatResult r = core::count_events(so, g_stop, [&](const core::StatInterval& i) {
+    if (printer.text() && !header) {
+      fmt::print(out, "#           time             counts unit events\n");
+      header = true;
+    }
+    std::vector<Line> lines;
+    for (std::size_t k = 0; k < i.counters.size(); ++k)
+      lines.push_back({.counter = i.counters[k],
+                       .value = i.deltas[k],
+                       .runtime = k < i.runtime.size() ? i.runtime[k] : core::StatRuntime{}});
+    printer.counts(lines, i.interval_s, i.elapsed_s);
+    std::fflush(out);
   });
   if (r.target_exited)
     fmt::print(stderr, "tracer: process {} exited\n", opts.pid);
+  // What could not be counted says why once (the rows say <not supported>).
+  for (const auto& c : r.counters) {
+    if (!c.supported)
+      fmt::print(stderr, "tracer: {}\n", c.why);
+  }
 
   std::string target = system_wide ? "system wide" : fmt::format("process {}", opts.pid);
   if (command) {
     target.clear();
-    for (const auto& s : opts.command)
-      target += (target.empty() ? "" : " ") + s;
+    for (const auto& arg : opts.command)
+      target += (target.empty() ? "" : " ") + arg;
   }
   const core::StatSummary& time = r.seconds;
-  if (r.runs > 1) {
-    fmt::print(stderr, "\n Counter stats for '{}' ({} runs):\n\n", target, r.runs);
-  } else {
-    fmt::print(stderr, "\n Counter stats for '{}' ({:.2f} s):\n\n", target, time.mean);
+  std::vector<Line> lines;
+  for (std::size_t k = 0; k < r.counters.size(); ++k) {
+    lines.push_back({.counter = r.counters[k],
+                     .value = r.values[k].mean,
+                     .runtime = k < r.runtime.size() ? r.runtime[k] : core::StatRuntime{},
+                     .variance_pct = r.values[k].rel_stddev_pct});
   }
-  print_counts(r.counters, r.values, time.mean);
-  if (r.runs > 1) {
-    fmt::print(stderr, "\n{:>18.6f} +- {:.6f} seconds time elapsed{}\n", time.mean,
-               time.rel_stddev_pct.value_or(0) * time.mean / 100.0, stddev_text(time));
+  // With -I the intervals were the output, as perf stat's.
+  const bool summary = so.interval.count() == 0;
+  if (summary && printer.text()) {
+    if (r.runs > 1)
+      fmt::print(out, "\n Performance counter stats for '{}' ({} runs):\n\n", target, r.runs);
+    else
+      fmt::print(out, "\n Performance counter stats for '{}':\n\n", target);
   }
+  if (summary)
+    printer.counts(lines, time.mean, std::nullopt);
+  if (summary && printer.text()) {
+    fmt::print(out, "\n{:>18.9f} seconds time elapsed{}\n", time.mean,
+               time.rel_stddev_pct
+                   ? fmt::format("                                          ( +- {:5.2f}% )",
+                                 *time.rel_stddev_pct)
+                   : std::string{});
+    if (r.user_s && r.sys_s) {
+      fmt::print(out, "\n{:>18.9f} seconds user\n{:>18.9f} seconds sys\n", r.user_s->mean,
+                 r.sys_s->mean);
+    }
+    fmt::print(out, "\n");
+  }
+  std::fflush(out);
   if (command && r.exit_code != 0)
     fmt::print(stderr, "tracer: the command exited with status {}\n", r.exit_code);
   return r.exit_code;
@@ -179,12 +392,23 @@ void add_stat_command(CLI::App& app, Runner& run) {
   cmd->add_option("-r,--repeat", opts->repeat,
                   "Run the command this many times and print the mean of each count with its "
                   "variation (+- the standard deviation of the mean, in %)");
+  cmd->add_option("-x,--field-separator", opts->separator,
+                  "Print the counts as CSV with this separator, in perf stat -x's columns: value, "
+                  "unit, event, [variance,] run time, percentage running, metric, metric unit");
+  cmd->add_flag("-j,--json-output", opts->json,
+                "Print the counts as JSON lines with perf stat -j's field names");
+  cmd->add_option("-o,--output", opts->output,
+                  "Write the counts to this file (never through a symbolic link) instead of "
+                  "stderr");
   add_ready_fd_option(cmd, opts->ready_fd, "once every counter is open and counting");
   // Everything from the first positional on (or after --) is the command, passed through as is.
   cmd->prefix_command(true);
   cmd->footer("Usage with a command: tracer stat [OPTIONS] [--] COMMAND [ARGS...]");
   cmd->callback([opts, cmd, &run] {
     opts->command = cmd->remaining();
+    // An option tracer does not know, before the command (not after "--"): a usage error, not
+    // a command named "-z".
+    opts->unknown_option = !opts->command.empty() && opts->command.front().starts_with("-");
     const auto& tail = trailing_args();
     opts->command.insert(opts->command.end(), tail.begin(), tail.end());
     run = [opts] { return run_stat(*opts); };

@@ -4,10 +4,12 @@
 #include <fcntl.h>
 #include <fmt/core.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cmath>
@@ -191,31 +193,33 @@ namespace {
 /// What one measurement gave.
 struct RunResult {
   std::vector<double> totals;
+  std::vector<StatRuntime> runtime;
+  std::optional<double> user_s, sys_s;  // a command's rusage
   double seconds = 0;
   int exit_code = 0;           // the command's, as a shell reports it (128+N for signal N)
   bool stopped = false;        // `stop` was set (SIGINT/SIGTERM)
   bool target_exited = false;  // the pid target exited
 };
 
-[[noreturn]] void open_failed(const std::string& name, const perf::EventAttr& a, const Failure& f) {
+Error open_failed(const std::string& name, const perf::EventAttr& a, const Failure& f) {
   const int err = f.errno_value();
   if (a.type() == PERF_TYPE_HARDWARE && (err == ENOENT || err == EOPNOTSUPP)) {
     // A VM or a CPU without a (virtualised) PMU: the name is right, the machine lacks it.
-    throw Error(ErrorCategory::kUnsupported, f.code,
-                fmt::format("{}: no hardware PMU on this machine (perf_event_open {})", name,
-                            err == ENOENT ? "ENOENT" : "EOPNOTSUPP"),
-                "count software events (cpu-clock, task-clock, page-faults, ...) or "
-                "tracepoints instead; `tracer list pmus` shows what this machine has");
+    return {ErrorCategory::kUnsupported, f.code,
+            fmt::format("{}: no hardware PMU on this machine (perf_event_open {})", name,
+                        err == ENOENT ? "ENOENT" : "EOPNOTSUPP"),
+            "count software events (cpu-clock, task-clock, page-faults, ...) or "
+            "tracepoints instead; `tracer list pmus` shows what this machine has"};
   }
   if ((err == EINVAL || err == EOPNOTSUPP) &&
       (a.has(perf::Flag::kExcludeKernel) || a.has(perf::Flag::kExcludeUser) ||
        a.has(perf::Flag::kExcludeHv) || a.raw()->precise_ip != 0)) {
-    throw Error(ErrorCategory::kUnsupported, f.code,
-                fmt::format("{}: this event does not take its modifier here: {}", name, f.message),
-                "leave out the modifier");
+    return {ErrorCategory::kUnsupported, f.code,
+            fmt::format("{}: this event does not take its modifier here: {}", name, f.message),
+            "leave out the modifier"};
   }
-  throw Error(err == EACCES || err == EPERM ? ErrorCategory::kPermission : ErrorCategory::kRuntime,
-              f.code, fmt::format("{}: {}", name, f.message), f.hint);
+  return {err == EACCES || err == EPERM ? ErrorCategory::kPermission : ErrorCategory::kRuntime,
+          f.code, fmt::format("{}: {}", name, f.message), f.hint};
 }
 
 class Measurement {
@@ -284,6 +288,7 @@ class Measurement {
       cpus = *online;
     }
     counters_.clear();
+    std::optional<Error> unsupported;  // the first event this machine cannot count
     for (const auto& name : opts_.events) {
       perf::EventAttr a = resolve_stat_event(name, fs_);
       a.read_format(PERF_FORMAT_TOTAL_TIME_ENABLED | PERF_FORMAT_TOTAL_TIME_RUNNING);
@@ -300,12 +305,25 @@ class Measurement {
       for (int cpu : cpus) {
         const pid_t pid = system_wide ? -1 : (command ? child : opts_.pid);
         auto ev = perf::Event::open(a, {.pid = pid, .cpu = cpu});
-        if (!ev)
-          open_failed(name, a, ev.error());
+        if (!ev) {
+          Error e = open_failed(name, a, ev.error());
+          if (e.category() != ErrorCategory::kUnsupported)
+            throw e;
+          // The others count; this one is perf stat's "<not supported>" row.
+          c.info.supported = false;
+          c.info.why = e.what();
+          c.events.clear();
+          if (!unsupported)
+            unsupported = std::move(e);
+          break;
+        }
         c.events.push_back(std::move(*ev));
       }
       counters_.push_back(std::move(c));
     }
+    if (unsupported && std::none_of(counters_.begin(), counters_.end(),
+                                    [](const Counter& c) { return c.info.supported; }))
+      throw *unsupported;
     infos_.clear();
     for (const auto& c : counters_)
       infos_.push_back(c.info);
@@ -323,16 +341,31 @@ class Measurement {
       ::close(go_pipe[1]);
       go_guard.fd = -1;
     }
+    struct Reading {
+      std::vector<double> values;
+      std::vector<std::uint64_t> running, enabled;
+    };
     auto read_all = [&] {
-      std::vector<double> v(counters_.size(), 0.0);
+      Reading v{.values = std::vector<double>(counters_.size(), 0.0),
+                .running = std::vector<std::uint64_t>(counters_.size(), 0),
+                .enabled = std::vector<std::uint64_t>(counters_.size(), 0)};
       for (std::size_t i = 0; i < counters_.size(); ++i) {
         for (const auto& ev : counters_[i].events) {
           auto r = ev.read();
-          if (r)
-            v[i] += r->values.at(0).scaled;
+          if (!r)
+            continue;
+          v.values[i] += r->values.at(0).scaled;
+          v.running[i] += r->time_running;
+          v.enabled[i] += r->time_enabled;
         }
       }
       return v;
+    };
+    const auto runtime_of = [](std::uint64_t running, std::uint64_t enabled) {
+      return StatRuntime{.running_ns = running,
+                         .pct = enabled == 0 ? 100.0
+                                             : 100.0 * static_cast<double>(running) /
+                                                   static_cast<double>(enabled)};
     };
 
     // A -p process is watched through a pidfd (readable once it has exited, reaped or not):
@@ -350,9 +383,13 @@ class Measurement {
     };
     RunResult result;
     bool child_done = false;
+    bool stopped_child = false;  // ended here (the duration, a signal): reaped, its rusage read
     int child_status = 0;
     auto next_tick = start + interval;
-    std::vector<double> prev(counters_.size(), 0.0);
+    Reading prev{.values = std::vector<double>(counters_.size(), 0.0),
+                 .running = std::vector<std::uint64_t>(counters_.size(), 0),
+                 .enabled = std::vector<std::uint64_t>(counters_.size(), 0)};
+    rusage usage{};
     for (;;) {
       if (stop.load()) {
         result.stopped = true;
@@ -360,7 +397,7 @@ class Measurement {
       }
       if (duration.count() > 0 && clock::now() - start >= duration)
         break;
-      if (child > 0 && ::waitpid(child, &child_status, WNOHANG) == child) {
+      if (child > 0 && ::wait4(child, &child_status, WNOHANG, &usage) == child) {
         child = -1;
         child_done = true;
         break;
@@ -370,28 +407,47 @@ class Measurement {
         break;
       }
       if (interval.count() > 0 && clock::now() >= next_tick) {
-        const auto now = read_all();
-        std::vector<double> delta(now.size());
-        for (std::size_t i = 0; i < now.size(); ++i)
-          delta[i] = now[i] - prev[i];
-        prev = now;
+        auto now = read_all();
+        std::vector<double> delta(now.values.size());
+        std::vector<StatRuntime> runtime(now.values.size());
+        for (std::size_t i = 0; i < now.values.size(); ++i) {
+          delta[i] = now.values[i] - prev.values[i];
+          runtime[i] =
+              runtime_of(now.running[i] - prev.running[i], now.enabled[i] - prev.enabled[i]);
+        }
+        prev = std::move(now);
         if (on_interval) {
           on_interval(
               StatInterval{.counters = infos_,
                            .elapsed_s = std::chrono::duration<double>(clock::now() - start).count(),
                            .interval_s = std::chrono::duration<double>(interval).count(),
-                           .deltas = std::move(delta)});
+                           .deltas = std::move(delta),
+                           .runtime = std::move(runtime)});
         }
         next_tick += interval;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     result.seconds = std::chrono::duration<double>(clock::now() - start).count();
-    result.totals = read_all();
+    {
+      const Reading total = read_all();
+      result.totals = total.values;
+      for (std::size_t i = 0; i < total.values.size(); ++i)
+        result.runtime.push_back(runtime_of(total.running[i], total.enabled[i]));
+    }
     if (child > 0) {  // stopped early: do not leave the command behind
       ::kill(child, SIGTERM);
-      ::waitpid(child, &child_status, 0);
+      ::wait4(child, &child_status, 0, &usage);
       child = -1;
+      stopped_child = true;
+    }
+    if (command &&
+        (child_done || stopped_child)) {  // the command's CPU time, its children's included
+      const auto secs = [](const timeval& t) {
+        return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) / 1e6;
+      };
+      result.user_s = secs(usage.ru_utime);
+      result.sys_s = secs(usage.ru_stime);
     }
     if (command) {
       int exec_errno = 0;
@@ -430,13 +486,18 @@ StatResult count_events(const StatOptions& options,
                         const std::function<void(const StatInterval&)>& on_interval) {
   Measurement m(options);
   std::vector<std::vector<double>> per_counter(options.events.size());
-  std::vector<double> seconds;
+  std::vector<double> seconds, user, sys;
   StatResult result;
   for (unsigned run = 0; run < options.repeat; ++run) {
     const RunResult r = m.run(stop, on_interval);
     for (std::size_t i = 0; i < r.totals.size(); ++i)
       per_counter[i].push_back(r.totals[i]);
     seconds.push_back(r.seconds);
+    result.runtime = r.runtime;
+    if (r.user_s && r.sys_s) {
+      user.push_back(*r.user_s);
+      sys.push_back(*r.sys_s);
+    }
     result.exit_code = r.exit_code;
     result.target_exited = result.target_exited || r.target_exited;
     if (r.stopped)
@@ -446,6 +507,10 @@ StatResult count_events(const StatOptions& options,
   for (const auto& runs : per_counter)
     result.values.push_back(summarize(runs));
   result.seconds = summarize(seconds);
+  if (!user.empty()) {
+    result.user_s = summarize(user);
+    result.sys_s = summarize(sys);
+  }
   result.runs = seconds.size();
   return result;
 }

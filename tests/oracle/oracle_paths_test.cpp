@@ -66,10 +66,13 @@ TEST(OracleCli, StatAllCpusWithACommandAndIntervalsInMilliseconds) {
   EXPECT_GE(std::stoll(m[1]), kCalls) << all.err;  // the workload's, and any other process's
   const auto interval = shell(kTracer + " stat -e task-clock -I 100 -- sleep 0.55");
   ASSERT_EQ(interval.exit_code, 0) << interval.err;
+  // perf stat's interval lines: the time since the start, then the count (or "<not counted>"
+  // for an interval the sleeping command never ran in).
   long intervals = 0;
-  for (std::size_t at = interval.err.find("--- "); at != std::string::npos;
-       at = interval.err.find("--- ", at + 1))
-    ++intervals;
+  const std::regex line(R"(^\s*[0-9]+\.[0-9]{9}\s+([0-9.]+|<not counted>) msec\s+task-clock)");
+  std::istringstream lines(interval.err);
+  for (std::string l; std::getline(lines, l);)
+    intervals += std::regex_search(l, line) ? 1 : 0;
   EXPECT_GE(intervals, 3) << interval.err;
   EXPECT_LE(intervals, 7) << interval.err;
 }

@@ -382,5 +382,127 @@ by = ["filename"]
 // one of them (the workload's files as many times as it opened them), and no line of tracer's
 // own /proc reads or of another process.
 
+/// The rows of perf stat's -x, output: fields by row (lines starting with '#' or empty left out).
+std::vector<std::vector<std::string>> csv_rows(const std::string& text) {
+  std::vector<std::vector<std::string>> rows;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line.front() == '#')
+      continue;
+    std::vector<std::string> fields;
+    std::size_t from = 0;
+    for (std::size_t at; (at = line.find(',', from)) != std::string::npos; from = at + 1)
+      fields.push_back(line.substr(from, at - from));
+    fields.push_back(line.substr(from));
+    rows.push_back(std::move(fields));
+  }
+  return rows;
+}
+
+/// A JSON line's keys, in order.
+std::vector<std::string> json_keys(const std::string& line) {
+  std::vector<std::string> keys;
+  const std::regex key(R"re("([a-z-]+)" :)re");
+  for (std::sregex_iterator it(line.begin(), line.end(), key), end; it != end; ++it)
+    keys.push_back((*it)[1].str());
+  return keys;
+}
+
+// tracer stat -x and -j beside perf stat's on the same workload (6000 lseek calls of two
+// children, one per CPU): the same rows in perf's columns and field names, the same units and
+// metric kinds, "<not supported>" where this machine lacks the event, and the same counts of
+// the calls. A script that parses perf stat's output parses tracer's.
+TEST(OracleReference, StatCsvAndJsonAreInPerfStatsColumns) {
+  const std::string events = "-e syscalls:sys_enter_lseek,task-clock,page-faults,cycles";
+  const std::string work = kWorkload + " tree 2 3000";
+  const auto perf_csv =
+      shell("/usr/bin/perf stat -x, " + events + " -- " + work + " 2>&1 >/dev/null");
+  ASSERT_EQ(perf_csv.exit_code, 0) << perf_csv.out;
+  const auto ours_csv = shell(kTracer + " stat -x, " + events + " -- " + work + " 2>&1 >/dev/null");
+  ASSERT_EQ(ours_csv.exit_code, 0) << ours_csv.out;
+  const auto theirs = csv_rows(perf_csv.out);
+  auto ours = csv_rows(ours_csv.out);
+  // tracer says once why an event cannot be counted: not a row.
+  std::erase_if(ours, [](const auto& r) { return r.front().starts_with("tracer: "); });
+  ASSERT_EQ(ours.size(), theirs.size()) << ours_csv.out << "\nperf:\n" << perf_csv.out;
+  for (std::size_t i = 0; i < ours.size(); ++i) {
+    SCOPED_TRACE(theirs[i][2]);
+    ASSERT_EQ(ours[i].size(), theirs[i].size()) << ours_csv.out << "\nperf:\n" << perf_csv.out;
+    EXPECT_EQ(ours[i][1], theirs[i][1]);                                      // unit
+    EXPECT_EQ(ours[i][2], theirs[i][2]);                                      // event
+    EXPECT_EQ(ours[i][0].starts_with("<"), theirs[i][0].starts_with("<"));    // not supported
+    EXPECT_EQ(ours[i][6].ends_with("/sec"), theirs[i][6].ends_with("/sec"));  // metric kind
+    EXPECT_EQ(ours[i][6] == "CPUs utilized", theirs[i][6] == "CPUs utilized");
+    if (!theirs[i][0].starts_with("<")) {
+      EXPECT_GT(std::stoll(ours[i][3]), 0);  // run time, ns
+      EXPECT_EQ(ours[i][4], "100.00");       // not multiplexed
+    }
+  }
+  EXPECT_EQ(ours[0][0], "6000");
+  EXPECT_EQ(theirs[0][0], "6000");
+  const double their_faults = std::stod(theirs[2][0]), our_faults = std::stod(ours[2][0]);
+  EXPECT_NEAR(our_faults, their_faults, their_faults * 0.2 + 5);
+
+  const auto perf_json =
+      shell("/usr/bin/perf stat -j " + events + " -- " + work + " 2>&1 >/dev/null");
+  const auto ours_json = shell(kTracer + " stat -j " + events + " -- " + work + " 2>&1 >/dev/null");
+  ASSERT_EQ(ours_json.exit_code, 0) << ours_json.out;
+  std::vector<std::string> our_lines, their_lines;
+  for (const auto* t : {&ours_json.out, &perf_json.out}) {
+    std::istringstream in(*t);
+    for (std::string l; std::getline(in, l);) {
+      if (l.starts_with("{"))
+        (t == &ours_json.out ? our_lines : their_lines).push_back(l);
+    }
+  }
+  ASSERT_EQ(our_lines.size(), their_lines.size()) << ours_json.out << "\nperf:\n" << perf_json.out;
+  for (std::size_t i = 0; i < our_lines.size(); ++i)
+    EXPECT_EQ(json_keys(our_lines[i]), json_keys(their_lines[i])) << our_lines[i];
+  EXPECT_NE(our_lines[0].find(R"("counter-value" : "6000.000000")"), std::string::npos)
+      << our_lines[0];
+
+  // Intervals: the time first, then the same columns; perf's -I in milliseconds.
+  const auto perf_i = shell("/usr/bin/perf stat -x, -I 100 -e page-faults -- sleep 0.35 2>&1");
+  const auto ours_i = shell(kTracer + " stat -x, -I 100 -e page-faults -- sleep 0.35 2>&1");
+  ASSERT_EQ(ours_i.exit_code, 0) << ours_i.out;
+  const auto ti = csv_rows(perf_i.out), oi = csv_rows(ours_i.out);
+  ASSERT_GE(oi.size(), 2u) << ours_i.out;
+  ASSERT_FALSE(ti.empty()) << perf_i.out;
+  for (const auto& r : oi) {
+    EXPECT_EQ(r.size(), ti.front().size()) << ours_i.out << "\nperf:\n" << perf_i.out;
+    EXPECT_TRUE(std::regex_match(r.front(), std::regex(R"(\s*[0-9]+\.[0-9]{9})"))) << r.front();
+    EXPECT_EQ(r.at(3), "page-faults");
+  }
+}
+
+// perf stat's other habits: an unknown option is a usage error (not a command named "-z"), -o
+// writes the counts to a file, a command's user and system time are printed, and a list with an
+// event the machine lacks counts the others.
+TEST(OracleReference, StatUsageErrorsOutputFileAndTimes) {
+  const auto unknown = shell(kTracer + " stat -z -- /bin/true");
+  EXPECT_EQ(unknown.exit_code, 2) << unknown.err;
+  EXPECT_NE(unknown.err.find("unknown option '-z'"), std::string::npos) << unknown.err;
+  const auto dash = shell(kTracer + " stat -e page-faults -- /bin/sh -c 'exit 0'");
+  EXPECT_EQ(dash.exit_code, 0) << dash.err;
+
+  testing::TempDir dir;
+  const auto file = dir.path() / "counts.csv";
+  const auto to_file = shell(kTracer + " stat -x, -o " + file.string() +
+                             " -e syscalls:sys_enter_lseek -- " + kWorkload + " tree 2 300");
+  ASSERT_EQ(to_file.exit_code, 0) << to_file.err;
+  EXPECT_EQ(to_file.err.find("sys_enter_lseek"), std::string::npos) << to_file.err;
+  EXPECT_TRUE(slurp(file).starts_with("600,,syscalls:sys_enter_lseek,")) << slurp(file);
+
+  const auto text = shell(kTracer + " stat -e page-faults,cycles -- " + kWorkload + " pages 2000");
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_TRUE(std::regex_search(text.err, std::regex(R"(\n\s+[0-9]+\s+page-faults)"))) << text.err;
+  EXPECT_TRUE(std::regex_search(text.err, std::regex(R"(\n\s*[0-9.]+ seconds user\n)")))
+      << text.err;
+  EXPECT_TRUE(std::regex_search(text.err, std::regex(R"(\n\s*[0-9.]+ seconds sys\n)"))) << text.err;
+  if (text.err.find("no hardware PMU") != std::string::npos) {
+    EXPECT_NE(text.err.find("<not supported>      cycles"), std::string::npos) << text.err;
+  }
+}
+
 }  // namespace
 }  // namespace tracer

@@ -156,31 +156,40 @@ Recipe load(const std::string& text) {
   return Recipe::load_string(text, "live.toml", {.stages = stage_catalog()});
 }
 
+/// A session of `text` started on its own io_context, with its final tables by pipeline name
+/// (`names`, by index as the recipe running then has them): "key/key" -> count.
+struct LiveRun {
+  LiveRun(const std::string& text, std::vector<std::string> pipeline_names)
+      : names(std::move(pipeline_names)),
+        session(io.get_executor(), load(text), out, {.duration = std::chrono::seconds(120)}) {
+    session.on_table([this](const TableUpdate& u) {
+      if (!u.final)
+        return;
+      auto& t = finals[names.at(u.pipeline)];
+      for (const auto& row : u.table.rows) {
+        std::string key;
+        for (const auto& c : row.keys)
+          key += (key.empty() ? "" : "/") + to_text(c);
+        t[key] += std::get<std::uint64_t>(row.values.at(0));
+      }
+    });
+    session.start();
+  }
+  // (Before the session: its destructor may emit tables.)
+  std::map<std::string, std::map<std::string, std::uint64_t>> finals;
+  std::vector<std::string> names;
+  boost::asio::io_context io{1};
+  Sink out = Sink::discard();
+  Session session;
+};
+
 class SessionLive : public ::testing::TestWithParam<Placement> {};
 
 TEST_P(SessionLive, AProbeAddedAndRemovedWhileRunningLeavesTheOthersExactAndNothingBehind) {
   const Placement placement = GetParam();
   Children children;
-  // (Before the session: its destructor may emit tables.) The final tables by pipeline name:
-  // "probe/pid" -> count.
-  std::map<std::string, std::map<std::string, std::uint64_t>> finals;
-  std::vector<std::string> names = {"by_pid"};
-  boost::asio::io_context io(1);
-  Sink out = Sink::discard();
-  Session session(io.get_executor(), load(recipe_text(placement, false)), out,
-                  {.duration = std::chrono::seconds(120)});
-  session.on_table([&](const TableUpdate& u) {
-    if (!u.final)
-      return;
-    auto& t = finals[names.at(u.pipeline)];
-    for (const auto& row : u.table.rows) {
-      std::string key;
-      for (const auto& c : row.keys)
-        key += (key.empty() ? "" : "/") + to_text(c);
-      t[key] += std::get<std::uint64_t>(row.values.at(0));
-    }
-  });
-  session.start();
+  LiveRun run(recipe_text(placement, false), {"by_pid"});
+  auto& [finals, names, io, out, session] = run;
   const auto run_until = [&](const std::function<bool()>& done) {
     for (int i = 0; i < 3000 && !done(); ++i)
       io.run_for(std::chrono::milliseconds(10));
@@ -289,24 +298,8 @@ use = "print"
 TEST_P(SessionLive, AProbeRemovedAndAddedAgainCountsExactlyWhileItExists) {
   const Placement placement = GetParam();
   Children children;
-  std::map<std::string, std::map<std::string, std::uint64_t>> finals;
-  std::vector<std::string> names = {"by_pid", "by_probe"};
-  boost::asio::io_context io(1);
-  Sink out = Sink::discard();
-  Session session(io.get_executor(), load(recipe_text(placement, true)), out,
-                  {.duration = std::chrono::seconds(120)});
-  session.on_table([&](const TableUpdate& u) {
-    if (!u.final)
-      return;
-    auto& t = finals[names.at(u.pipeline)];
-    for (const auto& row : u.table.rows) {
-      std::string key;
-      for (const auto& c : row.keys)
-        key += (key.empty() ? "" : "/") + to_text(c);
-      t[key] += std::get<std::uint64_t>(row.values.at(0));
-    }
-  });
-  session.start();
+  LiveRun run(recipe_text(placement, true), {"by_pid", "by_probe"});
+  auto& [finals, names, io, out, session] = run;
   const auto phase = [&](int n) {
     children.shared().phase = n;
     for (int i = 0; i < 3000; ++i) {

@@ -53,6 +53,18 @@ struct StatOptions {
 struct StatCounter {
   std::string name;  // as given
   std::string unit;  // "ns" for the software clocks, "" otherwise
+  /// False: this machine cannot count it (no hardware PMU, a modifier refused), the reason in
+  /// `why`; the other events count (perf stat's "<not supported>" row).
+  bool supported = true;
+  std::string why{};
+};
+
+/// What the kernel says of a counter's reading besides its value: how long it ran on the PMU
+/// (summed over its CPUs), and that as a share of the time it was enabled (below 100 when the
+/// kernel multiplexed it; the value is then scaled up by the inverse).
+struct StatRuntime {
+  std::uint64_t running_ns = 0;
+  double pct = 100.0;
 };
 
 /// One counter's value over the runs: the mean, and perf stat's "+- x%": the standard
@@ -66,9 +78,10 @@ struct StatSummary {
 /// The counts of one interval.
 struct StatInterval {
   const std::vector<StatCounter>& counters;
-  double elapsed_s = 0;          // since the counters started
-  double interval_s = 0;         // the interval's length
-  std::vector<double> deltas{};  // per counter, since the previous interval
+  double elapsed_s = 0;                // since the counters started
+  double interval_s = 0;               // the interval's length
+  std::vector<double> deltas{};        // per counter, since the previous interval
+  std::vector<StatRuntime> runtime{};  // per counter, over the interval
 };
 
 struct StatResult {
@@ -76,16 +89,21 @@ struct StatResult {
   std::vector<StatSummary> values;  // per counter, over the runs
   StatSummary seconds;              // the runs' elapsed times
   std::size_t runs = 0;
-  int exit_code = 0;           // the command's in the last run, as a shell reports it (128+N)
-  bool target_exited = false;  // the pid target exited (the count ended with it)
+  std::vector<StatRuntime> runtime;  // per counter, in the last run
+  int exit_code = 0;                 // the command's in the last run, as a shell reports it (128+N)
+  bool target_exited = false;        // the pid target exited (the count ended with it)
+  /// A command's CPU time in user and in kernel mode (its rusage, with its children's), over the
+  /// runs: perf stat's "seconds user" and "seconds sys" lines.
+  std::optional<StatSummary> user_s, sys_s;
 };
 
 /// Runs the measurement `options.repeat` times (fewer when `stop` is set): opens a counter per
 /// event (per CPU when system-wide), starts the command if any, and counts until the duration
 /// passes, the command or process ends, or `stop` is set; calls `on_interval` every interval.
-/// Throws tracer::Error: what resolve_stat_event throws; kUnsupported for an event this machine
-/// lacks (no hardware PMU) or a modifier it refuses; kPermission; kRuntime for a command that
-/// cannot be run (with exec's errno).
+/// An event this machine lacks (no hardware PMU) or whose modifier it refuses is a counter with
+/// `supported` false while the others count; when none can count, that is the error.
+/// Throws tracer::Error: what resolve_stat_event throws; kUnsupported when no event can be
+/// counted here; kPermission; kRuntime for a command that cannot be run (with exec's errno).
 [[nodiscard]] StatResult count_events(const StatOptions& options,
                                       const std::atomic<bool>& stop,
                                       const std::function<void(const StatInterval&)>& on_interval);
