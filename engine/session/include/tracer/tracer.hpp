@@ -9,12 +9,14 @@
 //   Stage, Pipeline  the stage API and the built-in stages (stage.hpp, pipeline.hpp, stages.hpp)
 //   perfdata         perf.data reading and writing (perfdata/reader.hpp, perfdata/writer.hpp)
 //   symbols          addresses to names (symbols/symbols.hpp)
+//   SelfCounter      a thread counting its own code regions (perf/self_counter.hpp)
 //   plugin.h         the C ABI of out-of-tree stages (a shared object a recipe names)
 #pragma once
 
 #include "tracer/engine.hpp"
 #include "tracer/error.hpp"
 #include "tracer/perfdata/reader.hpp"
+#include "tracer/perf/self_counter.hpp"
 #include "tracer/perfdata/writer.hpp"
 #include "tracer/pipeline.hpp"
 #include "tracer/plugin.h"
