@@ -2,18 +2,25 @@
 // mode; "-" reads a pipe on stdin) through a recipe's pipelines as if live, with the file's own
 // schemas (attrs and tracepoint formats). Without a recipe it prints the samples the way
 // `perf script` does.
+#include <fcntl.h>
 #include <fmt/core.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <array>
 #include <cerrno>
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "commands.hpp"
 #include "tracer/error.hpp"
 #include "tracer/output_file.hpp"
+#include "tracer/perfdata/perfmon.hpp"
 #include "tracer/perfdata/reader.hpp"
 #include "tracer/pipeline.hpp"
 #include "tracer/recipe.hpp"
@@ -102,6 +109,74 @@ int replay_print_file(const ReplayCliOptions& o) {
   return report_read_error(o.file, reader);
 }
 
+/// A perfmon buffer file (what the perfmon stage writes), read whole: nullopt when `path` is not
+/// one (a perf.data file, a pipe).
+std::optional<std::vector<std::byte>> read_perfmon(const std::string& path) {
+  if (path == "-")
+    return std::nullopt;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return std::nullopt;  // the perf.data path says why
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
+    return std::nullopt;
+  std::array<std::byte, perfmon::kHeaderSize> head{};
+  if (::pread(fd, head.data(), head.size(), 0) != static_cast<ssize_t>(head.size()))
+    return std::nullopt;
+  std::uint16_t version = 0, arch = 0;
+  std::memcpy(&version, head.data(), 2);
+  std::memcpy(&arch, head.data() + 2, 2);
+  if (std::memcmp(head.data(), "PERFILE", 7) == 0 || version != perfmon::kBufferVersion ||
+      arch > static_cast<std::uint16_t>(perfmon::Arch::kArm64))
+    return std::nullopt;
+  constexpr std::uint64_t kMax = std::uint64_t{1} << 30;  // a guard: buffers are capped per CPU
+  if (static_cast<std::uint64_t>(st.st_size) > kMax) {
+    throw Error(
+        ErrorCategory::kUsage, std::make_error_code(std::errc::file_too_large),
+        fmt::format("{}: a perfmon file of {} bytes (at most 1 GiB is read)", path, st.st_size));
+  }
+  std::vector<std::byte> bytes(static_cast<std::size_t>(st.st_size));
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n =
+        ::pread(fd, bytes.data() + done, bytes.size() - done, static_cast<off_t>(done));
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      break;
+    done += static_cast<std::size_t>(n);
+  }
+  bytes.resize(done);
+  if (!perfmon::looks_like_perfmon(bytes))
+    return std::nullopt;
+  return bytes;
+}
+
+int replay_perfmon_file(const ReplayCliOptions& o, const std::vector<std::byte>& bytes) {
+  auto buffers = perfmon::parse(bytes);
+  if (!buffers)
+    throw Error(ErrorCategory::kRuntime, buffers.error());
+  if (o.recipe.empty()) {
+    print_perfmon(*buffers, stdout);
+    return kExitOk;
+  }
+  Recipe recipe = Recipe::load(o.recipe, {.sets = o.sets, .stages = stage_catalog()});
+  Sink out = Sink::to_file(stdout);
+  if (!o.output.empty()) {
+    auto s = Sink::open(o.output);
+    if (!s)
+      throw Error(ErrorCategory::kUsage, s.error());
+    out = std::move(*s);
+  }
+  (void)replay_perfmon(recipe, *buffers, out, {.json = o.json, .file = o.file});
+  out.flush();
+  return kExitOk;
+}
+
 }  // namespace
 
 void add_replay_command(CLI::App& app, Runner& run) {
@@ -123,7 +198,11 @@ void add_replay_command(CLI::App& app, Runner& run) {
                   "cdef.debug, as under /usr/lib/debug); repeatable")
       ->allow_extra_args(false);
   cmd->callback([o, &run] {
-    run = [o] { return o->recipe.empty() ? replay_print_file(*o) : replay_recipe(*o); };
+    run = [o] {
+      if (auto perfmon = read_perfmon(o->file))  // a perfmon buffer file (the perfmon stage's)
+        return replay_perfmon_file(*o, *perfmon);
+      return o->recipe.empty() ? replay_print_file(*o) : replay_recipe(*o);
+    };
   });
 }
 

@@ -12,6 +12,7 @@
 #include "latency.hpp"
 #include "lhist.hpp"
 #include "perf_data.hpp"
+#include "perfmon.hpp"
 #include "plugin_stage.hpp"
 #include "print.hpp"
 #include "quantiles.hpp"
@@ -25,7 +26,7 @@ constexpr StageEntry kAllStages[] = {
     stage<Filter>(),   stage<Count>(),  stage<Sum>(),        stage<Min>(),         stage<Max>(),
     stage<Avg>(),      stage<Hist>(),   stage<Lhist>(),      stage<Quantiles>(),   stage<Rate>(),
     stage<Latency>(),  stage<Print>(),  stage<Jsonl>(),      stage<Csv>(),         stage<BpfMap>(),
-    stage<PerfData>(), stage<Folded>(), stage<Flamegraph>(), stage<PluginStage>(),
+    stage<PerfData>(), stage<Folded>(), stage<Flamegraph>(), stage<PluginStage>(), stage<Perfmon>(),
 };
 }  // namespace
 

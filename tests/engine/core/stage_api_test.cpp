@@ -40,11 +40,11 @@ TEST(StageRegistry, BuiltinsAreListedOnceWithSpecs) {
   auto reg = builtin_stage_registry();
   for (std::string_view name : {"filter", "count", "sum", "min", "max", "avg", "hist", "lhist",
                                 "quantiles", "rate", "latency", "print", "jsonl", "csv", "bpf-map",
-                                "perf-data", "folded", "flamegraph", "plugin"}) {
+                                "perf-data", "folded", "flamegraph", "plugin", "perfmon"}) {
     EXPECT_NE(reg.find(name), nullptr) << name;
     EXPECT_NE(reg.make(name), nullptr) << name;
   }
-  EXPECT_EQ(reg.specs().size(), 19u);
+  EXPECT_EQ(reg.specs().size(), 20u);
   const StageSpec* count = reg.find("count");
   ASSERT_NE(count, nullptr);
   std::map<std::string, OptionSpec::Type> types;

@@ -21,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "tracer/perfdata/perfmon.hpp"
 #include "tracer/perfdata/reader.hpp"
 #include "tracer/pipeline.hpp"
 #include "tracer/recipe.hpp"
@@ -79,6 +80,25 @@ struct ReplayPrintOptions {
   /// More roots of separate debuginfo for the callchains' frames (as under /usr/lib/debug).
   std::vector<std::filesystem::path> debug_roots{};
 };
+
+/// A recipe's pipelines over perfmon buffers (tracer/perfdata/perfmon.hpp, what the perfmon
+/// stage writes), buffer i being CPU i's. The event ids become probes: group MISC event k is the
+/// recipe's k-th probe (how the perfmon stage numbers them), any other is named
+/// "perfmon:GROUP:EVENT". Each TICK, COUNT, VALUE, PC or LAST_BRANCH record is a sample of its
+/// event at the time of the TIME record before it (converted to ns with the header's ticks per
+/// second), on its buffer's CPU: a PC record's pc is the sample's ip and its aspace the pid; a
+/// COUNT's count (a VALUE's value) its period, and an event with COUNT records is a counting
+/// probe (a count adds its counts). In time order across the CPUs. Throws tracer::Error kRecipe
+/// for the stages' problems, with their positions.
+/// @return the stage counters, as Replay::counters.
+std::vector<std::pair<std::string, std::uint64_t>> replay_perfmon(
+    const Recipe& recipe,
+    std::span<const perfmon::Buffer> buffers,
+    Sink& out,
+    const ReplayOptions& options = {});
+/// Prints the buffers' records, a line each: the CPU, the time in seconds, the record type, the
+/// event (group:event) and the record's fields; then a line per buffer that says FULL.
+void print_perfmon(std::span<const perfmon::Buffer> buffers, std::FILE* out);
 
 /// Prints `reader`'s file to `out` the way `perf script` does: each sample as comm, tid, [cpu],
 /// seconds.microseconds, then the event, in time order (FINISHED_ROUND records are the rounds),
