@@ -103,10 +103,56 @@ std::string cpu_list(const std::vector<int>& cpus) {
   return s;
 }
 
-int list_pmus() {
+/// The PMUs, the capabilities and the perfmon properties as one JSON object.
+int list_pmus_json(const std::vector<perf::Pmu>& pmus) {
+  const auto q = [](std::string_view v) { return fmt::format("\"{}\"", json_escape(v)); };
+  std::string out = "{\"pmus\":[";
+  for (std::size_t i = 0; i < pmus.size(); ++i) {
+    const auto& p = pmus[i];
+    out += fmt::format(R"({}{{"name":{},"type":{},"cpus":[)", i == 0 ? "" : ",", q(p.name), p.type);
+    for (std::size_t c = 0; c < p.cpus.size(); ++c)
+      out += fmt::format("{}{}", c == 0 ? "" : ",", p.cpus[c]);
+    out += fmt::format(R"(],"nr_addr_filters":{},"format":{{)", p.nr_addr_filters);
+    for (std::size_t f = 0; f < p.formats.size(); ++f)
+      out += fmt::format("{}{}:{}", f == 0 ? "" : ",", q(p.formats[f].name), q(p.formats[f].spec));
+    out += R"(},"events":[)";
+    for (std::size_t e = 0; e < p.events.size(); ++e) {
+      const auto& ev = p.events[e];
+      out += fmt::format(R"({}{{"name":{},"terms":{},"unit":{},"scale":{}}})", e == 0 ? "" : ",",
+                         q(ev.name), q(ev.terms), q(ev.unit), q(ev.scale));
+    }
+    out += R"(],"caps":{)";
+    for (std::size_t c = 0; c < p.caps.size(); ++c)
+      out += fmt::format("{}{}:{}", c == 0 ? "" : ",", q(p.caps[c].first), q(p.caps[c].second));
+    out += "}}";
+  }
+  out += R"(],"capabilities":[)";
+  const auto caps = perf::probe_capabilities(pmus);
+  for (std::size_t i = 0; i < caps.size(); ++i) {
+    out += fmt::format(R"({}{{"name":{},"available":{},"reason":{}}})", i == 0 ? "" : ",",
+                       q(caps[i].name), caps[i].available, q(caps[i].reason));
+  }
+  const auto pr = perf::pmu_properties(pmus);
+  out += fmt::format(
+      "],\"properties\":{{\"api_version\":{},\"pm_version\":{},\"max_num_events\":{},"
+      "\"max_num_fixed_events\":{},\"max_fixed_counter_width\":{},"
+      "\"max_num_programmable_events\":{},\"max_programmable_counter_width\":{},"
+      "\"max_num_misc_events\":{},\"max_misc_counter_width\":{},\"has_last_branch\":{},"
+      "\"last_branch_depth\":{},\"kernel_pmu\":{},\"source\":{}}}}}",
+      pr.api_version, pr.pm_version, pr.max_num_events, pr.max_num_fixed_events,
+      pr.max_fixed_counter_width, pr.max_num_programmable_events, pr.max_programmable_counter_width,
+      pr.max_num_misc_events, pr.max_misc_counter_width, pr.has_last_branch, pr.last_branch_depth,
+      pr.kernel_pmu, q(pr.source));
+  fmt::print("{}\n", out);
+  return kExitOk;
+}
+
+int list_pmus(bool json) {
   auto pmus = perf::list_pmus();
   if (!pmus)
     return report(pmus.error());
+  if (json)
+    return list_pmus_json(*pmus);
   for (const auto& p : *pmus) {
     fmt::print("{}  (type {})\n", p.name, p.type);
     if (!p.cpus.empty())
@@ -138,6 +184,15 @@ int list_pmus() {
   fmt::print("\ncapabilities:\n");
   for (const auto& cap : perf::probe_capabilities(*pmus))
     fmt::print("  [{}] {}  ({})\n", cap.available ? "yes" : "no ", cap.name, cap.reason);
+  // The perfmon properties query, answered for this machine.
+  const auto pr = perf::pmu_properties(*pmus);
+  fmt::print("\nproperties (perfmon):\n");
+  fmt::print("  pm_version {}, {} events at once: {} fixed ({} bits), {} programmable ({} bits)\n",
+             pr.pm_version, pr.max_num_events, pr.max_num_fixed_events, pr.max_fixed_counter_width,
+             pr.max_num_programmable_events, pr.max_programmable_counter_width);
+  fmt::print("  last branch records: {}\n",
+             pr.has_last_branch ? fmt::format("yes, {} deep", pr.last_branch_depth) : "no");
+  fmt::print("  ({})\n", pr.source);
   return kExitOk;
 }
 
@@ -216,8 +271,11 @@ void add_list_command(CLI::App& app, Runner& run) {
     run = [glob, verbose] { return list_tracepoints(*glob, *verbose); };
   });
 
-  auto* pmus = list->add_subcommand("pmus", "List PMUs, their format terms and capabilities");
-  pmus->callback([&run] { run = [] { return list_pmus(); }; });
+  auto* pmus = list->add_subcommand(
+      "pmus", "List PMUs, their format terms, capabilities and perfmon properties");
+  auto json = std::make_shared<bool>(false);
+  pmus->add_flag("--json", *json, "One JSON object: pmus, capabilities, properties");
+  pmus->callback([&run, json] { run = [json] { return list_pmus(*json); }; });
 
   list->add_subcommand("stages", "List pipeline stages and their options")->callback([&run] {
     run = [] { return list_stages(); };

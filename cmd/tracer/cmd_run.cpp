@@ -113,33 +113,6 @@ Target target_from(const RunOptions& o) {
   return t;
 }
 
-std::string json_escape(std::string_view s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          out += fmt::format("\\u{:04x}", static_cast<unsigned>(c));
-        } else {
-          out += c;
-        }
-    }
-  }
-  return out;
-}
-
 using Counters = std::vector<std::pair<std::string, std::uint64_t>>;
 
 /// The JSON summary's fields beside events and lost: each kind of loss on its own (lost is

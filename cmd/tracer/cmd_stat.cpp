@@ -199,7 +199,7 @@ class Printer {
                               : clock(l)    ? fmt::format("{:.6f}", l.value / 1e6)
                                             : fmt::format("{:.6f}", l.value);
     row += fmt::format(R"("counter-value" : "{}", "unit" : "{}", "event" : "{}", )", value,
-                       clock(l) ? "msec" : "", json_escaped(l.counter.name));
+                       clock(l) ? "msec" : "", json_escape(l.counter.name));
     if (l.variance_pct)
       row += fmt::format("\"variance\" : {:.2f}, ", *l.variance_pct);
     row += fmt::format(R"("event-runtime" : {}, "pcnt-running" : {:.2f}, )", l.runtime.running_ns,
@@ -207,20 +207,6 @@ class Printer {
     row += fmt::format(R"("metric-value" : {:.6f}, "metric-unit" : "{}"}})", m.value.value_or(0),
                        m.unit);
     fmt::print(out_, "{}\n", row);
-  }
-
-  static std::string json_escaped(const std::string& s) {
-    std::string out;
-    for (char c : s) {
-      if (c == '"' || c == '\\')
-        out += '\\';
-      if (static_cast<unsigned char>(c) < 0x20) {
-        out += fmt::format("\\u{:04x}", static_cast<unsigned>(c));
-        continue;
-      }
-      out += c;
-    }
-    return out;
   }
 
   std::FILE* out_;

@@ -12,6 +12,33 @@ std::vector<std::string>& trailing_args() {
   return args;
 }
 
+std::string json_escape(std::string_view s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          out += fmt::format("\\u{:04x}", static_cast<unsigned>(c));
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out;
+}
+
 void add_version_command(CLI::App& app, Runner& run) {
   auto* cmd = app.add_subcommand("version", "Print tracer's version and the kernel it runs on");
   cmd->callback([&run] {

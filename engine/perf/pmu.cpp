@@ -3,6 +3,9 @@
 #include "tracer/common/text_file.hpp"
 
 #include <fcntl.h>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 #include <fmt/core.h>
 #include <linux/perf_event.h>
 #include <sys/syscall.h>
@@ -519,6 +522,61 @@ std::vector<PmuCapability> probe_capabilities(const std::vector<Pmu>& pmus,
   caps.push_back(
       probe_named(pmus, "software events", "software", "kernel built without CONFIG_PERF_EVENTS"));
   return caps;
+}
+
+PmuProperties properties_from_cpuid(std::uint32_t eax,
+                                    std::uint32_t edx,
+                                    std::uint32_t last_branch_depth) {
+  PmuProperties p;
+  p.pm_version = static_cast<std::uint16_t>(eax & 0xffU);
+  if (p.pm_version == 0) {
+    p.source = "CPUID leaf 0xA: no architectural performance monitoring (version 0)";
+  } else {
+    p.max_num_programmable_events = static_cast<std::uint16_t>((eax >> 8) & 0xffU);
+    p.max_programmable_counter_width = static_cast<std::uint16_t>((eax >> 16) & 0xffU);
+    if (p.pm_version >= 2) {  // fixed-function counters are described from version 2
+      p.max_num_fixed_events = static_cast<std::uint16_t>(edx & 0x1fU);
+      p.max_fixed_counter_width = static_cast<std::uint16_t>((edx >> 5) & 0xffU);
+    }
+    p.source = fmt::format("CPUID leaf 0xA (architectural perfmon version {})", p.pm_version);
+  }
+  p.max_num_events =
+      static_cast<std::uint16_t>(p.max_num_fixed_events + p.max_num_programmable_events);
+  p.last_branch_depth = last_branch_depth;
+  p.has_last_branch = last_branch_depth > 0;
+  return p;
+}
+
+PmuProperties pmu_properties(const std::vector<Pmu>& pmus) {
+  const Pmu* core = nullptr;
+  for (const auto& p : pmus) {
+    if (p.name == "cpu" || p.name == "cpu_core" || p.name == "cpu_atom" ||
+        p.name.starts_with("armv8_") || has_alias(p, "cpu-cycles")) {
+      core = &p;
+      break;
+    }
+  }
+  std::uint32_t depth = 0;
+  if (core != nullptr) {
+    for (const auto& [name, value] : core->caps) {
+      if (name == "branches")
+        depth = detail::parse_uint<std::uint32_t>(value).value_or(0);
+    }
+  }
+  std::uint32_t eax = 0, edx = 0;
+#if defined(__x86_64__)
+  std::uint32_t ebx = 0, ecx = 0;
+  if (__get_cpuid_max(0, nullptr) >= 0xa)
+    __cpuid(0xa, eax, ebx, ecx, edx);
+#endif
+  PmuProperties p = properties_from_cpuid(eax, edx, depth);
+#if !defined(__x86_64__)
+  p.source = "this architecture's counters are not described here (x86-64 CPUID only)";
+#endif
+  p.kernel_pmu = core != nullptr;
+  if (!p.kernel_pmu)
+    p.source += "; no core PMU driver in sysfs: the kernel counts none of them";
+  return p;
 }
 
 }  // namespace tracer::perf

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <filesystem>
@@ -13,6 +14,7 @@
 #include <regex>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "support/cli.hpp"
 
@@ -79,6 +81,44 @@ TEST(CliStat, HardwareEventWithoutAPmuSaysSo) {
   ASSERT_TRUE(err == ENOENT || err == EOPNOTSUPP) << "perf_event_open: " << err;
   EXPECT_EQ(r.exit_code, 1) << r.err;
   EXPECT_NE(r.err.find("cycles: no hardware PMU on this machine"), std::string::npos) << r.err;
+}
+
+// `tracer list pmus --json`: every PMU of sysfs with its type, and the perfmon properties with
+// the seed's field names (perfmon_ioctl_properties_t), parsed by a JSON parser.
+TEST(CliListPmus, JsonListsEveryPmuAndThePerfmonProperties) {
+  const auto r = run("list pmus --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const fs::path json =
+      fs::temp_directory_path() / ("pmus_" + std::to_string(::getpid()) + ".json");
+  std::ofstream(json) << r.out;
+  const auto parsed = tracer::testing::shell(
+      "python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); "
+      "print(\" \".join(sorted(p[\"name\"]+\"=\"+str(p[\"type\"]) for p in d[\"pmus\"]))); "
+      "print(\" \".join(sorted(d[\"properties\"])))' " +
+      json.string());
+  fs::remove(json);
+  ASSERT_EQ(parsed.exit_code, 0) << parsed.err << r.out;
+  std::vector<std::string> want;
+  for (const auto& e : fs::directory_iterator("/sys/bus/event_source/devices")) {
+    std::ifstream type(e.path() / "type");
+    std::string t;
+    type >> t;
+    want.push_back(e.path().filename().string() + "=" + t);
+  }
+  std::sort(want.begin(), want.end());
+  std::string line;
+  for (const auto& w : want)
+    line += (line.empty() ? "" : " ") + w;
+  std::istringstream lines(parsed.out);
+  std::string pmus, fields;
+  std::getline(lines, pmus);
+  std::getline(lines, fields);
+  EXPECT_EQ(pmus, line);
+  for (const char* f :
+       {"api_version", "pm_version", "max_num_events", "max_num_fixed_events",
+        "max_fixed_counter_width", "max_num_programmable_events", "max_programmable_counter_width",
+        "max_num_misc_events", "max_misc_counter_width", "has_last_branch"})
+    EXPECT_NE(fields.find(f), std::string::npos) << f << " in " << fields;
 }
 
 }  // namespace

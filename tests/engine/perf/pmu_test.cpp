@@ -334,5 +334,30 @@ TEST(LivePmu, CapabilitiesMatchTheFilesystem) {
   EXPECT_EQ(cap(caps, "tracepoints").available, fs::exists(kLiveDevices / "tracepoint"));
 }
 
+// The perfmon properties from CPUID leaf 0xA: a Skylake-class core (version 4, 4 programmable
+// 48-bit counters in EAX; 3 fixed 48-bit counters in EDX) with a 32-deep LBR; version 1 has no
+// fixed-counter description; version 0 (a VM without a virtual PMU, as here) none at all.
+TEST(PmuProperties, DecodesCpuidLeafTen) {
+  auto p = properties_from_cpuid(0x0730'0404U, 0x0000'0603U, 32);
+  EXPECT_EQ(p.api_version, 3);
+  EXPECT_EQ(p.pm_version, 4);
+  EXPECT_EQ(p.max_num_programmable_events, 4);
+  EXPECT_EQ(p.max_programmable_counter_width, 48);
+  EXPECT_EQ(p.max_num_fixed_events, 3);
+  EXPECT_EQ(p.max_fixed_counter_width, 48);
+  EXPECT_EQ(p.max_num_events, 7);
+  EXPECT_TRUE(p.has_last_branch);
+  EXPECT_EQ(p.last_branch_depth, 32u);
+  p = properties_from_cpuid(0x0028'0201U, 0xffff'ffffU, 0);
+  EXPECT_EQ(p.pm_version, 1);
+  EXPECT_EQ(p.max_num_programmable_events, 2);
+  EXPECT_EQ(p.max_programmable_counter_width, 40);
+  EXPECT_EQ(p.max_num_fixed_events, 0);  // EDX describes fixed counters from version 2
+  EXPECT_FALSE(p.has_last_branch);
+  p = properties_from_cpuid(0, 0, 0);
+  EXPECT_EQ(p.max_num_events, 0);
+  EXPECT_NE(p.source.find("version 0"), std::string::npos) << p.source;
+}
+
 }  // namespace
 }  // namespace tracer::perf

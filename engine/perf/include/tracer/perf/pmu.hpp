@@ -83,4 +83,27 @@ struct PmuCapability {
 [[nodiscard]] std::vector<PmuCapability> probe_capabilities(const std::vector<Pmu>& pmus,
                                                             const PmuScanOptions& opts = {});
 
+/// The perfmon properties query (../shared/seeds/fuchsia-perfmon.h.txt,
+/// perfmon_ioctl_properties_t) answered for this machine: the counters the CPU has and their
+/// widths, and whether last-branch records exist.
+struct PmuProperties {
+  std::uint16_t api_version = 3;     // PERFMON_API_VERSION of the seed
+  std::uint16_t pm_version = 0;      // x86: the architectural perfmon version (CPUID.0AH:EAX[7:0])
+  std::uint16_t max_num_events = 0;  // fixed + programmable
+  std::uint16_t max_num_fixed_events = 0, max_fixed_counter_width = 0;
+  std::uint16_t max_num_programmable_events = 0, max_programmable_counter_width = 0;
+  std::uint16_t max_num_misc_events = 0, max_misc_counter_width = 0;  // none known
+  bool has_last_branch = false;         // PERFMON_PROPERTY_FLAG_HAS_LAST_BRANCH
+  std::uint32_t last_branch_depth = 0;  // the core PMU's caps/branches (sysfs)
+  bool kernel_pmu = false;  // a core PMU driver in sysfs (cpu, cpu_core, cpu_atom, armv8_*)
+  std::string source;       // where the numbers come from, or why there are none
+};
+/// From CPUID leaf 0xA's EAX and EDX (x86: version, programmable counters and width in EAX,
+/// fixed counters and width in EDX from version 2) and the core PMU's LBR depth.
+[[nodiscard]] PmuProperties properties_from_cpuid(std::uint32_t eax,
+                                                  std::uint32_t edx,
+                                                  std::uint32_t last_branch_depth);
+/// This machine's: CPUID on x86-64, sysfs for the LBR depth and the core PMU.
+[[nodiscard]] PmuProperties pmu_properties(const std::vector<Pmu>& pmus);
+
 }  // namespace tracer::perf
