@@ -317,7 +317,7 @@ by = ["probe"]
     EXPECT_NE(r.out.find(R"("keys":{"probe":"g"},"count":1000})"), std::string::npos) << r.out;
   }
   const auto stat = shell(kTracer + " stat -e syscalls:sys_enter_getppid -- " + work);
-  EXPECT_NE(stat.err.find("1000       syscalls:sys_enter_getppid"), std::string::npos) << stat.err;
+  EXPECT_NE(stat.err.find("1000      syscalls:sys_enter_getppid"), std::string::npos) << stat.err;
 }
 
 // A `char *` string whose page is not in memory at the event cannot be read by a tracepoint

@@ -103,7 +103,7 @@ TEST(OracleReference, CountingProbeTracerStatAndPerfStatAgree) {
   EXPECT_EQ(std::stoll(perf.out.substr(0, perf.out.find(','))), kCalls) << perf.out;
   const auto stat = shell(kTracer + " stat -e syscalls:sys_enter_lseek -- " + tree_args());
   ASSERT_EQ(stat.exit_code, 0) << stat.err;
-  EXPECT_NE(stat.err.find(std::to_string(kCalls) + "       syscalls:sys_enter_lseek"),
+  EXPECT_NE(stat.err.find(std::to_string(kCalls) + "      syscalls:sys_enter_lseek"),
             std::string::npos)
       << stat.err;
   const auto recipe = dir.path() / "r.toml";
