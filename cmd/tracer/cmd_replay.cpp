@@ -50,6 +50,16 @@ perfdata::Reader open_file(const std::string& path) {
   return std::move(*r);
 }
 
+/// Stdout, or -o's file.
+Sink open_sink(const ReplayCliOptions& o) {
+  if (o.output.empty())
+    return Sink::to_file(stdout);
+  auto s = Sink::open(o.output);
+  if (!s)
+    throw Error(ErrorCategory::kUsage, s.error());
+  return std::move(*s);
+}
+
 int report_read_error(const std::string& path, const perfdata::Reader& r) {
   if (const auto& err = r.error()) {
     std::fflush(stdout);
@@ -63,13 +73,7 @@ int report_read_error(const std::string& path, const perfdata::Reader& r) {
 int replay_recipe(const ReplayCliOptions& o) {
   Recipe recipe = Recipe::load(o.recipe, {.sets = o.sets, .stages = stage_catalog()});
   auto reader = open_file(o.file);
-  Sink out = Sink::to_file(stdout);
-  if (!o.output.empty()) {
-    auto s = Sink::open(o.output);
-    if (!s)
-      throw Error(ErrorCategory::kUsage, s.error());
-    out = std::move(*s);
-  }
+  Sink out = open_sink(o);
   ReplayOptions ro{.json = o.json, .file = o.file};
   for (const auto& dir : o.debuginfo)
     ro.pipeline.symbols.debug_roots.emplace_back(dir);
@@ -165,13 +169,7 @@ int replay_perfmon_file(const ReplayCliOptions& o, const std::vector<std::byte>&
     return kExitOk;
   }
   Recipe recipe = Recipe::load(o.recipe, {.sets = o.sets, .stages = stage_catalog()});
-  Sink out = Sink::to_file(stdout);
-  if (!o.output.empty()) {
-    auto s = Sink::open(o.output);
-    if (!s)
-      throw Error(ErrorCategory::kUsage, s.error());
-    out = std::move(*s);
-  }
+  Sink out = open_sink(o);
   (void)replay_perfmon(recipe, *buffers, out, {.json = o.json, .file = o.file});
   out.flush();
   return kExitOk;

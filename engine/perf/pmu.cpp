@@ -302,16 +302,19 @@ std::string errno_name(int err) {
   }
 }
 
-PmuCapability probe_hardware(const std::vector<Pmu>& pmus) {
-  PmuCapability cap{.name = "hardware counters", .available = false, .reason = {}};
-  const Pmu* core = nullptr;
+/// The core PMU (cpu, cpu_core, cpu_atom, armv8_*, or one with a cpu-cycles alias), if any.
+const Pmu* core_pmu(const std::vector<Pmu>& pmus) {
   for (const auto& p : pmus) {
     if (p.name == "cpu" || p.name == "cpu_core" || p.name == "cpu_atom" ||
-        p.name.starts_with("armv8_") || has_alias(p, "cpu-cycles")) {
-      core = &p;
-      break;
-    }
+        p.name.starts_with("armv8_") || has_alias(p, "cpu-cycles"))
+      return &p;
   }
+  return nullptr;
+}
+
+PmuCapability probe_hardware(const std::vector<Pmu>& pmus) {
+  PmuCapability cap{.name = "hardware counters", .available = false, .reason = {}};
+  const Pmu* core = core_pmu(pmus);
   perf_event_attr attr{};
   attr.size = sizeof(attr);
   attr.type = PERF_TYPE_HARDWARE;
@@ -548,14 +551,7 @@ PmuProperties properties_from_cpuid(std::uint32_t eax,
 }
 
 PmuProperties pmu_properties(const std::vector<Pmu>& pmus) {
-  const Pmu* core = nullptr;
-  for (const auto& p : pmus) {
-    if (p.name == "cpu" || p.name == "cpu_core" || p.name == "cpu_atom" ||
-        p.name.starts_with("armv8_") || has_alias(p, "cpu-cycles")) {
-      core = &p;
-      break;
-    }
-  }
+  const Pmu* core = core_pmu(pmus);
   std::uint32_t depth = 0;
   if (core != nullptr) {
     for (const auto& [name, value] : core->caps) {

@@ -82,7 +82,7 @@ void BufferWriter::put_header(RecordType type, std::uint16_t event) {
   const std::size_t at = bytes_.size();
   bytes_.resize(at + 4);
   put(bytes_, at, static_cast<std::uint8_t>(type));
-  put(bytes_, at + 1, std::uint8_t{0});
+  put(bytes_, at + 1, flags_);
   put(bytes_, at + 2, event);
 }
 
@@ -90,10 +90,10 @@ void BufferWriter::finish_record() {
   put(bytes_, 16, static_cast<std::uint64_t>(bytes_.size()));  // capture_end
 }
 
-bool BufferWriter::time(std::uint64_t time) {
+bool BufferWriter::time(std::uint64_t time, std::uint16_t event) {
   if (!room(12))
     return false;
-  put_header(RecordType::kTime, 0);
+  put_header(RecordType::kTime, event);
   const std::size_t at = bytes_.size();
   bytes_.resize(at + 8);
   put(bytes_, at, time);
@@ -171,24 +171,33 @@ bool BufferWriter::last_branch(std::uint16_t event,
 }
 
 bool BufferWriter::write(const Record& r) {
+  flags_ = r.flags;
+  bool ok = false;
   switch (r.type) {
     case RecordType::kTime:
-      return time(r.time);
+      ok = time(r.time, r.event);
+      break;
     case RecordType::kTick:
-      return tick(r.event);
+      ok = tick(r.event);
+      break;
     case RecordType::kCount:
-      return count(r.event, r.count);
+      ok = count(r.event, r.count);
+      break;
     case RecordType::kValue:
-      return value(r.event, r.value);
+      ok = value(r.event, r.value);
+      break;
     case RecordType::kPc:
-      return pc(r.event, r.aspace, r.pc);
+      ok = pc(r.event, r.aspace, r.pc);
+      break;
     case RecordType::kLastBranch:
-      return last_branch(r.event, r.aspace, r.branches);
+      ok = last_branch(r.event, r.aspace, r.branches);
+      break;
     case RecordType::kReserved:
+      ++dropped_;
       break;
   }
-  ++dropped_;
-  return false;
+  flags_ = 0;
+  return ok;
 }
 
 namespace {

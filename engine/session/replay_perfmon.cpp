@@ -23,10 +23,12 @@ std::uint64_t to_ns(std::uint64_t ticks, std::uint64_t per_second) {
                                     per_second);
 }
 
-bool is_sample(perfmon::RecordType t) {
-  return t == perfmon::RecordType::kTick || t == perfmon::RecordType::kCount ||
-         t == perfmon::RecordType::kValue || t == perfmon::RecordType::kPc ||
-         t == perfmon::RecordType::kLastBranch;
+/// A sample of its event: every record but a plain TIME (one with an event is also its tick).
+bool is_sample(const perfmon::Record& r) {
+  return (r.type == perfmon::RecordType::kTime && r.event != 0) ||
+         r.type == perfmon::RecordType::kTick || r.type == perfmon::RecordType::kCount ||
+         r.type == perfmon::RecordType::kValue || r.type == perfmon::RecordType::kPc ||
+         r.type == perfmon::RecordType::kLastBranch;
 }
 
 const char* type_name(perfmon::RecordType t) {
@@ -60,7 +62,7 @@ std::vector<std::pair<std::string, std::uint64_t>> replay_perfmon(
   std::map<std::uint16_t, bool> ids;  // id -> has COUNT records
   for (const auto& b : buffers) {
     for (const auto& r : b.records) {
-      if (is_sample(r.type))
+      if (is_sample(r))
         ids[r.event] = ids[r.event] || r.type == perfmon::RecordType::kCount;
     }
   }
@@ -96,7 +98,7 @@ std::vector<std::pair<std::string, std::uint64_t>> replay_perfmon(
     for (const auto& r : buffers[cpu].records) {
       if (r.type == perfmon::RecordType::kTime)
         time = to_ns(r.time, buffers[cpu].header.ticks_per_second);
-      else if (is_sample(r.type))
+      if (is_sample(r))
         items.push_back({time, items.size(), static_cast<std::uint32_t>(cpu), &r});
     }
   }
@@ -171,7 +173,8 @@ void print_perfmon(std::span<const perfmon::Buffer> buffers, std::FILE* out) {
     for (const auto& r : b.records) {
       if (r.type == perfmon::RecordType::kTime) {
         time = to_ns(r.time, b.header.ticks_per_second);
-        continue;
+        if (r.event == 0)
+          continue;  // (one with an event is also its tick: printed)
       }
       std::string line =
           fmt::format("cpu {:>3} {:>6}.{:09} {:<11} {}:{}", cpu, time / 1'000'000'000ULL,

@@ -90,6 +90,21 @@ TEST(Perfmon, BuffersReadBackAsTheyWereWritten) {
   EXPECT_EQ((*parsed)[0].header.flags & kFlagFull, 0u);
 }
 
+// What the fuzzer found: a record's reserved flags, and a TIME record's event (it is then also
+// that event's tick), are written back as they were read.
+TEST(Perfmon, FlagsAndATimeRecordsEventSurviveTheRoundTrip) {
+  const std::vector<Record> records = {
+      {.type = RecordType::kTime, .flags = 0x10, .event = kEvent, .time = 9},
+      {.type = RecordType::kTick, .flags = 0xff, .event = kEvent},
+  };
+  BufferWriter w(1 << 12, Arch::kX86_64, 1'000'000'000ULL);
+  for (const auto& r : records)
+    ASSERT_TRUE(w.write(r));
+  auto parsed = parse(w.bytes());
+  ASSERT_TRUE(parsed);
+  EXPECT_EQ((*parsed)[0].records, records);
+}
+
 TEST(Perfmon, AFullBufferDropsAndSaysSo) {
   BufferWriter w(24 + 12 + 4 + 4, Arch::kX86_64, 1'000'000'000ULL);
   EXPECT_TRUE(w.time(5));

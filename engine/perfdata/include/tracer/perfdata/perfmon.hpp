@@ -62,7 +62,8 @@ struct LastBranch {
   friend bool operator==(const LastBranch&, const LastBranch&) = default;
 };
 
-/// One record, decoded: the fields its type has are set.
+/// One record, decoded: the fields its type has are set. A TIME record with an event is also
+/// that event's tick.
 struct Record {
   RecordType type = RecordType::kReserved;
   std::uint8_t flags = 0;            // reserved_flags
@@ -92,13 +93,15 @@ class BufferWriter {
  public:
   BufferWriter(std::size_t capacity, Arch arch, std::uint64_t ticks_per_second);
   /// @return false when the record was dropped (the buffer is full).
-  bool time(std::uint64_t time);
+  /// A TIME record with an event (not 0) is also that counting event's tick (the seed's rule).
+  bool time(std::uint64_t time, std::uint16_t event = 0);
   bool tick(std::uint16_t event);
   bool count(std::uint16_t event, std::uint64_t count);
   bool value(std::uint16_t event, std::uint64_t value);
   bool pc(std::uint16_t event, std::uint64_t aspace, std::uint64_t pc);
   /// At most kMaxLastBranches (more: the record is dropped).
   bool last_branch(std::uint16_t event, std::uint64_t aspace, std::span<const LastBranch> b);
+  /// Any record as it is, its reserved flags too: what parse() read writes back the same.
   bool write(const Record& r);
   /// The buffer: its header (capture_end, FULL) and records.
   [[nodiscard]] const std::vector<std::byte>& bytes() const noexcept { return bytes_; }
@@ -109,6 +112,7 @@ class BufferWriter {
  private:
   bool room(std::size_t n);
   void put_header(RecordType type, std::uint16_t event);
+  std::uint8_t flags_ = 0;  // reserved_flags of the record being written (write())
   void finish_record();
   std::size_t capacity_;
   std::vector<std::byte> bytes_;
