@@ -38,9 +38,10 @@ using namespace std::chrono_literals;
 
 TEST(StageRegistry, BuiltinsAreListedOnceWithSpecs) {
   auto reg = builtin_stage_registry();
-  for (std::string_view name : {"filter", "count", "sum", "min", "max", "avg", "hist", "lhist",
-                                "quantiles", "rate", "latency", "print", "jsonl", "csv", "bpf-map",
-                                "perf-data", "folded", "flamegraph", "plugin", "perfmon"}) {
+  for (std::string_view name :
+       {"filter",  "count",     "sum",    "min",        "max",    "avg",    "hist",
+        "lhist",   "quantiles", "rate",   "latency",    "print",  "jsonl",  "csv",
+        "bpf-map", "perf-data", "folded", "flamegraph", "plugin", "perfmon"}) {
     EXPECT_NE(reg.find(name), nullptr) << name;
     EXPECT_NE(reg.make(name), nullptr) << name;
   }

@@ -15,8 +15,8 @@
 
 #include "tracer/engine.hpp"
 #include "tracer/error.hpp"
-#include "tracer/perfdata/reader.hpp"
 #include "tracer/perf/self_counter.hpp"
+#include "tracer/perfdata/reader.hpp"
 #include "tracer/perfdata/writer.hpp"
 #include "tracer/pipeline.hpp"
 #include "tracer/plugin.h"
