@@ -133,7 +133,9 @@ TEST(SelfCounterLive, ARegionsPageFaultsAndTaskClock) {
   const SelfReading t1 = t->read();
   ::munmap(m, kPages * page);
   EXPECT_GE(after.value - before.value, kPages);
-  EXPECT_LT(after.value - before.value, kPages + 200);
+  // Not many more: this thread's own faults besides (under ASan, the shadow pages of the
+  // touched ones: one per eight).
+  EXPECT_LT(after.value - before.value, 2 * kPages);
   EXPECT_GT(t1.value, t0.value);  // ns of this thread's CPU time
   EXPECT_GE(after.time_enabled, before.time_enabled);
   // A software counter is never on a PMU counter: the page sends the read to read().
