@@ -390,6 +390,25 @@ class Measurement {
                  .running = std::vector<std::uint64_t>(counters_.size(), 0),
                  .enabled = std::vector<std::uint64_t>(counters_.size(), 0)};
     rusage usage{};
+    // One interval's deltas since the previous (`length_s`: how long it was).
+    const auto emit_interval = [&](double length_s) {
+      auto now = read_all();
+      std::vector<double> delta(now.values.size());
+      std::vector<StatRuntime> runtime(now.values.size());
+      for (std::size_t i = 0; i < now.values.size(); ++i) {
+        delta[i] = now.values[i] - prev.values[i];
+        runtime[i] = runtime_of(now.running[i] - prev.running[i], now.enabled[i] - prev.enabled[i]);
+      }
+      prev = std::move(now);
+      if (on_interval) {
+        on_interval(
+            StatInterval{.counters = infos_,
+                         .elapsed_s = std::chrono::duration<double>(clock::now() - start).count(),
+                         .interval_s = length_s,
+                         .deltas = std::move(delta),
+                         .runtime = std::move(runtime)});
+      }
+    };
     for (;;) {
       if (stop.load()) {
         result.stopped = true;
@@ -407,26 +426,17 @@ class Measurement {
         break;
       }
       if (interval.count() > 0 && clock::now() >= next_tick) {
-        auto now = read_all();
-        std::vector<double> delta(now.values.size());
-        std::vector<StatRuntime> runtime(now.values.size());
-        for (std::size_t i = 0; i < now.values.size(); ++i) {
-          delta[i] = now.values[i] - prev.values[i];
-          runtime[i] =
-              runtime_of(now.running[i] - prev.running[i], now.enabled[i] - prev.enabled[i]);
-        }
-        prev = std::move(now);
-        if (on_interval) {
-          on_interval(
-              StatInterval{.counters = infos_,
-                           .elapsed_s = std::chrono::duration<double>(clock::now() - start).count(),
-                           .interval_s = std::chrono::duration<double>(interval).count(),
-                           .deltas = std::move(delta),
-                           .runtime = std::move(runtime)});
-        }
+        emit_interval(std::chrono::duration<double>(interval).count());
         next_tick += interval;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    // The last, partial interval up to the end, as perf stat prints it (what came after the
+    // last full one would be in no interval).
+    if (interval.count() > 0) {
+      const auto since = clock::now() - (next_tick - interval);
+      if (since > std::chrono::milliseconds(1))
+        emit_interval(std::chrono::duration<double>(since).count());
     }
     result.seconds = std::chrono::duration<double>(clock::now() - start).count();
     {

@@ -83,6 +83,29 @@ TEST(CliStat, HardwareEventWithoutAPmuSaysSo) {
   EXPECT_NE(r.err.find("cycles: no hardware PMU on this machine"), std::string::npos) << r.err;
 }
 
+// -I: every event falls in exactly one interval, the last partial one at the command's end
+// included (perf stat prints it too): the intervals' counts sum to the calls made.
+TEST(CliStat, IntervalCountsSumToTheTotal) {
+  const auto r = run("stat -x, -I 100 -e syscalls:sys_enter_lseek -- /bin/sh -c '" + kSyscaller +
+                     " lseek 3000; sleep 0.25; " + kSyscaller + " lseek 2000'");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::istringstream lines(r.err);
+  long long sum = 0;
+  int rows = 0;
+  for (std::string l; std::getline(lines, l);) {
+    if (l.find(",syscalls:sys_enter_lseek,") == std::string::npos)
+      continue;
+    ++rows;
+    const auto a = l.find(',');
+    const auto b = l.find(',', a + 1);
+    const std::string value = l.substr(a + 1, b - a - 1);
+    if (value != "<not counted>")
+      sum += std::stoll(value);
+  }
+  EXPECT_GE(rows, 3) << r.err;
+  EXPECT_EQ(sum, 5000) << r.err;
+}
+
 // `tracer list pmus --json`: every PMU of sysfs with its type, and the perfmon properties with
 // the seed's field names (perfmon_ioctl_properties_t), parsed by a JSON parser.
 TEST(CliListPmus, JsonListsEveryPmuAndThePerfmonProperties) {
