@@ -41,6 +41,8 @@ struct StatCliOptions {
   bool json = false;            // -j
   std::string output;           // -o FILE
   bool unknown_option = false;  // the command's first word is an option stat does not know
+  std::string cpu_list;         // -C
+  bool no_inherit = false;      // -i
 };
 
 const std::vector<std::string> kDefaultEvents = {
@@ -214,17 +216,51 @@ class Printer {
   std::string sep_;
 };
 
+/// -C's list: "0", "0,2", "0-3", "0-1,3".
+std::vector<int> parse_cpu_list(const std::string& text) {
+  std::vector<int> cpus;
+  const auto bad = [&] {
+    return Error(ErrorCategory::kUsage, std::make_error_code(std::errc::invalid_argument),
+                 fmt::format("-C: '{}' is not a CPU list", text), "e.g. -C 0, -C 0,2 or -C 0-3");
+  };
+  std::size_t at = 0;
+  while (at <= text.size()) {
+    const std::size_t end = std::min(text.find(',', at), text.size());
+    const std::string part = text.substr(at, end - at);
+    const std::size_t dash = part.find('-');
+    const auto number = [&](const std::string& n) {
+      if (n.empty() || n.size() > 5 ||
+          !std::all_of(n.begin(), n.end(), [](char c) { return c >= '0' && c <= '9'; }))
+        throw bad();
+      return std::stoi(n);
+    };
+    const int lo = number(part.substr(0, dash));
+    const int hi = dash == std::string::npos ? lo : number(part.substr(dash + 1));
+    if (hi < lo)
+      throw bad();
+    for (int c = lo; c <= hi; ++c) {
+      if (std::find(cpus.begin(), cpus.end(), c) == cpus.end())
+        cpus.push_back(c);
+    }
+    at = end + 1;
+  }
+  return cpus;
+}
+
 int run_stat(const StatCliOptions& opts) {
   if (opts.unknown_option) {
     throw Error(ErrorCategory::kUsage, std::make_error_code(std::errc::invalid_argument),
                 fmt::format("stat: unknown option '{}'", opts.command.front()),
                 "tracer stat --help lists the options; a command goes after them (or after --)");
   }
-  core::StatOptions so{.events = opts.events.empty() ? kDefaultEvents : opts.events,
-                       .all_cpus = opts.all_cpus,
-                       .pid = opts.pid,
-                       .command = opts.command,
-                       .repeat = opts.repeat};
+  core::StatOptions so{
+      .events = opts.events.empty() ? kDefaultEvents : opts.events,
+      .all_cpus = opts.all_cpus,
+      .pid = opts.pid,
+      .command = opts.command,
+      .repeat = opts.repeat,
+      .cpus = opts.cpu_list.empty() ? std::vector<int>{} : parse_cpu_list(opts.cpu_list),
+      .no_inherit = opts.no_inherit};
   check_ready_fd(opts.ready_fd);
   int ready_fd = opts.ready_fd;
   so.on_counting = [&ready_fd] { signal_ready(ready_fd); };
@@ -378,6 +414,10 @@ void add_stat_command(CLI::App& app, Runner& run) {
   cmd->add_option("-r,--repeat", opts->repeat,
                   "Run the command this many times and print the mean of each count with its "
                   "variation (+- the standard deviation of the mean, in %)");
+  cmd->add_option("-C,--cpu", opts->cpu_list,
+                  "Count on these CPUs only, system-wide (e.g. 0, 0,2 or 0-3)");
+  cmd->add_flag("-i,--no-inherit", opts->no_inherit,
+                "Do not count the children of the process or command");
   cmd->add_option("-x,--field-separator", opts->separator,
                   "Print the counts as CSV with this separator, in perf stat -x's columns: value, "
                   "unit, event, [variance,] run time, percentage running, metric, metric unit");

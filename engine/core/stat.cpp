@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <fmt/core.h>
+#include <fmt/ranges.h>
 #include <poll.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -286,6 +287,16 @@ class Measurement {
       if (!online)
         throw Error(ErrorCategory::kRuntime, online.error());
       cpus = *online;
+      if (!opts_.cpus.empty()) {  // -C: those of them
+        for (int c : opts_.cpus) {
+          if (std::find(online->begin(), online->end(), c) == online->end()) {
+            throw Error(ErrorCategory::kUsage, std::make_error_code(std::errc::invalid_argument),
+                        fmt::format("-C: CPU {} is not online", c),
+                        fmt::format("online CPUs: {}", fmt::join(*online, ",")));
+          }
+        }
+        cpus = opts_.cpus;
+      }
     }
     counters_.clear();
     std::optional<Error> unsupported;  // the first event this machine cannot count
@@ -295,7 +306,7 @@ class Measurement {
       Counter c{{name, {}}, {}};
       if (auto sw = perf::find_software_event(split_modifiers(name).name))
         c.info.unit = std::string(sw->unit);
-      if (!system_wide)
+      if (!system_wide && !opts_.no_inherit)
         a.flag(perf::Flag::kInherit);
       // A command's own events start at its exec. System-wide events (-a -- CMD) count every
       // CPU for the command's life: an event of no task is never enabled by an exec, so they

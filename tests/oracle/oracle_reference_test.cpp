@@ -504,5 +504,36 @@ TEST(OracleReference, StatUsageErrorsOutputFileAndTimes) {
   }
 }
 
+// -C (the CPUs of a system-wide count) and -i (no children) beside perf stat: two pinned
+// processes make 3,000 lseek calls on CPU 1 and 2,000 on CPU 0, and -C 1 counts the first's;
+// with -i a shell's count leaves out the 300 getppid calls of the child it starts. The same
+// numbers as perf's in both.
+TEST(OracleReference, StatCpusAndNoInheritAsPerfStat) {
+  const std::string s = TRACER_SYSCALLER_PATH;
+  const std::string pinned = " -e syscalls:sys_enter_lseek -- /bin/sh -c '" + s +
+                             " lseek 3000 1 & " + s + " lseek 2000 0; wait' 2>&1 >/dev/null";
+  const auto ours = shell(kTracer + " stat -x, -C 1" + pinned);
+  const auto perf = shell("/usr/bin/perf stat -x, -C 1" + pinned);
+  ASSERT_EQ(ours.exit_code, 0) << ours.out;
+  ASSERT_EQ(perf.exit_code, 0) << perf.out;
+  const long long our_count = std::stoll(ours.out.substr(0, ours.out.find(',')));
+  const long long perf_count = std::stoll(perf.out.substr(0, perf.out.find(',')));
+  // CPU 1's: the pinned 3,000 (and any other process's lseek there, rare), never CPU 0's 2,000.
+  EXPECT_GE(our_count, 3000) << ours.out;
+  EXPECT_LT(our_count, 5000) << ours.out;
+  EXPECT_GE(perf_count, 3000) << perf.out;
+  EXPECT_LT(perf_count, 5000) << perf.out;
+
+  const std::string shell_cmd =
+      " -e syscalls:sys_enter_getppid -- /bin/sh -c '" + s + " getppid 300; true' 2>&1 >/dev/null";
+  const auto ours_i = shell(kTracer + " stat -x, -i" + shell_cmd);
+  const auto perf_i = shell("/usr/bin/perf stat -x, -i" + shell_cmd);
+  const auto ours_all = shell(kTracer + " stat -x," + shell_cmd);
+  ASSERT_EQ(ours_i.exit_code, 0) << ours_i.out;
+  const long long own = std::stoll(ours_i.out.substr(0, ours_i.out.find(',')));
+  EXPECT_EQ(own, std::stoll(perf_i.out.substr(0, perf_i.out.find(',')))) << perf_i.out;
+  EXPECT_EQ(std::stoll(ours_all.out.substr(0, ours_all.out.find(','))), own + 300) << ours_all.out;
+}
+
 }  // namespace
 }  // namespace tracer

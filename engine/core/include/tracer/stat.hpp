@@ -41,12 +41,16 @@ struct StatOptions {
   std::chrono::nanoseconds duration{0};  // 0: until the command or process ends, or `stop`
   std::chrono::nanoseconds interval{0};  // > 0: on_interval every interval
   unsigned repeat = 1;                   // runs of the measurement (stops early on `stop`)
+  /// -C: the CPUs a system-wide count is on (empty: every online CPU).
+  std::vector<int> cpus{};
+  /// -i: a process's or command's children are not counted (no inherit).
+  bool no_inherit = false;
   /// Called once, when the first run's counters are open and counting (a command then starts).
   std::function<void()> on_counting{};
 
-  /// Counters on every CPU for every task: -a, or neither a pid nor a command.
+  /// Counters on every CPU (or -C's) for every task: -a, -C, or neither a pid nor a command.
   [[nodiscard]] bool system_wide() const noexcept {
-    return all_cpus || (command.empty() && pid < 0);
+    return all_cpus || !cpus.empty() || (command.empty() && pid < 0);
   }
 };
 
