@@ -30,6 +30,11 @@ namespace asio = boost::asio;
 
 using core::throw_failure;
 
+void core::throw_duplicate_probe(const std::string& name) {
+  throw Error(ErrorCategory::kUsage, std::make_error_code(std::errc::invalid_argument),
+              fmt::format("engine: two probes are named '{}'", name), "probe names must be unique");
+}
+
 void Engine::Impl::open_probe(core::ResolvedProbe& rp,
                               const std::vector<int>& cpus,
                               const std::vector<pid_t>& pids) {
@@ -236,22 +241,15 @@ void Engine::Impl::prepare() {
   }
   for (std::size_t i = 0; i < opts.probes.size(); ++i) {
     for (std::size_t j = 0; j < i; ++j) {
-      if (opts.probes[i].name == opts.probes[j].name) {
-        throw Error(ErrorCategory::kUsage, std::make_error_code(std::errc::invalid_argument),
-                    fmt::format("engine: two probes are named '{}'", opts.probes[i].name),
-                    "probe names must be unique");
-      }
+      if (opts.probes[i].name == opts.probes[j].name)
+        core::throw_duplicate_probe(opts.probes[i].name);
     }
   }
   const auto& target = opts.target;
   core::Needs needs;
   needs.cpu_wide = target.kind == Target::Kind::kAllCpus || target.kind == Target::Kind::kCgroup;
   for (const auto& p : opts.probes) {
-    if (p.kind == ProbeKind::kTracepoint || p.kind == ProbeKind::kKprobe ||
-        p.kind == ProbeKind::kKretprobe || p.kind == ProbeKind::kUprobe ||
-        p.kind == ProbeKind::kUretprobe) {
-      needs.tracepoints = true;
-    }
+    needs.tracepoints = needs.tracepoints || core::opens_trace_event(p.kind);
     if (!p.bpf_program.empty())
       needs.bpf = true;
   }

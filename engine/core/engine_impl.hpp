@@ -35,6 +35,14 @@
 namespace tracer {
 
 namespace core {
+/// Whether a probe of kind `k` opens a tracepoint or a probe-PMU event: what needs the tracing
+/// privilege (core::Needs::tracepoints).
+[[nodiscard]] inline bool opens_trace_event(ProbeKind k) noexcept {
+  return k == ProbeKind::kTracepoint || k == ProbeKind::kKprobe || k == ProbeKind::kKretprobe ||
+         k == ProbeKind::kUprobe || k == ProbeKind::kUretprobe;
+}
+/// The usage error of a second probe named `name`.
+[[noreturn]] void throw_duplicate_probe(const std::string& name);
 [[noreturn]] void throw_failure(ErrorCategory cat,
                                 const Failure& f,
                                 const std::string& prefix = {},

@@ -47,18 +47,13 @@ std::vector<std::uint32_t> Engine::Impl::add_probes(std::vector<ProbeOptions> ad
       }
       return false;
     };
-    if (taken(added[i].name)) {
-      throw Error(ErrorCategory::kUsage, std::make_error_code(std::errc::invalid_argument),
-                  fmt::format("engine: two probes are named '{}'", added[i].name),
-                  "probe names must be unique");
-    }
+    if (taken(added[i].name))
+      core::throw_duplicate_probe(added[i].name);
   }
   core::Needs needs;
   needs.cpu_wide = true;
   for (const auto& p : added) {
-    needs.tracepoints = needs.tracepoints || p.kind == ProbeKind::kTracepoint ||
-                        p.kind == ProbeKind::kKprobe || p.kind == ProbeKind::kKretprobe ||
-                        p.kind == ProbeKind::kUprobe || p.kind == ProbeKind::kUretprobe;
+    needs.tracepoints = needs.tracepoints || core::opens_trace_event(p.kind);
     if (!p.bpf_program.empty() || p.kind == ProbeKind::kBpfOutput) {
       throw live_usage(fmt::format("engine: probe '{}' needs the [bpf] object, which cannot "
                                    "change while tracer runs",
