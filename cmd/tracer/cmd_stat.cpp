@@ -1,6 +1,7 @@
 // tracer stat: count events (software, tracepoints) system-wide, for a pid, or for a command
 // started by tracer, with interval output. The live counting demo of the README.
 #include <fmt/core.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <atomic>
@@ -31,7 +32,11 @@ void on_signal(int) {
 struct StatCliOptions {
   std::vector<std::string> events;
   bool all_cpus = false;
-  int pid = -1;
+  std::string pid_list;  // -p
+  std::string tid_list;  // -t
+  bool per_cpu = false;     // -A
+  bool per_thread = false;  // --per-thread
+  std::string cgroup;       // -G
   std::string duration;
   std::string interval;
   unsigned repeat = 1;
@@ -71,6 +76,7 @@ enum class Format : std::uint8_t { kText, kCsv, kJson };
 /// runs.
 struct Line {
   const core::StatCounter& counter;
+  std::string slot{};  // -A's "CPU0", --per-thread's "comm-tid"; "" for a summed value
   double value = 0;
   core::StatRuntime runtime{};
   std::optional<double> variance_pct{};
@@ -118,10 +124,15 @@ class Printer {
       : out_(out), format_(format), sep_(std::move(sep)) {}
 
   /// The counts of a run or an interval (`interval_at`: its time since the start).
+  /// (A rate is per second of the clock of the same slot: -A's CPU, --per-thread's thread.)
   void counts(const std::vector<Line>& lines, double wall_s, std::optional<double> interval_at) {
-    const auto clock = clock_of(lines);
     for (const auto& l : lines) {
-      const Metric m = metric_of(l, clock, wall_s);
+      std::vector<Line> same_slot;
+      for (const auto& o : lines) {
+        if (o.slot == l.slot)
+          same_slot.push_back(o);
+      }
+      const Metric m = metric_of(l, clock_of(same_slot), wall_s);
       switch (format_) {
         case Format::kText:
           text(l, m, interval_at);
@@ -152,6 +163,8 @@ class Printer {
   void text(const Line& l, const Metric& m, std::optional<double> at) {
     if (at)
       fmt::print(out_, "{:>16.9f} ", *at);
+    if (!l.slot.empty())
+      fmt::print(out_, "{:<16}", l.slot);
     const auto none = absent(l);
     if (!none.empty())
       fmt::print(out_, "{:>18} {:<4} {:<28}\n", none, clock(l) ? "msec" : "", l.counter.name);
@@ -174,6 +187,8 @@ class Printer {
     std::string row;
     if (at)
       row += fmt::format("{:>16.9f}{}", *at, sep_);
+    if (!l.slot.empty())
+      row += l.slot + sep_;
     const auto none = absent(l);
     if (!none.empty())
       row += fmt::format("{}{}{}{}{}", none, sep_, clock(l) ? "msec" : "", sep_, l.counter.name);
@@ -196,6 +211,10 @@ class Printer {
     std::string row = "{";
     if (at)
       row += fmt::format("\"interval\" : {:.9f}, ", *at);
+    if (l.slot.starts_with("CPU"))
+      row += fmt::format("\"cpu\" : \"{}\", ", l.slot.substr(3));
+    else if (!l.slot.empty())
+      row += fmt::format("\"thread\" : \"{}\", ", json_escape(l.slot));
     const auto none = absent(l);
     const std::string value = !none.empty() ? std::string(none)
                               : clock(l)    ? fmt::format("{:.6f}", l.value / 1e6)
@@ -247,6 +266,26 @@ std::vector<int> parse_cpu_list(const std::string& text) {
   return cpus;
 }
 
+/// -p's and -t's lists: "42", "42,43".
+std::vector<pid_t> parse_pid_list(const std::string& text, const char* flag) {
+  std::vector<pid_t> out;
+  std::size_t at = 0;
+  while (at <= text.size()) {
+    const std::size_t end = std::min(text.find(',', at), text.size());
+    const std::string n = text.substr(at, end - at);
+    if (n.empty() || n.size() > 9 ||
+        !std::all_of(n.begin(), n.end(), [](char c) { return c >= '0' && c <= '9'; }) ||
+        std::stol(n) <= 0) {
+      throw Error(ErrorCategory::kUsage, std::make_error_code(std::errc::invalid_argument),
+                  fmt::format("{}: '{}' is not a list of ids", flag, text),
+                  fmt::format("e.g. {} 42 or {} 42,43", flag, flag));
+    }
+    out.push_back(static_cast<pid_t>(std::stol(n)));
+    at = end + 1;
+  }
+  return out;
+}
+
 int run_stat(const StatCliOptions& opts) {
   if (opts.unknown_option) {
     throw Error(ErrorCategory::kUsage, std::make_error_code(std::errc::invalid_argument),
@@ -256,7 +295,11 @@ int run_stat(const StatCliOptions& opts) {
   core::StatOptions so{
       .events = opts.events.empty() ? kDefaultEvents : opts.events,
       .all_cpus = opts.all_cpus,
-      .pid = opts.pid,
+      .pids = opts.pid_list.empty() ? std::vector<pid_t>{} : parse_pid_list(opts.pid_list, "-p"),
+      .tids = opts.tid_list.empty() ? std::vector<pid_t>{} : parse_pid_list(opts.tid_list, "-t"),
+      .cgroup = opts.cgroup,
+      .per_cpu = opts.per_cpu,
+      .per_thread = opts.per_thread,
       .command = opts.command,
       .repeat = opts.repeat,
       .cpus = opts.cpu_list.empty() ? std::vector<int>{} : parse_cpu_list(opts.cpu_list),
@@ -268,7 +311,21 @@ int run_stat(const StatCliOptions& opts) {
   const bool system_wide = so.system_wide();
   if (!opts.duration.empty())
     so.duration = duration_option(opts.duration, "duration");
-  if (so.duration.count() == 0 && system_wide && !command && opts.pid < 0)
+  const bool task = !so.pids.empty() || !so.tids.empty();
+  if (command && task) {
+    throw Error(ErrorCategory::kUsage, std::make_error_code(std::errc::invalid_argument),
+                "-p/-t and a command do not go together", "count a process or start one");
+  }
+  if (so.per_cpu && !system_wide) {
+    throw Error(ErrorCategory::kUsage, std::make_error_code(std::errc::invalid_argument),
+                "-A/--no-aggr needs a system-wide count (-a or -C)",
+                "tracer stat -a -A -- COMMAND counts each CPU");
+  }
+  if (so.per_thread && (!task || system_wide)) {
+    throw Error(ErrorCategory::kUsage, std::make_error_code(std::errc::invalid_argument),
+                "--per-thread needs -p or -t (and not -a)", "tracer stat --per-thread -p PID");
+  }
+  if (so.duration.count() == 0 && system_wide && !command)
     so.duration = std::chrono::seconds(3);
   if (!opts.interval.empty()) {
     // perf stat's habit: -I takes milliseconds; a unit (500ms, 1s) is accepted too.
@@ -288,7 +345,7 @@ int run_stat(const StatCliOptions& opts) {
     throw Error(ErrorCategory::kUsage, std::make_error_code(std::errc::invalid_argument),
                 "-r/--repeat and -I/--interval do not go together", "leave out one of them");
   }
-  if (opts.repeat > 1 && opts.pid > 0) {
+  if (opts.repeat > 1 && task) {
     throw Error(ErrorCategory::kUsage, std::make_error_code(std::errc::invalid_argument),
                 "-r/--repeat needs a command (or -a with -d), not -p",
                 "tracer stat -r 5 -- COMMAND");
@@ -336,7 +393,16 @@ int run_stat(const StatCliOptions& opts) {
       header = true;
     }
     std::vector<Line> lines;
-    for (std::size_t k = 0; k < i.counters.size(); ++k)
+    if (!i.slot_deltas.empty()) {
+      for (std::size_t slot = 0; slot < i.slot_labels.size(); ++slot) {
+        for (std::size_t k = 0; k < i.counters.size(); ++k)
+          lines.push_back({.counter = i.counters[k],
+                           .slot = i.slot_labels[slot],
+                           .value = i.slot_deltas[k][slot],
+                           .runtime = k < i.runtime.size() ? i.runtime[k] : core::StatRuntime{}});
+      }
+    }
+    for (std::size_t k = 0; k < i.counters.size() && i.slot_deltas.empty(); ++k)
       lines.push_back({.counter = i.counters[k],
                        .value = i.deltas[k],
                        .runtime = k < i.runtime.size() ? i.runtime[k] : core::StatRuntime{}});
@@ -344,14 +410,18 @@ int run_stat(const StatCliOptions& opts) {
     std::fflush(out);
   });
   if (r.target_exited)
-    fmt::print(stderr, "tracer: process {} exited\n", opts.pid);
+    fmt::print(stderr, "tracer: {} {} exited\n", so.tids.empty() ? "process" : "thread",
+               fmt::join(so.tids.empty() ? so.pids : so.tids, ","));
   // What could not be counted says why once (the rows say <not supported>).
   for (const auto& c : r.counters) {
     if (!c.supported)
       fmt::print(stderr, "tracer: {}\n", c.why);
   }
 
-  std::string target = system_wide ? "system wide" : fmt::format("process {}", opts.pid);
+  std::string target = system_wide ? "system wide"
+                       : so.tids.empty()
+                           ? fmt::format("process id '{}'", fmt::join(so.pids, ","))
+                           : fmt::format("thread id '{}'", fmt::join(so.tids, ","));
   if (command) {
     target.clear();
     for (const auto& arg : opts.command)
@@ -359,7 +429,17 @@ int run_stat(const StatCliOptions& opts) {
   }
   const core::StatSummary& time = r.seconds;
   std::vector<Line> lines;
-  for (std::size_t k = 0; k < r.counters.size(); ++k) {
+  for (std::size_t slot = 0; slot < r.slot_labels.size() && !r.slot_values.empty(); ++slot) {
+    for (std::size_t k = 0; k < r.counters.size(); ++k) {
+      lines.push_back({.counter = r.counters[k],
+                       .slot = r.slot_labels[slot],
+                       .value = r.slot_values.size() > k ? r.slot_values[k][slot] : 0,
+                       .runtime = r.slot_runtime.size() > k ? r.slot_runtime[k][slot]
+                                                             : core::StatRuntime{}});
+    }
+  }
+  const bool summed = lines.empty();
+  for (std::size_t k = 0; k < r.counters.size() && summed; ++k) {
     lines.push_back({.counter = r.counters[k],
                      .value = r.values[k].mean,
                      .runtime = k < r.runtime.size() ? r.runtime[k] : core::StatRuntime{},
@@ -400,12 +480,20 @@ void add_stat_command(CLI::App& app, Runner& run) {
   auto* cmd = app.add_subcommand(
       "stat", "Count events system-wide, for a process, or for a command (like perf stat)");
   cmd->add_option("-e,--event", opts->events,
-                  "Event to count: a software event (cpu-clock, page-faults, ...) or a tracepoint "
-                  "system:event; repeatable or comma-separated. Default: a useful set")
-      ->allow_extra_args(false)
-      ->delimiter(',');
+                  "Events to count: software events (cpu-clock, page-faults, ...) or tracepoints "
+                  "system:event, with modifiers (:u, :k); comma-separated or repeated; "
+                  "{a,b} counts a group together ({a,b}:W a weak group). Default: a useful set")
+      ->allow_extra_args(false);
   cmd->add_flag("-a,--all-cpus", opts->all_cpus, "Count on every CPU (default without -p/command)");
-  cmd->add_option("-p,--pid", opts->pid, "Count for this process (and the children it starts)");
+  cmd->add_option("-p,--pid", opts->pid_list,
+                  "Count these processes (every thread, and the children they start): 42 or "
+                  "42,43");
+  cmd->add_option("-t,--tid", opts->tid_list, "Count these threads only: 42 or 42,43");
+  cmd->add_flag("-A,--no-aggr", opts->per_cpu, "A count per CPU (system-wide), not summed");
+  cmd->add_flag("--per-thread", opts->per_thread, "A count per thread of -p/-t, not summed");
+  cmd->add_option("-G,--cgroup", opts->cgroup,
+                  "Count only the tasks of this cgroup v2 (a path or a name under "
+                  "/sys/fs/cgroup), on every CPU");
   cmd->add_option("-d,--duration", opts->duration,
                   "Stop after this long (e.g. 3s; default 3s system-wide)");
   cmd->add_option("-I,--interval", opts->interval,

@@ -11,165 +11,30 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
 #include <array>
 #include <cerrno>
+#include <cctype>
 #include <cmath>
 #include <csignal>
 #include <cstring>
 #include <string_view>
 #include <thread>
 
-#include "tracer/common/edit_distance.hpp"
 #include "tracer/error.hpp"
+#include "tracer/event_names.hpp"
+#include "tracer/perf/counter_set.hpp"
 #include "tracer/perf/event.hpp"
-#include "tracer/perf/hw_events.hpp"
 #include "tracer/perf/software.hpp"
+#include "tracer/unique_fd.hpp"
 
 namespace tracer::core {
-namespace {
-
-struct Counter {
-  StatCounter info;
-  std::vector<perf::Event> events;  // one per CPU, or one for a task
-};
-
-/// An -e event split into its name and perf's modifier suffix ("page-faults:u" ->
-/// "page-faults", "u"; "sched:sched_switch:k" -> "sched:sched_switch", "k").
-struct EventSpec {
-  std::string name;
-  std::string modifiers;
-};
-
-constexpr std::string_view kModifierChars = "ukhHGp";
-
-bool is_generic_event(std::string_view name) {
-  return perf::find_software_event(name).has_value() ||
-         perf::find_hardware_event(name).has_value() || perf::find_cache_event(name).has_value();
-}
-
-EventSpec split_modifiers(const std::string& text) {
-  const auto colon = text.rfind(':');
-  if (colon == std::string::npos)
-    return {text, {}};
-  const std::string base = text.substr(0, colon);
-  const std::string mods = text.substr(colon + 1);
-  // A software/hardware event has no colon of its own; a tracepoint has one (system:event), so
-  // its modifiers follow a second one, as in perf.
-  const bool generic = is_generic_event(base);
-  const bool tracepoint = base.find(':') != std::string::npos;
-  if (generic || tracepoint)
-    return {base, mods};
-  return {text, {}};
-}
-
-/// perf's modifiers (tools/perf/util/parse-events.c): u, k and h keep only the privilege
-/// levels named, H and G only host or guest counting, p asks for more precision.
-void apply_modifiers(perf::EventAttr& a, const EventSpec& spec, const std::string& text) {
-  bool u = false, k = false, h = false, host = false, guest = false;
-  std::uint8_t precise = 0;
-  for (char c : spec.modifiers) {
-    switch (c) {
-      case 'u':
-        u = true;
-        break;
-      case 'k':
-        k = true;
-        break;
-      case 'h':
-        h = true;
-        break;
-      case 'H':
-        host = true;
-        break;
-      case 'G':
-        guest = true;
-        break;
-      case 'p':
-        ++precise;
-        break;
-      default:
-        throw Error(ErrorCategory::kUsage, std::make_error_code(std::errc::invalid_argument),
-                    fmt::format("event '{}': unknown modifier '{}'", text, c),
-                    fmt::format("modifiers are letters of '{}' after the event, as in perf: "
-                                "page-faults:u (user only), sched:sched_switch:k (kernel only)",
-                                kModifierChars));
-    }
-  }
-  if (spec.modifiers.empty())
-    return;
-  if (u || k || h) {
-    a.flag(perf::Flag::kExcludeUser, !u).flag(perf::Flag::kExcludeKernel, !k);
-    a.flag(perf::Flag::kExcludeHv, !h);
-  }
-  if (host != guest) {
-    a.flag(perf::Flag::kExcludeGuest, host).flag(perf::Flag::kExcludeHost, guest);
-  }
-  if (precise > 3) {
-    throw Error(ErrorCategory::kUsage, std::make_error_code(std::errc::invalid_argument),
-                fmt::format("event '{}': at most 3 'p' modifiers", text));
-  }
-  if (precise > 0)
-    a.precise_ip(precise);
-}
-
-std::vector<std::string> generic_event_names() {
-  std::vector<std::string> out;
-  for (const auto& e : perf::software_events())
-    out.emplace_back(e.name);
-  for (const auto& e : perf::hardware_events())
-    out.emplace_back(e.name);
-  return out;
-}
-
-}  // namespace
 
 perf::EventAttr resolve_stat_event(const std::string& text, std::optional<tracefs::Tracefs>& fs) {
-  const EventSpec spec = split_modifiers(text);
-  const std::string& name = spec.name;
-  perf::EventAttr a;
-  if (auto sw = perf::find_software_event(name)) {
-    a.type(PERF_TYPE_SOFTWARE).config(sw->config);
-  } else if (auto hw = perf::find_hardware_event(name)) {
-    a.type(PERF_TYPE_HARDWARE).config(*hw);
-  } else if (auto cache = perf::find_cache_event(name)) {
-    a.type(PERF_TYPE_HW_CACHE).config(*cache);
-  } else if (auto tp = tracefs::split_tracepoint(name)) {
-    if (!fs) {
-      auto opened = tracefs::Tracefs::open();
-      if (!opened)
-        throw Error(ErrorCategory::kRuntime, opened.error());
-      fs = std::move(*opened);
-    }
-    auto id = fs->tracepoint_id(*tp);
-    // A tracepoint named on the command line that does not exist is a usage error (exit 2).
-    if (!id) {
-      throw Error(
-          id.error().errno_value() == ENOENT ? ErrorCategory::kUsage : ErrorCategory::kRuntime,
-          id.error());
-    }
-    a.type(PERF_TYPE_TRACEPOINT).config(*id);
-  } else {
-    const auto names = generic_event_names();
-    const auto near =
-        tracer::detail::nearest(name, names, {.max_distance = 2, .related_only = false});
-    std::string hint;
-    if (!near.empty()) {
-      hint = fmt::format("did you mean '{}'?", near.front());
-    } else {
-      std::string list;
-      for (const auto& n : names)
-        list += (list.empty() ? "" : ", ") + n;
-      hint = fmt::format(
-          "use a software or hardware event ({}) or a tracepoint system:event "
-          "(see `tracer list tracepoints`), optionally with a modifier (:u, :k, ...)",
-          list);
-    }
-    throw Error(ErrorCategory::kUsage, std::make_error_code(std::errc::invalid_argument),
-                fmt::format("unknown event '{}'", text), hint);
-  }
-  apply_modifiers(a, spec, text);
-  return a;
+  return resolve_event_name(text, fs);
 }
+
 
 StatSummary summarize(const std::vector<double>& runs) {
   StatSummary s;
@@ -200,10 +65,16 @@ struct RunResult {
   int exit_code = 0;           // the command's, as a shell reports it (128+N for signal N)
   bool stopped = false;        // `stop` was set (SIGINT/SIGTERM)
   bool target_exited = false;  // the pid target exited
+  std::vector<std::vector<double>> slot_values;  // [counter][slot], with per_cpu/per_thread
+  std::vector<std::vector<StatRuntime>> slot_runtime;
 };
 
 Error open_failed(const std::string& name, const perf::EventAttr& a, const Failure& f) {
   const int err = f.errno_value();
+  if (err == ESRCH) {
+    return {ErrorCategory::kUsage, f.code, fmt::format("{}: {}", name, f.message),
+            "the process or thread to count has exited"};
+  }
   if (a.type() == PERF_TYPE_HARDWARE && (err == ENOENT || err == EOPNOTSUPP)) {
     // A VM or a CPU without a (virtualised) PMU: the name is right, the machine lacks it.
     return {ErrorCategory::kUnsupported, f.code,
@@ -298,47 +169,7 @@ class Measurement {
         cpus = opts_.cpus;
       }
     }
-    counters_.clear();
-    std::optional<Error> unsupported;  // the first event this machine cannot count
-    for (const auto& name : opts_.events) {
-      perf::EventAttr a = resolve_stat_event(name, fs_);
-      a.read_format(PERF_FORMAT_TOTAL_TIME_ENABLED | PERF_FORMAT_TOTAL_TIME_RUNNING);
-      Counter c{{name, {}}, {}};
-      if (auto sw = perf::find_software_event(split_modifiers(name).name))
-        c.info.unit = std::string(sw->unit);
-      if (!system_wide && !opts_.no_inherit)
-        a.flag(perf::Flag::kInherit);
-      // A command's own events start at its exec. System-wide events (-a -- CMD) count every
-      // CPU for the command's life: an event of no task is never enabled by an exec, so they
-      // count from their open (the command is held until then).
-      if (command && !system_wide)
-        a.flag(perf::Flag::kDisabled).flag(perf::Flag::kEnableOnExec);
-      for (int cpu : cpus) {
-        const pid_t pid = system_wide ? -1 : (command ? child : opts_.pid);
-        auto ev = perf::Event::open(a, {.pid = pid, .cpu = cpu});
-        if (!ev) {
-          Error e = open_failed(name, a, ev.error());
-          if (e.category() != ErrorCategory::kUnsupported)
-            throw e;
-          // The others count; this one is perf stat's "<not supported>" row.
-          c.info.supported = false;
-          c.info.why = e.what();
-          c.events.clear();
-          if (!unsupported)
-            unsupported = std::move(e);
-          break;
-        }
-        c.events.push_back(std::move(*ev));
-      }
-      counters_.push_back(std::move(c));
-    }
-    if (unsupported && std::none_of(counters_.begin(), counters_.end(),
-                                    [](const Counter& c) { return c.info.supported; }))
-      throw *unsupported;
-    infos_.clear();
-    for (const auto& c : counters_)
-      infos_.push_back(c.info);
-
+    open_counters(system_wide ? -1 : child, cpus);
     const auto start = clock::now();
     if (opts_.on_counting && !counting_said_) {
       counting_said_ = true;  // the first run only
@@ -352,26 +183,8 @@ class Measurement {
       ::close(go_pipe[1]);
       go_guard.fd = -1;
     }
-    struct Reading {
-      std::vector<double> values;
-      std::vector<std::uint64_t> running, enabled;
-    };
-    auto read_all = [&] {
-      Reading v{.values = std::vector<double>(counters_.size(), 0.0),
-                .running = std::vector<std::uint64_t>(counters_.size(), 0),
-                .enabled = std::vector<std::uint64_t>(counters_.size(), 0)};
-      for (std::size_t i = 0; i < counters_.size(); ++i) {
-        for (const auto& ev : counters_[i].events) {
-          auto r = ev.read();
-          if (!r)
-            continue;
-          v.values[i] += r->values.at(0).scaled;
-          v.running[i] += r->time_running;
-          v.enabled[i] += r->time_enabled;
-        }
-      }
-      return v;
-    };
+    using Reading = Snapshot;
+    const auto read_all = [&] { return read_counters(); };
     const auto runtime_of = [](std::uint64_t running, std::uint64_t enabled) {
       return StatRuntime{.running_ns = running,
                          .pct = enabled == 0 ? 100.0
@@ -381,34 +194,48 @@ class Measurement {
 
     // A -p process is watched through a pidfd (readable once it has exited, reaped or not):
     // the count ends with it, as perf stat -p's does.
-    const bool watch_pid = !command && opts_.pid > 0;
-    const int pidfd = watch_pid ? static_cast<int>(::syscall(SYS_pidfd_open, opts_.pid, 0)) : -1;
-    FdGuard pidfd_guard{pidfd};
+    // With several, the count ends when every one has exited.
+    std::vector<pid_t> watched = opts_.pids;
+    watched.insert(watched.end(), opts_.tids.begin(), opts_.tids.end());
+    const bool watch_pid = !command && !system_wide && !watched.empty();
+    std::vector<UniqueFd> pidfds;
+    for (pid_t p : watch_pid ? watched : std::vector<pid_t>{})
+      pidfds.emplace_back(static_cast<int>(::syscall(SYS_pidfd_open, p, 0)));
     const auto target_gone = [&] {
       if (!watch_pid)
         return false;
-      if (pidfd < 0)
-        return ::kill(opts_.pid, 0) != 0 && errno == ESRCH;
-      pollfd p{pidfd, POLLIN, 0};
-      return ::poll(&p, 1, 0) == 1;
+      for (std::size_t k = 0; k < pidfds.size(); ++k) {
+        if (pidfds[k].get() < 0) {
+          if (!(::kill(watched[k], 0) != 0 && errno == ESRCH))
+            return false;
+          continue;
+        }
+        pollfd p{pidfds[k].get(), POLLIN, 0};
+        if (::poll(&p, 1, 0) != 1)
+          return false;
+      }
+      return true;
     };
     RunResult result;
     bool child_done = false;
     bool stopped_child = false;  // ended here (the duration, a signal): reaped, its rusage read
     int child_status = 0;
     auto next_tick = start + interval;
-    Reading prev{.values = std::vector<double>(counters_.size(), 0.0),
-                 .running = std::vector<std::uint64_t>(counters_.size(), 0),
-                 .enabled = std::vector<std::uint64_t>(counters_.size(), 0)};
+    Reading prev = empty_snapshot();
     rusage usage{};
     // One interval's deltas since the previous (`length_s`: how long it was).
     const auto emit_interval = [&](double length_s) {
       auto now = read_all();
-      std::vector<double> delta(now.values.size());
-      std::vector<StatRuntime> runtime(now.values.size());
-      for (std::size_t i = 0; i < now.values.size(); ++i) {
-        delta[i] = now.values[i] - prev.values[i];
-        runtime[i] = runtime_of(now.running[i] - prev.running[i], now.enabled[i] - prev.enabled[i]);
+      std::vector<double> delta(now.total.size());
+      std::vector<StatRuntime> runtime(now.total.size());
+      std::vector<std::vector<double>> slot_delta(now.total.size());
+      for (std::size_t i = 0; i < now.total.size(); ++i) {
+        const auto d = now.total[i].since(prev.total[i]);
+        delta[i] = d.scaled;
+        runtime[i] = runtime_of(d.running, d.enabled);
+        if (per_slot())
+          for (std::size_t k = 0; k < now.slot[i].size(); ++k)
+            slot_delta[i].push_back(now.slot[i][k].since(prev.slot[i][k]).scaled);
       }
       prev = std::move(now);
       if (on_interval) {
@@ -417,7 +244,10 @@ class Measurement {
                          .elapsed_s = std::chrono::duration<double>(clock::now() - start).count(),
                          .interval_s = length_s,
                          .deltas = std::move(delta),
-                         .runtime = std::move(runtime)});
+                         .runtime = std::move(runtime),
+                         .slot_labels = slot_labels_,
+                         .slot_deltas = per_slot() ? std::move(slot_delta)
+                                                   : std::vector<std::vector<double>>{}});
       }
     };
     for (;;) {
@@ -452,9 +282,18 @@ class Measurement {
     result.seconds = std::chrono::duration<double>(clock::now() - start).count();
     {
       const Reading total = read_all();
-      result.totals = total.values;
-      for (std::size_t i = 0; i < total.values.size(); ++i)
-        result.runtime.push_back(runtime_of(total.running[i], total.enabled[i]));
+      for (std::size_t i = 0; i < total.total.size(); ++i) {
+        result.totals.push_back(total.total[i].scaled);
+        result.runtime.push_back(runtime_of(total.total[i].running, total.total[i].enabled));
+        if (!per_slot())
+          continue;
+        result.slot_values.emplace_back();
+        result.slot_runtime.emplace_back();
+        for (const auto& r : total.slot[i]) {
+          result.slot_values.back().push_back(r.scaled);
+          result.slot_runtime.back().push_back(runtime_of(r.running, r.enabled));
+        }
+      }
     }
     if (child > 0) {  // stopped early: do not leave the command behind
       ::kill(child, SIGTERM);
@@ -491,13 +330,195 @@ class Measurement {
   }
 
   [[nodiscard]] const std::vector<StatCounter>& counters() const noexcept { return infos_; }
+  [[nodiscard]] const std::vector<std::string>& slot_labels() const noexcept {
+    return slot_labels_;
+  }
+
+ private:
+  /// A counter set and where its counters are in infos_; none when it cannot count here.
+  struct CounterSetAt {
+    std::optional<perf::CounterSet> set;
+    std::size_t first = 0;  // its first counter's index
+    std::size_t size = 0;
+    std::vector<std::size_t> slot_of;  // the set's slot k is slots_[slot_of[k]]
+  };
+  /// Every counter's reading, summed and per slot ([counter][slot]).
+  struct Snapshot {
+    std::vector<perf::CounterReading> total;
+    std::vector<std::vector<perf::CounterReading>> slot;
+  };
+
+  [[nodiscard]] bool per_slot() const noexcept { return opts_.per_cpu || opts_.per_thread; }
+
+  [[nodiscard]] Snapshot empty_snapshot() const {
+    return {std::vector<perf::CounterReading>(infos_.size()),
+            std::vector<std::vector<perf::CounterReading>>(
+                infos_.size(), std::vector<perf::CounterReading>(slots_.size()))};
+  }
+
+  [[nodiscard]] Snapshot read_counters() const {
+    Snapshot s = empty_snapshot();
+    for (const auto& at : sets_) {
+      if (!at.set)
+        continue;
+      const perf::CounterSetReading r = at.set->read();
+      for (std::size_t i = 0; i < at.size; ++i) {
+        s.total[at.first + i] = r.counters[i];
+        for (std::size_t k = 0; k < r.per_slot.size(); ++k)
+          s.slot[at.first + i][at.slot_of[k]] = r.per_slot[k][i];
+      }
+    }
+    return s;
+  }
+
+  /// The slots every set counts on: each CPU (system-wide, or a cgroup on each CPU), the
+  /// command, or every thread of -p's processes and -t's threads.
+  void plan_slots(pid_t command_pid, const std::vector<int>& cpus) {
+    slots_.clear();
+    slot_labels_.clear();
+    if (command_pid > 0) {
+      slots_.push_back({.pid = command_pid, .cpu = -1});
+      slot_labels_.push_back(fmt::format("{}-{}", task_comm(command_pid), command_pid));
+      return;
+    }
+    if (opts_.system_wide()) {
+      if (!opts_.cgroup.empty() && !cgroup_fd_)
+        cgroup_fd_ = open_cgroup(opts_.cgroup);
+      for (int cpu : cpus) {
+        perf::CounterSlot slot{.pid = -1, .cpu = cpu};
+        if (cgroup_fd_) {
+          slot.pid = cgroup_fd_.get();
+          slot.flags = PERF_FLAG_PID_CGROUP;
+        }
+        slots_.push_back(slot);
+        slot_labels_.push_back(fmt::format("CPU{}", cpu));
+      }
+      return;
+    }
+    std::vector<pid_t> tasks;
+    for (pid_t p : opts_.pids) {
+      // Every thread of the process now (a perf event counts one task; inherit adds the ones
+      // it makes later), as perf stat -p.
+      std::error_code ec;
+      bool any = false;
+      for (const auto& entry :
+           std::filesystem::directory_iterator(fmt::format("/proc/{}/task", p), ec)) {
+        const std::string name = entry.path().filename().string();
+        if (!name.empty() && std::all_of(name.begin(), name.end(), ::isdigit)) {
+          tasks.push_back(static_cast<pid_t>(std::stol(name)));
+          any = true;
+        }
+      }
+      if (!any)
+        throw Error(ErrorCategory::kUsage, std::make_error_code(std::errc::no_such_process),
+                    fmt::format("-p: no process {}", p), "ps -e lists the processes");
+    }
+    for (pid_t t : opts_.tids) {
+      if (::kill(t, 0) != 0 && errno == ESRCH)
+        throw Error(ErrorCategory::kUsage, std::make_error_code(std::errc::no_such_process),
+                    fmt::format("-t: no thread {}", t), "ps -eL lists the threads");
+      tasks.push_back(t);
+    }
+    for (pid_t t : tasks) {
+      slots_.push_back({.pid = t, .cpu = -1});
+      slot_labels_.push_back(fmt::format("{}-{}", task_comm(t), t));
+    }
+  }
+
+  static std::string task_comm(pid_t tid) {
+    std::ifstream in(fmt::format("/proc/{}/comm", tid));
+    std::string comm;
+    std::getline(in, comm);
+    return comm.empty() ? "?" : comm;
+  }
+
+  static UniqueFd open_cgroup(const std::string& name) {
+    const std::string path = name.starts_with('/') ? name : "/sys/fs/cgroup/" + name;
+    UniqueFd fd(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW));
+    if (!fd) {
+      throw Error(ErrorCategory::kUsage, {errno, std::generic_category()},
+                  fmt::format("-G {}: cannot open {}: {}", name, path, std::strerror(errno)),
+                  "name a cgroup v2 directory under /sys/fs/cgroup (e.g. -G system.slice)");
+    }
+    return fd;
+  }
+
+  /// Resolves the -e lists and opens a counter set per entry on the slots. An entry this
+  /// machine cannot count (no hardware PMU, a modifier refused) is kept with supported false
+  /// while the others count; when none can, that is the error.
+  void open_counters(pid_t command_pid, const std::vector<int>& cpus) {
+    plan_slots(command_pid, cpus);
+    infos_.clear();
+    sets_.clear();
+    const bool command = command_pid > 0;
+    const bool system_wide = opts_.system_wide();
+    std::optional<Error> unsupported;  // the first event this machine cannot count
+    for (const auto& list : opts_.events) {
+      for (const EventGroupSpec& g : parse_event_list(list)) {
+        perf::CounterSetOptions o;
+        o.group = g.grouped;
+        o.weak = g.weak;
+        o.slots = slots_;
+        o.inherit = !system_wide && !opts_.no_inherit;
+        // A command's own events start at its exec. System-wide events (-a -- CMD) count
+        // every CPU for the command's life: an event of no task is never enabled by an exec.
+        o.enable_on_exec = command && !system_wide;
+        CounterSetAt at;
+        at.first = infos_.size();
+        at.size = g.events.size();
+        for (const auto& name : g.events) {
+          o.events.push_back({name, resolve_event_name(name, fs_)});
+          infos_.push_back({.name = name,
+                            .unit = event_unit(name),
+                            .group = g.grouped ? g.text : std::string{},
+                            .grouped = g.grouped});
+        }
+        auto set = perf::CounterSet::open(o);
+        if (!set) {
+          Error e = open_failed(g.grouped ? g.text : g.events.front(), o.events.front().attr,
+                                set.error());
+          if (e.category() != ErrorCategory::kUnsupported)
+            throw e;
+          // The others count; these are perf stat's "<not supported>" rows.
+          for (std::size_t i = 0; i < at.size; ++i) {
+            infos_[at.first + i].supported = false;
+            infos_[at.first + i].why = e.what();
+          }
+          if (!unsupported)
+            unsupported = std::move(e);
+        } else {
+          for (const auto& slot : set->slots()) {
+            const auto it = std::find_if(slots_.begin(), slots_.end(), [&](const auto& s) {
+              return s.pid == slot.pid && s.cpu == slot.cpu;
+            });
+            at.slot_of.push_back(static_cast<std::size_t>(it - slots_.begin()));
+          }
+          for (std::size_t i = 0; i < at.size; ++i)
+            infos_[at.first + i].grouped = set->grouped();
+          // Opened disabled: system-wide and task counters start now, a command's at its exec.
+          if (!o.enable_on_exec) {
+            if (auto st = set->enable(); !st)
+              throw Error(ErrorCategory::kRuntime, st.error());
+          }
+          at.set = std::move(*set);
+        }
+        sets_.push_back(std::move(at));
+      }
+    }
+    if (unsupported && std::none_of(infos_.begin(), infos_.end(),
+                                    [](const StatCounter& c) { return c.supported; }))
+      throw *unsupported;
+  }
 
  private:
   const StatOptions& opts_;
   bool counting_said_ = false;  // opts_.on_counting was called
   std::optional<tracefs::Tracefs> fs_;
-  std::vector<Counter> counters_;
-  std::vector<StatCounter> infos_;  // counters_' names and units
+  std::vector<StatCounter> infos_;    // each counter's name, unit, group
+  std::vector<CounterSetAt> sets_;    // a set per -e entry (a group, or one event)
+  std::vector<perf::CounterSlot> slots_;
+  std::vector<std::string> slot_labels_;
+  UniqueFd cgroup_fd_;
 };
 
 }  // namespace
@@ -506,13 +527,16 @@ StatResult count_events(const StatOptions& options,
                         const std::atomic<bool>& stop,
                         const std::function<void(const StatInterval&)>& on_interval) {
   Measurement m(options);
-  std::vector<std::vector<double>> per_counter(options.events.size());
+  std::vector<std::vector<double>> per_counter;
   std::vector<double> seconds, user, sys;
   StatResult result;
   for (unsigned run = 0; run < options.repeat; ++run) {
-    const RunResult r = m.run(stop, on_interval);
+    RunResult r = m.run(stop, on_interval);
+    per_counter.resize(r.totals.size());
     for (std::size_t i = 0; i < r.totals.size(); ++i)
       per_counter[i].push_back(r.totals[i]);
+    result.slot_values = std::move(r.slot_values);
+    result.slot_runtime = std::move(r.slot_runtime);
     seconds.push_back(r.seconds);
     result.runtime = r.runtime;
     if (r.user_s && r.sys_s) {
@@ -525,6 +549,8 @@ StatResult count_events(const StatOptions& options,
       break;
   }
   result.counters = m.counters();
+  if (options.per_cpu || options.per_thread)
+    result.slot_labels = m.slot_labels();
   for (const auto& runs : per_counter)
     result.values.push_back(summarize(runs));
   result.seconds = summarize(seconds);

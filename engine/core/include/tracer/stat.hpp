@@ -24,19 +24,22 @@
 
 namespace tracer::core {
 
-/// An event named as perf stat -e names it: a software or hardware event ("page-faults",
-/// "cycles") or a tracepoint "system:event", optionally with perf's modifiers after a colon
-/// (u, k, h: only those privilege levels; H, G: host or guest; p: precision), e.g.
-/// "page-faults:u", "sched:sched_switch:k". `fs` is opened on the first tracepoint.
-/// Throws tracer::Error: kUsage for an unknown event (with a near name), tracepoint or modifier;
-/// kRuntime when tracefs cannot be opened or read.
+/// An event named as perf stat -e names it (tracer::resolve_event_name, event_names.hpp).
 [[nodiscard]] perf::EventAttr resolve_stat_event(const std::string& text,
                                                  std::optional<tracefs::Tracefs>& fs);
 
 struct StatOptions {
-  std::vector<std::string> events{};     // as resolve_stat_event takes them
-  bool all_cpus = false;                 // every CPU, also with a pid or a command
-  pid_t pid = -1;                        // a process (and the children it starts)
+  /// perf's -e lists (tracer::parse_event_list): "a,b" counts each alone, "{a,b}:u" as a
+  /// group (scheduled onto the PMU together, read at once), "{a,b}:W" a weak group.
+  std::vector<std::string> events{};
+  bool all_cpus = false;       // every CPU, also with a pid or a command
+  std::vector<pid_t> pids{};   // -p: processes (every thread, and the children they start)
+  std::vector<pid_t> tids{};   // -t: threads (each alone)
+  /// -G: a cgroup v2 directory (a path, or a name under /sys/fs/cgroup): only its tasks are
+  /// counted, on every CPU (or -C's).
+  std::string cgroup{};
+  bool per_cpu = false;     // -A: a value per CPU (system-wide), not summed
+  bool per_thread = false;  // --per-thread: a value per thread of -p/-t, not summed
   std::vector<std::string> command{};    // argv of a command started and counted (enable_on_exec)
   std::chrono::nanoseconds duration{0};  // 0: until the command or process ends, or `stop`
   std::chrono::nanoseconds interval{0};  // > 0: on_interval every interval
@@ -50,7 +53,8 @@ struct StatOptions {
 
   /// Counters on every CPU (or -C's) for every task: -a, -C, or neither a pid nor a command.
   [[nodiscard]] bool system_wide() const noexcept {
-    return all_cpus || !cpus.empty() || (command.empty() && pid < 0);
+    return all_cpus || !cpus.empty() || !cgroup.empty() ||
+           (command.empty() && pids.empty() && tids.empty());
   }
 };
 
@@ -61,6 +65,10 @@ struct StatCounter {
   /// `why`; the other events count (perf stat's "<not supported>" row).
   bool supported = true;
   std::string why{};
+  /// The {group} it was counted in, as written ("" when alone), and whether that group was
+  /// counted as one (false: a weak group that did not fit, counted as separate events).
+  std::string group{};
+  bool grouped = false;
 };
 
 /// What the kernel says of a counter's reading besides its value: how long it ran on the PMU
@@ -86,6 +94,9 @@ struct StatInterval {
   double interval_s = 0;               // the interval's length
   std::vector<double> deltas{};        // per counter, since the previous interval
   std::vector<StatRuntime> runtime{};  // per counter, over the interval
+  /// With per_cpu or per_thread: [counter][slot] deltas (slot_labels names the slots).
+  const std::vector<std::string>& slot_labels;
+  std::vector<std::vector<double>> slot_deltas{};
 };
 
 struct StatResult {
@@ -99,6 +110,11 @@ struct StatResult {
   /// A command's CPU time in user and in kernel mode (its rusage, with its children's), over the
   /// runs: perf stat's "seconds user" and "seconds sys" lines.
   std::optional<StatSummary> user_s, sys_s;
+  /// With per_cpu or per_thread: what each slot (a CPU "CPU0", a thread "comm-tid") counted in
+  /// the last run, [counter][slot], and its run time.
+  std::vector<std::string> slot_labels;
+  std::vector<std::vector<double>> slot_values;
+  std::vector<std::vector<StatRuntime>> slot_runtime;
 };
 
 /// Runs the measurement `options.repeat` times (fewer when `stop` is set): opens a counter per
