@@ -32,8 +32,8 @@ void on_signal(int) {
 struct StatCliOptions {
   std::vector<std::string> events;
   bool all_cpus = false;
-  std::string pid_list;  // -p
-  std::string tid_list;  // -t
+  std::string pid_list;     // -p
+  std::string tid_list;     // -t
   bool per_cpu = false;     // -A
   bool per_thread = false;  // --per-thread
   std::string cgroup;       // -G
@@ -120,8 +120,9 @@ std::optional<double> clock_of(const std::vector<Line>& lines) {
 
 class Printer {
  public:
-  Printer(std::FILE* out, Format format, std::string sep)
-      : out_(out), format_(format), sep_(std::move(sep)) {}
+  /// `cgroup`: -G's, a column after the event as perf stat -G prints it.
+  Printer(std::FILE* out, Format format, std::string sep, std::string cgroup)
+      : out_(out), format_(format), sep_(std::move(sep)), cgroup_(std::move(cgroup)) {}
 
   /// The counts of a run or an interval (`interval_at`: its time since the start).
   /// (A rate is per second of the clock of the same slot: -A's CPU, --per-thread's thread.)
@@ -167,13 +168,17 @@ class Printer {
       fmt::print(out_, "{:<16}", l.slot);
     const auto none = absent(l);
     if (!none.empty())
-      fmt::print(out_, "{:>18} {:<4} {:<28}\n", none, clock(l) ? "msec" : "", l.counter.name);
+      fmt::print(out_, "{:>18} {:<4} {:<28}", none, clock(l) ? "msec" : "", l.counter.name);
     else if (clock(l))
       fmt::print(out_, "{:>18.2f} msec {:<28}", l.value / 1e6, l.counter.name);
     else
       fmt::print(out_, "{:>18.0f}      {:<28}", l.value, l.counter.name);
-    if (!none.empty())
+    if (!cgroup_.empty())
+      fmt::print(out_, " {:<16}", cgroup_);
+    if (!none.empty()) {
+      fmt::print(out_, "\n");
       return;
+    }
     if (m.value)
       fmt::print(out_, " # {:8.3f} {:<15}", *m.value, m.unit);
     if (l.variance_pct)
@@ -196,6 +201,8 @@ class Printer {
       row += fmt::format("{:.2f}{}msec{}{}", l.value / 1e6, sep_, sep_, l.counter.name);
     else
       row += fmt::format("{:.0f}{}{}{}", l.value, sep_, sep_, l.counter.name);
+    if (!cgroup_.empty())
+      row += sep_ + cgroup_;
     if (l.variance_pct)
       row += fmt::format("{}{:.2f}%", sep_, *l.variance_pct);
     row += fmt::format("{}{}{}{:.2f}{}", sep_, l.runtime.running_ns, sep_,
@@ -221,6 +228,8 @@ class Printer {
                                             : fmt::format("{:.6f}", l.value);
     row += fmt::format(R"("counter-value" : "{}", "unit" : "{}", "event" : "{}", )", value,
                        clock(l) ? "msec" : "", json_escape(l.counter.name));
+    if (!cgroup_.empty())
+      row += fmt::format(R"("cgroup" : "{}", )", json_escape(cgroup_));
     if (l.variance_pct)
       row += fmt::format("\"variance\" : {:.2f}, ", *l.variance_pct);
     row += fmt::format(R"("event-runtime" : {}, "pcnt-running" : {:.2f}, )", l.runtime.running_ns,
@@ -233,6 +242,7 @@ class Printer {
   std::FILE* out_;
   Format format_;
   std::string sep_;
+  std::string cgroup_;
 };
 
 /// -C's list: "0", "0,2", "0-3", "0-1,3".
@@ -379,7 +389,7 @@ int run_stat(const StatCliOptions& opts) {
   const Format format = opts.json                 ? Format::kJson
                         : !opts.separator.empty() ? Format::kCsv
                                                   : Format::kText;
-  Printer printer(out, format, opts.separator);
+  Printer printer(out, format, opts.separator, opts.cgroup);
 
   struct sigaction sa {};
   sa.sa_handler = on_signal;
@@ -394,8 +404,9 @@ int run_stat(const StatCliOptions& opts) {
     }
     std::vector<Line> lines;
     if (!i.slot_deltas.empty()) {
-      for (std::size_t slot = 0; slot < i.slot_labels.size(); ++slot) {
-        for (std::size_t k = 0; k < i.counters.size(); ++k)
+      // Event by event, each CPU's or thread's row in turn, as perf stat -A and --per-thread.
+      for (std::size_t k = 0; k < i.counters.size(); ++k) {
+        for (std::size_t slot = 0; slot < i.slot_labels.size(); ++slot)
           lines.push_back({.counter = i.counters[k],
                            .slot = i.slot_labels[slot],
                            .value = i.slot_deltas[k][slot],
@@ -418,10 +429,9 @@ int run_stat(const StatCliOptions& opts) {
       fmt::print(stderr, "tracer: {}\n", c.why);
   }
 
-  std::string target = system_wide ? "system wide"
-                       : so.tids.empty()
-                           ? fmt::format("process id '{}'", fmt::join(so.pids, ","))
-                           : fmt::format("thread id '{}'", fmt::join(so.tids, ","));
+  std::string target = system_wide       ? "system wide"
+                       : so.tids.empty() ? fmt::format("process id '{}'", fmt::join(so.pids, ","))
+                                         : fmt::format("thread id '{}'", fmt::join(so.tids, ","));
   if (command) {
     target.clear();
     for (const auto& arg : opts.command)
@@ -429,13 +439,13 @@ int run_stat(const StatCliOptions& opts) {
   }
   const core::StatSummary& time = r.seconds;
   std::vector<Line> lines;
-  for (std::size_t slot = 0; slot < r.slot_labels.size() && !r.slot_values.empty(); ++slot) {
-    for (std::size_t k = 0; k < r.counters.size(); ++k) {
-      lines.push_back({.counter = r.counters[k],
-                       .slot = r.slot_labels[slot],
-                       .value = r.slot_values.size() > k ? r.slot_values[k][slot] : 0,
-                       .runtime = r.slot_runtime.size() > k ? r.slot_runtime[k][slot]
-                                                             : core::StatRuntime{}});
+  for (std::size_t k = 0; k < r.counters.size() && !r.slot_values.empty(); ++k) {
+    for (std::size_t slot = 0; slot < r.slot_labels.size(); ++slot) {
+      lines.push_back(
+          {.counter = r.counters[k],
+           .slot = r.slot_labels[slot],
+           .value = r.slot_values.size() > k ? r.slot_values[k][slot] : 0,
+           .runtime = r.slot_runtime.size() > k ? r.slot_runtime[k][slot] : core::StatRuntime{}});
     }
   }
   const bool summed = lines.empty();

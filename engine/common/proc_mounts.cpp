@@ -54,4 +54,19 @@ std::optional<fs::path> find_mounted_tracefs(std::string_view mounts) {
   return debugfs_candidate;
 }
 
+std::optional<fs::path> find_cgroup2_root(std::string_view mounts) {
+  for (const std::string_view line : lines(mounts)) {
+    const auto sp1 = line.find(' ');
+    const auto sp2 = sp1 == std::string_view::npos ? sp1 : line.find(' ', sp1 + 1);
+    if (sp2 == std::string_view::npos)
+      continue;
+    const auto sp3 = line.find(' ', sp2 + 1);
+    const std::string_view type = line.substr(
+        sp2 + 1, sp3 == std::string_view::npos ? std::string_view::npos : sp3 - sp2 - 1);
+    if (type == "cgroup2")
+      return fs::path(unescape_mount_path(line.substr(sp1 + 1, sp2 - sp1 - 1)));
+  }
+  return std::nullopt;
+}
+
 }  // namespace tracer::detail

@@ -11,17 +11,19 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <filesystem>
-#include <fstream>
 #include <array>
-#include <cerrno>
 #include <cctype>
+#include <cerrno>
 #include <cmath>
 #include <csignal>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <string_view>
 #include <thread>
 
+#include "tracer/common/proc_mounts.hpp"
+#include "tracer/common/text_file.hpp"
 #include "tracer/error.hpp"
 #include "tracer/event_names.hpp"
 #include "tracer/perf/counter_set.hpp"
@@ -34,7 +36,6 @@ namespace tracer::core {
 perf::EventAttr resolve_stat_event(const std::string& text, std::optional<tracefs::Tracefs>& fs) {
   return resolve_event_name(text, fs);
 }
-
 
 StatSummary summarize(const std::vector<double>& runs) {
   StatSummary s;
@@ -433,12 +434,19 @@ class Measurement {
   }
 
   static UniqueFd open_cgroup(const std::string& name) {
-    const std::string path = name.starts_with('/') ? name : "/sys/fs/cgroup/" + name;
+    std::string root = "/sys/fs/cgroup";
+    if (auto mounts = detail::read_text_file("/proc/mounts", "stat")) {
+      if (auto found = detail::find_cgroup2_root(*mounts))
+        root = found->string();
+    }
+    const std::string path = name.starts_with('/') ? name : root + "/" + name;
     UniqueFd fd(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW));
     if (!fd) {
       throw Error(ErrorCategory::kUsage, {errno, std::generic_category()},
                   fmt::format("-G {}: cannot open {}: {}", name, path, std::strerror(errno)),
-                  "name a cgroup v2 directory under /sys/fs/cgroup (e.g. -G system.slice)");
+                  fmt::format("name a directory of the cgroup v2 hierarchy, relative to {} "
+                              "(e.g. -G system.slice) or as a path",
+                              root));
     }
     return fd;
   }
@@ -514,8 +522,8 @@ class Measurement {
   const StatOptions& opts_;
   bool counting_said_ = false;  // opts_.on_counting was called
   std::optional<tracefs::Tracefs> fs_;
-  std::vector<StatCounter> infos_;    // each counter's name, unit, group
-  std::vector<CounterSetAt> sets_;    // a set per -e entry (a group, or one event)
+  std::vector<StatCounter> infos_;  // each counter's name, unit, group
+  std::vector<CounterSetAt> sets_;  // a set per -e entry (a group, or one event)
   std::vector<perf::CounterSlot> slots_;
   std::vector<std::string> slot_labels_;
   UniqueFd cgroup_fd_;

@@ -32,14 +32,14 @@ struct StatOptions {
   /// perf's -e lists (tracer::parse_event_list): "a,b" counts each alone, "{a,b}:u" as a
   /// group (scheduled onto the PMU together, read at once), "{a,b}:W" a weak group.
   std::vector<std::string> events{};
-  bool all_cpus = false;       // every CPU, also with a pid or a command
-  std::vector<pid_t> pids{};   // -p: processes (every thread, and the children they start)
-  std::vector<pid_t> tids{};   // -t: threads (each alone)
+  bool all_cpus = false;      // every CPU, also with a pid or a command
+  std::vector<pid_t> pids{};  // -p: processes (every thread, and the children they start)
+  std::vector<pid_t> tids{};  // -t: threads (each alone)
   /// -G: a cgroup v2 directory (a path, or a name under /sys/fs/cgroup): only its tasks are
   /// counted, on every CPU (or -C's).
   std::string cgroup{};
-  bool per_cpu = false;     // -A: a value per CPU (system-wide), not summed
-  bool per_thread = false;  // --per-thread: a value per thread of -p/-t, not summed
+  bool per_cpu = false;                  // -A: a value per CPU (system-wide), not summed
+  bool per_thread = false;               // --per-thread: a value per thread of -p/-t, not summed
   std::vector<std::string> command{};    // argv of a command started and counted (enable_on_exec)
   std::chrono::nanoseconds duration{0};  // 0: until the command or process ends, or `stop`
   std::chrono::nanoseconds interval{0};  // > 0: on_interval every interval

@@ -19,4 +19,8 @@ namespace tracer::detail {
 /// @return the root, or std::nullopt if neither is mounted.
 [[nodiscard]] std::optional<std::filesystem::path> find_mounted_tracefs(std::string_view mounts);
 
+/// The cgroup v2 (unified) hierarchy's mount point in the text of /proc/mounts: where perf's
+/// cgroup events find their cgroups (/sys/fs/cgroup, or /sys/fs/cgroup/unified beside v1).
+[[nodiscard]] std::optional<std::filesystem::path> find_cgroup2_root(std::string_view mounts);
+
 }  // namespace tracer::detail

@@ -73,7 +73,7 @@ struct CounterReading {
 };
 
 struct CounterSetReading {
-  std::vector<CounterReading> counters;             // per event, summed over the slots
+  std::vector<CounterReading> counters;               // per event, summed over the slots
   std::vector<std::vector<CounterReading>> per_slot;  // [slot][event]
 };
 

@@ -1,0 +1,245 @@
+// tracer stat's targets and groupings beside perf stat's on the same workloads: {group} syntax,
+// -A (per CPU), -p lists, -t, --per-thread and -G (a cgroup), in perf's CSV rows and with the
+// same counts.
+#include <fcntl.h>
+
+#include "oracle_harness.hpp"
+
+namespace tracer {
+namespace {
+
+using namespace oracle;
+namespace fs = std::filesystem;
+
+const std::string kSyscaller = TRACER_SYSCALLER_PATH;
+
+/// perf stat -x's rows (fields by row), without tracer's own "tracer: ..." lines and comments.
+std::vector<std::vector<std::string>> rows_of(const std::string& text) {
+  std::vector<std::vector<std::string>> rows;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line.front() == '#' || line.starts_with("tracer: "))
+      continue;
+    std::vector<std::string> fields;
+    std::size_t from = 0;
+    for (std::size_t at; (at = line.find(',', from)) != std::string::npos; from = at + 1)
+      fields.push_back(line.substr(from, at - from));
+    fields.push_back(line.substr(from));
+    rows.push_back(std::move(fields));
+  }
+  return rows;
+}
+
+/// Processes started in the background: each `sh -c 'sleep 1; exec syscaller lseek N'` (the
+/// counters are open before the calls), reaped by a thread so that an exit is seen at once.
+class Background {
+ public:
+  explicit Background(const std::vector<int>& calls) {
+    for (int n : calls) {
+      const std::string cmd = "sleep 1; exec " + kSyscaller + " lseek " + std::to_string(n);
+      const pid_t pid = ::fork();
+      if (pid == 0) {
+        ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+        ::_exit(127);
+      }
+      pids_.push_back(pid);
+    }
+    reaper_ = std::thread([pids = pids_] {
+      for (pid_t p : pids)
+        ::waitpid(p, nullptr, 0);
+    });
+  }
+  ~Background() {
+    for (pid_t p : pids_)
+      ::kill(p, SIGKILL);
+    reaper_.join();
+  }
+  Background(const Background&) = delete;
+  Background& operator=(const Background&) = delete;
+  [[nodiscard]] std::string list() const {
+    std::string s;
+    for (pid_t p : pids_)
+      s += (s.empty() ? "" : ",") + std::to_string(p);
+    return s;
+  }
+  [[nodiscard]] const std::vector<pid_t>& pids() const { return pids_; }
+
+ private:
+  std::vector<pid_t> pids_;
+  std::thread reaper_;
+};
+
+// {group}: the group's members counted together, in perf's rows; its modifiers apply to each
+// member (perf's rule), :W is accepted; braces that do not close are a usage error.
+TEST(OracleStat, GroupsCountLikePerfStatsGroups) {
+  const std::string work = " -- " + kWorkload + " tree 2 3000 2>&1 >/dev/null";
+  const std::string events = " -e '{syscalls:sys_enter_lseek,page-faults}',task-clock";
+  const auto ours = shell(kTracer + " stat -x," + events + work);
+  const auto perf = shell("/usr/bin/perf stat -x," + events + work);
+  ASSERT_EQ(ours.exit_code, 0) << ours.out;
+  ASSERT_EQ(perf.exit_code, 0) << perf.out;
+  const auto o = rows_of(ours.out), p = rows_of(perf.out);
+  ASSERT_EQ(o.size(), 3u) << ours.out;
+  ASSERT_EQ(p.size(), 3u) << perf.out;
+  for (std::size_t i = 0; i < o.size(); ++i) {
+    EXPECT_EQ(o[i].size(), p[i].size()) << ours.out << "\nperf:\n" << perf.out;
+    EXPECT_EQ(o[i][2], p[i][2]);
+  }
+  EXPECT_EQ(o[0][0], "6000");
+  EXPECT_EQ(p[0][0], "6000");
+  // A group's members ran for the same time (one schedule on the PMU).
+  EXPECT_EQ(o[0][3], o[1][3]);
+
+  const auto mods =
+      shell(kTracer + " stat -x, -e '{syscalls:sys_enter_lseek,page-faults}:uW'" + work);
+  ASSERT_EQ(mods.exit_code, 0) << mods.out;
+  const auto m = rows_of(mods.out);
+  ASSERT_EQ(m.size(), 2u) << mods.out;
+  EXPECT_EQ(m[0][2], "syscalls:sys_enter_lseek:u");
+  EXPECT_EQ(m[1][2], "page-faults:u");
+
+  const auto bad = shell(kTracer + " stat -e '{page-faults,task-clock' -- /bin/true");
+  EXPECT_EQ(bad.exit_code, 2) << bad.err;
+  EXPECT_NE(bad.err.find("without its '}'"), std::string::npos) << bad.err;
+}
+
+// -A: a row per CPU, event by event, as perf stat -A: two pinned processes make 3,000 lseek
+// calls on CPU 1 and 2,000 on CPU 0, and each CPU's row has its own.
+TEST(OracleStat, PerCpuRowsAsPerfStatA) {
+  const std::string pinned = " -e syscalls:sys_enter_lseek,page-faults -- /bin/sh -c '" +
+                             kSyscaller + " lseek 3000 1 & " + kSyscaller +
+                             " lseek 2000 0; wait' 2>&1 >/dev/null";
+  const auto ours = shell(kTracer + " stat -x, -a -A -C 0,1" + pinned);
+  const auto perf = shell("/usr/bin/perf stat -x, -a -A -C 0,1" + pinned);
+  ASSERT_EQ(ours.exit_code, 0) << ours.out;
+  ASSERT_EQ(perf.exit_code, 0) << perf.out;
+  const auto o = rows_of(ours.out), p = rows_of(perf.out);
+  ASSERT_EQ(o.size(), 4u) << ours.out;
+  ASSERT_EQ(p.size(), 4u) << perf.out;
+  for (std::size_t i = 0; i < o.size(); ++i) {
+    EXPECT_EQ(o[i].size(), p[i].size()) << ours.out << "\nperf:\n" << perf.out;
+    EXPECT_EQ(o[i][0], p[i][0]);  // CPU0, CPU1, CPU0, CPU1
+    EXPECT_EQ(o[i][3], p[i][3]);  // the event
+  }
+  // Each CPU's calls (and rarely another process's lseek there), never the other CPU's.
+  for (const auto* rows : {&o, &p}) {
+    EXPECT_GE(std::stoll((*rows)[0][1]), 2000);
+    EXPECT_LT(std::stoll((*rows)[0][1]), 2500);
+    EXPECT_GE(std::stoll((*rows)[1][1]), 3000);
+    EXPECT_LT(std::stoll((*rows)[1][1]), 3500);
+  }
+  const auto not_wide = shell(kTracer + " stat -A -e page-faults -- /bin/true");
+  EXPECT_EQ(not_wide.exit_code, 2) << not_wide.err;
+}
+
+// -p with a list counts every process (and what they start), -t the threads, --per-thread a
+// row per thread: the same numbers and rows as perf stat's.
+TEST(OracleStat, ProcessListsThreadsAndPerThreadRowsAsPerfStat) {
+  const std::string ev = " -e syscalls:sys_enter_lseek 2>&1";
+  {
+    Background b({300, 200});
+    const auto ours = shell(kTracer + " stat -x, -p " + b.list() + ev);
+    ASSERT_EQ(ours.exit_code, 0) << ours.out;
+    const auto o = rows_of(ours.out);
+    ASSERT_EQ(o.size(), 1u) << ours.out;
+    EXPECT_EQ(o[0][0], "500") << ours.out;
+  }
+  {
+    Background b({300, 200});
+    const auto perf = shell("/usr/bin/perf stat -x, -p " + b.list() + ev);
+    const auto p = rows_of(perf.out);
+    ASSERT_EQ(p.size(), 1u) << perf.out;
+    EXPECT_EQ(p[0][0], "500") << perf.out;
+  }
+  {
+    Background b({300, 200});
+    const auto ours = shell(kTracer + " stat -x, -t " + b.list() + ev);
+    ASSERT_EQ(ours.exit_code, 0) << ours.out;
+    const auto o = rows_of(ours.out);
+    ASSERT_EQ(o.size(), 1u) << ours.out;
+    EXPECT_EQ(o[0][0], "500") << ours.out;
+  }
+  std::vector<std::vector<std::string>> per_thread[2];
+  std::vector<pid_t> pids[2];
+  for (int tool = 0; tool < 2; ++tool) {
+    Background b({300, 200});
+    pids[tool] = b.pids();
+    const auto r =
+        shell((tool == 0 ? kTracer : std::string("/usr/bin/perf")) + " stat -x, --per-thread -p " +
+              b.list() + " -e syscalls:sys_enter_lseek,page-faults 2>&1");
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    per_thread[tool] = rows_of(r.out);
+  }
+  const auto& o = per_thread[0];
+  const auto& p = per_thread[1];
+  ASSERT_EQ(o.size(), 4u);
+  ASSERT_EQ(p.size(), 4u);
+  for (std::size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(o[i].size(), p[i].size());
+    EXPECT_EQ(o[i][3], p[i][3]);  // event by event, as perf's
+    // "comm-tid" of each process, in the order given (perf's order of threads varies).
+    EXPECT_EQ(o[i][0], "sh-" + std::to_string(pids[0][i % 2]));
+  }
+  for (int tool = 0; tool < 2; ++tool) {
+    std::map<std::string, std::string> lseeks;
+    for (const auto& r : per_thread[tool]) {
+      if (r[3] == "syscalls:sys_enter_lseek")
+        lseeks[r[0]] = r[1];
+    }
+    EXPECT_EQ(lseeks["sh-" + std::to_string(pids[tool][0])], "300") << tool;
+    EXPECT_EQ(lseeks["sh-" + std::to_string(pids[tool][1])], "200") << tool;
+  }
+
+  const auto gone = shell(kTracer + " stat -p 999999999 -e page-faults");
+  EXPECT_EQ(gone.exit_code, 2) << gone.err;
+  const auto bad = shell(kTracer + " stat -p 12,x -e page-faults");
+  EXPECT_EQ(bad.exit_code, 2) << bad.err;
+  EXPECT_NE(bad.err.find("-p: '12,x'"), std::string::npos) << bad.err;
+}
+
+std::optional<fs::path> cgroup2_root() {
+  std::ifstream in("/proc/mounts");
+  for (std::string dev, dir, type, rest; in >> dev >> dir >> type && std::getline(in, rest);) {
+    if (type == "cgroup2")
+      return fs::path(dir);
+  }
+  return std::nullopt;
+}
+
+// -G: only the cgroup's tasks count: of a command whose child joins the cgroup and makes 2,000
+// lseek calls, and then makes 500 outside it, 2,000; perf's row with its cgroup column.
+TEST(OracleStat, ACgroupCountsOnlyItsTasksAsPerfStatG) {
+  const auto root = cgroup2_root();
+  if (!root)
+    GTEST_SKIP() << "no cgroup v2 hierarchy is mounted (perf's cgroup events need one)";
+  const std::string name = "tracer-stat-" + std::to_string(::getpid());
+  const fs::path dir = *root / name;
+  ASSERT_TRUE(fs::create_directory(dir));
+  struct Remove {
+    fs::path d;
+    ~Remove() { ::rmdir(d.c_str()); }
+  } remove{dir};
+  const std::string work = " -- sh -c \"sh -c 'echo \\$\\$ > " + (dir / "cgroup.procs").string() +
+                           "; exec " + kSyscaller + " lseek 2000'; " + kSyscaller +
+                           " lseek 500\" 2>&1";
+  const auto ours = shell(kTracer + " stat -x, -a -e syscalls:sys_enter_lseek -G " + name + work);
+  const auto perf =
+      shell("/usr/bin/perf stat -x, -a -e syscalls:sys_enter_lseek -G " + name + work);
+  ASSERT_EQ(ours.exit_code, 0) << ours.out;
+  ASSERT_EQ(perf.exit_code, 0) << perf.out;
+  const auto o = rows_of(ours.out), p = rows_of(perf.out);
+  ASSERT_EQ(o.size(), 1u) << ours.out;
+  ASSERT_EQ(p.size(), 1u) << perf.out;
+  EXPECT_EQ(o[0].size(), p[0].size()) << ours.out << "\nperf:\n" << perf.out;
+  EXPECT_EQ(o[0][0], "2000") << ours.out;
+  EXPECT_EQ(p[0][0], "2000") << perf.out;
+  EXPECT_EQ(o[0][3], name);
+  EXPECT_EQ(p[0][3], name);
+
+  const auto missing = shell(kTracer + " stat -a -G no-such-cgroup-here -e page-faults -d 100ms");
+  EXPECT_EQ(missing.exit_code, 2) << missing.err;
+  EXPECT_NE(missing.err.find("no-such-cgroup-here"), std::string::npos) << missing.err;
+}
+
+}  // namespace
+}  // namespace tracer
