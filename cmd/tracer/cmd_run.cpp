@@ -244,7 +244,9 @@ void print_summary(const Stats& stats,
     print_loss_warnings(stats);  // stderr: the JSON lines stay alone on stdout
     return;
   }
-  fmt::print(stderr, "\n{:<24} {:>12} {:>10}   per CPU (events/lost)\n", "probe", "events", "lost");
+  if (!stats.probes.empty())  // (a recipe of [[counter]] groups only has no probe)
+    fmt::print(stderr, "\n{:<24} {:>12} {:>10}   per CPU (events/lost)\n", "probe", "events",
+               "lost");
   for (const auto& p : stats.probes) {
     const auto t = p.total();
     const std::uint64_t lost = p.lost();

@@ -230,7 +230,7 @@ void Engine::Impl::prepare() {
     throw Error(ErrorCategory::kUsage, std::make_error_code(std::errc::operation_not_permitted),
                 "engine: start() may be called once");
   }
-  if (opts.probes.empty()) {
+  if (opts.probes.empty() && !opts.allow_no_probes) {
     throw Error(ErrorCategory::kUsage, std::make_error_code(std::errc::invalid_argument),
                 "engine: no probes to start", "add at least one probe");
   }

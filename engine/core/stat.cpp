@@ -400,19 +400,11 @@ class Measurement {
     for (pid_t p : opts_.pids) {
       // Every thread of the process now (a perf event counts one task; inherit adds the ones
       // it makes later), as perf stat -p.
-      std::error_code ec;
-      bool any = false;
-      for (const auto& entry :
-           std::filesystem::directory_iterator(fmt::format("/proc/{}/task", p), ec)) {
-        const std::string name = entry.path().filename().string();
-        if (!name.empty() && std::all_of(name.begin(), name.end(), ::isdigit)) {
-          tasks.push_back(static_cast<pid_t>(std::stol(name)));
-          any = true;
-        }
-      }
-      if (!any)
+      auto threads = perf::process_threads(p);
+      if (!threads)
         throw Error(ErrorCategory::kUsage, std::make_error_code(std::errc::no_such_process),
                     fmt::format("-p: no process {}", p), "ps -e lists the processes");
+      tasks.insert(tasks.end(), threads->begin(), threads->end());
     }
     for (pid_t t : opts_.tids) {
       if (::kill(t, 0) != 0 && errno == ESRCH)

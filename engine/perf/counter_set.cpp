@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <filesystem>
 #include <utility>
 
 namespace tracer::perf {
@@ -84,6 +85,22 @@ Result<std::pair<std::vector<CounterSlot>, std::vector<std::vector<Event>>>> ope
 }
 
 }  // namespace
+
+Result<std::vector<pid_t>> process_threads(pid_t pid) {
+  std::vector<pid_t> out;
+  std::error_code ec;
+  for (const auto& entry :
+       std::filesystem::directory_iterator(fmt::format("/proc/{}/task", pid), ec)) {
+    const std::string name = entry.path().filename().string();
+    if (!name.empty() && name.size() < 10 &&
+        std::all_of(name.begin(), name.end(), [](char c) { return c >= '0' && c <= '9'; }))
+      out.push_back(static_cast<pid_t>(std::stol(name)));
+  }
+  if (out.empty())
+    return fail(ESRCH, fmt::format("perf: no process {}", pid), "ps -e lists the processes");
+  std::sort(out.begin(), out.end());
+  return out;
+}
 
 Result<CounterSet> CounterSet::open(const CounterSetOptions& options) {
   if (options.events.empty())

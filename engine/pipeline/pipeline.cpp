@@ -121,7 +121,8 @@ void Pipeline::bind_stages(Diagnostics& diags, const MapSource* maps) {
                     .maps = maps,
                     .kinds = slot.needs.kinds,
                     .time_order = slot.needs.time_order,
-                    .dry_run = options_.dry_run};
+                    .dry_run = options_.dry_run,
+                    .counters = counters_};
     slot.stage->bind(ctx, diags);
     diags.about_since(said, {.stage = i});
     slot.kinds = ctx.kinds;
@@ -191,6 +192,7 @@ void Pipeline::on_in_place(std::span<const InPlaceSample> samples) noexcept {
 }
 
 void Pipeline::start(std::chrono::nanoseconds now) {
+  started_ = now;
   for (auto& slot : stages_) {
     slot.last_emit = now;
     slot.stage->start();
@@ -506,12 +508,13 @@ std::vector<std::pair<std::string, std::uint64_t>> Pipeline::counters() const {
   return out;
 }
 
-void Pipeline::emit(std::size_t index, std::chrono::nanoseconds now, bool reset) {
+void Pipeline::emit(std::size_t index, std::chrono::nanoseconds now, bool reset, bool total) {
   Slot& slot = stages_[index];
   Table table;
-  table.since = slot.last_emit;
+  table.since = total ? started_ : slot.last_emit;
   table.time = now;
   table.interval = slot.emitted;
+  table.total = total;
   slot.aggregation->snapshot(table, reset);
   if (table.rows.empty() && slot.aggregation->every())
     return;  // quiet intervals print nothing (as bpftrace's interval probes with empty maps)
@@ -579,6 +582,9 @@ void Pipeline::stop(std::chrono::nanoseconds now) {
   for (std::size_t i = 0; i < stages_.size(); ++i) {
     if (stages_[i].aggregation != nullptr) {
       guarded([&] { emit(i, now, true); });
+      // The whole run's, after the last interval's (the counters stage's total).
+      if (stages_[i].aggregation->every() && stages_[i].aggregation->total_at_stop())
+        guarded([&] { emit(i, now, true, true); });
       stages_[i].last_emit = now;
     }
   }

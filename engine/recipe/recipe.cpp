@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "recipe_counter.hpp"
 #include "recipe_probe.hpp"
 #include "recipe_schema.hpp"
 #include "recipe_subst.hpp"
@@ -76,7 +77,7 @@ class Loader {
     core::apply_sets(*root, options_.sets, diags_);
     recipe_.params = core::read_params(*root, diags_);
     for (auto& [key, v] : *root->table()) {
-      if (key == "probe" || key == "bpf" || key == "stage" || key == "pipeline")
+      if (key == "probe" || key == "bpf" || key == "stage" || key == "pipeline" || key == "counter")
         core::substitute(v, recipe_.params, diags_);
     }
     read_root(*root->table());
@@ -188,16 +189,24 @@ class Loader {
         read_bpf(*t, bpf->second.where);
     }
 
+    if (const auto* c = find_entry(root, "counter")) {
+      if (const auto* a = keys_.table_array(*c, "[[counter]]")) {
+        for (const auto& e : *a)
+          recipe_.counters.push_back(
+              core::read_counter(e, recipe_.counters.size(), recipe_.counters, diags_));
+      }
+    }
     if (const auto* p = find_entry(root, "probe")) {
       if (const auto* a = keys_.table_array(*p, "[[probe]]")) {
         for (const auto& e : *a)
           recipe_.probes.push_back(
               core::read_probe(e, recipe_.probes.size(), recipe_.probes, diags_));
       }
-    } else {
+    } else if (recipe_.counters.empty()) {
       diags_.add(
-          file_start, "the recipe has no [[probe]]",
-          "add a [[probe]] with a name and a kind, e.g. tracepoint = \"sched:sched_switch\"");
+          file_start, "the recipe has no [[probe]] and no [[counter]]",
+          "add a [[probe]] with a name and a kind, e.g. tracepoint = \"sched:sched_switch\", or "
+          "a [[counter]] group with events = [\"task-clock\", \"page-faults\"]");
     }
     for (const auto& p : recipe_.probes) {
       if (!p.options.bpf_program.empty() && !recipe_.bpf) {
@@ -233,6 +242,33 @@ class Loader {
         for (const auto& e : *a)
           read_pipeline(e);
       }
+    }
+    add_counter_pipelines();
+  }
+
+  /// A [[counter]] group no `counters` stage names gets a pipeline of its own, "counter.NAME":
+  /// its tables then print (or go to --json) as any aggregation's.
+  void add_counter_pipelines() {
+    for (const auto& c : recipe_.counters) {
+      bool named = false;
+      for (const auto& pl : recipe_.pipelines) {
+        for (const auto& st : pl.stages) {
+          if (st.use != "counters")
+            continue;
+          const ConfigValue* g = st.options.find("group");
+          named = named || g == nullptr || (g->string() != nullptr && *g->string() == c.name);
+        }
+      }
+      if (named || c.name.empty())
+        continue;
+      RecipeStage st{.use = "counters", .options = {}, .where = c.where};
+      ConfigValue group;
+      group.value = c.name;
+      group.where = c.where_of("name");
+      st.options.value = ConfigTable{{"group", std::move(group)}};
+      st.options.where = c.where;
+      recipe_.pipelines.push_back(
+          {.name = "counter." + c.name, .stages = {std::move(st)}, .where = c.where});
     }
   }
 
@@ -478,6 +514,11 @@ class Loader {
 };
 
 }  // namespace
+
+const SourceRegion& RecipeCounter::where_of(std::string_view key) const noexcept {
+  const auto it = value_where.find(key);
+  return it != value_where.end() ? it->second : where;
+}
 
 const SourceRegion& RecipeProbe::where_of(std::string_view key) const noexcept {
   const auto it = value_where.find(key);

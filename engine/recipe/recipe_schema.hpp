@@ -30,8 +30,14 @@ struct KeySpec {
   KeyType type;
 };
 
-inline constexpr std::string_view kTopKeys[] = {"recipe", "params", "probe",
-                                                "bpf",    "stage",  "pipeline"};
+inline constexpr std::string_view kTopKeys[] = {"recipe", "params",   "probe",  "bpf",
+                                                "stage",  "pipeline", "counter"};
+
+inline constexpr KeySpec kCounterKeys[] = {
+    {"name", KeyType::kString},  {"events", KeyType::kString},  {"every", KeyType::kDuration},
+    {"pinned", KeyType::kBool},  {"exclusive", KeyType::kBool}, {"weak", KeyType::kBool},
+    {"per_cpu", KeyType::kBool}, {"exclude", KeyType::kString}, {"metrics", KeyType::kString},
+};
 
 inline constexpr KeySpec kRecipeKeys[] = {
     {"name", KeyType::kString},       {"description", KeyType::kString},

@@ -122,6 +122,7 @@ EngineOptions engine_options_for(const Recipe& recipe, const SessionOptions& opt
   eo.deliver_tracepoints_via_bpf = opts.deliver_tracepoints_via_bpf;
   eo.trace_self = opts.trace_self;
   eo.channel = opts.channel ? opts.channel : recipe.channel;
+  eo.allow_no_probes = !recipe.counters.empty();
   const bool stdout_taken = opts.perf_data == "-" || stage_takes_stdout(recipe);
   if (stdout_taken && opts.json) {
     throw Error(ErrorCategory::kUsage, std::make_error_code(std::errc::invalid_argument),
@@ -415,6 +416,7 @@ void Session::stop() {
   s.absorb_kernel(true, monotonic_now());  // what the kernel aggregated since the last read
   for (auto& p : s.pipelines)
     p->stop(monotonic_now());
+  s.counters.close();  // after the counters stages' last tables
   s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - s.t0).count();
   for (auto& h : s.done_handlers)
     h();

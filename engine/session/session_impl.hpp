@@ -12,9 +12,11 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <numeric>
 #include <thread>
 #include <vector>
 
+#include "session_counters.hpp"
 #include "tracer/error.hpp"
 #include "tracer/kernel/placement.hpp"
 #include "tracer/kernel/run.hpp"
@@ -44,6 +46,9 @@ struct Session::Impl {
 
   Recipe recipe;
   Session* owner = nullptr;  // set by the constructor
+  /// The recipe's [[counter]] groups, opened with the engine's events (before_enable), read by
+  /// the counters stages; closed after the pipelines' last tables.
+  SessionCounters counters{recipe.counters};
   /// The recipe's probes as the engine options first had them (before the placement made some
   /// counting): what a live change compares the next recipe's with. By engine probe index.
   /// nullopt: not the recipe's (a side-band event, the BPF output channel).
@@ -222,8 +227,26 @@ struct Session::Impl {
   std::vector<CounterSample> counter_samples;
   std::map<std::pair<std::size_t, int>, std::uint64_t> counter_last;
 
+  /// opts.tick, or the shortest `every` of an aggregation when shorter: a table is due on time.
+  std::chrono::milliseconds tick_period{250};
+  void choose_tick() {
+    tick_period = opts.tick;
+    for (const auto& p : pipelines) {
+      for (std::size_t i = 0; i < p->size(); ++i) {
+        const Aggregation* a = p->stage(i).aggregation();
+        if (a == nullptr || !a->every())
+          continue;
+        // A tick that divides every `every` (at least 10 ms): each table comes on time.
+        const auto every = std::chrono::duration_cast<std::chrono::milliseconds>(*a->every());
+        if (every.count() >= 10) {
+          tick_period = std::chrono::milliseconds(
+              std::max<std::int64_t>(10, std::gcd(tick_period.count(), every.count())));
+        }
+      }
+    }
+  }
   void arm_tick() {
-    ticker.expires_after(opts.tick);
+    ticker.expires_after(tick_period);
     ticker.async_wait([this](const boost::system::error_code& ec) {
       if (ec || stopped)
         return;

@@ -214,8 +214,11 @@ void Session::Impl::prepare_start(Session* self) {
   bool kernel_failed = false;
   engine->before_enable([this, &kernel_failed] {
     try {
+      // A command's counters open on its pid while it waits before its exec (which starts them).
+      counters.open(opts.target, engine->command_pid());
       start_kernel();
     } catch (...) {
+      counters.close();
       kernel.clear();
       kernel_failed = true;
       throw;
@@ -232,6 +235,8 @@ void Session::Impl::prepare_start(Session* self) {
   engine->before_enable({});
   for (std::size_t i = 0; i < pipelines.size(); ++i) {
     const std::size_t said = diags.size();
+    if (!counters.empty())
+      pipelines[i]->set_counters(&counters);
     pipelines[i]->bind(engine->probes(), diags, {}, &engine->maps());
     diags.about_since(said, {.pipeline = i});
   }
@@ -295,6 +300,7 @@ void Session::Impl::decide_in_place() {
 }
 
 void Session::Impl::close_after_failure() {
+  counters.close();
   engine->stop();
   kernel.clear();  // the in-kernel pipelines' events and programs too
   closed = true;
@@ -316,6 +322,8 @@ void Session::Impl::throw_if_canceled() const {
 void Session::Impl::finish_start(Session* self) {
   try {
     engine->go();
+    if (opts.target.kind != Target::Kind::kCommand)
+      counters.enable();  // a command's start at its exec
   } catch (...) {
     close_after_failure();
     throw;
@@ -332,6 +340,7 @@ void Session::Impl::finish_start(Session* self) {
         self->stop();
     });
   }
+  choose_tick();
   arm_tick();
 }
 

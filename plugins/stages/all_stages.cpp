@@ -3,6 +3,7 @@
 #include "tracer/stages.hpp"
 
 #include "bpf_map.hpp"
+#include "counters.hpp"
 #include "csv.hpp"
 #include "filter.hpp"
 #include "flamegraph.hpp"
@@ -27,6 +28,7 @@ constexpr StageEntry kAllStages[] = {
     stage<Avg>(),      stage<Hist>(),   stage<Lhist>(),      stage<Quantiles>(),   stage<Rate>(),
     stage<Latency>(),  stage<Print>(),  stage<Jsonl>(),      stage<Csv>(),         stage<BpfMap>(),
     stage<PerfData>(), stage<Folded>(), stage<Flamegraph>(), stage<PluginStage>(), stage<Perfmon>(),
+    stage<Counters>(),
 };
 }  // namespace
 

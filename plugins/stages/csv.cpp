@@ -68,7 +68,10 @@ void Csv::on_table(const Table& t) {
   const auto prefix = [&](const TableRow& row) {
     buf_.clear();
     append_csv(buf_, t.stage);
-    fmt::format_to(fmt::appender(buf_), ",{}", t.interval);
+    if (t.total)  // the whole run's, after the last interval's
+      buf_.append(std::string_view(",total"));
+    else
+      fmt::format_to(fmt::appender(buf_), ",{}", t.interval);
     for (const auto& k : row.keys) {
       buf_.push_back(',');
       append_csv(buf_, to_text(k));

@@ -42,8 +42,8 @@ void Jsonl::on_table(const Table& t) {
     buf_.push_back('{');
     buf_.append(std::string_view("\"stage\":"));
     append_json_string(buf_, t.stage);
-    fmt::format_to(fmt::appender(buf_), R"(,"interval":{},"time":{},"keys":{{)", t.interval,
-                   t.time.count());
+    fmt::format_to(fmt::appender(buf_), R"(,"interval":{},"time":{},{}"keys":{{)", t.interval,
+                   t.time.count(), t.total ? R"("total":true,)" : "");
     for (std::size_t k = 0; k < row.keys.size() && k < t.key_names.size(); ++k) {
       if (k != 0)
         buf_.push_back(',');

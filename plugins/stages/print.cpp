@@ -197,8 +197,8 @@ std::string Print::render(const Table& t) {
     std::size_t c = 0;
     for (const auto* part : {&row.keys, &row.values}) {
       for (const auto& cell : *part) {
-        if (c < numeric.size() && (std::holds_alternative<std::string>(cell) ||
-                                   std::holds_alternative<std::monostate>(cell)))
+        // (An empty cell, a metric's raw count, leaves the column as its other cells make it.)
+        if (c < numeric.size() && std::holds_alternative<std::string>(cell))
           numeric[c] = false;
         ++c;
       }

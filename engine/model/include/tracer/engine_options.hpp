@@ -55,6 +55,9 @@ struct BpfOptions {
 struct EngineOptions {
   Target target{};
   std::vector<ProbeOptions> probes{};
+  /// No probe is an error unless this is set: a session whose recipe only counts ([[counter]]
+  /// groups) runs the target (a command, the end of a process) and its timers without probes.
+  bool allow_no_probes = false;
   std::optional<BpfOptions> bpf{};
   /// Full verifier logs in errors (else the failing part).
   bool verbose = false;

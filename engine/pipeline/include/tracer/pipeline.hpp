@@ -186,6 +186,10 @@ class Pipeline {
   [[nodiscard]] std::exception_ptr handler_failure() const noexcept { return handler_failure_; }
   void stop();
 
+  /// The run's [[counter]] groups, for the stages that read them (BindContext::counters); set
+  /// before bind(). Not owned.
+  void set_counters(const CounterSource* counters) noexcept { counters_ = counters; }
+
   [[nodiscard]] CommCache& comm() noexcept { return comm_; }
   /// What the symbolizer of stacks found worth a user's eye since the last call (kernel symbols
   /// hidden by kptr_restrict, binaries without symbols, files that could not be read).
@@ -223,7 +227,7 @@ class Pipeline {
   /// A sample the engine handed on undecoded (EngineOptions::decode_samples = false), decoded
   /// into decoded_[slot]; nullptr if it does not decode.
   const RecordRef* decode_sample(const RecordRef& ref, std::size_t slot) noexcept;
-  void emit(std::size_t index, std::chrono::nanoseconds now, bool reset);
+  void emit(std::size_t index, std::chrono::nanoseconds now, bool reset, bool total = false);
   /// bind()'s test of the in-place path's stages, for probe `probe`.
   [[nodiscard]] bool stages_take_in_place(std::uint32_t probe) const noexcept;
 
@@ -247,6 +251,8 @@ class Pipeline {
   PipelineStats stats_;
   bool unprocessed_said_ = false;  // take_warnings() said order.unprocessed
   bool stopped_ = false;
+  const CounterSource* counters_ = nullptr;
+  std::chrono::nanoseconds started_{};  // start(now)
   TableHandler on_table_;
   EventHandler on_event_;
   std::exception_ptr handler_failure_;

@@ -42,6 +42,7 @@
 #include "tracer/bpf/map_source.hpp"
 #include "tracer/comm_cache.hpp"
 #include "tracer/config_value.hpp"
+#include "tracer/counter_source.hpp"
 #include "tracer/diagnostics.hpp"
 #include "tracer/kernel_form.hpp"
 #include "tracer/perf/record_ref.hpp"
@@ -71,6 +72,8 @@ struct BindContext {
   /// `tracer check`: bind to validate only. A stage opens, creates and writes nothing (an
   /// output's `path` is not touched: checking an untrusted recipe as root clobbers no file).
   bool dry_run = false;
+  /// The run's [[counter]] groups (the `counters` stage reads them), when it has any.
+  const CounterSource* counters = nullptr;
 };
 
 class Aggregation;
@@ -136,6 +139,9 @@ class Aggregation {
   [[nodiscard]] virtual std::optional<std::chrono::nanoseconds> every() const noexcept = 0;
   /// The rows so far (ordered, cut to top); clears the state when `reset`.
   virtual void snapshot(Table& out, bool reset) = 0;
+  /// With `every`: at the end of the run, after the last interval's table, one more table of
+  /// the whole run (snapshot() is called with Table::total set). The counters stage keeps one.
+  [[nodiscard]] virtual bool total_at_stop() const noexcept { return false; }
 
  protected:
   Aggregation() = default;

@@ -90,7 +90,10 @@ struct Table {
   std::chrono::nanoseconds since{};  // the interval this table covers: [since, time)
   std::chrono::nanoseconds time{};
   std::uint32_t interval = 0;  // 0, 1, 2 ... per emitting stage
-  std::string note;            // e.g. the quantile error bound
+  /// The whole run's, after the last interval's table (Aggregation::total_at_stop): `since` is
+  /// the start of the run.
+  bool total = false;
+  std::string note;  // e.g. the quantile error bound
 };
 
 /// A stack as one line, outermost frame first, frames by name without offsets and separated by

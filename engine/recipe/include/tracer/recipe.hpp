@@ -88,6 +88,32 @@ struct RecipePipeline {
   SourceRegion where{};
 };
 
+/// A `[[counter]]` group: events counted together (one perf group per CPU or task of the
+/// target, read at once with PERF_FORMAT_GROUP and scaled where the kernel multiplexed them),
+/// with metrics derived from them. Its tables (each interval's counts with `every`, and the
+/// run's total) go through the stages as any aggregation's: the `counters` stage makes them.
+struct RecipeCounterMetric {
+  std::string name{};
+  std::string expr{};  // tracer::CounterExpr over the group's counters and `seconds`
+  SourceRegion where{};
+};
+struct RecipeCounter {
+  std::string name{};
+  std::vector<std::string> events{};  // perf's event names (the first leads the group)
+  std::vector<SourceRegion> event_where{};
+  std::optional<std::chrono::nanoseconds> every{};
+  bool pinned = false;     // always on the PMU, never multiplexed (or in error)
+  bool exclusive = false;  // alone on the PMU while it runs
+  bool weak = false;       // separate events when the group cannot be opened as one
+  bool per_cpu = false;    // a row per CPU (system-wide targets)
+  /// Privilege levels left out of every event: "user", "kernel", "hv", "idle".
+  std::vector<std::string> exclude{};
+  std::vector<RecipeCounterMetric> metrics{};
+  SourceRegion where{};  // the [[counter]] header
+  SourceMap value_where{};
+  [[nodiscard]] const SourceRegion& where_of(std::string_view key) const noexcept;
+};
+
 /// A loaded, validated recipe. Passive data plus its loaders.
 enum class Placement : std::uint8_t { kAuto, kKernel, kUser };
 [[nodiscard]] std::string_view to_string(Placement p) noexcept;
@@ -112,8 +138,9 @@ struct Recipe {
   /// descendants) alive at once that an in-kernel program follows. Exited ones leave; children
   /// past it are counted as targets_dropped, never silently missed.
   std::uint32_t max_targets = 65536;
-  std::vector<RecipeParam> params{};  // in the order written
-  std::vector<RecipeProbe> probes{};  // in the order written
+  std::vector<RecipeParam> params{};      // in the order written
+  std::vector<RecipeProbe> probes{};      // in the order written
+  std::vector<RecipeCounter> counters{};  // [[counter]] groups, in the order written
   std::optional<RecipeBpf> bpf{};
   std::vector<RecipePipeline> pipelines{};
   SourceMap value_where{};  // [recipe] keys

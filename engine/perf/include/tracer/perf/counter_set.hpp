@@ -77,6 +77,10 @@ struct CounterSetReading {
   std::vector<std::vector<CounterReading>> per_slot;  // [slot][event]
 };
 
+/// The threads of process `pid` now (/proc/PID/task): what a count of the process opens one
+/// event per (inherit adds the threads and processes made later). ESRCH when it has none.
+[[nodiscard]] Result<std::vector<pid_t>> process_threads(pid_t pid);
+
 class CounterSet {
  public:
   /// Opens the events on every slot: as one group per slot (PERF_FORMAT_GROUP read), or each
