@@ -231,12 +231,17 @@ class Measurement {
       std::vector<StatRuntime> runtime(now.total.size());
       std::vector<std::vector<double>> slot_delta(now.total.size());
       for (std::size_t i = 0; i < now.total.size(); ++i) {
-        const auto d = now.total[i].since(prev.total[i]);
-        delta[i] = d.scaled;
-        runtime[i] = runtime_of(d.running, d.enabled);
-        if (per_slot())
-          for (std::size_t k = 0; k < now.slot[i].size(); ++k)
-            slot_delta[i].push_back(now.slot[i][k].since(prev.slot[i][k]).scaled);
+        // Each slot's interval scaled by its own times (perf stat -I's), then summed.
+        std::uint64_t running = 0, enabled = 0;
+        for (std::size_t k = 0; k < now.slot[i].size(); ++k) {
+          const auto d = now.slot[i][k].since(prev.slot[i][k]);
+          delta[i] += d.scaled;
+          running += d.running;
+          enabled += d.enabled;
+          if (per_slot())
+            slot_delta[i].push_back(d.scaled);
+        }
+        runtime[i] = runtime_of(running, enabled);
       }
       prev = std::move(now);
       if (on_interval) {

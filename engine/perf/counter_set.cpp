@@ -10,13 +10,44 @@
 
 namespace tracer::perf {
 
+namespace {
+
+double scale(std::uint64_t raw, std::uint64_t enabled, std::uint64_t running) {
+  if (running == 0)
+    return 0;
+  if (running >= enabled)
+    return static_cast<double>(raw);
+  return static_cast<double>(raw) * static_cast<double>(enabled) / static_cast<double>(running);
+}
+
+}  // namespace
+
 CounterReading CounterReading::since(const CounterReading& earlier) const noexcept {
   CounterReading d;
   d.raw = raw - std::min(raw, earlier.raw);
-  d.scaled = scaled - earlier.scaled;
-  d.scaled = d.scaled < 0 ? 0 : d.scaled;
   d.enabled = enabled - std::min(enabled, earlier.enabled);
   d.running = running - std::min(running, earlier.running);
+  d.scaled = scale(d.raw, d.enabled, d.running);
+  return d;
+}
+
+CounterSetReading CounterSetReading::since(const CounterSetReading& earlier) const {
+  CounterSetReading d;
+  d.counters.resize(counters.size());
+  d.per_slot.resize(per_slot.size());
+  for (std::size_t s = 0; s < per_slot.size(); ++s) {
+    for (std::size_t i = 0; i < per_slot[s].size(); ++i) {
+      const bool had = s < earlier.per_slot.size() && i < earlier.per_slot[s].size();
+      const CounterReading r = had ? per_slot[s][i].since(earlier.per_slot[s][i]) : per_slot[s][i];
+      d.per_slot[s].push_back(r);
+      if (i < d.counters.size()) {
+        d.counters[i].raw += r.raw;
+        d.counters[i].scaled += r.scaled;
+        d.counters[i].enabled += r.enabled;
+        d.counters[i].running += r.running;
+      }
+    }
+  }
   return d;
 }
 
@@ -36,14 +67,6 @@ EventAttr prepared(const CounterSetOptions& o, std::size_t i, bool grouped) {
   a.flag(Flag::kPinned, leader && o.pinned);
   a.flag(Flag::kExclusive, leader && o.exclusive);
   return a;
-}
-
-double scale(std::uint64_t raw, std::uint64_t enabled, std::uint64_t running) {
-  if (running == 0)
-    return 0;
-  if (running >= enabled)
-    return static_cast<double>(raw);
-  return static_cast<double>(raw) * static_cast<double>(enabled) / static_cast<double>(running);
 }
 
 /// Opens every event on every slot, grouped or not.

@@ -581,9 +581,12 @@ void Pipeline::stop(std::chrono::nanoseconds now) {
   };
   for (std::size_t i = 0; i < stages_.size(); ++i) {
     if (stages_[i].aggregation != nullptr) {
-      guarded([&] { emit(i, now, true); });
-      // The whole run's, after the last interval's (the counters stage's total).
-      if (stages_[i].aggregation->every() && stages_[i].aggregation->total_at_stop())
+      // An aggregation that keeps a total (the counters stage): the last interval's table,
+      // then the whole run's; without `every` the one table is the whole run's.
+      const bool total = stages_[i].aggregation->total_at_stop();
+      if (!total || stages_[i].aggregation->every())
+        guarded([&] { emit(i, now, true); });
+      if (total)
         guarded([&] { emit(i, now, true, true); });
       stages_[i].last_emit = now;
     }

@@ -164,18 +164,14 @@ CounterGroupReading SessionCounters::read(std::size_t group) const {
   CounterGroupReading r;
   r.time = monotonic();
   if (group >= sets_.size() || !sets_[group]) {
-    r.total.resize(group < groups_.size() ? groups_[group].events.size() : 0);
+    r.counts.counters.resize(group < groups_.size() ? groups_[group].events.size() : 0);
     return r;
   }
   const perf::CounterSet& set = *sets_[group];
-  perf::CounterSetReading now = set.read();
-  r.total = std::move(now.counters);
+  r.counts = set.read();
   r.grouped = set.grouped() || set.size() == 1;
-  if (group < groups_.size() && groups_[group].per_cpu) {
-    r.per_cpu = std::move(now.per_slot);
-    for (const auto& s : set.slots())
-      r.cpus.push_back(s.cpu);
-  }
+  for (const auto& s : set.slots())
+    r.cpus.push_back(s.cpu);
   return r;
 }
 

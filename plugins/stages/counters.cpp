@@ -103,14 +103,15 @@ void Counters::snapshot(Table& out, bool reset) {
   out.value_names = {"value", "unit", "raw", "enabled_ns", "running_ns", "pct"};
   const bool from_start = out.total || !prev_;
 
+  // The interval since the last table (each slot scaled by its own times), or the whole run.
+  const perf::CounterSetReading counts = from_start ? now.counts : now.counts.since(prev_->counts);
+
   // One block of rows: each counter's interval (or total), then each metric over them.
-  const auto block = [&](const std::vector<perf::CounterReading>& cur,
-                         const std::vector<perf::CounterReading>* before, std::optional<int> cpu) {
+  const auto block = [&](const std::vector<perf::CounterReading>& cur, std::optional<int> cpu) {
     std::vector<double> values(cur.size());
     std::vector<double> pcts(cur.size());
     for (std::size_t i = 0; i < cur.size() && i < names_.size(); ++i) {
-      const perf::CounterReading d =
-          before != nullptr && i < before->size() ? cur[i].since((*before)[i]) : cur[i];
+      const perf::CounterReading& d = cur[i];
       // A clock counts nanoseconds: shown in milliseconds, as perf stat shows it.
       const bool clock = units_[i] == "msec";
       values[i] = d.scaled;
@@ -155,13 +156,10 @@ void Counters::snapshot(Table& out, bool reset) {
     }
   };
   if (g.per_cpu) {
-    for (std::size_t c = 0; c < now.per_cpu.size(); ++c) {
-      const std::vector<perf::CounterReading>* before =
-          from_start || c >= prev_->per_cpu.size() ? nullptr : &prev_->per_cpu[c];
-      block(now.per_cpu[c], before, c < now.cpus.size() ? now.cpus[c] : -1);
-    }
+    for (std::size_t c = 0; c < counts.per_slot.size(); ++c)
+      block(counts.per_slot[c], c < now.cpus.size() ? now.cpus[c] : -1);
   } else {
-    block(now.total, from_start ? nullptr : &prev_->total, std::nullopt);
+    block(counts.counters, std::nullopt);
   }
   if (reset && !out.total)
     prev_ = now;

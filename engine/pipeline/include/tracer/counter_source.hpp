@@ -16,9 +16,10 @@
 namespace tracer {
 
 struct CounterGroupReading {
-  std::vector<perf::CounterReading> total;  // per counter of the group
-  /// With RecipeCounter::per_cpu: [cpu slot][counter], the CPUs in `cpus`.
-  std::vector<std::vector<perf::CounterReading>> per_cpu;
+  /// The counts since the group was enabled: .counters per counter (summed over the slots),
+  /// .per_slot [slot][counter]. An interval is counts.since(an earlier reading's counts).
+  perf::CounterSetReading counts;
+  /// Each slot's CPU (system-wide and cgroup groups; -1 for a task's slot).
   std::vector<int> cpus;
   /// Counted as one perf group (false: a weak group that did not fit, counted separately).
   bool grouped = true;

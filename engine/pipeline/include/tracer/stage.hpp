@@ -139,8 +139,8 @@ class Aggregation {
   [[nodiscard]] virtual std::optional<std::chrono::nanoseconds> every() const noexcept = 0;
   /// The rows so far (ordered, cut to top); clears the state when `reset`.
   virtual void snapshot(Table& out, bool reset) = 0;
-  /// With `every`: at the end of the run, after the last interval's table, one more table of
-  /// the whole run (snapshot() is called with Table::total set). The counters stage keeps one.
+  /// At the end of the run, after the last interval's table (with `every`), one more table of
+  /// the whole run: snapshot() is called with Table::total set. The counters stage keeps one.
   [[nodiscard]] virtual bool total_at_stop() const noexcept { return false; }
 
  protected:

@@ -68,13 +68,18 @@ struct CounterReading {
     return enabled == 0 ? 100.0
                         : 100.0 * static_cast<double>(running) / static_cast<double>(enabled);
   }
-  /// The difference of two readings of the same event (an interval).
+  /// The interval between two readings of the same event in one slot: the raw count, the
+  /// times, and the count scaled by the interval's own times (as perf stat -I scales), so that
+  /// an interval the kernel did not multiplex is exact whatever came before.
   [[nodiscard]] CounterReading since(const CounterReading& earlier) const noexcept;
 };
 
 struct CounterSetReading {
   std::vector<CounterReading> counters;               // per event, summed over the slots
   std::vector<std::vector<CounterReading>> per_slot;  // [slot][event]
+  /// The interval since `earlier` (a reading of the same set): per slot (each scaled by its
+  /// own times), and summed over the slots.
+  [[nodiscard]] CounterSetReading since(const CounterSetReading& earlier) const;
 };
 
 /// The threads of process `pid` now (/proc/PID/task): what a count of the process opens one

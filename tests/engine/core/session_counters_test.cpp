@@ -1,0 +1,264 @@
+// [[counter]] groups through a Session (tracer/counter_source.hpp, the counters stage): exact
+// counts of a command's known work on both CPUs, the intervals summing to the run's total, a
+// group read equal to the same events counted as a weak group, derived metrics, per-CPU rows
+// of a system-wide count, tables as values, and errors at their recipe position.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "tracer/session.hpp"
+#include "tracer/stages.hpp"
+
+namespace tracer {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kSyscaller = TRACER_SYSCALLER_PATH;
+
+Recipe load(const std::string& text) {
+  return Recipe::load_string(text, "counters.toml", {.stages = stage_catalog()});
+}
+
+/// A counters table's rows as (counter -> value as a double; a missing value as -1).
+std::map<std::string, double> values_of(const Table& t) {
+  std::map<std::string, double> out;
+  for (const auto& row : t.rows) {
+    const auto& name = std::get<std::string>(row.keys.back());
+    const Cell& v = row.values.at(0);
+    if (const auto* u = std::get_if<std::uint64_t>(&v))
+      out[name] = static_cast<double>(*u);
+    else if (const auto* d = std::get_if<double>(&v))
+      out[name] = *d;
+    else
+      out[name] = 0;  // not counted (no task ran in the interval)
+  }
+  return out;
+}
+
+struct Collected {
+  std::map<std::string, std::vector<std::map<std::string, double>>> intervals;  // by group
+  std::map<std::string, std::map<std::string, double>> totals;                  // by group
+  std::vector<Table> tables;
+};
+
+/// Runs `recipe` on a command through a Session on this thread, collecting the counters tables.
+Collected run_command(const Recipe& recipe, std::vector<std::string> command, std::string* text) {
+  Sink out = Sink::to_string(text);
+  boost::asio::io_context io(1);
+  Session session(io.get_executor(), recipe, out,
+                  {.target = {.kind = Target::Kind::kCommand, .command = std::move(command)}});
+  Collected c;
+  session.on_table([&](const TableUpdate& u) {
+    if (u.table.stage != "counters")
+      return;
+    const auto& group = std::get<std::string>(u.table.rows.at(0).keys.at(0));
+    c.tables.push_back(u.table);
+    if (u.table.total)
+      c.totals[group] = values_of(u.table);
+    else
+      c.intervals[group].push_back(values_of(u.table));
+  });
+  bool done = false;
+  session.on_done([&] {
+    done = true;
+    io.stop();
+  });
+  session.start();
+  io.run_for(std::chrono::seconds(30));
+  EXPECT_TRUE(done) << "the command's exit did not end the session";
+  session.stop();
+  return c;
+}
+
+// Two children, one per CPU, make 3,000 and 2,000 lseek calls, then after a pause a third makes
+// 1,000: the group counts exactly 6,000 (inherit follows the children), its intervals add up to
+// its total for every counter, the same events as a weak group of their own count the same,
+// and the metrics are the arithmetic of the counts.
+TEST(SessionCounters, AGroupCountsACommandExactlyAndItsIntervalsSumToTheTotal) {
+  const Recipe recipe = load(R"toml([recipe]
+name = "counters"
+
+[[counter]]
+name = "work"
+events = ["syscalls:sys_enter_lseek", "page-faults", "task-clock", "context-switches"]
+every = "100ms"
+metrics = { lseeks_per_fault = "syscalls:sys_enter_lseek / page-faults", twice = "2 * (syscalls:sys_enter_lseek + 0)" }
+
+[[counter]]
+name = "alone"
+events = ["syscalls:sys_enter_lseek", "page-faults"]
+weak = true
+)toml");
+  ASSERT_EQ(recipe.pipelines.size(), 2u);  // one implicit pipeline per group
+  std::string text;
+  const std::string s = kSyscaller;
+  const Collected c = run_command(
+      recipe,
+      {"/bin/sh", "-c",
+       s + " lseek 3000 1 & " + s + " lseek 2000 0; wait; sleep 0.35; " + s + " lseek 1000"},
+      &text);
+  ASSERT_TRUE(c.totals.contains("work")) << text;
+  ASSERT_TRUE(c.totals.contains("alone")) << text;
+  const auto& total = c.totals.at("work");
+  EXPECT_EQ(total.at("syscalls:sys_enter_lseek"), 6000);
+  EXPECT_GT(total.at("page-faults"), 100);
+  EXPECT_GT(total.at("task-clock"), 0);
+  // Several intervals (the pause alone is three and more), adding up to the total.
+  const auto& intervals = c.intervals.at("work");
+  EXPECT_GE(intervals.size(), 4u) << text;
+  for (const char* name : {"syscalls:sys_enter_lseek", "page-faults", "context-switches"}) {
+    double sum = 0;
+    for (const auto& i : intervals)
+      sum += i.at(name);
+    EXPECT_EQ(sum, total.at(name)) << name;
+  }
+  // The same tasks, the same events: a group of their own counts the same.
+  EXPECT_EQ(c.totals.at("alone").at("syscalls:sys_enter_lseek"), 6000);
+  EXPECT_EQ(c.totals.at("alone").at("page-faults"), total.at("page-faults"));
+  // Without `every` a group's only table is its total.
+  EXPECT_FALSE(c.intervals.contains("alone"));
+  EXPECT_NEAR(total.at("lseeks_per_fault"), 6000.0 / total.at("page-faults"), 1e-9);
+  EXPECT_EQ(total.at("twice"), 12000);
+  // The text: a table per interval and the total, with the group's name.
+  EXPECT_NE(text.find("counters work (total):"), std::string::npos) << text;
+  EXPECT_NE(text.find("lseeks_per_fault"), std::string::npos) << text;
+  // Every counter ran the whole time it was enabled: no scaling here.
+  for (const auto& t : c.tables) {
+    for (const auto& row : t.rows) {
+      if (std::holds_alternative<std::string>(row.values.at(1)) &&
+          std::get<std::string>(row.values.at(1)) == "metric")
+        continue;
+      EXPECT_EQ(row.values.at(3), row.values.at(4)) << "enabled = running";
+    }
+  }
+}
+
+// System-wide with per_cpu: a row per CPU and counter; CPU 1's lseek count has the 3,000 calls
+// pinned there, CPU 0's the 2,000, and neither the other's.
+TEST(SessionCounters, PerCpuRowsOfASystemWideGroup) {
+  const Recipe recipe = load(R"([recipe]
+name = "per-cpu"
+[[counter]]
+name = "cpus"
+events = ["syscalls:sys_enter_lseek", "cpu-clock"]
+per_cpu = true
+)");
+  std::string text;
+  Sink out = Sink::to_string(&text);
+  boost::asio::io_context io(1);
+  Session session(io.get_executor(), recipe, out, {.target = {.kind = Target::Kind::kAllCpus}});
+  std::vector<Table> totals;
+  session.on_table([&](const TableUpdate& u) {
+    if (u.table.total)
+      totals.push_back(u.table);
+  });
+  session.start();
+  std::vector<pid_t> kids;
+  for (const auto& [n, cpu] : {std::pair{"3000", "1"}, std::pair{"2000", "0"}}) {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      ::execl(kSyscaller.c_str(), kSyscaller.c_str(), "lseek", n, cpu, static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    kids.push_back(pid);
+  }
+  boost::asio::steady_timer poll(io);
+  std::function<void()> wait_kids = [&] {
+    poll.expires_after(std::chrono::milliseconds(20));
+    poll.async_wait([&](const boost::system::error_code&) {
+      std::erase_if(kids, [](pid_t p) { return ::waitpid(p, nullptr, WNOHANG) == p; });
+      if (kids.empty())
+        session.stop();
+      else
+        wait_kids();
+    });
+  };
+  wait_kids();
+  io.run_for(std::chrono::seconds(20));
+  ASSERT_EQ(totals.size(), 1u) << text;
+  std::map<std::pair<std::int64_t, std::string>, double> cell;
+  for (const auto& row : totals[0].rows) {
+    const Cell& v = row.values.at(0);
+    cell[{std::get<std::int64_t>(row.keys.at(1)), std::get<std::string>(row.keys.at(2))}] =
+        std::holds_alternative<std::uint64_t>(v) ? static_cast<double>(std::get<std::uint64_t>(v))
+                                                 : std::get<double>(v);
+  }
+  EXPECT_GE((cell[{1, "syscalls:sys_enter_lseek"}]), 3000);
+  EXPECT_LT((cell[{1, "syscalls:sys_enter_lseek"}]), 3500);
+  EXPECT_GE((cell[{0, "syscalls:sys_enter_lseek"}]), 2000);
+  EXPECT_LT((cell[{0, "syscalls:sys_enter_lseek"}]), 2500);
+  EXPECT_GT((cell[{0, "cpu-clock"}]), 0);
+  EXPECT_GT((cell[{1, "cpu-clock"}]), 0);
+}
+
+// What cannot be counted is an error at its place in the recipe, and nothing stays open: an
+// event the machine lacks (no hardware PMU here) at its string, per_cpu of a command at its
+// key.
+TEST(SessionCounters, WhatCannotBeCountedIsAnErrorAtItsPosition) {
+  const auto fds = [] {
+    std::size_t n = 0;
+    for ([[maybe_unused]] const auto& e : fs::directory_iterator("/proc/self/fd"))
+      ++n;
+    return n;
+  };
+  boost::asio::io_context io(1);
+  boost::asio::steady_timer reactor(io);  // the io_context's own descriptors, made before
+  const std::size_t before = fds();
+  const Recipe per_cpu = load(R"([recipe]
+name = "bad"
+[[counter]]
+name = "g"
+events = ["page-faults"]
+per_cpu = true
+)");
+  std::string text;
+  Sink out = Sink::to_string(&text);
+  {
+    Session session(io.get_executor(), per_cpu, out,
+                    {.target = {.kind = Target::Kind::kCommand, .command = {"/bin/true"}}});
+    try {
+      session.start();
+      FAIL() << "per_cpu of a command started";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.category(), ErrorCategory::kRecipe);
+      EXPECT_NE(std::string(e.what()).find("counters.toml:6:11"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("per_cpu needs a system-wide"), std::string::npos)
+          << e.what();
+    }
+  }
+  const Recipe hw = load(R"([recipe]
+name = "hw"
+[[counter]]
+name = "ipc"
+events = ["task-clock", "instructions", "cycles"]
+metrics = { ipc = "instructions / cycles" }
+)");
+  {
+    Session session(io.get_executor(), hw, out,
+                    {.target = {.kind = Target::Kind::kCommand, .command = {"/bin/true"}}});
+    try {
+      session.start();
+      session.stop();
+      // A machine with a hardware PMU counts them: nothing to say.
+    } catch (const Error& e) {
+      EXPECT_EQ(e.category(), ErrorCategory::kRecipe);
+      EXPECT_NE(std::string(e.what()).find("counters.toml:5:25"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("no hardware PMU"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(fds(), before);
+}
+
+}  // namespace
+}  // namespace tracer
