@@ -104,6 +104,25 @@ void Engine::Impl::open_probe(core::ResolvedProbe& rp,
                         about(rp.info.index, "filter"));
         }
       }
+      // Timebase sampling: the members count in the group this event leads; each sample of
+      // it reads them (PERF_SAMPLE_READ). They follow the leader's enabling.
+      for (std::size_t m = 0; m < rp.members.size(); ++m) {
+        perf::EventAttr ma = rp.members[m];
+        ma.flag(perf::Flag::kInherit, attr.has(perf::Flag::kInherit))
+            .flag(perf::Flag::kDisabled, false)
+            .flag(perf::Flag::kEnableOnExec, false);
+        perf::OpenTarget mt = t;
+        mt.group_fd = ev->fd();
+        auto member = perf::Event::open(ma, mt);
+        if (!member) {
+          throw_failure(member.error().errno_value() == ENOENT ? ErrorCategory::kUnsupported
+                                                               : ErrorCategory::kRuntime,
+                        member.error(),
+                        fmt::format("probe '{}': read '{}'", rp.info.name, o.read_events[m]),
+                        about(rp.info.index, "read"));
+        }
+        ce.members.push_back(std::move(*member));
+      }
       ce.events.push_back(std::move(*ev));
     }
     if (ce.events.empty())

@@ -57,8 +57,9 @@ void Engine::Impl::plan_delivery(std::vector<core::ResolvedProbe>& resolved) {
     // A tracefs filter gates the perf event's samples, not a BPF program's view: such probes
     // sample through their events (a filter compiled to BPF would lift this).
     if (o.kind != ProbeKind::kTracepoint || rp.counting || !o.bpf_program.empty() ||
-        !o.filter.empty() || !rp.info.format || a->sample_type != core::kDeliveredSampleType ||
-        a->freq != 0 || a->sample_period != 1 || p >= TP_DELIVER_MAX_SLOTS)
+        !o.read_events.empty() || !o.filter.empty() || !rp.info.format ||
+        a->sample_type != core::kDeliveredSampleType || a->freq != 0 || a->sample_period != 1 ||
+        p >= TP_DELIVER_MAX_SLOTS)
       continue;
     delivered[p] = true;
     if (p < probes.size()) {

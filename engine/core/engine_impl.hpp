@@ -84,6 +84,9 @@ struct Engine::Impl : std::enable_shared_from_this<Engine::Impl> {
   struct CpuEvents {
     int cpu = -1;
     std::vector<perf::Event> events;
+    /// Timebase sampling: the counting members of each event's group (ProbeOptions::read_events),
+    /// closed with it.
+    std::vector<perf::Event> members;
     Reader* reader = nullptr;
   };
 

@@ -12,6 +12,7 @@
 
 #include "probe_backend.hpp"
 #include "tracer/error.hpp"
+#include "tracer/event_names.hpp"
 #include "tracer/perf/hw_events.hpp"
 #include "tracer/perf/pmu.hpp"
 #include "tracer/perf/software.hpp"
@@ -467,6 +468,32 @@ ResolvedProbe resolve_probe(const ProbeOptions& o, std::uint32_t index, ResolveC
   }
   if (o.kind == ProbeKind::kAux && r.ring.aux_bytes != 0)
     a.aux_watermark(static_cast<std::uint32_t>(r.ring.aux_bytes / 4));
+  if (!o.read_events.empty()) {
+    if (o.counting)
+      usage_error(o, "a counting probe samples nothing: 'read' needs a sampling probe");
+    // Timebase sampling: each sample reads the group (the leader's count first, then the
+    // members', each with its id: an inherited child's counters have ids of their own).
+    a.add_sample_type(PERF_SAMPLE_READ | PERF_SAMPLE_TID);
+    a.read_format(PERF_FORMAT_GROUP | PERF_FORMAT_ID | perf::abi::kFormatLost);
+    std::optional<tracefs::Tracefs> fs;
+    for (const auto& name : o.read_events) {
+      perf::EventAttr m = resolve_event_name(name, fs);
+      // The kernel (6.12+) takes inherit with PERF_SAMPLE_READ when every member of the group
+      // says the same (has_inherit_and_sample_read): the members carry it too; they count,
+      // never sample (no period).
+      // A group's events share one clock (the kernel refuses a member of another).
+      m.read_format(PERF_FORMAT_GROUP | PERF_FORMAT_ID | perf::abi::kFormatLost)
+          .sample_type(PERF_SAMPLE_READ | PERF_SAMPLE_TID)
+          .clockid(CLOCK_MONOTONIC);
+      r.members.push_back(m);
+      std::string field = name;
+      for (char& c : field) {
+        if (std::isalnum(static_cast<unsigned char>(c)) == 0 && c != '_')
+          c = '_';
+      }
+      r.info.read_members.push_back(std::move(field));
+    }
+  }
   r.info.layout = o.counting ? sampled : perf::SampleLayout::from(a);
   r.info.attr = a;
   return r;

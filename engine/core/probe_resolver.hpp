@@ -23,6 +23,8 @@ struct ResolvedProbe {
   bool config1_is_attr_string = false;
   bool counting = false;
   perf::RingOptions ring;
+  /// ProbeOptions::read_events resolved: the members of the group this probe's event leads.
+  std::vector<perf::EventAttr> members;
 };
 
 /// Shared state of one resolution pass (tracefs is opened once, on first need).

@@ -9,6 +9,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <map>
 
 namespace tracer {
 
@@ -87,7 +88,47 @@ void Pipeline::bind(std::span<const ProbeInfo> probes,
       add(std::move(implicit_print_), "print", implicit_print_needs_);
     }
   }
+  bind_members(diags);
   bind_stages(diags, maps);
+}
+
+void Pipeline::bind_members(Diagnostics& diags) {
+  member_slots_.assign(schema_->probes().size(), {});
+  std::map<std::string, std::uint32_t, std::less<>> slots;
+  for (std::size_t p = 0; p < schema_->probes().size(); ++p) {
+    for (const auto& name : schema_->probes()[p].read_members) {
+      auto it = slots.find(name);
+      if (it == slots.end()) {
+        auto slot = schema_->add_derived(name, FieldType::kUint);
+        if (!slot) {
+          diags.add({},
+                    fmt::format("probe '{}': more than {} fields of 'read' (or one named "
+                                "as a field a stage derives)",
+                                schema_->probes()[p].name, kMaxDerived),
+                    "read fewer events at each sample");
+          continue;
+        }
+        it = slots.emplace(name, *slot).first;
+      }
+      member_slots_[p].push_back(it->second);
+    }
+  }
+}
+
+void Pipeline::set_member_deltas(Event& e) noexcept {
+  const auto& slots = member_slots_[e.ref->probe];
+  const perf::ReadView& rv = e.sample->read;
+  const std::uint64_t n = rv.count();
+  // The leader's count first, then the members' in the order they were opened.
+  // A counter is one task's (the id an inherited copy reports is its parent's, so the thread
+  // tells them apart: PERF_SAMPLE_TID, which the kernel requires with inherit).
+  const std::uint64_t tid = std::uint64_t{e.sample->tid} << 32;
+  for (std::size_t m = 0; m < slots.size() && m + 1 < n; ++m) {
+    const std::uint64_t value = rv.value(m + 1);
+    std::uint64_t& last = member_last_[tid ^ rv.id(m + 1)];
+    e.derived[slots[m]] = value >= last ? value - last : value;
+    last = value;
+  }
 }
 
 bool Pipeline::rebinds() const noexcept {
@@ -105,6 +146,7 @@ void Pipeline::rebind(std::span<const ProbeInfo> probes,
   if (schema_)
     schema->adopt_symbolizer(*schema_);
   schema_ = std::move(schema);
+  bind_members(diags);
   bind_stages(diags, maps);
 }
 
@@ -365,6 +407,9 @@ void Pipeline::run(std::span<const RecordRef> records) noexcept {
                    : 1;
     for (std::size_t d = 0; d < derived_; ++d)
       e.derived[d] = std::monostate{};
+    if (e.sample != nullptr && ref->probe < member_slots_.size() &&
+        !member_slots_[ref->probe].empty())
+      set_member_deltas(e);
     ++stats_.records;
     ++stats_.by_kind[static_cast<std::size_t>(e.kind)];
     if (stacks_ &&

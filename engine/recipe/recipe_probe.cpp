@@ -15,6 +15,7 @@
 #include <string>
 
 #include "recipe_schema.hpp"
+#include "tracer/event_names.hpp"
 #include "tracer/tracefs/tracefs.hpp"
 
 namespace tracer::core {
@@ -112,6 +113,30 @@ class ProbeReader {
       } else if (key == "counting") {
         if (auto b = keys_.boolean(e))
           o.counting = *b;
+      } else if (key == "read") {
+        // Timebase sampling: events counted with this probe's, read at each of its samples.
+        const ConfigArray* a = v.array();
+        if (a != nullptr && a->empty()) {
+          diags_.add(v.where, "empty 'read': no event to read at each sample",
+                     "read = [\"page-faults\"], or leave the key out");
+          continue;
+        }
+        if (a == nullptr) {
+          wrong_type(diags_, v, "read", "an array of event names",
+                     "read = [\"page-faults\", \"context-switches\"]: their counts at each "
+                     "sample");
+          continue;
+        }
+        for (const auto& ev : *a) {
+          const std::string* s = ev.string();
+          if (s == nullptr) {
+            wrong_type(diags_, ev, "an event of read", "a string", "read = [\"page-faults\"]");
+            continue;
+          }
+          if (auto problem = check_event_name(*s))
+            diags_.add(ev.where, problem->message, problem->hint);
+          o.read_events.push_back(*s);
+        }
       } else if (key == "filter") {
         if (const auto* s = keys_.string(e))
           o.filter = *s;
@@ -306,6 +331,15 @@ class ProbeReader {
           probe.where_of(o.period ? "period" : "freq"),
           fmt::format("{} is counting: it takes no '{}'", label, o.period ? "period" : "freq"),
           "a counter is read, not sampled; drop the key or counting = true");
+    if (o.counting && !o.read_events.empty())
+      diags_.add(probe.where_of("read"), fmt::format("{} is counting: it takes no 'read'", label),
+                 "'read' counts events at each sample of a sampling probe; put counters in a "
+                 "[[counter]] group");
+    if (!o.read_events.empty() && (o.kind == ProbeKind::kAux || o.kind == ProbeKind::kBpfOutput))
+      diags_.add(probe.where_of("read"),
+                 fmt::format("'read' does not apply to {} probes", to_string(o.kind)),
+                 "read the group at the samples of a software, hardware, tracepoint or probe "
+                 "event");
     const bool tracefs_kind = o.kind == ProbeKind::kTracepoint || o.kind == ProbeKind::kKprobe ||
                               o.kind == ProbeKind::kKretprobe || o.kind == ProbeKind::kUprobe ||
                               o.kind == ProbeKind::kUretprobe;

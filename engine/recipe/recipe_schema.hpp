@@ -80,6 +80,7 @@ inline constexpr KeySpec kProbeKeys[] = {
     {"period", KeyType::kInt},
     {"freq", KeyType::kInt},
     {"counting", KeyType::kBool},
+    {"read", KeyType::kString},
     {"filter", KeyType::kString},
     {"bpf", KeyType::kString},
     {"callchain", KeyType::kBool},

@@ -27,6 +27,7 @@
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 static int pin(int cpu) {
@@ -112,6 +113,65 @@ static int pages(long k, int move) {
   return 0;
 }
 
+static void spin_ms(long ms) {
+  struct timespec start, now;
+  clock_gettime(CLOCK_MONOTONIC, &start);
+  volatile unsigned long sink = 0;
+  for (;;) {
+    for (int i = 0; i < 100000; ++i)
+      sink += (unsigned long)i;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    if ((now.tv_sec - start.tv_sec) * 1000L + (now.tv_nsec - start.tv_nsec) / 1000000L >= ms)
+      return;
+  }
+}
+
+/* Ends the process with no library code after the last sample (a first call of exit()'s code
+ * would take page faults no sample follows). */
+static void raw_exit(void) {
+#if defined(__x86_64__)
+  __asm__ volatile("syscall" : : "a"(231), "D"(0) : "rcx", "r11", "memory");
+#endif
+  _exit(0);
+}
+
+/* Spins MS ms on each CPU in turn: a per-CPU counter of this task gets a sample on every CPU
+ * after everything it counted there. */
+static void spin_everywhere(long ms) {
+  const long ncpus = sysconf(_SC_NPROCESSORS_ONLN);
+  for (long cpu = 0; cpu < ncpus; ++cpu) {
+    pin((int)cpu);
+    spin_ms(ms);
+  }
+}
+
+/* C processes (this one and C-1 children), process i on CPU i % ncpus, each touching K fresh
+ * pages and then spinning MS ms on every CPU; this one waits for its children before its
+ * spins. Every page fault comes before CPU time on the CPU it was counted on: a sampling clock
+ * samples after the last one of every counter. */
+static int sampled(long c, long k, long ms) {
+  const long ncpus = sysconf(_SC_NPROCESSORS_ONLN);
+  for (long i = 1; i < c; ++i) {
+    const pid_t pid = fork();
+    if (pid < 0)
+      return 4;
+    if (pid == 0) {
+      pin((int)(i % ncpus));
+      if (pages(k, 0) != 0)
+        _exit(4);
+      spin_everywhere(ms);
+      raw_exit();
+    }
+  }
+  if (pages(k, 0) != 0)
+    return 4;
+  while (wait(NULL) > 0) {
+  }
+  spin_everywhere(ms);
+  raw_exit();
+  return 0;
+}
+
 int main(int argc, char** argv) {
   if (argc >= 2 && strcmp(argv[1], "gate") == 0) {
     sigset_t set;
@@ -141,7 +201,11 @@ int main(int argc, char** argv) {
   }
   if (argc >= 3 && strcmp(argv[1], "pages") == 0)
     return pages(strtol(argv[2], NULL, 10), argc > 3);
-  fprintf(stderr, "usage: %s tree W N [DIR] | storm C N | leaf N | pages K [MOVE] | gate ARGS...\n",
+  if (argc >= 5 && strcmp(argv[1], "sampled") == 0)
+    return sampled(strtol(argv[2], NULL, 10), strtol(argv[3], NULL, 10), strtol(argv[4], NULL, 10));
+  fprintf(stderr,
+          "usage: %s tree W N [DIR] | storm C N | leaf N | pages K [MOVE] | sampled C K MS | "
+          "gate ARGS...\n",
           argv[0]);
   return 2;
 }

@@ -262,3 +262,74 @@ metrics = { ipc = "instructions / cycles" }
 
 }  // namespace
 }  // namespace tracer
+
+namespace tracer {
+namespace {
+
+// Timebase sampling: a cpu-clock probe whose samples read page-faults and context-switches
+// counted in its group. Two processes (one per CPU) touch 20,000 pages each and then spin on
+// every CPU, so that every counter's last fault is followed by a sample: the sum of the
+// per-sample deltas is exactly the count of a [[counter]] group of the same event, and each
+// process's share is at least its 20,000 pages.
+TEST(TimebaseSampling, TheSumOfThePerSampleDeltasIsTheGroupsCount) {
+  const Recipe recipe = load(R"([recipe]
+name = "timebase"
+[[probe]]
+name = "clock"
+software = "cpu-clock"
+period = 100000
+read = ["page-faults", "context-switches"]
+[[pipeline]]
+name = "faults"
+[[pipeline.stage]]
+use = "sum"
+field = "page_faults"
+[[pipeline]]
+name = "by-pid"
+[[pipeline.stage]]
+use = "sum"
+field = "page_faults"
+by = ["pid"]
+[[counter]]
+name = "ref"
+events = ["page-faults", "context-switches"]
+)");
+  std::string text;
+  Sink out = Sink::to_string(&text);
+  boost::asio::io_context io(1);
+  Session session(io.get_executor(), recipe, out,
+                  {.target = {.kind = Target::Kind::kCommand,
+                              .command = {TRACER_ORACLE_WORKLOAD, "sampled", "2", "20000", "50"}}});
+  double sum = -1, ref = -2, ref_switches = -1;
+  std::vector<double> by_pid;
+  session.on_table([&](const TableUpdate& u) {
+    if (u.table.stage == "counters") {
+      const auto v = values_of(u.table);
+      ref = v.at("page-faults");
+      ref_switches = v.at("context-switches");
+    } else if (u.table.rows.size() == 1 && u.table.rows[0].keys.empty()) {
+      sum = static_cast<double>(std::get<std::int64_t>(u.table.rows[0].values.at(0)));
+    } else {
+      for (const auto& row : u.table.rows)
+        by_pid.push_back(static_cast<double>(std::get<std::int64_t>(row.values.at(0))));
+    }
+  });
+  session.on_done([&] { io.stop(); });
+  session.start();
+  io.run_for(std::chrono::seconds(30));
+  session.stop();
+  EXPECT_GE(ref, 40000) << text;
+  EXPECT_EQ(sum, ref) << text;
+  ASSERT_EQ(by_pid.size(), 2u) << text;
+  for (double v : by_pid)
+    EXPECT_GE(v, 20000) << text;
+  EXPECT_EQ(by_pid[0] + by_pid[1], sum);
+  EXPECT_GE(ref_switches, 0);
+  const auto stats = session.stats();
+  ASSERT_FALSE(stats.engine.probes.empty());
+  EXPECT_GT(stats.engine.probes[0].total().samples, 100u);
+  EXPECT_EQ(stats.engine.probes[0].total().lost, 0u);
+}
+
+}  // namespace
+}  // namespace tracer

@@ -75,7 +75,12 @@ struct ProbeOptions {
   /// cpu-clock/task-clock, hardware, cache and raw PMU events.
   std::optional<std::uint64_t> period{};
   std::optional<std::uint64_t> freq{};
-  bool counting = false;                // open as a counter: no ring; its count is in stats()
+  bool counting = false;  // open as a counter: no ring; its count is in stats()
+  /// Timebase sampling: events counted in a group this probe's event leads (perf's names, as
+  /// `tracer stat -e`); each sample carries their counts (PERF_SAMPLE_READ, PERF_FORMAT_GROUP)
+  /// and the stages read each one's count since the stream's previous sample as a field
+  /// (ProbeInfo::read_members).
+  std::vector<std::string> read_events{};
   std::uint64_t extra_sample_type = 0;  // e.g. PERF_SAMPLE_CALLCHAIN | PERF_SAMPLE_REGS_USER
   std::uint64_t sample_regs_user = 0;
   std::uint32_t sample_stack_user = 0;
@@ -131,6 +136,10 @@ struct ProbeInfo {
   bool removed = false;
   /// kBpfOutput: the emitted struct's fields (from BTF), when BpfOptions::payload_struct is set.
   std::optional<bpf::StructSchema> payload{};
+  /// The fields of ProbeOptions::read_events, in order: each event's name with every character
+  /// other than a letter, a digit or '_' made '_' ("page-faults" -> "page_faults"). Their
+  /// values are the counts since the previous sample of the same event stream.
+  std::vector<std::string> read_members{};
   /// The attr the events were opened with (sample_type, read_format, clockid...): what a
   /// perf.data writer stores for this probe.
   perf::EventAttr attr{};

@@ -25,6 +25,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "tracer/reorder.hpp"
@@ -242,6 +243,12 @@ class Pipeline {
   std::vector<RecordRef> decoded_;
   std::vector<Event*> alive_, routed_;
   std::size_t derived_ = 0;
+  /// Timebase sampling (ProbeInfo::read_members): per probe, each member's derived slot; the
+  /// last count of each member counter by its id (an inherited child's counter has its own).
+  std::vector<std::vector<std::uint32_t>> member_slots_;
+  std::unordered_map<std::uint64_t, std::uint64_t> member_last_;
+  void bind_members(Diagnostics& diags);
+  void set_member_deltas(Event& e) noexcept;
   bool stacks_ = false;          // a stage bound a stack field: the symbolizer tracks maps
   std::vector<bool> in_place_;   // by probe: takes_in_place()
   bool order_for_comm_ = false;  // ordered only because a stage binds comm
