@@ -474,8 +474,10 @@ int check_recipe(const RunOptions& o) {
     fmt::print("{}", session.placement());
     return kExitOk;
   }
-  fmt::print("{}: ok ({} probes, {} pipelines)\n", o.recipe, probes.size(),
-             recipe.pipelines.size());
+  fmt::print("{}: ok ({} probes, {} pipelines{})\n", o.recipe, probes.size(),
+             recipe.pipelines.size(),
+             recipe.counters.empty() ? std::string()
+                                     : fmt::format(", {} counter groups", recipe.counters.size()));
   for (const auto& p : probes) {
     fmt::print("  {:<20} {:<11} {:<40} {}\n", p.name, to_string(p.kind), p.spec, p.pmu);
   }

@@ -628,8 +628,9 @@ void Pipeline::stop(std::chrono::nanoseconds now) {
     if (stages_[i].aggregation != nullptr) {
       // An aggregation that keeps a total (the counters stage): the last interval's table,
       // then the whole run's; without `every` the one table is the whole run's.
+      // (A run shorter than one interval: its total alone.)
       const bool total = stages_[i].aggregation->total_at_stop();
-      if (!total || stages_[i].aggregation->every())
+      if (!total || (stages_[i].aggregation->every() && stages_[i].emitted > 0))
         guarded([&] { emit(i, now, true); });
       if (total)
         guarded([&] { emit(i, now, true, true); });

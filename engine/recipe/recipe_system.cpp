@@ -12,6 +12,8 @@
 #include "tracer/bpf/object.hpp"
 #include "tracer/common/text_file.hpp"
 #include "tracer/recipe.hpp"
+
+#include "tracer/event_names.hpp"
 #include "tracer/symbols/uprobe_target.hpp"
 #include "tracer/tracefs/filter.hpp"
 #include "tracer/tracefs/tracefs.hpp"
@@ -171,6 +173,24 @@ void Recipe::check_system(Diagnostics& diagnostics, std::optional<pid_t> pid, Wr
     check_probe(probes[pi]);
     diagnostics.about_since(
         said, {.recipe_probe = pi, .option = std::string(to_string(probes[pi].options.kind))});
+  }
+  // The events of [[counter]] groups and of probes' `read`: tracepoints that exist (a near
+  // match in the hint), at each one's string.
+  std::optional<tracefs::Tracefs> event_fs;
+  const auto check_event = [&](const std::string& event, const SourceRegion& where) {
+    try {
+      [[maybe_unused]] const auto attr = resolve_event_name(event, event_fs);
+    } catch (const Error& e) {
+      diagnostics.add(where, e.what(), e.hint());
+    }
+  };
+  for (const auto& c : counters) {
+    for (std::size_t i = 0; i < c.events.size(); ++i)
+      check_event(c.events[i], i < c.event_where.size() ? c.event_where[i] : c.where);
+  }
+  for (const auto& p : probes) {
+    for (const auto& event : p.options.read_events)
+      check_event(event, p.where_of("read"));
   }
   if (bpf) {
     const auto check_file = [&](const fs::path& file, std::string_view key) {

@@ -243,3 +243,54 @@ TEST(OracleStat, ACgroupCountsOnlyItsTasksAsPerfStatG) {
 
 }  // namespace
 }  // namespace tracer
+
+namespace tracer {
+namespace {
+
+using namespace oracle;
+
+/// A JSON line's number after "key": (the first one).
+double json_number(const std::string& line, const std::string& key) {
+  const auto at = line.find("\"" + key + "\":");
+  return at == std::string::npos ? -1 : std::stod(line.substr(at + key.size() + 3));
+}
+
+// The shelf's counters recipe (configs/counters.toml) on a command that touches 20,000 pages
+// and then sleeps past the first second: an interval table each second and the run's total,
+// the intervals adding up to the total, page faults within 1% of perf stat's on the same
+// command, and the derived rate.
+TEST(OracleStat, TheCountersRecipePrintsEachIntervalAndTheTotalAsPerfStatCounts) {
+  const std::string work = "-- sh -c '" + kWorkload + " pages 20000; sleep 1.1'";
+  const auto ours = shell(kTracer + " run " + TRACER_CONFIGS_DIR + "/counters.toml --json " + work +
+                          " 2>/dev/null");
+  ASSERT_EQ(ours.exit_code, 0) << ours.out;
+  double sum = 0, total = -1, rate = -1;
+  int intervals = 0;
+  std::istringstream in(ours.out);
+  for (std::string line; std::getline(in, line);) {
+    if (line.find(R"("counter":"page-faults")") != std::string::npos) {
+      if (line.find(R"("total":true)") != std::string::npos) {
+        total = json_number(line, "value");
+      } else {
+        sum += json_number(line, "value");
+        ++intervals;
+      }
+    }
+    if (line.find(R"("counter":"faults_per_s")") != std::string::npos &&
+        line.find(R"("total":true)") != std::string::npos)
+      rate = json_number(line, "value");
+  }
+  EXPECT_GE(intervals, 2) << ours.out;
+  EXPECT_EQ(sum, total) << ours.out;
+  const auto perf = shell("/usr/bin/perf stat -x, -e page-faults " + work + " 2>&1 >/dev/null");
+  ASSERT_EQ(perf.exit_code, 0) << perf.out;
+  const double theirs = std::stod(perf.out.substr(0, perf.out.find(',')));
+  EXPECT_GE(total, 20000);
+  EXPECT_NEAR(total, theirs, theirs * 0.01) << "perf stat: " << perf.out;
+  // faults_per_s: the total over the run's seconds (a little over 1.1 s).
+  EXPECT_GT(rate, total / 3);
+  EXPECT_LT(rate, total / 1.1);
+}
+
+}  // namespace
+}  // namespace tracer
