@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "commands.hpp"
+#include "tracer/counter_expr.hpp"
 #include "tracer/duration.hpp"
 #include "tracer/error.hpp"
 #include "tracer/output_file.hpp"
@@ -42,13 +44,85 @@ struct StatCliOptions {
   unsigned repeat = 1;
   std::vector<std::string> command;
   int ready_fd = -1;
-  std::string separator;        // -x: CSV with this separator
-  bool json = false;            // -j
-  std::string output;           // -o FILE
-  bool unknown_option = false;  // the command's first word is an option stat does not know
-  std::string cpu_list;         // -C
-  bool no_inherit = false;      // -i
+  std::string separator;             // -x: CSV with this separator
+  bool json = false;                 // -j
+  std::string output;                // -o FILE
+  bool unknown_option = false;       // the command's first word is an option stat does not know
+  std::string cpu_list;              // -C
+  bool no_inherit = false;           // -i
+  std::vector<std::string> metrics;  // -M
 };
+
+/// -M: a metric by name, computed from the counts of its events (counted as a group).
+struct StatMetric {
+  std::string name;
+  std::vector<std::string> events;
+  std::string expr;  // tracer::CounterExpr over `events` and `seconds`
+};
+
+/// tracer's metrics (perf's come from the CPU vendor's tables, all of them hardware ones): the
+/// common ratios of the hardware events, and the software rates of perf stat's default output.
+const std::vector<StatMetric>& builtin_metrics() {
+  static const std::vector<StatMetric> kMetrics = {
+      {"IPC", {"instructions", "cycles"}, "instructions / cycles"},
+      {"CPI", {"cycles", "instructions"}, "cycles / instructions"},
+      {"branch_miss_ratio", {"branch-misses", "branches"}, "branch-misses / branches"},
+      {"cache_miss_ratio", {"cache-misses", "cache-references"}, "cache-misses / cache-references"},
+      {"CPUs_utilized", {"task-clock"}, "task-clock / (seconds * 1000000000)"},
+      {"cs_per_second", {"context-switches"}, "context-switches / seconds"},
+      {"migrations_per_second", {"cpu-migrations"}, "cpu-migrations / seconds"},
+      {"page_faults_per_second", {"page-faults"}, "page-faults / seconds"},
+      {"major_faults_ratio", {"major-faults", "page-faults"}, "major-faults / page-faults"},
+  };
+  return kMetrics;
+}
+
+/// -M's words: a built-in metric's name, or NAME=EXPRESSION over events (each named event is
+/// counted). Throws kUsage for an unknown name or a malformed expression.
+StatMetric resolve_metric(const std::string& text) {
+  const auto eq = text.find('=');
+  if (eq == std::string::npos) {
+    for (const auto& m : builtin_metrics()) {
+      if (m.name == text)
+        return m;
+    }
+    std::string names;
+    for (const auto& m : builtin_metrics())
+      names += (names.empty() ? "" : ", ") + m.name;
+    throw Error(
+        ErrorCategory::kUsage, std::make_error_code(std::errc::invalid_argument),
+        fmt::format("-M: no metric '{}'", text),
+        fmt::format("tracer's metrics: {}; or your own: -M 'name=page-faults / seconds'", names));
+  }
+  StatMetric m{.name = text.substr(0, eq), .events = {}, .expr = text.substr(eq + 1)};
+  // The expression's names are its events: every word that is not a number or `seconds`.
+  std::string word;
+  const auto flush = [&] {
+    if (!word.empty() && word != "seconds" &&
+        !(std::isdigit(static_cast<unsigned char>(word.front())) != 0 || word.front() == '.') &&
+        std::find(m.events.begin(), m.events.end(), word) == m.events.end())
+      m.events.push_back(word);
+    word.clear();
+  };
+  for (char c : m.expr) {
+    if (std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_' || c == ':' || c == '.' ||
+        (c == '-' && !word.empty()))
+      word += c;
+    else
+      flush();
+  }
+  flush();
+  if (m.name.empty() || m.events.empty()) {
+    throw Error(ErrorCategory::kUsage, std::make_error_code(std::errc::invalid_argument),
+                fmt::format("-M '{}': a metric is NAME=EXPRESSION over events", text),
+                "e.g. -M 'faults_per_ms=page-faults / task-clock * 1000000'");
+  }
+  if (auto e = CounterExpr::parse(m.expr, m.events); !e) {
+    throw Error(ErrorCategory::kUsage, std::make_error_code(std::errc::invalid_argument),
+                fmt::format("-M '{}': {}", text, e.error().message), e.error().hint);
+  }
+  return m;
+}
 
 const std::vector<std::string> kDefaultEvents = {
     "cpu-clock",
@@ -120,6 +194,7 @@ std::optional<double> clock_of(const std::vector<Line>& lines) {
 
 class Printer {
  public:
+  std::vector<StatMetric> metrics;  // -M: shown in the metric column of their first event
   /// `cgroup`: -G's, a column after the event as perf stat -G prints it.
   Printer(std::FILE* out, Format format, std::string sep, std::string cgroup)
       : out_(out), format_(format), sep_(std::move(sep)), cgroup_(std::move(cgroup)) {}
@@ -133,7 +208,11 @@ class Printer {
         if (o.slot == l.slot)
           same_slot.push_back(o);
       }
-      const Metric m = metric_of(l, clock_of(same_slot), wall_s);
+      Metric m = metric_of(l, clock_of(same_slot), wall_s);
+      for (const auto& metric : metrics) {
+        if (metric.events.front() == l.counter.name)
+          m = metric_value(metric, same_slot, wall_s);
+      }
       switch (format_) {
         case Format::kText:
           text(l, m, interval_at);
@@ -148,6 +227,24 @@ class Printer {
     }
   }
   [[nodiscard]] bool text() const noexcept { return format_ == Format::kText; }
+
+  /// A -M metric over the counts of one slot; none when an input did not count.
+  static Metric metric_value(const StatMetric& metric,
+                             const std::vector<Line>& lines,
+                             double wall_s) {
+    std::vector<double> values;
+    for (const auto& e : metric.events) {
+      const auto it = std::find_if(lines.begin(), lines.end(),
+                                   [&](const Line& l) { return l.counter.name == e; });
+      if (it == lines.end() || !it->counter.supported || it->runtime.running_ns == 0)
+        return {std::nullopt, metric.name};
+      values.push_back(it->value);
+    }
+    auto expr = CounterExpr::parse(metric.expr, metric.events);
+    if (!expr)
+      return {std::nullopt, metric.name};
+    return {expr->eval(values, wall_s), metric.name};
+  }
   [[nodiscard]] std::FILE* file() const noexcept { return out_; }
 
  private:
@@ -302,8 +399,36 @@ int run_stat(const StatCliOptions& opts) {
                 fmt::format("stat: unknown option '{}'", opts.command.front()),
                 "tracer stat --help lists the options; a command goes after them (or after --)");
   }
+  std::vector<StatMetric> metrics;
+  for (const auto& words : opts.metrics) {
+    std::size_t at = 0;
+    while (at <= words.size()) {
+      const std::size_t end = std::min(words.find(',', at), words.size());
+      if (end > at)
+        metrics.push_back(resolve_metric(words.substr(at, end - at)));
+      at = end + 1;
+    }
+  }
+  std::vector<std::string> events = opts.events;
+  if (events.empty() && metrics.empty())
+    events = kDefaultEvents;
+  // A metric's events are counted as a group (their ratio then is exact), unless -e has them.
+  for (const auto& m : metrics) {
+    bool listed = true;
+    for (const auto& e : m.events) {
+      listed = listed && std::any_of(events.begin(), events.end(), [&](const std::string& list) {
+                 return list == e || list.find("," + e) != std::string::npos ||
+                        list.find(e + ",") != std::string::npos ||
+                        list.find("{" + e) != std::string::npos;
+               });
+    }
+    if (!listed)
+      events.push_back(m.events.size() == 1
+                           ? m.events.front()
+                           : "{" + fmt::format("{}", fmt::join(m.events, ",")) + "}");
+  }
   core::StatOptions so{
-      .events = opts.events.empty() ? kDefaultEvents : opts.events,
+      .events = events,
       .all_cpus = opts.all_cpus,
       .pids = opts.pid_list.empty() ? std::vector<pid_t>{} : parse_pid_list(opts.pid_list, "-p"),
       .tids = opts.tid_list.empty() ? std::vector<pid_t>{} : parse_pid_list(opts.tid_list, "-t"),
@@ -390,6 +515,7 @@ int run_stat(const StatCliOptions& opts) {
                         : !opts.separator.empty() ? Format::kCsv
                                                   : Format::kText;
   Printer printer(out, format, opts.separator, opts.cgroup);
+  printer.metrics = metrics;
 
   struct sigaction sa {};
   sa.sa_handler = on_signal;
@@ -424,9 +550,12 @@ int run_stat(const StatCliOptions& opts) {
     fmt::print(stderr, "tracer: {} {} exited\n", so.tids.empty() ? "process" : "thread",
                fmt::join(so.tids.empty() ? so.pids : so.tids, ","));
   // What could not be counted says why once (the rows say <not supported>).
+  std::vector<std::string> said;  // a group's reason is said once
   for (const auto& c : r.counters) {
-    if (!c.supported)
+    if (!c.supported && std::find(said.begin(), said.end(), c.why) == said.end()) {
       fmt::print(stderr, "tracer: {}\n", c.why);
+      said.push_back(c.why);
+    }
   }
 
   std::string target = system_wide       ? "system wide"
@@ -519,6 +648,12 @@ void add_stat_command(CLI::App& app, Runner& run) {
   cmd->add_option("-x,--field-separator", opts->separator,
                   "Print the counts as CSV with this separator, in perf stat -x's columns: value, "
                   "unit, event, [variance,] run time, percentage running, metric, metric unit");
+  cmd->add_option("-M,--metrics", opts->metrics,
+                  "Metrics to compute, in the metric column of their first event: IPC, CPI, "
+                  "branch_miss_ratio, cache_miss_ratio, CPUs_utilized, cs_per_second, "
+                  "migrations_per_second, page_faults_per_second, major_faults_ratio, or "
+                  "NAME=EXPRESSION over events ('faults_per_ms=page-faults / task-clock * 1e6'); "
+                  "their events are counted as a group");
   cmd->add_flag("-j,--json-output", opts->json,
                 "Print the counts as JSON lines with perf stat -j's field names");
   cmd->add_option("-o,--output", opts->output,

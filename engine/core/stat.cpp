@@ -76,7 +76,9 @@ Error open_failed(const std::string& name, const perf::EventAttr& a, const Failu
     return {ErrorCategory::kUsage, f.code, fmt::format("{}: {}", name, f.message),
             "the process or thread to count has exited"};
   }
-  if (a.type() == PERF_TYPE_HARDWARE && (err == ENOENT || err == EOPNOTSUPP)) {
+  if ((a.type() == PERF_TYPE_HARDWARE || a.type() == PERF_TYPE_HW_CACHE ||
+       a.type() == PERF_TYPE_RAW) &&
+      (err == ENOENT || err == EOPNOTSUPP)) {
     // A VM or a CPU without a (virtualised) PMU: the name is right, the machine lacks it.
     return {ErrorCategory::kUnsupported, f.code,
             fmt::format("{}: no hardware PMU on this machine (perf_event_open {})", name,

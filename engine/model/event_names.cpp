@@ -3,11 +3,15 @@
 
 #include <fmt/core.h>
 
+#include <algorithm>
+#include <cctype>
+#include <charconv>
 #include <string_view>
 
 #include "tracer/common/edit_distance.hpp"
 #include "tracer/error.hpp"
 #include "tracer/perf/hw_events.hpp"
+#include "tracer/perf/pmu.hpp"
 #include "tracer/perf/software.hpp"
 
 namespace tracer {
@@ -27,6 +31,20 @@ bool is_generic_event(std::string_view name) {
          perf::find_hardware_event(name).has_value() || perf::find_cache_event(name).has_value();
 }
 
+/// perf's PMU syntax: "pmu/term=value,.../" (the terms may be empty).
+bool is_pmu_event(std::string_view name) {
+  const auto slash = name.find('/');
+  return slash != std::string_view::npos && slash > 0 && name.size() > slash + 1 &&
+         name.back() == '/';
+}
+
+/// perf's raw event code: "rNNNN" (hex).
+bool is_raw_event(std::string_view name) {
+  return name.size() > 1 && name.size() <= 17 && name[0] == 'r' &&
+         std::all_of(name.begin() + 1, name.end(),
+                     [](char c) { return std::isxdigit(static_cast<unsigned char>(c)) != 0; });
+}
+
 EventSpec split_modifiers(const std::string& text) {
   const auto colon = text.rfind(':');
   if (colon == std::string::npos)
@@ -35,7 +53,7 @@ EventSpec split_modifiers(const std::string& text) {
   const std::string mods = text.substr(colon + 1);
   // A software/hardware event has no colon of its own; a tracepoint has one (system:event), so
   // its modifiers follow a second one, as in perf.
-  const bool generic = is_generic_event(base);
+  const bool generic = is_generic_event(base) || is_pmu_event(base) || is_raw_event(base);
   const bool tracepoint = base.find(':') != std::string::npos;
   if (generic || tracepoint)
     return {base, mods};
@@ -113,6 +131,25 @@ perf::EventAttr resolve_event_name(const std::string& text, std::optional<tracef
     a.type(PERF_TYPE_HARDWARE).config(*hw);
   } else if (auto cache = perf::find_cache_event(name)) {
     a.type(PERF_TYPE_HW_CACHE).config(*cache);
+  } else if (is_raw_event(name)) {
+    std::uint64_t code = 0;
+    std::from_chars(name.data() + 1, name.data() + name.size(), code, 16);
+    a.type(PERF_TYPE_RAW).config(code);  // a CPU PMU's raw event code, as perf's rNNNN
+  } else if (is_pmu_event(name)) {
+    const auto slash = name.find('/');
+    auto pmu = perf::find_pmu(name.substr(0, slash));
+    if (!pmu) {
+      throw Error(ErrorCategory::kUsage, pmu.error().code,
+                  fmt::format("event '{}': {}", text, pmu.error().message),
+                  "`tracer list pmus` shows this machine's PMUs and their terms");
+    }
+    auto cfg = perf::encode_pmu_terms(*pmu, name.substr(slash + 1, name.size() - slash - 2));
+    if (!cfg) {
+      throw Error(ErrorCategory::kUsage, cfg.error().code,
+                  fmt::format("event '{}': {}", text, cfg.error().message), cfg.error().hint);
+    }
+    a.type(pmu->type).config(cfg->config).config1(cfg->config1).config2(cfg->config2);
+    a.config3(cfg->config3);
   } else if (auto tp = tracefs::split_tracepoint(name)) {
     if (!fs) {
       auto opened = tracefs::Tracefs::open();
@@ -163,7 +200,8 @@ std::string event_unit(const std::string& text) {
 
 std::optional<EventNameProblem> check_event_name(const std::string& text) {
   const EventSpec spec = split_modifiers(text);
-  if (!is_generic_event(spec.name) && !tracefs::split_tracepoint(spec.name)) {
+  if (!is_generic_event(spec.name) && !is_pmu_event(spec.name) && !is_raw_event(spec.name) &&
+      !tracefs::split_tracepoint(spec.name)) {
     const auto names = generic_event_names();
     const auto near =
         tracer::detail::nearest(spec.name, names, {.max_distance = 2, .related_only = false});
@@ -181,6 +219,21 @@ std::optional<EventNameProblem> check_event_name(const std::string& text) {
   }
   return std::nullopt;
 }
+
+namespace {
+/// The next comma of an event list at or after `from` that separates events: not one between
+/// the slashes of a PMU event's terms ("cpu/event=0x3c,umask=0/").
+std::size_t list_comma(std::string_view text, std::size_t from) {
+  bool in_terms = false;
+  for (std::size_t i = from; i < text.size(); ++i) {
+    if (text[i] == '/')
+      in_terms = !in_terms;
+    else if (text[i] == ',' && !in_terms)
+      return i;
+  }
+  return std::string_view::npos;
+}
+}  // namespace
 
 std::vector<EventGroupSpec> parse_event_list(std::string_view text) {
   const auto bad = [&](std::string what) {
@@ -207,7 +260,7 @@ std::vector<EventGroupSpec> parse_event_list(std::string_view text) {
       std::size_t end = close + 1;
       std::string mods;
       if (end < text.size() && text[end] == ':') {
-        const auto comma = text.find(',', end);
+        const auto comma = list_comma(text, end);
         const auto stop = comma == std::string_view::npos ? text.size() : comma;
         mods = std::string(text.substr(end + 1, stop - end - 1));
         end = stop;
@@ -221,7 +274,7 @@ std::vector<EventGroupSpec> parse_event_list(std::string_view text) {
       }
       std::size_t j = 0;
       while (j <= inner.size()) {
-        const auto comma = inner.find(',', j);
+        const auto comma = list_comma(inner, j);
         const auto stop = comma == std::string_view::npos ? inner.size() : comma;
         std::string name(inner.substr(j, stop - j));
         if (name.empty())
@@ -240,7 +293,7 @@ std::vector<EventGroupSpec> parse_event_list(std::string_view text) {
     } else {
       if (text[i] == '}')
         throw bad("a '}' without its '{'");
-      const auto comma = text.find(',', i);
+      const auto comma = list_comma(text, i);
       const auto stop = comma == std::string_view::npos ? text.size() : comma;
       std::string name(text.substr(i, stop - i));
       if (name.find_first_of("{}") != std::string::npos)

@@ -67,7 +67,9 @@ RecipeCounter read_counter(const ConfigValue& node,
           wrong_type(diags, ev, "an event", "a string", "events = [\"page-faults\"]");
           continue;
         }
-        if (s->find_first_of("{},") != std::string::npos) {
+        // (A PMU event's terms have commas of their own: "cpu/event=0x3c,umask=0/".)
+        if (s->find_first_of("{}") != std::string::npos ||
+            (s->find(',') != std::string::npos && s->find('/') == std::string::npos)) {
           diags.add(ev.where, fmt::format("'{}': one event per string", *s),
                     "a [[counter]] is a group already: list its events one per string");
         } else if (auto problem = check_event_name(*s)) {

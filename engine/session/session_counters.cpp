@@ -29,7 +29,8 @@ std::chrono::nanoseconds monotonic() {
 /// What a failed open says at the event's position.
 std::string why_not(const perf::CounterSetEvent& e, const Failure& f) {
   const int err = f.errno_value();
-  if (e.attr.type() == PERF_TYPE_HARDWARE || e.attr.type() == PERF_TYPE_HW_CACHE) {
+  if (e.attr.type() == PERF_TYPE_HARDWARE || e.attr.type() == PERF_TYPE_HW_CACHE ||
+      e.attr.type() == PERF_TYPE_RAW) {
     if (err == ENOENT || err == EOPNOTSUPP)
       return fmt::format("{}: no hardware PMU on this machine ({})", e.name, f.message);
   }

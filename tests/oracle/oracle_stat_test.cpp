@@ -294,3 +294,58 @@ TEST(OracleStat, TheCountersRecipePrintsEachIntervalAndTheTotalAsPerfStatCounts)
 
 }  // namespace
 }  // namespace tracer
+
+namespace tracer {
+namespace {
+
+using namespace oracle;
+
+// -M: a metric in the metric column of its first event, from the counts of its events (counted
+// as a group when -e does not list them): a built-in rate, one of your own, the hardware ones
+// empty where their events are not supported, and an unknown name a usage error.
+TEST(OracleStat, MetricsGoInTheMetricColumnOfTheirFirstEvent) {
+  const auto r = shell(kTracer +
+                       " stat -x, -M page_faults_per_second,IPC -M "
+                       "'faults_per_ms=page-faults / task-clock * 1000000' -e task-clock -- " +
+                       kWorkload + " pages 5000 2>&1 >/dev/null");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const auto rows = rows_of(r.out);
+  std::map<std::string, std::vector<std::string>> by_event;
+  for (const auto& row : rows) {
+    if (row.size() >= 7)
+      by_event[row[2]] = row;
+  }
+  ASSERT_TRUE(by_event.contains("page-faults")) << r.out;
+  ASSERT_TRUE(by_event.contains("task-clock")) << r.out;
+  const double faults = std::stod(by_event["page-faults"][0]);
+  const double clock_ms = std::stod(by_event["task-clock"][0]);
+  EXPECT_GE(faults, 5000);
+  // The last metric of an event is the one shown: faults_per_ms, page-faults being its first.
+  EXPECT_EQ(by_event["page-faults"][6], "faults_per_ms") << r.out;
+  EXPECT_NEAR(std::stod(by_event["page-faults"][5]), faults / (clock_ms * 1e6) * 1e6,
+              faults / (clock_ms * 1e6) * 1e6 * 0.01 + 0.01)
+      << r.out;
+  // IPC's events: counted (a hardware PMU) or not supported here, the metric then empty.
+  ASSERT_TRUE(by_event.contains("instructions")) << r.out;
+  if (by_event["instructions"][0] == "<not supported>") {
+    EXPECT_EQ(by_event["instructions"][5], "") << r.out;
+  } else {
+    EXPECT_EQ(by_event["instructions"][6], "IPC") << r.out;
+  }
+
+  const auto rate = shell(kTracer + " stat -x, -M page_faults_per_second -- " + kWorkload +
+                          " pages 5000 2>&1 >/dev/null");
+  ASSERT_EQ(rate.exit_code, 0) << rate.out;
+  const auto rr = rows_of(rate.out);
+  ASSERT_EQ(rr.size(), 1u) << rate.out;
+  EXPECT_EQ(rr[0][2], "page-faults");
+  EXPECT_EQ(rr[0][6], "page_faults_per_second");
+  EXPECT_GT(std::stod(rr[0][5]), 0);
+
+  const auto unknown = shell(kTracer + " stat -M no_such_metric -- /bin/true");
+  EXPECT_EQ(unknown.exit_code, 2) << unknown.err;
+  EXPECT_NE(unknown.err.find("page_faults_per_second"), std::string::npos) << unknown.err;
+}
+
+}  // namespace
+}  // namespace tracer

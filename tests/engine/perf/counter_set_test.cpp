@@ -90,6 +90,34 @@ struct HeldChild {
   }
 };
 
+// Multiplexing on synthetic readings (no PMU here multiplexes software counters): an interval is
+// scaled by its own times, each slot by its own, and only where the counter did not run the
+// whole time it was enabled.
+TEST(CounterSetMath, AnIntervalIsScaledByItsOwnTimesPerSlot) {
+  const CounterReading before{.raw = 100, .scaled = 200, .enabled = 1000, .running = 500};
+  const CounterReading after{.raw = 300, .scaled = 450, .enabled = 2000, .running = 1300};
+  const CounterReading d = after.since(before);
+  EXPECT_EQ(d.raw, 200u);
+  EXPECT_EQ(d.enabled, 1000u);
+  EXPECT_EQ(d.running, 800u);
+  EXPECT_DOUBLE_EQ(d.scaled, 200.0 * 1000 / 800);  // 250: this interval ran 80% of the time
+  EXPECT_DOUBLE_EQ(d.pct(), 80.0);
+  const CounterReading full{.raw = 500, .scaled = 0, .enabled = 3000, .running = 2300};
+  EXPECT_DOUBLE_EQ(full.since(after).scaled, 200.0);  // ran the whole interval: not scaled
+  EXPECT_FALSE(CounterReading{}.since(CounterReading{}).counted());
+
+  CounterSetReading r0, r1;
+  r0.per_slot = {{before}, {CounterReading{.raw = 10, .enabled = 100, .running = 100}}};
+  r1.per_slot = {{after}, {CounterReading{.raw = 60, .enabled = 200, .running = 150}}};
+  r0.counters.resize(1);
+  r1.counters.resize(1);
+  const CounterSetReading d2 = r1.since(r0);
+  ASSERT_EQ(d2.per_slot.size(), 2u);
+  EXPECT_DOUBLE_EQ(d2.per_slot[1][0].scaled, 50.0 * 100 / 50);  // slot 1 ran half its interval
+  EXPECT_DOUBLE_EQ(d2.counters[0].scaled, 250.0 + 100.0);       // the slots' scaled sum
+  EXPECT_EQ(d2.counters[0].raw, 250u);
+}
+
 TEST(CounterSetLive, AGroupReadGivesWhatSeparateEventsGiveOnTheSameTask) {
   const std::size_t fds = open_fds();
   HeldChild child(3000, 1);

@@ -21,6 +21,8 @@ namespace tracer {
 
 /// An event named as perf stat -e names it: a software or hardware event ("page-faults",
 /// "cycles"), a cache event ("L1-dcache-load-misses") or a tracepoint "system:event",
+/// a PMU event in perf's syntax "pmu/term=value,.../" (terms from the PMU's sysfs format, or
+/// config=, config1=...), a raw CPU event "rNNNN",
 /// optionally with perf's modifiers after a colon (u, k, h: only those privilege levels; H, G:
 /// host or guest; p: precision), e.g. "page-faults:u", "sched:sched_switch:k". `fs` is opened
 /// on the first tracepoint.
