@@ -316,9 +316,9 @@ class Printer {
     if (at)
       row += fmt::format("\"interval\" : {:.9f}, ", *at);
     if (l.slot.starts_with("CPU"))
-      row += fmt::format("\"cpu\" : \"{}\", ", l.slot.substr(3));
+      row += fmt::format(R"("cpu" : "{}", )", l.slot.substr(3));
     else if (!l.slot.empty())
-      row += fmt::format("\"thread\" : \"{}\", ", json_escape(l.slot));
+      row += fmt::format(R"("thread" : "{}", )", json_escape(l.slot));
     const auto none = absent(l);
     const std::string value = !none.empty() ? std::string(none)
                               : clock(l)    ? fmt::format("{:.6f}", l.value / 1e6)

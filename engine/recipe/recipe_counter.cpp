@@ -52,12 +52,12 @@ RecipeCounter read_counter(const ConfigValue& node,
       const ConfigArray* a = v.array();
       if (a == nullptr) {
         wrong_type(diags, v, "events", "an array of event names",
-                   "events = [\"task-clock\", \"page-faults\"] (the first leads the group)");
+                   R"(events = ["task-clock", "page-faults"] (the first leads the group))");
         continue;
       }
       if (a->empty())
         diags.add(v.where, "a counter group needs at least one event",
-                  "events = [\"task-clock\", \"page-faults\"]");
+                  R"(events = ["task-clock", "page-faults"])");
       if (a->size() > kMaxEvents)
         diags.add(v.where, fmt::format("more than {} events in one group", kMaxEvents),
                   "split them into several [[counter]] groups");
@@ -122,7 +122,7 @@ RecipeCounter read_counter(const ConfigValue& node,
   }
   if (!has_events) {
     diags.add(node.where, "missing required key 'events' in [[counter]]",
-              "events = [\"task-clock\", \"page-faults\"] (the first leads the group)");
+              R"(events = ["task-clock", "page-faults"] (the first leads the group))");
   }
   for (const auto& other : earlier) {
     if (!c.name.empty() && other.name == c.name) {

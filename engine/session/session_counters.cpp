@@ -164,11 +164,13 @@ void SessionCounters::close() noexcept {
 CounterGroupReading SessionCounters::read(std::size_t group) const {
   CounterGroupReading r;
   r.time = monotonic();
-  if (group >= sets_.size() || !sets_[group]) {
+  static const std::optional<perf::CounterSet> kNone;
+  const std::optional<perf::CounterSet>& opened = group < sets_.size() ? sets_[group] : kNone;
+  if (!opened) {
     r.counts.counters.resize(group < groups_.size() ? groups_[group].events.size() : 0);
     return r;
   }
-  const perf::CounterSet& set = *sets_[group];
+  const perf::CounterSet& set = *opened;
   r.counts = set.read();
   r.grouped = set.grouped() || set.size() == 1;
   for (const auto& s : set.slots())

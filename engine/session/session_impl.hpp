@@ -234,10 +234,11 @@ struct Session::Impl {
     for (const auto& p : pipelines) {
       for (std::size_t i = 0; i < p->size(); ++i) {
         const Aggregation* a = p->stage(i).aggregation();
-        if (a == nullptr || !a->every())
+        const auto due = a != nullptr ? a->every() : std::nullopt;
+        if (!due)
           continue;
         // A tick that divides every `every` (at least 10 ms): each table comes on time.
-        const auto every = std::chrono::duration_cast<std::chrono::milliseconds>(*a->every());
+        const auto every = std::chrono::duration_cast<std::chrono::milliseconds>(*due);
         if (every.count() >= 10) {
           tick_period = std::chrono::milliseconds(
               std::max<std::int64_t>(10, std::gcd(tick_period.count(), every.count())));

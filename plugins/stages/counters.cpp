@@ -75,7 +75,7 @@ void Counters::bind(BindContext& ctx, Diagnostics& diags) {
   names_ = g.events;
   units_.clear();
   for (const auto& e : names_)
-    units_.push_back(event_unit(e) == "ns" ? "msec" : "");
+    units_.emplace_back(event_unit(e) == "ns" ? "msec" : "");
   metrics_.clear();
   for (const auto& m : g.metrics) {
     auto e = CounterExpr::parse(m.expr, names_);

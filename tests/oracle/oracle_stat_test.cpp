@@ -219,9 +219,9 @@ TEST(OracleStat, ACgroupCountsOnlyItsTasksAsPerfStatG) {
     fs::path d;
     ~Remove() { ::rmdir(d.c_str()); }
   } remove{dir};
-  const std::string work = " -- sh -c \"sh -c 'echo \\$\\$ > " + (dir / "cgroup.procs").string() +
+  const std::string work = R"( -- sh -c "sh -c 'echo \$\$ > )" + (dir / "cgroup.procs").string() +
                            "; exec " + kSyscaller + " lseek 2000'; " + kSyscaller +
-                           " lseek 500\" 2>&1";
+                           R"( lseek 500" 2>&1)";
   const auto ours = shell(kTracer + " stat -x, -a -e syscalls:sys_enter_lseek -G " + name + work);
   const auto perf =
       shell("/usr/bin/perf stat -x, -a -e syscalls:sys_enter_lseek -G " + name + work);

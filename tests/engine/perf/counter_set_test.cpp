@@ -2,6 +2,7 @@
 // separate events give on the same task, disable stops and enable resumes, inherit counts the
 // children, a moving task counts the same as a pinned one, every CPU's slot sums to the total,
 // and every descriptor closes with the set.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <linux/perf_event.h>
 #include <sched.h>
@@ -26,7 +27,7 @@ EventAttr software(std::uint64_t config) {
 
 /// Touches `pages` fresh pages (one fault each, at least).
 void touch(std::size_t pages) {
-  const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
   void* m =
       ::mmap(nullptr, pages * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   ASSERT_NE(m, MAP_FAILED);
@@ -49,7 +50,7 @@ struct HeldChild {
   int go = -1;
   HeldChild(std::size_t pages, int procs, int cpu_hop = 0) {
     int p[2];
-    EXPECT_EQ(::pipe(p), 0);
+    EXPECT_EQ(::pipe2(p, O_CLOEXEC), 0);
     pid = ::fork();
     if (pid == 0) {
       ::close(p[1]);
