@@ -45,6 +45,24 @@ inline constexpr long kOffsetSum = kW * kN * (kN - 1) / 2;  // 12,495,000
 inline constexpr long kStorm = 10500;
 inline constexpr long kStormN = 2;
 
+/// perf stat -x,'s rows (fields by row), without comments, empty lines and tracer's own
+/// "tracer: ..." lines (stderr's notes beside the counts).
+inline std::vector<std::vector<std::string>> csv_rows(const std::string& text) {
+  std::vector<std::vector<std::string>> rows;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line.front() == '#' || line.starts_with("tracer: "))
+      continue;
+    std::vector<std::string> fields;
+    std::size_t from = 0;
+    for (std::size_t at; (at = line.find(',', from)) != std::string::npos; from = at + 1)
+      fields.push_back(line.substr(from, at - from));
+    fields.push_back(line.substr(from));
+    rows.push_back(std::move(fields));
+  }
+  return rows;
+}
+
 inline std::string tree_args() {
   return kWorkload + " tree " + std::to_string(kW) + " " + std::to_string(kN);
 }

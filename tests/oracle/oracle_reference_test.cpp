@@ -382,23 +382,6 @@ by = ["filename"]
 // one of them (the workload's files as many times as it opened them), and no line of tracer's
 // own /proc reads or of another process.
 
-/// The rows of perf stat's -x, output: fields by row (lines starting with '#' or empty left out).
-std::vector<std::vector<std::string>> csv_rows(const std::string& text) {
-  std::vector<std::vector<std::string>> rows;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) {
-    if (line.empty() || line.front() == '#')
-      continue;
-    std::vector<std::string> fields;
-    std::size_t from = 0;
-    for (std::size_t at; (at = line.find(',', from)) != std::string::npos; from = at + 1)
-      fields.push_back(line.substr(from, at - from));
-    fields.push_back(line.substr(from));
-    rows.push_back(std::move(fields));
-  }
-  return rows;
-}
-
 /// A JSON line's keys, in order.
 std::vector<std::string> json_keys(const std::string& line) {
   std::vector<std::string> keys;
@@ -421,9 +404,8 @@ TEST(OracleReference, StatCsvAndJsonAreInPerfStatsColumns) {
   const auto ours_csv = shell(kTracer + " stat -x, " + events + " -- " + work + " 2>&1 >/dev/null");
   ASSERT_EQ(ours_csv.exit_code, 0) << ours_csv.out;
   const auto theirs = csv_rows(perf_csv.out);
-  auto ours = csv_rows(ours_csv.out);
-  // tracer says once why an event cannot be counted: not a row.
-  std::erase_if(ours, [](const auto& r) { return r.front().starts_with("tracer: "); });
+  // (tracer says once why an event cannot be counted: not a row.)
+  const auto ours = csv_rows(ours_csv.out);
   ASSERT_EQ(ours.size(), theirs.size()) << ours_csv.out << "\nperf:\n" << perf_csv.out;
   for (std::size_t i = 0; i < ours.size(); ++i) {
     SCOPED_TRACE(theirs[i][2]);

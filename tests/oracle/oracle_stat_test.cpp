@@ -13,23 +13,6 @@ namespace fs = std::filesystem;
 
 const std::string kSyscaller = TRACER_SYSCALLER_PATH;
 
-/// perf stat -x's rows (fields by row), without tracer's own "tracer: ..." lines and comments.
-std::vector<std::vector<std::string>> rows_of(const std::string& text) {
-  std::vector<std::vector<std::string>> rows;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) {
-    if (line.empty() || line.front() == '#' || line.starts_with("tracer: "))
-      continue;
-    std::vector<std::string> fields;
-    std::size_t from = 0;
-    for (std::size_t at; (at = line.find(',', from)) != std::string::npos; from = at + 1)
-      fields.push_back(line.substr(from, at - from));
-    fields.push_back(line.substr(from));
-    rows.push_back(std::move(fields));
-  }
-  return rows;
-}
-
 /// Processes started in the background: each `sh -c 'sleep 1; exec syscaller lseek N'` (the
 /// counters are open before the calls), reaped by a thread so that an exit is seen at once.
 class Background {
@@ -78,7 +61,7 @@ TEST(OracleStat, GroupsCountLikePerfStatsGroups) {
   const auto perf = shell("/usr/bin/perf stat -x," + events + work);
   ASSERT_EQ(ours.exit_code, 0) << ours.out;
   ASSERT_EQ(perf.exit_code, 0) << perf.out;
-  const auto o = rows_of(ours.out), p = rows_of(perf.out);
+  const auto o = csv_rows(ours.out), p = csv_rows(perf.out);
   ASSERT_EQ(o.size(), 3u) << ours.out;
   ASSERT_EQ(p.size(), 3u) << perf.out;
   for (std::size_t i = 0; i < o.size(); ++i) {
@@ -93,7 +76,7 @@ TEST(OracleStat, GroupsCountLikePerfStatsGroups) {
   const auto mods =
       shell(kTracer + " stat -x, -e '{syscalls:sys_enter_lseek,page-faults}:uW'" + work);
   ASSERT_EQ(mods.exit_code, 0) << mods.out;
-  const auto m = rows_of(mods.out);
+  const auto m = csv_rows(mods.out);
   ASSERT_EQ(m.size(), 2u) << mods.out;
   EXPECT_EQ(m[0][2], "syscalls:sys_enter_lseek:u");
   EXPECT_EQ(m[1][2], "page-faults:u");
@@ -113,7 +96,7 @@ TEST(OracleStat, PerCpuRowsAsPerfStatA) {
   const auto perf = shell("/usr/bin/perf stat -x, -a -A -C 0,1" + pinned);
   ASSERT_EQ(ours.exit_code, 0) << ours.out;
   ASSERT_EQ(perf.exit_code, 0) << perf.out;
-  const auto o = rows_of(ours.out), p = rows_of(perf.out);
+  const auto o = csv_rows(ours.out), p = csv_rows(perf.out);
   ASSERT_EQ(o.size(), 4u) << ours.out;
   ASSERT_EQ(p.size(), 4u) << perf.out;
   for (std::size_t i = 0; i < o.size(); ++i) {
@@ -140,14 +123,14 @@ TEST(OracleStat, ProcessListsThreadsAndPerThreadRowsAsPerfStat) {
     Background b({300, 200});
     const auto ours = shell(kTracer + " stat -x, -p " + b.list() + ev);
     ASSERT_EQ(ours.exit_code, 0) << ours.out;
-    const auto o = rows_of(ours.out);
+    const auto o = csv_rows(ours.out);
     ASSERT_EQ(o.size(), 1u) << ours.out;
     EXPECT_EQ(o[0][0], "500") << ours.out;
   }
   {
     Background b({300, 200});
     const auto perf = shell("/usr/bin/perf stat -x, -p " + b.list() + ev);
-    const auto p = rows_of(perf.out);
+    const auto p = csv_rows(perf.out);
     ASSERT_EQ(p.size(), 1u) << perf.out;
     EXPECT_EQ(p[0][0], "500") << perf.out;
   }
@@ -155,7 +138,7 @@ TEST(OracleStat, ProcessListsThreadsAndPerThreadRowsAsPerfStat) {
     Background b({300, 200});
     const auto ours = shell(kTracer + " stat -x, -t " + b.list() + ev);
     ASSERT_EQ(ours.exit_code, 0) << ours.out;
-    const auto o = rows_of(ours.out);
+    const auto o = csv_rows(ours.out);
     ASSERT_EQ(o.size(), 1u) << ours.out;
     EXPECT_EQ(o[0][0], "500") << ours.out;
   }
@@ -168,7 +151,7 @@ TEST(OracleStat, ProcessListsThreadsAndPerThreadRowsAsPerfStat) {
         shell((tool == 0 ? kTracer : std::string("/usr/bin/perf")) + " stat -x, --per-thread -p " +
               b.list() + " -e syscalls:sys_enter_lseek,page-faults 2>&1");
     ASSERT_EQ(r.exit_code, 0) << r.out;
-    per_thread[tool] = rows_of(r.out);
+    per_thread[tool] = csv_rows(r.out);
   }
   const auto& o = per_thread[0];
   const auto& p = per_thread[1];
@@ -227,7 +210,7 @@ TEST(OracleStat, ACgroupCountsOnlyItsTasksAsPerfStatG) {
       shell("/usr/bin/perf stat -x, -a -e syscalls:sys_enter_lseek -G " + name + work);
   ASSERT_EQ(ours.exit_code, 0) << ours.out;
   ASSERT_EQ(perf.exit_code, 0) << perf.out;
-  const auto o = rows_of(ours.out), p = rows_of(perf.out);
+  const auto o = csv_rows(ours.out), p = csv_rows(perf.out);
   ASSERT_EQ(o.size(), 1u) << ours.out;
   ASSERT_EQ(p.size(), 1u) << perf.out;
   EXPECT_EQ(o[0].size(), p[0].size()) << ours.out << "\nperf:\n" << perf.out;
@@ -309,7 +292,7 @@ TEST(OracleStat, MetricsGoInTheMetricColumnOfTheirFirstEvent) {
                        "'faults_per_ms=page-faults / task-clock * 1000000' -e task-clock -- " +
                        kWorkload + " pages 5000 2>&1 >/dev/null");
   ASSERT_EQ(r.exit_code, 0) << r.out;
-  const auto rows = rows_of(r.out);
+  const auto rows = csv_rows(r.out);
   std::map<std::string, std::vector<std::string>> by_event;
   for (const auto& row : rows) {
     if (row.size() >= 7)
@@ -336,7 +319,7 @@ TEST(OracleStat, MetricsGoInTheMetricColumnOfTheirFirstEvent) {
   const auto rate = shell(kTracer + " stat -x, -M page_faults_per_second -- " + kWorkload +
                           " pages 5000 2>&1 >/dev/null");
   ASSERT_EQ(rate.exit_code, 0) << rate.out;
-  const auto rr = rows_of(rate.out);
+  const auto rr = csv_rows(rate.out);
   ASSERT_EQ(rr.size(), 1u) << rate.out;
   EXPECT_EQ(rr[0][2], "page-faults");
   EXPECT_EQ(rr[0][6], "page_faults_per_second");
