@@ -20,6 +20,8 @@
 #include <vector>
 
 #include "commands.hpp"
+#include "tracer/common/proc_mounts.hpp"
+#include "tracer/common/text_file.hpp"
 #include "tracer/diagnostics.hpp"
 #include "tracer/duration.hpp"
 #include "tracer/engine.hpp"
@@ -42,6 +44,7 @@ constexpr int kNoPid = std::numeric_limits<int>::min();
 struct RunOptions {
   std::string recipe;
   int pid = kNoPid;
+  std::string cgroup;   // --cgroup: a cgroup v2 directory (a path, or relative to its root)
   std::string command;  // -c "CMD ARGS"
   std::string duration;
   std::string output;
@@ -103,7 +106,20 @@ Target target_from(const RunOptions& o) {
     throw Error(ErrorCategory::kUsage, std::make_error_code(std::errc::invalid_argument),
                 "give -p PID or a command, not both");
   }
-  if (o.pid > 0) {
+  if (!o.cgroup.empty() && (o.pid > 0 || !cmd.empty())) {
+    throw Error(ErrorCategory::kUsage, std::make_error_code(std::errc::invalid_argument),
+                "give --cgroup, -p PID or a command, one of them");
+  }
+  if (!o.cgroup.empty()) {
+    // A name is under the cgroup v2 hierarchy's mount (perf stat -G's habit).
+    std::string root = "/sys/fs/cgroup";
+    if (auto mounts = detail::read_text_file("/proc/mounts", "run")) {
+      if (auto found = detail::find_cgroup2_root(*mounts))
+        root = found->string();
+    }
+    t.kind = Target::Kind::kCgroup;
+    t.cgroup = o.cgroup.starts_with('/') ? o.cgroup : root + "/" + o.cgroup;
+  } else if (o.pid > 0) {
     t.kind = Target::Kind::kPid;
     t.pid = o.pid;
   } else if (!cmd.empty()) {
@@ -492,6 +508,9 @@ void common_options(CLI::App* cmd, RunOptions& o) {
   cmd->add_option("recipe", o.recipe, "Recipe file (TOML)")->required();
   cmd->add_option("-p,--pid", o.pid, "Trace this process (and its threads and children)");
   cmd->add_option("-c,--command", o.command, "Run this command and trace it (or give it after --)");
+  cmd->add_option("--cgroup", o.cgroup,
+                  "Trace the tasks of this cgroup v2 (a path, or a name under the cgroup v2 "
+                  "hierarchy, e.g. system.slice/ssh.service) on every CPU");
   cmd->add_option("--set", o.sets, "Override a recipe value: param=value, recipe.duration=5s, ...")
       ->allow_extra_args(false);
   cmd->add_option("--placement", o.placement,

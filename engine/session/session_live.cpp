@@ -146,6 +146,24 @@ RecipeChanges Session::Impl::apply(const Recipe& next) {
   if (next.max_targets != recipe.max_targets)
     throw live_error(next, recipe_key("max_targets"), "max_targets cannot change while tracer runs",
                      kRestart);
+  // [[counter]] groups count from the start (their totals are the run's): they stay as they are.
+  const auto same_counter = [](const RecipeCounter& a, const RecipeCounter& b) {
+    const auto same_metrics = std::equal(
+        a.metrics.begin(), a.metrics.end(), b.metrics.begin(), b.metrics.end(),
+        [](const auto& x, const auto& y) { return x.name == y.name && x.expr == y.expr; });
+    return a.name == b.name && a.events == b.events && a.every == b.every && a.pinned == b.pinned &&
+           a.exclusive == b.exclusive && a.weak == b.weak && a.per_cpu == b.per_cpu &&
+           a.exclude == b.exclude && same_metrics;
+  };
+  for (std::size_t i = 0; i < std::max(recipe.counters.size(), next.counters.size()); ++i) {
+    if (i < recipe.counters.size() && i < next.counters.size() &&
+        same_counter(recipe.counters[i], next.counters[i]))
+      continue;
+    throw live_error(next, i < next.counters.size() ? next.counters[i].where : SourceRegion{},
+                     "[[counter]] groups cannot change while tracer runs (their counts are the "
+                     "run's since its start)",
+                     kRestart);
+  }
 
   RecipeChanges changes;
   const std::vector<ProbeInfo> before(engine->probes().begin(), engine->probes().end());
@@ -393,6 +411,8 @@ RecipeChanges Session::Impl::apply(const Recipe& next) {
       Diagnostics bind_diags;
       for (std::size_t k = 0; k < fresh_pipes.size(); ++k) {
         const std::size_t said = bind_diags.size();
+        if (!counters.empty())
+          fresh_pipes[k]->set_counters(&counters);
         fresh_pipes[k]->bind(now_probes, bind_diags, {}, &engine->maps());
         bind_diags.about_since(said, {.pipeline = fresh[k]});
       }

@@ -78,9 +78,25 @@ void Session::Impl::plan_placement(Session* self) {
       rethrow_at_probe(e, recipe);
     }
   };
-  if (mode != Placement::kKernel && (mode == Placement::kUser || !kernel_candidate(pipelines))) {
+  // A cgroup target's events count the cgroup's tasks; the in-kernel programs do not test a
+  // task's cgroup (they would count every task): its pipelines run in user space.
+  const bool cgroup = engine_options.target.kind == Target::Kind::kCgroup;
+  if (cgroup && mode == Placement::kKernel && kernel_candidate(pipelines)) {
+    SourceRegion where{.path = recipe.path};
+    const auto it = std::find_if(recipe.pipelines.begin(), recipe.pipelines.end(),
+                                 [](const RecipePipeline& p) { return !p.stages.empty(); });
+    if (it != recipe.pipelines.end())
+      where = it->stages.front().where;
+    throw Error(ErrorCategory::kRecipe, std::make_error_code(std::errc::not_supported),
+                fmt::format("{}:{}:{}: placement = \"kernel\": a cgroup target's stages run in "
+                            "user space (the in-kernel programs do not test a task's cgroup)",
+                            where.path, where.line, where.column),
+                "placement = \"auto\" or \"user\" with --cgroup", where);
+  }
+  if (cgroup ||
+      (mode != Placement::kKernel && (mode == Placement::kUser || !kernel_candidate(pipelines)))) {
     // Nothing to resolve for placement: the reasons come from the stages' forms (or the mode).
-    places = kernel::place(pipelines, {}, {}, mode, false);
+    places = kernel::place(pipelines, {}, {}, cgroup ? Placement::kUser : mode, false);
     if (keys_fields(pipelines))  // ... but a key may name a field user space cannot read
       check_user_fields(resolve());
     return;

@@ -332,3 +332,75 @@ TEST(OracleStat, MetricsGoInTheMetricColumnOfTheirFirstEvent) {
 
 }  // namespace
 }  // namespace tracer
+
+namespace tracer {
+namespace {
+
+using namespace oracle;
+
+// tracer run --cgroup: a recipe's probe and its [[counter]] group see only the cgroup's tasks
+// (the count stays in user space: in the kernel it counted every task's 2,500 calls).
+// A process joins the cgroup and makes 2,000 lseek calls, another outside it 500: the probe's
+// count and the group's are 2,000 each, nothing of the other.
+TEST(OracleStat, ARecipesProbesAndCounterGroupsOfACgroupTarget) {
+  const auto root = cgroup2_root();
+  if (!root)
+    GTEST_SKIP() << "no cgroup v2 hierarchy is mounted (perf's cgroup events need one)";
+  const std::string name = "tracer-run-" + std::to_string(::getpid());
+  const fs::path dir = *root / name;
+  ASSERT_TRUE(fs::create_directory(dir));
+  struct Remove {
+    fs::path d;
+    ~Remove() { ::rmdir(d.c_str()); }
+  } remove{dir};
+  testing::TempDir tmp;
+  const auto recipe = tmp.path() / "cg.toml";
+  std::ofstream(recipe) << R"([recipe]
+name = "cgroup"
+[[probe]]
+name = "lseek"
+tracepoint = "syscalls:sys_enter_lseek"
+[[pipeline]]
+name = "count"
+[[pipeline.stage]]
+use = "count"
+[[counter]]
+name = "calls"
+events = ["syscalls:sys_enter_lseek"]
+)";
+  const auto out = tmp.path() / "out", err = tmp.path() / "err";
+  const pid_t tracer =
+      testing::spawn_tracer_ready({"run", recipe.string(), "--cgroup", name, "--json"}, out, err);
+  ASSERT_GT(tracer, 0) << slurp(err);
+  const auto joined = shell("sh -c 'echo $$ > " + (dir / "cgroup.procs").string() + "; exec " +
+                            kSyscaller + " lseek 2000'");
+  ASSERT_EQ(joined.exit_code, 0) << joined.err;
+  const auto outside = shell(kSyscaller + " lseek 500");
+  ASSERT_EQ(outside.exit_code, 0);
+  ::kill(tracer, SIGINT);
+  ASSERT_TRUE(testing::exited_ok(tracer)) << slurp(err);
+  const std::string text = slurp(out);
+  double probe = -1, group = -1;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (line.find(R"("stage":"count")") != std::string::npos)
+      probe = json_number(line, "count");
+    if (line.find(R"("counter":"syscalls:sys_enter_lseek")") != std::string::npos)
+      group = json_number(line, "value");
+  }
+  EXPECT_EQ(probe, 2000) << text;
+  EXPECT_EQ(group, 2000) << text;
+  const auto bad = shell(kTracer + " run " + recipe.string() + " --cgroup " + name + " -p 1");
+  EXPECT_EQ(bad.exit_code, 2) << bad.err;
+  // In the kernel a count would see every task (its programs do not test the cgroup): refused
+  // at the stage, where auto placement kept it in user space above.
+  const auto kernel = shell(kTracer + " run " + recipe.string() + " --cgroup " + name +
+                            " --placement kernel -d 100ms");
+  EXPECT_EQ(kernel.exit_code, 2) << kernel.err;
+  EXPECT_NE(kernel.err.find("cg.toml:8:1: placement = \"kernel\": a cgroup target"),
+            std::string::npos)
+      << kernel.err;
+}
+
+}  // namespace
+}  // namespace tracer

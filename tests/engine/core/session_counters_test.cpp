@@ -333,3 +333,74 @@ events = ["page-faults", "context-switches"]
 
 }  // namespace
 }  // namespace tracer
+
+namespace tracer {
+namespace {
+
+void run_syscaller(const char* call, const char* n) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::execl(kSyscaller.c_str(), kSyscaller.c_str(), call, n, static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  ::waitpid(pid, nullptr, 0);
+}
+
+// A live change (Session::apply) keeps the [[counter]] groups counting: a probe added beside
+// them leaves their count whole (1,500 + 1,500 getppid calls system-wide, across the change),
+// and a change of a group is refused at its place with the session as it was.
+TEST(SessionCounters, GroupsKeepCountingAcrossALiveChangeAndCannotChangeThemselves) {
+  const std::string base = R"([recipe]
+name = "live"
+[[counter]]
+name = "calls"
+events = ["syscalls:sys_enter_getppid"]
+[[probe]]
+name = "getppid"
+tracepoint = "syscalls:sys_enter_getppid"
+[[pipeline]]
+name = "count"
+[[pipeline.stage]]
+use = "count"
+)";
+  const Recipe recipe = load(base);
+  std::string text;
+  Sink out = Sink::to_string(&text);
+  boost::asio::io_context io(1);
+  Session session(io.get_executor(), recipe, out, {.target = {.kind = Target::Kind::kAllCpus}});
+  double total = -1;
+  session.on_table([&](const TableUpdate& u) {
+    if (u.table.stage == "counters" && u.table.total)
+      total = values_of(u.table).at("syscalls:sys_enter_getppid");
+  });
+  session.start();
+  run_syscaller("getppid", "1500");
+  io.run_for(std::chrono::milliseconds(100));
+  const RecipeChanges changes = session.apply(load(base + R"(
+[[probe]]
+name = "lseek"
+tracepoint = "syscalls:sys_enter_lseek"
+)"));
+  EXPECT_EQ(changes.probes_added, std::vector<std::string>{"lseek"});
+  run_syscaller("getppid", "1500");
+  io.run_for(std::chrono::milliseconds(100));
+  std::string changed = base;
+  changed.replace(changed.find(R"(["syscalls:sys_enter_getppid"])"),
+                  std::string(R"(["syscalls:sys_enter_getppid"])").size(),
+                  R"(["syscalls:sys_enter_getppid", "page-faults"])");
+  try {
+    (void)session.apply(load(changed));
+    FAIL() << "a changed counter group was applied";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.category(), ErrorCategory::kRecipe);
+    EXPECT_NE(std::string(e.what()).find("counters.toml:3:1: [[counter]] groups cannot change"),
+              std::string::npos)
+        << e.what();
+  }
+  session.stop();
+  EXPECT_GE(total, 3000) << text;
+  EXPECT_LT(total, 3100) << text;  // (another process's getppid calls meanwhile: rare)
+}
+
+}  // namespace
+}  // namespace tracer
