@@ -91,7 +91,7 @@ void Session::Impl::plan_placement(Session* self) {
                 fmt::format("{}:{}:{}: placement = \"kernel\": a cgroup target's stages run in "
                             "user space (the in-kernel programs do not test a task's cgroup)",
                             where.path, where.line, where.column),
-                "placement = \"auto\" or \"user\" with --cgroup", where);
+                R"(placement = "auto" or "user" with --cgroup)", where);
   }
   if (cgroup ||
       (mode != Placement::kKernel && (mode == Placement::kUser || !kernel_candidate(pipelines)))) {
