@@ -131,11 +131,14 @@ void Session::Impl::plan_placement(Session* self) {
   }
   // Probes no user-space pipeline reads become counting events: their events go nowhere but
   // into the kernel programs (a perf.data output reads every probe).
+  // (A pipeline of a [[counter]] group reads its counters, no probe's records.)
   bool user_reads = !opts.perf_data.empty();
   bool any_kernel = false;
-  for (const auto& pl : places) {
-    user_reads = user_reads || !pl.plan;
-    any_kernel = any_kernel || pl.plan.has_value();
+  for (std::size_t p = 0; p < places.size(); ++p) {
+    const bool counters_only = p < pipelines.size() && pipelines[p]->size() > 0 &&
+                               pipelines[p]->stage_name(0) == "counters";
+    user_reads = user_reads || (!places[p].plan && !counters_only);
+    any_kernel = any_kernel || places[p].plan.has_value();
   }
   // A sampling perf event's program keeps the samples in the ring only when user space reads
   // them too.

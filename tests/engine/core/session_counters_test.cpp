@@ -50,6 +50,7 @@ struct Collected {
   std::map<std::string, std::vector<std::map<std::string, double>>> intervals;  // by group
   std::map<std::string, std::map<std::string, double>> totals;                  // by group
   std::vector<Table> tables;
+  std::uint64_t delivered = 0;  // records handed to user space (SessionStats::delivered)
 };
 
 /// Runs `recipe` on a command through a Session on this thread, collecting the counters tables.
@@ -78,6 +79,7 @@ Collected run_command(const Recipe& recipe, std::vector<std::string> command, st
   io.run_for(std::chrono::seconds(30));
   EXPECT_TRUE(done) << "the command's exit did not end the session";
   session.stop();
+  c.delivered = session.stats().delivered;
   return c;
 }
 
@@ -400,6 +402,36 @@ tracepoint = "syscalls:sys_enter_lseek"
   session.stop();
   EXPECT_GE(total, 3000) << text;
   EXPECT_LT(total, 3100) << text;  // (another process's getppid calls meanwhile: rare)
+}
+
+}  // namespace
+}  // namespace tracer
+
+namespace tracer {
+namespace {
+
+// A count placed in the kernel beside a [[counter]] group: the group's pipeline reads no
+// record, so the probe's events stay in the kernel (none delivered) and the count is exact.
+TEST(SessionCounters, ACountInTheKernelBesideAGroupDeliversNothing) {
+  const Recipe recipe = load(R"([recipe]
+name = "mix"
+[[probe]]
+name = "lseek"
+tracepoint = "syscalls:sys_enter_lseek"
+[[pipeline]]
+name = "count"
+[[pipeline.stage]]
+use = "count"
+[[counter]]
+name = "g"
+events = ["syscalls:sys_enter_lseek"]
+)");
+  std::string text;
+  const Collected c = run_command(recipe, {kSyscaller, "lseek", "1500"}, &text);
+  ASSERT_TRUE(c.totals.contains("g")) << text;
+  EXPECT_EQ(c.totals.at("g").at("syscalls:sys_enter_lseek"), 1500);
+  EXPECT_NE(text.find("count:\ncount\n 1500"), std::string::npos) << text;
+  EXPECT_EQ(c.delivered, 0u);  // (it was every event when the group's pipeline counted as a reader)
 }
 
 }  // namespace
