@@ -189,19 +189,31 @@ std::optional<fs::path> cgroup2_root() {
   return std::nullopt;
 }
 
+/// A cgroup made for a test under the cgroup v2 hierarchy, removed after it (empty by then: the
+/// processes put in it have exited).
+struct TestCgroup {
+  std::string name;
+  fs::path dir;
+  explicit TestCgroup(const fs::path& root, const std::string& prefix)
+      : name(prefix + std::to_string(::getpid())), dir(root / name) {
+    made = fs::create_directory(dir);
+  }
+  ~TestCgroup() { ::rmdir(dir.c_str()); }
+  TestCgroup(const TestCgroup&) = delete;
+  TestCgroup& operator=(const TestCgroup&) = delete;
+  bool made = false;
+};
+
 // -G: only the cgroup's tasks count: of a command whose child joins the cgroup and makes 2,000
 // lseek calls, and then makes 500 outside it, 2,000; perf's row with its cgroup column.
 TEST(OracleStat, ACgroupCountsOnlyItsTasksAsPerfStatG) {
   const auto root = cgroup2_root();
   if (!root)
     GTEST_SKIP() << "no cgroup v2 hierarchy is mounted (perf's cgroup events need one)";
-  const std::string name = "tracer-stat-" + std::to_string(::getpid());
-  const fs::path dir = *root / name;
-  ASSERT_TRUE(fs::create_directory(dir));
-  struct Remove {
-    fs::path d;
-    ~Remove() { ::rmdir(d.c_str()); }
-  } remove{dir};
+  const TestCgroup cgroup(*root, "tracer-stat-");
+  ASSERT_TRUE(cgroup.made) << cgroup.dir;
+  const std::string& name = cgroup.name;
+  const fs::path& dir = cgroup.dir;
   const std::string work = R"( -- sh -c "sh -c 'echo \$\$ > )" + (dir / "cgroup.procs").string() +
                            "; exec " + kSyscaller + " lseek 2000'; " + kSyscaller +
                            R"( lseek 500" 2>&1)";
@@ -346,13 +358,10 @@ TEST(OracleStat, ARecipesProbesAndCounterGroupsOfACgroupTarget) {
   const auto root = cgroup2_root();
   if (!root)
     GTEST_SKIP() << "no cgroup v2 hierarchy is mounted (perf's cgroup events need one)";
-  const std::string name = "tracer-run-" + std::to_string(::getpid());
-  const fs::path dir = *root / name;
-  ASSERT_TRUE(fs::create_directory(dir));
-  struct Remove {
-    fs::path d;
-    ~Remove() { ::rmdir(d.c_str()); }
-  } remove{dir};
+  const TestCgroup cgroup(*root, "tracer-run-");
+  ASSERT_TRUE(cgroup.made) << cgroup.dir;
+  const std::string& name = cgroup.name;
+  const fs::path& dir = cgroup.dir;
   testing::TempDir tmp;
   const auto recipe = tmp.path() / "cg.toml";
   std::ofstream(recipe) << R"([recipe]
