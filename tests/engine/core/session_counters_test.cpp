@@ -436,3 +436,65 @@ events = ["syscalls:sys_enter_lseek"]
 
 }  // namespace
 }  // namespace tracer
+
+namespace tracer {
+namespace {
+
+// A counters stage named in a pipeline of the recipe's own, with an output after it: the CSV
+// file holds each interval's rows and the total's (its interval column "total"), with the
+// table's columns.
+TEST(SessionCounters, ACountersStageInAPipelineWritesCsv) {
+  const fs::path dir = fs::temp_directory_path() / ("counters_csv_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const fs::path csv = dir / "counts.csv";
+  const Recipe recipe = load(R"([recipe]
+name = "csv"
+[[counter]]
+name = "g"
+events = ["syscalls:sys_enter_lseek"]
+[[pipeline]]
+name = "out"
+[[pipeline.stage]]
+use = "counters"
+group = "g"
+every = "50ms"
+[[pipeline.stage]]
+use = "csv"
+path = ")" + csv.string() + R"("
+)");
+  ASSERT_EQ(recipe.pipelines.size(), 1u);  // the group is named: no implicit pipeline
+  std::string text;
+  const Collected c = run_command(
+      recipe, {"/bin/sh", "-c", kSyscaller + " lseek 700; sleep 0.2; " + kSyscaller + " lseek 300"},
+      &text);
+  std::ifstream in(csv);
+  std::string header;
+  std::getline(in, header);
+  // (RFC 4180 lines end in CRLF.)
+  EXPECT_EQ(header, "stage,interval,group,counter,value,unit,raw,enabled_ns,running_ns,pct\r");
+  double sum = 0, total = -1;
+  int intervals = 0;
+  for (std::string line; std::getline(in, line);) {
+    // stage,interval,group,counter,value,...
+    std::vector<std::string> f;
+    std::size_t from = 0;
+    for (std::size_t at; (at = line.find(',', from)) != std::string::npos; from = at + 1)
+      f.push_back(line.substr(from, at - from));
+    f.push_back(line.substr(from));
+    ASSERT_GE(f.size(), 5u) << line;
+    const double v = f[4].empty() ? 0 : std::stod(f[4]);
+    if (f[1] == "total") {
+      total = v;
+    } else {
+      sum += v;
+      ++intervals;
+    }
+  }
+  EXPECT_EQ(total, 1000);
+  EXPECT_EQ(sum, 1000);
+  EXPECT_GE(intervals, 3);
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace tracer
