@@ -21,7 +21,6 @@
 
 #include "commands.hpp"
 #include "tracer/common/proc_mounts.hpp"
-#include "tracer/common/text_file.hpp"
 #include "tracer/diagnostics.hpp"
 #include "tracer/duration.hpp"
 #include "tracer/engine.hpp"
@@ -112,11 +111,7 @@ Target target_from(const RunOptions& o) {
   }
   if (!o.cgroup.empty()) {
     // A name is under the cgroup v2 hierarchy's mount (perf stat -G's habit).
-    std::string root = "/sys/fs/cgroup";
-    if (auto mounts = detail::read_text_file("/proc/mounts", "run")) {
-      if (auto found = detail::find_cgroup2_root(*mounts))
-        root = found->string();
-    }
+    const std::string root = detail::cgroup2_root().string();
     t.kind = Target::Kind::kCgroup;
     t.cgroup = o.cgroup.starts_with('/') ? o.cgroup : root + "/" + o.cgroup;
   } else if (o.pid > 0) {

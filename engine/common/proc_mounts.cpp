@@ -69,4 +69,12 @@ std::optional<fs::path> find_cgroup2_root(std::string_view mounts) {
   return std::nullopt;
 }
 
+fs::path cgroup2_root() {
+  if (auto mounts = read_text_file("/proc/mounts", "cgroup")) {
+    if (auto found = find_cgroup2_root(*mounts))
+      return *found;
+  }
+  return "/sys/fs/cgroup";
+}
+
 }  // namespace tracer::detail

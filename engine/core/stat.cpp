@@ -23,7 +23,6 @@
 #include <thread>
 
 #include "tracer/common/proc_mounts.hpp"
-#include "tracer/common/text_file.hpp"
 #include "tracer/error.hpp"
 #include "tracer/event_names.hpp"
 #include "tracer/perf/counter_set.hpp"
@@ -433,11 +432,7 @@ class Measurement {
   }
 
   static UniqueFd open_cgroup(const std::string& name) {
-    std::string root = "/sys/fs/cgroup";
-    if (auto mounts = detail::read_text_file("/proc/mounts", "stat")) {
-      if (auto found = detail::find_cgroup2_root(*mounts))
-        root = found->string();
-    }
+    const std::string root = detail::cgroup2_root().string();
     const std::string path = name.starts_with('/') ? name : root + "/" + name;
     UniqueFd fd(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW));
     if (!fd) {

@@ -94,6 +94,7 @@ void Pipeline::bind(std::span<const ProbeInfo> probes,
 
 void Pipeline::bind_members(Diagnostics& diags) {
   member_slots_.assign(schema_->probes().size(), {});
+  has_members_ = false;
   std::map<std::string, std::uint32_t, std::less<>> slots;
   for (std::size_t p = 0; p < schema_->probes().size(); ++p) {
     for (const auto& name : schema_->probes()[p].read_members) {
@@ -111,6 +112,7 @@ void Pipeline::bind_members(Diagnostics& diags) {
         it = slots.emplace(name, *slot).first;
       }
       member_slots_[p].push_back(it->second);
+      has_members_ = true;
     }
   }
 }
@@ -407,8 +409,7 @@ void Pipeline::run(std::span<const RecordRef> records) noexcept {
                    : 1;
     for (std::size_t d = 0; d < derived_; ++d)
       e.derived[d] = std::monostate{};
-    if (e.sample != nullptr && ref->probe < member_slots_.size() &&
-        !member_slots_[ref->probe].empty())
+    if (has_members_ && e.sample != nullptr && !member_slots_[ref->probe].empty())
       set_member_deltas(e);
     ++stats_.records;
     ++stats_.by_kind[static_cast<std::size_t>(e.kind)];

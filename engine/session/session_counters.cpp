@@ -1,5 +1,6 @@
 // A session's [[counter]] groups (see session_counters.hpp).
 #include "session_counters.hpp"
+#include "session_impl.hpp"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -8,8 +9,6 @@
 #include <cerrno>
 #include <cstring>
 
-#include "tracer/common/proc_mounts.hpp"
-#include "tracer/common/text_file.hpp"
 #include "tracer/diagnostics.hpp"
 #include "tracer/error.hpp"
 #include "tracer/event_names.hpp"
@@ -19,12 +18,6 @@
 namespace tracer {
 
 namespace {
-
-std::chrono::nanoseconds monotonic() {
-  timespec ts{};
-  ::clock_gettime(CLOCK_MONOTONIC, &ts);
-  return std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec);
-}
 
 /// What a failed open says at the event's position.
 std::string why_not(const perf::CounterSetEvent& e, const Failure& f) {
@@ -143,7 +136,7 @@ void SessionCounters::open(const Target& target, pid_t command_pid) {
     close();
     diags.throw_if_any();
   }
-  started_ = monotonic();
+  started_ = session_detail::monotonic_now();
 }
 
 void SessionCounters::enable() {
@@ -153,7 +146,7 @@ void SessionCounters::enable() {
     if (auto st = s->enable(); !st)
       throw Error(ErrorCategory::kRuntime, st.error());
   }
-  started_ = monotonic();
+  started_ = session_detail::monotonic_now();
 }
 
 void SessionCounters::close() noexcept {
@@ -163,7 +156,7 @@ void SessionCounters::close() noexcept {
 
 CounterGroupReading SessionCounters::read(std::size_t group) const {
   CounterGroupReading r;
-  r.time = monotonic();
+  r.time = session_detail::monotonic_now();
   static const std::optional<perf::CounterSet> kNone;
   const std::optional<perf::CounterSet>& opened = group < sets_.size() ? sets_[group] : kNone;
   if (!opened) {

@@ -246,6 +246,7 @@ class Pipeline {
   /// Timebase sampling (ProbeInfo::read_members): per probe, each member's derived slot; the
   /// last count of each member counter by its id (an inherited child's counter has its own).
   std::vector<std::vector<std::uint32_t>> member_slots_;
+  bool has_members_ = false;  // some probe has read members (the per-event test is this flag)
   std::unordered_map<std::uint64_t, std::uint64_t> member_last_;
   void bind_members(Diagnostics& diags);
   void set_member_deltas(Event& e) noexcept;

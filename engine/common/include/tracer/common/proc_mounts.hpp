@@ -22,5 +22,7 @@ namespace tracer::detail {
 /// The cgroup v2 (unified) hierarchy's mount point in the text of /proc/mounts: where perf's
 /// cgroup events find their cgroups (/sys/fs/cgroup, or /sys/fs/cgroup/unified beside v1).
 [[nodiscard]] std::optional<std::filesystem::path> find_cgroup2_root(std::string_view mounts);
+/// This machine's cgroup v2 root (find_cgroup2_root of /proc/mounts), else /sys/fs/cgroup.
+[[nodiscard]] std::filesystem::path cgroup2_root();
 
 }  // namespace tracer::detail
