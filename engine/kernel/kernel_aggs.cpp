@@ -44,6 +44,21 @@ void emit_bucket_counts(const Aggregation& /*agg*/, const Layout& l, Writer& w) 
   w.line("__u64 counts[{}];", l.buckets);
 }
 
+/// A distribution's value: its bucket counts, then the sum of its values (a histogram's and a
+/// summary's `_sum`).
+void emit_bucket_counts_and_sum(const Aggregation& agg, const Layout& l, Writer& w) {
+  emit_bucket_counts(agg, l, w);
+  w.line("__s64 sum;");
+}
+
+/// sum += v: atomic in a shared map, plain in a per-CPU one.
+void emit_sum_add(const UpdateStyle& u, Writer& w) {
+  if (u.cas)
+    w.line("__sync_fetch_and_add(&p->sum, v);");
+  else
+    w.line("p->sum += v;");
+}
+
 /// `tr_bucket(v)` as `call` of bpf/progs/tracer_buckets.h.
 void emit_bucket_call(Writer& w, std::string_view call) {
   w.raw(kBucketsC);
@@ -63,6 +78,11 @@ void emit_bucket_add(const Layout& l, const UpdateStyle& u, Writer& w) {
   w.line("if (b >= {})", l.buckets);
   w.line("\tb = {};", l.buckets - 1);
   w.line("{}(&p->counts[b]);", u.vinc);
+}
+
+void emit_histogram_add(const Layout& l, const UpdateStyle& u, Writer& w) {
+  emit_bucket_add(l, u, w);
+  emit_sum_add(u, w);
 }
 
 void describe_as(Snapshot& s, std::string_view name) {
@@ -103,6 +123,21 @@ void merge_buckets(const Aggregation& /*agg*/, const Layout& l, const std::byte*
   }
 }
 
+/// The buckets, then the sum at `sum_at` bytes (wrapping, as the stages' 64-bit sums).
+void merge_buckets_and_sum(const Aggregation& agg,
+                           const Layout& l,
+                           const std::byte* v,
+                           RowMerge& m,
+                           std::size_t sum_at) {
+  merge_buckets(agg, l, v, m);
+  m.row.value =
+      static_cast<std::int64_t>(static_cast<std::uint64_t>(m.row.value) + load_u64(v + sum_at));
+}
+
+void merge_histogram(const Aggregation& agg, const Layout& l, const std::byte* v, RowMerge& m) {
+  merge_buckets_and_sum(agg, l, v, m, std::size_t{8} * l.buckets);
+}
+
 void finish_value(const Aggregation& /*agg*/, const Layout& /*l*/, RowMerge& m) {
   m.row.values.emplace_back(m.row.value);
 }
@@ -128,10 +163,11 @@ void finish_histogram(RowMerge& m, Bounds&& bounds) {
     row.buckets.push_back(std::move(hb));
   }
   row.values.emplace_back(row.count);
+  row.values.emplace_back(row.value);
 }
 
 void describe_histogram(const Aggregation& agg, Snapshot& s) {
-  s.value_names = {agg.value_name};
+  s.value_names = {agg.value_name, "sum"};
   s.histogram = true;
 }
 
@@ -221,15 +257,15 @@ const KernelAgg kHist{
     .layout =
         [](const Aggregation&, Layout& l) {
           l.buckets = static_cast<std::uint32_t>(detail::kLog2Buckets);
-          l.value_size = 8 * l.buckets;
+          l.value_size = 8 * l.buckets + 8;
         },
-    .emit_value = emit_bucket_counts,
+    .emit_value = emit_bucket_counts_and_sum,
     .emit_bucket = [](const Aggregation&,
                       const Layout&,
                       Writer& w) { emit_bucket_call(w, "tr_log2_bucket(v)"); },
-    .emit_update = emit_bucket_add,
+    .emit_update = emit_histogram_add,
     .describe = describe_histogram,
-    .merge = merge_buckets,
+    .merge = merge_histogram,
     .finish = [](const Aggregation&,
                  const Layout&,
                  RowMerge& m) { finish_histogram(m, detail::log2_bucket); },
@@ -256,20 +292,20 @@ const KernelAgg kLhist{
       if (p.max <= p.min)
         return "lhist: max must be above min";
       const std::uint64_t buckets = std::uint64_t{p.inner()} + 2;
-      if (buckets * 8 > kMaxValueSize)
+      if ((buckets + 1) * 8 > kMaxValueSize)  // and the sum
         return fmt::format(
             "lhist: {} buckets per key (at most {} fit in a BPF map value): raise step or narrow "
             "[min, max)",
-            buckets, kMaxValueSize / 8);
+            buckets, (kMaxValueSize / 8) - 1);
       return std::nullopt;
     },
     .layout =
         [](const Aggregation& agg, Layout& l) {
           l.lhist_inner = LinearParams(agg).inner();
           l.buckets = l.lhist_inner + 2;
-          l.value_size = 8 * l.buckets;
+          l.value_size = 8 * l.buckets + 8;
         },
-    .emit_value = emit_bucket_counts,
+    .emit_value = emit_bucket_counts_and_sum,
     .emit_bucket =
         [](const Aggregation& agg, const Layout& l, Writer& w) {
           const LinearParams p(agg);
@@ -277,9 +313,9 @@ const KernelAgg kLhist{
                            fmt::format("tr_linear_bucket(v, {}LL, {}LL, {}ULL, {})", p.min, p.max,
                                        static_cast<std::uint64_t>(p.step), l.lhist_inner));
         },
-    .emit_update = emit_bucket_add,
+    .emit_update = emit_histogram_add,
     .describe = describe_histogram,
-    .merge = merge_buckets,
+    .merge = merge_histogram,
     .finish =
         [](const Aggregation& agg, const Layout& l, RowMerge& m) {
           const LinearParams p(agg);
@@ -297,20 +333,21 @@ const KernelAgg kQuantiles{
           // shared hash allocates keys as they come (BPF_F_NO_PREALLOC), not max_keys of them
           // up front.
           l.buckets = static_cast<std::uint32_t>(detail::kQuantileBuckets);
-          l.value_size = 8 * l.buckets + 16;
+          l.value_size = 8 * l.buckets + 24;
         },
     .emit_value =
         [](const Aggregation& agg, const Layout& l, Writer& w) {
           emit_bucket_counts(agg, l, w);
           w.line("__u64 vmin; /* ~min: the largest wins, 0 is none */");
           w.line("__u64 vmax; /* max + 1: the largest wins, 0 is none */");
+          w.line("__s64 sum;");
         },
     .emit_bucket = [](const Aggregation&,
                       const Layout&,
                       Writer& w) { emit_bucket_call(w, "tr_quantile_bucket(v)"); },
     .emit_update =
         [](const Layout& l, const UpdateStyle& u, Writer& w) {
-          emit_bucket_add(l, u, w);
+          emit_histogram_add(l, u, w);
           w.line("__u64 u = v < 0 ? 0 : (__u64)v;");
           w.line("__u64 e_min = ~u, e_max = u + 1;");
           w.line("{{");
@@ -326,11 +363,11 @@ const KernelAgg kQuantiles{
         },
     .describe =
         [](const Aggregation&, Snapshot& s) {
-          s.value_names = {"count", "min", "max"};
+          s.value_names = {"count", "min", "max", "sum"};
         },
     .merge =
         [](const Aggregation& agg, const Layout& l, const std::byte* v, RowMerge& m) {
-          merge_buckets(agg, l, v, m);
+          merge_buckets_and_sum(agg, l, v, m, (std::size_t{8} * l.buckets) + 16);
           m.min_enc = std::max(m.min_enc, load_u64(v + (std::size_t{8} * l.buckets)));
           m.max_enc = std::max(m.max_enc, load_u64(v + (std::size_t{8} * l.buckets) + 8));
         },
@@ -343,6 +380,7 @@ const KernelAgg kQuantiles{
           m.row.values.emplace_back(m.row.count);
           m.row.values.emplace_back(m.row.min);
           m.row.values.emplace_back(m.row.max);
+          m.row.values.emplace_back(m.row.value);
         },
     .no_prealloc = true,
 };

@@ -420,6 +420,7 @@ std::optional<FieldRef> AggregateStage::bind_value(BindContext& ctx, Diagnostics
 
 void AggregateStage::describe(Table& t, std::string_view what) const {
   t.stage = stage_name_;
+  t.field = value_name_;
   for (const auto& [name, where] : by_names_)
     t.key_names.push_back(name);
   t.title = std::string(what);

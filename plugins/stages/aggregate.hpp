@@ -24,6 +24,11 @@
 
 namespace tracer::stages {
 
+/// a + b wrapping at 64 bits, as the kernel's sums do (no signed overflow).
+[[nodiscard]] constexpr std::int64_t wrapping_add(std::int64_t a, std::int64_t b) noexcept {
+  return static_cast<std::int64_t>(static_cast<std::uint64_t>(a) + static_cast<std::uint64_t>(b));
+}
+
 /// The options every aggregation takes: by, top, every.
 [[nodiscard]] std::vector<OptionSpec> aggregate_options();
 
@@ -652,6 +657,7 @@ class AggregateStage : public Stage, public Aggregation {
       for (std::size_t b = 0; b < n; ++b)
         s.counts[b] += r.counts[b];
       s.total += r.count;
+      s.sum = wrapping_add(s.sum, r.value);
       also(s, r);
     }
   }

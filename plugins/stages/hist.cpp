@@ -43,8 +43,10 @@ void Hist::add(std::span<Sample> events) noexcept {
   accumulate(
       events, value_, states_, [] { return State{}; },
       [](State& s, const Value& v) {
-        ++s.counts[bucket(to_int(v).value_or(0))];
+        const std::int64_t i = to_int(v).value_or(0);
+        ++s.counts[bucket(i)];
         ++s.total;
+        s.sum = wrapping_add(s.sum, i);
       });
 }
 
@@ -63,7 +65,7 @@ void Hist::absorb(const std::vector<KernelRow>& rows) {
 void Hist::snapshot(Table& out, bool reset) {
   describe(out, fmt::format("hist of {}", value_name_));
   out.histogram = true;
-  out.value_names = {value_name_};
+  out.value_names = {value_name_, "sum"};
   snapshot_rows(
       out, states_, reset,
       [](const State& s, TableRow& row) {
@@ -74,6 +76,7 @@ void Hist::snapshot(Table& out, bool reset) {
           hb.label = std::move(bb.label);
         });
         row.values.emplace_back(s.total);
+        row.values.emplace_back(s.sum);
       },
       [](State& s) { s = State{}; });
 }

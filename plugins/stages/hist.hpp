@@ -38,6 +38,7 @@ class Hist : public AggregateStage, public InPlace, public InKernel {
   struct State {
     std::array<std::uint64_t, kBuckets> counts{};
     std::uint64_t total = 0;
+    std::int64_t sum = 0;  // of the values (wrapping, as the kernel's)
   };
   std::optional<FieldRef> value_;
   KeyedStates<State> states_;

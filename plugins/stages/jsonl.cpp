@@ -57,6 +57,10 @@ void Jsonl::on_table(const Table& t) {
         buf_.append(std::string_view(",\"count\":"));
         append_json(buf_, row.values.front());
       }
+      if (row.values.size() > 1) {  // the sum of the values
+        buf_.append(std::string_view(",\"sum\":"));
+        append_json(buf_, row.values[1]);
+      }
       buf_.append(std::string_view(",\"buckets\":["));
       for (std::size_t b = 0; b < row.buckets.size(); ++b) {
         const auto& hb = row.buckets[b];

@@ -96,15 +96,17 @@ void Lhist::add(std::span<Sample> events) noexcept {
       events, value_, states_,
       [this] { return State{.counts = std::vector<std::uint64_t>(inner_ + 2), .total = 0}; },
       [this](State& s, const Value& v) {
-        ++s.counts[bucket(to_int(v).value_or(0))];
+        const std::int64_t i = to_int(v).value_or(0);
+        ++s.counts[bucket(i)];
         ++s.total;
+        s.sum = wrapping_add(s.sum, i);
       });
 }
 
 void Lhist::snapshot(Table& out, bool reset) {
   describe(out, fmt::format("lhist of {}", value_name_));
   out.histogram = true;
-  out.value_names = {value_name_};
+  out.value_names = {value_name_, "sum"};
   snapshot_rows(
       out, states_, reset,
       [this](const State& s, TableRow& row) {
@@ -115,10 +117,12 @@ void Lhist::snapshot(Table& out, bool reset) {
           hb.label = std::move(bb.label);
         });
         row.values.emplace_back(s.total);
+        row.values.emplace_back(s.sum);
       },
       [](State& s) {
         std::fill(s.counts.begin(), s.counts.end(), 0);
         s.total = 0;
+        s.sum = 0;
       });
 }
 

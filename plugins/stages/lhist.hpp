@@ -34,6 +34,7 @@ class Lhist : public AggregateStage, public InPlace, public InKernel {
   struct State {
     std::vector<std::uint64_t> counts;
     std::uint64_t total = 0;
+    std::int64_t sum = 0;  // of the values (wrapping, as the kernel's)
   };
   std::int64_t min_ = 0, max_ = 100, step_ = 10;
   std::size_t inner_ = 10;  // buckets between min and max

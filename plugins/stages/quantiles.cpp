@@ -105,6 +105,7 @@ void Quantiles::add(std::span<Sample> events) noexcept {
         const std::uint64_t u = i < 0 ? 0 : static_cast<std::uint64_t>(i);
         ++s.counts[bucket(u)];
         ++s.total;
+        s.sum = wrapping_add(s.sum, i);
         s.min = std::min(s.min, u);
         s.max = std::max(s.max, u);
       });
@@ -129,6 +130,8 @@ void Quantiles::snapshot(Table& out, bool reset) {
   out.value_names = {"count", "min"};
   out.value_names.insert(out.value_names.end(), names_.begin(), names_.end());
   out.value_names.emplace_back("max");
+  out.value_names.emplace_back("sum");
+  out.quantiles = qs_;
   out.note = "quantiles within 1/128 (0.79%) of the exact nearest-rank value";
   snapshot_rows(
       out, states_, reset,
@@ -151,10 +154,12 @@ void Quantiles::snapshot(Table& out, bool reset) {
           row.values.emplace_back(value);
         }
         row.values.emplace_back(s.max);
+        row.values.emplace_back(s.sum);
       },
       [](State& s) {
         std::fill(s.counts.begin(), s.counts.end(), 0);
         s.total = 0;
+        s.sum = 0;
         s.min = UINT64_MAX;
         s.max = 0;
       });

@@ -50,6 +50,7 @@ class Quantiles : public AggregateStage, public InPlace, public InKernel {
     std::vector<std::uint64_t> counts;
     std::uint64_t total = 0;
     std::uint64_t min = UINT64_MAX, max = 0;
+    std::int64_t sum = 0;  // of the values (wrapping, as the kernel's)
   };
   std::vector<double> qs_ = {0.5, 0.9, 0.99, 0.999};
   std::vector<std::string> names_;

@@ -96,7 +96,9 @@ inline std::string hist_values() {
   add(0, 1);
   for (long lo = 1; lo < kN; lo *= 2)
     add(lo, lo * 2);
-  return R"("count":)" + std::to_string(kCalls) + R"(,"buckets":[)" + buckets + "]";
+  const long sum = kW * (kN - 1) * kN / 2;  // of the offsets
+  return R"("count":)" + std::to_string(kCalls) + R"(,"sum":)" + std::to_string(sum) +
+         R"(,"buckets":[)" + buckets + "]";
 }
 
 inline std::vector<Shape> shapes() {

@@ -189,6 +189,8 @@ TEST(StagePrint, FormatLinesAndAlignedTables) {
 
   Table t{.stage = "count",
           .title = "count by comm, pid",
+          .field = {},
+          .quantiles = {},
           .key_names = {"comm", "pid"},
           .value_names = {"count"},
           .histogram = false,

@@ -80,6 +80,9 @@ struct TableRow {
 struct Table {
   std::string stage;  // "count"
   std::string title;  // "count by comm", "hist of duration"
+  std::string field;  // the field it aggregates ("duration"); empty for a count of events
+  /// The quantiles stage: the q (0.5, 0.99, ...) of its values named "p50", "p99", ... in order.
+  std::vector<double> quantiles;
   std::vector<std::string> key_names;
   std::vector<std::string> value_names;
   bool histogram = false;
