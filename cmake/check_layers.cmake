@@ -17,7 +17,7 @@ endif()
 
 # Layers, lowest first: a directory, its name, the layers it may include.
 set(layer_names common perf tracefs bpf symbols model perfdata recipe core pipeline stages kernel session
-                cli)
+                exporter cli)
 set(dir_common engine/common)
 set(dir_perf engine/perf)
 set(dir_tracefs engine/tracefs)
@@ -31,6 +31,7 @@ set(dir_pipeline engine/pipeline)
 set(dir_stages plugins)
 set(dir_kernel engine/kernel)
 set(dir_session engine/session)
+set(dir_exporter engine/exporter)
 set(dir_cli cmd)
 set(allow_common common)
 set(allow_perf common perf)
@@ -46,13 +47,15 @@ set(allow_stages common perf tracefs bpf symbols model perfdata recipe pipeline 
 set(allow_kernel common perf tracefs bpf symbols model perfdata recipe core pipeline stages kernel)
 set(allow_session common perf tracefs bpf symbols model perfdata recipe core pipeline stages kernel
     session)
+set(allow_exporter common perf tracefs bpf symbols model perfdata recipe core pipeline stages kernel
+    session exporter)
 set(allow_cli common perf tracefs bpf symbols model perfdata recipe core pipeline stages kernel
-    session cli)
+    session exporter cli)
 
 # The layer whose public header a "tracer/..." include names, or "" for none.
 function(layer_of include out)
   set(layer "")
-  if(include MATCHES "^tracer/(common|perf|tracefs|bpf|symbols|perfdata|kernel)/")
+  if(include MATCHES "^tracer/(common|perf|tracefs|bpf|symbols|perfdata|kernel|exporter)/")
     set(layer ${CMAKE_MATCH_1})
   elseif(include MATCHES "^tracer/([a-z_]+)\\.hpp$")
     # Top-level public headers: the layer whose include/ directory holds them.

@@ -36,5 +36,6 @@ void add_list_command(CLI::App& app, Runner& run);
 void add_stat_command(CLI::App& app, Runner& run);
 void add_run_command(CLI::App& app, Runner& run);
 void add_replay_command(CLI::App& app, Runner& run);
+void add_serve_command(CLI::App& app, Runner& run);
 
 }  // namespace tracer::cli

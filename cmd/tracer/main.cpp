@@ -26,6 +26,7 @@ int run_main(int argc, char** argv) {
   tracer::cli::add_stat_command(app, run);
   tracer::cli::add_run_command(app, run);
   tracer::cli::add_replay_command(app, run);
+  tracer::cli::add_serve_command(app, run);
 
   // Everything after the first "--" is a command line of its own (tracer stat -- CMD ARGS):
   // keep it away from CLI11, which would otherwise try to match its options.

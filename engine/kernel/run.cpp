@@ -136,13 +136,13 @@ std::vector<Run> start_runs(Engine& engine,
 void absorb_runs(std::span<Run> runs,
                  std::span<const std::unique_ptr<Pipeline>> pipelines,
                  Engine& engine,
-                 bool final,
+                 bool all,
                  std::chrono::nanoseconds now) {
   std::vector<std::optional<Result<gen::Snapshot>>> snaps;
   bool stacks = false;
   for (auto& run : runs) {
     const Pipeline& p = *pipelines[run.pipeline];
-    bool due = final || p.tracks_maps() || p.output_due(now);
+    bool due = all || p.tracks_maps() || p.output_due(now);
     if (!due) {
       auto filling = run.reader->filling();
       due = !filling || *filling;  // a failed read: flip, and report its error there

@@ -573,6 +573,17 @@ void Pipeline::emit(std::size_t index, std::chrono::nanoseconds now, bool reset,
   }
 }
 
+Table Pipeline::peek(std::size_t index, std::chrono::nanoseconds now) {
+  Slot& slot = stages_[index];
+  Table table;
+  table.total = slot.aggregation->total_at_stop();
+  table.since = table.total ? started_ : slot.last_emit;
+  table.time = now;
+  table.interval = slot.emitted;
+  slot.aggregation->snapshot(table, false);
+  return table;
+}
+
 bool Pipeline::output_due(std::chrono::nanoseconds now) const {
   if (stopped_)
     return false;

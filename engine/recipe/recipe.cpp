@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "recipe_counter.hpp"
+#include "recipe_export.hpp"
 #include "recipe_probe.hpp"
 #include "recipe_schema.hpp"
 #include "recipe_subst.hpp"
@@ -77,7 +78,8 @@ class Loader {
     core::apply_sets(*root, options_.sets, diags_);
     recipe_.params = core::read_params(*root, diags_);
     for (auto& [key, v] : *root->table()) {
-      if (key == "probe" || key == "bpf" || key == "stage" || key == "pipeline" || key == "counter")
+      if (key == "probe" || key == "bpf" || key == "stage" || key == "pipeline" || key == "counter" ||
+          key == "export")
         core::substitute(v, recipe_.params, diags_);
     }
     read_root(*root->table());
@@ -187,6 +189,11 @@ class Loader {
     if (const auto* bpf = find_entry(root, "bpf")) {
       if (const auto* t = keys_.table(*bpf, "write [bpf] followed by source = \"file.bpf.c\""))
         read_bpf(*t, bpf->second.where);
+    }
+
+    if (const auto* x = find_entry(root, "export")) {
+      if (keys_.table(*x, R"(write [export] followed by prefix = "...")") != nullptr)
+        recipe_.exporting = core::read_export(x->second, diags_);
     }
 
     if (const auto* c = find_entry(root, "counter")) {

@@ -30,8 +30,20 @@ struct KeySpec {
   KeyType type;
 };
 
-inline constexpr std::string_view kTopKeys[] = {"recipe", "params",   "probe",  "bpf",
-                                                "stage",  "pipeline", "counter"};
+inline constexpr std::string_view kTopKeys[] = {"recipe",   "params",  "probe", "bpf", "stage",
+                                                "pipeline", "counter", "export"};
+
+inline constexpr KeySpec kExportKeys[] = {
+    {"prefix", KeyType::kString},
+    {"label_budget", KeyType::kInt},
+    {"relabel", KeyType::kString},
+};
+inline constexpr KeySpec kRelabelKeys[] = {
+    {"action", KeyType::kString},
+    {"label", KeyType::kString},
+    {"regex", KeyType::kString},
+    {"to", KeyType::kString},
+};
 
 inline constexpr KeySpec kCounterKeys[] = {
     {"name", KeyType::kString},  {"events", KeyType::kString},  {"every", KeyType::kDuration},

@@ -422,6 +422,25 @@ void Session::stop() {
     h();
 }
 
+void Session::collect(const std::function<void(const TableUpdate&)>& handler) {
+  auto& s = *impl_;
+  if (!s.live || s.stopped)
+    return;
+  s.engine->drain_now();  // what the rings hold reaches the pipelines
+  const auto now = monotonic_now();
+  s.feed_counters(now);
+  s.absorb_kernel(true, now);
+  for (std::size_t i = 0; i < s.pipelines.size(); ++i) {
+    Pipeline& p = *s.pipelines[i];
+    for (std::size_t k = 0; k < p.size(); ++k) {
+      if (p.stage(k).aggregation() == nullptr)
+        continue;
+      const Table table = p.peek(k, now);
+      handler(TableUpdate{.pipeline = i, .stage = k, .table = table, .final = false});
+    }
+  }
+}
+
 void Session::on_done(std::function<void()> handler) {
   impl_->done_handlers.push_back(std::move(handler));
 }

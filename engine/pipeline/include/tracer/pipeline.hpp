@@ -167,6 +167,12 @@ class Pipeline {
   /// Whether tick(now) would emit a table (an aggregation's `every` elapsed): when the rows an
   /// aggregation keeps in the kernel must be read.
   [[nodiscard]] bool output_due(std::chrono::nanoseconds now) const;
+  /// Aggregation `index`'s rows so far, as its next table would have them, without emitting or
+  /// resetting anything (a scrape of `tracer serve`): since the last interval's table with
+  /// `every`, else since the start; an aggregation that keeps a total (Aggregation::
+  /// total_at_stop) gives the whole run's, with Table::total set. Rows the time-order merge still
+  /// holds are not in it.
+  [[nodiscard]] Table peek(std::size_t index, std::chrono::nanoseconds now);
   /// Emits every aggregation's final table, stops every stage, flushes the sink. Idempotent.
   void stop(std::chrono::nanoseconds now);
   /// Each aggregation's table as a value, as it is emitted (every interval of an `every`, and

@@ -120,6 +120,33 @@ enum class Placement : std::uint8_t { kAuto, kKernel, kUser };
 /// "auto", "kernel", "user"; nullopt for anything else.
 [[nodiscard]] std::optional<Placement> parse_placement(std::string_view text) noexcept;
 
+/// One rule of [export] relabel: what `tracer serve` does to a table's keys before they become
+/// Prometheus labels (as Prometheus's relabel_configs do to a target's).
+struct RecipeRelabel {
+  enum class Action : std::uint8_t {
+    kDrop,       // rows whose `label` fully matches `regex` are not exported
+    kKeep,       // only rows whose `label` fully matches `regex` are exported
+    kLabelDrop,  // the label goes; rows left with the same labels are merged
+    kRename,     // the label is called `to`
+  };
+  Action action = Action::kDrop;
+  std::string label{};
+  std::string regex{};  // kDrop, kKeep (ECMAScript syntax, anchored at both ends)
+  std::string to{};     // kRename
+  SourceRegion where{};
+};
+
+/// [export]: how `tracer serve` exposes the recipe's tables as metrics.
+struct RecipeExport {
+  /// The start of every metric name (default "tracer_" and the recipe's name).
+  std::string prefix{};
+  /// Label sets kept per metric (default: tracer serve's --label-budget); the others are
+  /// dropped and counted (tracer_export_label_sets_dropped_total).
+  std::optional<std::uint32_t> label_budget{};
+  std::vector<RecipeRelabel> relabel{};
+  SourceRegion where{};
+};
+
 struct Recipe {
   using LoadOptions = RecipeLoadOptions;
 
@@ -142,6 +169,7 @@ struct Recipe {
   std::vector<RecipeProbe> probes{};      // in the order written
   std::vector<RecipeCounter> counters{};  // [[counter]] groups, in the order written
   std::optional<RecipeBpf> bpf{};
+  std::optional<RecipeExport> exporting{};  // [export]
   std::vector<RecipePipeline> pipelines{};
   SourceMap value_where{};  // [recipe] keys
 

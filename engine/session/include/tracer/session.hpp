@@ -227,6 +227,13 @@ class Session {
   /// failure() is that exception. Set before start().
   void on_event(std::function<void(const EventUpdate&)> handler);
 
+  /// The tables as they stand now, nothing emitted or reset (a scrape of `tracer serve`): the
+  /// rings are drained, the in-kernel maps and the counter groups read, and each aggregation's
+  /// rows so far (Pipeline::peek: since its last interval with `every`; the whole run's for the
+  /// counters stage) go to `handler` with `final` false. The in-kernel maps are read only here
+  /// and where an output is due: nothing is drained for metrics nobody asks for. Call on the
+  /// session's executor while it runs; does nothing otherwise.
+  void collect(const std::function<void(const TableUpdate&)>& handler);
   [[nodiscard]] SessionStats stats() const;
   [[nodiscard]] bool running() const noexcept;
   /// The pid or command target exited (the session stopped by itself).

@@ -48,13 +48,14 @@ struct Run {
                                           bool trace_self,
                                           std::uint32_t max_targets);
 
-/// Hands what the kernel aggregated since the last read to the aggregation stages: at the end
-/// (`final`), and at a tick only for a pipeline whose output is due at `now`, whose stacks need
-/// the processes' maps of now, or whose map may be half full. Otherwise nothing is read.
+/// Hands what the kernel aggregated since the last read to the aggregation stages: from every
+/// run with `all` (the end, a live change, a scrape of `tracer serve`), and at a tick only for a
+/// pipeline whose output is due at `now`, whose stacks need the processes' maps of now, or whose
+/// map may be half full. Otherwise nothing is read.
 void absorb_runs(std::span<Run> runs,
                  std::span<const std::unique_ptr<Pipeline>> pipelines,
                  Engine& engine,
-                 bool final,
+                 bool all,
                  std::chrono::nanoseconds now);
 
 /// Adds the runs' counters as of their last read to `stats`: per probe, the events its program

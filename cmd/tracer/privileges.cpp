@@ -1,0 +1,82 @@
+// tracer serve --user (see privileges.hpp).
+#include "privileges.hpp"
+
+#include <fmt/format.h>
+#include <grp.h>
+#include <linux/capability.h>
+#include <pwd.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <array>
+#include <cerrno>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "tracer/error.hpp"
+
+namespace tracer::cli {
+namespace {
+
+#ifndef CAP_PERFMON
+#define CAP_PERFMON 38
+#endif
+#ifndef CAP_BPF
+#define CAP_BPF 39
+#endif
+
+constexpr std::array<std::pair<int, const char*>, 5> kKept{{
+    {CAP_BPF, "cap_bpf"},
+    {CAP_PERFMON, "cap_perfmon"},
+    {CAP_DAC_READ_SEARCH, "cap_dac_read_search"},
+    {CAP_IPC_LOCK, "cap_ipc_lock"},
+    {CAP_SYS_RESOURCE, "cap_sys_resource"},
+}};
+
+Error failed(const std::string& user, const char* step) {
+  const int err = errno;
+  return Error(ErrorCategory::kRuntime, std::error_code(err, std::generic_category()),
+               fmt::format("--user {}: {}: {}", user, step, std::strerror(err)),
+               "tracer serve must start as root (or with CAP_SETUID, CAP_SETGID and the "
+               "capabilities it keeps) to drop to another user");
+}
+
+}  // namespace
+
+std::string drop_to_user(const std::string& user) {
+  errno = 0;
+  const passwd* pw = ::getpwnam(user.c_str());
+  if (pw == nullptr) {
+    throw Error(ErrorCategory::kUsage, std::make_error_code(std::errc::invalid_argument),
+                fmt::format("--user {}: no such user", user),
+                "a user of this machine (getent passwd), e.g. --user nobody");
+  }
+  const uid_t uid = pw->pw_uid;
+  const gid_t gid = pw->pw_gid;
+  // The permitted set survives the change of uid with KEEPCAPS; the effective set is then
+  // raised again from it below.
+  if (::prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0) != 0)
+    throw failed(user, "prctl(PR_SET_KEEPCAPS)");
+  if (::initgroups(user.c_str(), gid) != 0)
+    throw failed(user, "initgroups");
+  if (::setresgid(gid, gid, gid) != 0)
+    throw failed(user, "setresgid");
+  if (::setresuid(uid, uid, uid) != 0)
+    throw failed(user, "setresuid");
+  __user_cap_header_struct header{.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
+  std::array<__user_cap_data_struct, 2> data{};
+  std::string names;
+  for (const auto& [cap, name] : kKept) {
+    data[static_cast<std::size_t>(cap / 32)].permitted |= 1U << (cap % 32);
+    data[static_cast<std::size_t>(cap / 32)].effective |= 1U << (cap % 32);
+    names += names.empty() ? name : fmt::format(",{}", name);
+  }
+  if (::syscall(SYS_capset, &header, data.data()) != 0)
+    throw failed(user, "capset");
+  [[maybe_unused]] const int r = ::prctl(PR_SET_KEEPCAPS, 0, 0, 0, 0);
+  return names;
+}
+
+}  // namespace tracer::cli

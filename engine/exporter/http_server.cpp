@@ -1,0 +1,259 @@
+// The HTTP endpoint of `tracer serve` (see http_server.hpp).
+#include "tracer/exporter/http_server.hpp"
+
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ip/v6_only.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <fmt/format.h>
+
+#include <charconv>
+#include <list>
+
+#include "tracer/error.hpp"
+#include "tracer/exporter/prometheus.hpp"
+
+namespace tracer::exporter {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+
+namespace {
+
+ListenAddress parse_listen(std::string_view text) {
+  const auto bad = [&](std::string why) {
+    return Error(ErrorCategory::kUsage, std::make_error_code(std::errc::invalid_argument),
+                 fmt::format("--listen {}: {}", text, why),
+                 "ADDRESS:PORT, e.g. 127.0.0.1:9435, [::1]:9435 or :9435 (every address)");
+  };
+  const auto colon = text.rfind(':');
+  if (colon == std::string_view::npos)
+    throw bad("no port");
+  std::string_view host = text.substr(0, colon);
+  const std::string_view port = text.substr(colon + 1);
+  if (host.starts_with('[') && host.ends_with(']'))
+    host = host.substr(1, host.size() - 2);
+  unsigned value = 0;
+  const auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), value);
+  if (ec != std::errc() || end != port.data() + port.size() || port.empty() || value > 65535)
+    throw bad(fmt::format("'{}' is not a port (0 to 65535)", port));
+  return {.host = std::string(host), .port = static_cast<std::uint16_t>(value)};
+}
+
+}  // namespace
+
+struct MetricsServer::State : std::enable_shared_from_this<MetricsServer::State> {
+  explicit State(asio::any_io_executor ex) : executor(ex), acceptor(ex) {}
+  asio::any_io_executor executor;
+  tcp::acceptor acceptor;
+  Body metrics;
+  bool closed = false;
+  std::list<std::weak_ptr<beast::tcp_stream>> open;  // to close them at close()
+  Counters counters{};
+
+  void accept();
+  void serve(std::shared_ptr<beast::tcp_stream> stream);
+  void forget_closed() {
+    open.remove_if([](const auto& w) { return w.expired(); });
+  }
+};
+
+namespace {
+
+/// One connection: requests read and answered in turn (keep-alive) until the client closes,
+/// a request is malformed or the connection idles past kIdle.
+class Connection : public std::enable_shared_from_this<Connection> {
+ public:
+  Connection(std::shared_ptr<beast::tcp_stream> stream, std::weak_ptr<MetricsServer::State> server)
+      : stream_(std::move(stream)), server_(std::move(server)) {}
+
+  void read() {
+    parser_.emplace();
+    parser_->header_limit(MetricsServer::kMaxRequestBytes);
+    parser_->body_limit(MetricsServer::kMaxRequestBytes);
+    stream_->expires_after(MetricsServer::kIdle);
+    http::async_read(*stream_, buffer_, *parser_,
+                     [self = shared_from_this()](beast::error_code ec, std::size_t) {
+                       self->on_read(ec);
+                     });
+  }
+
+ private:
+  void on_read(beast::error_code ec) {
+    auto server = server_.lock();
+    if (!server || server->closed)
+      return;
+    if (ec) {
+      if (ec != http::error::end_of_stream && ec != beast::error::timeout &&
+          ec != asio::error::operation_aborted && ec != asio::error::connection_reset) {
+        ++server->counters.refused;
+        respond(http::status::bad_request, "text/plain", "bad request\n", false);
+        return;
+      }
+      beast::error_code ignored;
+      [[maybe_unused]] auto r = stream_->socket().shutdown(tcp::socket::shutdown_both, ignored);
+      return;
+    }
+    const auto& req = parser_->get();
+    ++server->counters.requests;
+    const bool keep = req.keep_alive();
+    const std::string_view target(req.target().data(), req.target().size());
+    const std::string_view path = target.substr(0, target.find('?'));
+    if (req.method() != http::verb::get && req.method() != http::verb::head) {
+      respond(http::status::method_not_allowed, "text/plain", "only GET\n", keep,
+              req.method() == http::verb::head);
+      return;
+    }
+    const bool head = req.method() == http::verb::head;
+    if (path == "/metrics") {
+      const auto t0 = std::chrono::steady_clock::now();
+      std::string body = server->metrics ? server->metrics() : std::string();
+      server->counters.last_scrape_seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      ++server->counters.scrapes;
+      respond(http::status::ok, kContentType, std::move(body), keep, head);
+    } else if (path == "/" || path.empty()) {
+      respond(http::status::ok, "text/html; charset=utf-8",
+              "<html><head><title>tracer</title></head><body><h1>tracer serve</h1>"
+              "<p><a href=\"/metrics\">Metrics</a></p></body></html>\n",
+              keep, head);
+    } else {
+      respond(http::status::not_found, "text/plain", "not found: try /metrics\n", keep, head);
+    }
+  }
+
+  void respond(http::status status,
+               std::string_view type,
+               std::string body,
+               bool keep,
+               bool head = false) {
+    auto res = std::make_shared<http::response<http::string_body>>(status, 11);
+    res->set(http::field::server, "tracer");
+    res->set(http::field::content_type, beast::string_view(type.data(), type.size()));
+    res->keep_alive(keep);
+    res->body() = head ? std::string() : std::move(body);
+    res->prepare_payload();
+    stream_->expires_after(MetricsServer::kIdle);
+    http::async_write(*stream_, *res,
+                      [self = shared_from_this(), res, keep](beast::error_code ec, std::size_t) {
+                        if (ec || !keep) {
+                          beast::error_code ignored;
+                          [[maybe_unused]] auto r = self->stream_->socket().shutdown(
+                              tcp::socket::shutdown_both, ignored);
+                          return;
+                        }
+                        self->read();
+                      });
+  }
+
+  std::shared_ptr<beast::tcp_stream> stream_;
+  std::weak_ptr<MetricsServer::State> server_;
+  beast::flat_buffer buffer_{MetricsServer::kMaxRequestBytes};
+  std::optional<http::request_parser<http::string_body>> parser_;
+};
+
+}  // namespace
+
+void MetricsServer::State::accept() {
+  acceptor.async_accept([self = shared_from_this()](beast::error_code ec, tcp::socket socket) {
+    if (self->closed)
+      return;
+    if (!ec) {
+      self->forget_closed();
+      if (self->open.size() >= kMaxConnections) {
+        ++self->counters.refused;  // closed at once: the socket goes out of scope
+      } else {
+        auto stream = std::make_shared<beast::tcp_stream>(std::move(socket));
+        self->open.push_back(stream);
+        std::make_shared<Connection>(stream, self->weak_from_this())->read();
+      }
+    }
+    self->accept();
+  });
+}
+
+MetricsServer::MetricsServer(asio::any_io_executor executor, std::string_view listen, Body metrics)
+    : state_(std::make_shared<State>(executor)) {
+  const ListenAddress where = parse_listen(listen);
+  state_->metrics = std::move(metrics);
+  tcp::resolver resolver(executor);
+  beast::error_code ec;
+  const auto results =
+      resolver.resolve(where.host.empty() ? std::string("::") : where.host,
+                       std::to_string(where.port), tcp::resolver::passive, ec);
+  if (ec || results.empty()) {
+    throw Error(ErrorCategory::kUsage, ec ? ec : std::make_error_code(std::errc::invalid_argument),
+                fmt::format("--listen {}: cannot resolve '{}': {}", listen, where.host,
+                            ec ? ec.message() : "no address"),
+                "an IP address or a host name of this machine, e.g. 127.0.0.1:9435");
+  }
+  tcp::endpoint endpoint = results.begin()->endpoint();
+  auto& acc = state_->acceptor;
+  const auto fail = [&](const char* step) {
+    return Error(ErrorCategory::kRuntime, std::error_code(ec.value(), std::generic_category()),
+                 fmt::format("--listen {}: {} {}: {}", listen, step,
+                             fmt::format("{}:{}", endpoint.address().to_string(), endpoint.port()),
+                             ec.message()),
+                 ec == asio::error::address_in_use
+                     ? "another process listens there (another tracer serve?): pick another "
+                       "port with --listen"
+                     : (ec == asio::error::access_denied ? "ports below 1024 need "
+                                                           "CAP_NET_BIND_SERVICE: pick a port "
+                                                           "above 1023"
+                                                         : ""));
+  };
+  [[maybe_unused]] auto r1 = acc.open(endpoint.protocol(), ec);
+  if (ec)
+    throw fail("opening a socket for");
+  [[maybe_unused]] auto r2 = acc.set_option(tcp::acceptor::reuse_address(true), ec);
+  if (endpoint.address().is_v6() && where.host.empty())
+    [[maybe_unused]] auto r3 = acc.set_option(asio::ip::v6_only(false), ec);
+  [[maybe_unused]] auto r4 = acc.bind(endpoint, ec);
+  if (ec)
+    throw fail("binding");
+  [[maybe_unused]] auto r5 = acc.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec)
+    throw fail("listening on");
+  state_->accept();
+}
+
+MetricsServer::~MetricsServer() {
+  close();
+}
+
+std::uint16_t MetricsServer::port() const noexcept {
+  beast::error_code ec;
+  const auto ep = state_->acceptor.local_endpoint(ec);
+  return ec ? 0 : ep.port();
+}
+
+std::string MetricsServer::address() const {
+  beast::error_code ec;
+  const auto ep = state_->acceptor.local_endpoint(ec);
+  if (ec)
+    return {};
+  const auto a = ep.address();
+  return a.is_v6() ? fmt::format("[{}]:{}", a.to_string(), ep.port())
+                   : fmt::format("{}:{}", a.to_string(), ep.port());
+}
+
+void MetricsServer::close() {
+  if (!state_ || state_->closed)
+    return;
+  state_->closed = true;
+  beast::error_code ec;
+  [[maybe_unused]] auto r = state_->acceptor.close(ec);
+  for (auto& w : state_->open) {
+    if (auto s = w.lock())
+      s->close();
+  }
+  state_->open.clear();
+}
+
+MetricsServer::Counters MetricsServer::counters() const noexcept {
+  return state_->counters;
+}
+
+}  // namespace tracer::exporter

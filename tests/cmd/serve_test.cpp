@@ -1,0 +1,361 @@
+// `tracer serve`: recipes kept running, their tables exposed at /metrics and scraped by a real
+// Prometheus server (Debian's prometheus 2.42), the exposition checked by promtool; processes
+// with known numbers of calls give the known series, on every placement, through a reload; the
+// label budget bounds the series; --user drops root and keeps only what a reload needs.
+#include <arpa/inet.h>
+#include <fmt/format.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include "support/cli.hpp"
+#include "support/temp_dir.hpp"
+
+namespace tracer {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+using testing::exited_ok;
+using testing::shell;
+using testing::slurp;
+
+const std::string kSyscaller = TRACER_SYSCALLER_PATH;
+
+/// GET `path` from 127.0.0.1:`port`: the body, or nullopt when nothing answered.
+std::optional<std::string> http_get(std::uint16_t port, const std::string& path) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0)
+    return std::nullopt;
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  timeval tv{.tv_sec = 30, .tv_usec = 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    ::close(fd);
+    return std::nullopt;
+  }
+  const std::string req =
+      "GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+  if (::write(fd, req.data(), req.size()) != static_cast<ssize_t>(req.size())) {
+    ::close(fd);
+    return std::nullopt;
+  }
+  std::string got;
+  char buf[65536];
+  for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;)
+    got.append(buf, static_cast<std::size_t>(n));
+  ::close(fd);
+  const auto body = got.find("\r\n\r\n");
+  if (body == std::string::npos || !got.starts_with("HTTP/1.1 200"))
+    return std::nullopt;
+  return got.substr(body + 4);
+}
+
+/// The value of the sample `series` (name and labels exactly as exposed) in `text`.
+std::optional<double> sample(const std::string& text, const std::string& series) {
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (line.starts_with(series + " "))
+      return std::stod(line.substr(series.size() + 1));
+  }
+  return std::nullopt;
+}
+
+std::size_t series_count(const std::string& text, const std::string& name) {
+  std::size_t n = 0;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);)
+    n += line.starts_with(name + "{") || line.starts_with(name + " ") ? 1 : 0;
+  return n;
+}
+
+/// Runs the syscaller with `args`; its pid.
+std::string calls(const std::string& args) {
+  const auto r = shell(kSyscaller + " " + args + " & echo $!; wait");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  std::istringstream in(r.out);
+  std::string pid;
+  in >> pid;
+  return pid;
+}
+
+fs::path put(const testing::TempDir& dir, const std::string& name, const std::string& text) {
+  dir.write(name, text);
+  return dir.path() / name;
+}
+
+/// A running `tracer serve`: its pid, log and port.
+struct Served {
+  pid_t pid = -1;
+  fs::path err;
+  std::uint16_t port = 0;
+};
+
+Served serve(const std::vector<std::string>& args, const fs::path& err) {
+  testing::ReadyPipe ready;
+  std::vector<std::string> argv = {TRACER_CLI_PATH, "serve", "--listen", "127.0.0.1:0",
+                                   "--ready-fd", ready.fd_arg()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  Served s{.pid = testing::spawn_to_file(argv, "/dev/null", err), .err = err, .port = 0};
+  ready.close_writer();
+  if (!ready.wait()) {
+    ::kill(s.pid, SIGKILL);
+    (void)exited_ok(s.pid);
+    s.pid = -1;
+    return s;
+  }
+  std::smatch m;
+  const std::string log = slurp(err);
+  if (std::regex_search(log, m, std::regex(R"(listen=127\.0\.0\.1:([0-9]+))")))
+    s.port = static_cast<std::uint16_t>(std::stoi(m[1]));
+  return s;
+}
+
+/// Scrapes until `series` has `want` (the drain and the kernel's maps catch up), at most 30 s.
+std::string scrape_until(std::uint16_t port, const std::string& series, double want) {
+  std::string text;
+  for (int i = 0; i < 300; ++i) {
+    text = http_get(port, "/metrics").value_or("");
+    if (sample(text, series) == want)
+      return text;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return text;
+}
+
+/// A count and a hist of lseek calls by pid; `recipe` keys (placement), the stages' (every).
+std::string count_recipe(const std::string& name,
+                         const std::string& recipe,
+                         const std::string& stage) {
+  return "[recipe]\nname = \"" + name + "\"\n" + recipe +
+         "[[probe]]\nname = \"lseek\"\ntracepoint = \"syscalls:sys_enter_lseek\"\n"
+         "[[pipeline]]\nname = \"calls\"\n"
+         "[[pipeline.stage]]\nuse = \"count\"\nby = [\"pid\"]\n" +
+         stage +
+         "[[pipeline]]\nname = \"offsets\"\n"
+         "[[pipeline.stage]]\nuse = \"hist\"\nfield = \"offset\"\nby = [\"pid\"]\n" +
+         stage;
+}
+
+/// The series of the syscaller's 3,000 lseek calls (offsets 0..2999) in recipe `r`.
+void expect_known_series(const std::string& text, const std::string& r, const std::string& pid) {
+  const std::string p = "{pid=\"" + pid + "\"";
+  EXPECT_EQ(sample(text, "tracer_" + r + "_calls_count_total" + p + "}"), 3000) << text;
+  const std::string h = "tracer_" + r + "_offsets_offset";
+  EXPECT_EQ(sample(text, h + "_count" + p + "}"), 3000) << text;
+  EXPECT_EQ(sample(text, h + "_sum" + p + "}"), 3000.0 * 2999 / 2) << text;
+  EXPECT_EQ(sample(text, h + "_bucket" + p + ",le=\"0\"}"), 1) << text;
+  EXPECT_EQ(sample(text, h + "_bucket" + p + ",le=\"1\"}"), 2) << text;
+  EXPECT_EQ(sample(text, h + "_bucket" + p + ",le=\"1023\"}"), 1024) << text;
+  EXPECT_EQ(sample(text, h + "_bucket" + p + ",le=\"2047\"}"), 2048) << text;
+  EXPECT_EQ(sample(text, h + "_bucket" + p + ",le=\"4095\"}"), 3000) << text;
+  EXPECT_EQ(sample(text, h + "_bucket" + p + ",le=\"+Inf\"}"), 3000) << text;
+}
+
+/// The first value of a Prometheus instant query, or nullopt.
+std::optional<double> prom_query(std::uint16_t port, const std::string& query) {
+  std::string q;
+  for (unsigned char c : query) {
+    if (std::isalnum(c) != 0 || c == '_')
+      q.push_back(static_cast<char>(c));
+    else
+      q += fmt::format("%{:02X}", c);
+  }
+  const auto body = http_get(port, "/api/v1/query?query=" + q);
+  if (!body)
+    return std::nullopt;
+  std::smatch m;
+  if (!std::regex_search(*body, m, std::regex(R"re("value":\[[0-9.]+,"([^"]+)"\])re")))
+    return std::nullopt;
+  return std::stod(m[1]);
+}
+
+std::uint16_t free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  const auto port = ntohs(a.sin_port);
+  ::close(fd);
+  return port;
+}
+
+// Two recipes served at once: the same probe and tables in the kernel (auto) and in user space
+// with `every` (the exporter adds the intervals up); a process on each CPU with known calls.
+// Both expose the same known series, promtool accepts the exposition, and a real Prometheus
+// scraping tracer every second stores the same numbers.
+TEST(CliServe, APrometheusServerScrapesTheKnownCountsOnEveryPath) {
+  if (::access("/usr/bin/prometheus", X_OK) != 0 || ::access("/usr/bin/promtool", X_OK) != 0)
+    GTEST_SKIP() << "Debian's prometheus package is not installed (.ci/setup installs it)";
+  testing::TempDir dir;
+  const auto kernel = put(dir, "kernel.toml", count_recipe("serve_kernel", "", ""));
+  const auto user = put(dir, "user.toml",
+                        count_recipe("serve_user", "placement = \"user\"\n", "every = \"300ms\"\n"));
+  const Served s = serve({kernel.string(), user.string()}, dir.path() / "serve.err");
+  ASSERT_GT(s.pid, 0) << slurp(dir.path() / "serve.err");
+  ASSERT_NE(s.port, 0) << slurp(s.err);
+
+  const std::string a = calls("lseek 3000 0");
+  const std::string b = calls("lseek 3000 1");
+  std::string text = scrape_until(s.port, "tracer_serve_user_calls_count_total{pid=\"" + b + "\"}",
+                                  3000);
+  for (const std::string r : {"serve_kernel", "serve_user"}) {
+    SCOPED_TRACE(r);
+    expect_known_series(text, r, a);
+    expect_known_series(text, r, b);
+  }
+  EXPECT_THAT(text, HasSubstr("# TYPE tracer_serve_kernel_offsets_offset histogram\n"));
+  EXPECT_THAT(text, HasSubstr("# TYPE tracer_serve_user_calls_count_total counter\n"));
+  EXPECT_EQ(sample(text, R"(tracer_recipe_up{recipe="serve_kernel"})"), 1);
+  EXPECT_THAT(text, HasSubstr(R"(tracer_probe_lost_total{recipe="serve_user",probe="lseek",cpu="1",kind="ring"} 0)"));
+
+  // promtool's own check of the format (and its lint: names, HELP, counters' _total).
+  const auto body = put(dir, "metrics.txt", text);
+  const auto check = shell("promtool check metrics < " + body.string());
+  EXPECT_EQ(check.exit_code, 0) << check.out << check.err;
+
+  // A real Prometheus, scraping tracer every second.
+  const std::uint16_t prom_port = free_port();
+  const auto config = put(
+      dir, "prometheus.yml", fmt::format("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+                                    "scrape_configs:\n  - job_name: tracer\n    static_configs:\n"
+                                    "      - targets: ['127.0.0.1:{}']\n",
+                                    s.port));
+  const pid_t prom = testing::spawn_to_file(
+      std::vector<std::string>{"/usr/bin/prometheus", "--config.file=" + config.string(),
+       "--storage.tsdb.path=" + (dir.path() / "tsdb").string(),
+       "--web.listen-address=127.0.0.1:" + std::to_string(prom_port)},
+      dir.path() / "prom.out", dir.path() / "prom.err");
+  ASSERT_GT(prom, 0);
+  const std::string q = "tracer_serve_kernel_calls_count_total{pid=\"" + a + "\"}";
+  std::optional<double> got;
+  for (int i = 0; i < 600 && got != 3000; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    got = prom_query(prom_port, q);
+  }
+  EXPECT_EQ(got, 3000) << slurp(dir.path() / "prom.err");
+  for (const std::string r : {"serve_kernel", "serve_user"}) {
+    const std::string h = "tracer_" + r + "_offsets_offset";
+    EXPECT_EQ(prom_query(prom_port, h + "_count{pid=\"" + b + "\"}"), 3000) << r;
+    EXPECT_EQ(prom_query(prom_port, h + "_sum{pid=\"" + b + "\"}"), 3000.0 * 2999 / 2) << r;
+    EXPECT_EQ(prom_query(prom_port, h + "_bucket{pid=\"" + b + "\",le=\"2047\"}"), 2048) << r;
+    EXPECT_EQ(prom_query(prom_port, "histogram_quantile(1, " + h + "_bucket{pid=\"" + b + "\"})"),
+              4095)
+        << r;
+  }
+  EXPECT_EQ(prom_query(prom_port, "up{job=\"tracer\"}"), 1);
+  ::kill(prom, SIGTERM);
+  EXPECT_TRUE(exited_ok(prom)) << slurp(dir.path() / "prom.err");
+
+  ::kill(s.pid, SIGTERM);
+  EXPECT_TRUE(exited_ok(s.pid)) << slurp(s.err);
+  const std::string log = slurp(s.err);
+  EXPECT_THAT(log, HasSubstr("level=info msg=stopping signal=SIGTERM"));
+  EXPECT_THAT(log, HasSubstr("msg=\"recipe stopped\" recipe=serve_kernel"));
+}
+
+// SIGHUP reads the recipe again: the unchanged probe keeps its counts, an added one counts
+// from then on, a broken file leaves the run as it was; SIGTERM ends with 0.
+TEST(CliServe, SighupReloadsInPlaceAndKeepsTheCounts) {
+  testing::TempDir dir;
+  const std::string head = "[recipe]\nname = \"reload\"\n"
+                           "[[probe]]\nname = \"lseek\"\ntracepoint = \"syscalls:sys_enter_lseek\"\n";
+  const std::string tail = "[[stage]]\nuse = \"count\"\nby = [\"probe\", \"pid\"]\n";
+  const auto recipe = put(dir, "r.toml", head + tail);
+  const Served s = serve({recipe.string()}, dir.path() / "serve.err");
+  ASSERT_GT(s.pid, 0) << slurp(dir.path() / "serve.err");
+  const std::string a = calls("lseek 1000");
+  ASSERT_EQ(sample(scrape_until(s.port, "tracer_reload_count_total{probe=\"lseek\",pid=\"" + a +
+                                            "\"}",
+                                1000),
+                   "tracer_reload_count_total{probe=\"lseek\",pid=\"" + a + "\"}"),
+            1000);
+  std::ofstream(recipe, std::ios::trunc)
+      << head << "[[probe]]\nname = \"getppid\"\ntracepoint = \"syscalls:sys_enter_getppid\"\n"
+      << tail;
+  ::kill(s.pid, SIGHUP);
+  ASSERT_TRUE(testing::wait_for_text(s.err, "msg=reloaded")) << slurp(s.err);
+  const std::string b = calls("getppid 500");
+  const std::string c = calls("lseek 700");
+  std::ofstream(recipe, std::ios::trunc) << head << "[[probe]]\nname = \"typo\"\n" << tail;
+  ::kill(s.pid, SIGHUP);
+  ASSERT_TRUE(testing::wait_for_text(s.err, "reload failed")) << slurp(s.err);
+  const std::string text = scrape_until(
+      s.port, "tracer_reload_count_total{probe=\"lseek\",pid=\"" + c + "\"}", 700);
+  EXPECT_EQ(sample(text, "tracer_reload_count_total{probe=\"lseek\",pid=\"" + a + "\"}"), 1000)
+      << text;
+  EXPECT_EQ(sample(text, "tracer_reload_count_total{probe=\"getppid\",pid=\"" + b + "\"}"), 500)
+      << text;
+  EXPECT_EQ(sample(text, R"(tracer_reloads_total{result="ok"})"), 1) << text;
+  EXPECT_EQ(sample(text, R"(tracer_reloads_total{result="failed"})"), 1) << text;
+  ::kill(s.pid, SIGTERM);
+  EXPECT_TRUE(exited_ok(s.pid)) << slurp(s.err);
+}
+
+// Many distinct keys: the exposition keeps the budget's label sets (the largest first) and says
+// how many it left out; the stage's own max_keys bounds the kernel's map (the rest is counted as
+// map_full); tracer's memory stays flat while more keys come.
+TEST(CliServe, TheLabelBudgetBoundsTheSeriesAndCountsTheRest) {
+  testing::TempDir dir;
+  const auto recipe = put(
+      dir, "r.toml",
+      "[recipe]\nname = \"budget\"\n[export]\nlabel_budget = 100\n"
+      "[[probe]]\nname = \"lseek\"\ntracepoint = \"syscalls:sys_enter_lseek\"\n"
+      "[[stage]]\nuse = \"count\"\nby = [\"pid\", \"offset\"]\nmax_keys = 20000\n");
+  const Served s = serve({recipe.string()}, dir.path() / "serve.err");
+  ASSERT_GT(s.pid, 0) << slurp(dir.path() / "serve.err");
+  (void)calls("lseek 5000");
+  std::string text;
+  for (int i = 0; i < 100; ++i) {
+    text = http_get(s.port, "/metrics").value_or("");
+    const auto d = sample(
+        text, R"(tracer_export_label_sets_dropped{recipe="budget",metric="tracer_budget_count_total"})");
+    if (d && *d >= 4900)
+      break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_EQ(series_count(text, "tracer_budget_count_total"), 100U) << text;
+  EXPECT_GE(sample(text, R"(tracer_export_label_sets_dropped{recipe="budget",metric="tracer_budget_count_total"})")
+                .value_or(0),
+            4900)
+      << text;
+  const double rss0 = sample(text, "process_resident_memory_bytes").value_or(0);
+  for (int round = 0; round < 4; ++round) {
+    (void)calls("lseek 5000");
+    text = http_get(s.port, "/metrics").value_or("");
+  }
+  EXPECT_GT(sample(text, R"(tracer_probe_lost_total{recipe="budget",probe="lseek",kind="map_full"})")
+                .value_or(0),
+            0)
+      << text;
+  // 25,000 keys came; the map holds 20,000: the rest is counted, not silently dropped.
+  text = http_get(s.port, "/metrics").value_or("");
+  EXPECT_EQ(series_count(text, "tracer_budget_count_total"), 100U);
+  const double rss1 = sample(text, "process_resident_memory_bytes").value_or(0);
+  EXPECT_GT(rss0, 0);
+  EXPECT_LT(rss1 - rss0, 32.0 * 1024 * 1024) << rss0 << " -> " << rss1;
+  ::kill(s.pid, SIGTERM);
+  EXPECT_TRUE(exited_ok(s.pid)) << slurp(s.err);
+}
+
+}  // namespace
+}  // namespace tracer
