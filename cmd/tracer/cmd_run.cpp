@@ -276,6 +276,14 @@ void print_summary(const Stats& stats,
     line += fmt::format("{}{} {}", line.empty() ? "" : ", ", name, value);
   if (!line.empty())
     fmt::print(stderr, "stages: {}\n", line);
+  for (const auto& [name, value] : counters) {
+    if (name.ends_with(".keys_dropped")) {
+      fmt::print(stderr,
+                 "tracer: warning: {}: {} events of keys past the stage's max_keys were not "
+                 "counted (raise max_keys)\n",
+                 name.substr(0, name.size() - std::string_view(".keys_dropped").size()), value);
+    }
+  }
   fmt::print(stderr, "({:.2f} s)\n", seconds);
 }
 

@@ -76,8 +76,9 @@ std::vector<OptionSpec> aggregate_options() {
       {.name = "max_keys",
        .type = OptionSpec::Type::kInt,
        .required = false,
-       .help = "placed in the kernel: keys its map holds per interval (default 10240); the "
-               "events of keys that do not fit are counted as lost"},
+       .help = "keys it holds (per interval with every), in the kernel's map and in user "
+               "space alike (default 10240); the events of keys that do not fit are counted "
+               "(map_full, keys_dropped)"},
       {.name = "max_stacks",
        .type = OptionSpec::Type::kInt,
        .required = false,

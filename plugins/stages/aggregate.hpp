@@ -237,6 +237,8 @@ class KeyedStates {
   State& get(std::string_view key, Make&& make) {
     if (auto it = index_.find(key); it != index_.end())
       return states_[it->second];
+    if (states_.size() >= limit_)
+      return spill(make);
     const auto i = static_cast<std::uint32_t>(states_.size());
     index_.emplace(std::string(key), i);
     keys_.emplace_back(key);
@@ -257,10 +259,34 @@ class KeyedStates {
       return states_[i];
     return add(key, make);
   }
+  /// An `every` interval's end: the states zeroed, their keys kept (no allocation for the keys
+  /// that come back) while they fill at most half the limit; past that every key goes, so that
+  /// keys that come and go (pids, offsets) never fill the limit for good.
   template <typename Zero>
   void reset(Zero&& zero) {
+    if (states_.size() * 2 > limit_) {
+      index_.clear();
+      fixed_ = FixedKeyIndex{};
+      keys_.clear();
+      states_.clear();
+      return;
+    }
     for (auto& s : states_)
       zero(s);
+  }
+  /// At most `n` keys (the stage's max_keys, as its in-kernel map holds): a new key past them
+  /// gets no state of its own, its events go to one spill state the stage reports (dropped()).
+  void limit(std::size_t n) noexcept { limit_ = n; }
+  /// The events of keys past the limit since the start (their State's count or total).
+  [[nodiscard]] std::uint64_t dropped() const noexcept {
+    if (!spilled_)
+      return 0;
+    if constexpr (requires { spill_.total; })
+      return spill_.total;
+    else if constexpr (requires { spill_.count; })
+      return spill_.count;
+    else
+      return 0;
   }
   [[nodiscard]] std::size_t size() const noexcept { return states_.size(); }
   [[nodiscard]] const std::string& key(std::size_t i) const noexcept { return keys_[i]; }
@@ -275,6 +301,8 @@ class KeyedStates {
   // A new fixed key, out of line so that get() of a known key stays small enough to inline.
   template <typename Make>
   [[gnu::noinline]] State& add(const FixedKey& key, Make& make) {
+    if (states_.size() >= limit_)
+      return spill(make);
     const auto i = static_cast<std::uint32_t>(states_.size());
     keys_.push_back(encode_fixed(key));
     states_.push_back(make());
@@ -282,10 +310,22 @@ class KeyedStates {
     return states_.back();
   }
 
+  template <typename Make>
+  [[gnu::noinline]] State& spill(Make& make) {
+    if (!spilled_) {
+      spill_ = make();
+      spilled_ = true;
+    }
+    return spill_;
+  }
+
   std::unordered_map<std::string, std::uint32_t, KeyHash, KeyEq> index_;
   FixedKeyIndex fixed_;
   std::vector<std::string> keys_;
   std::vector<State> states_;
+  std::size_t limit_ = SIZE_MAX;
+  State spill_{};  // what keys past the limit add up to (never a row)
+  bool spilled_ = false;
 };
 
 /// Tests and benchmarks: whether stages bound from now on may key by FixedKey (default true).
@@ -320,8 +360,16 @@ class AggregateStage : public Stage, public Aggregation {
   [[nodiscard]] std::optional<std::chrono::nanoseconds> every() const noexcept override {
     return every_;
   }
+  /// keys_dropped: the events of keys past max_keys (as an in-kernel map's map_full), not
+  /// counted in any row.
+  void counters(std::vector<std::pair<std::string, std::uint64_t>>& out) const override {
+    if (const std::uint64_t n = keys_dropped(); n != 0)
+      out.emplace_back("keys_dropped", n);
+  }
 
  protected:
+  /// The events of keys its states had no room for (KeyedStates::dropped).
+  [[nodiscard]] virtual std::uint64_t keys_dropped() const noexcept { return 0; }
   /// The `by` fields' readers of a probe's in-place samples (ok when each has one), bound when
   /// fixed_keys_.
   struct IntKeys {
@@ -613,7 +661,8 @@ class AggregateStage : public Stage, public Aggregation {
     bind_keys(ctx, diags);
     if (!value_name_.empty())
       value = bind_value(ctx, diags);
-    states.reserve(expected_keys);
+    states.reserve(std::min<std::size_t>(expected_keys, max_keys_));
+    states.limit(max_keys_);
   }
 
   /// The per-key loop of a distribution (hist, lhist, quantiles): for each event (Event* or

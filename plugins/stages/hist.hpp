@@ -42,6 +42,9 @@ class Hist : public AggregateStage, public InPlace, public InKernel {
   };
   std::optional<FieldRef> value_;
   KeyedStates<State> states_;
+
+ protected:
+  [[nodiscard]] std::uint64_t keys_dropped() const noexcept override { return states_.dropped(); }
 };
 
 }  // namespace tracer::stages

@@ -40,6 +40,9 @@ class Lhist : public AggregateStage, public InPlace, public InKernel {
   std::size_t inner_ = 10;  // buckets between min and max
   std::optional<FieldRef> value_;
   KeyedStates<State> states_;
+
+ protected:
+  [[nodiscard]] std::uint64_t keys_dropped() const noexcept override { return states_.dropped(); }
 };
 
 }  // namespace tracer::stages

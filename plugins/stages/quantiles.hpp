@@ -56,6 +56,9 @@ class Quantiles : public AggregateStage, public InPlace, public InKernel {
   std::vector<std::string> names_;
   std::optional<FieldRef> value_;
   KeyedStates<State> states_;
+
+ protected:
+  [[nodiscard]] std::uint64_t keys_dropped() const noexcept override { return states_.dropped(); }
 };
 
 }  // namespace tracer::stages

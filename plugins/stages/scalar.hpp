@@ -40,6 +40,9 @@ class ScalarAggregate : public AggregateStage, public InPlace, public InKernel {
   std::optional<FieldRef> value_;
   bool is_float_ = false;
   KeyedStates<State> states_;
+
+ protected:
+  [[nodiscard]] std::uint64_t keys_dropped() const noexcept override { return states_.dropped(); }
 };
 
 /// count: events per key. Options: by, top, every.

@@ -204,6 +204,33 @@ max_keys = 16
       << summary.front();
 }
 
+// The same bound in user space: 16 rows, and the 84 events of the other keys counted by the
+// stage (keys_dropped) and said, as the kernel's map_full is.
+TEST(KernelPlacement, MaxKeysBoundsTheUserSpaceStageAlike) {
+  const auto recipe = testing::write_temp("placement_full_user.toml", R"([recipe]
+name = "full"
+placement = "user"
+[[probe]]
+name = "lseek"
+tracepoint = "syscalls:sys_enter_lseek"
+[[stage]]
+use = "count"
+by = ["offset"]
+max_keys = 16
+)");
+  const auto r = tracer("run " + recipe.string() + " --json -- " + kSyscaller + " lseek 100");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto rows = lines_with(r.out, R"({"stage":"count")");
+  ASSERT_EQ(rows.size(), 16U) << r.out;
+  for (const auto& row : rows)
+    EXPECT_EQ(json_number(row, "count"), 1) << row;
+  EXPECT_NE(r.out.find(R"("stages":{"count.keys_dropped":84})"), std::string::npos) << r.out;
+  const auto text = tracer("run " + recipe.string() + " -- " + kSyscaller + " lseek 100");
+  EXPECT_NE(text.err.find("count: 84 events of keys past the stage's max_keys were not counted"),
+            std::string::npos)
+      << text.err;
+}
+
 // A filter on a field no BPF program can read (the sample's time) keeps the pipeline in user
 // space under "auto", with the reason; "kernel" refuses with exit 2, naming it.
 TEST(KernelPlacement, AStageThatCannotGoThereSaysWhy) {

@@ -80,6 +80,32 @@ TEST(FixedKeyIndex, TypesAndLengthsKeepKeysApart) {
 
 // What does not fit four words refuses: a double, a stack, a string past 16 bytes, a fourth
 // field's word or a string's second; a short string fits in two.
+// max_keys in user space: keys past the limit share one spill state (never a row) whose events
+// are reported; an interval's reset keeps a small key set and lets a large one go.
+TEST(KeyedStatesLimit, KeysPastTheLimitSpillAndAreCountedByEvents) {
+  struct State {
+    std::uint64_t count = 0;
+  };
+  KeyedStates<State> states;
+  states.limit(4);
+  const auto make = [] { return State{}; };
+  for (std::uint64_t k = 0; k < 10; ++k) {
+    FixedKey key;
+    ASSERT_TRUE(key.set(0, Value{static_cast<std::int64_t>(k)}));
+    states.get(key, make).count += 3;
+    states.get(std::string("s") + std::to_string(k), make).count += 1;
+  }
+  EXPECT_EQ(states.size(), 4U);
+  // 2 fixed keys and 2 string keys fit; the other 8 + 8 calls spilled.
+  EXPECT_EQ(states.dropped(), 8U * 3 + 8U * 1);
+  states.reset([](State& s) { s = State{}; });  // 4 keys > half the limit: they go
+  EXPECT_EQ(states.size(), 0U);
+  states.get(std::string("a"), make).count = 1;
+  states.reset([](State& s) { s = State{}; });  // 1 key: kept, zeroed
+  EXPECT_EQ(states.size(), 1U);
+  EXPECT_EQ(states.state(0).count, 0U);
+}
+
 TEST(FixedKey, RefusesWhatDoesNotFit) {
   FixedKey k;
   EXPECT_FALSE(k.set(0, Value{1.5}));
@@ -508,7 +534,8 @@ TEST(AggregateFixedKeys, EveryIntervalResetsTheSameWay) {
 TEST(AggregateFixedKeys, KernelRowsLandInTheStatesOfTheSameKeys) {
   // Placed in the kernel: rows absorbed at each read, and events of the same keys (a run that
   // fell back, or a replay) add to the same rows; a kernel run with max_keys = 16 hands on the
-  // 16 rows that fit (the others are the probe's lost, not the stage's).
+  // 16 rows that fit (the others are the probe's lost), and the stage holds no more keys than
+  // that either: the events of pids 116..119 are its keys_dropped.
   const ProbeInfo p = fake_probe(0, "p");
   std::vector<KernelRow> rows;
   for (std::int64_t pid = 100; pid < 116; ++pid) {
@@ -536,7 +563,11 @@ TEST(AggregateFixedKeys, KernelRowsLandInTheStatesOfTheSameKeys) {
     }
     const Table a = fixed.snapshot(false, 0s, 1s);
     expect_same(a, encoded.snapshot(false, 0s, 1s));
-    EXPECT_EQ(a.rows.size(), 20u) << use;  // 100..119: pids 110..115 merged, not doubled
+    EXPECT_EQ(a.rows.size(), 16u) << use;  // 100..115: pids 110..115 merged, not doubled
+    std::vector<std::pair<std::string, std::uint64_t>> counters;
+    fixed.stage().counters(counters);
+    EXPECT_EQ(counters, (std::vector<std::pair<std::string, std::uint64_t>>{{"keys_dropped", 4}}))
+        << use;
     if (std::string_view(use) == "count") {
       const auto it = std::find_if(a.rows.begin(), a.rows.end(), [](const TableRow& row) {
         return row.keys[0] == Cell{std::int64_t{112}};
