@@ -102,8 +102,8 @@ void process_families(std::vector<Family>& out) {
   if (std::FILE* f = std::fopen("/proc/self/statm", "re")) {
     unsigned long pages = 0, resident = 0;
     if (std::fscanf(f, "%lu %lu", &pages, &resident) == 2)
-      rss.samples.push_back({.value = static_cast<double>(resident) *
-                                      static_cast<double>(::sysconf(_SC_PAGESIZE))});
+      rss.samples.push_back(
+          {.value = static_cast<double>(resident) * static_cast<double>(::sysconf(_SC_PAGESIZE))});
     std::fclose(f);
   }
   out.push_back(std::move(rss));
@@ -122,15 +122,21 @@ void process_families(std::vector<Family>& out) {
 int serve(const ServeOptions& o) {
   check_ready_fd(o.ready_fd);
   const Log log(o.log_format == "json");
+  // The loop and the sink outlive the sessions (declared first, destroyed last).
+  asio::io_context io(1);
+  Sink out = Sink::discard();  // the recipes' text outputs go nowhere: their tables are metrics
   std::vector<Served> served;
   for (const auto& path : o.recipes)
     served.push_back({.path = path, .recipe = load(path, o.sets), .session = {}, .metrics = {}});
   const exporter::ExportOptions xo{.label_budget = o.label_budget};
 
-  asio::io_context io(1);
-  Sink out = Sink::discard();  // the recipes' text outputs go nowhere: their tables are metrics
   bool stopping = false;
   int exit_code = kExitOk;
+  // However serve() ends (an error thrown after the start too), the sessions' ends are ours.
+  struct Stopping {
+    bool* flag;
+    ~Stopping() { *flag = true; }
+  } const stopping_at_exit{&stopping};
   std::unique_ptr<exporter::MetricsServer> server;
   const auto stop_all = [&] {
     if (stopping)
@@ -216,8 +222,9 @@ int serve(const ServeOptions& o) {
                    .type = MetricType::kCounter};
     scrapes.samples.push_back({.value = static_cast<double>(c.scrapes)});
     Family took{.name = "tracer_scrape_duration_seconds",
-                .help = "how long the previous scrape took to make (reading the kernel's maps "
-                        "and rings included)",
+                .help =
+                    "how long the previous scrape took to make (reading the kernel's maps "
+                    "and rings included)",
                 .type = MetricType::kGauge};
     took.samples.push_back({.value = c.last_scrape_seconds});
     Family reloads{.name = "tracer_reloads_total",
@@ -227,9 +234,8 @@ int serve(const ServeOptions& o) {
         {.labels = {{.name = "result", .value = "ok"}}, .value = static_cast<double>(reloads_ok)});
     reloads.samples.push_back({.labels = {{.name = "result", .value = "failed"}},
                                .value = static_cast<double>(reloads_failed)});
-    Family build{.name = "tracer_build_info",
-                 .help = "tracer's version",
-                 .type = MetricType::kGauge};
+    Family build{
+        .name = "tracer_build_info", .help = "tracer's version", .type = MetricType::kGauge};
     build.samples.push_back({.labels = {{.name = "version", .value = TRACER_VERSION}}, .value = 1});
     for (auto* f : {&scrapes, &took, &reloads, &build})
       families.push_back(std::move(*f));
@@ -237,12 +243,24 @@ int serve(const ServeOptions& o) {
     return exporter::exposition(std::move(families));
   });
   log("info", "serving metrics",
-      {{"listen", server->address()}, {"path", "/metrics"},
+      {{"listen", server->address()},
+       {"path", "/metrics"},
        {"recipes", std::to_string(served.size())}});
+  std::string user_cache;
   if (!o.user.empty()) {
-    const std::string kept = drop_to_user(o.user);
-    log("info", "running as an unprivileged user", {{"user", o.user}, {"capabilities", kept}});
+    const DroppedTo to = drop_to_user(o.user);
+    user_cache = to.cache;
+    log("info", "running as an unprivileged user",
+        {{"user", o.user}, {"capabilities", to.capabilities}, {"bpf_cache", to.cache}});
   }
+  struct RemoveCache {
+    const std::string* dir;
+    ~RemoveCache() {
+      std::error_code ec;
+      if (!dir->empty())
+        std::filesystem::remove_all(*dir, ec);
+    }
+  } const remove_cache{&user_cache};
   int ready = o.ready_fd;
   signal_ready(ready);
   if (!stopping)

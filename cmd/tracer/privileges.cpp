@@ -6,11 +6,14 @@
 #include <linux/capability.h>
 #include <pwd.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <array>
 #include <cerrno>
+#include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <utility>
 #include <vector>
@@ -45,7 +48,7 @@ Error failed(const std::string& user, const char* step) {
 
 }  // namespace
 
-std::string drop_to_user(const std::string& user) {
+DroppedTo drop_to_user(const std::string& user) {
   errno = 0;
   const passwd* pw = ::getpwnam(user.c_str());
   if (pw == nullptr) {
@@ -55,6 +58,16 @@ std::string drop_to_user(const std::string& user) {
   }
   const uid_t uid = pw->pw_uid;
   const gid_t gid = pw->pw_gid;
+  // A cache of the user's own: a new directory of an unpredictable name, theirs alone.
+  std::string cache = "/tmp/tracer-cache-XXXXXX";
+  if (::mkdtemp(cache.data()) == nullptr)
+    throw failed(user, "mkdtemp");
+  if (::chown(cache.c_str(), uid, gid) != 0) {
+    const Error e = failed(user, "chown of the BPF cache directory");
+    ::rmdir(cache.c_str());
+    throw e;
+  }
+  ::setenv("XDG_CACHE_HOME", cache.c_str(), 1);
   // The permitted set survives the change of uid with KEEPCAPS; the effective set is then
   // raised again from it below.
   if (::prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0) != 0)
@@ -65,18 +78,28 @@ std::string drop_to_user(const std::string& user) {
     throw failed(user, "setresgid");
   if (::setresuid(uid, uid, uid) != 0)
     throw failed(user, "setresuid");
+  // What the process still has (a container may lack some: CAP_SYS_RESOURCE here): each kept
+  // capability it does not have is left out, not asked for (capset would refuse the lot).
   __user_cap_header_struct header{.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
+  std::array<__user_cap_data_struct, 2> have{};
+  if (::syscall(SYS_capget, &header, have.data()) != 0)
+    throw failed(user, "capget");
   std::array<__user_cap_data_struct, 2> data{};
   std::string names;
   for (const auto& [cap, name] : kKept) {
-    data[static_cast<std::size_t>(cap / 32)].permitted |= 1U << (cap % 32);
-    data[static_cast<std::size_t>(cap / 32)].effective |= 1U << (cap % 32);
+    const auto word = static_cast<std::size_t>(cap / 32);
+    const std::uint32_t bit = 1U << (cap % 32);
+    if ((have[word].permitted & bit) == 0)
+      continue;
+    data[word].permitted |= bit;
+    data[word].effective |= bit;
     names += names.empty() ? name : fmt::format(",{}", name);
   }
+  header = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
   if (::syscall(SYS_capset, &header, data.data()) != 0)
     throw failed(user, "capset");
   [[maybe_unused]] const int r = ::prctl(PR_SET_KEEPCAPS, 0, 0, 0, 0);
-  return names;
+  return {.capabilities = names, .cache = cache};
 }
 
 }  // namespace tracer::cli

@@ -1,11 +1,11 @@
 // The HTTP endpoint of `tracer serve` (see http_server.hpp).
 #include "tracer/exporter/http_server.hpp"
 
+#include <fmt/format.h>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ip/v6_only.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
-#include <fmt/format.h>
 
 #include <charconv>
 #include <list>
@@ -74,10 +74,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
     parser_->header_limit(MetricsServer::kMaxRequestBytes);
     parser_->body_limit(MetricsServer::kMaxRequestBytes);
     stream_->expires_after(MetricsServer::kIdle);
-    http::async_read(*stream_, buffer_, *parser_,
-                     [self = shared_from_this()](beast::error_code ec, std::size_t) {
-                       self->on_read(ec);
-                     });
+    http::async_read(
+        *stream_, buffer_, *parser_,
+        [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_read(ec); });
   }
 
  private:
@@ -140,8 +139,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
                       [self = shared_from_this(), res, keep](beast::error_code ec, std::size_t) {
                         if (ec || !keep) {
                           beast::error_code ignored;
-                          [[maybe_unused]] auto r = self->stream_->socket().shutdown(
-                              tcp::socket::shutdown_both, ignored);
+                          [[maybe_unused]] auto r =
+                              self->stream_->socket().shutdown(tcp::socket::shutdown_both, ignored);
                           return;
                         }
                         self->read();
@@ -180,9 +179,8 @@ MetricsServer::MetricsServer(asio::any_io_executor executor, std::string_view li
   state_->metrics = std::move(metrics);
   tcp::resolver resolver(executor);
   beast::error_code ec;
-  const auto results =
-      resolver.resolve(where.host.empty() ? std::string("::") : where.host,
-                       std::to_string(where.port), tcp::resolver::passive, ec);
+  const auto results = resolver.resolve(where.host.empty() ? std::string("::") : where.host,
+                                        std::to_string(where.port), tcp::resolver::passive, ec);
   if (ec || results.empty()) {
     throw Error(ErrorCategory::kUsage, ec ? ec : std::make_error_code(std::errc::invalid_argument),
                 fmt::format("--listen {}: cannot resolve '{}': {}", listen, where.host,
@@ -208,8 +206,8 @@ MetricsServer::MetricsServer(asio::any_io_executor executor, std::string_view li
   if (ec)
     throw fail("opening a socket for");
   [[maybe_unused]] auto r2 = acc.set_option(tcp::acceptor::reuse_address(true), ec);
-  if (endpoint.address().is_v6() && where.host.empty())
-    [[maybe_unused]] auto r3 = acc.set_option(asio::ip::v6_only(false), ec);
+  if (endpoint.address().is_v6() && where.host.empty()) [[maybe_unused]]
+    auto r3 = acc.set_option(asio::ip::v6_only(false), ec);
   [[maybe_unused]] auto r4 = acc.bind(endpoint, ec);
   if (ec)
     throw fail("binding");

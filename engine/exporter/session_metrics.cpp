@@ -238,12 +238,12 @@ std::vector<std::pair<std::string, std::uint64_t>> table_families(const Table& t
   const std::size_t first = out.size();
 
   if (t.histogram) {
-    Family f{.name = naming.base + "_" +
-                     (field.empty() ? metric_name(t.value_names.empty() ? "value"
-                                                                        : t.value_names[0])
-                                    : field),
-             .help = help,
-             .type = MetricType::kHistogram};
+    Family f{
+        .name = naming.base + "_" +
+                (field.empty() ? metric_name(t.value_names.empty() ? "value" : t.value_names[0])
+                               : field),
+        .help = help,
+        .type = MetricType::kHistogram};
     for (const Row& row : rows)
       histogram_samples(f, t, row);
     out.push_back(std::move(f));
@@ -261,8 +261,7 @@ std::vector<std::pair<std::string, std::uint64_t>> table_families(const Table& t
         if (n.size() < 2 || n[0] != 'p' || std::isdigit(static_cast<unsigned char>(n[1])) == 0)
           continue;
         if (q < t.quantiles.size())
-          sample(s, "", with(row.labels, "quantile", format_value(t.quantiles[q])),
-                 row.values[v]);
+          sample(s, "", with(row.labels, "quantile", format_value(t.quantiles[q])), row.values[v]);
         ++q;
       }
       if (sum)
@@ -461,10 +460,8 @@ struct SessionMetrics::Impl {
 };
 
 SessionMetrics::SessionMetrics(Session& session, const Recipe& recipe, ExportOptions options)
-    : impl_(std::make_unique<Impl>(Impl{.session = &session,
-                                        .recipe = recipe,
-                                        .options = options,
-                                        .acc = {}})) {
+    : impl_(std::make_unique<Impl>(
+          Impl{.session = &session, .recipe = recipe, .options = options, .acc = {}})) {
   session.on_table([impl = impl_.get()](const TableUpdate& u) { impl->on_interval(u); });
 }
 
@@ -506,12 +503,12 @@ void SessionMetrics::collect(std::vector<Family>& out) {
       base += "_" + metric_name(pname);
     if (u.pipeline < aggregations.size() && aggregations[u.pipeline] > 1)
       base += fmt::format("_{}", u.stage + 1);
-    TableNaming naming{.base = std::move(base),
-                       .help = fmt::format("{} (recipe {}, pipeline {})", u.table.title,
-                                           s.recipe.name, pname),
-                       .rules = s.recipe.exporting ? &*s.recipe.exporting : nullptr,
-                       .budget = s.budget(),
-                       .const_labels = {}};
+    TableNaming naming{
+        .base = std::move(base),
+        .help = fmt::format("{} (recipe {}, pipeline {})", u.table.title, s.recipe.name, pname),
+        .rules = s.recipe.exporting ? &*s.recipe.exporting : nullptr,
+        .budget = s.budget(),
+        .const_labels = {}};
     std::vector<std::pair<std::string, std::uint64_t>> made;
     const auto it = s.acc.find({pname, u.stage});
     if (it != s.acc.end() || s.accumulates(u.pipeline, u.stage)) {
@@ -537,8 +534,8 @@ void SessionMetrics::Impl::health(std::vector<Family>& out) const {
   const SessionStats st = session->stats();
   const Label rl{.name = "recipe", .value = recipe.name};
   const auto probe_cpu = [&](const std::string& probe, int cpu) {
-    return std::vector<Label>{rl, {.name = "probe", .value = probe},
-                              {.name = "cpu", .value = std::to_string(cpu)}};
+    return std::vector<Label>{
+        rl, {.name = "probe", .value = probe}, {.name = "cpu", .value = std::to_string(cpu)}};
   };
   const auto probe_only = [&](const std::string& probe) {
     return std::vector<Label>{rl, {.name = "probe", .value = probe}};
@@ -553,15 +550,17 @@ void SessionMetrics::Impl::health(std::vector<Family>& out) const {
                .help = "record bytes read from the probe's ring on each CPU",
                .type = MetricType::kCounter};
   Family lost{.name = "tracer_probe_lost_total",
-              .help = "events lost, by kind: ring (PERF_RECORD_LOST), lost_samples "
-                      "(PERF_RECORD_LOST_SAMPLES), aux_truncated, aux_lost, unprocessed (left at a "
-                      "stop), missed (hits that reached neither the ring nor a LOST count), "
-                      "output_drops (failed BPF output calls), map_full and stacks_lost "
-                      "(in-kernel aggregations)",
+              .help =
+                  "events lost, by kind: ring (PERF_RECORD_LOST), lost_samples "
+                  "(PERF_RECORD_LOST_SAMPLES), aux_truncated, aux_lost, unprocessed (left at a "
+                  "stop), missed (hits that reached neither the ring nor a LOST count), "
+                  "output_drops (failed BPF output calls), map_full and stacks_lost "
+                  "(in-kernel aggregations)",
               .type = MetricType::kCounter};
   Family skipped{.name = "tracer_probe_bpf_skipped_total",
-                 .help = "hits the kernel ran no BPF program for (another program was running "
-                         "on the CPU)",
+                 .help =
+                     "hits the kernel ran no BPF program for (another program was running "
+                     "on the CPU)",
                  .type = MetricType::kCounter};
   Family targets{.name = "tracer_probe_targets_dropped_total",
                  .help = "processes an in-kernel program's target map had no room for",
@@ -578,13 +577,12 @@ void SessionMetrics::Impl::health(std::vector<Family>& out) const {
       if (r.kernel_hits != 0)
         sample(hits, "", probe_cpu(p.name, cpu), static_cast<double>(r.kernel_hits));
       sample(bytes, "", probe_cpu(p.name, cpu), static_cast<double>(r.bytes));
-      const std::pair<const char*, std::uint64_t> kinds[] = {
-          {"ring", r.lost},
-          {"lost_samples", r.lost_samples},
-          {"aux_truncated", r.aux_truncated},
-          {"aux_lost", r.aux_lost},
-          {"unprocessed", r.unprocessed},
-          {"missed", r.missed}};
+      const std::pair<const char*, std::uint64_t> kinds[] = {{"ring", r.lost},
+                                                             {"lost_samples", r.lost_samples},
+                                                             {"aux_truncated", r.aux_truncated},
+                                                             {"aux_lost", r.aux_lost},
+                                                             {"unprocessed", r.unprocessed},
+                                                             {"missed", r.missed}};
       for (const auto& [kind, n] : kinds)
         sample(lost, "", with(probe_cpu(p.name, cpu), "kind", kind), static_cast<double>(n));
     }
@@ -602,8 +600,9 @@ void SessionMetrics::Impl::health(std::vector<Family>& out) const {
     out.push_back(std::move(*f));
 
   Family stage{.name = "tracer_stage_counter",
-               .help = "the stages' own accounting (latency pairs, unmatched entries, late "
-                       "records, ...), as `tracer run` prints it at the end",
+               .help =
+                   "the stages' own accounting (latency pairs, unmatched entries, late "
+                   "records, ...), as `tracer run` prints it at the end",
                .type = MetricType::kGauge};
   for (const auto& [name, v] : st.counters)
     sample(stage, "", {rl, {.name = "counter", .value = name}}, static_cast<double>(v));
@@ -614,8 +613,9 @@ void SessionMetrics::Impl::health(std::vector<Family>& out) const {
   sample(delivered, "", {rl}, static_cast<double>(st.delivered));
   out.push_back(std::move(delivered));
   Family passes{.name = "tracer_drain_passes_total",
-                .help = "passes over every ring, by what started them (wakeup, timer) and those "
-                        "that read nothing because the stages were behind (held)",
+                .help =
+                    "passes over every ring, by what started them (wakeup, timer) and those "
+                    "that read nothing because the stages were behind (held)",
                 .type = MetricType::kCounter};
   sample(passes, "", {rl, {.name = "by", .value = "wakeup"}},
          static_cast<double>(st.engine.passes - st.engine.timer_passes));

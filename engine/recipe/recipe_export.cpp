@@ -76,8 +76,9 @@ RecipeRelabel read_rule(const ConfigValue& node, Diagnostics& diags) {
       try {
         std::regex re(*s, std::regex::ECMAScript);
       } catch (const std::regex_error& err) {
-        diags.add(v.where, fmt::format("invalid regex: {}", err.what()),
-                  R"(an ECMAScript regular expression matching the whole value, e.g. regex = "kworker.*")");
+        diags.add(
+            v.where, fmt::format("invalid regex: {}", err.what()),
+            R"(an ECMAScript regular expression matching the whole value, e.g. regex = "kworker.*")");
       }
     } else if (key == "to") {
       has_to = true;
@@ -93,8 +94,8 @@ RecipeRelabel read_rule(const ConfigValue& node, Diagnostics& diags) {
               R"(action = "drop", "keep", "labeldrop" or "rename")");
   if (!has_label)
     diags.add(node.where, "a relabel rule needs the label it acts on", R"(label = "comm")");
-  const bool filters = r.action == RecipeRelabel::Action::kDrop ||
-                       r.action == RecipeRelabel::Action::kKeep;
+  const bool filters =
+      r.action == RecipeRelabel::Action::kDrop || r.action == RecipeRelabel::Action::kKeep;
   if (has_action && filters && !has_regex)
     diags.add(node.where, "a drop or keep rule needs a regex",
               R"(regex = "kworker.*" (matched against the whole value))");
@@ -132,8 +133,9 @@ RecipeExport read_export(const ConfigValue& node, Diagnostics& diags) {
       if (const auto* s = keys.string(e)) {
         x.prefix = *s;
         if (!valid_metric_name(*s))
-          diags.add(v.where, fmt::format("'{}' cannot start a Prometheus metric name", *s),
-                    R"(letters, digits, _ and :, not starting with a digit: prefix = "node_sched")");
+          diags.add(
+              v.where, fmt::format("'{}' cannot start a Prometheus metric name", *s),
+              R"(letters, digits, _ and :, not starting with a digit: prefix = "node_sched")");
       }
     } else if (key == "label_budget") {
       if (auto n = keys.count<std::uint32_t>(e)) {

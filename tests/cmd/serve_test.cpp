@@ -7,6 +7,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <pwd.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -28,8 +29,8 @@ namespace tracer {
 namespace {
 
 namespace fs = std::filesystem;
-using ::testing::HasSubstr;
 using testing::exited_ok;
+using ::testing::HasSubstr;
 using testing::shell;
 using testing::slurp;
 
@@ -109,8 +110,8 @@ struct Served {
 
 Served serve(const std::vector<std::string>& args, const fs::path& err) {
   testing::ReadyPipe ready;
-  std::vector<std::string> argv = {TRACER_CLI_PATH, "serve", "--listen", "127.0.0.1:0",
-                                   "--ready-fd", ready.fd_arg()};
+  std::vector<std::string> argv = {TRACER_CLI_PATH, "serve",      "--listen",
+                                   "127.0.0.1:0",   "--ready-fd", ready.fd_arg()};
   argv.insert(argv.end(), args.begin(), args.end());
   Served s{.pid = testing::spawn_to_file(argv, "/dev/null", err), .err = err, .port = 0};
   ready.close_writer();
@@ -208,16 +209,17 @@ TEST(CliServe, APrometheusServerScrapesTheKnownCountsOnEveryPath) {
     GTEST_SKIP() << "Debian's prometheus package is not installed (.ci/setup installs it)";
   testing::TempDir dir;
   const auto kernel = put(dir, "kernel.toml", count_recipe("serve_kernel", "", ""));
-  const auto user = put(dir, "user.toml",
-                        count_recipe("serve_user", "placement = \"user\"\n", "every = \"300ms\"\n"));
+  const auto user =
+      put(dir, "user.toml",
+          count_recipe("serve_user", "placement = \"user\"\n", "every = \"300ms\"\n"));
   const Served s = serve({kernel.string(), user.string()}, dir.path() / "serve.err");
   ASSERT_GT(s.pid, 0) << slurp(dir.path() / "serve.err");
   ASSERT_NE(s.port, 0) << slurp(s.err);
 
   const std::string a = calls("lseek 3000 0");
   const std::string b = calls("lseek 3000 1");
-  std::string text = scrape_until(s.port, "tracer_serve_user_calls_count_total{pid=\"" + b + "\"}",
-                                  3000);
+  std::string text =
+      scrape_until(s.port, "tracer_serve_user_calls_count_total{pid=\"" + b + "\"}", 3000);
   for (const std::string r : {"serve_kernel", "serve_user"}) {
     SCOPED_TRACE(r);
     expect_known_series(text, r, a);
@@ -226,7 +228,10 @@ TEST(CliServe, APrometheusServerScrapesTheKnownCountsOnEveryPath) {
   EXPECT_THAT(text, HasSubstr("# TYPE tracer_serve_kernel_offsets_offset histogram\n"));
   EXPECT_THAT(text, HasSubstr("# TYPE tracer_serve_user_calls_count_total counter\n"));
   EXPECT_EQ(sample(text, R"(tracer_recipe_up{recipe="serve_kernel"})"), 1);
-  EXPECT_THAT(text, HasSubstr(R"(tracer_probe_lost_total{recipe="serve_user",probe="lseek",cpu="1",kind="ring"} 0)"));
+  EXPECT_THAT(
+      text,
+      HasSubstr(
+          R"(tracer_probe_lost_total{recipe="serve_user",probe="lseek",cpu="1",kind="ring"} 0)"));
 
   // promtool's own check of the format (and its lint: names, HELP, counters' _total).
   const auto body = put(dir, "metrics.txt", text);
@@ -235,15 +240,15 @@ TEST(CliServe, APrometheusServerScrapesTheKnownCountsOnEveryPath) {
 
   // A real Prometheus, scraping tracer every second.
   const std::uint16_t prom_port = free_port();
-  const auto config = put(
-      dir, "prometheus.yml", fmt::format("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
-                                    "scrape_configs:\n  - job_name: tracer\n    static_configs:\n"
-                                    "      - targets: ['127.0.0.1:{}']\n",
-                                    s.port));
+  const auto config = put(dir, "prometheus.yml",
+                          fmt::format("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+                                      "scrape_configs:\n  - job_name: tracer\n    static_configs:\n"
+                                      "      - targets: ['127.0.0.1:{}']\n",
+                                      s.port));
   const pid_t prom = testing::spawn_to_file(
       std::vector<std::string>{"/usr/bin/prometheus", "--config.file=" + config.string(),
-       "--storage.tsdb.path=" + (dir.path() / "tsdb").string(),
-       "--web.listen-address=127.0.0.1:" + std::to_string(prom_port)},
+                               "--storage.tsdb.path=" + (dir.path() / "tsdb").string(),
+                               "--web.listen-address=127.0.0.1:" + std::to_string(prom_port)},
       dir.path() / "prom.out", dir.path() / "prom.err");
   ASSERT_GT(prom, 0);
   const std::string q = "tracer_serve_kernel_calls_count_total{pid=\"" + a + "\"}";
@@ -277,18 +282,19 @@ TEST(CliServe, APrometheusServerScrapesTheKnownCountsOnEveryPath) {
 // from then on, a broken file leaves the run as it was; SIGTERM ends with 0.
 TEST(CliServe, SighupReloadsInPlaceAndKeepsTheCounts) {
   testing::TempDir dir;
-  const std::string head = "[recipe]\nname = \"reload\"\n"
-                           "[[probe]]\nname = \"lseek\"\ntracepoint = \"syscalls:sys_enter_lseek\"\n";
+  const std::string head =
+      "[recipe]\nname = \"reload\"\n"
+      "[[probe]]\nname = \"lseek\"\ntracepoint = \"syscalls:sys_enter_lseek\"\n";
   const std::string tail = "[[stage]]\nuse = \"count\"\nby = [\"probe\", \"pid\"]\n";
   const auto recipe = put(dir, "r.toml", head + tail);
   const Served s = serve({recipe.string()}, dir.path() / "serve.err");
   ASSERT_GT(s.pid, 0) << slurp(dir.path() / "serve.err");
   const std::string a = calls("lseek 1000");
-  ASSERT_EQ(sample(scrape_until(s.port, "tracer_reload_count_total{probe=\"lseek\",pid=\"" + a +
-                                            "\"}",
-                                1000),
-                   "tracer_reload_count_total{probe=\"lseek\",pid=\"" + a + "\"}"),
-            1000);
+  ASSERT_EQ(
+      sample(scrape_until(s.port, "tracer_reload_count_total{probe=\"lseek\",pid=\"" + a + "\"}",
+                          1000),
+             "tracer_reload_count_total{probe=\"lseek\",pid=\"" + a + "\"}"),
+      1000);
   std::ofstream(recipe, std::ios::trunc)
       << head << "[[probe]]\nname = \"getppid\"\ntracepoint = \"syscalls:sys_enter_getppid\"\n"
       << tail;
@@ -299,8 +305,8 @@ TEST(CliServe, SighupReloadsInPlaceAndKeepsTheCounts) {
   std::ofstream(recipe, std::ios::trunc) << head << "[[probe]]\nname = \"typo\"\n" << tail;
   ::kill(s.pid, SIGHUP);
   ASSERT_TRUE(testing::wait_for_text(s.err, "reload failed")) << slurp(s.err);
-  const std::string text = scrape_until(
-      s.port, "tracer_reload_count_total{probe=\"lseek\",pid=\"" + c + "\"}", 700);
+  const std::string text =
+      scrape_until(s.port, "tracer_reload_count_total{probe=\"lseek\",pid=\"" + c + "\"}", 700);
   EXPECT_EQ(sample(text, "tracer_reload_count_total{probe=\"lseek\",pid=\"" + a + "\"}"), 1000)
       << text;
   EXPECT_EQ(sample(text, "tracer_reload_count_total{probe=\"getppid\",pid=\"" + b + "\"}"), 500)
@@ -317,11 +323,11 @@ TEST(CliServe, SighupReloadsInPlaceAndKeepsTheCounts) {
 // come.
 TEST(CliServe, TheLabelBudgetBoundsTheSeriesAndCountsTheRest) {
   testing::TempDir dir;
-  const auto recipe = put(
-      dir, "r.toml",
-      "[recipe]\nname = \"budget\"\n[export]\nlabel_budget = 100\n"
-      "[[probe]]\nname = \"lseek\"\ntracepoint = \"syscalls:sys_enter_lseek\"\n"
-      "[[stage]]\nuse = \"count\"\nby = [\"pid\", \"offset\"]\nmax_keys = 20000\n");
+  const auto recipe =
+      put(dir, "r.toml",
+          "[recipe]\nname = \"budget\"\n[export]\nlabel_budget = 100\n"
+          "[[probe]]\nname = \"lseek\"\ntracepoint = \"syscalls:sys_enter_lseek\"\n"
+          "[[stage]]\nuse = \"count\"\nby = [\"pid\", \"offset\"]\nmax_keys = 20000\n");
   const Served s = serve({recipe.string()}, dir.path() / "serve.err");
   ASSERT_GT(s.pid, 0) << slurp(dir.path() / "serve.err");
   (void)calls("lseek 5000");
@@ -329,15 +335,19 @@ TEST(CliServe, TheLabelBudgetBoundsTheSeriesAndCountsTheRest) {
   for (int i = 0; i < 100; ++i) {
     text = http_get(s.port, "/metrics").value_or("");
     const auto d = sample(
-        text, R"(tracer_export_label_sets_dropped{recipe="budget",metric="tracer_budget_count_total"})");
+        text,
+        R"(tracer_export_label_sets_dropped{recipe="budget",metric="tracer_budget_count_total"})");
     if (d && *d >= 4900)
       break;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   EXPECT_EQ(series_count(text, "tracer_budget_count_total"), 100U) << text;
-  EXPECT_GE(sample(text, R"(tracer_export_label_sets_dropped{recipe="budget",metric="tracer_budget_count_total"})")
-                .value_or(0),
-            4900)
+  EXPECT_GE(
+      sample(
+          text,
+          R"(tracer_export_label_sets_dropped{recipe="budget",metric="tracer_budget_count_total"})")
+          .value_or(0),
+      4900)
       << text;
   const double rss0 = sample(text, "process_resident_memory_bytes").value_or(0);
   for (int round = 0; round < 4; ++round) {
@@ -359,6 +369,61 @@ TEST(CliServe, TheLabelBudgetBoundsTheSeriesAndCountsTheRest) {
   const double rss1 = sample(text, "process_resident_memory_bytes").value_or(0);
   EXPECT_GT(rss0, 0);
   EXPECT_LT(rss1 - rss0, 32.0 * 1024 * 1024) << rss0 << " -> " << rss1;
+  ::kill(s.pid, SIGTERM);
+  EXPECT_TRUE(exited_ok(s.pid)) << slurp(s.err);
+}
+
+/// A line of /proc/PID/status ("Uid:", "CapEff:"), its value.
+std::string status_field(pid_t pid, const std::string& field) {
+  std::istringstream in(slurp("/proc/" + std::to_string(pid) + "/status"));
+  for (std::string line; std::getline(in, line);) {
+    if (line.starts_with(field))
+      return line.substr(line.find_first_not_of(" \t", field.size()));
+  }
+  return {};
+}
+
+// --user: once attached, tracer serve runs as that user with CAP_BPF, CAP_PERFMON,
+// CAP_DAC_READ_SEARCH, CAP_IPC_LOCK and CAP_SYS_RESOURCE alone, and still counts, scrapes and
+// reloads (a probe added then opens, its tracepoint's format read through tracefs); SIGTERM
+// still cleans up.
+TEST(CliServe, UserDropsRootAndKeepsWhatAReloadNeeds) {
+  if (::getpwnam("nobody") == nullptr)
+    GTEST_SKIP() << "no user 'nobody' on this machine";
+  testing::TempDir dir;
+  fs::permissions(dir.path(), fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                                  fs::perms::others_read | fs::perms::others_exec);
+  const std::string head =
+      "[recipe]\nname = \"asuser\"\n"
+      "[[probe]]\nname = \"lseek\"\ntracepoint = \"syscalls:sys_enter_lseek\"\n";
+  const std::string tail = "[[stage]]\nuse = \"count\"\nby = [\"probe\", \"pid\"]\n";
+  const auto recipe = put(dir, "r.toml", head + tail);
+  const Served s = serve({"--user", "nobody", recipe.string()}, dir.path() / "serve.err");
+  ASSERT_GT(s.pid, 0) << slurp(dir.path() / "serve.err");
+  const std::string uid = status_field(s.pid, "Uid:");
+  EXPECT_EQ(uid.substr(0, uid.find_first_of(" \t")), std::to_string(::getpwnam("nobody")->pw_uid));
+  // CAP_DAC_READ_SEARCH 2, CAP_IPC_LOCK 14, CAP_SYS_RESOURCE 24, CAP_PERFMON 38, CAP_BPF 39:
+  // those this (root) process has (a container may lack some).
+  const std::uint64_t want =
+      ((1ULL << 2) | (1ULL << 14) | (1ULL << 24) | (1ULL << 38) | (1ULL << 39)) &
+      std::stoull(status_field(::getpid(), "CapPrm:"), nullptr, 16);
+  EXPECT_EQ(std::stoull(status_field(s.pid, "CapEff:"), nullptr, 16), want);
+  EXPECT_EQ(std::stoull(status_field(s.pid, "CapPrm:"), nullptr, 16), want);
+  EXPECT_THAT(slurp(s.err), HasSubstr("msg=\"running as an unprivileged user\" user=nobody"));
+
+  const std::string a = calls("lseek 800");
+  const std::string series = "tracer_asuser_count_total{probe=\"lseek\",pid=\"" + a + "\"}";
+  EXPECT_EQ(sample(scrape_until(s.port, series, 800), series), 800);
+  std::ofstream(recipe, std::ios::trunc)
+      << head << "[[probe]]\nname = \"getppid\"\ntracepoint = \"syscalls:sys_enter_getppid\"\n"
+      << tail;
+  ::kill(s.pid, SIGHUP);
+  ASSERT_TRUE(testing::wait_for_text(s.err, "msg=reloaded")) << slurp(s.err);
+  const std::string b = calls("getppid 300");
+  const std::string added = "tracer_asuser_count_total{probe=\"getppid\",pid=\"" + b + "\"}";
+  const std::string text = scrape_until(s.port, added, 300);
+  EXPECT_EQ(sample(text, added), 300) << slurp(s.err);
+  EXPECT_EQ(sample(text, series), 800);
   ::kill(s.pid, SIGTERM);
   EXPECT_TRUE(exited_ok(s.pid)) << slurp(s.err);
 }

@@ -80,8 +80,8 @@ TEST(PrometheusText, QuantilesBecomeASummaryWithMinAndMaxGauges) {
   t.value_names = {"count", "min", "p50", "p99", "max", "sum"};
   t.quantiles = {0.5, 0.99};
   TableRow r;
-  r.values = {std::uint64_t{4}, std::uint64_t{1}, std::uint64_t{2}, std::uint64_t{9},
-              std::uint64_t{9}, std::int64_t{15}};
+  r.values = {std::uint64_t{4}, std::uint64_t{1}, std::uint64_t{2},
+              std::uint64_t{9}, std::uint64_t{9}, std::int64_t{15}};
   t.rows.push_back(r);
   const std::string text = text_of(t);
   EXPECT_THAT(text, HasSubstr("# TYPE tracer_t_duration summary\n"));
@@ -167,11 +167,11 @@ TEST(PrometheusText, CountersStageRowsAreCountersWithTheirUnitAndMetricsGauges) 
   t.value_names = {"value", "unit", "raw", "enabled_ns", "running_ns", "pct"};
   TableRow c;
   c.keys = {std::string("cpu"), std::string("page-faults")};
-  c.values = {std::uint64_t{300}, std::string(""), std::uint64_t{300}, std::uint64_t{1},
-              std::uint64_t{1}, 100.0};
+  c.values = {std::uint64_t{300}, std::string(""),  std::uint64_t{300},
+              std::uint64_t{1},   std::uint64_t{1}, 100.0};
   TableRow m;
   m.keys = {std::string("cpu"), std::string("faults_per_s")};
-  m.values = {1.5, std::string("metric"), std::monostate{}, std::monostate{}, std::monostate{},
+  m.values = {1.5,  std::string("metric"), std::monostate{}, std::monostate{}, std::monostate{},
               100.0};
   t.rows = {c, m};
   const std::string text = text_of(t);

@@ -47,9 +47,9 @@ class MetricsServer {
   void close();
 
   struct Counters {
-    std::uint64_t scrapes = 0;    // GET /metrics answered
-    std::uint64_t requests = 0;   // every request answered
-    std::uint64_t refused = 0;    // connections over kMaxConnections, malformed requests
+    std::uint64_t scrapes = 0;       // GET /metrics answered
+    std::uint64_t requests = 0;      // every request answered
+    std::uint64_t refused = 0;       // connections over kMaxConnections, malformed requests
     double last_scrape_seconds = 0;  // how long the last /metrics body took to make
   };
   [[nodiscard]] Counters counters() const noexcept;

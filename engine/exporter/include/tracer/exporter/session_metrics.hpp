@@ -45,11 +45,11 @@ struct ExportOptions {
 
 /// How one table is exported.
 struct TableNaming {
-  std::string base{};                      // the metric names' start ("tracer_runqlat")
-  std::string help{};                      // the table's description for HELP lines
-  const RecipeExport* rules = nullptr;     // relabel rules (none when null)
-  std::uint32_t budget = 10000;            // label sets kept per metric
-  std::vector<Label> const_labels{};       // added to every sample (none by default)
+  std::string base{};                   // the metric names' start ("tracer_runqlat")
+  std::string help{};                   // the table's description for HELP lines
+  const RecipeExport* rules = nullptr;  // relabel rules (none when null)
+  std::uint32_t budget = 10000;         // label sets kept per metric
+  std::vector<Label> const_labels{};    // added to every sample (none by default)
 };
 
 /// Appends the families of `table` (rows and rest). @return the name of each family it made,
