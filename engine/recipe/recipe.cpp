@@ -78,8 +78,8 @@ class Loader {
     core::apply_sets(*root, options_.sets, diags_);
     recipe_.params = core::read_params(*root, diags_);
     for (auto& [key, v] : *root->table()) {
-      if (key == "probe" || key == "bpf" || key == "stage" || key == "pipeline" || key == "counter" ||
-          key == "export")
+      if (key == "probe" || key == "bpf" || key == "stage" || key == "pipeline" ||
+          key == "counter" || key == "export")
         core::substitute(v, recipe_.params, diags_);
     }
     read_root(*root->table());

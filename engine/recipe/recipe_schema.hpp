@@ -30,8 +30,8 @@ struct KeySpec {
   KeyType type;
 };
 
-inline constexpr std::string_view kTopKeys[] = {"recipe",   "params",  "probe", "bpf", "stage",
-                                                "pipeline", "counter", "export"};
+inline constexpr std::string_view kTopKeys[] = {"recipe", "params",   "probe",   "bpf",
+                                                "stage",  "pipeline", "counter", "export"};
 
 inline constexpr KeySpec kExportKeys[] = {
     {"prefix", KeyType::kString},

@@ -271,12 +271,13 @@ TEST(StageLatency, PairsByTidAndCountsMisses) {
   EXPECT_EQ(lat.stats().missing_exit, 3u);
   EXPECT_EQ(lat.stats().pending_at_stop, 2u);
   EXPECT_EQ(lat.stats().out_of_order, 0u);
-  EXPECT_EQ(h.out,
-            R"({"stage":"hist","interval":0,"time":1000000000,"keys":{},"count":2,"sum":103,"buckets":[)"
-            R"({"lo":2,"hi":4,"count":1},{"lo":4,"hi":8,"count":0},{"lo":8,"hi":16,"count":0},)"
-            R"({"lo":16,"hi":32,"count":0},{"lo":32,"hi":64,"count":0},)"
-            R"({"lo":64,"hi":128,"count":1}]})"
-            "\n");
+  EXPECT_EQ(
+      h.out,
+      R"({"stage":"hist","interval":0,"time":1000000000,"keys":{},"count":2,"sum":103,"buckets":[)"
+      R"({"lo":2,"hi":4,"count":1},{"lo":4,"hi":8,"count":0},{"lo":8,"hi":16,"count":0},)"
+      R"({"lo":16,"hi":32,"count":0},{"lo":32,"hi":64,"count":0},)"
+      R"({"lo":64,"hi":128,"count":1}]})"
+      "\n");
 }
 
 TEST(StageLatency, UnknownProbeAndMissingKey) {
