@@ -96,10 +96,10 @@ foreach(layer IN LISTS layer_names)
         continue()
       endif()
       # A private header: the layer's own (beside the file or under the layer's directory), a
-      # file the build generates (*.inc, *.skel.h), or the shipped BPF programs' shared headers
+      # file the build generates (*.inc, *.skel.h, *.pb.h), or the shipped BPF programs' shared headers
       # (bpf/progs/*.h: the structs the programs write and user space reads) above bpf.
-      if(include MATCHES "\\.(inc|skel\\.h)$")
-        continue()
+      if(include MATCHES "\\.(inc|skel\\.h|pb\\.h)$")
+        continue()  # generated: *.inc, BPF skeletons, protoc's messages (the otlp stage's)
       endif()
       if(NOT public_at EQUAL -1)
         string(APPEND private_violations

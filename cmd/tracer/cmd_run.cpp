@@ -279,8 +279,8 @@ void print_summary(const Stats& stats,
   for (const auto& [name, value] : counters) {
     if (name.ends_with(".keys_dropped")) {
       fmt::print(stderr,
-                 "tracer: warning: {}: {} events of keys past the stage's max_keys were not "
-                 "counted (raise max_keys)\n",
+                 "tracer: warning: {}: {} events of keys past the stage's key_limit were not "
+                 "counted (raise key_limit)\n",
                  name.substr(0, name.size() - std::string_view(".keys_dropped").size()), value);
     }
   }

@@ -24,6 +24,7 @@ std::string Diagnostics::format() const {
     return a < b;
   });
   std::string out;
+  std::vector<const std::string*> hints;  // said already: a long one is not said again
   const Diagnostic* last = nullptr;
   for (const auto* d : sorted) {
     // The same problem found by two checks (the recipe's and a stage's own) is said once.
@@ -32,8 +33,16 @@ std::string Diagnostics::format() const {
       continue;
     last = d;
     out += fmt::format("{}:{}:{}: {}\n", d->where.path, d->where.line, d->where.column, d->message);
-    if (!d->hint.empty())
+    if (d->hint.empty())
+      continue;
+    const bool said = std::any_of(hints.begin(), hints.end(),
+                                  [&](const std::string* h) { return *h == d->hint; });
+    if (said && d->hint.size() > 80) {
+      out += "  hint: the same as above\n";
+    } else {
       out += fmt::format("  hint: {}\n", d->hint);
+      hints.push_back(&d->hint);
+    }
   }
   return out;
 }

@@ -6,6 +6,8 @@
 #include <fcntl.h>
 #include <fmt/core.h>
 #include <fnmatch.h>
+#include <grp.h>
+#include <pwd.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -265,6 +267,45 @@ std::optional<T> load(std::span<const std::byte> raw, std::uint64_t off) noexcep
   return v;
 }
 
+/// "drwx------ root:root" for `path`, or "" when it cannot be stat'ed.
+std::string mode_of(const fs::path& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0)
+    return {};
+  std::string m = S_ISDIR(st.st_mode) ? "d" : "-";
+  constexpr std::pair<mode_t, char> kBits[] = {{S_IRUSR, 'r'}, {S_IWUSR, 'w'}, {S_IXUSR, 'x'},
+                                               {S_IRGRP, 'r'}, {S_IWGRP, 'w'}, {S_IXGRP, 'x'},
+                                               {S_IROTH, 'r'}, {S_IWOTH, 'w'}, {S_IXOTH, 'x'}};
+  for (const auto& [bit, c] : kBits)
+    m.push_back((st.st_mode & bit) != 0 ? c : '-');
+  const passwd* pw = ::getpwuid(st.st_uid);
+  const group* gr = ::getgrgid(st.st_gid);
+  return fmt::format("{} {}:{}", m, pw != nullptr ? pw->pw_name : std::to_string(st.st_uid),
+                     gr != nullptr ? gr->gr_name : std::to_string(st.st_gid));
+}
+
+/// A tracefs file tracer may not read (EACCES, EPERM): which file, its mode and the mount's,
+/// and the two ways out.
+Unexpected access_failure(const fs::path& root, const fs::path& path, int err) {
+  const std::string file_mode = mode_of(path);
+  const std::string root_mode = mode_of(root);
+  std::string where;
+  if (!file_mode.empty())
+    where = fmt::format(": {} is {}", path.string(), file_mode);
+  if (!root_mode.empty())
+    where += fmt::format("{} {} is {}", where.empty() ? ":" : ";", root.string(), root_mode);
+  return fail(err,
+              fmt::format("tracefs: cannot read {} as uid {}: {}{}", path.string(), ::geteuid(),
+                          std::strerror(err), where),
+              fmt::format("tracepoints need read access to tracefs: give tracer "
+                          "CAP_DAC_READ_SEARCH beside CAP_BPF and CAP_PERFMON (setcap "
+                          "cap_bpf,cap_perfmon,cap_dac_read_search+ep on the binary, or "
+                          "AmbientCapabilities= in its systemd unit), or let a group read it "
+                          "(mount -o remount,gid=GROUP,mode=0750 {} and run tracer in that "
+                          "group). Profiles (cpu-clock) and tracer stat of software events "
+                          "need neither",
+                          root.string()));
+}
 }  // namespace
 
 const Field* Format::field(std::string_view field_name) const noexcept {
@@ -627,6 +668,8 @@ Result<std::uint32_t> Tracefs::tracepoint_id(const TracepointName& tp) const {
       return fail(ENOENT,
                   fmt::format("tracefs: no tracepoint {} (no {})", tp_string(tp), path.string()),
                   near_hint(near_matches(tp)));
+    if (const int err = text.error().errno_value(); err == EACCES || err == EPERM)
+      return access_failure(root_, path, err);
     return fail(std::move(text).error());
   }
   const auto id = detail::parse_uint<std::uint32_t>(detail::trim(*text));
@@ -647,6 +690,8 @@ Result<Format> Tracefs::format(const TracepointName& tp) const {
       return fail(ENOENT,
                   fmt::format("tracefs: no tracepoint {} (no {})", tp_string(tp), path.string()),
                   near_hint(near_matches(tp)));
+    if (const int err = text.error().errno_value(); err == EACCES || err == EPERM)
+      return access_failure(root_, path, err);
     return fail(std::move(text).error());
   }
   return parse_format(*text, tp.system, tp.event);

@@ -76,9 +76,15 @@ std::vector<OptionSpec> aggregate_options() {
       {.name = "max_keys",
        .type = OptionSpec::Type::kInt,
        .required = false,
-       .help = "keys it holds (per interval with every), in the kernel's map and in user "
-               "space alike (default 10240); the events of keys that do not fit are counted "
-               "(map_full, keys_dropped)"},
+       .help = "placed in the kernel: keys its map holds between two reads (default 10240; "
+               "tracer reads it before it fills); the events of keys that do not fit are counted "
+               "as lost (map_full)"},
+      {.name = "key_limit",
+       .type = OptionSpec::Type::kInt,
+       .required = false,
+       .help = "keys the stage holds in user space at most (default 1048576; per interval with "
+               "every): the events of keys past it are counted (keys_dropped), memory stays "
+               "bounded"},
       {.name = "max_stacks",
        .type = OptionSpec::Type::kInt,
        .required = false,
@@ -234,6 +240,12 @@ void AggregateStage::configure_common(StageOptions& opts) {
       opts.diags().add(opts.where("max_keys"), "option 'max_keys' must be in 1..16777216");
     else
       max_keys_ = static_cast<std::uint32_t>(*m);
+  }
+  if (auto m = opts.integer("key_limit")) {
+    if (*m <= 0 || *m > (std::int64_t{1} << 24))
+      opts.diags().add(opts.where("key_limit"), "option 'key_limit' must be in 1..16777216");
+    else
+      key_limit_ = static_cast<std::uint32_t>(*m);
   }
   if (auto m = opts.integer("max_stacks")) {
     if (*m <= 0 || *m > (std::int64_t{1} << 20))

@@ -274,8 +274,8 @@ class KeyedStates {
     for (auto& s : states_)
       zero(s);
   }
-  /// At most `n` keys (the stage's max_keys, as its in-kernel map holds): a new key past them
-  /// gets no state of its own, its events go to one spill state the stage reports (dropped()).
+  /// At most `n` keys (the stage's key_limit): a new key past them gets no state of its own, its
+  /// events go to one spill state the stage reports (dropped()).
   void limit(std::size_t n) noexcept { limit_ = n; }
   /// The events of keys past the limit since the start (their State's count or total).
   [[nodiscard]] std::uint64_t dropped() const noexcept {
@@ -360,8 +360,7 @@ class AggregateStage : public Stage, public Aggregation {
   [[nodiscard]] std::optional<std::chrono::nanoseconds> every() const noexcept override {
     return every_;
   }
-  /// keys_dropped: the events of keys past max_keys (as an in-kernel map's map_full), not
-  /// counted in any row.
+  /// keys_dropped: the events of keys past key_limit, not counted in any row.
   void counters(std::vector<std::pair<std::string, std::uint64_t>>& out) const override {
     if (const std::uint64_t n = keys_dropped(); n != 0)
       out.emplace_back("keys_dropped", n);
@@ -661,8 +660,8 @@ class AggregateStage : public Stage, public Aggregation {
     bind_keys(ctx, diags);
     if (!value_name_.empty())
       value = bind_value(ctx, diags);
-    states.reserve(std::min<std::size_t>(expected_keys, max_keys_));
-    states.limit(max_keys_);
+    states.reserve(std::min<std::size_t>(expected_keys, key_limit_));
+    states.limit(key_limit_);
   }
 
   /// The per-key loop of a distribution (hist, lhist, quantiles): for each event (Event* or
@@ -740,6 +739,9 @@ class AggregateStage : public Stage, public Aggregation {
   std::vector<FieldRef> by_;
   std::optional<std::int64_t> top_;
   std::uint32_t max_keys_ = 10240;
+  /// Keys the stage holds in user space at most (`key_limit`): the kernel's map is read before
+  /// it fills, so a run may gather more keys than max_keys, but not without bound.
+  std::uint32_t key_limit_ = 1U << 20;
   std::uint32_t max_stacks_ = 16384;
   std::optional<std::chrono::nanoseconds> every_;
   std::string value_name_;

@@ -12,6 +12,7 @@
 #include "jsonl.hpp"
 #include "latency.hpp"
 #include "lhist.hpp"
+#include "otlp.hpp"
 #include "perf_data.hpp"
 #include "perfmon.hpp"
 #include "plugin_stage.hpp"
@@ -28,7 +29,7 @@ constexpr StageEntry kAllStages[] = {
     stage<Avg>(),      stage<Hist>(),   stage<Lhist>(),      stage<Quantiles>(),   stage<Rate>(),
     stage<Latency>(),  stage<Print>(),  stage<Jsonl>(),      stage<Csv>(),         stage<BpfMap>(),
     stage<PerfData>(), stage<Folded>(), stage<Flamegraph>(), stage<PluginStage>(), stage<Perfmon>(),
-    stage<Counters>(),
+    stage<Counters>(), stage<Otlp>(),
 };
 }  // namespace
 

@@ -44,8 +44,8 @@ void ScalarAggregate::bind(BindContext& ctx, Diagnostics& diags) {
     value_ = bind_value(ctx, diags);
     is_float_ = value_ && value_->type() == FieldType::kDouble;
   }
-  states_.reserve(std::min<std::size_t>(1024, max_keys_));
-  states_.limit(max_keys_);
+  states_.reserve(std::min<std::size_t>(1024, key_limit_));
+  states_.limit(key_limit_);
 }
 
 template <typename Sample>

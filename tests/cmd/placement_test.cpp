@@ -204,9 +204,9 @@ max_keys = 16
       << summary.front();
 }
 
-// The same bound in user space: 16 rows, and the 84 events of the other keys counted by the
-// stage (keys_dropped) and said, as the kernel's map_full is.
-TEST(KernelPlacement, MaxKeysBoundsTheUserSpaceStageAlike) {
+// key_limit bounds a stage in user space: 16 rows, and the 84 events of the other keys counted by
+// the stage (keys_dropped) and said, as the kernel's map_full is.
+TEST(KernelPlacement, KeyLimitBoundsTheUserSpaceStage) {
   const auto recipe = testing::write_temp("placement_full_user.toml", R"([recipe]
 name = "full"
 placement = "user"
@@ -216,7 +216,7 @@ tracepoint = "syscalls:sys_enter_lseek"
 [[stage]]
 use = "count"
 by = ["offset"]
-max_keys = 16
+key_limit = 16
 )");
   const auto r = tracer("run " + recipe.string() + " --json -- " + kSyscaller + " lseek 100");
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -226,7 +226,7 @@ max_keys = 16
     EXPECT_EQ(json_number(row, "count"), 1) << row;
   EXPECT_NE(r.out.find(R"("stages":{"count.keys_dropped":84})"), std::string::npos) << r.out;
   const auto text = tracer("run " + recipe.string() + " -- " + kSyscaller + " lseek 100");
-  EXPECT_NE(text.err.find("count: 84 events of keys past the stage's max_keys were not counted"),
+  EXPECT_NE(text.err.find("count: 84 events of keys past the stage's key_limit were not counted"),
             std::string::npos)
       << text.err;
 }

@@ -318,8 +318,8 @@ TEST(CliServe, SighupReloadsInPlaceAndKeepsTheCounts) {
 }
 
 // Many distinct keys: the exposition keeps the budget's label sets (the largest first) and says
-// how many it left out; the stage's own max_keys bounds its keys in the kernel's map and in user
-// space alike (the events of the rest are counted); tracer's memory stays flat while more keys
+// how many it left out; the stage's key_limit bounds the keys it holds (the events of the rest
+// are counted, as the kernel map's map_full would be); tracer's memory stays flat while more keys
 // come.
 TEST(CliServe, TheLabelBudgetBoundsTheSeriesAndCountsTheRest) {
   testing::TempDir dir;
@@ -327,7 +327,7 @@ TEST(CliServe, TheLabelBudgetBoundsTheSeriesAndCountsTheRest) {
       put(dir, "r.toml",
           "[recipe]\nname = \"budget\"\n[export]\nlabel_budget = 100\n"
           "[[probe]]\nname = \"lseek\"\ntracepoint = \"syscalls:sys_enter_lseek\"\n"
-          "[[stage]]\nuse = \"count\"\nby = [\"pid\", \"offset\"]\nmax_keys = 20000\n");
+          "[[stage]]\nuse = \"count\"\nby = [\"pid\", \"offset\"]\nkey_limit = 20000\n");
   const Served s = serve({recipe.string()}, dir.path() / "serve.err");
   ASSERT_GT(s.pid, 0) << slurp(dir.path() / "serve.err");
   (void)calls("lseek 5000");
@@ -354,8 +354,8 @@ TEST(CliServe, TheLabelBudgetBoundsTheSeriesAndCountsTheRest) {
     (void)calls("lseek 5000");
     text = http_get(s.port, "/metrics").value_or("");
   }
-  // Past max_keys the events are counted, in the kernel's map (map_full) or in the stage
-  // (keys_dropped) whichever had no room first: never a key more.
+  // Past the limits the events are counted, in the kernel's map (map_full) or in the stage
+  // (keys_dropped), whichever had no room first: never a key more.
   const double map_full =
       sample(text, R"(tracer_probe_lost_total{recipe="budget",probe="lseek",kind="map_full"})")
           .value_or(0);
