@@ -1,5 +1,6 @@
 // bpf::Object: libbpf open/load with the verifier log captured, programs, maps and globals.
 #include "tracer/bpf/object.hpp"
+#include "tracer/perf/event.hpp"
 
 #include <bpf/bpf.h>
 #include <bpf/btf.h>
@@ -266,6 +267,19 @@ Status Object::load(const LoadOptions& opts) {
                         failure.program, errno_text(err));
   std::string hint = failure.verifier_log.empty() ? trim_verifier_log(messages, opts.hint_lines)
                                                   : failure.trimmed_log;
+  // EPERM before any verifier log: the process may not load BPF at all. Say which capability.
+  constexpr int kCapSysAdmin = 21, kCapBpf = 39;
+  if (err == EPERM && failure.verifier_log.empty() &&
+      !perf::has_capability(kCapBpf).value_or(true) &&
+      !perf::has_capability(kCapSysAdmin).value_or(true)) {
+    message += " (this process lacks CAP_BPF)";
+    hint =
+        "loading BPF programs needs CAP_BPF (with CAP_PERFMON for tracing programs): run as "
+        "root, or grant them (setcap cap_bpf,cap_perfmon,cap_dac_read_search+ep tracer; "
+        "AmbientCapabilities= in a systemd unit); placement = \"user\" needs no BPF for "
+        "the stages\n" +
+        hint;
+  }
   load_failure_ = std::move(failure);
   return fail(err, std::move(message), std::move(hint));
 }

@@ -46,10 +46,11 @@ Status check_privileges(const Needs& needs) {
   for (const auto& m : missing)
     msg += "\n  - " + m;
   return fail(EPERM, msg,
-              ::geteuid() == 0 ? "root without these capabilities: check the container's or "
-                                 "systemd unit's capability bounding set"
-                               : "run as root, or grant them: setcap cap_perfmon,cap_bpf+ep "
-                                 "$(command -v tracer)");
+              ::geteuid() == 0
+                  ? "root without these capabilities: check the container's or "
+                    "systemd unit's capability bounding set"
+                  : "run as root, or grant them: setcap cap_perfmon,cap_bpf,cap_dac_read_search+ep "
+                    "$(command -v tracer)");
 }
 
 }  // namespace tracer::core

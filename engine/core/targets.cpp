@@ -5,6 +5,7 @@
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <cerrno>
 
 #include <boost/asio/post.hpp>
 #include <chrono>
@@ -37,7 +38,8 @@ void Targets::open(const Target& target) {
     case Target::Kind::kAllCpus:
       break;
     case Target::Kind::kPid:
-      if (target.pid <= 0 || ::kill(target.pid, 0) != 0) {
+      // EPERM: it is there, another user's (perf_event_open then says whether tracer may).
+      if (target.pid <= 0 || (::kill(target.pid, 0) != 0 && errno != EPERM)) {
         throw Error(ErrorCategory::kUsage, std::make_error_code(std::errc::no_such_process),
                     fmt::format("engine: no process with pid {}", target.pid));
       }

@@ -5,6 +5,7 @@
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+#include <csignal>
 
 #include <cerrno>
 #include <cstring>
@@ -47,10 +48,20 @@ Failure explain(int err, const EventAttr& attr, const OpenTarget& t) {
       std::string caps = fmt::format("CAP_PERFMON {}, CAP_SYS_ADMIN {}",
                                      perfmon.value_or(false) ? "present" : "missing",
                                      admin.value_or(false) ? "present" : "missing");
-      if (!perfmon.value_or(false) && !admin.value_or(false)) {
+      if (t.pid > 0 && (t.flags & PERF_FLAG_PID_CGROUP) == 0U && ::kill(t.pid, 0) != 0 &&
+          errno == EPERM) {
+        // Another user's task: the kernel checks ptrace access (PTRACE_MODE_READ_REALCREDS)
+        // for per-task events, which CAP_PERFMON does not grant.
+        f.hint = fmt::format(
+            "process {} belongs to another user than tracer's (uid {}): perf events on a task "
+            "need ptrace access to it. Run tracer as that user, or with CAP_SYS_PTRACE beside "
+            "CAP_BPF and CAP_PERFMON ({})",
+            t.pid, ::geteuid(), caps);
+      } else if (!perfmon.value_or(false) && !admin.value_or(false)) {
         f.hint = fmt::format(
             "kernel.perf_event_paranoid is {} and this process lacks privileges ({}). Run as "
-            "root, grant CAP_PERFMON (setcap cap_perfmon,cap_bpf+ep tracer), or lower the "
+            "root, grant CAP_PERFMON (setcap cap_perfmon,cap_bpf,cap_dac_read_search+ep tracer: "
+            "tracepoints read tracefs too), or lower the "
             "setting: sysctl kernel.perf_event_paranoid={}",
             paranoid ? std::to_string(*paranoid) : "unknown", caps,
             attr.raw()->exclude_kernel != 0U ? 1 : -1);
