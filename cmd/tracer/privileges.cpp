@@ -40,10 +40,10 @@ constexpr std::array<std::pair<int, const char*>, 5> kKept{{
 
 Error failed(const std::string& user, const char* step) {
   const int err = errno;
-  return Error(ErrorCategory::kRuntime, std::error_code(err, std::generic_category()),
-               fmt::format("--user {}: {}: {}", user, step, std::strerror(err)),
-               "tracer serve must start as root (or with CAP_SETUID, CAP_SETGID and the "
-               "capabilities it keeps) to drop to another user");
+  return {ErrorCategory::kRuntime, std::error_code(err, std::generic_category()),
+          fmt::format("--user {}: {}: {}", user, step, std::strerror(err)),
+          "tracer serve must start as root (or with CAP_SETUID, CAP_SETGID and the "
+          "capabilities it keeps) to drop to another user"};
 }
 
 }  // namespace

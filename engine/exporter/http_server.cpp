@@ -95,6 +95,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
       [[maybe_unused]] auto r = stream_->socket().shutdown(tcp::socket::shutdown_both, ignored);
       return;
     }
+    if (!parser_)
+      return;
     const auto& req = parser_->get();
     ++server->counters.requests;
     const bool keep = req.keep_alive();
@@ -221,7 +223,7 @@ MetricsServer::~MetricsServer() {
   close();
 }
 
-std::uint16_t MetricsServer::port() const noexcept {
+std::uint16_t MetricsServer::port() const {
   beast::error_code ec;
   const auto ep = state_->acceptor.local_endpoint(ec);
   return ec ? 0 : ep.port();

@@ -69,17 +69,19 @@ void merge_into(Row& into, const Row& from, const Table& t) {
     auto& a = into.values[v];
     const auto& b = from.values[v];
     const std::string& n = t.value_names[v];
-    if (!a || !b) {
+    // Counts and sums add, min and max compare; a quantile, an average or a rate of merged
+    // rows is not made up (nor a value one of them lacks).
+    const bool mergeable = additive(t, v) || n == "min" || n == "max";
+    if (!a.has_value() || !b.has_value() || !mergeable) {
       a = std::nullopt;
-    } else if (additive(t, v)) {
-      *a += *b;
-    } else if (n == "min") {
-      *a = std::min(*a, *b);
-    } else if (n == "max") {
-      *a = std::max(*a, *b);
-    } else {
-      a = std::nullopt;  // a quantile, an average, a rate: not made up
+      continue;
     }
+    if (additive(t, v))
+      a = a.value() + b.value();
+    else if (n == "min")
+      a = std::min(a.value(), b.value());
+    else
+      a = std::max(a.value(), b.value());
   }
   add_buckets(into.buckets, from.buckets);
 }
@@ -99,7 +101,7 @@ std::vector<CompiledRule> compile(const RecipeExport* rules) {
       try {
         c.re.emplace(r.regex, std::regex::ECMAScript);
       } catch (const std::regex_error&) {
-        // Recipe::load checked it; a rule that does not compile matches nothing.
+        c.re.reset();  // Recipe::load checked it; a rule that does not compile matches nothing
       }
     }
     out.push_back(std::move(c));
@@ -217,8 +219,11 @@ void histogram_samples(Family& f, const Table& t, const Row& row) {
     inf = inf || std::isinf(le);
     sample(f, "_bucket", with(row.labels, "le", format_value(le)), cumulative);
   }
-  const double count =
-      !row.values.empty() && row.values[0].has_value() ? row.values[0].value() : cumulative;
+  double count = cumulative;
+  if (!row.values.empty()) {
+    if (const std::optional<double>& c = row.values.front(); c.has_value())
+      count = *c;
+  }
   if (!inf)
     sample(f, "_bucket", with(row.labels, "le", "+Inf"), count);
   if (auto s = value_index(t, "sum"); s && *s < row.values.size())
@@ -282,9 +287,12 @@ std::vector<std::pair<std::string, std::uint64_t>> table_families(const Table& t
              .help = "derived metric: " + help,
              .type = MetricType::kGauge};
     for (const Row& row : rows) {
-      if (row.values.empty() || !row.values[0].has_value())
+      if (row.values.empty())
         continue;
-      const double v = row.values[0].value();
+      const std::optional<double>& value = row.values.front();
+      if (!value.has_value())
+        continue;
+      const double v = *value;
       if (row.unit == "metric")
         sample(m, "", row.labels, v);
       else
@@ -451,8 +459,17 @@ struct SessionMetrics::Impl {
     const auto score = [&](const TableRow& r) {
       return r.values.empty() ? 0.0 : number(r.values[0]).value_or(0.0);
     };
-    std::stable_sort(t.rows.begin(), t.rows.end(),
-                     [&](const TableRow& x, const TableRow& y) { return score(x) > score(y); });
+    // (std::sort with the keys' order as the tie-break: the map gave them in that order.)
+    std::vector<std::pair<double, std::size_t>> order;
+    order.reserve(t.rows.size());
+    for (std::size_t i = 0; i < t.rows.size(); ++i)
+      order.emplace_back(-score(t.rows[i]), i);
+    std::sort(order.begin(), order.end());
+    std::vector<TableRow> sorted;
+    sorted.reserve(t.rows.size());
+    for (const auto& [s, i] : order)
+      sorted.push_back(std::move(t.rows[i]));
+    t.rows = std::move(sorted);
     return t;
   }
 

@@ -39,6 +39,7 @@ RecipeRelabel read_rule(const ConfigValue& node, Diagnostics& diags) {
   r.where = node.where;
   const auto names = names_of(kRelabelKeys);
   bool has_action = false, has_label = false, has_regex = false, has_to = false;
+  bool known_action = false;  // a rule of an unknown action is not checked further
   SourceRegion regex_where = node.where, to_where = node.where;
   for (const auto& e : *node.table()) {
     const auto& [key, v] = e;
@@ -61,6 +62,7 @@ RecipeRelabel read_rule(const ConfigValue& node, Diagnostics& diags) {
                   suggest(*s, all, "the actions are"));
       } else {
         r.action = a->action;
+        known_action = true;
       }
     } else if (key == "label") {
       has_label = true;
@@ -74,7 +76,7 @@ RecipeRelabel read_rule(const ConfigValue& node, Diagnostics& diags) {
       r.regex = *s;
       regex_where = v.where;
       try {
-        std::regex re(*s, std::regex::ECMAScript);
+        [[maybe_unused]] const auto groups = std::regex(*s, std::regex::ECMAScript).mark_count();
       } catch (const std::regex_error& err) {
         diags.add(
             v.where, fmt::format("invalid regex: {}", err.what()),
@@ -96,14 +98,14 @@ RecipeRelabel read_rule(const ConfigValue& node, Diagnostics& diags) {
     diags.add(node.where, "a relabel rule needs the label it acts on", R"(label = "comm")");
   const bool filters =
       r.action == RecipeRelabel::Action::kDrop || r.action == RecipeRelabel::Action::kKeep;
-  if (has_action && filters && !has_regex)
+  if (known_action && filters && !has_regex)
     diags.add(node.where, "a drop or keep rule needs a regex",
               R"(regex = "kworker.*" (matched against the whole value))");
-  if (has_action && !filters && has_regex)
+  if (known_action && !filters && has_regex)
     diags.add(regex_where, "only a drop or keep rule takes a regex", "remove regex");
-  if (has_action && r.action == RecipeRelabel::Action::kRename && !has_to)
+  if (known_action && r.action == RecipeRelabel::Action::kRename && !has_to)
     diags.add(node.where, "a rename rule needs the new name", R"(to = "process")");
-  if (has_action && r.action != RecipeRelabel::Action::kRename && has_to)
+  if (known_action && r.action != RecipeRelabel::Action::kRename && has_to)
     diags.add(to_where, "only a rename rule takes 'to'", "remove to, or use action = \"rename\"");
   return r;
 }
@@ -143,7 +145,7 @@ RecipeExport read_export(const ConfigValue& node, Diagnostics& diags) {
           diags.add(v.where, fmt::format("label_budget {} is above {}", *n, kMaxLabelBudget),
                     "a budget bounds the memory of a metric: keep it to the keys worth a series");
         else
-          x.label_budget = *n;
+          x.label_budget = n;
       }
     } else if (key == "relabel") {
       if (const auto* a = keys.table_array(e, "[[export.relabel]]")) {

@@ -193,8 +193,8 @@ std::uint16_t free_port() {
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   socklen_t len = sizeof a;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  EXPECT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len), 0);
   const auto port = ntohs(a.sin_port);
   ::close(fd);
   return port;
@@ -306,7 +306,7 @@ TEST(CliServe, SighupReloadsInPlaceAndKeepsTheCounts) {
   ::kill(s.pid, SIGHUP);
   ASSERT_TRUE(testing::wait_for_text(s.err, "reload failed")) << slurp(s.err);
   const std::string text =
-      scrape_until(s.port, "tracer_reload_count_total{probe=\"lseek\",pid=\"" + c + "\"}", 700);
+      scrape_until(s.port, R"(tracer_reload_count_total{probe="lseek",pid=")" + c + "\"}", 700);
   EXPECT_EQ(sample(text, "tracer_reload_count_total{probe=\"lseek\",pid=\"" + a + "\"}"), 1000)
       << text;
   EXPECT_EQ(sample(text, "tracer_reload_count_total{probe=\"getppid\",pid=\"" + b + "\"}"), 500)
@@ -412,7 +412,7 @@ TEST(CliServe, UserDropsRootAndKeepsWhatAReloadNeeds) {
   EXPECT_THAT(slurp(s.err), HasSubstr("msg=\"running as an unprivileged user\" user=nobody"));
 
   const std::string a = calls("lseek 800");
-  const std::string series = "tracer_asuser_count_total{probe=\"lseek\",pid=\"" + a + "\"}";
+  const std::string series = R"(tracer_asuser_count_total{probe="lseek",pid=")" + a + "\"}";
   EXPECT_EQ(sample(scrape_until(s.port, series, 800), series), 800);
   std::ofstream(recipe, std::ios::trunc)
       << head << "[[probe]]\nname = \"getppid\"\ntracepoint = \"syscalls:sys_enter_getppid\"\n"
@@ -420,7 +420,7 @@ TEST(CliServe, UserDropsRootAndKeepsWhatAReloadNeeds) {
   ::kill(s.pid, SIGHUP);
   ASSERT_TRUE(testing::wait_for_text(s.err, "msg=reloaded")) << slurp(s.err);
   const std::string b = calls("getppid 300");
-  const std::string added = "tracer_asuser_count_total{probe=\"getppid\",pid=\"" + b + "\"}";
+  const std::string added = R"(tracer_asuser_count_total{probe="getppid",pid=")" + b + "\"}";
   const std::string text = scrape_until(s.port, added, 300);
   EXPECT_EQ(sample(text, added), 300) << slurp(s.err);
   EXPECT_EQ(sample(text, series), 800);

@@ -40,7 +40,7 @@ class MetricsServer {
   MetricsServer& operator=(const MetricsServer&) = delete;
 
   /// The port it listens on (the one picked for port 0).
-  [[nodiscard]] std::uint16_t port() const noexcept;
+  [[nodiscard]] std::uint16_t port() const;
   /// "127.0.0.1:9435" as bound.
   [[nodiscard]] std::string address() const;
   /// Stops accepting and closes every connection. Idempotent.
