@@ -17,6 +17,7 @@
 
 #include "commands.hpp"
 #include "privileges.hpp"
+#include "tracer/duration.hpp"
 #include "tracer/error.hpp"
 #include "tracer/exporter/http_server.hpp"
 #include "tracer/exporter/session_metrics.hpp"
@@ -35,6 +36,7 @@ struct ServeOptions {
   std::vector<std::string> sets;
   std::string listen = "127.0.0.1:9435";
   std::uint32_t label_budget = 10000;
+  std::string idle = "5m";
   std::string log_format = "logfmt";
   std::string user;
   int ready_fd = -1;
@@ -128,7 +130,14 @@ int serve(const ServeOptions& o) {
   std::vector<Served> served;
   for (const auto& path : o.recipes)
     served.push_back({.path = path, .recipe = load(path, o.sets), .session = {}, .metrics = {}});
-  const exporter::ExportOptions xo{.label_budget = o.label_budget};
+  const auto idle = parse_duration(o.idle);
+  if (!idle || idle->count() <= 0) {
+    throw Error(ErrorCategory::kUsage, std::make_error_code(std::errc::invalid_argument),
+                fmt::format("--idle {}: {}", o.idle,
+                            idle ? std::string("must be positive") : idle.error().message),
+                "a duration such as 5m or 90s");
+  }
+  const exporter::ExportOptions xo{.label_budget = o.label_budget, .idle = *idle};
 
   bool stopping = false;
   int exit_code = kExitOk;
@@ -293,6 +302,9 @@ void add_serve_command(CLI::App& app, Runner& run) {
                   "Label sets kept per metric (the largest first); the others are counted in "
                   "tracer_export_label_sets_dropped. A recipe's [export] label_budget wins")
       ->check(CLI::Range(1U, 1'000'000U));
+  cmd->add_option("--idle", o->idle,
+                  "A row of an aggregation with `every` that had no events for this long leaves "
+                  "the export (default 5m): the series of processes that are gone go stale");
   cmd->add_option("--set", o->sets, "Override a value of every recipe: param=value, ...")
       ->allow_extra_args(false);
   cmd->add_option("--log-format", o->log_format, "Log lines on stderr: logfmt or json")

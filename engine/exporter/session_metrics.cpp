@@ -350,7 +350,9 @@ std::string exposition(std::vector<Family> families) {
 struct Accumulated {
   Table shape;  // names of the keys and values, stage, field (rows unused)
   std::map<std::vector<std::string>, TableRow> rows;  // by the keys' text
-  std::uint64_t over_budget = 0;                      // keys not kept (budget)
+  /// When each row last had events (the end of its last interval with any).
+  std::map<std::vector<std::string>, std::chrono::nanoseconds> seen;
+  std::uint64_t over_budget = 0;  // keys not kept (budget)
 };
 
 struct SessionMetrics::Impl {
@@ -382,11 +384,17 @@ struct SessionMetrics::Impl {
     return a != nullptr && a->every() && !a->total_at_stop();
   }
 
-  static void add_row(Accumulated& a, const Table& t, const TableRow& row, std::uint32_t budget) {
+  static void add_row(Accumulated& a,
+                      const Table& t,
+                      const TableRow& row,
+                      std::uint32_t budget,
+                      bool record_seen = false) {
     std::vector<std::string> key;
     key.reserve(row.keys.size());
     for (const auto& k : row.keys)
       key.push_back(to_text(k));
+    if (record_seen)
+      a.seen[key] = t.time;
     auto it = a.rows.find(key);
     if (it == a.rows.end()) {
       if (a.rows.size() >= budget) {
@@ -439,7 +447,18 @@ struct SessionMetrics::Impl {
     a.shape.histogram = u.table.histogram;
     for (const auto* part : {&u.table.rows, &u.table.rest})
       for (const auto& row : *part)
-        add_row(a, u.table, row, budget());
+        add_row(a, u.table, row, budget(), true);
+    // Rows without events for options.idle leave the export (their series go stale in
+    // Prometheus, as a finished process's should): memory follows the live keys, not every key
+    // a run of hours saw.
+    for (auto it = a.seen.begin(); it != a.seen.end();) {
+      if (u.table.time - it->second > options.idle) {
+        a.rows.erase(it->first);
+        it = a.seen.erase(it);
+      } else {
+        ++it;
+      }
+    }
   }
 
   /// `now` (rows since the last interval) on top of what the intervals before it added up.

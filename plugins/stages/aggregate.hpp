@@ -260,11 +260,19 @@ class KeyedStates {
     return add(key, make);
   }
   /// An `every` interval's end: the states zeroed, their keys kept (no allocation for the keys
-  /// that come back) while they fill at most half the limit; past that every key goes, so that
-  /// keys that come and go (pids, offsets) never fill the limit for good.
+  /// that come back) while most of them had events in the interval and they fill at most half
+  /// the limit; otherwise every key goes, so that keys that come and go (pids, offsets) neither
+  /// fill the limit for good nor hold memory a run of hours would grow by.
   template <typename Zero>
   void reset(Zero&& zero) {
-    if (states_.size() * 2 > limit_) {
+    std::size_t idle = 0;
+    if constexpr (requires(const State& s) { s.total; })
+      idle = static_cast<std::size_t>(std::count_if(states_.begin(), states_.end(),
+                                                    [](const State& s) { return s.total == 0; }));
+    else if constexpr (requires(const State& s) { s.count; })
+      idle = static_cast<std::size_t>(std::count_if(states_.begin(), states_.end(),
+                                                    [](const State& s) { return s.count == 0; }));
+    if (states_.size() * 2 > limit_ || idle * 2 > states_.size()) {
       index_.clear();
       fixed_ = FixedKeyIndex{};
       keys_.clear();

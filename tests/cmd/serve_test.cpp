@@ -21,6 +21,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "support/cli.hpp"
 #include "support/temp_dir.hpp"
@@ -101,11 +102,25 @@ fs::path put(const testing::TempDir& dir, const std::string& name, const std::st
   return dir.path() / name;
 }
 
-/// A running `tracer serve`: its pid, log and port.
+/// A running `tracer serve`: its pid, log and port. One a failed assertion left running is
+/// killed at the end of the test (a child already reaped is not ours to signal).
 struct Served {
   pid_t pid = -1;
   fs::path err;
   std::uint16_t port = 0;
+  Served() = default;
+  Served(pid_t p, fs::path e, std::uint16_t po) : pid(p), err(std::move(e)), port(po) {}
+  Served(const Served&) = delete;
+  Served& operator=(const Served&) = delete;
+  Served(Served&& o) noexcept
+      : pid(std::exchange(o.pid, -1)), err(std::move(o.err)), port(o.port) {}
+  Served& operator=(Served&&) = delete;
+  ~Served() {
+    if (pid > 0 && ::waitpid(pid, nullptr, WNOHANG) == 0) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+    }
+  }
 };
 
 Served serve(const std::vector<std::string>& args, const fs::path& err) {
@@ -113,7 +128,7 @@ Served serve(const std::vector<std::string>& args, const fs::path& err) {
   std::vector<std::string> argv = {TRACER_CLI_PATH, "serve",      "--listen",
                                    "127.0.0.1:0",   "--ready-fd", ready.fd_arg()};
   argv.insert(argv.end(), args.begin(), args.end());
-  Served s{.pid = testing::spawn_to_file(argv, "/dev/null", err), .err = err, .port = 0};
+  Served s(testing::spawn_to_file(argv, "/dev/null", err), err, 0);
   ready.close_writer();
   if (!ready.wait()) {
     ::kill(s.pid, SIGKILL);

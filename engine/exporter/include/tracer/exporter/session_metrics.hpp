@@ -18,13 +18,15 @@
 // quantiles are the current interval's, or the last one's). [export] relabel rules then drop,
 // keep, remove or rename labels (rows left with the same labels are merged: counts, sums and
 // buckets added, min and max of both; a value that cannot be merged, such as a quantile or an
-// average, is left out of a merged row rather than made up). At most `label_budget` label sets
-// per metric, the first in the table's order (its largest): the others are counted in
+// average, is left out of a merged row rather than made up). A row of an `every` aggregation that
+// had no events for ExportOptions::idle (5 minutes) leaves the export. At most `label_budget` label
+// sets per metric, the first in the table's order (its largest): the others are counted in
 // tracer_export_label_sets_dropped{metric}.
 #pragma once
 
 #include <utility>  // Boost 1.74's Asio (through session.hpp) needs it first (TOOLCHAIN.md)
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -41,6 +43,8 @@ namespace tracer::exporter {
 struct ExportOptions {
   /// Label sets kept per metric, unless the recipe's [export] label_budget says otherwise.
   std::uint32_t label_budget = 10000;
+  /// An aggregation with `every`: a row without events for this long leaves the export.
+  std::chrono::nanoseconds idle = std::chrono::minutes(5);
 };
 
 /// How one table is exported.
