@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <bit>
 #include <boost/asio/post.hpp>
 #include <chrono>
 
@@ -502,6 +503,13 @@ void Engine::Impl::drain_all() noexcept {
       if (!failure)
         failure = std::current_exception();
     }
+  }
+  {
+    const auto ns = static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                                   std::chrono::steady_clock::now() - last_pass)
+                                                   .count());
+    pass_ns += ns;
+    ++pass_us_log2[std::min<std::size_t>(std::bit_width(ns / 1000), pass_us_log2.size() - 1)];
   }
   if (hold) {
     post_held_pass();

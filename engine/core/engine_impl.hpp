@@ -8,6 +8,7 @@
 
 #include <unistd.h>
 
+#include <array>
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -188,6 +189,8 @@ struct Engine::Impl : std::enable_shared_from_this<Engine::Impl> {
   /// Queues one pass (rounds only, while held) after what else is ready.
   void post_held_pass();
   std::uint64_t held_passes = 0;
+  std::array<std::uint64_t, 32> pass_us_log2{};  // Stats::pass_us_log2
+  std::uint64_t pass_ns = 0;
   bool stopping = false;  // stop()'s final drain: bounded by stop_deadline
   std::chrono::steady_clock::time_point stop_deadline{};
   /// check(): opens each probe's event once, disabled, and closes it (what the kernel refuses

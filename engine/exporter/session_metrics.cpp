@@ -632,8 +632,45 @@ void SessionMetrics::Impl::health(std::vector<Family>& out) const {
     sample(truncated, "", probe_only(p.name), static_cast<double>(p.keys_truncated));
     sample(faults, "", probe_only(p.name), static_cast<double>(p.string_faults));
   }
-  for (auto* f : {&samples, &hits, &bytes, &lost, &skipped, &targets, &truncated, &faults})
+  Family fill{.name = "tracer_ring_peak_fill_ratio",
+              .help =
+                  "the fullest each perf ring was when a drain began (published, unread "
+                  "bytes over its data area): near 1, records are about to be lost",
+              .type = MetricType::kGauge};
+  for (const ProbeStats& p : st.engine.probes) {
+    for (const auto& [cpu, r] : p.per_cpu) {
+      if (r.ring_size != 0)
+        sample(fill, "", probe_cpu(p.name, cpu),
+               static_cast<double>(r.peak_fill) / static_cast<double>(r.ring_size));
+    }
+  }
+  for (auto* f : {&samples, &hits, &bytes, &lost, &skipped, &targets, &truncated, &faults, &fill})
     out.push_back(std::move(*f));
+  // The drain's latency: each pass over the rings (reading, the stages, the round).
+  Family pass{.name = "tracer_drain_pass_seconds",
+              .help =
+                  "how long each pass over the rings took (reading them, the stages, the "
+                  "round)",
+              .type = MetricType::kHistogram};
+  double cumulative = 0;
+  const auto& b = st.engine.pass_us_log2;
+  std::size_t last = 0;
+  for (std::size_t i = 0; i < b.size(); ++i)
+    last = b[i] != 0 ? i : last;
+  for (std::size_t i = 0; i <= last && i + 1 < b.size(); ++i) {
+    cumulative += static_cast<double>(b[i]);
+    // Bucket i: passes of bit_width(µs) == i, under 2^i µs.
+    sample(pass, "_bucket",
+           {rl, {.name = "le", .value = format_value(std::ldexp(1e-6, static_cast<int>(i)))}},
+           cumulative);
+  }
+  double passes_n = 0;
+  for (const auto n : b)
+    passes_n += static_cast<double>(n);
+  sample(pass, "_bucket", {rl, {.name = "le", .value = "+Inf"}}, passes_n);
+  sample(pass, "_sum", {rl}, static_cast<double>(st.engine.pass_ns) / 1e9);
+  sample(pass, "_count", {rl}, passes_n);
+  out.push_back(std::move(pass));
 
   Family stage{.name = "tracer_stage_counter",
                .help =

@@ -202,7 +202,11 @@ std::optional<RingReader::DrainStart> RingReader::begin_drain() noexcept {
     corrupt_ = true;
     return std::nullopt;
   }
-  return DrainStart{.head = head, .area = ring_.data_area(), .pos = pos};
+  const auto area = ring_.data_area();
+  stats_.ring_size = area.size();
+  if (head > pos && head - pos > stats_.peak_fill)
+    stats_.peak_fill = head - pos;
+  return DrainStart{.head = head, .area = area, .pos = pos};
 }
 
 std::uint64_t RingReader::drain_in_place(const BatchHandler& handler,

@@ -18,6 +18,8 @@ RingStats& RingStats::operator+=(const RingStats& o) noexcept {
   kernel_hits += o.kernel_hits;
   missed += o.missed;
   unprocessed += o.unprocessed;
+  peak_fill = peak_fill > o.peak_fill ? peak_fill : o.peak_fill;
+  ring_size = ring_size > o.ring_size ? ring_size : o.ring_size;
   return *this;
 }
 

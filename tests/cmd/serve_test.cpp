@@ -243,6 +243,10 @@ TEST(CliServe, APrometheusServerScrapesTheKnownCountsOnEveryPath) {
   EXPECT_THAT(text, HasSubstr("# TYPE tracer_serve_kernel_offsets_offset histogram\n"));
   EXPECT_THAT(text, HasSubstr("# TYPE tracer_serve_user_calls_count_total counter\n"));
   EXPECT_EQ(sample(text, R"(tracer_recipe_up{recipe="serve_kernel"})"), 1);
+  // The drain's latency and the rings' peak fill (the user-space recipe samples through rings).
+  EXPECT_GT(sample(text, R"(tracer_drain_pass_seconds_count{recipe="serve_user"})").value_or(0), 0)
+      << text;
+  EXPECT_THAT(text, HasSubstr("# TYPE tracer_drain_pass_seconds histogram\n"));
   EXPECT_THAT(
       text,
       HasSubstr(

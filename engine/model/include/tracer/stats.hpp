@@ -2,6 +2,7 @@
 // in-kernel aggregation drops, skipped programs, and the loss total), and per engine (Stats).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -72,6 +73,11 @@ struct Stats {
   std::uint64_t timer_passes = 0;
   /// Passes that read no ring because the stages were behind (Engine::hold_while).
   std::uint64_t held_passes = 0;
+  /// How long each pass over the rings took (the drain's latency: reading, the stages, the
+  /// round): passes by the bit width of their microseconds (bucket b: under 2^b µs), and the
+  /// nanoseconds of all of them.
+  std::array<std::uint64_t, 32> pass_us_log2{};
+  std::uint64_t pass_ns = 0;
   /// Every event lost, all probes together (the sum of each probe's lost()): the one total the
   /// CLI's status line, summary and an embedder read.
   [[nodiscard]] std::uint64_t lost() const noexcept;

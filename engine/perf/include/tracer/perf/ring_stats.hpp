@@ -31,6 +31,11 @@ struct RingStats {
   /// Samples still in the ring when a stop's drain ran out of time (EngineOptions::
   /// stop_drain_ms): given up unprocessed, and counted as lost.
   std::uint64_t unprocessed = 0;
+  /// The most bytes a drain found waiting in the ring (published but not read) when it began,
+  /// and the ring's data area: how close it came to losing records (tracer serve's ring fill).
+  /// Summed stats keep the largest of each.
+  std::uint64_t peak_fill = 0;
+  std::uint64_t ring_size = 0;
   RingStats& operator+=(const RingStats& o) noexcept;
 };
 
