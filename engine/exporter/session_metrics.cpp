@@ -119,7 +119,11 @@ bool relabel(std::vector<Label>& labels, const std::vector<CompiledRule>& rules,
       case RecipeRelabel::Action::kDrop:
       case RecipeRelabel::Action::kKeep: {
         // A row without the label matches as the empty string (as Prometheus's).
-        const std::string value = it != labels.end() ? it->value : std::string();
+        // A long value (a folded stack) is matched by its first 4 KiB: std::regex matches by
+        // recursion, and the stack of a root tool is not the input's to exhaust.
+        constexpr std::size_t kMaxMatched = 4096;
+        const std::string value =
+            it != labels.end() ? it->value.substr(0, kMaxMatched) : std::string();
         const bool match = c.re && std::regex_match(value, *c.re);
         if (match == (r.action == RecipeRelabel::Action::kDrop))
           return false;

@@ -13,6 +13,8 @@ namespace tracer::core {
 namespace {
 
 constexpr std::uint32_t kMaxLabelBudget = 1'000'000;
+constexpr std::size_t kMaxRegex = 256;
+constexpr int kMaxRegexDepth = 8;
 
 struct ActionName {
   std::string_view name;
@@ -75,6 +77,20 @@ RecipeRelabel read_rule(const ConfigValue& node, Diagnostics& diags) {
       has_regex = true;
       r.regex = *s;
       regex_where = v.where;
+      // std::regex compiles and matches by recursion: a hostile pattern (deep groups, a long
+      // one) must not exhaust the stack of a root tool.
+      int depth = 0, deepest = 0;
+      for (char c : *s) {
+        depth += c == '(' ? 1 : (c == ')' ? -1 : 0);
+        deepest = std::max(deepest, depth);
+      }
+      if (s->size() > kMaxRegex || deepest > kMaxRegexDepth) {
+        diags.add(v.where,
+                  fmt::format("regex of {} characters and {} nested groups: at most {} and {}",
+                              s->size(), deepest, kMaxRegex, kMaxRegexDepth),
+                  "match the label's value with a shorter pattern");
+        continue;
+      }
       try {
         [[maybe_unused]] const auto groups = std::regex(*s, std::regex::ECMAScript).mark_count();
       } catch (const std::regex_error& err) {
