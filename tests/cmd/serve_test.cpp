@@ -392,6 +392,52 @@ TEST(CliServe, TheLabelBudgetBoundsTheSeriesAndCountsTheRest) {
   EXPECT_TRUE(exited_ok(s.pid)) << slurp(s.err);
 }
 
+/// Sends `bytes` to 127.0.0.1:`port` and reads the answer until the server closes (at most 10 s).
+std::string raw_exchange(std::uint16_t port, const std::string& bytes) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  timeval tv{.tv_sec = 10, .tv_usec = 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  std::string got;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
+    (void)::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+    char buf[4096];
+    for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;)
+      got.append(buf, static_cast<std::size_t>(n));
+  }
+  ::close(fd);
+  return got;
+}
+
+// The endpoint is hostile input too: an oversized request, garbage and a method other than GET
+// get their error answers, and /metrics still answers after them.
+TEST(CliServe, TheEndpointRefusesWhatIsNotAScrapeAndGoesOn) {
+  testing::TempDir dir;
+  const auto recipe =
+      put(dir, "r.toml",
+          "[recipe]\nname = \"hostile\"\n[[probe]]\nname = \"lseek\"\n"
+          "tracepoint = \"syscalls:sys_enter_lseek\"\n[[stage]]\nuse = \"count\"\n");
+  const Served s = serve({recipe.string()}, dir.path() / "serve.err");
+  ASSERT_GT(s.pid, 0) << slurp(dir.path() / "serve.err");
+  const std::string big = "GET /metrics HTTP/1.1\r\nX-Big: " + std::string(20000, 'a') + "\r\n\r\n";
+  EXPECT_THAT(raw_exchange(s.port, big), HasSubstr("400 Bad Request"));
+  EXPECT_THAT(raw_exchange(s.port, "\x01\x02garbage\r\n\r\n"), HasSubstr("400 Bad Request"));
+  EXPECT_THAT(raw_exchange(s.port,
+                           "POST /metrics HTTP/1.1\r\nContent-Length: 2\r\n"
+                           "Connection: close\r\n\r\nxx"),
+              HasSubstr("405 Method Not Allowed"));
+  EXPECT_THAT(raw_exchange(s.port, "GET /nope HTTP/1.1\r\nConnection: close\r\n\r\n"),
+              HasSubstr("404 Not Found"));
+  const auto text = http_get(s.port, "/metrics");
+  ASSERT_TRUE(text.has_value());
+  EXPECT_THAT(*text, HasSubstr("tracer_recipe_up{recipe=\"hostile\"} 1"));
+  ::kill(s.pid, SIGTERM);
+  EXPECT_TRUE(exited_ok(s.pid)) << slurp(s.err);
+}
+
 /// A line of /proc/PID/status ("Uid:", "CapEff:"), its value.
 std::string status_field(pid_t pid, const std::string& field) {
   std::istringstream in(slurp("/proc/" + std::to_string(pid) + "/status"));
