@@ -15,16 +15,6 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-std::optional<double> number(const Cell& c) {
-  if (const auto* i = std::get_if<std::int64_t>(&c))
-    return static_cast<double>(*i);
-  if (const auto* u = std::get_if<std::uint64_t>(&c))
-    return static_cast<double>(*u);
-  if (const auto* d = std::get_if<double>(&c))
-    return *d;
-  return std::nullopt;
-}
-
 /// Whether value `v` of `t` adds up across intervals and merged rows (a count, a sum, a
 /// histogram's count).
 bool additive(const Table& t, std::size_t v) {
@@ -168,7 +158,7 @@ std::vector<Row> rows_of(const Table& t, const TableNaming& naming, std::uint64_
       if (!relabel(row.labels, rules, removed))
         continue;
       for (std::size_t v = 0; v < t.value_names.size(); ++v) {
-        row.values.push_back(v < tr.values.size() ? number(tr.values[v]) : std::nullopt);
+        row.values.push_back(v < tr.values.size() ? to_number(tr.values[v]) : std::nullopt);
         if (v < tr.values.size() && t.value_names[v] == "unit") {
           if (const auto* s = std::get_if<std::string>(&tr.values[v]))
             row.unit = *s;
@@ -423,7 +413,7 @@ struct SessionMetrics::Impl {
       else if (a2 != nullptr && b2 != nullptr)
         *a2 = static_cast<std::int64_t>(static_cast<std::uint64_t>(*a2) +
                                         static_cast<std::uint64_t>(*b2));
-      else if (auto x = number(into.values[v]), y = number(row.values[v]); x && y)
+      else if (auto x = to_number(into.values[v]), y = to_number(row.values[v]); x && y)
         into.values[v] = *x + *y;
     }
     for (const auto& b : row.buckets) {
@@ -480,7 +470,7 @@ struct SessionMetrics::Impl {
       t.rows.push_back(std::move(row));
     // The largest first, as the stages order their rows (the budget keeps those).
     const auto score = [&](const TableRow& r) {
-      return r.values.empty() ? 0.0 : number(r.values[0]).value_or(0.0);
+      return r.values.empty() ? 0.0 : to_number(r.values[0]).value_or(0.0);
     };
     // (std::sort with the keys' order as the tie-break: the map gave them in that order.)
     std::vector<std::pair<double, std::size_t>> order;

@@ -91,6 +91,16 @@ std::string folded_text(const Stack& s) {
   return out;
 }
 
+std::optional<double> to_number(const Cell& c) noexcept {
+  if (const auto* i = std::get_if<std::int64_t>(&c))
+    return static_cast<double>(*i);
+  if (const auto* u = std::get_if<std::uint64_t>(&c))
+    return static_cast<double>(*u);
+  if (const auto* d = std::get_if<double>(&c))
+    return *d;
+  return std::nullopt;
+}
+
 std::string to_text(const Cell& c) {
   return std::visit(
       [](const auto& v) -> std::string {

@@ -74,16 +74,6 @@ void scope(otel::common::v1::InstrumentationScope& s) {
   s.set_version(TRACER_VERSION);
 }
 
-std::optional<double> number(const Cell& c) {
-  if (const auto* i = std::get_if<std::int64_t>(&c))
-    return static_cast<double>(*i);
-  if (const auto* u = std::get_if<std::uint64_t>(&c))
-    return static_cast<double>(*u);
-  if (const auto* d = std::get_if<double>(&c))
-    return *d;
-  return std::nullopt;
-}
-
 /// as_int for an integer cell, else as_double; false for none.
 bool set_point(otel::metrics::v1::NumberDataPoint& p, const Cell& c) {
   if (const auto* i = std::get_if<std::int64_t>(&c))
@@ -319,7 +309,7 @@ void Otlp::on_table(const Table& t) {
         p->add_bucket_counts(0);  // (last bound, +inf)
       p->set_count(count);
       if (row.values.size() > 1) {
-        if (auto s = number(row.values[1]))
+        if (auto s = to_number(row.values[1]))
           p->set_sum(*s);
       }
       ++points;
@@ -337,7 +327,7 @@ void Otlp::on_table(const Table& t) {
       std::size_t q = 0;
       for (std::size_t v = 0; v < t.value_names.size() && v < row.values.size(); ++v) {
         const std::string& n = t.value_names[v];
-        const auto x = number(row.values[v]);
+        const auto x = to_number(row.values[v]);
         if (!x)
           continue;
         if (n == "count")

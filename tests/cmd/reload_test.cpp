@@ -57,11 +57,8 @@ bool wait_for(const std::filesystem::path& file, const std::string& what, std::s
 
 /// Runs the syscaller with `args`; its pid.
 std::string calls(const std::string& args) {
-  const auto r = shell(kSyscaller + " " + args + " & echo $!; wait");
-  EXPECT_EQ(r.exit_code, 0) << r.err;
-  std::istringstream in(r.out);
-  std::string pid;
-  in >> pid;
+  std::string pid = testing::run_syscaller(args);
+  EXPECT_FALSE(pid.empty()) << "syscaller " << args;
   return pid;
 }
 

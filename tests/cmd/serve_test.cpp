@@ -89,11 +89,8 @@ std::size_t series_count(const std::string& text, const std::string& name) {
 
 /// Runs the syscaller with `args`; its pid.
 std::string calls(const std::string& args) {
-  const auto r = shell(kSyscaller + " " + args + " & echo $!; wait");
-  EXPECT_EQ(r.exit_code, 0) << r.err;
-  std::istringstream in(r.out);
-  std::string pid;
-  in >> pid;
+  std::string pid = testing::run_syscaller(args);
+  EXPECT_FALSE(pid.empty()) << "syscaller " << args;
   return pid;
 }
 

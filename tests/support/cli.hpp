@@ -81,4 +81,15 @@ inline pid_t spawn_tracer_ready(std::vector<std::string> args,
 inline constexpr const char* kBpftraceReady = "BEGIN { printf(\"bpftrace attached\\n\"); }\n";
 inline constexpr const char* kBpftraceReadyLine = "bpftrace attached";
 
+#ifdef TRACER_SYSCALLER_PATH
+/// Runs the syscaller (tests/programs/syscaller.c) with `args` ("lseek 1000") to its end.
+/// @return its pid ("" when the shell failed: the test fails).
+inline std::string run_syscaller(const std::string& args) {
+  const auto r = shell(std::string(TRACER_SYSCALLER_PATH) + " " + args + " & echo $!; wait");
+  if (r.exit_code != 0)
+    return {};
+  return r.out.substr(0, r.out.find_first_of(" \n"));
+}
+#endif
+
 }  // namespace tracer::testing

@@ -104,5 +104,7 @@ struct Table {
 [[nodiscard]] std::string folded_text(const Stack& s);
 /// Renders a cell for text output ("" for none; a stack as "outer;...;leaf", folded order).
 [[nodiscard]] std::string to_text(const Cell& c);
+/// A numeric cell as a double (exporters' values); nullopt for none, a string or a stack.
+[[nodiscard]] std::optional<double> to_number(const Cell& c) noexcept;
 
 }  // namespace tracer
