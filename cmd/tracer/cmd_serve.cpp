@@ -3,6 +3,7 @@
 // SIGTERM stopping cleanly; logs are structured lines on stderr.
 #include <fmt/chrono.h>
 #include <fmt/format.h>
+#include <pwd.h>
 #include <unistd.h>
 
 #include <boost/asio/io_context.hpp>
@@ -123,6 +124,11 @@ void process_families(std::vector<Family>& out) {
 
 int serve(const ServeOptions& o) {
   check_ready_fd(o.ready_fd);
+  if (!o.user.empty() && ::getpwnam(o.user.c_str()) == nullptr) {  // said before attaching
+    throw Error(ErrorCategory::kUsage, std::make_error_code(std::errc::invalid_argument),
+                fmt::format("--user {}: no such user", o.user),
+                "a user of this machine (getent passwd), e.g. --user nobody");
+  }
   const Log log(o.log_format == "json");
   // The loop and the sink outlive the sessions (declared first, destroyed last).
   asio::io_context io(1);
@@ -212,15 +218,8 @@ int serve(const ServeOptions& o) {
   };
   wait_hup();
 
-  for (auto& s : served) {
-    s.session->start();
-    log("info", "recipe running",
-        {{"recipe", s.recipe.name},
-         {"file", s.path},
-         {"probes", std::to_string(s.recipe.probes.size())},
-         {"pipelines", std::to_string(s.recipe.pipelines.size())}});
-  }
-
+  // The port first: a bad or taken address is said before any probe attaches (a scrape before
+  // the recipes run gets tracer's own metrics).
   server = std::make_unique<exporter::MetricsServer>(io.get_executor(), o.listen, [&] {
     std::vector<Family> families;
     for (auto& s : served)
@@ -251,6 +250,15 @@ int serve(const ServeOptions& o) {
     process_families(families);
     return exporter::exposition(std::move(families));
   });
+  for (auto& s : served) {
+    s.session->start();
+    log("info", "recipe running",
+        {{"recipe", s.recipe.name},
+         {"file", s.path},
+         {"probes", std::to_string(s.recipe.probes.size())},
+         {"pipelines", std::to_string(s.recipe.pipelines.size())}});
+  }
+
   log("info", "serving metrics",
       {{"listen", server->address()},
        {"path", "/metrics"},
@@ -312,7 +320,7 @@ void add_serve_command(CLI::App& app, Runner& run) {
   cmd->add_option("--user", o->user,
                   "Once every probe is attached and the port bound, run as this user, keeping "
                   "only the capabilities a reload needs (CAP_BPF, CAP_PERFMON, "
-                  "CAP_DAC_READ_SEARCH, CAP_SYS_RESOURCE)");
+                  "CAP_DAC_READ_SEARCH, CAP_IPC_LOCK, CAP_SYS_RESOURCE)");
   add_ready_fd_option(cmd, o->ready_fd, "once every recipe runs and /metrics is served");
   cmd->callback([o, &run] { run = [o] { return serve(*o); }; });
 }
