@@ -37,32 +37,31 @@ using testing::slurp;
 
 const std::string kSyscaller = TRACER_SYSCALLER_PATH;
 
-/// GET `path` from 127.0.0.1:`port`: the body, or nullopt when nothing answered.
-std::optional<std::string> http_get(std::uint16_t port, const std::string& path) {
+/// Sends `bytes` to 127.0.0.1:`port` and reads the answer until the server closes (each read waits
+/// at most `wait_s`).
+std::string raw_exchange(std::uint16_t port, const std::string& bytes, int wait_s = 10) {
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0)
-    return std::nullopt;
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_port = htons(port);
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  timeval tv{.tv_sec = 30, .tv_usec = 0};
+  timeval tv{.tv_sec = wait_s, .tv_usec = 0};
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    ::close(fd);
-    return std::nullopt;
-  }
-  const std::string req =
-      "GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
-  if (::write(fd, req.data(), req.size()) != static_cast<ssize_t>(req.size())) {
-    ::close(fd);
-    return std::nullopt;
-  }
   std::string got;
-  char buf[65536];
-  for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;)
-    got.append(buf, static_cast<std::size_t>(n));
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
+    (void)::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+    char buf[4096];
+    for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;)
+      got.append(buf, static_cast<std::size_t>(n));
+  }
   ::close(fd);
+  return got;
+}
+
+/// GET `path` from 127.0.0.1:`port`: the body, or nullopt when nothing answered with 200.
+std::optional<std::string> http_get(std::uint16_t port, const std::string& path) {
+  const std::string got = raw_exchange(
+      port, "GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n", 30);
   const auto body = got.find("\r\n\r\n");
   if (body == std::string::npos || !got.starts_with("HTTP/1.1 200"))
     return std::nullopt;
@@ -393,26 +392,6 @@ TEST(CliServe, TheLabelBudgetBoundsTheSeriesAndCountsTheRest) {
   EXPECT_LT(rss1 - rss0, kGrowth) << rss0 << " -> " << rss1;
   ::kill(s.pid, SIGTERM);
   EXPECT_TRUE(exited_ok(s.pid)) << slurp(s.err);
-}
-
-/// Sends `bytes` to 127.0.0.1:`port` and reads the answer until the server closes (at most 10 s).
-std::string raw_exchange(std::uint16_t port, const std::string& bytes) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(port);
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  timeval tv{.tv_sec = 10, .tv_usec = 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  std::string got;
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
-    (void)::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
-    char buf[4096];
-    for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;)
-      got.append(buf, static_cast<std::size_t>(n));
-  }
-  ::close(fd);
-  return got;
 }
 
 // The endpoint is hostile input too: an oversized request, garbage and a method other than GET
