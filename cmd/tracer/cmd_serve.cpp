@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "commands.hpp"
@@ -192,7 +193,7 @@ int serve(const ServeOptions& o) {
     log("info", "stopping", {{"signal", sig == SIGINT ? "SIGINT" : "SIGTERM"}});
     stop_all();
   });
-  std::uint64_t reloads_ok = 0, reloads_failed = 0;
+  std::uint64_t reloads_ok = 0, reloads_failed = 0, reloads_refused = 0;
   asio::signal_set hup(io, SIGHUP);
   std::function<void()> wait_hup;
   wait_hup = [&] {
@@ -201,15 +202,23 @@ int serve(const ServeOptions& o) {
         return;
       for (auto& s : served) {
         try {
+          // Read and checked without tracefs access: a recipe, plugin or [bpf] file the dropped
+          // user could have changed is refused (tracer/common/trusted_file.hpp).
           Recipe next = load(s.path, o.sets);
-          const RecipeChanges changes = s.session->apply(next);
+          const RecipeChanges changes = [&] {
+            const ScopedTracefsAccess tracefs;  // formats of new probes, for as long as apply
+            return s.session->apply(next);
+          }();
           s.recipe = std::move(next);
           s.metrics->reload(s.recipe, changes);
           ++reloads_ok;
           log("info", "reloaded", {{"recipe", s.path}, {"changes", changes.describe()}});
         } catch (const Error& e) {
-          ++reloads_failed;
-          log("error", "reload failed: the recipe runs as it was",
+          const bool refused = std::string_view(e.what()).find(": refused '") != std::string::npos;
+          ++(refused ? reloads_refused : reloads_failed);
+          log("error",
+              refused ? "reload refused: a file another user can change; the recipe runs as it was"
+                      : "reload failed: the recipe runs as it was",
               {{"recipe", s.path}, {"error", e.what()}, {"hint", e.hint()}});
         }
       }
@@ -242,6 +251,8 @@ int serve(const ServeOptions& o) {
         {.labels = {{.name = "result", .value = "ok"}}, .value = static_cast<double>(reloads_ok)});
     reloads.samples.push_back({.labels = {{.name = "result", .value = "failed"}},
                                .value = static_cast<double>(reloads_failed)});
+    reloads.samples.push_back({.labels = {{.name = "result", .value = "refused"}},
+                               .value = static_cast<double>(reloads_refused)});
     Family build{
         .name = "tracer_build_info", .help = "tracer's version", .type = MetricType::kGauge};
     build.samples.push_back({.labels = {{.name = "version", .value = TRACER_VERSION}}, .value = 1});
@@ -318,9 +329,11 @@ void add_serve_command(CLI::App& app, Runner& run) {
   cmd->add_option("--log-format", o->log_format, "Log lines on stderr: logfmt or json")
       ->check(CLI::IsMember({"logfmt", "json"}));
   cmd->add_option("--user", o->user,
-                  "Once every probe is attached and the port bound, run as this user, keeping "
-                  "only the capabilities a reload needs (CAP_BPF, CAP_PERFMON, "
-                  "CAP_DAC_READ_SEARCH, CAP_IPC_LOCK, CAP_SYS_RESOURCE)");
+                  "Once every probe is attached and the port bound, run as this user with "
+                  "CAP_BPF, CAP_PERFMON, CAP_IPC_LOCK and CAP_SYS_RESOURCE (those tracer has) and "
+                  "CAP_DAC_READ_SEARCH raised only while a reload reads tracefs; the bounding set "
+                  "is cut to these and NoNewPrivs set. A reload uses only files no other user "
+                  "than root can change (this user's are refused)");
   add_ready_fd_option(cmd, o->ready_fd, "once every recipe runs and /metrics is served");
   cmd->callback([o, &run] { run = [o] { return serve(*o); }; });
 }

@@ -1,5 +1,6 @@
 // tracer: the command line front end. Thin: every command is a call into libtracer.
 #include <fmt/core.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -11,11 +12,16 @@
 #include <vector>
 
 #include "commands.hpp"
+#include "tracer/common/trusted_file.hpp"
 #include "tracer/error.hpp"
+#include "tracer/stages.hpp"
 
 namespace {
 
 int run_main(int argc, char** argv) {
+  // The user tracer starts as is the one whose files it trusts beside root's, pinned now:
+  // `serve --user` drops to another user later, whose files are never trusted.
+  [[maybe_unused]] const uid_t trusted = tracer::trust::original_uid();
   CLI::App app{"tracer: an eBPF-augmented Linux tracing engine"};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "Show help for every command");
@@ -75,7 +81,15 @@ int run_main(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   try {
-    return run_main(argc, argv);
+    const int code = run_main(argc, argv);
+    if (tracer::abandoned_plugin_threads() != 0) {
+      // A plugin thread is stuck in the plugin for good (said above): the exit handlers and the
+      // loader's teardown could wait for it forever. Out now, output written.
+      std::fflush(stdout);
+      std::fflush(stderr);
+      ::_exit(code);
+    }
+    return code;
   } catch (...) {
     // Setting up the command line itself failed (allocation, CLI11 construction).
     std::fputs("tracer: internal error while starting\n", stderr);

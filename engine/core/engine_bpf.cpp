@@ -9,6 +9,7 @@
 #include "engine_impl.hpp"
 #include "tracer/bpf/maps.hpp"
 #include "tracer/common/edit_distance.hpp"
+#include "tracer/common/trusted_file.hpp"
 #include "tracer/diagnostics.hpp"
 
 namespace tracer {
@@ -36,13 +37,31 @@ void Engine::Impl::load_bpf(const BpfOptions& b,
                 "engine: BPF options need exactly one of builtin, object or source",
                 R"(e.g. builtin = "syscall_output", object = "x.bpf.o" or source = "x.bpf.c")");
   }
-  auto obj = !b.builtin.empty()  ? bpf::Object::open_shipped(b.builtin)
-             : !b.object.empty() ? bpf::Object::open_file(b.object)
-                                 : bpf::Object::compile_and_open(b.source, {.scratch = scratch});
+  // A [bpf] object or source is code loaded into the kernel on tracer's privileges: used only
+  // when no other user can change it (tracer/common/trusted_file.hpp), the object from the bytes
+  // of the descriptor checked, the source compiled at its resolved path (every directory of it
+  // checked: no one else can swap it between the check and clang's read).
+  Result<bpf::Object> obj = fail(EINVAL, "bpf: nothing to load");
+  if (!b.builtin.empty()) {
+    obj = bpf::Object::open_shipped(b.builtin);
+  } else if (!b.object.empty()) {
+    constexpr std::size_t kMaxBpfObjectBytes = std::size_t{64} << 20;
+    auto bytes = trust::read_trusted(b.object, "bpf object", kMaxBpfObjectBytes);
+    if (bytes && bytes->size() > kMaxBpfObjectBytes)
+      bytes = fail(EFBIG, fmt::format("bpf object: '{}' is over 64 MiB", b.object));
+    obj = !bytes ? Result<bpf::Object>(fail(bytes.error()))
+                 : bpf::Object::open_memory(std::as_bytes(std::span(*bytes)),
+                                            std::filesystem::path(b.object).stem().string());
+  } else {
+    auto file = trust::open_trusted(b.source, "bpf source");
+    obj = !file ? Result<bpf::Object>(fail(file.error()))
+                : bpf::Object::compile_and_open(file->path, {.scratch = scratch});
+  }
   if (!obj) {
-    throw_failure(
-        obj.error().errno_value() == ENOENT ? ErrorCategory::kNotFound : ErrorCategory::kRuntime,
-        obj.error(), "bpf");
+    throw_failure(obj.error().errno_value() == ENOENT ? ErrorCategory::kNotFound
+                  : trust::is_refusal(obj.error())    ? ErrorCategory::kUsage
+                                                      : ErrorCategory::kRuntime,
+                  obj.error(), "bpf");
   }
   bool nr_args_given = false;
   for (const auto& [name, value] : b.globals) {

@@ -7,6 +7,7 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 
+#include <algorithm>
 #include <charconv>
 #include <list>
 
@@ -42,7 +43,59 @@ ListenAddress parse_listen(std::string_view text) {
   return {.host = std::string(host), .port = static_cast<std::uint16_t>(value)};
 }
 
+enum class Route : std::uint8_t { kMetrics, kIndex, kNotAllowed, kNotFound };
+
+/// Where a request goes: GET (or HEAD) of /metrics or /, 405 for another method, 404 else.
+Route route(http::verb method, std::string_view target) {
+  if (method != http::verb::get && method != http::verb::head)
+    return Route::kNotAllowed;
+  const std::string_view path = target.substr(0, target.find('?'));
+  if (path == "/metrics")
+    return Route::kMetrics;
+  if (path == "/" || path.empty())
+    return Route::kIndex;
+  return Route::kNotFound;
+}
+
+/// A request parser as a connection sets it up.
+void limit(http::request_parser<http::string_body>& parser) {
+  parser.header_limit(MetricsServer::kMaxRequestBytes);
+  parser.body_limit(MetricsServer::kMaxRequestBytes);
+}
+
 }  // namespace
+
+int MetricsServer::status_for(std::string_view request) {
+  http::request_parser<http::string_body> parser;
+  limit(parser);
+  parser.eager(true);
+  beast::error_code ec;
+  std::size_t used = 0;
+  while (used < request.size() && !parser.is_done()) {
+    const std::size_t n =
+        parser.put(asio::buffer(request.data() + used, request.size() - used), ec);
+    if (ec == http::error::need_more)
+      return 0;
+    if (ec)
+      return 400;
+    if (n == 0)
+      return 0;
+    used += n;
+  }
+  if (!parser.is_done())
+    return 0;
+  switch (route(parser.get().method(),
+                std::string_view(parser.get().target().data(), parser.get().target().size()))) {
+    case Route::kMetrics:
+    case Route::kIndex:
+      return 200;
+    case Route::kNotAllowed:
+      return 405;
+    case Route::kNotFound:
+      return 404;
+  }
+  return 0;
+}
 
 struct MetricsServer::State : std::enable_shared_from_this<MetricsServer::State> {
   explicit State(asio::any_io_executor ex) : executor(ex), acceptor(ex) {}
@@ -50,43 +103,78 @@ struct MetricsServer::State : std::enable_shared_from_this<MetricsServer::State>
   tcp::acceptor acceptor;
   Body metrics;
   bool closed = false;
-  std::list<std::weak_ptr<beast::tcp_stream>> open;  // to close them at close()
+  /// A connection as the server keeps it: to close it at close(), to count its peer's, and to
+  /// pick the one to close when the server is full (the oldest not answering).
+  struct Slot {
+    std::weak_ptr<beast::tcp_stream> stream;
+    asio::ip::address peer;
+    std::chrono::steady_clock::time_point since;  // its request (or its wait for one) began
+    bool answering = false;                       // writing an answer: never evicted
+  };
+  std::list<std::shared_ptr<Slot>> open;
   Counters counters{};
 
   void accept();
-  void serve(std::shared_ptr<beast::tcp_stream> stream);
+  /// Takes `socket` if its peer has room and the server has (or makes) room.
+  void admit(tcp::socket socket);
   void forget_closed() {
-    open.remove_if([](const auto& w) { return w.expired(); });
+    open.remove_if([](const auto& slot) { return slot->stream.expired(); });
   }
 };
 
 namespace {
 
 /// One connection: requests read and answered in turn (keep-alive) until the client closes,
-/// a request is malformed or the connection idles past kIdle.
+/// a request is malformed, its wait for a request passes kIdle or a request once begun does not
+/// arrive whole within kRequestDeadline.
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
-  Connection(std::shared_ptr<beast::tcp_stream> stream, std::weak_ptr<MetricsServer::State> server)
-      : stream_(std::move(stream)), server_(std::move(server)) {}
+  Connection(std::shared_ptr<beast::tcp_stream> stream,
+             std::shared_ptr<MetricsServer::State::Slot> slot,
+             std::weak_ptr<MetricsServer::State> server)
+      : stream_(std::move(stream)), slot_(std::move(slot)), server_(std::move(server)) {}
 
   void read() {
-    parser_.emplace();
-    parser_->header_limit(MetricsServer::kMaxRequestBytes);
-    parser_->body_limit(MetricsServer::kMaxRequestBytes);
+    slot_->answering = false;
+    slot_->since = std::chrono::steady_clock::now();
+    if (buffer_.size() != 0) {  // the next request is here already (pipelined)
+      read_request();
+      return;
+    }
+    // Waiting for a request: kIdle. Its first bytes start the request's own deadline.
     stream_->expires_after(MetricsServer::kIdle);
+    stream_->async_read_some(buffer_.prepare(MetricsServer::kMaxRequestBytes),
+                             [self = shared_from_this()](beast::error_code ec, std::size_t n) {
+                               if (ec) {
+                                 self->on_read(ec);
+                                 return;
+                               }
+                               self->buffer_.commit(n);
+                               self->read_request();
+                             });
+  }
+
+ private:
+  void read_request() {
+    parser_.emplace();
+    limit(*parser_);
+    slot_->since = std::chrono::steady_clock::now();
+    stream_->expires_after(MetricsServer::kRequestDeadline);
     http::async_read(
         *stream_, buffer_, *parser_,
         [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_read(ec); });
   }
 
- private:
   void on_read(beast::error_code ec) {
     auto server = server_.lock();
     if (!server || server->closed)
       return;
     if (ec) {
+      if (ec == beast::error::timeout)
+        ++server->counters.timed_out;
       if (ec != http::error::end_of_stream && ec != beast::error::timeout &&
-          ec != asio::error::operation_aborted && ec != asio::error::connection_reset) {
+          ec != asio::error::operation_aborted && ec != asio::error::connection_reset &&
+          ec != asio::error::eof) {
         ++server->counters.refused;
         respond(http::status::bad_request, "text/plain", "bad request\n", false);
         return;
@@ -100,28 +188,31 @@ class Connection : public std::enable_shared_from_this<Connection> {
     const auto& req = parser_->get();
     ++server->counters.requests;
     const bool keep = req.keep_alive();
-    const std::string_view target(req.target().data(), req.target().size());
-    const std::string_view path = target.substr(0, target.find('?'));
-    if (req.method() != http::verb::get && req.method() != http::verb::head) {
-      respond(http::status::method_not_allowed, "text/plain", "only GET\n", keep,
-              req.method() == http::verb::head);
-      return;
-    }
     const bool head = req.method() == http::verb::head;
-    if (path == "/metrics") {
-      const auto t0 = std::chrono::steady_clock::now();
-      std::string body = server->metrics ? server->metrics() : std::string();
-      server->counters.last_scrape_seconds =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      ++server->counters.scrapes;
-      respond(http::status::ok, kContentType, std::move(body), keep, head);
-    } else if (path == "/" || path.empty()) {
-      respond(http::status::ok, "text/html; charset=utf-8",
-              "<html><head><title>tracer</title></head><body><h1>tracer serve</h1>"
-              "<p><a href=\"/metrics\">Metrics</a></p></body></html>\n",
-              keep, head);
-    } else {
-      respond(http::status::not_found, "text/plain", "not found: try /metrics\n", keep, head);
+    const Route to =
+        route(req.method(), std::string_view(req.target().data(), req.target().size()));
+    switch (to) {
+      case Route::kMetrics: {
+        const auto t0 = std::chrono::steady_clock::now();
+        std::string body = server->metrics ? server->metrics() : std::string();
+        server->counters.last_scrape_seconds =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        ++server->counters.scrapes;
+        respond(http::status::ok, kContentType, std::move(body), keep, head);
+        return;
+      }
+      case Route::kIndex:
+        respond(http::status::ok, "text/html; charset=utf-8",
+                "<html><head><title>tracer</title></head><body><h1>tracer serve</h1>"
+                "<p><a href=\"/metrics\">Metrics</a></p></body></html>\n",
+                keep, head);
+        return;
+      case Route::kNotAllowed:
+        respond(http::status::method_not_allowed, "text/plain", "only GET\n", keep, head);
+        return;
+      case Route::kNotFound:
+        respond(http::status::not_found, "text/plain", "not found: try /metrics\n", keep, head);
+        return;
     }
   }
 
@@ -136,7 +227,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
     res->keep_alive(keep);
     res->body() = head ? std::string() : std::move(body);
     res->prepare_payload();
-    stream_->expires_after(MetricsServer::kIdle);
+    slot_->answering = true;
+    stream_->expires_after(MetricsServer::kRequestDeadline);  // a client that does not read
     http::async_write(*stream_, *res,
                       [self = shared_from_this(), res, keep](beast::error_code ec, std::size_t) {
                         if (ec || !keep) {
@@ -150,6 +242,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
   std::shared_ptr<beast::tcp_stream> stream_;
+  std::shared_ptr<MetricsServer::State::Slot> slot_;
   std::weak_ptr<MetricsServer::State> server_;
   beast::flat_buffer buffer_{MetricsServer::kMaxRequestBytes};
   std::optional<http::request_parser<http::string_body>> parser_;
@@ -161,18 +254,46 @@ void MetricsServer::State::accept() {
   acceptor.async_accept([self = shared_from_this()](beast::error_code ec, tcp::socket socket) {
     if (self->closed)
       return;
-    if (!ec) {
-      self->forget_closed();
-      if (self->open.size() >= kMaxConnections) {
-        ++self->counters.refused;  // closed at once: the socket goes out of scope
-      } else {
-        auto stream = std::make_shared<beast::tcp_stream>(std::move(socket));
-        self->open.push_back(stream);
-        std::make_shared<Connection>(stream, self->weak_from_this())->read();
-      }
-    }
+    if (!ec)
+      self->admit(std::move(socket));
     self->accept();
   });
+}
+
+void MetricsServer::State::admit(tcp::socket socket) {
+  forget_closed();
+  beast::error_code ec;
+  const auto peer = socket.remote_endpoint(ec).address();
+  if (ec)
+    return;  // gone already
+  const auto same = static_cast<std::size_t>(std::count_if(
+      open.begin(), open.end(), [&](const auto& slot) { return slot->peer == peer; }));
+  if (same >= kMaxPerAddress) {
+    ++counters.refused;  // closed at once: the socket goes out of scope
+    return;
+  }
+  if (open.size() >= kMaxConnections) {
+    // Full: the connection that has waited longest without being answered makes room (a slow
+    // or silent client never keeps a new one out).
+    auto oldest = open.end();
+    for (auto it = open.begin(); it != open.end(); ++it) {
+      if (!(*it)->answering && (oldest == open.end() || (*it)->since < (*oldest)->since))
+        oldest = it;
+    }
+    if (oldest == open.end()) {
+      ++counters.refused;
+      return;
+    }
+    if (auto s = (*oldest)->stream.lock())
+      s->close();
+    open.erase(oldest);
+    ++counters.evicted;
+  }
+  auto stream = std::make_shared<beast::tcp_stream>(std::move(socket));
+  auto slot = std::make_shared<Slot>(
+      Slot{.stream = stream, .peer = peer, .since = std::chrono::steady_clock::now()});
+  open.push_back(slot);
+  std::make_shared<Connection>(stream, std::move(slot), weak_from_this())->read();
 }
 
 MetricsServer::MetricsServer(asio::any_io_executor executor, std::string_view listen, Body metrics)
@@ -245,8 +366,8 @@ void MetricsServer::close() {
   state_->closed = true;
   beast::error_code ec;
   [[maybe_unused]] auto r = state_->acceptor.close(ec);
-  for (auto& w : state_->open) {
-    if (auto s = w.lock())
+  for (auto& slot : state_->open) {
+    if (auto s = slot->stream.lock())
       s->close();
   }
   state_->open.clear();

@@ -17,6 +17,7 @@
 #include "recipe_subst.hpp"
 #include "recipe_toml.hpp"
 #include "tracer/common/text_file.hpp"
+#include "tracer/common/trusted_file.hpp"
 
 namespace tracer {
 
@@ -540,10 +541,16 @@ Recipe Recipe::load_string(std::string_view text,
 
 Recipe Recipe::load(const std::filesystem::path& file, const LoadOptions& options) {
   // A recipe is a few KiB; more than 4 MiB is an error (Loader::structure_ok), not a cut.
-  auto text = detail::read_text_file(file, "recipe", (std::size_t{4} << 20) + 1);
-  if (!text)
-    throw Error(ErrorCategory::kNotFound, text.error().code, text.error().message,
-                "check the recipe path (configs/ holds ready-made recipes)");
+  // A recipe decides what a root process attaches, runs and writes: it is read only when no
+  // other user can change it (tracer/common/trusted_file.hpp), from the descriptor checked.
+  auto text = trust::read_trusted(file, "recipe", (std::size_t{4} << 20) + 1);
+  if (!text) {
+    const bool untrusted = trust::is_refusal(text.error());
+    throw Error(untrusted ? ErrorCategory::kUsage : ErrorCategory::kNotFound, text.error().code,
+                text.error().message,
+                untrusted ? text.error().hint
+                          : "check the recipe path (configs/ holds ready-made recipes)");
+  }
   return load_string(*text, file.string(), options);
 }
 

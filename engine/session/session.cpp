@@ -12,6 +12,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <cstdio>
 #include <ctime>
+#include <exception>
 #include <map>
 
 #include <unistd.h>
@@ -414,12 +415,23 @@ void Session::stop() {
   }
   s.feed_counters(monotonic_now());        // the counters' last counts
   s.absorb_kernel(true, monotonic_now());  // what the kernel aggregated since the last read
-  for (auto& p : s.pipelines)
-    p->stop(monotonic_now());
+  // Every pipeline ends and emits, whatever another's end throws (a plugin that ran over its
+  // budget must not cost the others their tables); the first error is rethrown at the end.
+  std::exception_ptr first;
+  for (auto& p : s.pipelines) {
+    try {
+      p->stop(monotonic_now());
+    } catch (...) {
+      if (!first)
+        first = std::current_exception();
+    }
+  }
   s.counters.close();  // after the counters stages' last tables
   s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - s.t0).count();
   for (auto& h : s.done_handlers)
     h();
+  if (first)
+    std::rethrow_exception(first);
 }
 
 void Session::collect(const std::function<void(const TableUpdate&)>& handler) {

@@ -138,7 +138,8 @@ StageSpec Otlp::spec() {
   opt("queue", OptionSpec::Type::kInt,
       "requests waiting for the collector at most (default 64); past it they are dropped and "
       "counted");
-  opt("timeout", OptionSpec::Type::kDuration, "per request (default 5s)");
+  opt("timeout", OptionSpec::Type::kDuration,
+      "per request, connect to answer (default 5s, at most 60s)");
   opt("service", OptionSpec::Type::kString, "the resource's service.name (default tracer)");
   opt("prefix", OptionSpec::Type::kString, "the start of metric names (default tracer)");
   return s;
@@ -182,6 +183,11 @@ void Otlp::configure(const ConfigValue& options, Diagnostics& diags) {
   if (auto d = opts.duration("timeout")) {
     if (d->count() <= 0)
       diags.add(opts.where("timeout"), "option 'timeout' must be positive");
+    else if (*d > OtlpSender::kMaxTimeout)
+      diags.add(opts.where("timeout"),
+                fmt::format("option 'timeout' is at most {}s", OtlpSender::kMaxTimeout.count()),
+                "a collector that takes longer is down: the request is retried, then dropped "
+                "and counted");
     else
       timeout_ = std::chrono::duration_cast<std::chrono::milliseconds>(*d);
   }

@@ -49,7 +49,7 @@ class Otlp : public OutputStage {
   std::chrono::nanoseconds flush_every_ = std::chrono::seconds(1);
   std::size_t queue_ = 64;
   std::chrono::milliseconds timeout_{5000};
-  std::chrono::milliseconds stop_budget_{2000};
+  std::chrono::milliseconds stop_budget_{400};  // a stop is honoured within 0.5 s
   std::string service_ = "tracer";
   std::string prefix_ = "tracer";
   bool dry_run_ = false;

@@ -157,27 +157,64 @@ void OtlpSender::run() {
   }
 }
 
+std::chrono::steady_clock::time_point OtlpSender::stop_deadline() const {
+  std::lock_guard lock(mu_);
+  return closing_ ? deadline_ : std::chrono::steady_clock::time_point::max();
+}
+
+int otlp_response_status(const http::response_parser<http::string_body>& parser,
+                         beast::error_code ec) {
+  // A body over the cap is not read (nor kept): the status is the answer.
+  if (ec == http::error::body_limit && parser.is_header_done())
+    return static_cast<int>(parser.get().result_int());
+  if (ec)
+    return -1;
+  return static_cast<int>(parser.get().result_int());
+}
+
 int OtlpSender::post(const Request& r,
                      std::string& error,
                      std::chrono::milliseconds timeout) const {
   asio::io_context io;
   beast::tcp_stream stream(io);
   beast::error_code ec;
+  // One deadline for the whole exchange (connect, write, read), cut short by a stop's.
+  const auto until = std::chrono::steady_clock::now() + timeout;
+  bool stopped = false, done = false;
+  const auto step = [&](const char* what) {
+    while (!done) {
+      const auto now = std::chrono::steady_clock::now();
+      const auto stop = stop_deadline();
+      if (now >= until || now >= stop) {
+        stopped = now >= stop && stop < until;
+        stream.close();  // the pending operation ends with operation_aborted
+        io.run();
+        error = fmt::format("{} {}:{}: {}", what, o_.endpoint.host, o_.endpoint.port,
+                            stopped ? "the stop's budget ran out" : "timed out");
+        return false;
+      }
+      // Short slices: a stop that comes while the collector is silent is seen within one.
+      io.run_one_for(std::min(
+          std::chrono::duration_cast<std::chrono::milliseconds>(std::min(until, stop) - now) +
+              std::chrono::milliseconds(1),
+          std::chrono::milliseconds(20)));
+    }
+    done = false;
+    if (ec)
+      error = fmt::format("{} {}:{}: {}", what, o_.endpoint.host, o_.endpoint.port, ec.message());
+    return !ec;
+  };
+  // The system resolver (an address, or /etc/hosts for a local collector's name: at once).
   tcp::resolver resolver(io);
   const auto results = resolver.resolve(o_.endpoint.host, o_.endpoint.port, ec);
   if (ec) {
     error = fmt::format("resolving {}: {}", o_.endpoint.host, ec.message());
     return -1;
   }
-  const auto step = [&](const char* what) {
-    io.run();
-    io.restart();
-    if (ec)
-      error = fmt::format("{} {}:{}: {}", what, o_.endpoint.host, o_.endpoint.port, ec.message());
-    return !ec;
-  };
-  stream.expires_after(timeout);
-  stream.async_connect(results, [&](beast::error_code e, const tcp::endpoint&) { ec = e; });
+  stream.async_connect(results, [&](beast::error_code e, const tcp::endpoint&) {
+    ec = e;
+    done = true;
+  });
   if (!step("connecting to"))
     return -1;
   http::request<http::string_body> req{http::verb::post, o_.endpoint.base + r.path, 11};
@@ -186,20 +223,32 @@ int OtlpSender::post(const Request& r,
   req.set(http::field::content_type, o_.content_type);
   req.body() = r.body;
   req.prepare_payload();
-  stream.expires_after(timeout);
-  http::async_write(stream, req, [&](beast::error_code e, std::size_t) { ec = e; });
+  http::async_write(stream, req, [&](beast::error_code e, std::size_t) {
+    ec = e;
+    done = true;
+  });
   if (!step("sending to"))
     return -1;
-  beast::flat_buffer buf;
+  // The answer is read up to a small cap and thrown away: only its status matters (a collector
+  // that answers without end costs at most kMaxAnswerBytes).
+  beast::flat_buffer buf(kMaxAnswerHeader + kMaxAnswerBody);
   http::response_parser<http::string_body> parser;
-  parser.body_limit(1 << 20);
-  stream.expires_after(timeout);
-  http::async_read(stream, buf, parser, [&](beast::error_code e, std::size_t) { ec = e; });
-  if (!step("reading the answer of"))
-    return -1;
+  parser.header_limit(kMaxAnswerHeader);
+  parser.body_limit(kMaxAnswerBody);
+  http::async_read(stream, buf, parser, [&](beast::error_code e, std::size_t) {
+    ec = e;
+    done = true;
+  });
+  const bool read = step("reading the answer of");
+  const int status = otlp_response_status(parser, read ? beast::error_code() : ec);
+  if (status < 0 && read)
+    error = fmt::format("reading the answer of {}:{}: {}", o_.endpoint.host, o_.endpoint.port,
+                        ec.message());
+  if (status >= 0)
+    error.clear();
   beast::error_code ignored;
   [[maybe_unused]] auto s = stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
-  return static_cast<int>(parser.get().result_int());
+  return stopped ? -1 : status;
 }
 
 }  // namespace tracer::stages

@@ -12,6 +12,10 @@
 #include <string>
 #include <thread>
 
+#include <boost/beast/core/error.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/string_body.hpp>
+
 #include "tracer/result.hpp"
 
 namespace tracer::stages {
@@ -24,8 +28,18 @@ struct OtlpEndpoint {
 };
 [[nodiscard]] Result<OtlpEndpoint> parse_otlp_endpoint(std::string_view url);
 
+/// The HTTP status of a collector's answer as `parser` read it with `ec` (a body over the
+/// parser's limit still has the status of its header), or -1. (Separate for the fuzzer.)
+[[nodiscard]] int otlp_response_status(
+    const boost::beast::http::response_parser<boost::beast::http::string_body>& parser,
+    boost::beast::error_code ec);
+
 class OtlpSender {
  public:
+  static constexpr std::size_t kMaxAnswerHeader = 16 * 1024;
+  static constexpr std::size_t kMaxAnswerBody = 64 * 1024;
+  /// The longest `timeout` a recipe may give a request.
+  static constexpr std::chrono::seconds kMaxTimeout{60};
   struct Options {
     OtlpEndpoint endpoint{};
     std::string content_type = "application/x-protobuf";
@@ -61,6 +75,8 @@ class OtlpSender {
   void run();
   /// One POST: the HTTP status, or -1 with `error` set.
   int post(const Request& r, std::string& error, std::chrono::milliseconds timeout) const;
+  /// When a stop's budget ends (time_point::max() before a stop).
+  [[nodiscard]] std::chrono::steady_clock::time_point stop_deadline() const;
 
   Options o_;
   mutable std::mutex mu_;

@@ -1,26 +1,42 @@
 #include "plugin_stage.hpp"
 
 #include <dlfcn.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <csignal>
 #include <cstddef>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
+#include <mutex>
+#include <thread>
 #include <utility>
 
+#include "tracer/common/text_file.hpp"
+#include "tracer/common/trusted_file.hpp"
+#include "tracer/error.hpp"
 #include "tracer/stage_options.hpp"
 #include "tracer/stages.hpp"
+#include "tracer/unique_fd.hpp"
 
 namespace tracer::stages {
 
 namespace fs = std::filesystem;
 
+/// A loaded shared object. Its descriptor stays open while it is loaded: /proc/self/fd/N is the
+/// object's name to the dynamic loader, and no other plugin may get that number meanwhile.
 struct PluginLibrary {
   void* handle = nullptr;
+  UniqueFd fd;
   PluginLibrary() = default;
   PluginLibrary(const PluginLibrary&) = delete;
   PluginLibrary& operator=(const PluginLibrary&) = delete;
@@ -30,27 +46,138 @@ struct PluginLibrary {
   }
 };
 
+/// Everything a call into the plugin reads or writes. The plugin's thread holds it too: a call
+/// that never returns keeps it (and the library) alive after the stage is gone.
+struct PluginCore {
+  std::shared_ptr<PluginLibrary> lib = std::make_shared<PluginLibrary>();
+  std::string path;
+  const tracer_plugin_descriptor* desc = nullptr;
+  std::uint32_t desc_size = 0;
+  void* self = nullptr;
+
+  // A call's result: its return code, whether an exception crossed the boundary.
+  int rc = 0;
+  bool threw = false;
+  // load
+  std::string load_error, load_hint;
+  // create
+  std::vector<std::string> keys, values;
+  std::string create_error;
+  // fields, columns, last_error (copied on the plugin's thread: its pointers are its own)
+  std::vector<std::string> field_names, key_names, value_names;
+  bool have_columns = false;
+  std::string last_error;
+  // on_events: the batch, readable only while `open` (a call over budget closes it before the
+  // events go away; a late read then fails instead of touching them).
+  std::vector<FieldRef> fields;
+  std::mutex events_mu;
+  bool open = false;
+  std::vector<const tracer_event*> batch;
+  std::vector<std::unique_ptr<char[]>> chunks;  // the batch's strings, copied (see keep())
+  std::size_t chunk = 0, used = 0;
+  tracer_host host{};
+  // snapshot
+  std::vector<TableRow> rows;
+  std::size_t n_keys = 0, n_values = 0;
+  bool reset = false;
+
+  static constexpr std::size_t kChunk = 64 * 1024;
+  /// A copy of `s` that lives until the next batch (and as long as the core: a late reader of a
+  /// string never reads an event that is gone).
+  const char* keep(std::string_view s) {
+    if (s.size() > kChunk)
+      s = s.substr(0, kChunk);
+    if (chunks.empty() || used + s.size() > kChunk) {
+      if (!chunks.empty())
+        ++chunk;
+      if (chunk == chunks.size())
+        chunks.push_back(std::make_unique<char[]>(kChunk));
+      used = 0;
+    }
+    char* at = chunks[chunk].get() + used;
+    std::memcpy(at, s.data(), s.size());
+    used += s.size();
+    return at;
+  }
+  void new_batch() {
+    chunk = 0;
+    used = 0;
+  }
+};
+
+/// Plugin threads abandoned in a call (abandoned_plugin_threads()).
+std::atomic<int> g_abandoned{0};
+
+/// The thread a plugin's calls run on, one call at a time; the caller waits for each at most
+/// its budget.
+class PluginThread {
+ public:
+  explicit PluginThread(std::shared_ptr<PluginCore> core) : s_(std::make_shared<Shared>()) {
+    thread_ = std::thread([s = s_, core = std::move(core)] { s->loop(*core); });
+  }
+  PluginThread(const PluginThread&) = delete;
+  PluginThread& operator=(const PluginThread&) = delete;
+  ~PluginThread() {
+    {
+      std::lock_guard lock(s_->mu);
+      s_->quit = true;
+    }
+    s_->cv.notify_all();
+    if (stuck_)
+      thread_.detach();  // inside the plugin for good: abandoned, it keeps its core alive
+    else
+      thread_.join();
+  }
+
+  /// True when `job` finished within `budget`; false (and every later call) when it did not.
+  bool run(void (*job)(PluginCore&), std::chrono::milliseconds budget) noexcept {
+    if (stuck_)
+      return false;
+    std::unique_lock lock(s_->mu);
+    s_->job = job;
+    const std::uint64_t ticket = ++s_->posted;
+    s_->cv.notify_all();
+    if (!s_->cv.wait_for(lock, budget, [&] { return s_->finished == ticket; })) {
+      stuck_ = true;
+      g_abandoned.fetch_add(1);
+    }
+    return !stuck_;
+  }
+
+ private:
+  struct Shared {
+    std::mutex mu;
+    std::condition_variable cv;
+    void (*job)(PluginCore&) = nullptr;
+    std::uint64_t posted = 0, finished = 0;
+    bool quit = false;
+
+    void loop(PluginCore& core) {
+      std::unique_lock lock(mu);
+      for (;;) {
+        cv.wait(lock, [&] { return quit || job != nullptr; });
+        if (job == nullptr)
+          return;
+        auto* run = std::exchange(job, nullptr);
+        lock.unlock();
+        run(core);  // each job catches what the plugin throws
+        lock.lock();
+        ++finished;
+        cv.notify_all();
+      }
+    }
+  };
+  std::shared_ptr<Shared> s_;
+  std::thread thread_;
+  bool stuck_ = false;
+};
+
 namespace {
 
 /// The end of a descriptor field: a plugin's `size` must reach it for tracer to read it.
 #define TRACER_END_OF(field)                   \
   (offsetof(tracer_plugin_descriptor, field) + \
    sizeof(static_cast<tracer_plugin_descriptor*>(nullptr)->field))
-
-/// Why `path` may not be loaded by a root process, or nullopt.
-std::optional<std::string> unsafe_file(const std::string& path) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0)
-    return fmt::format("cannot read '{}'", path);
-  if (!S_ISREG(st.st_mode))
-    return fmt::format("'{}' is not a regular file", path);
-  if (st.st_uid != 0 && st.st_uid != ::geteuid())
-    return fmt::format("'{}' belongs to uid {}, neither root nor the user tracer runs as", path,
-                       st.st_uid);
-  if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0)
-    return fmt::format("'{}' is writable by its group or by others", path);
-  return std::nullopt;
-}
 
 /// A recipe option as the text a plugin gets (numbers in decimal, booleans true/false, a list
 /// joined by ','), or nullopt for a table.
@@ -91,29 +218,36 @@ Cell to_cell(const tracer_value& v) {
   }
 }
 
-/// A loaded plugin: its library and its checked descriptor.
-struct Loaded {
-  std::shared_ptr<PluginLibrary> lib;
-  const tracer_plugin_descriptor* desc = nullptr;
-};
-
-/// Loads the shared object at `path` and checks its descriptor (the ABI's major version, the
-/// functions every stage needs). @return it, or why not (a message for the recipe).
-Result<Loaded> load_plugin(const std::string& path) {
-  auto lib = std::make_shared<PluginLibrary>();
-  lib->handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (lib->handle == nullptr) {
-    const char* err = ::dlerror();
-    return fail(ENOEXEC,
-                fmt::format("cannot load plugin '{}': {}", path, err ? err : "dlopen failed"),
-                "build it as a shared object (-shared -fPIC) for this machine");
+/// Opens the plugin `c.path` names (trusted: see trusted_file.hpp) and loads it from that
+/// descriptor; checks its descriptor (the ABI's major version, the functions every stage needs).
+/// Runs the object's constructors and entry point: on the plugin's thread, or in a child
+/// process (find_plugins). Sets c.desc, or c.load_error and c.load_hint.
+void load_library(PluginCore& c) {
+  const std::string& path = c.path;
+  auto file = trust::open_trusted(path, "plugin");
+  if (!file) {
+    c.load_error = file.error().message;
+    c.load_hint = file.error().hint;
+    return;
   }
-  void* sym = ::dlsym(lib->handle, TRACER_PLUGIN_ENTRY);
+  c.lib->fd = std::move(file->fd);
+  const std::string name = fmt::format("/proc/self/fd/{}", c.lib->fd.get());
+  c.lib->handle = ::dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (c.lib->handle == nullptr) {
+    const char* err = ::dlerror();
+    std::string why = err != nullptr ? err : "dlopen failed";
+    if (const auto at = why.find(name); at != std::string::npos)
+      why.replace(at, name.size(), path);
+    c.load_error = fmt::format("cannot load plugin '{}': {}", path, why);
+    c.load_hint = "build it as a shared object (-shared -fPIC) for this machine";
+    return;
+  }
+  void* sym = ::dlsym(c.lib->handle, TRACER_PLUGIN_ENTRY);
   if (sym == nullptr) {
-    return fail(ENOENT,
-                fmt::format("plugin '{}' has no entry point '{}'", path, TRACER_PLUGIN_ENTRY),
-                "export it: extern \"C\" const tracer_plugin_descriptor* "
-                "tracer_plugin_entry(void)");
+    c.load_error = fmt::format("plugin '{}' has no entry point '{}'", path, TRACER_PLUGIN_ENTRY);
+    c.load_hint =
+        "export it: extern \"C\" const tracer_plugin_descriptor* tracer_plugin_entry(void)";
+    return;
   }
   const tracer_plugin_descriptor* d = nullptr;
   try {
@@ -121,25 +255,155 @@ Result<Loaded> load_plugin(const std::string& path) {
   } catch (...) {
     d = nullptr;
   }
-  if (d == nullptr || !PluginStage::covers(d->size, TRACER_END_OF(abi_minor)))
-    return fail(EINVAL, fmt::format("plugin '{}': its entry point gave no descriptor", path));
+  if (d == nullptr || !PluginStage::covers(d->size, TRACER_END_OF(abi_minor))) {
+    c.load_error =
+        fmt::format("plugin '{}': its entry point gave no descriptor{}", path,
+                    d == nullptr ? std::string() : fmt::format(" (its size is {} bytes)", d->size));
+    return;
+  }
   if (d->abi_major != TRACER_PLUGIN_ABI_MAJOR) {
-    return fail(EINVAL,
-                fmt::format("plugin '{}' is built for the plugin ABI {}.{}; this tracer speaks "
-                            "{}.{}",
-                            path, d->abi_major, d->abi_minor, TRACER_PLUGIN_ABI_MAJOR,
-                            TRACER_PLUGIN_ABI_MINOR),
-                fmt::format("rebuild it against tracer/plugin.h of this tracer (ABI major {})",
-                            TRACER_PLUGIN_ABI_MAJOR));
+    c.load_error =
+        fmt::format("plugin '{}' is built for the plugin ABI {}.{}; this tracer speaks {}.{}", path,
+                    d->abi_major, d->abi_minor, TRACER_PLUGIN_ABI_MAJOR, TRACER_PLUGIN_ABI_MINOR);
+    c.load_hint = fmt::format("rebuild it against tracer/plugin.h of this tracer (ABI major {})",
+                              TRACER_PLUGIN_ABI_MAJOR);
+    return;
   }
   if (!PluginStage::covers(d->size, TRACER_END_OF(destroy)) || d->create == nullptr ||
       d->fields == nullptr || d->on_events == nullptr || d->destroy == nullptr) {
-    return fail(EINVAL,
-                fmt::format("plugin '{}': its descriptor lacks create, fields, on_events or "
-                            "destroy",
-                            path));
+    c.load_error = fmt::format(
+        "plugin '{}': its descriptor ({} bytes; {} needed) lacks create, fields, on_events or "
+        "destroy",
+        path, d->size, TRACER_END_OF(destroy));
+    return;
   }
-  return Loaded{.lib = std::move(lib), .desc = d};
+  c.desc = d;
+  c.desc_size = d->size;
+}
+
+// The calls, each run on the plugin's thread.
+void job_load(PluginCore& c) {
+  try {
+    load_library(c);
+  } catch (...) {
+    c.load_error =
+        fmt::format("plugin '{}': an exception crossed the boundary while loading it", c.path);
+  }
+}
+
+void job_create(PluginCore& c) {
+  std::vector<const char*> kp, vp;
+  for (std::size_t i = 0; i < c.keys.size(); ++i) {
+    kp.push_back(c.keys[i].c_str());
+    vp.push_back(c.values[i].c_str());
+  }
+  const char* error = nullptr;
+  c.threw = false;
+  try {
+    c.self = c.desc->create(kp.data(), vp.data(), static_cast<std::uint32_t>(kp.size()), &error);
+    c.create_error = error != nullptr ? error : "";
+  } catch (...) {
+    c.self = nullptr;
+    c.threw = true;
+  }
+}
+
+/// `n` names at `names` (null entries as "") into `out`.
+void copy_names(const char* const* names, std::uint32_t n, std::vector<std::string>& out) {
+  for (std::uint32_t i = 0; i < n && names != nullptr; ++i)
+    out.emplace_back(names[i] != nullptr ? names[i] : "");
+}
+
+void job_fields(PluginCore& c) {
+  const char* const* names = nullptr;
+  std::uint32_t n = 0;
+  c.threw = false;
+  try {
+    c.rc = c.desc->fields(c.self, &names, &n);
+    if (c.rc == 0 && n != 0 && names == nullptr)
+      c.rc = 1;
+    if (c.rc == 0)
+      copy_names(names, n, c.field_names);
+  } catch (...) {
+    c.threw = true;
+  }
+}
+
+void job_columns(PluginCore& c) {
+  const char* const* k = nullptr;
+  const char* const* v = nullptr;
+  std::uint32_t nk = 0, nv = 0;
+  c.threw = false;
+  try {
+    c.rc = c.desc->columns(c.self, &k, &nk, &v, &nv);
+    if (c.rc == 0) {
+      copy_names(k, nk, c.key_names);
+      copy_names(v, nv, c.value_names);
+    }
+  } catch (...) {
+    c.threw = true;
+  }
+}
+
+void job_events(PluginCore& c) {
+  c.threw = false;
+  try {
+    c.rc = c.desc->on_events(c.self, &c.host, c.batch.data(),
+                             static_cast<std::uint32_t>(c.batch.size()));
+  } catch (...) {
+    c.threw = true;
+  }
+}
+
+void job_snapshot(PluginCore& c) {
+  const tracer_rows rows{
+      .size = sizeof(tracer_rows),
+      .ctx = &c,
+      .row =
+          [](void* ctx, const tracer_value* keys, std::uint32_t n_keys, const tracer_value* values,
+             std::uint32_t n_values) {
+            auto* core = static_cast<PluginCore*>(ctx);
+            // A row with other columns than the plugin named is refused (the outputs line
+            // cells up with names).
+            if ((n_keys != 0 && keys == nullptr) || (n_values != 0 && values == nullptr) ||
+                n_keys != core->n_keys || n_values != core->n_values)
+              return 1;
+            try {
+              TableRow row;
+              for (std::uint32_t i = 0; i < n_keys; ++i)
+                row.keys.push_back(to_cell(keys[i]));
+              for (std::uint32_t i = 0; i < n_values; ++i)
+                row.values.push_back(to_cell(values[i]));
+              core->rows.push_back(std::move(row));
+            } catch (...) {
+              return 1;
+            }
+            return 0;
+          },
+  };
+  c.threw = false;
+  try {
+    c.rc = c.desc->snapshot(c.self, &rows, c.reset ? 1 : 0);
+  } catch (...) {
+    c.threw = true;
+  }
+}
+
+void job_last_error(PluginCore& c) {
+  try {
+    const char* why = c.desc->last_error(c.self);
+    c.last_error = why != nullptr ? why : "";
+  } catch (...) {
+    c.last_error.clear();
+  }
+}
+
+void job_destroy(PluginCore& c) {
+  try {
+    c.desc->destroy(c.self);
+  } catch (...) {  // NOLINT(bugprone-empty-catch): nothing to do at destruction
+  }
+  c.self = nullptr;
 }
 
 std::vector<std::string> plugin_dirs() {
@@ -155,27 +419,115 @@ std::vector<std::string> plugin_dirs() {
   return out;
 }
 
+/// Loads the plugin at `path` in a child process and reads its descriptor there: a plugin that
+/// crashes or hangs while loading is a problem of its line, never of `tracer list`.
+PluginInfo describe_in_child(const std::string& path) {
+  PluginInfo info{.path = path};
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) {
+    info.problem = fmt::format("cannot describe it: pipe: {}", std::strerror(errno));
+    return info;
+  }
+  UniqueFd rd(fds[0]), wr(fds[1]);
+  const pid_t child = ::fork();
+  if (child < 0) {
+    info.problem = fmt::format("cannot describe it: fork: {}", std::strerror(errno));
+    return info;
+  }
+  if (child == 0) {
+    rd.reset();
+    PluginCore c;
+    c.path = path;
+    load_library(c);
+    std::string msg;
+    if (c.desc == nullptr) {
+      msg = "E" + c.load_error;
+    } else {
+      const auto* d = c.desc;
+      msg = fmt::format("O{}\n{}\n{}\n{}", d->abi_major, d->abi_minor,
+                        d->name != nullptr ? d->name : "", d->summary != nullptr ? d->summary : "");
+    }
+    std::string_view left(msg);
+    while (!left.empty()) {
+      const ssize_t n = ::write(wr.get(), left.data(), left.size());
+      if (n <= 0)
+        break;
+      left.remove_prefix(static_cast<std::size_t>(n));
+    }
+    ::_exit(0);
+  }
+  wr.reset();
+  std::string got;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  bool timed_out = false;
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    pollfd p{.fd = rd.get(), .events = POLLIN, .revents = 0};
+    const int r = left.count() > 0 ? ::poll(&p, 1, static_cast<int>(left.count())) : 0;
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r <= 0) {
+      timed_out = true;
+      break;
+    }
+    char buf[4096];
+    const ssize_t n = ::read(rd.get(), buf, sizeof buf);
+    if (n <= 0)
+      break;
+    if (got.size() < 65536)
+      got.append(buf, static_cast<std::size_t>(n));
+  }
+  if (timed_out)
+    ::kill(child, SIGKILL);
+  int status = 0;
+  while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (timed_out) {
+    info.problem =
+        "loading it did not finish within 2 s (a constructor or its entry point does "
+        "not return)";
+  } else if (WIFSIGNALED(status)) {
+    info.problem = fmt::format("loading it crashed ({})", ::strsignal(WTERMSIG(status)));
+  } else if (got.starts_with('E')) {
+    info.problem = got.substr(1);
+  } else if (got.starts_with('O')) {
+    std::vector<std::string> parts;
+    std::string_view rest = std::string_view(got).substr(1);
+    for (int i = 0; i < 3; ++i) {
+      const auto nl = rest.find('\n');
+      parts.emplace_back(rest.substr(0, nl));
+      rest = nl == std::string_view::npos ? std::string_view() : rest.substr(nl + 1);
+    }
+    parts.emplace_back(rest);
+    info.abi_major = detail::parse_uint<std::uint32_t>(parts[0]).value_or(0);
+    info.abi_minor = detail::parse_uint<std::uint32_t>(parts[1]).value_or(0);
+    info.name = parts[2];
+    info.summary = parts[3];
+  } else {
+    info.problem = "loading it ended without a word";
+  }
+  return info;
+}
+
 }  // namespace
 
 Result<std::string> find_plugin(const std::string& name, const std::string& recipe) {
   std::vector<fs::path> candidates;
+  std::error_code ec;
   if (name.find('/') != std::string::npos) {
+    // Relative to the recipe's directory, whatever the current one: `tracer run even.toml`
+    // with plugin = "./lib.so" is the recipe's lib.so, never a name the loader searches for.
     const fs::path p(name);
-    candidates.push_back(p.is_absolute() ? p : fs::path(recipe).parent_path() / p);
+    candidates.push_back(p.is_absolute() ? p : fs::absolute(recipe, ec).parent_path() / p);
   } else {
     for (const auto& dir : plugin_dirs())
-      candidates.push_back(fs::path(dir) / name);
+      candidates.push_back(fs::absolute(dir, ec) / name);
   }
   for (const auto& c : candidates) {
-    std::error_code ec;
     if (!fs::exists(c, ec))
       continue;
-    const std::string path = c.lexically_normal().string();
-    if (auto why = unsafe_file(path))
-      return fail(
-          EACCES, *why,
-          "a plugin must be owned by root (or you) and writable by no one else: chmod go-w");
-    return path;
+    return c.lexically_normal().string();  // absolute: dlopen never searches (see load_library)
   }
   return fail(ENOENT, fmt::format("no plugin '{}'", name),
               name.find('/') != std::string::npos
@@ -187,12 +539,9 @@ Result<std::string> find_plugin(const std::string& name, const std::string& reci
 PluginStage::PluginStage() = default;
 
 PluginStage::~PluginStage() {
-  if (self_ != nullptr && desc_ != nullptr && desc_->destroy != nullptr) {
-    try {
-      desc_->destroy(self_);
-    } catch (...) {  // NOLINT(bugprone-empty-catch): nothing to do at destruction
-    }
-  }
+  if (core_ && core_->self != nullptr && timed_out_.empty())
+    call(job_destroy, "destroy");
+  thread_.reset();  // joined, or abandoned when stuck in the plugin
 }
 
 StageSpec PluginStage::spec() {
@@ -202,14 +551,46 @@ StageSpec PluginStage::spec() {
                        .type = OptionSpec::Type::kString,
                        .required = true,
                        .help = "the shared object: ./lib.so (the recipe's directory) or a name "
-                               "in TRACER_PLUGIN_PATH"}},
+                               "in TRACER_PLUGIN_PATH"},
+                      {.name = "budget",
+                       .type = OptionSpec::Type::kDuration,
+                       .help = "how long one call into the plugin may take (default 250ms, at "
+                               "most 400ms); a call over it turns the stage off"}},
           .needs = {},
           .open_options = true};
+}
+
+bool PluginStage::call(void (*job)(PluginCore&), const char* what) noexcept {
+  if (thread_ == nullptr || !timed_out_.empty())
+    return false;
+  if (thread_->run(job, budget_))
+    return true;
+  ++timeouts_;
+  off_ = true;
+  try {
+    timed_out_ = what;
+    last_error_ =
+        fmt::format("{} ran past its budget of {} ms: the stage is off and its thread abandoned",
+                    what, budget_.count());
+  } catch (...) {  // NOLINT(bugprone-empty-catch): the counters say it
+  }
+  return false;
 }
 
 void PluginStage::configure(const ConfigValue& options, Diagnostics& diags) {
   StageOptions opts(spec(), options, diags);
   where_ = options.where;
+  if (auto b = opts.duration("budget")) {
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(*b);
+    if (ms.count() < 1 || ms > kMaxBudget) {
+      diags.add(opts.where("budget"),
+                fmt::format("budget must be between 1ms and {}ms", kMaxBudget.count()),
+                "a stop is honoured within 0.5 s whatever a plugin does: a call may not take "
+                "longer");
+    } else {
+      budget_ = ms;
+    }
+  }
   const auto name = opts.string("plugin");
   if (!name)
     return;
@@ -219,122 +600,119 @@ void PluginStage::configure(const ConfigValue& options, Diagnostics& diags) {
     diags.add(at, path.error().message, path.error().hint, {.option = "plugin"});
     return;
   }
-  auto loaded = load_plugin(*path);
-  if (!loaded) {
-    diags.add(at, loaded.error().message, loaded.error().hint, {.option = "plugin"});
+  // Its constructors and entry point run first in a child process: one that crashes or hangs
+  // there is this error, not a crash of tracer (or of the host embedding it).
+  if (const PluginInfo vetted = describe_in_child(*path); !vetted.problem.empty()) {
+    diags.add(at,
+              vetted.problem.starts_with("loading it")
+                  ? fmt::format("plugin '{}': {}", *path, vetted.problem)
+                  : vetted.problem,
+              "fix the plugin: tracer loads it in a child process first", {.option = "plugin"});
     return;
   }
-  auto [lib, d] = std::move(*loaded);
+  core_ = std::make_shared<PluginCore>();
+  core_->path = *path;
+  thread_ = std::make_unique<PluginThread>(core_);
+  if (!call(job_load, "loading it")) {
+    diags.add(at,
+              fmt::format("plugin '{}': loading it ran past its budget of {} ms (a constructor or "
+                          "its entry point does not return)",
+                          *path, budget_.count()),
+              "fix the plugin; its thread is abandoned", {.option = "plugin"});
+    return;
+  }
+  if (core_->desc == nullptr) {
+    diags.add(at, core_->load_error, core_->load_hint, {.option = "plugin"});
+    return;
+  }
+  const tracer_plugin_descriptor* d = core_->desc;
+  name_ = d->name != nullptr ? d->name : "plugin";
   // Its own options, as text.
-  std::vector<std::string> keys, values;
   if (const ConfigTable* t = options.table()) {
     for (const auto& [key, v] : *t) {
-      if (key == "plugin" || key == "use")
+      if (key == "plugin" || key == "use" || key == "budget")
         continue;
       auto text = option_text(v);
       if (!text) {
         diags.add(v.where, fmt::format("plugin option '{}' must be a value or a list", key));
         continue;
       }
-      keys.push_back(key);
-      values.push_back(std::move(*text));
+      core_->keys.push_back(key);
+      core_->values.push_back(std::move(*text));
     }
   }
-  std::vector<const char*> kp, vp;
-  for (std::size_t i = 0; i < keys.size(); ++i) {
-    kp.push_back(keys[i].c_str());
-    vp.push_back(values[i].c_str());
-  }
-  const char* error = nullptr;
-  void* self = nullptr;
-  try {
-    self = d->create(kp.data(), vp.data(), static_cast<std::uint32_t>(kp.size()), &error);
-  } catch (...) {
-    error = "an exception was thrown from create";
-  }
-  name_ = d->name != nullptr ? d->name : "plugin";
-  if (self == nullptr) {
-    diags.add(where_, fmt::format("plugin '{}' refused its options: {}", name_,
-                                  error != nullptr ? error : "no reason given"));
+  if (!call(job_create, "create")) {
+    diags.add(where_, fmt::format("plugin '{}': create {}", name_, last_error_),
+              "fix the plugin, or give it a larger budget (at most 400ms)");
     return;
   }
-  lib_ = std::move(lib);
-  desc_ = d;
-  desc_size_ = d->size;
-  self_ = self;
+  if (core_->threw) {
+    diags.add(where_,
+              fmt::format("plugin '{}': an exception crossed the boundary in create", name_),
+              "a plugin's calls must not throw");
+    return;
+  }
+  if (core_->self == nullptr) {
+    diags.add(where_, fmt::format("plugin '{}' refused its options: {}", name_,
+                                  core_->create_error.empty() ? std::string("no reason given")
+                                                              : core_->create_error));
+  }
 }
 
 void PluginStage::bind(BindContext& ctx, Diagnostics& diags) {
-  if (self_ == nullptr)
+  if (!core_ || core_->self == nullptr || off_)
     return;
-  const char* const* names = nullptr;
-  std::uint32_t n = 0;
-  int rc = 1;
-  try {
-    rc = desc_->fields(self_, &names, &n);
-  } catch (...) {
-    rc = 1;
+  const auto said = [&](const char* what) {
+    if (!timed_out_.empty()) {
+      diags.add(where_, fmt::format("plugin '{}': {} {}", name_, what, last_error_),
+                "fix the plugin, or give it a larger budget (at most 400ms)");
+      return true;
+    }
+    if (core_->threw) {
+      diags.add(where_,
+                fmt::format("plugin '{}': an exception crossed the boundary in {}", name_, what),
+                "a plugin's calls must not throw");
+      return true;
+    }
+    return false;
+  };
+  core_->field_names.clear();
+  if (!call(job_fields, "fields") || core_->threw) {
+    said("fields");
+    return;
   }
-  if (rc != 0 || (n != 0 && names == nullptr)) {
+  if (core_->rc != 0) {
     diags.add(where_, fmt::format("plugin '{}' did not name its fields", name_));
     return;
   }
-  for (std::uint32_t i = 0; i < n; ++i) {
-    if (auto f = ctx.schema.bind(names[i] != nullptr ? names[i] : "", where_, diags))
-      fields_.push_back(*f);
+  for (const auto& field : core_->field_names) {
+    if (auto f = ctx.schema.bind(field, where_, diags))
+      core_->fields.push_back(*f);
   }
-  if (covers(desc_size_, TRACER_END_OF(columns)) && desc_->columns != nullptr) {
-    const char* const* k = nullptr;
-    const char* const* v = nullptr;
-    std::uint32_t nk = 0, nv = 0;
-    if (desc_->columns(self_, &k, &nk, &v, &nv) == 0) {
-      for (std::uint32_t i = 0; i < nk && k != nullptr; ++i)
-        key_names_.emplace_back(k[i] != nullptr ? k[i] : "");
-      for (std::uint32_t i = 0; i < nv && v != nullptr; ++i)
-        value_names_.emplace_back(v[i] != nullptr ? v[i] : "");
+  if (covers(core_->desc_size, TRACER_END_OF(columns)) && core_->desc->columns != nullptr) {
+    core_->key_names.clear();
+    core_->value_names.clear();
+    if (!call(job_columns, "columns") || core_->threw) {
+      said("columns");
+      return;
+    }
+    if (core_->rc == 0) {
+      key_names_ = core_->key_names;
+      value_names_ = core_->value_names;
     }
   }
-}
-
-void PluginStage::failed(const char* what, bool exception) noexcept {
-  if (exception) {
-    ++exceptions_;
-    off_ = true;
-  } else {
-    ++failures_;
-  }
-  try {
-    const char* why = nullptr;
-    if (!exception && covers(desc_size_, TRACER_END_OF(last_error)) && desc_->last_error != nullptr)
-      why = desc_->last_error(self_);
-    last_error_ = fmt::format("{}: {}", what,
-                              exception        ? "an exception crossed the plugin boundary"
-                              : why != nullptr ? why
-                                               : "failed");
-  } catch (...) {  // NOLINT(bugprone-empty-catch): the counts say it
-  }
-}
-
-void PluginStage::on_events(std::span<Event* const> events) noexcept {
-  if (self_ == nullptr)
-    return;
-  if (off_) {
-    missed_ += events.size();
-    return;
-  }
-  batch_.clear();
-  for (Event* e : events)
-    batch_.push_back(reinterpret_cast<const tracer_event*>(e));
-  const tracer_host host{
+  core_->host = tracer_host{
       .size = sizeof(tracer_host),
-      .ctx = this,
+      .ctx = core_.get(),
       .read =
-          [](void* ctx, const tracer_event* event, std::uint32_t index, tracer_value* out) {
-            const auto* st = static_cast<const PluginStage*>(ctx);
-            if (out == nullptr || index >= st->fields_.size())
+          [](void* core, const tracer_event* event, std::uint32_t index, tracer_value* out) {
+            auto* c = static_cast<PluginCore*>(core);
+            std::lock_guard lock(c->events_mu);
+            // A late call (its batch ran over the budget and is gone) reads nothing.
+            if (out == nullptr || !c->open || index >= c->fields.size())
               return 1;
             *out = {};
-            const Value v = st->fields_[index].read(*reinterpret_cast<const Event*>(event));
+            const Value v = c->fields[index].read(*reinterpret_cast<const Event*>(event));
             if (const auto* i = std::get_if<std::int64_t>(&v)) {
               out->type = TRACER_VALUE_INT;
               out->i = *i;
@@ -345,25 +723,76 @@ void PluginStage::on_events(std::span<Event* const> events) noexcept {
               out->type = TRACER_VALUE_DOUBLE;
               out->d = *d;
             } else if (const auto* s = std::get_if<std::string_view>(&v)) {
+              try {
+                out->str = c->keep(*s);
+              } catch (...) {
+                return 1;
+              }
               out->type = TRACER_VALUE_STRING;
-              out->str = s->data();
-              out->len = s->size();
+              out->len = std::min(s->size(), PluginCore::kChunk);
             }
             return 0;
           },
       .drop =
-          [](void* /*ctx*/, const tracer_event* event) {
+          [](void* core, const tracer_event* event) {
+            auto* c = static_cast<PluginCore*>(core);
+            std::lock_guard lock(c->events_mu);
             // The plugin was handed these events to drop (they are this stage's batch).
-            const_cast<Event*>(reinterpret_cast<const Event*>(event))->drop();
+            if (c->open)
+              const_cast<Event*>(reinterpret_cast<const Event*>(event))->drop();
           },
   };
-  try {
-    if (desc_->on_events(self_, &host, batch_.data(), static_cast<std::uint32_t>(batch_.size())) !=
-        0)
-      failed("on_events", false);
-  } catch (...) {
-    failed("on_events", true);
+}
+
+void PluginStage::failed(const char* what, bool exception) noexcept {
+  if (exception) {
+    ++exceptions_;
+    off_ = true;
+  } else {
+    ++failures_;
   }
+  core_->last_error.clear();
+  if (!exception && covers(core_->desc_size, TRACER_END_OF(last_error)) &&
+      core_->desc->last_error != nullptr && !call(job_last_error, "last_error"))
+    return;  // call() said why
+  try {
+    last_error_ = fmt::format("{}: {}", what,
+                              exception ? "an exception crossed the plugin boundary"
+                              : !core_->last_error.empty() ? core_->last_error
+                                                           : "failed");
+  } catch (...) {  // NOLINT(bugprone-empty-catch): the counts say it
+  }
+}
+
+void PluginStage::on_events(std::span<Event* const> events) noexcept {
+  if (!core_ || core_->self == nullptr)
+    return;
+  if (off_) {
+    missed_ += events.size();
+    return;
+  }
+  {
+    std::lock_guard lock(core_->events_mu);
+    core_->batch.clear();
+    for (Event* e : events)
+      core_->batch.push_back(reinterpret_cast<const tracer_event*>(e));
+    core_->new_batch();
+    core_->open = true;
+  }
+  const bool in_time = call(job_events, "on_events");
+  {
+    // Closed before the events go back to the pipeline: a call still running reads no more.
+    std::lock_guard lock(core_->events_mu);
+    core_->open = false;
+  }
+  if (!in_time) {
+    missed_ += events.size();
+    return;
+  }
+  if (core_->threw)
+    failed("on_events", true);
+  else if (core_->rc != 0)
+    failed("on_events", false);
 }
 
 void PluginStage::snapshot(Table& out, bool reset) {
@@ -371,53 +800,51 @@ void PluginStage::snapshot(Table& out, bool reset) {
   out.title = name_;
   out.key_names = key_names_;
   out.value_names = value_names_;
-  out.note = last_error_;  // the plugin's last failure, if any (its counters count them)
-  if (self_ == nullptr || off_ || !covers(desc_size_, TRACER_END_OF(snapshot)) ||
-      desc_->snapshot == nullptr)
-    return;
-  struct Sink {
-    Table* table;
-    std::size_t keys, values;
-  } sink{&out, key_names_.size(), value_names_.size()};
-  const tracer_rows rows{
-      .size = sizeof(tracer_rows),
-      .ctx = &sink,
-      .row =
-          [](void* ctx, const tracer_value* keys, std::uint32_t n_keys, const tracer_value* values,
-             std::uint32_t n_values) {
-            auto* s = static_cast<Sink*>(ctx);
-            // A row with other columns than the plugin named is refused (the outputs line
-            // cells up with names).
-            if ((n_keys != 0 && keys == nullptr) || (n_values != 0 && values == nullptr) ||
-                n_keys != s->keys || n_values != s->values)
-              return 1;
-            TableRow row;
-            for (std::uint32_t i = 0; i < n_keys; ++i)
-              row.keys.push_back(to_cell(keys[i]));
-            for (std::uint32_t i = 0; i < n_values; ++i)
-              row.values.push_back(to_cell(values[i]));
-            s->table->rows.push_back(std::move(row));
-            return 0;
-          },
-  };
-  try {
-    if (desc_->snapshot(self_, &rows, reset ? 1 : 0) != 0)
-      failed("snapshot", false);
-  } catch (...) {
-    failed("snapshot", true);
+  if (core_ && core_->self != nullptr && !off_ &&
+      covers(core_->desc_size, TRACER_END_OF(snapshot)) && core_->desc->snapshot != nullptr) {
+    core_->rows.clear();
+    core_->n_keys = key_names_.size();
+    core_->n_values = value_names_.size();
+    core_->reset = reset;
+    if (call(job_snapshot, "snapshot")) {
+      if (core_->threw)
+        failed("snapshot", true);
+      else if (core_->rc != 0)
+        failed("snapshot", false);
+      for (auto& row : core_->rows)
+        out.rows.push_back(std::move(row));
+    }
   }
+  out.note = last_error_;  // the plugin's last failure, if any (its counters count them)
 }
 
 void PluginStage::counters(std::vector<std::pair<std::string, std::uint64_t>>& out) const {
   out.emplace_back("failures", failures_);
   out.emplace_back("exceptions", exceptions_);
+  if (timeouts_ != 0)
+    out.emplace_back("timeouts", timeouts_);
   if (missed_ != 0)
     out.emplace_back("missed", missed_);
+}
+
+void PluginStage::stop() {
+  if (timed_out_.empty())
+    return;
+  throw Error(ErrorCategory::kRuntime, std::make_error_code(std::errc::timed_out),
+              fmt::format("plugin '{}': {} ran past its budget of {} ms; the stage was turned off "
+                          "({} events missed) and its thread abandoned",
+                          name_, timed_out_, budget_.count(), missed_),
+              "fix the plugin (a call must return), or give it a larger budget (at most 400ms)",
+              where_);
 }
 
 }  // namespace tracer::stages
 
 namespace tracer {
+
+int abandoned_plugin_threads() noexcept {
+  return stages::g_abandoned.load();
+}
 
 std::vector<PluginInfo> find_plugins() {
   std::vector<PluginInfo> out;
@@ -426,18 +853,13 @@ std::vector<PluginInfo> find_plugins() {
     for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
       if (e.path().extension() != ".so")
         continue;
-      PluginInfo info{.path = e.path().string()};
-      if (auto found = stages::find_plugin(e.path().filename().string(), {}); !found) {
-        info.problem = found.error().message;
-      } else if (auto loaded = stages::load_plugin(*found); !loaded) {
-        info.problem = loaded.error().message;
-      } else {
-        const auto* d = loaded->desc;
-        info.name = d->name != nullptr ? d->name : "";
-        info.summary = d->summary != nullptr ? d->summary : "";
-        info.abi_major = d->abi_major;
-        info.abi_minor = d->abi_minor;
+      auto found = stages::find_plugin(e.path().filename().string(), {});
+      if (!found) {
+        out.push_back({.path = e.path().string(), .problem = found.error().message});
+        continue;
       }
+      PluginInfo info = stages::describe_in_child(*found);
+      info.path = e.path().string();
       out.push_back(std::move(info));
     }
   }

@@ -33,6 +33,12 @@ struct PluginInfo {
 /// loaded to read its descriptor (`tracer list stages`).
 [[nodiscard]] std::vector<PluginInfo> find_plugins();
 
+/// How many plugin threads were abandoned inside a call that ran past its budget. While one is,
+/// the process must end with _exit (after flushing its output): exit handlers and the dynamic
+/// loader's own teardown could wait for it (a constructor stuck in dlopen holds the loader's
+/// lock) — the CLI does.
+[[nodiscard]] int abandoned_plugin_threads() noexcept;
+
 /// A probe's tracefs filter (trace_events_filter.c syntax) as the kernel form of a filter stage,
 /// for a probe whose events an in-kernel program reads: the tracefs filter gates only a perf
 /// event's samples, never what a BPF program on the tracepoint sees. A filter that has no such
