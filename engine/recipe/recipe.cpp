@@ -379,11 +379,15 @@ class Loader {
       }
       if (origin)
         first_origin = &e;
-      if (key == "source")
-        bpf.source = relative_path(*s);
-      else if (key == "object")
-        bpf.object = relative_path(*s);
-      else if (key == "builtin")
+      if (key == "source" || key == "object") {
+        (key == "source" ? bpf.source : bpf.object) = relative_path(*s);
+        // Another user's BPF code is refused here, at its position (the engine checks the file
+        // it loads again, on the descriptor it reads).
+        const fs::path& file = key == "source" ? bpf.source : bpf.object;
+        if (auto f = trust::open_trusted(file, key == "source" ? "bpf source" : "bpf object");
+            !f && trust::is_refusal(f.error()))
+          diags_.add(v.where, f.error().message, f.error().hint);
+      } else if (key == "builtin")
         bpf.builtin = *s;
       else if (key == "output")
         bpf.output = *s;

@@ -182,6 +182,7 @@ int OtlpSender::post(const Request& r,
   const auto until = std::chrono::steady_clock::now() + timeout;
   bool stopped = false, done = false;
   const auto step = [&](const char* what) {
+    io.restart();  // the previous step ran the context out of work: it is stopped until this
     while (!done) {
       const auto now = std::chrono::steady_clock::now();
       const auto stop = stop_deadline();

@@ -600,6 +600,11 @@ void PluginStage::configure(const ConfigValue& options, Diagnostics& diags) {
     diags.add(at, path.error().message, path.error().hint, {.option = "plugin"});
     return;
   }
+  // Another user's file is refused before any of its code runs, here or in a child.
+  if (auto trusted = trust::open_trusted(*path, "plugin"); !trusted) {
+    diags.add(at, trusted.error().message, trusted.error().hint, {.option = "plugin"});
+    return;
+  }
   // Its constructors and entry point run first in a child process: one that crashes or hangs
   // there is this error, not a crash of tracer (or of the host embedding it).
   if (const PluginInfo vetted = describe_in_child(*path); !vetted.problem.empty()) {

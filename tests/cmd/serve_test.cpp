@@ -431,9 +431,9 @@ std::string status_field(pid_t pid, const std::string& field) {
 }
 
 // --user: once attached, tracer serve runs as that user with CAP_BPF, CAP_PERFMON,
-// CAP_DAC_READ_SEARCH, CAP_IPC_LOCK and CAP_SYS_RESOURCE alone, and still counts, scrapes and
-// reloads (a probe added then opens, its tracepoint's format read through tracefs); SIGTERM
-// still cleans up.
+// CAP_IPC_LOCK and CAP_SYS_RESOURCE alone (CAP_DAC_READ_SEARCH permitted, raised for a reload), and
+// still counts, scrapes and reloads (a probe added then opens, its tracepoint's format read through
+// tracefs); SIGTERM still cleans up.
 TEST(CliServe, UserDropsRootAndKeepsWhatAReloadNeeds) {
   if (::getpwnam("nobody") == nullptr)
     GTEST_SKIP() << "no user 'nobody' on this machine";
@@ -454,7 +454,8 @@ TEST(CliServe, UserDropsRootAndKeepsWhatAReloadNeeds) {
   const std::uint64_t want =
       ((1ULL << 2) | (1ULL << 14) | (1ULL << 24) | (1ULL << 38) | (1ULL << 39)) &
       std::stoull(status_field(::getpid(), "CapPrm:"), nullptr, 16);
-  EXPECT_EQ(std::stoull(status_field(s.pid, "CapEff:"), nullptr, 16), want);
+  // CAP_DAC_READ_SEARCH is raised only while a reload reads tracefs.
+  EXPECT_EQ(std::stoull(status_field(s.pid, "CapEff:"), nullptr, 16), want & ~(1ULL << 2));
   EXPECT_EQ(std::stoull(status_field(s.pid, "CapPrm:"), nullptr, 16), want);
   EXPECT_THAT(slurp(s.err), HasSubstr("msg=\"running as an unprivileged user\" user=nobody"));
 
@@ -473,6 +474,158 @@ TEST(CliServe, UserDropsRootAndKeepsWhatAReloadNeeds) {
   EXPECT_EQ(sample(text, series), 800);
   ::kill(s.pid, SIGTERM);
   EXPECT_TRUE(exited_ok(s.pid)) << slurp(s.err);
+}
+
+/// Waits until `file` holds `text` `n` times (a log line per reload), at most 30 s.
+bool wait_for_times(const fs::path& file, const std::string& text, std::size_t n) {
+  for (int i = 0; i < 300; ++i) {
+    const std::string log = slurp(file);
+    std::size_t seen = 0;
+    for (auto at = log.find(text); at != std::string::npos; at = log.find(text, at + 1))
+      ++seen;
+    if (seen >= n)
+      return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return false;
+}
+
+// The escalation of the issue, tried by the user tracer serve drops to: it owns the process (it
+// may send SIGHUP) and can change files of its own. A recipe made theirs, or a plugin of theirs
+// named by root's recipe: each reload is refused and said, no code of theirs runs (the plugin's
+// constructor would leave a mark), and the run goes on as it was; a reload of root's own files
+// still applies. A [bpf] source of theirs is refused at the start. The process keeps no capability
+// beyond the kept set, not even in its bounding set, has NoNewPrivs, and CAP_DAC_READ_SEARCH is not
+// effective.
+TEST(CliServe, TheUserItDropsToCannotTurnItsReloads) {
+  const passwd* pw = ::getpwnam("nobody");
+  if (pw == nullptr)
+    GTEST_SKIP() << "no user 'nobody' on this machine";
+  const uid_t nobody = pw->pw_uid;
+  testing::TempDir dir;
+  fs::permissions(dir.path(), fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                                  fs::perms::others_read | fs::perms::others_exec);
+  // Theirs: a directory and a plugin whose constructor leaves a mark, a BPF source.
+  dir.mkdir("theirs");
+  const fs::path theirs = dir.path() / "theirs", marker = theirs / "marker";
+  fs::copy_file(fs::path(TRACER_PLUGIN_DIR) / "libtracer_hostile_marker.so", theirs / "lib.so");
+  fs::copy_file(fs::path(TRACER_CONFIGS_DIR) / "opens.bpf.c", theirs / "opens.bpf.c");
+  for (const auto& f : {theirs, theirs / "lib.so", theirs / "opens.bpf.c"})
+    ASSERT_EQ(::chown(f.c_str(), nobody, static_cast<gid_t>(-1)), 0);
+  const std::string head =
+      "[recipe]\nname = \"turn\"\n"
+      "[[probe]]\nname = \"lseek\"\ntracepoint = \"syscalls:sys_enter_lseek\"\n";
+  const std::string count = "[[stage]]\nuse = \"count\"\nby = [\"probe\", \"pid\"]\n";
+  const std::string plugin = "[[stage]]\nplugin = \"" + (theirs / "lib.so").string() + "\"\n";
+  const auto recipe = put(dir, "r.toml", head + count);
+  ::setenv("TRACER_HOSTILE_MARKER", marker.c_str(), 1);
+  const Served s = serve({"--user", "nobody", recipe.string()}, dir.path() / "serve.err");
+  ::unsetenv("TRACER_HOSTILE_MARKER");
+  ASSERT_GT(s.pid, 0) << slurp(dir.path() / "serve.err");
+
+  // What it kept: the kept set (those root has) permitted and bounding, DAC_READ_SEARCH (bit 2)
+  // not effective; NoNewPrivs.
+  const std::uint64_t kept =
+      ((1ULL << 2) | (1ULL << 14) | (1ULL << 24) | (1ULL << 38) | (1ULL << 39)) &
+      std::stoull(status_field(::getpid(), "CapPrm:"), nullptr, 16);
+  EXPECT_EQ(std::stoull(status_field(s.pid, "CapPrm:"), nullptr, 16), kept);
+  EXPECT_EQ(std::stoull(status_field(s.pid, "CapEff:"), nullptr, 16), kept & ~(1ULL << 2));
+  EXPECT_EQ(std::stoull(status_field(s.pid, "CapBnd:"), nullptr, 16) & ~kept, 0u)
+      << status_field(s.pid, "CapBnd:");
+  EXPECT_EQ(status_field(s.pid, "NoNewPrivs:"), "1");
+
+  const std::string a = calls("lseek 400");
+  const std::string series = R"(tracer_turn_count_total{probe="lseek",pid=")" + a + "\"}";
+  EXPECT_EQ(sample(scrape_until(s.port, series, 400), series), 400);
+  // 1. The recipe made theirs, with their plugin appended.
+  std::ofstream(recipe, std::ios::trunc) << head << count << plugin;
+  ASSERT_EQ(::chown(recipe.c_str(), nobody, static_cast<gid_t>(-1)), 0);
+  ::kill(s.pid, SIGHUP);
+  ASSERT_TRUE(wait_for_times(s.err, "msg=\"reload refused", 1)) << slurp(s.err);
+  EXPECT_THAT(slurp(s.err), HasSubstr("belongs to nobody"));
+  // 2. Root's recipe naming their plugin.
+  ASSERT_EQ(::chown(recipe.c_str(), 0, static_cast<gid_t>(-1)), 0);
+  ::kill(s.pid, SIGHUP);
+  ASSERT_TRUE(wait_for_times(s.err, "msg=\"reload refused", 2)) << slurp(s.err);
+  // 3. Their BPF source ([bpf] cannot change on a reload: its programs are loaded; so at a
+  // start, which reads it as root).
+  const auto bpf = put(dir, "bpf.toml",
+                       head + count +
+                           "[[probe]]\nname = \"openat\"\ntracepoint = "
+                           "\"syscalls:sys_enter_openat\"\ncounting = true\nbpf = \"opens\"\n"
+                           "[bpf]\nsource = \"" +
+                           (theirs / "opens.bpf.c").string() +
+                           "\"\noutput = \"events\"\nstruct = \"open_event\"\ntime = \"ts\"\n");
+  const auto started =
+      testing::run_tracer("serve --listen 127.0.0.1:0 --user nobody " + bpf.string());
+  EXPECT_EQ(started.exit_code, 2) << started.err;
+  EXPECT_THAT(started.err, HasSubstr("bpf source: refused"));
+  EXPECT_THAT(started.err, HasSubstr("bpf.toml:15:10: bpf source: refused"));
+  EXPECT_THAT(started.err, HasSubstr("theirs belongs to nobody"));
+  EXPECT_FALSE(fs::exists(marker)) << "their plugin's code ran in tracer serve";
+
+  // Root's own change still applies, the unchanged probe keeps counting.
+  std::ofstream(recipe, std::ios::trunc)
+      << head << "[[probe]]\nname = \"getppid\"\ntracepoint = \"syscalls:sys_enter_getppid\"\n"
+      << count;
+  ::kill(s.pid, SIGHUP);
+  ASSERT_TRUE(testing::wait_for_text(s.err, "msg=reloaded")) << slurp(s.err);
+  const std::string b = calls("getppid 300");
+  const std::string added = R"(tracer_turn_count_total{probe="getppid",pid=")" + b + "\"}";
+  const std::string text = scrape_until(s.port, added, 300);
+  EXPECT_EQ(sample(text, added), 300) << slurp(s.err);
+  EXPECT_EQ(sample(text, series), 400);
+  EXPECT_EQ(sample(text, R"(tracer_reloads_total{result="refused"})"), 2);
+  EXPECT_EQ(sample(text, R"(tracer_reloads_total{result="ok"})"), 1);
+  EXPECT_EQ(std::stoull(status_field(s.pid, "CapEff:"), nullptr, 16), kept & ~(1ULL << 2))
+      << "the reload's tracefs access is given back";
+  ::kill(s.pid, SIGTERM);
+  EXPECT_TRUE(exited_ok(s.pid)) << slurp(s.err);
+}
+
+// Slow and silent scrapers while tracer serve runs: 100 connections from 127.0.0.2 holding
+// half-sent requests do not keep a scrape from 127.0.0.1 out, and SIGTERM ends serve within
+// 0.5 s with all of them open.
+TEST(CliServe, SlowClientsNeitherKeepAScraperOutNorHoldTheStop) {
+  testing::TempDir dir;
+  const auto recipe = put(dir, "r.toml",
+                          "[recipe]\nname = \"slow\"\n[[probe]]\nname = \"lseek\"\n"
+                          "tracepoint = \"syscalls:sys_enter_lseek\"\n"
+                          "[[stage]]\nuse = \"count\"\nby = [\"pid\"]\n");
+  const Served s = serve({recipe.string()}, dir.path() / "serve.err");
+  ASSERT_GT(s.pid, 0) << slurp(dir.path() / "serve.err");
+  std::vector<int> held;
+  const std::string half = "GET /metrics HTTP/1.1\r\nHost: x\r\n";
+  for (int i = 0; i < 100; ++i) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in from{}, to{};
+    from.sin_family = to.sin_family = AF_INET;
+    ::inet_pton(AF_INET, "127.0.0.2", &from.sin_addr);
+    to.sin_port = htons(s.port);
+    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof from) == 0 &&
+        ::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to) == 0)
+      (void)::send(fd, half.data(), half.size(), MSG_NOSIGNAL);
+    held.push_back(fd);
+  }
+  const std::string a = calls("lseek 250");
+  for (int i = 0; i < 10; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto text = http_get(s.port, "/metrics");
+    const double took =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ASSERT_TRUE(text.has_value());
+    EXPECT_LT(took, 1.0);
+  }
+  EXPECT_EQ(sample(scrape_until(s.port, "tracer_slow_count_total{pid=\"" + a + "\"}", 250),
+                   "tracer_slow_count_total{pid=\"" + a + "\"}"),
+            250);
+  const auto t0 = std::chrono::steady_clock::now();
+  ::kill(s.pid, SIGTERM);
+  EXPECT_TRUE(exited_ok(s.pid)) << slurp(s.err);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 0.5);
+  for (int fd : held)
+    ::close(fd);
 }
 
 }  // namespace

@@ -7,7 +7,8 @@
  * end (append-only), and a field added later is NULL/0 in an older plugin. A new major version
  * is a break: tracer refuses the plugin with the version it needs.
  *
- * Life of a plugin stage (each call on the session's executor thread, never concurrently):
+ * Life of a plugin stage (one call at a time, each on the stage's own thread, within the stage's
+ * `budget`: a call over it turns the stage off; see docs/plugins.md):
  *   create(options)            the recipe's options of the stage, as strings; NULL: refused
  *   fields(self)               the event fields it reads (names, bound against the probes)
  *   on_events(self, host, ...) each batch of events; read fields through `host`

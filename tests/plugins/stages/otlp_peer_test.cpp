@@ -1,0 +1,204 @@
+// The otlp stage against hostile collectors: one that accepts and never answers cannot hold a
+// stop past 0.5 s (whatever the request timeout); one that answers 200 with a body that never
+// ends costs a bounded amount of memory (the answer is read up to a cap and thrown away) and the
+// request counts as sent; a timeout over the maximum is a recipe error at its position.
+#include <arpa/inet.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <regex>
+#include <string>
+#include <thread>
+
+#include "plugins/stages/otlp_sender.hpp"
+#include "support/cli.hpp"
+#include "support/temp_dir.hpp"
+
+namespace tracer {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+using ::testing::HasSubstr;
+using testing::slurp;
+
+/// A socket listening on 127.0.0.1 (port picked). `answer` decides what its thread does with
+/// each connection: nothing (the connection is accepted by the kernel, never read or answered),
+/// or a handler of the accepted descriptor.
+class Collector {
+ public:
+  using Handler = void (*)(int fd, const std::atomic<bool>& stop);
+  explicit Collector(Handler answer = nullptr) : answer_(answer) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    EXPECT_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    EXPECT_EQ(::listen(fd_, 64), 0);
+    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
+    port_ = ntohs(a.sin_port);
+    if (answer_ != nullptr)
+      thread_ = std::thread([this] { serve(); });
+  }
+  ~Collector() {
+    stop_ = true;
+    ::shutdown(fd_, SHUT_RDWR);
+    if (thread_.joinable())
+      thread_.join();
+    ::close(fd_);
+  }
+  Collector(const Collector&) = delete;
+  Collector& operator=(const Collector&) = delete;
+  [[nodiscard]] std::uint16_t port() const { return port_; }
+
+ private:
+  void serve() {
+    while (!stop_) {
+      const int c = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (c < 0)
+        return;
+      std::thread([c, this] {
+        answer_(c, stop_);
+        ::close(c);
+      }).detach();
+    }
+  }
+  int fd_ = -1;
+  std::uint16_t port_ = 0;
+  Handler answer_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+/// Reads the request head, then answers 200 with a chunked body that never ends (64 KiB chunks
+/// until the client goes).
+void endless_body(int fd, const std::atomic<bool>& stop) {
+  timeval tv{.tv_sec = 5, .tv_usec = 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  char buf[65536];
+  if (::recv(fd, buf, sizeof buf, 0) <= 0)
+    return;
+  const std::string head =
+      "HTTP/1.1 200 OK\r\nContent-Type: application/x-protobuf\r\nTransfer-Encoding: "
+      "chunked\r\n\r\n";
+  if (::send(fd, head.data(), head.size(), MSG_NOSIGNAL) < 0)
+    return;
+  const std::string chunk = "10000\r\n" + std::string(65536, 'x') + "\r\n";
+  while (!stop && ::send(fd, chunk.data(), chunk.size(), MSG_NOSIGNAL) > 0) {
+  }
+}
+
+/// The lseek calls of the syscaller (fd 12345) as OTLP log records, 100 a request.
+std::string recipe(std::uint16_t port, const std::string& extra) {
+  return "[recipe]\nname = \"peer\"\n"
+         "[[probe]]\nname = \"lseek\"\ntracepoint = \"syscalls:sys_enter_lseek\"\n"
+         "filter = \"fd == 12345\"\n"
+         "[[stage]]\nuse = \"otlp\"\nendpoint = \"http://127.0.0.1:" +
+         std::to_string(port) + "\"\nfields = [\"pid\", \"offset\"]\nbatch = 100\n" + extra;
+}
+
+/// VmHWM of `pid` in KiB (0 once it is gone).
+long peak_kib(pid_t pid) {
+  const std::string status = slurp("/proc/" + std::to_string(pid) + "/status");
+  std::smatch m;
+  return std::regex_search(status, m, std::regex(R"(VmHWM:\s+(\d+) kB)")) ? std::stol(m[1]) : 0;
+}
+
+/// Runs `tracer run RECIPE -d 1s --json` (stdout, stderr into `dir`) while the syscaller makes
+/// 2,000 lseek calls; how long it ran past its 1 s from ready, its exit code and peak memory.
+struct Ran {
+  double late = 0;
+  int code = -1;
+  long peak_kib = 0;
+};
+Ran run_one_second(const testing::TempDir& dir) {
+  Ran r;
+  const pid_t pid =
+      testing::spawn_tracer_ready({"run", (dir.path() / "r.toml").string(), "-d", "1s", "--json"},
+                                  dir.path() / "out", dir.path() / "err");
+  const auto ready = Clock::now();
+  if (pid < 0)
+    return r;
+  (void)testing::run_syscaller("lseek 2000");
+  int status = 0;
+  while (::waitpid(pid, &status, WNOHANG) == 0) {
+    r.peak_kib = std::max(r.peak_kib, peak_kib(pid));
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  r.late = std::chrono::duration<double>(Clock::now() - ready).count() - 1.0;
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+// A collector that accepts and never answers, with a request timeout of 30 s: `-d 1s` ends
+// within 0.5 s of its second (the stop cancels the request in flight), every record counted
+// as dropped.
+TEST(OtlpPeers, ASilentCollectorCannotHoldTheStop) {
+  testing::TempDir dir;
+  Collector silent;
+  dir.write("r.toml", recipe(silent.port(), "timeout = \"30s\"\n"));
+  const Ran r = run_one_second(dir);
+  const std::string out = slurp(dir.path() / "out");
+  ASSERT_EQ(r.code, 0) << slurp(dir.path() / "err");
+  EXPECT_LT(r.late, 0.5) << "the stop took " << r.late << " s past the duration";
+  EXPECT_THAT(out, HasSubstr(R"("otlp.sent_records":0)")) << out;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(out, m, std::regex(R"("otlp.dropped_records":(\d+))"))) << out;
+  EXPECT_EQ(std::stoul(m[1]), 2000u) << "every record the collector never took, counted";
+}
+
+// A collector answering 200 with a body without end: the answer is read up to its cap (64 KiB)
+// and thrown away, the records count as sent, and tracer's peak memory stays where a run of
+// the same recipe without the stage's answer costs it (well under 100 MiB).
+TEST(OtlpPeers, AnEndlessAnswerIsReadUpToItsCapAndTheMemoryStaysBounded) {
+  testing::TempDir dir;
+  Collector endless(endless_body);
+  dir.write("r.toml", recipe(endless.port(), "timeout = \"2s\"\n"));
+  const Ran r = run_one_second(dir);
+  const std::string out = slurp(dir.path() / "out");
+  ASSERT_EQ(r.code, 0) << slurp(dir.path() / "err");
+  EXPECT_LT(r.late, 0.5);
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(out, m, std::regex(R"("otlp.sent_records":(\d+))"))) << out;
+  EXPECT_EQ(std::stoul(m[1]), 2000u) << out;
+  EXPECT_GT(r.peak_kib, 0);
+  EXPECT_LT(r.peak_kib, 100 * 1024) << "peak RSS " << r.peak_kib << " KiB";
+}
+
+// The answer's status as the sender reads it (the fuzzer's entry): a body over the cap still
+// has its header's status; an answer that does not parse has none.
+TEST(OtlpPeers, TheAnswersStatusSurvivesABodyOverTheCap) {
+  namespace http = boost::beast::http;
+  const auto status = [](const std::string& bytes) {
+    http::response_parser<http::string_body> p;
+    p.header_limit(stages::OtlpSender::kMaxAnswerHeader);
+    p.body_limit(stages::OtlpSender::kMaxAnswerBody);
+    p.eager(true);
+    boost::beast::error_code ec;
+    p.put(boost::asio::buffer(bytes), ec);
+    return stages::otlp_response_status(p, ec);
+  };
+  EXPECT_EQ(status("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"), 200);
+  EXPECT_EQ(status("HTTP/1.1 503 Busy\r\nContent-Length: 0\r\n\r\n"), 503);
+  EXPECT_EQ(status("HTTP/1.1 200 OK\r\nContent-Length: 99999999\r\n\r\n"), 200);
+  EXPECT_EQ(status("garbage\r\n\r\n"), -1);
+}
+
+TEST(OtlpPeers, ATimeoutOverTheMaximumIsARecipeError) {
+  testing::TempDir dir;
+  dir.write("r.toml", recipe(4318, "timeout = \"1000h\"\n"));
+  const auto r = testing::run_tracer("check " + (dir.path() / "r.toml").string());
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("r.toml:12:11: option 'timeout' is at most 60s")) << r.err;
+}
+
+}  // namespace
+}  // namespace tracer
