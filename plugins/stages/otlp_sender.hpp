@@ -36,8 +36,8 @@ struct OtlpEndpoint {
 
 class OtlpSender {
  public:
-  static constexpr std::size_t kMaxAnswerHeader = 16 * 1024;
-  static constexpr std::size_t kMaxAnswerBody = 64 * 1024;
+  static constexpr std::size_t kMaxAnswerHeader = std::size_t{16} << 10;
+  static constexpr std::size_t kMaxAnswerBody = std::size_t{64} << 10;
   /// The longest `timeout` a recipe may give a request.
   static constexpr std::chrono::seconds kMaxTimeout{60};
   struct Options {

@@ -81,7 +81,7 @@ struct PluginCore {
   std::size_t n_keys = 0, n_values = 0;
   bool reset = false;
 
-  static constexpr std::size_t kChunk = 64 * 1024;
+  static constexpr std::size_t kChunk = std::size_t{64} << 10;
   /// A copy of `s` that lives until the next batch (and as long as the core: a late reader of a
   /// string never reads an event that is gone).
   const char* keep(std::string_view s) {
