@@ -32,8 +32,8 @@ namespace tracer::stages {
 
 namespace fs = std::filesystem;
 
-/// A loaded shared object. Its descriptor stays open while it is loaded: /proc/self/fd/N is the
-/// object's name to the dynamic loader, and no other plugin may get that number meanwhile.
+/// A loaded shared object. Its descriptor stays open while it is loaded: /proc/self/task/T/fd/N
+/// is the object's name to the dynamic loader.
 struct PluginLibrary {
   void* handle = nullptr;
   UniqueFd fd;
@@ -277,7 +277,12 @@ void load_library(PluginCore& c) {
     return;
   }
   c.lib->fd = std::move(file->fd);
-  const std::string name = fmt::format("/proc/self/fd/{}", c.lib->fd.get());
+  // The loader knows an object by the name it was opened by and returns the one it has for a
+  // name it knows: a C++ plugin is never unloaded (its STB_GNU_UNIQUE symbols make it
+  // NODELETE), so "/proc/self/fd/7" could name an earlier plugin loaded through descriptor 7.
+  // The loading thread's id and the descriptor make a name no earlier load had (the same file
+  // is still found as the same object: the loader also compares device and inode).
+  const std::string name = fmt::format("/proc/self/task/{}/fd/{}", ::gettid(), c.lib->fd.get());
   c.lib->handle = ::dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (c.lib->handle == nullptr) {
     const char* err = ::dlerror();

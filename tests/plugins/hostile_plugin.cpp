@@ -51,6 +51,17 @@ struct Counts {
   std::uint64_t events = 0;
 };
 
+}  // namespace
+
+// A C++ object as many are: an inline static member of default visibility is an STB_GNU_UNIQUE
+// symbol, which makes the object NODELETE (dlclose leaves it loaded).
+template <typename T>
+struct __attribute__((visibility("default"))) Instances {
+  static inline T created = 0;
+};
+
+namespace {
+
 const char* const kFields[] = {"pid"};
 const char* const kKeys[] = {"pid"};
 const char* const kValues[] = {"count"};
@@ -59,6 +70,7 @@ void* create(const char* const*, const char* const*, std::uint32_t, const char**
 #ifdef TRACER_HOSTILE_HANG_CREATE
   forever();
 #endif
+  ++Instances<int>::created;
   return new Counts();
 }
 

@@ -161,6 +161,38 @@ TEST_F(PluginTrust, ALinkFlippedBetweenRootsPluginAndAnotherUsersNeverLoadsTheir
   EXPECT_LE(other, 3) << "a link replaced mid-walk may be missing for an instant, nothing else";
 }
 
+// One plugin after another in one process (a serve's reloads): each is the file its recipe
+// names. A C++ plugin is never unloaded, and the loader returns the object it has for a name it
+// knows: had both been loaded as /proc/self/fd/N through the same N, the second recipe would
+// have run the first plugin (the hostile one is such a C++ object: NODELETE through its
+// STB_GNU_UNIQUE symbol). The table a plugin makes carries its descriptor's name.
+TEST_F(PluginTrust, EachLoadIsTheFileItsRecipeNamesNotAnEarlierOne) {
+  for (const auto& [variant, name] :
+       {std::pair{std::string("tracer_hostile_marker"), std::string("hostile")},
+        std::pair{std::string("tracer_plugin_sum_by"), std::string("sum_by")},
+        std::pair{std::string("tracer_hostile_marker"), std::string("hostile")}}) {
+    SCOPED_TRACE(variant);
+    dir_.write("r.toml", recipe_text(built(variant).string(),
+                                     name == "sum_by" ? "value = \"offset\"\n" : ""));
+    Recipe r = Recipe::load(dir_.path() / "r.toml", {.stages = stage_catalog()});
+    std::string text;
+    Sink out = Sink::to_string(&text);
+    boost::asio::io_context io(1);
+    Session session(io.get_executor(), r, out,
+                    {.target = {.kind = Target::Kind::kCommand,
+                                .command = {TRACER_SYSCALLER_PATH, "lseek", "10"}}});
+    std::string stage;
+    session.on_table([&](const TableUpdate& u) {
+      if (u.pipeline == 0)
+        stage = u.table.stage;
+    });
+    session.on_done([&] { io.stop(); });
+    session.start();
+    io.run_for(std::chrono::seconds(30));
+    EXPECT_EQ(stage, name) << text;
+  }
+}
+
 /// The error a recipe with the plugin `so` gets from load or the session's start.
 Error setup_error(const fs::path& recipe) {
   std::string text;
@@ -232,8 +264,8 @@ std::pair<int, double> reap(pid_t pid) {
 }
 
 // A plugin stuck in on_events for good (from its 100th event): the stage turns off at its
-// budget, the other pipeline counts every call, and SIGTERM ends the run within 0.5 s with
-// exit 1 saying what happened.
+// budget, the other pipeline counts every call, and SIGTERM ends the run within 1 s (0.25 s of
+// budget and the stop itself) with exit 1 saying what happened.
 TEST_F(PluginTrust, APluginStuckInACallCannotHoldTheStop) {
   dir_.write("r.toml", recipe_text(built("tracer_hostile_hang_events").string()));
   const pid_t pid = start_run(dir_, dir_.path() / "r.toml", {});
@@ -246,7 +278,7 @@ TEST_F(PluginTrust, APluginStuckInACallCannotHoldTheStop) {
   const double took = since(t0);
   const std::string err = slurp(dir_.path() / "err"), out = slurp(dir_.path() / "out");
   EXPECT_EQ(code, 1) << err;
-  EXPECT_LT(took, 0.5) << "the stop took " << took << " s";
+  EXPECT_LT(took, 1.0) << "the stop took " << took << " s";
   EXPECT_NE(err.find("on_events ran past its budget of 250 ms"), std::string::npos) << err;
   EXPECT_NE(err.find("thread abandoned"), std::string::npos) << err;
   // The built-in pipeline beside it: every call of the syscaller.
@@ -287,8 +319,9 @@ TEST_F(PluginTrust, ListingStagesSurvivesAPluginThatCrashesOrHangs) {
   const double took = since(t0);
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("sum_by"), std::string::npos) << r.out;
+  // (SIGSEGV; a sanitizer's handler makes it an abort)
   EXPECT_TRUE(std::regex_search(r.out, std::regex("libcrash.so cannot be loaded: loading it "
-                                                  "crashed \\(Segmentation fault\\)")))
+                                                  "crashed \\((Segmentation fault|Aborted)\\)")))
       << r.out;
   EXPECT_TRUE(std::regex_search(r.out, std::regex("libhang.so cannot be loaded: loading it did "
                                                   "not finish within 2 s")))

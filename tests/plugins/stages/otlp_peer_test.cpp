@@ -96,6 +96,17 @@ void endless_body(int fd, const std::atomic<bool>& stop) {
   }
 }
 
+/// Reads the request head and answers 200 at once, without a body.
+void well_behaved(int fd, const std::atomic<bool>& /*stop*/) {
+  timeval tv{.tv_sec = 5, .tv_usec = 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  char buf[65536];
+  if (::recv(fd, buf, sizeof buf, 0) <= 0)
+    return;
+  const std::string answer = "HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+  (void)::send(fd, answer.data(), answer.size(), MSG_NOSIGNAL);
+}
+
 /// The lseek calls of the syscaller (fd 12345) as OTLP log records, 100 a request.
 std::string recipe(std::uint16_t port, const std::string& extra) {
   return "[recipe]\nname = \"peer\"\n"
@@ -139,8 +150,8 @@ Ran run_one_second(const testing::TempDir& dir) {
 }
 
 // A collector that accepts and never answers, with a request timeout of 30 s: `-d 1s` ends
-// within 0.5 s of its second (the stop cancels the request in flight), every record counted
-// as dropped.
+// within 1 s of its second (the stop cancels the request in flight: its budget is 0.4 s), every
+// record counted as dropped.
 TEST(OtlpPeers, ASilentCollectorCannotHoldTheStop) {
   testing::TempDir dir;
   Collector silent;
@@ -148,7 +159,7 @@ TEST(OtlpPeers, ASilentCollectorCannotHoldTheStop) {
   const Ran r = run_one_second(dir);
   const std::string out = slurp(dir.path() / "out");
   ASSERT_EQ(r.code, 0) << slurp(dir.path() / "err");
-  EXPECT_LT(r.late, 0.5) << "the stop took " << r.late << " s past the duration";
+  EXPECT_LT(r.late, 1.0) << "the stop took " << r.late << " s past the duration";
   EXPECT_THAT(out, HasSubstr(R"("otlp.sent_records":0)")) << out;
   std::smatch m;
   ASSERT_TRUE(std::regex_search(out, m, std::regex(R"("otlp.dropped_records":(\d+))"))) << out;
@@ -156,21 +167,31 @@ TEST(OtlpPeers, ASilentCollectorCannotHoldTheStop) {
 }
 
 // A collector answering 200 with a body without end: the answer is read up to its cap (64 KiB)
-// and thrown away, the records count as sent, and tracer's peak memory stays where a run of
-// the same recipe without the stage's answer costs it (well under 100 MiB).
+// and thrown away, the records count as sent, and tracer's peak memory stays within 32 MiB of
+// the same run against a collector that answers 200 with no body (a body read whole grew it by
+// about 100 MiB a second).
 TEST(OtlpPeers, AnEndlessAnswerIsReadUpToItsCapAndTheMemoryStaysBounded) {
   testing::TempDir dir;
+  long baseline_kib = 0;
+  {
+    Collector good(well_behaved);
+    dir.write("r.toml", recipe(good.port(), "timeout = \"2s\"\n"));
+    const Ran r = run_one_second(dir);
+    ASSERT_EQ(r.code, 0) << slurp(dir.path() / "err");
+    baseline_kib = r.peak_kib;
+  }
   Collector endless(endless_body);
   dir.write("r.toml", recipe(endless.port(), "timeout = \"2s\"\n"));
   const Ran r = run_one_second(dir);
   const std::string out = slurp(dir.path() / "out");
   ASSERT_EQ(r.code, 0) << slurp(dir.path() / "err");
-  EXPECT_LT(r.late, 0.5);
+  EXPECT_LT(r.late, 1.0);
   std::smatch m;
   ASSERT_TRUE(std::regex_search(out, m, std::regex(R"("otlp.sent_records":(\d+))"))) << out;
   EXPECT_EQ(std::stoul(m[1]), 2000u) << out;
-  EXPECT_GT(r.peak_kib, 0);
-  EXPECT_LT(r.peak_kib, 100 * 1024) << "peak RSS " << r.peak_kib << " KiB";
+  EXPECT_GT(baseline_kib, 0);
+  EXPECT_LT(r.peak_kib, baseline_kib + 32 * 1024)
+      << "peak RSS " << r.peak_kib << " KiB, " << baseline_kib << " KiB against a plain collector";
 }
 
 // The answer's status as the sender reads it (the fuzzer's entry): a body over the cap still
