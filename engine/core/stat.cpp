@@ -447,14 +447,13 @@ class Measurement {
 
   /// Resolves the -e lists and opens a counter set per entry on the slots. An entry this
   /// machine cannot count (no hardware PMU, a modifier refused) is kept with supported false
-  /// while the others count; when none can, that is the error.
+  /// while the others count, as perf stat keeps it (even when none can).
   void open_counters(pid_t command_pid, const std::vector<int>& cpus) {
     plan_slots(command_pid, cpus);
     infos_.clear();
     sets_.clear();
     const bool command = command_pid > 0;
     const bool system_wide = opts_.system_wide();
-    std::optional<Error> unsupported;  // the first event this machine cannot count
     for (const auto& list : opts_.events) {
       for (const EventGroupSpec& g : parse_event_list(list)) {
         perf::CounterSetOptions o;
@@ -486,8 +485,6 @@ class Measurement {
             infos_[at.first + i].supported = false;
             infos_[at.first + i].why = e.what();
           }
-          if (!unsupported)
-            unsupported = std::move(e);
         } else {
           for (const auto& slot : set->slots()) {
             const auto it = std::find_if(slots_.begin(), slots_.end(), [&](const auto& s) {
@@ -507,9 +504,8 @@ class Measurement {
         sets_.push_back(std::move(at));
       }
     }
-    if (unsupported && std::none_of(infos_.begin(), infos_.end(),
-                                    [](const StatCounter& c) { return c.supported; }))
-      throw *unsupported;
+    // None countable is not an error either: as perf stat, the command runs and each row says
+    // <not supported> (the reason is said once).
   }
 
  private:
