@@ -12,6 +12,7 @@
 #include <csignal>
 #include <cstring>
 #include <ctime>
+#include <exception>
 #include <functional>
 #include <limits>
 #include <memory>
@@ -228,13 +229,19 @@ void print_loss_warnings(const Stats& stats) {
 /// `json_out`: where the JSON summary goes (the run's output: `-o FILE` gets it too).
 void print_summary(const Stats& stats,
                    const Counters& counters,
+                   const std::vector<std::string>& warnings,
                    bool json,
                    double seconds,
                    Sink* json_out) {
+  for (const auto& w : warnings)  // stderr: the stages' own (an export that lost records)
+    fmt::print(stderr, "tracer: warning: {}\n", w);
   if (json) {
     std::string stages;
     for (const auto& [name, value] : counters)
       stages += fmt::format(R"({}"{}":{})", stages.empty() ? "" : ",", json_escape(name), value);
+    std::string said;
+    for (const auto& w : warnings)
+      said += fmt::format(R"({}"{}")", said.empty() ? "" : ",", json_escape(w));
     std::string probes;
     for (const auto& p : stats.probes) {
       const auto t = p.total();
@@ -248,8 +255,9 @@ void print_summary(const Stats& stats,
                             t.bytes, t.aux_truncated, kernel);
     }
     const std::string line = fmt::format(
-        "{{\"type\":\"summary\",\"seconds\":{:.3f},\"probes\":{{{}}},\"stages\":{{{}}}}}\n",
-        seconds, probes, stages);
+        "{{\"type\":\"summary\",\"seconds\":{:.3f},\"probes\":{{{}}},\"stages\":{{{}}},"
+        "\"warnings\":[{}]}}\n",
+        seconds, probes, stages, said);
     json_out->write(line);
     json_out->flush();
     print_loss_warnings(stats);  // stderr: the JSON lines stay alone on stdout
@@ -433,11 +441,21 @@ int run_recipe(const RunOptions& given) {
                  "tracer: the stages read samples in place (no record rebuilt or decoded)\n");
   }
   signal_ready(o.ready_fd);
-  io.run();
-  session.stop();
+  // A stage's end may fail the run (a plugin over its budget, an export that reached nothing),
+  // in the loop (a duration's or a signal's stop) or here: the summary is printed first all the
+  // same, then the error.
+  std::exception_ptr failed;
+  try {
+    io.run();
+    session.stop();
+  } catch (...) {
+    failed = std::current_exception();
+  }
   clear_status();
   const auto st = session.stats();
-  print_summary(st.engine, st.counters, o.json, st.seconds, &out);
+  print_summary(st.engine, st.counters, st.warnings, o.json, st.seconds, &out);
+  if (failed)
+    std::rethrow_exception(failed);
   if (st.engine.held_passes != 0) {
     fmt::print(stderr,
                "tracer: warning: the stages fell behind the events: the rings were left unread "

@@ -534,6 +534,13 @@ void Pipeline::dispatch() noexcept {
   alive_.clear();
 }
 
+std::vector<std::string> Pipeline::warnings() const {
+  std::vector<std::string> out;
+  for (const auto& slot : stages_)
+    slot.stage->warnings(out);
+  return out;
+}
+
 std::vector<std::pair<std::string, std::uint64_t>> Pipeline::counters() const {
   std::vector<std::pair<std::string, std::uint64_t>> out, one;
   for (const auto& slot : stages_) {

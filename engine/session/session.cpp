@@ -517,6 +517,8 @@ SessionStats Session::stats() const {
   for (std::size_t i = 0; i < s.pipelines.size(); ++i) {
     for (auto& [name, value] : s.pipelines[i]->counters())
       out.counters.emplace_back(i == 0 ? name : fmt::format("pipeline{}.{}", i, name), value);
+    for (auto& w : s.pipelines[i]->warnings())
+      out.warnings.push_back(std::move(w));
   }
   kernel::add_run_stats(s.kernel, out.engine, [&s](std::uint32_t pi) {
     return s.engine_options.probes[pi].counting ||

@@ -407,6 +407,43 @@ void Otlp::stop() {
     sender_->close(stop_budget_);
   }
   OutputStage::stop();
+  // A run whose every export failed has failed (exit 1), with the cause; one that lost some
+  // says so in its warnings.
+  if (sender_) {
+    const auto st = sender_->stats();
+    if (st.sent_records == 0 && st.unconfirmed_records == 0 && st.dropped_records != 0) {
+      throw Error(ErrorCategory::kRuntime, std::make_error_code(std::errc::io_error),
+                  fmt::format("otlp: none of {} records reached the collector at {}: {}",
+                              st.dropped_records, endpoint_text(), reason(st)),
+                  "start the collector (its OTLP/HTTP receiver), or check the endpoint");
+    }
+  }
+}
+
+std::string Otlp::endpoint_text() const {
+  return fmt::format("http://{}:{}{}", endpoint_.host, endpoint_.port, endpoint_.base);
+}
+
+std::string Otlp::reason(const OtlpSender::Stats& st) {
+  return st.last_error.empty() ? std::string("the queue was full or the stop came first")
+                               : st.last_error;
+}
+
+void Otlp::warnings(std::vector<std::string>& out) const {
+  if (!sender_)
+    return;
+  const auto st = sender_->stats();
+  const std::uint64_t dropped = st.dropped_records + encode_failures_;
+  const std::uint64_t all = st.sent_records + st.unconfirmed_records + dropped;
+  if (dropped != 0) {
+    out.push_back(fmt::format("otlp: {} of {} records did not reach the collector at {} ({})",
+                              dropped, all, endpoint_text(), reason(st)));
+  }
+  if (st.unconfirmed_records != 0) {
+    out.push_back(fmt::format(
+        "otlp: {} records were sent to {} but the stop came before its answer (it may have them)",
+        st.unconfirmed_records, endpoint_text()));
+  }
 }
 
 void Otlp::counters(std::vector<std::pair<std::string, std::uint64_t>>& out) const {
@@ -416,6 +453,8 @@ void Otlp::counters(std::vector<std::pair<std::string, std::uint64_t>>& out) con
   out.emplace_back("sent_records", s.sent_records);
   out.emplace_back("sent_requests", s.sent_requests);
   out.emplace_back("dropped_records", s.dropped_records + encode_failures_);
+  if (s.unconfirmed_records != 0)
+    out.emplace_back("unconfirmed_records", s.unconfirmed_records);
   out.emplace_back("failed_attempts", s.failed_attempts);
 }
 

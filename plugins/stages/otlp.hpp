@@ -34,10 +34,15 @@ class Otlp : public OutputStage {
   void flush() override;
   void stop() override;
   void counters(std::vector<std::pair<std::string, std::uint64_t>>& out) const override;
+  void warnings(std::vector<std::string>& out) const override;
 
   struct Batch;
 
  private:
+  /// "http://host:port/base" as configured.
+  [[nodiscard]] std::string endpoint_text() const;
+  /// Why records were not sent: the sender's last error, or what else drops them.
+  [[nodiscard]] static std::string reason(const OtlpSender::Stats& st);
   void bind_format(BindContext& ctx, Diagnostics& diags) override;
   /// The log records gathered so far go to the sender as one request.
   void send_logs();

@@ -113,7 +113,7 @@ void OtlpSender::run() {
       r = std::move(queue_.front());
       queue_.pop_front();
     }
-    bool sent = false;
+    bool sent = false, unconfirmed = false;
     auto backoff = std::chrono::milliseconds(100);
     for (int attempt = 0; attempt < o_.attempts && !sent; ++attempt) {
       std::string error;
@@ -127,10 +127,13 @@ void OtlpSender::run() {
       }
       if (timeout.count() <= 0)
         break;
-      const int status = post(r, error, timeout);
+      bool written = false;
+      const int status = post(r, error, timeout, written);
       sent = status >= 200 && status < 300;
       if (sent)
         break;
+      // Written whole, then the stop came before the answer: the collector may have it.
+      unconfirmed = written && status < 0 && stop_deadline() <= std::chrono::steady_clock::now();
       const bool retry =
           status < 0 || status == 429 || status == 502 || status == 503 || status == 504;
       std::unique_lock lock(mu_);
@@ -151,6 +154,8 @@ void OtlpSender::run() {
     if (sent) {
       stats_.sent_records += r.records;
       ++stats_.sent_requests;
+    } else if (unconfirmed) {
+      stats_.unconfirmed_records += r.records;
     } else {
       stats_.dropped_records += r.records;
     }
@@ -174,7 +179,8 @@ int otlp_response_status(const http::response_parser<http::string_body>& parser,
 
 int OtlpSender::post(const Request& r,
                      std::string& error,
-                     std::chrono::milliseconds timeout) const {
+                     std::chrono::milliseconds timeout,
+                     bool& written) const {
   asio::io_context io;
   beast::tcp_stream stream(io);
   beast::error_code ec;
@@ -230,6 +236,7 @@ int OtlpSender::post(const Request& r,
   });
   if (!step("sending to"))
     return -1;
+  written = true;
   // The answer is read up to a small cap and thrown away: only its status matters (a collector
   // that answers without end costs at most kMaxAnswerBytes).
   beast::flat_buffer buf(kMaxAnswerHeader + kMaxAnswerBody);

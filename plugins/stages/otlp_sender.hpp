@@ -50,6 +50,8 @@ class OtlpSender {
   struct Stats {
     std::uint64_t sent_records = 0, sent_requests = 0;
     std::uint64_t dropped_records = 0;  // the queue was full, or every attempt failed, or a stop
+    /// Written whole to the collector when the stop came, its answer not read: it may have them.
+    std::uint64_t unconfirmed_records = 0;
     std::uint64_t failed_attempts = 0;  // connection errors, timeouts, non-2xx answers
     std::string last_error;
   };
@@ -73,8 +75,12 @@ class OtlpSender {
     std::uint64_t records = 0;
   };
   void run();
-  /// One POST: the HTTP status, or -1 with `error` set.
-  int post(const Request& r, std::string& error, std::chrono::milliseconds timeout) const;
+  /// One POST: the HTTP status, or -1 with `error` set; `written` once the request was sent
+  /// whole.
+  int post(const Request& r,
+           std::string& error,
+           std::chrono::milliseconds timeout,
+           bool& written) const;
   /// When a stop's budget ends (time_point::max() before a stop).
   [[nodiscard]] std::chrono::steady_clock::time_point stop_deadline() const;
 

@@ -89,10 +89,10 @@ TEST(CliStat, HardwareEventWithoutAPmuSaysSo) {
   const auto csv = run("stat -x, -e cycles,instructions -- " + kSyscaller + " getppid 10");
   EXPECT_EQ(csv.exit_code, 0) << csv.err;
   const auto perf = tracer::testing::shell("perf stat -x, -e cycles,instructions -- " + kSyscaller +
-                                   " getppid 10");
+                                           " getppid 10");
   if (perf.exit_code == 0) {
-    for (const char* row : {"<not supported>,,cycles,0,100.00,,",
-                            "<not supported>,,instructions,0,100.00,,"}) {
+    for (const char* row :
+         {"<not supported>,,cycles,0,100.00,,", "<not supported>,,instructions,0,100.00,,"}) {
       EXPECT_NE(perf.err.find(row), std::string::npos) << perf.err;
       EXPECT_NE(csv.err.find(row), std::string::npos) << csv.err;
     }

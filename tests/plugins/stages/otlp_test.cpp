@@ -245,10 +245,18 @@ TEST(OtlpExport, ACollectorThatIsDownCostsTheRunNothingAndEveryDropIsCounted) {
                                      kSyscaller + " lseek 5000");
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // A run whose every export failed has failed: exit 1 with the cause, after the summary.
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("otlp: none of 5000 records reached the collector at "
+                               "http://127.0.0.1:" +
+                               std::to_string(port) + ": connecting to"));
+  EXPECT_THAT(r.err, HasSubstr("Connection refused"));
+  EXPECT_THAT(r.err, HasSubstr("tracer: warning: otlp: 5000 of 5000 records did not reach"));
   EXPECT_LT(seconds, 20.0);  // the stop's budget, not the retries', bounds the end
   EXPECT_THAT(r.out, HasSubstr(R"("otlp.sent_records":0)")) << r.out;
   EXPECT_THAT(r.out, HasSubstr(R"("otlp.dropped_records":5000)")) << r.out;
+  EXPECT_THAT(r.out, HasSubstr(R"("warnings":["otlp: 5000 of 5000 records did not reach)"))
+      << r.out;
   // The drain took every event all the same.
   EXPECT_THAT(r.out, HasSubstr(R"("lseek":{"events":5000,"lost":0,)")) << r.out;
 }

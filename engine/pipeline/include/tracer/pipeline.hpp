@@ -160,6 +160,8 @@ class Pipeline {
   }
   /// Every stage's counters (Stage::counters), as "stage.name" -> value, in stage order.
   [[nodiscard]] std::vector<std::pair<std::string, std::uint64_t>> counters() const;
+  /// Every stage's warnings (Stage::warnings), in stage order.
+  [[nodiscard]] std::vector<std::string> warnings() const;
 
   /// Emits the tables of aggregations whose `every` elapsed by `now`, then flushes outputs
   /// (Output::flush).

@@ -114,6 +114,9 @@ class Stage {
   /// Accounting a user must see at the end of a run (latency: pairs, unmatched entries and
   /// exits, evictions): name and value, shown in the run's summary and --json.
   virtual void counters(std::vector<std::pair<std::string, std::uint64_t>>& /*out*/) const {}
+  /// What a user must be told at the end of a run, a sentence each with its cause (an export
+  /// that lost records, and why): the run's summary prints each as a warning, --json lists them.
+  virtual void warnings(std::vector<std::string>& /*out*/) const {}
   /// End of the run (after the last tables): flush and close.
   virtual void stop() {}
 

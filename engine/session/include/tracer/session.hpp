@@ -115,6 +115,8 @@ struct SessionStats {
   /// Stage counters ("latency.paired", "order.late", ...); the pipelines after the first
   /// prefix theirs with "pipelineN.".
   std::vector<std::pair<std::string, std::uint64_t>> counters{};
+  /// The stages' warnings (Stage::warnings): an export that lost records, with the cause.
+  std::vector<std::string> warnings{};
   std::uint64_t delivered = 0;  // records handed to the pipelines
   /// The pipelines in user space read some probe's samples in place (Pipeline::on_in_place):
   /// no record is rebuilt (BPF-delivered samples) or decoded (perf ring samples) for them.
