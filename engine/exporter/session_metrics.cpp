@@ -346,7 +346,7 @@ struct Accumulated {
   std::map<std::vector<std::string>, TableRow> rows;  // by the keys' text
   /// When each row last had events (the end of its last interval with any).
   std::map<std::vector<std::string>, std::chrono::nanoseconds> seen;
-  std::uint64_t over_budget = 0;  // keys not kept (budget)
+  std::uint64_t over_budget = 0;  // keys not added up (past accumulated_keys)
 };
 
 struct SessionMetrics::Impl {
@@ -362,6 +362,11 @@ struct SessionMetrics::Impl {
   [[nodiscard]] std::uint32_t budget() const {
     return recipe.exporting && recipe.exporting->label_budget ? *recipe.exporting->label_budget
                                                               : options.label_budget;
+  }
+  /// The keys an aggregation's intervals are added up for: the budget cuts the largest of them
+  /// at each scrape.
+  [[nodiscard]] std::size_t accumulated_keys() const {
+    return std::max<std::size_t>(options.accumulated_keys, std::size_t{16} * budget());
   }
   [[nodiscard]] std::string prefix() const {
     if (recipe.exporting && !recipe.exporting->prefix.empty())
@@ -381,23 +386,25 @@ struct SessionMetrics::Impl {
   static void add_row(Accumulated& a,
                       const Table& t,
                       const TableRow& row,
-                      std::uint32_t budget,
+                      std::size_t cap,
                       bool record_seen = false) {
     std::vector<std::string> key;
     key.reserve(row.keys.size());
     for (const auto& k : row.keys)
       key.push_back(to_text(k));
-    if (record_seen)
-      a.seen[key] = t.time;
     auto it = a.rows.find(key);
     if (it == a.rows.end()) {
-      if (a.rows.size() >= budget) {
-        ++a.over_budget;
+      if (a.rows.size() >= cap) {
+        ++a.over_budget;  // (not remembered as seen either: memory stays bounded)
         return;
       }
+      if (record_seen)
+        a.seen[key] = t.time;
       a.rows.emplace(std::move(key), row);
       return;
     }
+    if (record_seen)
+      a.seen[key] = t.time;
     TableRow& into = it->second;
     for (std::size_t v = 0; v < into.values.size() && v < row.values.size(); ++v) {
       if (!additive(t, v)) {
@@ -441,7 +448,7 @@ struct SessionMetrics::Impl {
     a.shape.histogram = u.table.histogram;
     for (const auto* part : {&u.table.rows, &u.table.rest})
       for (const auto& row : *part)
-        add_row(a, u.table, row, budget(), true);
+        add_row(a, u.table, row, accumulated_keys(), true);
     // Rows without events for options.idle leave the export (their series go stale in
     // Prometheus, as a finished process's should): memory follows the live keys, not every key
     // a run of hours saw.
@@ -462,7 +469,7 @@ struct SessionMetrics::Impl {
     if (!now.value_names.empty()) {
       for (const auto* part : {&now.rows, &now.rest})
         for (const auto& row : *part)
-          add_row(sum, now, row, budget());
+          add_row(sum, now, row, accumulated_keys());
     }
     t.rows.clear();
     t.rest.clear();

@@ -394,6 +394,57 @@ TEST(CliServe, TheLabelBudgetBoundsTheSeriesAndCountsTheRest) {
   EXPECT_TRUE(exited_ok(s.pid)) << slurp(s.err);
 }
 
+// The label budget keeps the largest series since the start, with and without `every` (the
+// issue "boundaries", item 5): 490 processes making 1 call each come first, then 10 making 50
+// each; a budget of 10 keeps exactly the ten 50s, and says how many label sets it left out.
+TEST(CliServe, TheLabelBudgetKeepsTheLargestSeriesOnEveryPath) {
+  testing::TempDir dir;
+  // The test's own syscaller under a name of its own: system-wide, the other processes that
+  // make the same calls (another test, another copy) are not counted.
+  const std::string comm = fmt::format("lbudget{}", ::getpid() % 100000);
+  const fs::path caller = dir.path() / comm;
+  fs::copy_file(kSyscaller, caller);
+  const auto recipe = [&](const std::string& name, const std::string& head,
+                          const std::string& every) {
+    return put(dir, name + ".toml",
+               "[recipe]\nname = \"" + name + "\"\n" + head +
+                   "[export]\nlabel_budget = 10\n"
+                   "[[probe]]\nname = \"lseek\"\ntracepoint = \"syscalls:sys_enter_lseek\"\n"
+                   "filter = \"fd == 12345 && comm == \\\"" +
+                   comm +
+                   "\\\"\"\n"
+                   "[[stage]]\nuse = \"count\"\nby = [\"pid\"]\n" +
+                   every);
+  };
+  const auto every = recipe("every", "placement = \"user\"\n", "every = \"300ms\"\n");
+  const auto kernel = recipe("kernel", "", "");
+  const Served s = serve({every.string(), kernel.string()}, dir.path() / "serve.err");
+  ASSERT_GT(s.pid, 0) << slurp(dir.path() / "serve.err");
+  ASSERT_EQ(
+      shell("for i in $(seq 490); do " + caller.string() + " lseek 1 >/dev/null; done").exit_code,
+      0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(700));  // intervals end between them
+  std::vector<std::string> big;
+  for (int i = 0; i < 10; ++i) {
+    const auto r = shell(caller.string() + " lseek 50 & echo $!; wait");
+    big.push_back(r.out.substr(0, r.out.find_first_of(" \n")));
+  }
+  for (const std::string r : {"every", "kernel"}) {
+    SCOPED_TRACE(r);
+    const std::string last = "tracer_" + r + "_count_total{pid=\"" + big.back() + "\"}";
+    const std::string text = scrape_until(s.port, last, 50);
+    EXPECT_EQ(series_count(text, "tracer_" + r + "_count_total"), 10U) << text;
+    for (const auto& pid : big)
+      EXPECT_EQ(sample(text, "tracer_" + r + "_count_total{pid=\"" + pid + "\"}"), 50) << text;
+    EXPECT_EQ(sample(text, "tracer_export_label_sets_dropped{recipe=\"" + r +
+                               "\",metric=\"tracer_" + r + "_count_total\"}"),
+              490)
+        << text;
+  }
+  ::kill(s.pid, SIGTERM);
+  EXPECT_TRUE(exited_ok(s.pid)) << slurp(s.err);
+}
+
 // The endpoint is hostile input too: an oversized request, garbage and a method other than GET
 // get their error answers, and /metrics still answers after them.
 TEST(CliServe, TheEndpointRefusesWhatIsNotAScrapeAndGoesOn) {

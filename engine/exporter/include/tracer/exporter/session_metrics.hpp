@@ -45,6 +45,10 @@ struct ExportOptions {
   std::uint32_t label_budget = 10000;
   /// An aggregation with `every`: a row without events for this long leaves the export.
   std::chrono::nanoseconds idle = std::chrono::minutes(5);
+  /// An aggregation with `every`: the keys its intervals are added up for (at least 16 times the
+  /// label budget), so that the budget keeps the largest series since the start, not the first
+  /// seen; keys past it are counted in tracer_export_label_sets_dropped.
+  std::uint32_t accumulated_keys = 262144;
 };
 
 /// How one table is exported.
