@@ -261,7 +261,7 @@ TEST(OtlpPeers, AnEndlessAnswerIsReadUpToItsCapAndTheMemoryStaysBounded) {
   ASSERT_TRUE(std::regex_search(out, m, std::regex(R"("otlp.sent_records":(\d+))"))) << out;
   EXPECT_EQ(std::stoul(m[1]), 2000u) << out;
   EXPECT_GT(baseline_kib, 0);
-  EXPECT_LT(r.peak_kib, baseline_kib + 32 * 1024)
+  EXPECT_LT(r.peak_kib, baseline_kib + 32L * 1024)
       << "peak RSS " << r.peak_kib << " KiB, " << baseline_kib << " KiB against a plain collector";
 }
 
