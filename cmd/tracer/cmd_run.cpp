@@ -371,7 +371,10 @@ int run_recipe(const RunOptions& given) {
   // One thread runs it (this one): the engine's handlers then need no strand.
   asio::io_context io(1);
   Session session(io.get_executor(), recipe, out, std::move(so));
-  const bool status_line = !o.json && ::isatty(STDERR_FILENO) == 1;
+  // The live status line: on a terminal, and not while a traced command shares it (its output
+  // would land inside tracer's line).
+  const bool status_line =
+      !o.json && ::isatty(STDERR_FILENO) == 1 && target_from(o).kind != Target::Kind::kCommand;
   bool status_shown = false;
   const auto clear_status = [&] {
     if (status_shown) {  // never mix the status line with output
@@ -380,6 +383,7 @@ int run_recipe(const RunOptions& given) {
     }
   };
   session.on_delivery([&](std::size_t) { clear_status(); });
+  session.on_table([&](const TableUpdate&) { clear_status(); });  // before a table is printed
   session.on_done([&] { io.stop(); });
   std::uint64_t last_delivered = 0;
   session.on_tick([&] {
@@ -389,11 +393,18 @@ int run_recipe(const RunOptions& given) {
     const auto st = session.stats();
     // Every kind of loss, as the summary counts it (the rings' LOST records alone left out
     // LOST_SAMPLES, BPF output drops and in-kernel map drops while they happened).
+    // Events as each path counts them: delivered to user space, or hit in the kernel (an
+    // in-kernel aggregation delivers nothing).
+    std::uint64_t events = 0;
+    for (const auto& p : st.engine.probes) {
+      const auto t = p.total();
+      events += std::max(t.samples, t.kernel_hits);
+    }
     fmt::print(stderr, "\r[{:7.1f}s] {:>10} events/s  {:>12} events  {:>8} lost", st.seconds,
-               (st.delivered - last_delivered) * 4, st.delivered, st.engine.lost());
+               (events - std::min(events, last_delivered)) * 4, events, st.engine.lost());
     std::fflush(stderr);
     status_shown = true;
-    last_delivered = st.delivered;
+    last_delivered = events;
   });
   // SIGINT and SIGTERM are caught from before the start: one that comes while the probes attach
   // (or right after a supervisor saw "ready") stops the run cleanly once the loop runs, instead

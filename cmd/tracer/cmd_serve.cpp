@@ -6,6 +6,7 @@
 #include <pwd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
@@ -296,9 +297,16 @@ int serve(const ServeOptions& o) {
   stop_all();
   for (auto& s : served) {
     const auto st = s.session->stats();
+    // Events as each path counts them: delivered, or hit in the kernel (an in-kernel
+    // aggregation delivers nothing).
+    std::uint64_t events = 0;
+    for (const auto& p : st.engine.probes) {
+      const auto t = p.total();
+      events += std::max(t.samples, t.kernel_hits);
+    }
     log("info", "recipe stopped",
         {{"recipe", s.recipe.name},
-         {"events", std::to_string(st.delivered)},
+         {"events", std::to_string(events)},
          {"lost", std::to_string(st.engine.lost())},
          {"seconds", fmt::format("{:.1f}", st.seconds)}});
   }

@@ -53,6 +53,52 @@ use = "count"
 by = ["comm"]
 )";
 
+// The terminal (the issue "boundaries", item 9), under a pseudo-terminal (script): the live
+// status line counts what the in-kernel path counts (its hits, not 0), and is erased before the
+// table is printed (never glued to it); with a command target, the command owns the terminal
+// and there is no status line to land inside.
+TEST(CliRun, TheStatusLineCountsTheKernelsEventsAndNeverTouchesOtherOutput) {
+  if (::access("/usr/bin/script", X_OK) != 0)
+    GTEST_SKIP() << "needs script (util-linux) for a pseudo-terminal";
+  const fs::path recipe = write_recipe("status", R"([recipe]
+name = "status"
+[[probe]]
+name = "lseek"
+tracepoint = "syscalls:sys_enter_lseek"
+filter = "fd == 12345"
+[[stage]]
+use = "count"
+by = ["probe"]
+)");
+  const std::string tracer = TRACER_CLI_PATH;
+  const std::string caller = TRACER_SYSCALLER_PATH;
+  // System-wide for 1.5 s while the syscaller makes 5,000 calls (placed in the kernel: none is
+  // delivered to user space).
+  const auto r = tracer::testing::shell("(sleep 0.6; " + caller + " lseek 5000 >/dev/null) & " +
+                                        "script -q -e -c '" + tracer + " run " + recipe.string() +
+                                        " -d 1500ms' /dev/null; wait");
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  // The last status line before the table: at least the 5,000 calls (others may add theirs).
+  std::string shown;
+  const std::regex status(R"(\]\s+\d+ events/s\s+(\d+) events)");
+  for (auto it = std::sregex_iterator(r.out.begin(), r.out.end(), status);
+       it != std::sregex_iterator(); ++it)
+    shown = (*it)[1];
+  ASSERT_FALSE(shown.empty()) << r.out;
+  EXPECT_GE(std::stoull(shown), 5000u) << r.out;
+  // Erased (carriage return, erase to the end of line) right before the table's first line.
+  EXPECT_NE(r.out.find("\r\033[Kcount by probe:"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("lostcount"), std::string::npos) << r.out;
+  // A command target: no status line at all, the command's output on lines of its own.
+  const auto c = tracer::testing::shell("script -q -e -c '" + tracer + " run " + recipe.string() +
+                                        " -- /bin/sh -c \"sleep 0.6; echo hello-from-command\"' "
+                                        "/dev/null");
+  EXPECT_EQ(c.exit_code, 0) << c.out << c.err;
+  EXPECT_EQ(c.out.find("events/s"), std::string::npos) << c.out;
+  EXPECT_TRUE(std::regex_search(c.out, std::regex("(^|\n)hello-from-command\r?\n"))) << c.out;
+  fs::remove(recipe);
+}
+
 // With --json, stdout is tracer's JSON lines only: the command's own stdout goes to stderr.
 TEST(CliRun, JsonStdoutCarriesNoCommandOutput) {
   const auto recipe = write_recipe("getppid_json", kGetppid);
