@@ -673,11 +673,12 @@ void SessionMetrics::Impl::health(std::vector<Family>& out) const {
   sample(pass, "_count", {rl}, passes_n);
   out.push_back(std::move(pass));
 
-  Family stage{.name = "tracer_stage_counter",
+  // Counts since the stage began (a pipeline a reload restarts begins again: a counter reset).
+  Family stage{.name = "tracer_stage_counter_total",
                .help =
                    "the stages' own accounting (latency pairs, unmatched entries, late "
                    "records, ...), as `tracer run` prints it at the end",
-               .type = MetricType::kGauge};
+               .type = MetricType::kCounter};
   for (const auto& [name, v] : st.counters)
     sample(stage, "", {rl, {.name = "counter", .value = name}}, static_cast<double>(v));
   out.push_back(std::move(stage));
