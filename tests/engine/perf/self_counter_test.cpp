@@ -125,6 +125,7 @@ TEST(SelfCounterLive, ARegionsPageFaultsAndTaskClock) {
   void* m =
       ::mmap(nullptr, kPages * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   ASSERT_NE(m, MAP_FAILED);
+  ::madvise(m, kPages * page, MADV_NOHUGEPAGE);  // a fault a page, whatever THP says
   const SelfReading before = c->read();
   const SelfReading t0 = t->read();
   for (std::size_t i = 0; i < kPages; ++i)
