@@ -393,13 +393,7 @@ int run_recipe(const RunOptions& given) {
     const auto st = session.stats();
     // Every kind of loss, as the summary counts it (the rings' LOST records alone left out
     // LOST_SAMPLES, BPF output drops and in-kernel map drops while they happened).
-    // Events as each path counts them: delivered to user space, or hit in the kernel (an
-    // in-kernel aggregation delivers nothing).
-    std::uint64_t events = 0;
-    for (const auto& p : st.engine.probes) {
-      const auto t = p.total();
-      events += std::max(t.samples, t.kernel_hits);
-    }
+    const std::uint64_t events = events_seen(st.engine);
     fmt::print(stderr, "\r[{:7.1f}s] {:>10} events/s  {:>12} events  {:>8} lost", st.seconds,
                (events - std::min(events, last_delivered)) * 4, events, st.engine.lost());
     std::fflush(stderr);

@@ -297,16 +297,9 @@ int serve(const ServeOptions& o) {
   stop_all();
   for (auto& s : served) {
     const auto st = s.session->stats();
-    // Events as each path counts them: delivered, or hit in the kernel (an in-kernel
-    // aggregation delivers nothing).
-    std::uint64_t events = 0;
-    for (const auto& p : st.engine.probes) {
-      const auto t = p.total();
-      events += std::max(t.samples, t.kernel_hits);
-    }
     log("info", "recipe stopped",
         {{"recipe", s.recipe.name},
-         {"events", std::to_string(events)},
+         {"events", std::to_string(events_seen(st.engine))},
          {"lost", std::to_string(st.engine.lost())},
          {"seconds", fmt::format("{:.1f}", st.seconds)}});
   }

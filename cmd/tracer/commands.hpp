@@ -3,12 +3,19 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "tracer/stats.hpp"
+
 namespace tracer::cli {
+
+/// A recipe's events as each path counts them, per probe: delivered to user space, or hit in the
+/// kernel (an in-kernel aggregation delivers nothing), whichever is larger.
+[[nodiscard]] std::uint64_t events_seen(const Stats& stats);
 
 /// Exit codes shared by every command.
 inline constexpr int kExitOk = 0;

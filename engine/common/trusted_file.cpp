@@ -77,8 +77,8 @@ Result<TrustedFile> open_trusted(const fs::path& path, std::string_view what) {
     return errno_failure(errno, what, path);
   fs::path so_far = "/";
   struct stat st {};
-  const auto check = [&](const fs::path& name, bool is_dir) -> Status {
-    if (::fstat(dir.get(), &st) != 0)
+  const auto check = [&](const UniqueFd& fd, const fs::path& name, bool is_dir) -> Status {
+    if (::fstat(fd.get(), &st) != 0)
       return errno_failure(errno, what, path);
     if (auto why = distrust(st,
                             is_dir ? fmt::format("directory {}", name.string())
@@ -90,7 +90,7 @@ Result<TrustedFile> open_trusted(const fs::path& path, std::string_view what) {
     }
     return {};
   };
-  TRACER_TRY(check(so_far, true));
+  TRACER_TRY(check(dir, so_far, true));
   const fs::path parent = real.parent_path();
   for (const auto& part : parent.relative_path()) {
     so_far /= part;
@@ -98,17 +98,16 @@ Result<TrustedFile> open_trusted(const fs::path& path, std::string_view what) {
     if (!next)
       return errno_failure(errno, what, path);
     dir = std::move(next);
-    TRACER_TRY(check(so_far, true));
+    TRACER_TRY(check(dir, so_far, true));
   }
   UniqueFd file(
       ::openat(dir.get(), real.filename().c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
   if (!file)
     return errno_failure(errno, what, path);
-  dir = std::move(file);  // `check` reads `dir`
-  TRACER_TRY(check(real, false));
+  TRACER_TRY(check(file, real, false));
   if (!S_ISREG(st.st_mode))
     return fail(EINVAL, fmt::format("{}: '{}' is not a regular file", what, path.string()));
-  return TrustedFile{.fd = std::move(dir), .path = real};
+  return TrustedFile{.fd = std::move(file), .path = real};
 }
 
 Result<std::string> read_trusted(const fs::path& path,

@@ -16,7 +16,6 @@
 #include "recipe_schema.hpp"
 #include "recipe_subst.hpp"
 #include "recipe_toml.hpp"
-#include "tracer/common/text_file.hpp"
 #include "tracer/common/trusted_file.hpp"
 
 namespace tracer {

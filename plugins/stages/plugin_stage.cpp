@@ -65,7 +65,6 @@ struct PluginCore {
   std::string create_error;
   // fields, columns, last_error (copied on the plugin's thread: its pointers are its own)
   std::vector<std::string> field_names, key_names, value_names;
-  bool have_columns = false;
   std::string last_error;
   // on_events: the batch, readable only while `open` (a call over budget closes it before the
   // events go away; a late read then fails instead of touching them).
