@@ -36,7 +36,13 @@ struct tp_deliver_cfg {
 	__u32 wakeup_bytes;
 	/* offsets of the dynamic fields (| TP_DELIVER_REL_LOC) */
 	__u32 loc[TP_DELIVER_MAX_LOC];
+	__u32 flags; /* TP_DELIVER_CFG_EXEC */
+	__u32 pad;
 };
+/* cfg.flags: the tracepoint is sched:sched_process_exec, where a command
+ * waiting for its exec joins the target (tracer_in_target_at_exec). */
+/* NOLINTNEXTLINE(modernize-macro-to-enum) */
+#define TP_DELIVER_CFG_EXEC 1u
 
 /* Each output record: this header, then `size` bytes of the record. */
 struct tp_deliver_hdr {

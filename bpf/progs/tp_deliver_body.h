@@ -61,12 +61,14 @@ struct {
 static __always_inline const struct tp_deliver_cfg *
 tp_deliver_begin(void *ctx, __u32 *slot, __u32 *size, __u64 pid_tgid)
 {
-	if (!tracer_tgid_in_target((__u32)(pid_tgid >> 32)))
-		return NULL;
 	*slot = only_slot != 0xffffffff ? only_slot
 					: (__u32)bpf_get_attach_cookie(ctx);
 	const struct tp_deliver_cfg *c = bpf_map_lookup_elem(&cfg, slot);
 	if (!c)
+		return NULL;
+	__u32 tgid = (__u32)(pid_tgid >> 32);
+	if (!(c->flags & TP_DELIVER_CFG_EXEC ? tracer_tgid_in_target_at_exec(tgid)
+					     : tracer_tgid_in_target(tgid)))
 		return NULL;
 	__u64 *h = bpf_map_lookup_elem(&hits, slot);
 	if (h)

@@ -16,17 +16,6 @@ namespace tracer {
 
 using core::throw_failure;
 
-std::uint32_t Engine::Impl::group_dead_offset() const {
-  auto fs = tracefs::Tracefs::open();
-  if (!fs)
-    return 0;
-  auto format = fs->format({.system = "sched", .event = "sched_process_exit"});
-  if (!format)
-    return 0;
-  const tracefs::Field* dead = format->field("group_dead");
-  return dead != nullptr && dead->size == 1 ? dead->offset : 0;
-}
-
 void Engine::Impl::load_bpf(const BpfOptions& b,
                             const std::vector<core::ResolvedProbe>& resolved,
                             bool scratch) {
@@ -100,7 +89,6 @@ void Engine::Impl::load_bpf(const BpfOptions& b,
     const std::uint8_t all = opts.target.kind == Target::Kind::kAllCpus ? 1 : 0;
     [[maybe_unused]] auto a = obj->set_global("tracer_target_all", all);
     [[maybe_unused]] auto s = obj->set_global("tracer_self_tgid", self_tgid());
-    [[maybe_unused]] auto g = obj->set_global("tracer_group_dead_offset", group_dead_offset());
     size_targets(*obj);
   }
   if (auto st = obj->load(); !st) {
@@ -403,10 +391,10 @@ void Engine::Impl::follow_target(bpf::Object& obj, std::vector<pid_t> tgids) {
   }
   if (!task)
     return;
-  // tracer_target.h: children of the target join its `tgids` map, exited processes leave, the
-  // command joins at its exec.
+  // tracer_target.h: children of the target join its `tgids` map, dead processes leave (their
+  // leader's task freed), the command joins at its exec.
   for (const auto& [prog, event] : {std::pair{"tracer_follow_fork", "sched_process_fork"},
-                                    std::pair{"tracer_follow_exit", "sched_process_exit"},
+                                    std::pair{"tracer_follow_free", "sched_process_free"},
                                     std::pair{"tracer_follow_exec", "sched_process_exec"}}) {
     auto fd = obj.program_fd(prog);
     if (!fd)

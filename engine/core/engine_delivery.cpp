@@ -130,7 +130,6 @@ void Engine::Impl::open_delivery() {
                                     .only_slot = only_slot(delivered),
                                     .with_comm = opts.deliver_comm,
                                     .self_tgid = self_tgid(),
-                                    .group_dead_offset = group_dead_offset(),
                                     .target_tasks = opts.target.kind == Target::Kind::kPid ||
                                                     opts.target.kind == Target::Kind::kCommand,
                                     .max_targets = opts.max_targets,

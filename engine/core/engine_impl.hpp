@@ -235,7 +235,7 @@ struct Engine::Impl : std::enable_shared_from_this<Engine::Impl> {
   void attach_bpf_programs();
   /// tracer_target.h in loaded `obj`: fills its `tgids` with `tgids` and the pid or command
   /// target (a command joins at its exec where the object has tracer_follow_exec), and attaches
-  /// its followers (fork, exit, exec) for a task target. Nothing when it has no `tgids`.
+  /// its followers (fork, free, exec) for a task target. Nothing when it has no `tgids`.
   void follow_target(bpf::Object& obj, std::vector<pid_t> tgids);
   /// Sizes `obj`'s tgids for the target (before its load).
   void size_targets(bpf::Object& obj) const;
@@ -256,9 +256,6 @@ struct Engine::Impl : std::enable_shared_from_this<Engine::Impl> {
   /// programs attach to: system-wide, never inherited (cleanup() closes them).
   std::vector<perf::Event> follow_events;
   /// The process left out of system-wide tracing: this one, unless EngineOptions::trace_self.
-  /// Where sched_process_exit's record has its group_dead flag (tracefs), 0 when the kernel's
-  /// has none or tracefs cannot say: for tracer_target.h's exit follower.
-  [[nodiscard]] std::uint32_t group_dead_offset() const;
   [[nodiscard]] std::uint32_t self_tgid() const noexcept {
     return opts.trace_self || opts.target.kind != Target::Kind::kAllCpus
                ? 0

@@ -95,7 +95,6 @@ Result<TracepointDelivery> TracepointDelivery::open(std::size_t slots,
   const std::uint8_t all = opts.target_tasks ? 0 : 1;
   TRACER_TRY(obj.set_global("tracer_target_all", all));
   TRACER_TRY(obj.set_global("tracer_self_tgid", opts.self_tgid));
-  TRACER_TRY(obj.set_global("tracer_group_dead_offset", opts.group_dead_offset));
   TRACER_TRY(
       obj.set_map_max_entries("tgids", opts.target_tasks ? std::max(1U, opts.max_targets) : 1U));
   if (opts.with_comm)
@@ -138,6 +137,8 @@ Status TracepointDelivery::attach(std::uint32_t slot, const tracefs::Format& for
   tp_deliver_cfg cfg{};
   cfg.id = format.id;
   cfg.wakeup_bytes = wakeup_bytes_;
+  if (format.system == "sched" && format.name == "sched_process_exec")
+    cfg.flags |= TP_DELIVER_CFG_EXEC;  // a command waiting for its exec joins here
   for (const auto& f : format.fields) {
     cfg.fixed_size = std::max(cfg.fixed_size, f.offset + f.size);
     if ((f.is_data_loc || f.is_rel_loc) && cfg.nloc < TP_DELIVER_MAX_LOC)

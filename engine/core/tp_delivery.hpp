@@ -103,9 +103,6 @@ struct DeliveryOptions {
   bool with_comm = false;
   /// A process whose hits are neither delivered nor counted (tracer's own); 0: none.
   std::uint32_t self_tgid = 0;
-  /// Where sched_process_exit's record has group_dead (0: none): the followers remove a process
-  /// when its last thread exits, not its leader.
-  std::uint32_t group_dead_offset = 0;
   /// A pid or command target: only the processes in the program's `tgids` (tracer_target.h)
   /// are delivered and counted; the caller fills it and attaches its followers (object()).
   /// It holds `max_targets` processes at once.

@@ -414,23 +414,19 @@ void emit_fork(const KernelPlan& plan, Writer& w) {
   w.out();
   w.line("}}");
   w.blank();
-  // An exited process leaves the map (else the map fills with the dead and later children are
-  // not followed); so does a thread the fork program took for a process (sched_process_fork
-  // fires for threads too, with the thread's id as child_pid).
-  w.line("/* sched:sched_process_exit: an exited target leaves the target map. */");
+  // A dead process leaves the map (else the map fills with the dead and later children are
+  // not followed) when its leader's task is freed: after the last switch of its last thread and
+  // its reaping. A thread the fork program took for a process (sched_process_fork fires for
+  // threads too, with the thread's id as child_pid) leaves with its own task; after an exec by
+  // another thread the old leader is freed under that thread's former id (the kernel swaps them).
+  w.line("/* sched:sched_process_free: a dead target leaves the target map. */");
   w.line("SEC(\"tracepoint\")");
-  w.line("int {}(void *ctx)", kExitProgram);
+  w.line("int {}(void *ctx)", kFreeProgram);
   w.line("{{");
   w.in();
-  w.line("__u64 tr_id = bpf_get_current_pid_tgid();");
-  w.line("__u32 tr_tid = (__u32)tr_id, tr_tgid = tr_id >> 32;");
-  w.line("if (tr_tid != tr_tgid)");
-  w.line("\tbpf_map_delete_elem(&tr_tgids, &tr_tid);");
-  if (f.group_dead_offset)
-    w.line("if (*(volatile __u8 *)((char *)ctx + {}))  /* group_dead */", *f.group_dead_offset);
-  else
-    w.line("if (tr_tid == tr_tgid)  /* the leader: the kernel has no group_dead */");
-  w.line("\tbpf_map_delete_elem(&tr_tgids, &tr_tgid);");
+  w.line("__u32 tr_pid = (__u32)*(volatile {} *)((char *)ctx + {});",
+         c_int_type(f.free_pid_size, true), f.free_pid_offset);
+  w.line("bpf_map_delete_elem(&tr_tgids, &tr_pid);");
   w.line("return 1;");
   w.out();
   w.line("}}");

@@ -29,7 +29,12 @@ class ProbeGen {
     w_.line("__u32 tr_tgid = tr_pid_tgid >> 32;");
     if (plan_.arm_on_exec && !plan_.tgids.empty()) {
       // The first target (a command) counts from its exec on; its children and the other
-      // targets are in tr_tgids.
+      // targets are in tr_tgids. This probe's event may be that exec: it arms the command
+      // itself (the kernel may run it before kExecProgram).
+      if (p_.arms_command) {
+        w_.line("if (tr_tgid == {}u) /* the command's exec */", plan_.tgids[0]);
+        w_.line("	tr_armed = 1;");
+      }
       w_.line("if (tr_tgid == {}u) {{ /* the command, once it exec'd */", plan_.tgids[0]);
       w_.line("	if (!*(volatile __u32 *)&tr_armed)");
       w_.line("		{}", ret());

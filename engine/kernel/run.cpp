@@ -28,7 +28,7 @@ std::vector<Run> start_runs(Engine& engine,
   else if (target.kind == Target::Kind::kCommand)
     tgids.push_back(static_cast<std::uint32_t>(engine.command_pid()));
   std::optional<gen::ForkTracepoint> fork;
-  std::uint32_t fork_id = 0, exec_id = 0, exit_id = 0;
+  std::uint32_t fork_id = 0, exec_id = 0, free_id = 0;
   if (!tgids.empty()) {
     auto fs = tracefs::Tracefs::open();
     auto format = fs ? fs->format({.system = "sched", .event = "sched_process_fork"})
@@ -41,14 +41,17 @@ std::vector<Run> start_runs(Engine& engine,
     }
     fork = gen::ForkTracepoint{.child_pid_offset = child->offset, .child_pid_size = child->size};
     fork_id = format->id;
-    auto exit = fs->format({.system = "sched", .event = "sched_process_exit"});
-    if (!exit) {
-      throw Error(ErrorCategory::kRuntime, exit.error().code,
-                  "in-kernel placement: " + exit.error().message, "run with placement = \"user\"");
+    auto free = fs->format({.system = "sched", .event = "sched_process_free"});
+    const tracefs::Field* freed = free ? free->field("pid") : nullptr;
+    if (freed == nullptr) {
+      throw Error(ErrorCategory::kRuntime, std::make_error_code(std::errc::not_supported),
+                  "in-kernel placement: sched:sched_process_free has no pid field" +
+                      (free ? std::string() : ": " + free.error().message),
+                  "run with placement = \"user\"");
     }
-    exit_id = exit->id;
-    if (const tracefs::Field* dead = exit->field("group_dead"); dead != nullptr && dead->size == 1)
-      fork->group_dead_offset = dead->offset;
+    fork->free_pid_offset = freed->offset;
+    fork->free_pid_size = freed->size;
+    free_id = free->id;
     auto exec = fs->format({.system = "sched", .event = "sched_process_exec"});
     if (!exec) {
       throw Error(ErrorCategory::kRuntime, exec.error().code,
@@ -71,6 +74,11 @@ std::vector<Run> start_runs(Engine& engine,
       plan.exclude_tgid = static_cast<std::uint32_t>(::getpid());
     plan.follow_children = fork;
     plan.arm_on_exec = target.kind == Target::Kind::kCommand;
+    for (std::size_t i = 0; i < plan.probes.size(); ++i) {
+      const perf::EventAttr& attr = engine.probes()[run.place.probes[i]].attr;
+      plan.probes[i].arms_command = plan.arm_on_exec && attr.type() == PERF_TYPE_TRACEPOINT &&
+                                    attr.config() == exec_id;
+    }
     auto fail = [&](const Failure& f, std::string_view what) {
       throw Error(ErrorCategory::kRuntime, f.code,
                   fmt::format("pipeline {} in the kernel: {}: {}", p + 1, what, f.message),
@@ -118,9 +126,9 @@ std::vector<Run> start_runs(Engine& engine,
         engine.attach_bpf(pi, *fd, prog->plan.probes[i].kind == gen::ProbeKind::kPerfEvent);
       }
     }
-    if (fork) {  // children of the targets join them, and leave at their exit
+    if (fork) {  // children of the targets join them, and leave when they are freed
       run.fork_event = on_tracepoint(fork_id, gen::kForkProgram);
-      run.exit_event = on_tracepoint(exit_id, gen::kExitProgram);
+      run.free_event = on_tracepoint(free_id, gen::kFreeProgram);
     }
     if (plan.arm_on_exec)
       run.exec_event = on_tracepoint(exec_id, gen::kExecProgram);

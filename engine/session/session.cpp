@@ -410,7 +410,7 @@ void Session::stop() {
   for (auto& run : s.kernel) {  // the programs detach with their events
     run.events.clear();
     run.fork_event = {};
-    run.exit_event = {};
+    run.free_event = {};
     run.exec_event = {};
   }
   s.feed_counters(monotonic_now());        // the counters' last counts

@@ -467,7 +467,7 @@ RecipeChanges Session::Impl::apply(const Recipe& next) {
     for (auto& r : theirs) {  // detach: they count nothing more
       r.events.clear();
       r.fork_event = {};
-      r.exit_event = {};
+      r.free_event = {};
       r.exec_event = {};
     }
     // What the rings hold goes to the pipelines as they were (the ending ones too): a pipeline

@@ -294,7 +294,8 @@ TEST(OracleAudit, StacksLostAreLost) {
 }
 
 // A command whose main thread exits first (pthread_exit) lives on in its other thread: it stays
-// the target until its last thread exits (sched_process_exit's group_dead). The per-event BPF
+// the target until its last thread exits (its leader task is freed: on every kernel, with or
+// without sched_process_exit's group_dead, which 6.1 and 6.12 lack). The per-event BPF
 // delivery's follower removed it at its leader's exit: 0 of 1,000 calls with lost 0.
 TEST(OracleTargets, AProcessWhoseLeaderExitsFirstStaysTheTarget) {
   testing::TempDir dir;

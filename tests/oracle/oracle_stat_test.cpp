@@ -15,6 +15,13 @@ const std::string kSyscaller = TRACER_SYSCALLER_PATH;
 
 /// Processes started in the background: each `sh -c 'sleep 1; exec syscaller lseek N'` (the
 /// counters are open before the calls), reaped by a thread so that an exit is seen at once.
+std::string read_comm(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/comm");
+  std::string comm;
+  std::getline(in, comm);
+  return comm;
+}
+
 class Background {
  public:
   explicit Background(const std::vector<int>& calls) {
@@ -26,6 +33,12 @@ class Background {
         ::_exit(127);
       }
       pids_.push_back(pid);
+    }
+    // Each child is "sh" before a tool reads its name (a fork of a large, sanitized test
+    // binary can still carry the test's name when perf or tracer looks).
+    for (pid_t p : pids_) {
+      for (int i = 0; i < 2000 && read_comm(p) != "sh"; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
     reaper_ = std::thread([pids = pids_] {
       for (pid_t p : pids)

@@ -182,16 +182,20 @@ struct ProbePlan {
   /// kPerfEvent: the program returns 1, so the kernel also writes the sample to the event's
   /// ring (user space reads the probe too); else 0, the sample is only aggregated here.
   bool keep_samples = false;
+  /// The probe is sched:sched_process_exec: with KernelPlan::arm_on_exec, its program arms the
+  /// command at the command's own exec before it tests the target.
+  bool arms_command = false;
 };
 
-/// sched:sched_process_fork's child_pid, for following the children of the target processes.
-/// sched:sched_process_exit's group_dead (kernel 6.16 on) takes an exited process out of the
-/// target map again (kExitProgram): without it a map fills with the dead, and children past its
-/// size are not followed. Absent: a process leaves it when its leader thread exits.
+/// sched:sched_process_fork's child_pid, for following the children of the target processes,
+/// and sched:sched_process_free's pid: a process leaves the target map when its leader's task is
+/// freed (kFreeProgram), after its last thread's last switch and its reaping, so every event up
+/// to then is counted (on every kernel: a leader that exits first keeps its process in).
 struct ForkTracepoint {
   std::uint32_t child_pid_offset = 20;
   std::uint32_t child_pid_size = 4;
-  std::optional<std::uint32_t> group_dead_offset{};
+  std::uint32_t free_pid_offset = 24;
+  std::uint32_t free_pid_size = 4;
 };
 
 struct KernelPlan {
@@ -211,7 +215,8 @@ struct KernelPlan {
   std::optional<ForkTracepoint> follow_children{};
   /// The first target is a command held before its exec (perf's enable_on_exec): its events
   /// count only once it has exec'd; a program on sched:sched_process_exec (kExecProgram) arms
-  /// them.
+  /// them, and so does a probe's own program on that tracepoint (ProbePlan::arms_command), so
+  /// that the command's exec counts whichever program the kernel runs first.
   bool arm_on_exec = false;
 };
 
@@ -261,7 +266,7 @@ inline constexpr const char* kSyncInnerMap = "tr_sync_in";
 inline constexpr const char* kGenerationVar = "tr_gen";
 inline constexpr const char* kForkProgram = "tr_fork";
 inline constexpr const char* kExecProgram = "tr_exec";
-inline constexpr const char* kExitProgram = "tr_exit";  // follow_children: sched_process_exit
+inline constexpr const char* kFreeProgram = "tr_free";  // follow_children: sched_process_free
 
 /// Per-probe (and, in the last slot, per-pipeline) counters, per CPU in the tr_stats map.
 struct Stats {

@@ -27,7 +27,7 @@ struct Run {
   std::unique_ptr<bpf::Object> object;  // the reader keeps its address
   std::unique_ptr<gen::Reader> reader;
   perf::Event fork_event;  // sched_process_fork, when the targets' children are followed
-  perf::Event exit_event;  // sched_process_exit: exited targets leave the target map
+  perf::Event free_event;  // sched_process_free: dead targets leave the target map
   perf::Event exec_event;  // sched_process_exec, arming a command's events at its exec
   /// The events the programs are attached to: one per tracepoint, opened here and never
   /// inherited (an inherited copy of an event carries its program, and a child's exit would
