@@ -220,6 +220,7 @@ PipelinePlace place_one(Pipeline& p,
     if (f.kind == KernelForm::Kind::kNone) {
       all_user(out, fmt::format("stage {} ('{}') stays in user space: {}", i + 1, p.stage_name(i),
                                 f.why_not));
+      out.blocking_stage = i;
       return out;
     }
     if (f.kind == KernelForm::Kind::kLatency) {
@@ -237,6 +238,26 @@ PipelinePlace place_one(Pipeline& p,
     return out;
   }
   out.aggregation = *agg;
+  // An aggregation passes its events on (docs/recipes.md, "Stages after an aggregation"): after
+  // an in-kernel one, whose events stay in the kernel, only outputs of its tables can follow. A
+  // stage that reads the events (a second aggregation, a filter, an output of each event or of
+  // the records) keeps the pipeline in user space, where it sees them.
+  for (std::size_t i = *agg + 1; i < p.size(); ++i) {
+    Stage& st = p.stage(i);
+    const Output* o = st.output();
+    if (o != nullptr && !o->writes_events_after_aggregation())
+      continue;
+    const std::string what = st.aggregation() != nullptr
+                                 ? fmt::format("aggregates the events of stage {} ('{}') again",
+                                               *agg + 1, p.stage_name(*agg))
+                             : o != nullptr ? std::string("writes each event after the aggregation")
+                                            : std::string("reads each event after the aggregation");
+    all_user(out, fmt::format("stage {} ('{}') {}: an aggregation passes its events on, and an "
+                              "in-kernel one keeps them in the kernel",
+                              i + 1, p.stage_name(i), what));
+    out.blocking_stage = i;
+    return out;
+  }
   const KernelForm& a = forms[*agg];
 
   gen::KernelPlan plan;

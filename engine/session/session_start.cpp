@@ -116,16 +116,17 @@ void Session::Impl::plan_placement(Session* self) {
       if (places[p].plan)
         continue;
       // The first stage that stays in user space, at its place in the recipe.
-      const auto& st = places[p].stages.front();
+      const std::size_t at = places[p].blocking_stage.value_or(0);
+      const auto& st = places[p].stages.at(at);
       SourceRegion where{.path = recipe.path};
-      if (p < recipe.pipelines.size() && !recipe.pipelines[p].stages.empty())
-        where = recipe.pipelines[p].stages.front().where;
+      if (p < recipe.pipelines.size() && at < recipe.pipelines[p].stages.size())
+        where = recipe.pipelines[p].stages[at].where;
       Error e(ErrorCategory::kRecipe, std::make_error_code(std::errc::not_supported),
               fmt::format("{}:{}:{}: placement = \"kernel\": pipeline {} cannot run in the "
                           "kernel: {}",
                           where.path, where.line, where.column, p + 1, st.why),
               "use placement = \"auto\" to run it in user space", where);
-      e.subject() = {.pipeline = p, .stage = 0, .option = "placement"};
+      e.subject() = {.pipeline = p, .stage = at, .option = "placement"};
       throw e;
     }
   }

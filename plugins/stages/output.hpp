@@ -27,6 +27,9 @@ class OutputStage : public Stage, public Output {
   /// Per-event output (true) or aggregation rows only (false): `events` option, else per-event
   /// unless an aggregation precedes the output.
   [[nodiscard]] bool per_event() const noexcept { return per_event_; }
+  [[nodiscard]] bool writes_events_after_aggregation() const noexcept override {
+    return events_opt_.value_or(false);
+  }
   [[nodiscard]] std::span<const FieldRef> event_fields() const noexcept override {
     return per_event_ ? std::span<const FieldRef>(fields_) : std::span<const FieldRef>();
   }

@@ -262,6 +262,90 @@ use = "count"
   EXPECT_NE(k.err.find(kernel.string() + ":"), std::string::npos) << k.err;
 }
 
+// A stage after an aggregation sees the aggregation's events (an aggregation passes them on;
+// configs/README.md, "Stages after an aggregation"): a second aggregation, a filter then an
+// aggregation, an output of the events. Every placement gives the same rows, with the known
+// answer over 2 x 3000 lseek calls (offsets 0..2999 on each CPU); such a pipeline runs in user
+// space with the stage and the reason in check --plan, and placement = "kernel" is an error at
+// that stage. An output of the tables alone stays in the kernel.
+TEST(KernelPlacement, StagesAfterAnAggregationGiveTheSameRowsOnEveryPlacement) {
+  struct Chain {
+    const char* name;
+    const char* stages;
+    int blocking_line;  // the stage kept in user space (0: the pipeline stays in the kernel)
+    std::vector<std::string> rows;  // known rows (without time)
+    long long events = 0;           // event lines an output writes
+  };
+  const std::string head = R"([recipe]
+name = "chain"
+[[probe]]
+name = "lseek"
+tracepoint = "syscalls:sys_enter_lseek"
+filter = "fd == 12345"
+)";
+  const std::string sum = std::to_string(2LL * 2999 * 3000 / 2);
+  const std::vector<Chain> chains = {
+      {"count_then_sum",
+       "[[stage]]\nuse = \"count\"\n[[stage]]\nuse = \"sum\"\nfield = \"offset\"\n", 9,
+       {R"({"stage":"count","interval":0,"keys":{},"count":6000})",
+        R"({"stage":"sum","interval":0,"keys":{},"sum":)" + sum + "}"}},
+      {"count_filter_count",
+       "[[stage]]\nuse = \"count\"\n[[stage]]\nuse = \"filter\"\nexpr = \"offset < 1000\"\n"
+       "[[stage]]\nuse = \"max\"\nfield = \"offset\"\n",
+       9,
+       {R"({"stage":"count","interval":0,"keys":{},"count":6000})",
+        R"({"stage":"max","interval":0,"keys":{},"max":999})"}},
+      {"min_then_lhist_then_output",
+       "[[stage]]\nuse = \"min\"\nfield = \"offset\"\n[[stage]]\nuse = \"lhist\"\n"
+       "field = \"offset\"\nmin = 0\nmax = 3000\nstep = 1500\n[[stage]]\nuse = \"jsonl\"\n",
+       10,
+       {R"({"stage":"min","interval":0,"keys":{},"min":0})",
+        R"({"stage":"lhist","interval":0,"keys":{},"count":6000,"sum":)" + sum +
+            R"(,"buckets":[{"lo":0,"hi":1500,"count":3000},{"lo":1500,"hi":3000,"count":3000}]})"}},
+      {"count_then_events",
+       "[[stage]]\nuse = \"count\"\n[[stage]]\nuse = \"jsonl\"\nevents = true\n"
+       "fields = [\"offset\"]\n",
+       9,
+       {R"({"stage":"count","interval":0,"keys":{},"count":6000})"},
+       6000},
+      {"count_then_tables", "[[stage]]\nuse = \"count\"\n[[stage]]\nuse = \"jsonl\"\n", 0,
+       {R"({"stage":"count","interval":0,"keys":{},"count":6000})"}},
+  };
+  for (const auto& c : chains) {
+    SCOPED_TRACE(c.name);
+    const auto recipe =
+        testing::write_temp(std::string("placement_chain_") + c.name + ".toml", head + c.stages);
+    const auto plan = tracer("check --plan " + recipe.string());
+    ASSERT_EQ(plan.exit_code, 0) << plan.err;
+    const auto forced = tracer("run " + recipe.string() + " --placement kernel -- /bin/true");
+    if (c.blocking_line == 0) {
+      EXPECT_NE(plan.out.find("count      kernel"), std::string::npos) << plan.out;
+      EXPECT_NE(plan.out.find("reads the aggregation's tables"), std::string::npos) << plan.out;
+      EXPECT_EQ(forced.exit_code, 0) << forced.err;
+    } else {
+      EXPECT_NE(plan.out.find("an aggregation passes its events on"), std::string::npos) << plan.out;
+      EXPECT_EQ(forced.exit_code, 2) << forced.err;
+      EXPECT_NE(forced.err.find(recipe.string() + ":" + std::to_string(c.blocking_line) + ":1:"),
+                std::string::npos)
+          << forced.err;
+    }
+    for (const char* placement : {"auto", "user"}) {
+      const auto r = tracer("run " + recipe.string() + " --json --placement " + placement +
+                            " -- " + two_lseekers(3000));
+      ASSERT_EQ(r.exit_code, 0) << placement << ": " << r.err;
+      std::vector<std::string> rows;
+      for (const auto& l : lines_with(r.out, R"({"stage":")"))
+        rows.push_back(without_time(l));
+      std::sort(rows.begin(), rows.end());
+      auto want = c.rows;
+      std::sort(want.begin(), want.end());
+      EXPECT_EQ(rows, want) << placement;
+      EXPECT_EQ(static_cast<long long>(lines_with(r.out, R"({"offset":)").size()), c.events)
+          << placement;
+    }
+  }
+}
+
 // System-wide, under noise: the in-kernel count by pid gives each child exactly its calls, on
 // both CPUs, and bpftrace's count of the same tracepoint in the same window agrees per pid.
 TEST(KernelPlacement, CountByPidMatchesBpftrace) {

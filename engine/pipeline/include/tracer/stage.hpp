@@ -163,6 +163,12 @@ class Output {
   [[nodiscard]] virtual bool takes_tables() const noexcept { return true; }
   /// A table of an aggregation before this stage, at its interval or at the end of the run.
   virtual void on_table(const Table& /*table*/) {}
+  /// Whether, with an aggregation before it, this output still writes each event or record it
+  /// gets (as configured: known after configure, before bind; the placement asks). An output of
+  /// records only (perf-data) does.
+  [[nodiscard]] virtual bool writes_events_after_aggregation() const noexcept {
+    return !takes_tables();
+  }
   /// The fields this output writes of each event it gets, in its order (print, jsonl, csv: a
   /// line per event); empty when it writes no events as fields (tables only, perf.data).
   /// Pipeline::on_event hands each such event on with these fields.

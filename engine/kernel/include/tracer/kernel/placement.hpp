@@ -34,6 +34,9 @@ struct PipelinePlace {
   std::vector<std::uint32_t> probes;            // plan->probes[i] is engine probe probes[i]
   std::size_t aggregation = 0;                  // the aggregation stage (absorbs the rows)
   std::optional<std::size_t> latency;           // a latency stage before it (absorbs counters)
+  /// No plan: the stage that keeps the pipeline in user space, where one stage does (its
+  /// recipe position is where a forced kernel placement's error points).
+  std::optional<std::size_t> blocking_stage;
 };
 
 /// Decides every pipeline's placement against the resolved probes (`sampling[i]`: probe i
