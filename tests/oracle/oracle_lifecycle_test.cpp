@@ -1,0 +1,221 @@
+// The oracle at a process's first and last events: the command's own exec, every child's exec,
+// each process's exit, its last system call and its final sched_switch, and a process whose
+// leader exits first, on every path (in-kernel placement, the BPF ring buffer, the BPF perf
+// channel, the target's own perf events), against strace's and bpftrace's counts of the same
+// workload. The workload: `/bin/sh -c 'for ...; do LC; done'`, LC a copy of /bin/true whose name
+// no other process on the machine has (so that bpftrace can count its events system-wide).
+#include "oracle_harness.hpp"
+
+namespace tracer {
+namespace {
+
+using namespace oracle;
+
+constexpr int kChildren = 300;
+
+/// A copy of /bin/true named lc<pid> (a comm no other process has) in `dir`.
+fs::path unique_true(const fs::path& dir) {
+  const auto path = dir / ("lc" + std::to_string(::getpid()));
+  fs::copy_file("/bin/true", path, fs::copy_options::overwrite_existing);
+  fs::permissions(path, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                            fs::perms::others_read | fs::perms::others_exec);
+  return path;
+}
+
+/// The command: sh running `child` kChildren times (a loop of its own: no other program).
+std::string loop_of(const fs::path& child) {
+  return "/bin/sh -c 'i=0; while [ $i -lt " + std::to_string(kChildren) + " ]; do " +
+         child.string() + "; i=$((i+1)); done'";
+}
+
+/// The count of one row `keys` of the run's final table (-1: no such row).
+long long count_of(const Outcome& o, const std::string& keys) {
+  for (const auto& r : o.rows) {
+    if (r.find(R"("keys":{)" + keys + "}") != std::string::npos)
+      return json_number(r, "count");
+  }
+  return -1;
+}
+
+/// bpftrace's `@: N` for `program` while `command` runs (0 when it printed no @).
+long long bpftrace_count(const fs::path& dir, const std::string& program,
+                         const std::string& command) {
+  const pid_t b = spawn({"/usr/bin/bpftrace", "-e", std::string(kBpftraceReady) + program},
+                        dir / "b.out", dir / "b.err");
+  if (!wait_for_text(dir / "b.out", kBpftraceReadyLine)) {
+    ::kill(b, SIGKILL);
+    wait_code(b);
+    ADD_FAILURE() << "bpftrace did not start: " << slurp(dir / "b.err");
+    return -1;
+  }
+  EXPECT_EQ(shell(command).exit_code, 0);
+  ::kill(b, SIGINT);
+  wait_code(b);
+  const std::string out = slurp(dir / "b.out");
+  std::smatch m;
+  if (std::regex_search(out, m, std::regex(R"(@: ([0-9]+))")))
+    return std::stoll(m[1]);
+  return 0;
+}
+
+// The command's own exec (perf's enable_on_exec: the command joins at it) and each child's,
+// counted by file name: 1 and 300 on every path, as strace's successful execve calls.
+TEST(OracleLifecycle, TheCommandsOwnExecAndEveryChildsCountOnEveryPath) {
+  testing::TempDir dir;
+  const auto child = unique_true(dir.path());
+  const auto recipe = dir.path() / "r.toml";
+  std::ofstream(recipe) << R"([recipe]
+name = "execs"
+[[probe]]
+name = "exec"
+tracepoint = "sched:sched_process_exec"
+[[stage]]
+use = "count"
+by = ["filename"]
+)";
+  for (const auto& [name, flags] : kTaskPaths) {
+    SCOPED_TRACE(name);
+    const auto o = run_command(recipe, flags, loop_of(child));
+    ASSERT_EQ(o.exit_code, 0) << o.err;
+    EXPECT_EQ(count_of(o, R"("filename":"/bin/sh")"), 1) << o.err;
+    EXPECT_EQ(count_of(o, R"("filename":")" + child.string() + "\""), kChildren) << o.err;
+    EXPECT_EQ(o.rows.size(), 2U) << o.err;
+    EXPECT_EQ(json_number(o.summary, "lost"), 0) << o.summary;
+  }
+  if (!fs::exists("/usr/bin/strace"))
+    GTEST_SKIP() << "strace is not installed (apt-get install strace): it is the reference";
+  const auto log = dir.path() / "strace.log";
+  ASSERT_EQ(shell("/usr/bin/strace -f -qq -e trace=execve -o " + log.string() + " " +
+                  loop_of(child))
+                .exit_code,
+            0);
+  std::istringstream in(slurp(log));
+  long execs = 0;
+  for (std::string line; std::getline(in, line);)
+    execs += line.find("execve(") != std::string::npos && line.ends_with("= 0") ? 1 : 0;
+  EXPECT_EQ(execs, kChildren + 1);
+}
+
+// Each process's last events: sched_process_exit, its exit_group call and its final switch (the
+// task dead: prev_state X or Z), 300 children and the command, on every path. The per-task
+// perf events (--delivery perf) are perf record's: they end at the kernel's
+// perf_event_exit_task, before a task's final switch, so there (as in perf record) the final
+// switches are not the target's events; every other path counts them, as bpftrace does.
+TEST(OracleLifecycle, EveryProcessesLastEventsUpToItsFinalSwitchCountOnEveryPath) {
+  testing::TempDir dir;
+  const auto child = unique_true(dir.path());
+  const std::string comm = child.filename().string();
+  const auto recipe = dir.path() / "r.toml";
+  // The final switches through a filter stage (a probe's own tracefs filter would make its
+  // user-space events the per-task perf events: configs/README.md, "Per-task perf events").
+  std::ofstream(recipe) << R"([recipe]
+name = "last-events"
+[[probe]]
+name = "switch"
+tracepoint = "sched:sched_switch"
+[[probe]]
+name = "exit"
+tracepoint = "sched:sched_process_exit"
+[[probe]]
+name = "exit_group"
+tracepoint = "syscalls:sys_enter_exit_group"
+[[pipeline]]
+name = "finals"
+[[pipeline.stage]]
+use = "filter"
+expr = "prev_state == 16 || prev_state == 32"
+[[pipeline.stage]]
+use = "count"
+by = ["comm"]
+[[pipeline]]
+name = "exits"
+[[pipeline.stage]]
+use = "filter"
+expr = "probe != \"switch\""
+[[pipeline.stage]]
+use = "count"
+by = ["probe", "comm"]
+)";
+  for (const auto& [name, flags] : kTaskPaths) {
+    SCOPED_TRACE(name);
+    const auto o = run_command(recipe, flags, loop_of(child));
+    ASSERT_EQ(o.exit_code, 0) << o.err;
+    EXPECT_EQ(json_number(o.summary, "lost"), 0) << o.summary;
+    const bool per_task = name == "user-perf-events";
+    EXPECT_EQ(count_of(o, R"("comm":")" + comm + "\""), per_task ? -1 : kChildren) << o.err;
+    EXPECT_EQ(count_of(o, R"("comm":"sh")"), per_task ? -1 : 1) << o.err;
+    for (const std::string probe : {"exit", "exit_group"}) {
+      EXPECT_EQ(count_of(o, R"("probe":")" + probe + R"(","comm":")" + comm + "\""), kChildren)
+          << probe << "\n"
+          << o.err;
+      EXPECT_EQ(count_of(o, R"("probe":")" + probe + R"(","comm":"sh")"), 1) << probe << "\n"
+                                                                             << o.err;
+    }
+  }
+  if (!fs::exists("/usr/bin/bpftrace"))
+    GTEST_SKIP() << "bpftrace is not installed (apt-get install bpftrace): it is the reference";
+  EXPECT_EQ(bpftrace_count(dir.path(),
+                           "tracepoint:sched:sched_switch /args->prev_comm == \"" + comm +
+                               "\" && (args->prev_state == 16 || args->prev_state == 32)/ "
+                               "{ @ = count(); }",
+                           loop_of(child)),
+            kChildren);
+  // perf record's per-task events: no final switch of the command's tasks (what the per-task
+  // path above gives).
+  const auto data = dir.path() / "perf.data";
+  const auto rec = shell("/usr/bin/perf record -q -o " + data.string() +
+                         " -e sched:sched_switch --filter 'prev_state == 16 || prev_state == 32' "
+                         "-e sched:sched_process_exit -- " +
+                         loop_of(child) + " 2>&1");
+  ASSERT_EQ(rec.exit_code, 0) << rec.out;
+  const auto script = shell("/usr/bin/perf script -i " + data.string() + " -F event 2>/dev/null");
+  EXPECT_EQ(script.out.find("sched_switch"), std::string::npos) << script.out.substr(0, 400);
+  std::istringstream in(script.out);
+  long exits = 0;
+  for (std::string line; std::getline(in, line);)
+    exits += line.find("sched_process_exit") != std::string::npos ? 1 : 0;
+  EXPECT_EQ(exits, kChildren + 1);
+}
+
+// A process whose leader exits first (pthread_exit) lives on in its other thread: every call of
+// that thread and both threads' final switches are the target's, on every path and every kernel
+// (the target keeps a process until its leader's task is freed: no group_dead needed).
+TEST(OracleLifecycle, AProcessWhoseLeaderExitsFirstKeepsItsEventsOnEveryPath) {
+  testing::TempDir dir;
+  const auto recipe = dir.path() / "r.toml";
+  std::ofstream(recipe) << R"([recipe]
+name = "leader"
+[[probe]]
+name = "g"
+tracepoint = "syscalls:sys_enter_getppid"
+[[probe]]
+name = "switch"
+tracepoint = "sched:sched_switch"
+[[pipeline]]
+name = "calls"
+[[pipeline.stage]]
+use = "filter"
+expr = "probe == \"g\""
+[[pipeline.stage]]
+use = "count"
+by = ["probe"]
+[[pipeline]]
+name = "finals"
+[[pipeline.stage]]
+use = "filter"
+expr = "prev_state == 16 || prev_state == 32"
+[[pipeline.stage]]
+use = "count"
+)";
+  const std::string work = std::string(TRACER_SYSCALLER_PATH) + " leaderexit 1000";
+  for (const auto& [name, flags] : kTaskPaths) {
+    SCOPED_TRACE(name);
+    const auto o = run_command(recipe, flags, work);
+    ASSERT_EQ(o.exit_code, 0) << o.err;
+    EXPECT_EQ(count_of(o, R"("probe":"g")"), 1000) << o.err;
+    EXPECT_EQ(count_of(o, ""), name == "user-perf-events" ? -1 : 2) << o.err;
+  }
+}
+
+}  // namespace
+}  // namespace tracer
