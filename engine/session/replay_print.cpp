@@ -198,11 +198,14 @@ class ScriptPrinter {
       comm = unknown;
     }
     const bool tracepoint = ev.attr.raw()->type == PERF_TYPE_TRACEPOINT;
-    // perf_sample__fprintf_start: a sample printed with its callchain has its comm unpadded.
-    const bool chain = perf_mode_ && !tracepoint && (st & PERF_SAMPLE_IP) != 0 &&
-                       (st & PERF_SAMPLE_CALLCHAIN) != 0;
+    // A sample with a callchain prints its frames after its line, as perf script does (a
+    // tracepoint's too: perf script then prints its ip and symbols), in both modes. In perf's
+    // (perf_sample__fprintf_start) such a sample has its comm unpadded.
+    const bool has_chain = (st & PERF_SAMPLE_CALLCHAIN) != 0 &&
+                           (s.callchain.size != 0 || (dwarf_[event] && s.regs_user.abi != 0));
+    const bool chain = has_chain && (tracepoint || (st & PERF_SAMPLE_IP) != 0 || !perf_mode_);
     // Written by hand: a profile prints hundreds of thousands of these headers.
-    if (!chain)
+    if (!chain || !perf_mode_)
       pad(16, comm.size());
     buf_.append(comm);
     buf_.push_back(' ');
@@ -235,6 +238,10 @@ class ScriptPrinter {
           f->print(s.raw, line_);
           buf_.append(line_);
         }
+        if (chain) {
+          callchain(event, s);
+          return;
+        }
       } else if (chain) {
         callchain(event, s);  // the frames on lines of their own, the sampled ip first
         return;
@@ -249,6 +256,10 @@ class ScriptPrinter {
         buf_.append(line_);
       } else if (period != 0) {
         fmt::format_to(out, " period={}", period);
+      }
+      if (chain) {
+        callchain(event, s);  // perf script's frame lines (as --perf prints them)
+        return;
       }
     }
     buf_.push_back('\n');

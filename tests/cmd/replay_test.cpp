@@ -402,6 +402,59 @@ std::pair<std::size_t, std::size_t> samples_with(const std::vector<std::string>&
   return {samples, with};
 }
 
+// tracer replay FILE (without --perf) prints each sample's callchain as perf script does, the
+// same frame lines as --perf (and perf script) under its own header line: a perf record -g
+// profile (frame pointers) and a tracepoint recorded with -g (perf prints its fields, then its
+// frames). It printed the headers alone (no frame, where perf script named tracer_busy_outer
+// in most samples).
+TEST(CliReplay, TheDefaultPrintHasPerfScriptsCallchains) {
+  REQUIRE_PERF();
+  tracer::testing::TempDir dir;
+  for (const std::string what : {"profile", "tracepoint"}) {
+    SCOPED_TRACE(what);
+    const auto file = (dir.path() / (what + ".data")).string();
+    const std::string record =
+        what == "profile"
+            ? fmt::format("perf record -q -g -F 499 -o {} -- {} 300", file, TRACER_BUSY_LOOP)
+            : fmt::format("perf record -q -g -e sched:sched_process_exec -o {} -- sh -c "
+                          "'/bin/true; /bin/true; /bin/true'",
+                          file);
+    ASSERT_EQ(shell(record).exit_code, 0) << record;
+    const auto perfs = shell("perf script -i " + file);
+    ASSERT_EQ(perfs.exit_code, 0) << perfs.err;
+    const auto plain = shell(kTracer + " replay " + file);
+    ASSERT_EQ(plain.exit_code, 0) << plain.err;
+    const auto perf_mode = shell(kTracer + " replay --perf " + file);
+    ASSERT_EQ(perf_mode.exit_code, 0) << perf_mode.err;
+    // --perf is perf script's text, line for line.
+    EXPECT_EQ(first_difference(lines_of(perf_mode.out), lines_of(perfs.out)), "");
+    // The default print: the same frame lines, sample by sample (headers differ in their own
+    // fields only).
+    const auto frames = [](const std::string& text) {
+      std::vector<std::string> out;
+      for (const auto& l : lines_of(text)) {
+        if (l.empty() || l[0] == '\t')
+          out.push_back(l);
+        else
+          out.emplace_back("sample");
+      }
+      return out;
+    };
+    EXPECT_EQ(first_difference(frames(plain.out), frames(perfs.out)), "");
+    const auto lines = lines_of(plain.out);
+    if (what == "profile") {
+      const auto [samples, outer] = samples_with(lines, "tracer_busy_outer");
+      ASSERT_GE(samples, 30U) << plain.out;
+      EXPECT_GE(outer * 10, samples * 8) << plain.out;
+      EXPECT_EQ(samples_with(lines_of(perfs.out), "tracer_busy_outer").second, outer);
+    } else {
+      const auto [samples, execs] = samples_with(lines, "bprm_execve");
+      EXPECT_EQ(samples, 4U) << plain.out;  // sh and three /bin/true
+      EXPECT_EQ(execs, 4U) << plain.out;
+    }
+  }
+}
+
 // perf record --call-graph dwarf of a program without frame pointers: its callchains hold the
 // kernel's part only, the user part is the registers and a stack copy that perf script unwinds
 // with the binaries' CFI. tracer replay --perf unwinds them too and prints what perf prints,
