@@ -81,7 +81,14 @@ Failure explain(int err, const EventAttr& attr, const OpenTarget& t) {
       break;
     }
     case ENOENT:
-      if (attr.type() == PERF_TYPE_HARDWARE || attr.type() == PERF_TYPE_HW_CACHE) {
+      if ((t.flags & PERF_FLAG_PID_CGROUP) != 0U) {
+        // perf_cgroup_connect: the directory is a cgroup without a perf_event state (a cgroup
+        // v1 hierarchy other than perf_event's); the event itself is not in question.
+        f.hint =
+            "the cgroup has no perf_event controller: give a cgroup of the unified (v2) "
+            "hierarchy (/sys/fs/cgroup/...), where every cgroup has one, or of a cgroup v1 "
+            "perf_event hierarchy";
+      } else if (attr.type() == PERF_TYPE_HARDWARE || attr.type() == PERF_TYPE_HW_CACHE) {
         f.hint =
             "this machine exposes no hardware PMU for this counter (common in virtual "
             "machines); use a software event such as cpu-clock instead";

@@ -3,6 +3,8 @@
 #include "tracer/perf/event.hpp"
 
 #include <fcntl.h>
+#include <sys/mount.h>
+
 #include <gtest/gtest.h>
 #include <linux/hw_breakpoint.h>
 #include <sys/wait.h>
@@ -186,6 +188,32 @@ TEST(OpenEventErrors, UnknownTracepointIdIsExplained) {
   EXPECT_TRUE(r.error().errno_value() == EINVAL || r.error().errno_value() == ENOENT);
   EXPECT_NE(r.error().hint.find("no tracepoint with id"), std::string::npos)
       << r.error().describe();
+}
+
+// A cgroup without a perf_event state (here a cgroup v1 hierarchy of no controller, mounted for
+// the test): the kernel answers ENOENT for the cgroup, and the error says so instead of blaming
+// the tracepoint's id.
+TEST(OpenEventErrors, ACgroupWithoutThePerfEventControllerIsExplained) {
+  char dir[] = "/tmp/tracer-cgv1-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  if (::mount("cgroup", dir, "cgroup", 0, "none,name=tracer_test") != 0) {
+    const int err = errno;
+    ::rmdir(dir);
+    GTEST_SKIP() << "cannot mount a cgroup v1 hierarchy here: " << std::strerror(err);
+  }
+  const int cg = ::open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  ASSERT_GE(cg, 0);
+  EventAttr a;
+  a.type(PERF_TYPE_SOFTWARE).config(PERF_COUNT_SW_CPU_CLOCK);
+  auto r = open_event(a, {.pid = cg, .cpu = 0, .flags = PERF_FLAG_PID_CGROUP});
+  ::close(cg);
+  ::umount(dir);
+  ::rmdir(dir);
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.error().errno_value(), ENOENT);
+  EXPECT_NE(r.error().hint.find("no perf_event controller"), std::string::npos)
+      << r.error().describe();
+  EXPECT_EQ(r.error().hint.find("tracepoint"), std::string::npos) << r.error().describe();
 }
 
 // A fake kernel whose perf_event_attr is 120 bytes and that refuses any larger size outright
