@@ -112,7 +112,7 @@ class ScriptPrinter {
     // Only what the output depends on is queued: samples, and the task records that name
     // threads (perf applies every record in time order; the others print nothing here).
     if (type != PERF_RECORD_SAMPLE && type != PERF_RECORD_COMM && type != PERF_RECORD_FORK &&
-        type != PERF_RECORD_MMAP && type != PERF_RECORD_MMAP2)
+        type != PERF_RECORD_MMAP && type != PERF_RECORD_MMAP2 && type != PERF_RECORD_KSYMBOL)
       return;
     RecordRef ref;
     ref.probe = item.attr >= 0 ? static_cast<std::uint32_t>(item.attr) : kUnknown;
@@ -141,6 +141,8 @@ class ScriptPrinter {
       const auto& r = ref.record;
       if (auto pid = feed_symbolizer(symbols_, r))
         maps_changed(*pid);
+      if (r.type == PERF_RECORD_KSYMBOL && std::exchange(kernel_lines_, false))
+        frame_lines_.erase_pid(kAnyPid);  // kernel text named anew: its lines are made again
       if (const auto* c = std::get_if<perf::Comm>(&r.body)) {
         comms_.update(c->tid, c->comm);
       } else if (const auto* t = std::get_if<perf::TaskEvent>(&r.body)) {
@@ -359,6 +361,8 @@ class ScriptPrinter {
     }
     if (!kernel)
       frame_pids_.insert(pid);
+    else
+      kernel_lines_ = true;
     const std::string_view line(text.data(), text.size());
     frame_lines_.insert(key, line);
     buf_.append(line);
@@ -465,6 +469,7 @@ class ScriptPrinter {
   }
   symbols::Symbolizer symbols_;
   std::vector<std::optional<perfdata::PrintFmt>> fmts_;
+  bool kernel_lines_ = false;  // kernel frames' lines are cached (a KSYMBOL drops them)
   std::vector<bool> dwarf_;                        // by event: its user stacks are unwound (DWARF)
   static constexpr std::size_t kMaxUnwound = 127;  // perf's kernel.perf_event_max_stack
   std::vector<std::uint64_t> unwound_;

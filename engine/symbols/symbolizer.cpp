@@ -12,6 +12,7 @@
 #include <functional>
 #include <future>
 #include <iterator>
+#include <map>
 #include <string>
 #include <system_error>
 #include <unordered_map>
@@ -162,6 +163,12 @@ struct Symbolizer::Impl {
   std::optional<std::uint64_t> recorded_text;
   std::vector<std::string> warnings;
   std::unordered_set<std::string> warned;
+  /// Kernel text of PERF_RECORD_KSYMBOL records by start: its end and name (on_ksymbol).
+  struct Ksym {
+    std::uint64_t end = 0;
+    std::string name;
+  };
+  std::map<std::uint64_t, Ksym> ksyms;
 
   void warn_once(const std::string& key, std::string text) {
     if (warned.insert(key).second)
@@ -464,6 +471,14 @@ struct Symbolizer::Impl {
   /// lines, and perf names the ip's own symbol).
   Frame kernel_frame(std::uint64_t ip) {
     ++stats->lookups;
+    if (auto it = ksyms.upper_bound(ip); it != ksyms.begin() && ip < (--it)->second.end) {
+      return {.addr = ip,
+              .rel = ip,
+              .symbol = it->second.name,
+              .offset = ip - it->first,
+              .module = it->second.name,
+              .kernel = true};
+    }
     const KernelSymbols* k = kernel_symbols();
     const KernelSymbol* s = k != nullptr ? k->find(ip) : nullptr;
     if (s == nullptr) {
@@ -488,6 +503,27 @@ Symbolizer::Symbolizer(SymbolizeOptions options) : impl_(std::make_unique<Impl>(
 }
 
 Symbolizer::~Symbolizer() = default;
+
+void Symbolizer::on_ksymbol(std::uint64_t addr,
+                            std::uint32_t len,
+                            std::string_view name,
+                            bool unregister) {
+  auto& k = impl_->ksyms;
+  if (unregister) {
+    k.erase(addr);
+    return;
+  }
+  const std::uint64_t end = addr + std::max<std::uint32_t>(len, 1);
+  // A new symbol replaces those it overlaps (text freed and reused without its unregister).
+  auto it = k.lower_bound(addr);
+  if (it != k.begin() && std::prev(it)->second.end > addr)
+    --it;
+  while (it != k.end() && it->first < end)
+    it = k.erase(it);
+  constexpr std::size_t kMaxKsyms = 1 << 20;  // a guard against a hostile file's records
+  if (k.size() < kMaxKsyms)
+    k.emplace(addr, Impl::Ksym{.end = end, .name = std::string(name)});
+}
 
 std::size_t Symbolizer::unwind_user(std::uint32_t pid,
                                     const UserRegs& regs,

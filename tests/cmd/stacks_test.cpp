@@ -537,4 +537,54 @@ TEST(Stacks, ReplayOfAPerfRecordGFileNamesEveryFrameAsPerfScriptDoes) {
   EXPECT_GE(headers, 100u);
 }
 
+// A BPF program running in the recorded workload's system calls (tracer's own in-kernel count,
+// system-wide, beside perf record -g): perf record writes a KSYMBOL record for each program, and
+// perf script names the program's frames "bpf_prog_<tag>_<name>+0x.. (bpf_prog_<tag>_<name>)".
+// tracer replay --perf names them from the same records (it printed "[unknown]" there).
+TEST(Stacks, ReplayNamesBpfProgramFramesFromTheFilesKsymbolRecords) {
+  REQUIRE_PERF();
+  TempDir dir;
+  const auto recipe = write_recipe(dir, R"([recipe]
+name = "beside"
+placement = "kernel"
+[[probe]]
+name = "g"
+tracepoint = "syscalls:sys_enter_getppid"
+[[stage]]
+use = "count"
+)");
+  const auto out = dir.path() / "b.out", err = dir.path() / "b.err";
+  const pid_t t = tracer::testing::spawn_tracer_ready({"run", recipe.string(), "--json"}, out, err);
+  ASSERT_GT(t, 0) << slurp(err);
+  const auto data = (dir.path() / "g.data").string();
+  const auto rec = shell(fmt::format("perf record -q -g -e cpu-clock -c 20000 -o {} -- {} getppid "
+                                     "400000",
+                                     data, TRACER_SYSCALLER_PATH));
+  ::kill(t, SIGINT);
+  ASSERT_TRUE(tracer::testing::exited_ok(t)) << slurp(err);
+  ASSERT_EQ(rec.exit_code, 0) << rec.err;
+  const auto theirs = shell(fmt::format("perf script -i {} 2>/dev/null", data));
+  const auto ours = shell(fmt::format("{} replay --perf {}", TRACER_CLI_PATH, data));
+  ASSERT_EQ(ours.exit_code, 0) << ours.err;
+  // The frames at the BPF program's addresses (ffffffffc...), line for line (the user frames
+  // are another test's, with perf's PLT quirk).
+  const auto bpf_lines = [](const std::string& text) {
+    std::vector<std::string> lines;
+    std::istringstream in(text);
+    for (std::string line; std::getline(in, line);) {
+      if (line.starts_with("\tffffffffc"))
+        lines.push_back(line);
+    }
+    return lines;
+  };
+  const auto a = bpf_lines(ours.out), b = bpf_lines(theirs.out);
+  std::size_t named = 0;
+  for (const auto& l : b)
+    named += l.find(" bpf_prog_") != std::string::npos ? 1 : 0;
+  if (named == 0)
+    GTEST_SKIP() << "no sample fell in the BPF program (perf script names none)";
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(ours.out.find("[unknown] ([kernel.kallsyms])"), std::string::npos);
+}
+
 }  // namespace

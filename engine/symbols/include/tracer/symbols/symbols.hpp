@@ -254,6 +254,10 @@ class Symbolizer {
   void on_exec(std::uint32_t pid);
   /// Reads /proc/PID/maps once if nothing is known of `pid` (cheap when known: a hash lookup).
   void note_process(std::uint32_t pid);
+  /// A PERF_RECORD_KSYMBOL: kernel text [addr, addr + len) named `name` (a BPF program's
+  /// "bpf_prog_<tag>_<name>", a trampoline), or no longer (`unregister`). Its frames are named
+  /// as perf names them, the symbol in a module of its own name, before /proc/kallsyms.
+  void on_ksymbol(std::uint64_t addr, std::uint32_t len, std::string_view name, bool unregister);
 
   /// The frames of a callchain as the kernel wrote it (leaf first, PERF_CONTEXT_KERNEL/USER
   /// markers switching between kernel and user addresses; ips without a marker before them are
