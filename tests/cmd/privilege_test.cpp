@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <regex>
 #include <string>
 
@@ -20,6 +21,7 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 using testing::shell;
+using testing::slurp;
 
 const std::string kSyscaller = TRACER_SYSCALLER_PATH;
 
@@ -70,14 +72,29 @@ TEST_F(LeastPrivilege, BpfPerfmonAndDacReadSearchCountWhatRootCounts) {
   EXPECT_EQ(count_of(user.out), count_of(root.out)) << user.out;
 
   // -p of a process of root's (the in-kernel program filters by its tgid: no ptrace needed).
-  const auto p = shell("sh -c 'sleep 1; " + kSyscaller + " lseek 2000' & pid=$!; " +
-                       "setpriv --reuid=nobody --regid=nogroup --clear-groups "
-                       "--inh-caps=+bpf,+perfmon,+dac_read_search "
-                       "--ambient-caps=+bpf,+perfmon,+dac_read_search env XDG_CACHE_HOME=" +
-                       (dir_.path() / "cache").string() + " " + TRACER_CLI_PATH + " run " +
-                       recipe() + " --json -p $pid");
-  ASSERT_EQ(p.exit_code, 0) << p.err;
-  EXPECT_EQ(count_of(p.out), 2000) << p.out << p.err;
+  // The process waits for a go file, made once tracer says it is attached (--ready-fd).
+  const auto go = dir_.path() / "go";
+  const pid_t target = testing::spawn_to_file(
+      {"/bin/sh", "-c",
+       "while [ ! -e " + go.string() + " ]; do sleep 0.01; done; exec " + kSyscaller +
+           " lseek 2000"},
+      dir_.path() / "target.out");
+  testing::ReadyPipe ready;
+  const auto out = dir_.path() / "p.out", err = dir_.path() / "p.err";
+  const pid_t t = testing::spawn_to_file(
+      {"setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",
+       "--inh-caps=+bpf,+perfmon,+dac_read_search",
+       "--ambient-caps=+bpf,+perfmon,+dac_read_search", "env",
+       "XDG_CACHE_HOME=" + (dir_.path() / "cache").string(), TRACER_CLI_PATH, "run", recipe(),
+       "--json", "--ready-fd", ready.fd_arg(), "-p", std::to_string(target)},
+      out, err);
+  ready.close_writer();
+  const bool attached = ready.wait();
+  std::ofstream(go) << "go\n";
+  EXPECT_TRUE(testing::exited_ok(target));
+  EXPECT_TRUE(testing::exited_ok(t)) << slurp(err);
+  ASSERT_TRUE(attached) << slurp(err);
+  EXPECT_EQ(count_of(slurp(out)), 2000) << slurp(out) << slurp(err);
 }
 
 TEST_F(LeastPrivilege, WithoutTracefsAccessTheErrorNamesTheFileItsModeAndTheWaysOut) {

@@ -67,6 +67,24 @@ inline std::string tree_args() {
   return kWorkload + " tree " + std::to_string(kW) + " " + std::to_string(kN);
 }
 
+/// The fd of a system-wide test's lseek calls: this test process's own (the workload's
+/// ORACLE_FD), so that another copy of the workload or of the suite running beside it (their
+/// fd 12345, or their own) is not counted.
+inline long own_fd() {
+  return 100000 + static_cast<long>(::getpid());
+}
+/// `text` with the workload's fd 12345 replaced by own_fd().
+inline std::string with_own_fd(std::string text) {
+  const std::string fd = std::to_string(own_fd());
+  for (std::size_t at; (at = text.find("12345")) != std::string::npos;)
+    text.replace(at, 5, fd);
+  return text;
+}
+/// tree_args() with own_fd().
+inline std::string own_tree_args() {
+  return "ORACLE_FD=" + std::to_string(own_fd()) + " " + tree_args();
+}
+
 struct Shape {
   const char* name;
   const char* probe;   // the [[probe]] keys after its name

@@ -227,20 +227,21 @@ TEST(OracleReference, BpftraceAgreesSystemWide) {
     GTEST_SKIP() << "bpftrace is not installed (apt-get install bpftrace): it is the reference";
   testing::TempDir dir;
   const auto recipe = dir.path() / "r.toml";
-  std::ofstream(recipe) << recipe_text(shapes()[0]);
+  std::ofstream(recipe) << with_own_fd(recipe_text(shapes()[0]));
   const pid_t t = spawn({kTracer, "run", recipe.string(), "--json", "-v"}, dir.path() / "t.out",
                         dir.path() / "t.err");
   // bpftrace prints "Attaching" before it attaches; its BEGIN runs once every probe is attached
   // (waiting for "Attaching" lost a quarter of the calls in CI).
   const pid_t b = spawn(
       {"/usr/bin/bpftrace", "-e",
-       std::string(kBpftraceReady) + "tracepoint:syscalls:sys_enter_lseek /args->fd == 12345/ "
-                                     "{ @c = count(); @s = sum(args->offset); }"},
+       std::string(kBpftraceReady) +
+           with_own_fd("tracepoint:syscalls:sys_enter_lseek /args->fd == 12345/ "
+                       "{ @c = count(); @s = sum(args->offset); }")},
       dir.path() / "b.out", dir.path() / "b.err");
   ASSERT_TRUE(wait_for_text(dir.path() / "t.err", "tracer: rings:")) << slurp(dir.path() / "t.err");
   ASSERT_TRUE(wait_for_text(dir.path() / "b.out", kBpftraceReadyLine))
       << slurp(dir.path() / "b.err");
-  const auto w = shell(tree_args());
+  const auto w = shell(own_tree_args());
   EXPECT_EQ(w.exit_code, 0);
   ::kill(t, SIGINT);
   ::kill(b, SIGINT);

@@ -13,8 +13,6 @@ namespace fs = std::filesystem;
 
 const std::string kSyscaller = TRACER_SYSCALLER_PATH;
 
-/// Processes started in the background: each `sh -c 'sleep 1; exec syscaller lseek N'` (the
-/// counters are open before the calls), reaped by a thread so that an exit is seen at once.
 std::string read_comm(pid_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/comm");
   std::string comm;
@@ -22,11 +20,34 @@ std::string read_comm(pid_t pid) {
   return comm;
 }
 
+/// The perf events process `pid` holds open (its fds that are anon_inode:[perf_event]).
+std::size_t perf_event_fds(pid_t pid) {
+  std::size_t n = 0;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec)) {
+    std::error_code link_ec;
+    n += fs::read_symlink(e.path(), link_ec).string() == "anon_inode:[perf_event]" ? 1 : 0;
+  }
+  return n;
+}
+
+/// What a counting tool printed and how it exited.
+struct ToolRun {
+  int exit_code = -1;
+  std::string out;  // stdout and stderr
+};
+
+/// Processes started in the background, each `sh` waiting for a go file, then `exec syscaller
+/// lseek N`: run() starts a counting tool on them (-p/-t LIST) and lets them go once the tool is
+/// attached (tracer: its --ready-fd line; perf: its perf events on every process), so that every
+/// call is counted however late a loaded machine starts the tool. Never a fixed sleep.
 class Background {
  public:
   explicit Background(const std::vector<int>& calls) {
+    const std::string go = (dir_.path() / "go").string();
     for (int n : calls) {
-      const std::string cmd = "sleep 1; exec " + kSyscaller + " lseek " + std::to_string(n);
+      const std::string cmd = "while [ ! -e " + go + " ]; do sleep 0.01; done; exec " +
+                              kSyscaller + " lseek " + std::to_string(n);
       const pid_t pid = ::fork();
       if (pid == 0) {
         ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
@@ -60,9 +81,41 @@ class Background {
   }
   [[nodiscard]] const std::vector<pid_t>& pids() const { return pids_; }
 
+  /// Runs `argv` (tracer or perf, its target options naming list()), releases the processes
+  /// once it is attached, and waits for it (it ends with them).
+  ToolRun run(std::vector<std::string> argv) {
+    const bool ours = argv.front() == kTracer;
+    testing::ReadyPipe ready;
+    if (ours) {
+      argv.insert(argv.begin() + 2, "--ready-fd");  // after "stat"
+      argv.insert(argv.begin() + 3, ready.fd_arg());
+    }
+    const auto out = dir_.path() / ("tool" + std::to_string(runs_++));
+    const pid_t tool = testing::spawn_to_file(argv, out, out);
+    ready.close_writer();
+    bool attached = false;
+    if (ours) {
+      attached = ready.wait();
+    } else {
+      for (int i = 0; i < 6000 && !attached && ::kill(tool, 0) == 0; ++i) {
+        attached = perf_event_fds(tool) >= pids_.size();
+        if (!attached)
+          std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+    }
+    std::ofstream(dir_.path() / "go") << "go\n";
+    ToolRun r;
+    r.exit_code = oracle::wait_code(tool);
+    r.out = slurp(out);
+    EXPECT_TRUE(attached) << r.out;
+    return r;
+  }
+
  private:
+  testing::TempDir dir_;
   std::vector<pid_t> pids_;
   std::thread reaper_;
+  int runs_ = 0;
 };
 
 // {group}: the group's members counted together, in perf's rows; its modifiers apply to each
@@ -131,10 +184,14 @@ TEST(OracleStat, PerCpuRowsAsPerfStatA) {
 // -p with a list counts every process (and what they start), -t the threads, --per-thread a
 // row per thread: the same numbers and rows as perf stat's.
 TEST(OracleStat, ProcessListsThreadsAndPerThreadRowsAsPerfStat) {
-  const std::string ev = " -e syscalls:sys_enter_lseek 2>&1";
+  const std::vector<std::string> ev = {"-e", "syscalls:sys_enter_lseek"};
+  const auto with = [](std::vector<std::string> a, const std::vector<std::string>& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+  };
   {
     Background b({300, 200});
-    const auto ours = shell(kTracer + " stat -x, -p " + b.list() + ev);
+    const auto ours = b.run(with({kTracer, "stat", "-x,", "-p", b.list()}, ev));
     ASSERT_EQ(ours.exit_code, 0) << ours.out;
     const auto o = csv_rows(ours.out);
     ASSERT_EQ(o.size(), 1u) << ours.out;
@@ -142,14 +199,14 @@ TEST(OracleStat, ProcessListsThreadsAndPerThreadRowsAsPerfStat) {
   }
   {
     Background b({300, 200});
-    const auto perf = shell("/usr/bin/perf stat -x, -p " + b.list() + ev);
+    const auto perf = b.run(with({"/usr/bin/perf", "stat", "-x,", "-p", b.list()}, ev));
     const auto p = csv_rows(perf.out);
     ASSERT_EQ(p.size(), 1u) << perf.out;
     EXPECT_EQ(p[0][0], "500") << perf.out;
   }
   {
     Background b({300, 200});
-    const auto ours = shell(kTracer + " stat -x, -t " + b.list() + ev);
+    const auto ours = b.run(with({kTracer, "stat", "-x,", "-t", b.list()}, ev));
     ASSERT_EQ(ours.exit_code, 0) << ours.out;
     const auto o = csv_rows(ours.out);
     ASSERT_EQ(o.size(), 1u) << ours.out;
@@ -160,9 +217,9 @@ TEST(OracleStat, ProcessListsThreadsAndPerThreadRowsAsPerfStat) {
   for (int tool = 0; tool < 2; ++tool) {
     Background b({300, 200});
     pids[tool] = b.pids();
-    const auto r =
-        shell((tool == 0 ? kTracer : std::string("/usr/bin/perf")) + " stat -x, --per-thread -p " +
-              b.list() + " -e syscalls:sys_enter_lseek,page-faults 2>&1");
+    const auto r = b.run({tool == 0 ? kTracer : std::string("/usr/bin/perf"), "stat", "-x,",
+                          "--per-thread", "-p", b.list(), "-e",
+                          "syscalls:sys_enter_lseek,page-faults"});
     ASSERT_EQ(r.exit_code, 0) << r.out;
     per_thread[tool] = csv_rows(r.out);
   }

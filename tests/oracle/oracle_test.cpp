@@ -69,15 +69,16 @@ TEST_P(Oracle, PidWithChildren) {
   }
 }
 
-// System-wide: every path runs at once over one run of the workload (with bpftrace beside them
-// for the shapes it answers); only the workload makes lseek(12345) calls.
+// System-wide: every path runs at once over one run of the workload; only the workload makes
+// lseek calls with its fd (this test's own: another copy of the workload or the suite beside it
+// uses another).
 TEST_P(Oracle, SystemWide) {
   const Shape& s = GetParam();
   if (!s.system_wide)
     GTEST_SKIP() << "shape '" << s.name << "' counts every process's calls system-wide";
   testing::TempDir dir;
   const auto recipe = dir.path() / "r.toml";
-  std::ofstream(recipe) << recipe_text(s);
+  std::ofstream(recipe) << with_own_fd(recipe_text(s));
   std::vector<std::pair<std::string, pid_t>> runs;
   for (const auto& [name, flags] : kSystemPaths) {
     std::vector<std::string> argv = {kTracer, "run", recipe.string(), "--json", "-v"};
@@ -89,7 +90,7 @@ TEST_P(Oracle, SystemWide) {
   for (const auto& [name, pid] : runs)
     ASSERT_TRUE(wait_for_text(dir.path() / (name + ".err"), "tracer: rings:"))
         << name << ": " << slurp(dir.path() / (name + ".err"));
-  const auto w = shell(tree_args());
+  const auto w = shell(own_tree_args());
   EXPECT_EQ(w.exit_code, 0) << w.err;
   for (const auto& [name, pid] : runs)
     ::kill(pid, SIGINT);

@@ -16,6 +16,8 @@
  *                                   MOVE, moves itself to the other CPU every 1000 pages.
  *   oracle_workload gate ARGS...    waits for SIGUSR1 (for a tracer attaching with -p), then
  *                                   runs as `oracle_workload ARGS...`.
+ * ORACLE_FD in the environment replaces 12345 as the lseek calls' fd: a system-wide test then
+ * counts its own workload's calls, not those of another copy running beside it.
  * Exits 0 when everything it was asked to do was done. */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -37,9 +39,15 @@ static int pin(int cpu) {
   return sched_setaffinity(0, sizeof(set), &set);
 }
 
+static long oracle_fd(void) {
+  const char* e = getenv("ORACLE_FD");
+  return e != NULL && *e != '\0' ? strtol(e, NULL, 10) : 12345;
+}
+
 static void lseeks(long n) {
+  const long fd = oracle_fd();
   for (long i = 0; i < n; ++i)
-    syscall(SYS_lseek, 12345, i, SEEK_CUR);
+    syscall(SYS_lseek, fd, i, SEEK_CUR);
 }
 
 static int open_close(const char* dir, const char* name) {
@@ -69,10 +77,11 @@ static int tree(long w, long n, const char* dir) {
       continue;
     if (ncpus > 1 && pin((int)(k % ncpus)) != 0)
       _exit(3);
+    const long fd = oracle_fd();
     for (long i = 0; i < n; i += 100) {
       const long chunk = n - i < 100 ? n - i : 100;
       for (long j = 0; j < chunk; ++j)
-        syscall(SYS_lseek, 12345, i + j, SEEK_CUR);
+        syscall(SYS_lseek, fd, i + j, SEEK_CUR);
       if (dir && (open_close(dir, "oracle-a") != 0 || open_close(dir, "oracle-b") != 0 ||
                   open_close(dir, "oracle-b") != 0))
         _exit(6);
