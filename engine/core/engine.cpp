@@ -570,6 +570,12 @@ void Engine::Impl::stop() {
   if (output) {
     [[maybe_unused]] const auto st = output->disable();
   }
+  // The delivery program runs for every hit while it is attached (its events are never
+  // enabled): detached now, it counts and writes no hit after the drain below, so that every
+  // hit it counted is delivered or lost (a hit between the drain and the final read of its
+  // counts was one more than the events).
+  if (delivery)
+    delivery->detach();
   // What the rings hold, for stop_drain_ms at most: the rest is given up and counted, so that a
   // stop is honoured on time however slow the pipeline. Held rings (the stages are behind: their
   // queue already holds what they run in the stop's time) are given up at once, counted.
