@@ -239,7 +239,7 @@ by = ["probe"]
 TEST(CliPerfData, FileAfterSigintAndSigkillIsReadable) {
   REQUIRE_PERF();
   Files f;
-  const auto recipe = f.recipe("forever", kLseek);
+  const auto recipe = f.recipe("forever", tracer::testing::with_own_fd(kLseek));  // system-wide
   for (const int sig : {SIGINT, SIGKILL}) {
     const auto data = f.add(sig == SIGINT ? "sigint" : "sigkill", ".data");
     tracer::testing::ReadyPipe ready;
@@ -253,7 +253,8 @@ TEST(CliPerfData, FileAfterSigintAndSigkillIsReadable) {
     }
     ready.close_writer();
     ASSERT_TRUE(ready.wait()) << "tracer never said ready";
-    const auto calls = shell(std::string(TRACER_SYSCALLER_PATH) + " lseek 300");
+    const auto calls =
+        shell(tracer::testing::own_fd_env() + std::string(TRACER_SYSCALLER_PATH) + " lseek 300");
     ASSERT_EQ(calls.exit_code, 0);
     // Until a round after the calls ended in the file (written while tracer runs): perf script
     // reads all 300 of them. A bound, not a sleep: a loaded machine gets there later.

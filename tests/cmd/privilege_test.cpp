@@ -82,9 +82,9 @@ TEST_F(LeastPrivilege, BpfPerfmonAndDacReadSearchCountWhatRootCounts) {
   testing::ReadyPipe ready;
   const auto out = dir_.path() / "p.out", err = dir_.path() / "p.err";
   const pid_t t = testing::spawn_to_file(
-      {"setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",
+      {"/usr/bin/setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",
        "--inh-caps=+bpf,+perfmon,+dac_read_search",
-       "--ambient-caps=+bpf,+perfmon,+dac_read_search", "env",
+       "--ambient-caps=+bpf,+perfmon,+dac_read_search", "/usr/bin/env",
        "XDG_CACHE_HOME=" + (dir_.path() / "cache").string(), TRACER_CLI_PATH, "run", recipe(),
        "--json", "--ready-fd", ready.fd_arg(), "-p", std::to_string(target)},
       out, err);

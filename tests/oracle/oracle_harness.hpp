@@ -67,22 +67,11 @@ inline std::string tree_args() {
   return kWorkload + " tree " + std::to_string(kW) + " " + std::to_string(kN);
 }
 
-/// The fd of a system-wide test's lseek calls: this test process's own (the workload's
-/// ORACLE_FD), so that another copy of the workload or of the suite running beside it (their
-/// fd 12345, or their own) is not counted.
-inline long own_fd() {
-  return 100000 + static_cast<long>(::getpid());
-}
-/// `text` with the workload's fd 12345 replaced by own_fd().
-inline std::string with_own_fd(std::string text) {
-  const std::string fd = std::to_string(own_fd());
-  for (std::size_t at; (at = text.find("12345")) != std::string::npos;)
-    text.replace(at, 5, fd);
-  return text;
-}
+using testing::own_fd;
+using testing::with_own_fd;
 /// tree_args() with own_fd().
 inline std::string own_tree_args() {
-  return "ORACLE_FD=" + std::to_string(own_fd()) + " " + tree_args();
+  return testing::own_fd_env() + tree_args();
 }
 
 struct Shape {
@@ -93,7 +82,17 @@ struct Shape {
   std::vector<std::string> rows;
   bool system_wide = true;  // also run system-wide (its events are the workload's alone there)
   bool pids = false;        // keyed by pid: two runs of the workload differ
+  /// The pipeline can be placed in the kernel: the "kernel" path forces it there. A chain
+  /// that reads an aggregation's events cannot (placement = "kernel" is an error at that stage):
+  /// its "kernel" path runs with placement auto, which keeps it in user space.
+  bool in_kernel = true;
 };
+
+/// The flags of path `flags` for shape `s` (a shape that cannot be placed in the kernel runs
+/// the "kernel" path with placement auto).
+inline std::string flags_for(const Shape& s, const std::string& flags) {
+  return !s.in_kernel && flags == "--placement kernel" ? std::string("--placement auto") : flags;
+}
 
 inline const std::string kLseek = R"(tracepoint = "syscalls:sys_enter_lseek")";
 
@@ -189,6 +188,54 @@ by = ["pid"])",
        {},
        true,
        true},
+      // Stage chains (configs/README.md, "Stages after an aggregation"): an aggregation passes
+      // its events on, so a second one aggregates the same events and a filter after it
+      // filters them; in the kernel such a pipeline runs in user space, an output of the
+      // tables alone stays there. The same tables on every path.
+      {"chain_count_then_sum",
+       R"(tracepoint = "syscalls:sys_enter_lseek"
+filter = "fd == 12345")",
+       R"([[stage]]
+use = "count"
+by = ["comm"]
+[[stage]]
+use = "sum"
+field = "offset"
+by = ["comm"])",
+       {row("count", comm, R"("count":)" + n),
+        row("sum", comm, R"("sum":)" + std::to_string(kOffsetSum))},
+       /*system_wide=*/true,
+       /*pids=*/false,
+       /*in_kernel=*/false},
+      {"chain_max_filter_count",
+       R"(tracepoint = "syscalls:sys_enter_lseek")",
+       R"([[stage]]
+use = "filter"
+expr = "fd == 12345"
+[[stage]]
+use = "max"
+field = "offset"
+by = ["comm"]
+[[stage]]
+use = "filter"
+expr = "offset < 1000"
+[[stage]]
+use = "count"
+by = ["comm"])",
+       {row("max", comm, R"("max":)" + std::to_string(kN - 1)),
+        row("count", comm, R"("count":)" + std::to_string(kW * 1000))},
+       /*system_wide=*/true,
+       /*pids=*/false,
+       /*in_kernel=*/false},
+      {"chain_hist_then_tables",
+       R"(tracepoint = "syscalls:sys_enter_lseek"
+filter = "fd == 12345")",
+       R"([[stage]]
+use = "hist"
+field = "offset"
+[[stage]]
+use = "jsonl")",
+       {row("hist", "", hist_values())}},
       // raw_syscalls' id named: the workload's lseek calls are all its lseek calls (task targets
       // only: system-wide, other processes' lseek calls count too).
       {"raw_syscalls_by_name",

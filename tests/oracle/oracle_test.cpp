@@ -25,7 +25,7 @@ TEST_P(Oracle, CommandWithChildren) {
   std::ofstream(recipe) << recipe_text(s);
   std::map<std::string, Outcome> by_path;
   for (const auto& [name, flags] : kTaskPaths) {
-    by_path[name] = run_command(recipe, flags, tree_args());
+    by_path[name] = run_command(recipe, flags_for(s, flags), tree_args());
     expect_answer(s, by_path[name], name);
   }
   if (!s.pids) {  // (the pids of two runs differ)
@@ -47,7 +47,7 @@ TEST_P(Oracle, PidWithChildren) {
     const auto out = dir.path() / (name + ".out"), err = dir.path() / (name + ".err");
     std::vector<std::string> argv = {kTracer, "run", recipe.string(),  "--json",
                                      "-v",    "-p",  std::to_string(w)};
-    for (auto& f : split_flags(flags))
+    for (auto& f : split_flags(flags_for(s, flags)))
       argv.push_back(f);
     const pid_t t = spawn(argv, out, err);
     const bool ready = wait_for_text(err, "tracer: rings:");
@@ -82,7 +82,7 @@ TEST_P(Oracle, SystemWide) {
   std::vector<std::pair<std::string, pid_t>> runs;
   for (const auto& [name, flags] : kSystemPaths) {
     std::vector<std::string> argv = {kTracer, "run", recipe.string(), "--json", "-v"};
-    for (auto& f : split_flags(flags))
+    for (auto& f : split_flags(flags_for(s, flags)))
       argv.push_back(f);
     runs.emplace_back(name,
                       spawn(argv, dir.path() / (name + ".out"), dir.path() / (name + ".err")));

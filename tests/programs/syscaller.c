@@ -10,7 +10,10 @@
  *             in the process, makes N getppid() calls once the leader is gone
  *   coldopen: N calls of openat() of a file name in a fresh page never touched before the call
  *             (the name is empty: ENOENT): a tracepoint program cannot read it (not paged in)
- * pinned to CPU when given. Exits 0. */
+ * pinned to CPU when given. Exits 0.
+ * SYSCALLER_FD in the environment replaces 12345 as lseek's fd: a system-wide test counts its
+ * own calls, not those of another copy of the workload beside it (tests/support/cli.hpp,
+ * own_fd()). */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <pthread.h>
@@ -86,6 +89,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   long n = strtol(argv[2], NULL, 10);
+  const char* fd_env = getenv("SYSCALLER_FD");
+  const long lseek_fd = fd_env != NULL && *fd_env != '\0' ? strtol(fd_env, NULL, 10) : 12345;
   if (argc > 3) {
     cpu_set_t set;
     CPU_ZERO(&set);
@@ -119,7 +124,7 @@ int main(int argc, char** argv) {
     } else if (getppid_mode) {
       syscall(SYS_getppid);
     } else {
-      syscall(SYS_lseek, 12345, i, SEEK_CUR);
+      syscall(SYS_lseek, lseek_fd, i, SEEK_CUR);
     }
   }
   return 0;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <sys/types.h>
+#include <unistd.h>
 
 #include <csignal>
 
@@ -76,16 +77,37 @@ inline pid_t spawn_tracer_ready(std::vector<std::string> args,
   return pid;
 }
 #endif
+/// A system-wide test's own lseek fd (instead of the workloads' 12345): the syscaller's
+/// (SYSCALLER_FD) and the oracle workload's (ORACLE_FD) calls use it when own_fd_env() is
+/// before their command, so that another copy of a workload or of the suite running beside the
+/// test (with 12345, or its own fd) is not counted. Unique per test process.
+inline long own_fd() {
+  return 100000 + static_cast<long>(::getpid());
+}
+/// `text` with every 12345 (a recipe's or bpftrace's fd filter) replaced by own_fd().
+inline std::string with_own_fd(std::string text) {
+  const std::string fd = std::to_string(own_fd());
+  for (std::size_t at; (at = text.find("12345")) != std::string::npos;)
+    text.replace(at, 5, fd);
+  return text;
+}
+/// "SYSCALLER_FD=N ORACLE_FD=N " for a shell command line.
+inline std::string own_fd_env() {
+  const std::string fd = std::to_string(own_fd());
+  return "SYSCALLER_FD=" + fd + " ORACLE_FD=" + fd + " ";
+}
 /// The line bpftrace's program prints once every probe is attached (its "Attaching" line comes
 /// before): put kBpftraceReady at the head of a bpftrace program, wait for kBpftraceReadyLine.
 inline constexpr const char* kBpftraceReady = "BEGIN { printf(\"bpftrace attached\\n\"); }\n";
 inline constexpr const char* kBpftraceReadyLine = "bpftrace attached";
 
 #ifdef TRACER_SYSCALLER_PATH
-/// Runs the syscaller (tests/programs/syscaller.c) with `args` ("lseek 1000") to its end.
+/// Runs the syscaller (tests/programs/syscaller.c) with `args` ("lseek 1000") to its end, its
+/// lseek calls on own_fd() when `own` (a system-wide test's).
 /// @return its pid ("" when the shell failed: the test fails).
-inline std::string run_syscaller(const std::string& args) {
-  const auto r = shell(std::string(TRACER_SYSCALLER_PATH) + " " + args + " & echo $!; wait");
+inline std::string run_syscaller(const std::string& args, bool own = false) {
+  const auto r = shell((own ? own_fd_env() : std::string()) + TRACER_SYSCALLER_PATH + " " + args +
+                       " & echo $!; wait");
   if (r.exit_code != 0)
     return {};
   return r.out.substr(0, r.out.find_first_of(" \n"));

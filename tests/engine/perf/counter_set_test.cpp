@@ -10,8 +10,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
 
 #include "tracer/perf/counter_set.hpp"
 #include "tracer/perf/software.hpp"
@@ -53,12 +57,16 @@ struct HeldChild {
   pid_t pid = -1;
   int go = -1;
   HeldChild(std::size_t pages, int procs, int chunks = 0, bool hop = false) {
-    int p[2];
+    int p[2], ready[2];
     EXPECT_EQ(::pipe2(p, O_CLOEXEC), 0);
+    EXPECT_EQ(::pipe2(ready, O_CLOEXEC), 0);
     pid = ::fork();
     if (pid == 0) {
       ::close(p[1]);
-      char c;
+      ::close(ready[0]);
+      char c = 'r';
+      if (::write(ready[1], &c, 1) != 1)
+        ::_exit(2);
       if (::read(p[0], &c, 1) != 1)
         ::_exit(2);
       for (int k = 1; k < procs; ++k) {
@@ -83,7 +91,23 @@ struct HeldChild {
       ::_exit(0);
     }
     ::close(p[0]);
+    ::close(ready[1]);
     go = p[1];
+    // The child's own start (its first writes fault in copies of the parent's pages) is over
+    // before any counter opens: it is asleep in its read of `go`. A counter enabled before
+    // another one then counts nothing the other misses.
+    char c = 0;
+    EXPECT_EQ(::read(ready[0], &c, 1), 1);
+    ::close(ready[0]);
+    for (int i = 0; i < 5000 && task_state(pid) != 'S'; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  static char task_state(pid_t pid) {
+    std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+    std::string line;
+    std::getline(in, line);
+    const auto at = line.rfind(')');
+    return at != std::string::npos && at + 2 < line.size() ? line[at + 2] : '?';
   }
   void run_to_end() {
     char c = 'g';

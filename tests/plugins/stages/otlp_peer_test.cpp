@@ -146,11 +146,13 @@ void slow_answer(int fd, const std::atomic<bool>& stop) {
   (void)::send(fd, answer.data(), answer.size(), MSG_NOSIGNAL);
 }
 
-/// The lseek calls of the syscaller (fd 12345) as OTLP log records, 100 a request.
+/// The lseek calls of the syscaller (on this test's own fd: system-wide, another copy of the
+/// workload beside the test is not counted) as OTLP log records, 100 a request.
 std::string recipe(std::uint16_t port, const std::string& extra) {
   return "[recipe]\nname = \"peer\"\n"
          "[[probe]]\nname = \"lseek\"\ntracepoint = \"syscalls:sys_enter_lseek\"\n"
-         "filter = \"fd == 12345\"\n"
+         "filter = \"fd == " +
+         std::to_string(testing::own_fd()) + "\"\n"
          "[[stage]]\nuse = \"otlp\"\nendpoint = \"http://127.0.0.1:" +
          std::to_string(port) + "\"\nfields = [\"pid\", \"offset\"]\nbatch = 100\n" + extra;
 }
@@ -179,7 +181,7 @@ Ran run_then_stop(const testing::TempDir& dir) {
                                                 dir.path() / "out", dir.path() / "err");
   if (pid < 0)
     return r;
-  (void)testing::run_syscaller("lseek 2000");
+  (void)testing::run_syscaller("lseek 2000", /*own=*/true);
   const auto sample_until = [&](Clock::time_point until) {
     int status = 0;
     while (Clock::now() < until || until == Clock::time_point::max()) {
