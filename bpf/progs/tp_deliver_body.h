@@ -67,8 +67,9 @@ tp_deliver_begin(void *ctx, __u32 *slot, __u32 *size, __u64 pid_tgid)
 	if (!c)
 		return NULL;
 	__u32 tgid = (__u32)(pid_tgid >> 32);
-	if (!(c->flags & TP_DELIVER_CFG_EXEC ? tracer_tgid_in_target_at_exec(tgid)
-					     : tracer_tgid_in_target(tgid)))
+	if (!(c->flags & TP_DELIVER_CFG_EXEC
+		  ? tracer_tgid_in_target_at_exec(tgid)
+		  : tracer_tgid_in_target(tgid)))
 		return NULL;
 	__u64 *h = bpf_map_lookup_elem(&hits, slot);
 	if (h)

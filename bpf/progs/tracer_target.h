@@ -19,10 +19,10 @@
  * is the target's, also where the leader exits first (on every kernel: no
  * sched_process_exit.group_dead is needed). The one window: a thread that
  * outlives its leader and is held between its exit and its last switch for
- * longer than the RCU grace period that frees the reaped leader. A command joins at its exec, as
- * perf's enable_on_exec: until then its value is TRACER_AT_EXEC and
- * tracer_in_target() is false (what its process does between tracer's fork
- * and the exec is tracer's, not the command's); a program on
+ * longer than the RCU grace period that frees the reaped leader. A command
+ * joins at its exec, as perf's enable_on_exec: until then its value is
+ * TRACER_AT_EXEC and tracer_in_target() is false (what its process does between
+ * tracer's fork and the exec is tracer's, not the command's); a program on
  * sched:sched_process_exec tests tracer_in_target_at_exec() instead, which
  * counts the command's own exec whatever order the kernel runs the programs
  * of that tracepoint in. System-wide, every process is the target but

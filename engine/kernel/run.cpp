@@ -76,8 +76,8 @@ std::vector<Run> start_runs(Engine& engine,
     plan.arm_on_exec = target.kind == Target::Kind::kCommand;
     for (std::size_t i = 0; i < plan.probes.size(); ++i) {
       const perf::EventAttr& attr = engine.probes()[run.place.probes[i]].attr;
-      plan.probes[i].arms_command = plan.arm_on_exec && attr.type() == PERF_TYPE_TRACEPOINT &&
-                                    attr.config() == exec_id;
+      plan.probes[i].arms_command =
+          plan.arm_on_exec && attr.type() == PERF_TYPE_TRACEPOINT && attr.config() == exec_id;
     }
     auto fail = [&](const Failure& f, std::string_view what) {
       throw Error(ErrorCategory::kRuntime, f.code,

@@ -464,7 +464,8 @@ std::optional<std::uint32_t> feed_symbolizer(symbols::Symbolizer& sym, const per
       return c->pid;
     }
   } else if (const auto* k = std::get_if<perf::Ksymbol>(&record.body)) {
-    sym.on_ksymbol(k->addr, k->len, k->name, (k->flags & PERF_RECORD_KSYMBOL_FLAGS_UNREGISTER) != 0);
+    sym.on_ksymbol(k->addr, k->len, k->name,
+                   (k->flags & PERF_RECORD_KSYMBOL_FLAGS_UNREGISTER) != 0);
   }
   return std::nullopt;
 }

@@ -470,7 +470,7 @@ class ScriptPrinter {
   symbols::Symbolizer symbols_;
   std::vector<std::optional<perfdata::PrintFmt>> fmts_;
   bool kernel_lines_ = false;  // kernel frames' lines are cached (a KSYMBOL drops them)
-  std::vector<bool> dwarf_;                        // by event: its user stacks are unwound (DWARF)
+  std::vector<bool> dwarf_;    // by event: its user stacks are unwound (DWARF)
   static constexpr std::size_t kMaxUnwound = 127;  // perf's kernel.perf_event_max_stack
   std::vector<std::uint64_t> unwound_;
   std::size_t name_width_ = 0;

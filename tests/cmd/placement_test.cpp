@@ -286,7 +286,8 @@ filter = "fd == 12345"
   const std::string sum = std::to_string(2LL * 2999 * 3000 / 2);
   const std::vector<Chain> chains = {
       {"count_then_sum",
-       "[[stage]]\nuse = \"count\"\n[[stage]]\nuse = \"sum\"\nfield = \"offset\"\n", 9,
+       "[[stage]]\nuse = \"count\"\n[[stage]]\nuse = \"sum\"\nfield = \"offset\"\n",
+       9,
        {R"({"stage":"count","interval":0,"keys":{},"count":6000})",
         R"({"stage":"sum","interval":0,"keys":{},"sum":)" + sum + "}"}},
       {"count_filter_count",
@@ -308,7 +309,9 @@ filter = "fd == 12345"
        9,
        {R"({"stage":"count","interval":0,"keys":{},"count":6000})"},
        6000},
-      {"count_then_tables", "[[stage]]\nuse = \"count\"\n[[stage]]\nuse = \"jsonl\"\n", 0,
+      {"count_then_tables",
+       "[[stage]]\nuse = \"count\"\n[[stage]]\nuse = \"jsonl\"\n",
+       0,
        {R"({"stage":"count","interval":0,"keys":{},"count":6000})"}},
   };
   for (const auto& c : chains) {
@@ -323,15 +326,16 @@ filter = "fd == 12345"
       EXPECT_NE(plan.out.find("reads the aggregation's tables"), std::string::npos) << plan.out;
       EXPECT_EQ(forced.exit_code, 0) << forced.err;
     } else {
-      EXPECT_NE(plan.out.find("an aggregation passes its events on"), std::string::npos) << plan.out;
+      EXPECT_NE(plan.out.find("an aggregation passes its events on"), std::string::npos)
+          << plan.out;
       EXPECT_EQ(forced.exit_code, 2) << forced.err;
       EXPECT_NE(forced.err.find(recipe.string() + ":" + std::to_string(c.blocking_line) + ":1:"),
                 std::string::npos)
           << forced.err;
     }
     for (const char* placement : {"auto", "user"}) {
-      const auto r = tracer("run " + recipe.string() + " --json --placement " + placement +
-                            " -- " + two_lseekers(3000));
+      const auto r = tracer("run " + recipe.string() + " --json --placement " + placement + " -- " +
+                            two_lseekers(3000));
       ASSERT_EQ(r.exit_code, 0) << placement << ": " << r.err;
       std::vector<std::string> rows;
       for (const auto& l : lines_with(r.out, R"({"stage":")"))

@@ -74,19 +74,18 @@ TEST_F(LeastPrivilege, BpfPerfmonAndDacReadSearchCountWhatRootCounts) {
   // -p of a process of root's (the in-kernel program filters by its tgid: no ptrace needed).
   // The process waits for a go file, made once tracer says it is attached (--ready-fd).
   const auto go = dir_.path() / "go";
-  const pid_t target = testing::spawn_to_file(
-      {"/bin/sh", "-c",
-       "while [ ! -e " + go.string() + " ]; do sleep 0.01; done; exec " + kSyscaller +
-           " lseek 2000"},
-      dir_.path() / "target.out");
+  const pid_t target =
+      testing::spawn_to_file({"/bin/sh", "-c",
+                              "while [ ! -e " + go.string() + " ]; do sleep 0.01; done; exec " +
+                                  kSyscaller + " lseek 2000"},
+                             dir_.path() / "target.out");
   testing::ReadyPipe ready;
   const auto out = dir_.path() / "p.out", err = dir_.path() / "p.err";
   const pid_t t = testing::spawn_to_file(
       {"/usr/bin/setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",
-       "--inh-caps=+bpf,+perfmon,+dac_read_search",
-       "--ambient-caps=+bpf,+perfmon,+dac_read_search", "/usr/bin/env",
-       "XDG_CACHE_HOME=" + (dir_.path() / "cache").string(), TRACER_CLI_PATH, "run", recipe(),
-       "--json", "--ready-fd", ready.fd_arg(), "-p", std::to_string(target)},
+       "--inh-caps=+bpf,+perfmon,+dac_read_search", "--ambient-caps=+bpf,+perfmon,+dac_read_search",
+       "/usr/bin/env", "XDG_CACHE_HOME=" + (dir_.path() / "cache").string(), TRACER_CLI_PATH, "run",
+       recipe(), "--json", "--ready-fd", ready.fd_arg(), "-p", std::to_string(target)},
       out, err);
   ready.close_writer();
   const bool attached = ready.wait();

@@ -416,9 +416,10 @@ TEST(CliReplay, TheDefaultPrintHasPerfScriptsCallchains) {
     const std::string record =
         what == "profile"
             ? fmt::format("perf record -q -g -F 499 -o {} -- {} 300", file, TRACER_BUSY_LOOP)
-            : fmt::format("perf record -q -g -e sched:sched_process_exec -o {} -- sh -c "
-                          "'/bin/true; /bin/true; /bin/true'",
-                          file);
+            : fmt::format(
+                  "perf record -q -g -e sched:sched_process_exec -o {} -- sh -c "
+                  "'/bin/true; /bin/true; /bin/true'",
+                  file);
     ASSERT_EQ(shell(record).exit_code, 0) << record;
     const auto perfs = shell("perf script -i " + file);
     ASSERT_EQ(perfs.exit_code, 0) << perfs.err;

@@ -468,9 +468,9 @@ max_stacks = 1
 )");
   // The two processes are the command's (system-wide, another process's identical calls beside
   // the test could take the one slot first).
-  const auto r = run_tracer(
-      fmt::format("run {0} --json -- sh -c '{1} lseek 400 0 && {1} lseek 300 1'", recipe.string(),
-                  TRACER_SYSCALLER_PATH));
+  const auto r =
+      run_tracer(fmt::format("run {0} --json -- sh -c '{1} lseek 400 0 && {1} lseek 300 1'",
+                             recipe.string(), TRACER_SYSCALLER_PATH));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const std::string json = r.out;
   const auto rows = stack_rows(json);
@@ -559,9 +559,10 @@ use = "count"
   const pid_t t = tracer::testing::spawn_tracer_ready({"run", recipe.string(), "--json"}, out, err);
   ASSERT_GT(t, 0) << slurp(err);
   const auto data = (dir.path() / "g.data").string();
-  const auto rec = shell(fmt::format("perf record -q -g -e cpu-clock -c 20000 -o {} -- {} getppid "
-                                     "400000",
-                                     data, TRACER_SYSCALLER_PATH));
+  const auto rec =
+      shell(fmt::format("perf record -q -g -e cpu-clock -c 20000 -o {} -- {} getppid "
+                        "400000",
+                        data, TRACER_SYSCALLER_PATH));
   ::kill(t, SIGINT);
   ASSERT_TRUE(tracer::testing::exited_ok(t)) << slurp(err);
   ASSERT_EQ(rec.exit_code, 0) << rec.err;

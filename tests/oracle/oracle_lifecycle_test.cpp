@@ -38,7 +38,8 @@ long long count_of(const Outcome& o, const std::string& keys) {
 }
 
 /// bpftrace's `@: N` for `program` while `command` runs (0 when it printed no @).
-long long bpftrace_count(const fs::path& dir, const std::string& program,
+long long bpftrace_count(const fs::path& dir,
+                         const std::string& program,
                          const std::string& command) {
   const pid_t b = spawn({"/usr/bin/bpftrace", "-e", std::string(kBpftraceReady) + program},
                         dir / "b.out", dir / "b.err");
@@ -85,10 +86,10 @@ by = ["filename"]
   if (!fs::exists("/usr/bin/strace"))
     GTEST_SKIP() << "strace is not installed (apt-get install strace): it is the reference";
   const auto log = dir.path() / "strace.log";
-  ASSERT_EQ(shell("/usr/bin/strace -f -qq -e trace=execve -o " + log.string() + " " +
-                  loop_of(child))
-                .exit_code,
-            0);
+  ASSERT_EQ(
+      shell("/usr/bin/strace -f -qq -e trace=execve -o " + log.string() + " " + loop_of(child))
+          .exit_code,
+      0);
   std::istringstream in(slurp(log));
   long execs = 0;
   for (std::string line; std::getline(in, line);)

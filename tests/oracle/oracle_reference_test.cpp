@@ -232,12 +232,11 @@ TEST(OracleReference, BpftraceAgreesSystemWide) {
                         dir.path() / "t.err");
   // bpftrace prints "Attaching" before it attaches; its BEGIN runs once every probe is attached
   // (waiting for "Attaching" lost a quarter of the calls in CI).
-  const pid_t b = spawn(
-      {"/usr/bin/bpftrace", "-e",
-       std::string(kBpftraceReady) +
-           with_own_fd("tracepoint:syscalls:sys_enter_lseek /args->fd == 12345/ "
-                       "{ @c = count(); @s = sum(args->offset); }")},
-      dir.path() / "b.out", dir.path() / "b.err");
+  const pid_t b = spawn({"/usr/bin/bpftrace", "-e",
+                         std::string(kBpftraceReady) +
+                             with_own_fd("tracepoint:syscalls:sys_enter_lseek /args->fd == 12345/ "
+                                         "{ @c = count(); @s = sum(args->offset); }")},
+                        dir.path() / "b.out", dir.path() / "b.err");
   ASSERT_TRUE(wait_for_text(dir.path() / "t.err", "tracer: rings:")) << slurp(dir.path() / "t.err");
   ASSERT_TRUE(wait_for_text(dir.path() / "b.out", kBpftraceReadyLine))
       << slurp(dir.path() / "b.err");

@@ -46,8 +46,8 @@ class Background {
   explicit Background(const std::vector<int>& calls) {
     const std::string go = (dir_.path() / "go").string();
     for (int n : calls) {
-      const std::string cmd = "while [ ! -e " + go + " ]; do sleep 0.01; done; exec " +
-                              kSyscaller + " lseek " + std::to_string(n);
+      const std::string cmd = "while [ ! -e " + go + " ]; do sleep 0.01; done; exec " + kSyscaller +
+                              " lseek " + std::to_string(n);
       const pid_t pid = ::fork();
       if (pid == 0) {
         ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
@@ -218,9 +218,9 @@ TEST(OracleStat, ProcessListsThreadsAndPerThreadRowsAsPerfStat) {
   for (int tool = 0; tool < 2; ++tool) {
     Background b({300, 200});
     pids[tool] = b.pids();
-    const auto r = b.run({tool == 0 ? kTracer : std::string("/usr/bin/perf"), "stat", "-x,",
-                          "--per-thread", "-p", b.list(), "-e",
-                          "syscalls:sys_enter_lseek,page-faults"});
+    const auto r =
+        b.run({tool == 0 ? kTracer : std::string("/usr/bin/perf"), "stat", "-x,", "--per-thread",
+               "-p", b.list(), "-e", "syscalls:sys_enter_lseek,page-faults"});
     ASSERT_EQ(r.exit_code, 0) << r.out;
     per_thread[tool] = csv_rows(r.out);
   }

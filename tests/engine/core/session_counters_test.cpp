@@ -349,9 +349,9 @@ void run_syscaller(const char* call, const char* n) {
 }
 
 // A live change (Session::apply) keeps the [[counter]] groups counting: a probe added beside
-// them leaves their count whole (1,500 + 1,500 readv calls system-wide, across the change: a call little else on a machine
-// makes, where getppid's count took in another copy of the workload beside the test),
-// and a change of a group is refused at its place with the session as it was.
+// them leaves their count whole (1,500 + 1,500 readv calls system-wide, across the change: a call
+// little else on a machine makes, where getppid's count took in another copy of the workload beside
+// the test), and a change of a group is refused at its place with the session as it was.
 TEST(SessionCounters, GroupsKeepCountingAcrossALiveChangeAndCannotChangeThemselves) {
   const std::string base = R"([recipe]
 name = "live"

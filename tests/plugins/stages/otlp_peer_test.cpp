@@ -152,7 +152,8 @@ std::string recipe(std::uint16_t port, const std::string& extra) {
   return "[recipe]\nname = \"peer\"\n"
          "[[probe]]\nname = \"lseek\"\ntracepoint = \"syscalls:sys_enter_lseek\"\n"
          "filter = \"fd == " +
-         std::to_string(testing::own_fd()) + "\"\n"
+         std::to_string(testing::own_fd()) +
+         "\"\n"
          "[[stage]]\nuse = \"otlp\"\nendpoint = \"http://127.0.0.1:" +
          std::to_string(port) + "\"\nfields = [\"pid\", \"offset\"]\nbatch = 100\n" + extra;
 }
