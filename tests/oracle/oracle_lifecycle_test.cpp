@@ -37,6 +37,17 @@ long long count_of(const Outcome& o, const std::string& keys) {
   return -1;
 }
 
+/// A pipeline of the final switches (the task dead: prev_state X or Z) by `by` ("" for none),
+/// through a filter stage: a probe's own tracefs filter would make its user-space events the
+/// per-task perf events (configs/README.md, "Per-task perf events"). The recipe's sched_switch
+/// probe is "switch".
+std::string finals_pipeline(const std::string& by) {
+  return "[[pipeline]]\nname = \"finals\"\n[[pipeline.stage]]\nuse = \"filter\"\n"
+         "expr = \"prev_state == 16 || prev_state == 32\"\n[[pipeline.stage]]\nuse = "
+         "\"count\"\n" +
+         (by.empty() ? std::string() : "by = [\"" + by + "\"]\n");
+}
+
 /// bpftrace's `@: N` for `program` while `command` runs (0 when it printed no @).
 long long bpftrace_count(const fs::path& dir,
                          const std::string& program,
@@ -107,8 +118,6 @@ TEST(OracleLifecycle, EveryProcessesLastEventsUpToItsFinalSwitchCountOnEveryPath
   const auto child = unique_true(dir.path());
   const std::string comm = child.filename().string();
   const auto recipe = dir.path() / "r.toml";
-  // The final switches through a filter stage (a probe's own tracefs filter would make its
-  // user-space events the per-task perf events: configs/README.md, "Per-task perf events").
   std::ofstream(recipe) << R"([recipe]
 name = "last-events"
 [[probe]]
@@ -120,15 +129,8 @@ tracepoint = "sched:sched_process_exit"
 [[probe]]
 name = "exit_group"
 tracepoint = "syscalls:sys_enter_exit_group"
-[[pipeline]]
-name = "finals"
-[[pipeline.stage]]
-use = "filter"
-expr = "prev_state == 16 || prev_state == 32"
-[[pipeline.stage]]
-use = "count"
-by = ["comm"]
-[[pipeline]]
+)" << finals_pipeline("comm")
+                        << R"([[pipeline]]
 name = "exits"
 [[pipeline.stage]]
 use = "filter"
@@ -200,14 +202,7 @@ expr = "probe == \"g\""
 [[pipeline.stage]]
 use = "count"
 by = ["probe"]
-[[pipeline]]
-name = "finals"
-[[pipeline.stage]]
-use = "filter"
-expr = "prev_state == 16 || prev_state == 32"
-[[pipeline.stage]]
-use = "count"
-)";
+)" << finals_pipeline("");
   const std::string work = std::string(TRACER_SYSCALLER_PATH) + " leaderexit 1000";
   for (const auto& [name, flags] : kTaskPaths) {
     SCOPED_TRACE(name);
@@ -216,6 +211,9 @@ use = "count"
     EXPECT_EQ(count_of(o, R"("probe":"g")"), 1000) << o.err;
     EXPECT_EQ(count_of(o, ""), name == "user-perf-events" ? -1 : 2) << o.err;
   }
+  // tracer stat's counters (per-task events, inherited: the thread's calls are the process's).
+  const auto stat = shell(kTracer + " stat -e syscalls:sys_enter_getppid -- " + work);
+  EXPECT_NE(stat.err.find("1000      syscalls:sys_enter_getppid"), std::string::npos) << stat.err;
 }
 
 }  // namespace

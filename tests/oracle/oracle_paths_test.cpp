@@ -293,34 +293,6 @@ TEST(OracleAudit, StacksLostAreLost) {
   EXPECT_EQ(a.counted(), 10) << a.o.summary;
 }
 
-// A command whose main thread exits first (pthread_exit) lives on in its other thread: it stays
-// the target until its last thread exits (its leader task is freed: on every kernel, with or
-// without sched_process_exit's group_dead, which 6.1 and 6.12 lack). The per-event BPF
-// delivery's follower removed it at its leader's exit: 0 of 1,000 calls with lost 0.
-TEST(OracleTargets, AProcessWhoseLeaderExitsFirstStaysTheTarget) {
-  testing::TempDir dir;
-  const auto recipe = dir.path() / "r.toml";
-  std::ofstream(recipe) << R"([recipe]
-name = "leader"
-[[probe]]
-name = "g"
-tracepoint = "syscalls:sys_enter_getppid"
-[[stage]]
-use = "count"
-by = ["probe"]
-)";
-  const std::string work = std::string(TRACER_SYSCALLER_PATH) + " leaderexit 1000";
-  for (const char* placement : {"user", "kernel"}) {
-    SCOPED_TRACE(placement);
-    const auto r = shell(kTracer + " run " + recipe.string() + " --json --placement " + placement +
-                         " -- " + work);
-    ASSERT_EQ(r.exit_code, 0) << r.err;
-    EXPECT_NE(r.out.find(R"("keys":{"probe":"g"},"count":1000})"), std::string::npos) << r.out;
-  }
-  const auto stat = shell(kTracer + " stat -e syscalls:sys_enter_getppid -- " + work);
-  EXPECT_NE(stat.err.find("1000      syscalls:sys_enter_getppid"), std::string::npos) << stat.err;
-}
-
 // A `char *` string whose page is not in memory at the event cannot be read by a tracepoint
 // program (it cannot fault the page in): each such read is counted per probe and reported
 // (string_faults), never a silent empty key. 500 openat() calls of a name in a fresh page: 500
