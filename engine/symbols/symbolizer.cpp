@@ -471,13 +471,15 @@ struct Symbolizer::Impl {
   /// lines, and perf names the ip's own symbol).
   Frame kernel_frame(std::uint64_t ip) {
     ++stats->lookups;
-    if (auto it = ksyms.upper_bound(ip); it != ksyms.begin() && ip < (--it)->second.end) {
-      return {.addr = ip,
-              .rel = ip,
-              .symbol = it->second.name,
-              .offset = ip - it->first,
-              .module = it->second.name,
-              .kernel = true};
+    if (auto it = ksyms.upper_bound(ip); it != ksyms.begin()) {
+      const auto& [start, sym] = *std::prev(it);
+      if (ip < sym.end)
+        return {.addr = ip,
+                .rel = ip,
+                .symbol = sym.name,
+                .offset = ip - start,
+                .module = sym.name,
+                .kernel = true};
     }
     const KernelSymbols* k = kernel_symbols();
     const KernelSymbol* s = k != nullptr ? k->find(ip) : nullptr;
