@@ -136,8 +136,12 @@ void Engine::Impl::open_delivery() {
                                     .max_batch = opts.max_batch};
   auto d = core::TracepointDelivery::open(delivered.size(), dopts);
   if (!d) {
-    // Without BPF delivery the probes sample through their own events, as before.
-    throw_failure(ErrorCategory::kRuntime, d.error(), "tracepoint delivery (BPF)");
+    // No BPF delivery here (a kernel without BTF for the program's CO-RE relocations, say):
+    // an error that names the way out, the probes' own perf events.
+    Failure f = d.error();
+    if (f.hint.empty())
+      f.hint = "run with --delivery perf: the tracepoints then sample through their own events";
+    throw_failure(ErrorCategory::kRuntime, f, "tracepoint delivery (BPF)");
   }
   delivery.emplace(std::move(*d));
   follow_target(delivery->object(), {});

@@ -4,6 +4,7 @@
 #include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
+#include <sys/utsname.h>
 #include <unistd.h>
 #include <csignal>
 
@@ -111,7 +112,16 @@ Failure explain(int err, const EventAttr& attr, const OpenTarget& t) {
       break;
     case EINVAL: {
       std::string hint;
-      if (attr.type() == PERF_TYPE_TRACEPOINT && !(t.pid == -1 && t.cpu == -1)) {
+      if (attr.has(Flag::kInherit) && (attr.sample_type() & PERF_SAMPLE_READ) != 0U) {
+        // perf_event_open refuses inherit with PERF_SAMPLE_READ before Linux 6.12 (7e8b255650fc).
+        utsname u{};
+        hint = fmt::format(
+            "samples that read counters (PERF_SAMPLE_READ: a probe's `read` events) of a task "
+            "and its children (inherit: a pid or command target) need Linux 6.12; this kernel is "
+            "{}. Run the recipe system-wide (the `read` events are then counted per CPU), or on "
+            "6.12 or later",
+            ::uname(&u) == 0 ? u.release : "older");
+      } else if (attr.type() == PERF_TYPE_TRACEPOINT && !(t.pid == -1 && t.cpu == -1)) {
         hint = fmt::format(
             "no tracepoint with id {} exists in this kernel (ids come from "
             "tracefs events/<system>/<event>/id)",
