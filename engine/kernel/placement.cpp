@@ -238,7 +238,7 @@ PipelinePlace place_one(Pipeline& p,
     return out;
   }
   out.aggregation = *agg;
-  // An aggregation passes its events on (docs/recipes.md, "Stages after an aggregation"): after
+  // An aggregation passes its events on (configs/README.md, "Stages after an aggregation"): after
   // an in-kernel one, whose events stay in the kernel, only outputs of its tables can follow. A
   // stage that reads the events (a second aggregation, a filter, an output of each event or of
   // the records) keeps the pipeline in user space, where it sees them.
