@@ -522,9 +522,12 @@ void Symbolizer::on_ksymbol(std::uint64_t addr,
     --it;
   while (it != k.end() && it->first < end)
     it = k.erase(it);
-  constexpr std::size_t kMaxKsyms = 1 << 20;  // a guard against a hostile file's records
+  // Guards against a hostile file's records: a name is at most the kernel's KSYM_NAME_LEN
+  // (512), and at most 65,536 symbols are held (32 MiB of names at worst).
+  constexpr std::size_t kMaxKsyms = 1 << 16;
+  constexpr std::size_t kKsymNameLen = 512;
   if (k.size() < kMaxKsyms)
-    k.emplace(addr, Impl::Ksym{.end = end, .name = std::string(name)});
+    k.emplace(addr, Impl::Ksym{.end = end, .name = std::string(name.substr(0, kKsymNameLen))});
 }
 
 std::size_t Symbolizer::unwind_user(std::uint32_t pid,
