@@ -40,15 +40,6 @@ std::string no_kprobes() {
          "kprobe_events in tracefs): .ci/vmtest runs this test on Debian's 6.1 and 6.12";
 }
 
-/// A copy of the syscaller named kp<pid> (a comm no other process has) in `dir`.
-fs::path unique_syscaller(const fs::path& dir) {
-  const auto path = dir / ("kp" + std::to_string(::getpid()));
-  fs::copy_file(TRACER_SYSCALLER_PATH, path, fs::copy_options::overwrite_existing);
-  fs::permissions(path, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
-                            fs::perms::others_read | fs::perms::others_exec);
-  return path;
-}
-
 std::string recipe_text() {
   return std::string("[recipe]\nname = \"kprobes\"\n[[probe]]\nname = \"enter\"\nkprobe = \"") +
          kFunction + "\"\n[[probe]]\nname = \"ret\"\nkretprobe = \"" + kFunction +
@@ -86,7 +77,7 @@ TEST(KprobeLive, AKprobeAndAKretprobeCountACommandsCallsExactly) {
   if (const auto why = no_kprobes(); !why.empty())
     GTEST_SKIP() << why;
   testing::TempDir dir;
-  const auto caller = unique_syscaller(dir.path());
+  const auto caller = testing::own_program(dir.path(), TRACER_SYSCALLER_PATH, "kp");
   const auto recipe = dir.path() / "r.toml";
   std::ofstream(recipe) << recipe_text();
   const auto r = testing::run_tracer("run " + recipe.string() + " --json -- " + caller.string() +
@@ -102,7 +93,7 @@ TEST(KprobeLive, InTheKernelSystemWideAsBpftraceCounts) {
   if (const auto why = no_kprobes(); !why.empty())
     GTEST_SKIP() << why;
   testing::TempDir dir;
-  const auto caller = unique_syscaller(dir.path());
+  const auto caller = testing::own_program(dir.path(), TRACER_SYSCALLER_PATH, "kp");
   const std::string comm = caller.filename().string();
   const auto recipe = dir.path() / "r.toml";
   std::ofstream(recipe) << "[recipe]\nname = \"kprobes\"\nplacement = \"kernel\"\n[[probe]]\n"

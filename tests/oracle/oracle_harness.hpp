@@ -307,12 +307,21 @@ inline void expect_answer(const Shape& s, const Outcome& o, const std::string& p
   }
 }
 
+/// The longest a `tracer run` of a test may take (its command included).
+inline constexpr int kRunLimitSeconds = 60;
+
 /// Runs `tracer run` on the shape with a command target.
 inline Outcome run_command(const fs::path& recipe,
                            const std::string& flags,
                            const std::string& command) {
-  const auto r = shell(kTracer + " run " + recipe.string() + " --json " + flags + " -- " + command);
-  return outcome(r.out, r.err, r.exit_code);
+  // A run that hangs fails as such (exit 124 from timeout) instead of using up ctest's limit.
+  const auto r = shell("timeout -k 5 " + std::to_string(kRunLimitSeconds) + " " + kTracer +
+                       " run " + recipe.string() + " --json " + flags + " -- " + command);
+  return outcome(r.out,
+                 r.exit_code == 124 ? "tracer run did not end within " +
+                                          std::to_string(kRunLimitSeconds) + " s\n" + r.err
+                                    : r.err,
+                 r.exit_code);
 }
 
 inline pid_t spawn(const std::vector<std::string>& argv, const fs::path& out, const fs::path& err) {
@@ -324,6 +333,22 @@ inline int wait_code(pid_t pid) {
   if (::waitpid(pid, &status, 0) != pid)
     return -1;
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/// wait_code, at most `seconds`: then the process is killed and -2 returned.
+inline int wait_code_within(pid_t pid, int seconds) {
+  for (int i = 0; i < seconds * 20; ++i) {
+    int status = 0;
+    const pid_t r = ::waitpid(pid, &status, WNOHANG);
+    if (r == pid)
+      return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    if (r < 0)
+      return -1;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ::kill(pid, SIGKILL);
+  (void)wait_code(pid);
+  return -2;
 }
 
 inline std::vector<std::string> split_flags(const std::string& flags) {

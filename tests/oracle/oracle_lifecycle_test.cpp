@@ -13,15 +13,6 @@ using namespace oracle;
 
 constexpr int kChildren = 300;
 
-/// A copy of /bin/true named lc<pid> (a comm no other process has) in `dir`.
-fs::path unique_true(const fs::path& dir) {
-  const auto path = dir / ("lc" + std::to_string(::getpid()));
-  fs::copy_file("/bin/true", path, fs::copy_options::overwrite_existing);
-  fs::permissions(path, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
-                            fs::perms::others_read | fs::perms::others_exec);
-  return path;
-}
-
 /// The command: sh running `child` kChildren times (a loop of its own: no other program).
 std::string loop_of(const fs::path& child) {
   return "/bin/sh -c 'i=0; while [ $i -lt " + std::to_string(kChildren) + " ]; do " +
@@ -60,9 +51,9 @@ long long bpftrace_count(const fs::path& dir,
     ADD_FAILURE() << "bpftrace did not start: " << slurp(dir / "b.err");
     return -1;
   }
-  EXPECT_EQ(shell(command).exit_code, 0);
+  EXPECT_EQ(shell("timeout -k 5 60 " + command).exit_code, 0);
   ::kill(b, SIGINT);
-  wait_code(b);
+  EXPECT_NE(wait_code_within(b, 30), -2) << "bpftrace did not end within 30 s of its SIGINT";
   const std::string out = slurp(dir / "b.out");
   std::smatch m;
   if (std::regex_search(out, m, std::regex(R"(@: ([0-9]+))")))
@@ -74,7 +65,7 @@ long long bpftrace_count(const fs::path& dir,
 // counted by file name: 1 and 300 on every path, as strace's successful execve calls.
 TEST(OracleLifecycle, TheCommandsOwnExecAndEveryChildsCountOnEveryPath) {
   testing::TempDir dir;
-  const auto child = unique_true(dir.path());
+  const auto child = testing::own_program(dir.path(), "/bin/true", "lc");
   const auto recipe = dir.path() / "r.toml";
   std::ofstream(recipe) << R"([recipe]
 name = "execs"
@@ -97,10 +88,10 @@ by = ["filename"]
   if (!fs::exists("/usr/bin/strace"))
     GTEST_SKIP() << "strace is not installed (apt-get install strace): it is the reference";
   const auto log = dir.path() / "strace.log";
-  ASSERT_EQ(
-      shell("/usr/bin/strace -f -qq -e trace=execve -o " + log.string() + " " + loop_of(child))
-          .exit_code,
-      0);
+  ASSERT_EQ(shell("timeout -k 5 60 /usr/bin/strace -f -qq -e trace=execve -o " + log.string() +
+                  " " + loop_of(child))
+                .exit_code,
+            0);
   std::istringstream in(slurp(log));
   long execs = 0;
   for (std::string line; std::getline(in, line);)
@@ -115,12 +106,12 @@ by = ["filename"]
 // too), so that path gives what perf record gives on the same kernel.
 TEST(OracleLifecycle, EveryProcessesLastEventsUpToItsFinalSwitchCountOnEveryPath) {
   testing::TempDir dir;
-  const auto child = unique_true(dir.path());
+  const auto child = testing::own_program(dir.path(), "/bin/true", "lc");
   const std::string comm = child.filename().string();
   // perf record's per-task events on this kernel: its final switches and exits of the command's
   // tasks.
   const auto data = dir.path() / "perf.data";
-  const auto rec = shell("/usr/bin/perf record -q -o " + data.string() +
+  const auto rec = shell("timeout -k 5 60 /usr/bin/perf record -q -o " + data.string() +
                          " -e sched:sched_switch --filter 'prev_state == 16 || prev_state == 32' "
                          "-e sched:sched_process_exit -- " +
                          loop_of(child) + " 2>&1");

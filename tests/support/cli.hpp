@@ -91,6 +91,19 @@ inline std::string with_own_fd(std::string text) {
     text.replace(at, 5, fd);
   return text;
 }
+/// A copy of `program` in `dir` named `prefix` + this test process's pid: a comm no other
+/// process on the machine has, so that a system-wide count (tracer's or bpftrace's) can keep to
+/// the test's own processes beside another copy of the workload or of the suite.
+inline std::filesystem::path own_program(const std::filesystem::path& dir,
+                                         const std::filesystem::path& program,
+                                         const std::string& prefix) {
+  namespace fs = std::filesystem;
+  const auto path = dir / (prefix + std::to_string(::getpid()));
+  fs::copy_file(program, path, fs::copy_options::overwrite_existing);
+  fs::permissions(path, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                            fs::perms::others_read | fs::perms::others_exec);
+  return path;
+}
 /// "SYSCALLER_FD=N ORACLE_FD=N " for a shell command line.
 inline std::string own_fd_env() {
   const std::string fd = std::to_string(own_fd());
