@@ -1,7 +1,7 @@
 # The layer rules of docs/architecture.md, checked on every build (cmake -P, from the target
-# tracer_layer_check):
-# - a file includes public headers ("tracer/...") of its own layer and of the layers below it
-#   only;
+# tracer_layer_check), on the graph of cmake/layers.cmake:
+# - a file includes public headers ("tracer/...") of its own layer and of the layers it reaches
+#   (builds on, directly or through another) only;
 # - private headers are private: a layer's private headers are its files outside include/, and
 #   only that layer's files include them (a public header includes none). The exceptions are
 #   files the build generates and the shipped BPF programs' shared headers (bpf/progs/*.h).
@@ -15,59 +15,25 @@ if(NOT TRACER_SOURCE_DIR)
   message(FATAL_ERROR "check_layers: pass -DTRACER_SOURCE_DIR=<repository root>")
 endif()
 
-# Layers, lowest first: a directory, its name, the layers it may include.
-set(layer_names common perf tracefs bpf symbols model perfdata recipe core pipeline stages kernel session
-                exporter cli)
-set(dir_common engine/common)
-set(dir_perf engine/perf)
-set(dir_tracefs engine/tracefs)
-set(dir_bpf bpf)
-set(dir_symbols engine/symbols)
-set(dir_model engine/model)
-set(dir_perfdata engine/perfdata)
-set(dir_recipe engine/recipe)
-set(dir_core engine/core)
-set(dir_pipeline engine/pipeline)
-set(dir_stages plugins)
-set(dir_kernel engine/kernel)
-set(dir_session engine/session)
-set(dir_exporter engine/exporter)
-set(dir_cli cmd)
-set(allow_common common)
-set(allow_perf common perf)
-set(allow_tracefs common tracefs)
-set(allow_bpf common perf bpf)
-set(allow_symbols common symbols)
-set(allow_model common perf tracefs bpf model)
-set(allow_perfdata common perf tracefs bpf symbols model perfdata)
-set(allow_recipe common perf tracefs bpf symbols model recipe)
-set(allow_core common perf tracefs bpf symbols model perfdata core)
-set(allow_pipeline common perf tracefs bpf symbols model recipe pipeline)
-set(allow_stages common perf tracefs bpf symbols model perfdata recipe pipeline stages)
-set(allow_kernel common perf tracefs bpf symbols model perfdata recipe core pipeline stages kernel)
-set(allow_session common perf tracefs bpf symbols model perfdata recipe core pipeline stages kernel
-    session)
-set(allow_exporter common perf tracefs bpf symbols model perfdata recipe core pipeline stages kernel
-    session exporter)
-set(allow_cli common perf tracefs bpf symbols model perfdata recipe core pipeline stages kernel
-    session exporter cli)
+# The layers, their folders and what each may include (every layer it reaches):
+# cmake/layers.cmake, the one place the graph is written.
+include(${TRACER_SOURCE_DIR}/cmake/layers.cmake)
+set(layer_names ${TRACER_LAYERS})
+foreach(layer IN LISTS layer_names)
+  set(dir_${layer} ${TRACER_LAYER_DIR_${layer}})
+  tracer_layer_reach(${layer} allow_${layer})
+endforeach()
 
 # The layer whose public header a "tracer/..." include names, or "" for none.
 function(layer_of include out)
   set(layer "")
-  if(include MATCHES "^tracer/(common|perf|tracefs|bpf|symbols|perfdata|kernel|exporter)/")
-    set(layer ${CMAKE_MATCH_1})
-  elseif(include MATCHES "^tracer/([a-z_]+)\\.hpp$")
-    # Top-level public headers: the layer whose include/ directory holds them.
-    foreach(candidate common model recipe core pipeline stages session)
-      if(EXISTS "${TRACER_SOURCE_DIR}/${dir_${candidate}}/include/tracer/${CMAKE_MATCH_1}.hpp")
-        set(layer ${candidate})
-      endif()
-    endforeach()
-    if(layer STREQUAL "" AND EXISTS "${TRACER_SOURCE_DIR}/engine/core/include/${include}")
-      set(layer core)
+  # The layer whose include/ directory holds the header ("tracer/perf/ring.hpp",
+  # "tracer/session.hpp").
+  foreach(candidate IN LISTS layer_names)
+    if(EXISTS "${TRACER_SOURCE_DIR}/${dir_${candidate}}/include/${include}")
+      set(layer ${candidate})
     endif()
-  endif()
+  endforeach()
   set(${out} "${layer}" PARENT_SCOPE)
 endfunction()
 
@@ -121,8 +87,8 @@ endforeach()
 set(report "")
 if(violations)
   string(APPEND report
-         "a layer includes a header of a layer above it (order: ${layer_names}; "
-         "docs/architecture.md):\n${violations}"
+         "a layer includes a header of a layer it does not build on (the graph: "
+         "cmake/layers.cmake, lowest first: ${layer_names}):\n${violations}"
          "Move the shared code down to the lowest layer that needs it, or pass what the lower "
          "layer needs in as a parameter.\n")
 endif()
