@@ -366,6 +366,257 @@ std::string hex(std::span<const std::byte> b) {
   return s;
 }
 
+/// `nr` (read as N) entries, each at least `min_item` bytes, read by `one` while the cursor
+/// holds: the shape of most list sections.
+template <typename N, typename F>
+void for_each_entry(Cursor& c, std::uint64_t min_item, F&& one) {
+  const auto nr = c.take<N>();
+  if (!plausible(c, nr, min_item)) {
+    c.fail();
+    return;
+  }
+  for (N i = 0; i < nr && c.ok(); ++i)
+    one();
+}
+
+/// HEADER_BUILD_ID: a sequence of struct perf_record_header_build_id.
+std::optional<ReadError> parse_build_ids(std::span<const std::byte> data, bool swap, Features& f) {
+  std::uint64_t pos = 0;
+  while (data.size() - pos >= 8) {
+    const auto h = load<perf_event_header>(data.data() + pos);
+    const std::uint16_t size = maybe_swap(h.size, swap);
+    if (size < 8 + 4 + 24 || size > data.size() - pos)
+      return ReadError{.offset = pos, .message = fmt::format("build_id: entry of {} bytes", size)};
+    Cursor e(data.subspan(pos + 8, size - 8U), swap);
+    BuildId b;
+    b.misc = maybe_swap(h.misc, swap);
+    b.pid = static_cast<std::int32_t>(e.take<std::uint32_t>());
+    const auto id = e.take_bytes(24);
+    const bool sized = (b.misc & (1U << 15)) != 0;
+    b.build_id =
+        hex(id.first(sized ? std::min<std::size_t>(static_cast<std::uint8_t>(id[20]), 20) : 20));
+    const auto fname = e.take_bytes(e.left());
+    std::string_view s(reinterpret_cast<const char*>(fname.data()), fname.size());
+    b.filename = std::string(s.substr(0, s.find('\0')));
+    b.misc &= perf::abi::kMiscCpumodeMask;
+    f.build_ids.push_back(std::move(b));
+    pos += size;
+  }
+  return std::nullopt;
+}
+
+/// HEADER_EVENT_DESC: each event's attr, name and sample ids.
+std::optional<ReadError> parse_event_desc(Cursor& c,
+                                          bool swap,
+                                          std::vector<EventDescEntry>& descs) {
+  const auto nre = c.take<std::uint32_t>();
+  const auto sz = c.take<std::uint32_t>();
+  if (!c.ok())
+    return std::nullopt;
+  if (sz < perf::abi::kAttrSizeVer0 || !plausible(c, nre, sz))
+    return problem(c, fmt::format("event_desc: {} events of {} bytes", nre, sz));
+  for (std::uint32_t i = 0; i < nre && c.ok(); ++i) {
+    EventDescEntry e;
+    const auto attr = c.take_bytes(sz);
+    if (!c.ok())
+      break;
+    if (read_attr(attr.data(), attr.size(), swap, e.attr) == 0)
+      return problem(c, fmt::format("event_desc: attr {} is damaged", i));
+    const auto nr_ids = c.take<std::uint32_t>();
+    e.name = c.string();
+    if (!plausible(c, nr_ids, 8)) {
+      c.fail();
+      break;
+    }
+    for (std::uint32_t j = 0; j < nr_ids; ++j)
+      e.ids.push_back(c.take<std::uint64_t>());
+    descs.push_back(std::move(e));
+  }
+  return std::nullopt;
+}
+
+/// HEADER_CPU_TOPOLOGY: sibling lists, then per-CPU core and socket ids (perf 4.x+), then dies
+/// (5.x+): optional tails.
+void parse_cpu_topology(Cursor& c, Features& f) {
+  CpuTopology t;
+  t.core_siblings = string_list(c);
+  t.thread_siblings = string_list(c);
+  const std::uint32_t ncpu = f.nrcpus ? f.nrcpus->available : 0;
+  if (c.ok() && ncpu != 0 && c.left() >= std::uint64_t{ncpu} * 8) {
+    t.cpus.resize(ncpu);
+    for (auto& cpu : t.cpus) {
+      cpu.core_id = c.take<std::uint32_t>();
+      cpu.socket_id = c.take<std::uint32_t>();
+    }
+    if (c.left() >= 4) {
+      t.die_siblings = string_list(c);
+      if (c.ok() && c.left() >= std::uint64_t{ncpu} * 4) {
+        for (auto& cpu : t.cpus)
+          cpu.die_id = c.take<std::uint32_t>();
+      }
+    }
+  }
+  if (c.ok())
+    f.cpu_topology = std::move(t);
+}
+
+/// HEADER_CACHE: version 1, then the levels.
+std::optional<ReadError> parse_cache(Cursor& c, Features& f) {
+  const auto version = c.take<std::uint32_t>();
+  const auto nr = c.take<std::uint32_t>();
+  if (!c.ok())
+    return std::nullopt;
+  if (version != 1)
+    return problem(c, fmt::format("cache: version {} (expected 1)", version));
+  if (!plausible(c, nr, 28)) {
+    c.fail();
+    return std::nullopt;
+  }
+  for (std::uint32_t i = 0; i < nr && c.ok(); ++i) {
+    CacheLevel l;
+    l.level = c.take<std::uint32_t>();
+    l.line_size = c.take<std::uint32_t>();
+    l.sets = c.take<std::uint32_t>();
+    l.ways = c.take<std::uint32_t>();
+    l.type = c.string();
+    l.size = c.string();
+    l.map = c.string();
+    f.caches.push_back(std::move(l));
+  }
+  return std::nullopt;
+}
+
+/// A fixed struct of the section's start, kept when the section holds it whole.
+template <typename T, typename Read>
+void parse_fixed(Cursor& c, std::optional<T>& out, Read&& read) {
+  T v{};
+  read(v);
+  if (c.ok())
+    out = v;
+}
+
+/// The list sections: NUMA nodes, PMU mappings, groups, the AUX trace index, hybrid topology,
+/// PMU capabilities. False for another feature.
+bool parse_list_feature(Feature feature, Cursor& c, Features& f) {
+  switch (feature) {
+    case Feature::kNumaTopology:
+      for_each_entry<std::uint32_t>(c, 24, [&] {
+        NumaNode n;
+        n.node = c.take<std::uint32_t>();
+        n.mem_total_kb = c.take<std::uint64_t>();
+        n.mem_free_kb = c.take<std::uint64_t>();
+        n.cpus = c.string();
+        f.numa_nodes.push_back(std::move(n));
+      });
+      return true;
+    case Feature::kPmuMappings:
+      for_each_entry<std::uint32_t>(c, 8, [&] {
+        const auto type = c.take<std::uint32_t>();
+        f.pmu_mappings.emplace_back(type, c.string());
+      });
+      return true;
+    case Feature::kGroupDesc:
+      for_each_entry<std::uint32_t>(c, 12, [&] {
+        GroupDesc g;
+        g.name = c.string();
+        g.leader_idx = c.take<std::uint32_t>();
+        g.nr_members = c.take<std::uint32_t>();
+        f.groups.push_back(std::move(g));
+      });
+      return true;
+    case Feature::kAuxtrace:
+      for_each_entry<std::uint64_t>(c, 16, [&] {
+        const auto off = c.take<std::uint64_t>();
+        f.auxtrace_index.emplace_back(off, c.take<std::uint64_t>());
+      });
+      return true;
+    case Feature::kHybridTopology:
+      for_each_entry<std::uint32_t>(c, 8, [&] {
+        HybridNode n;
+        n.pmu = c.string();
+        n.cpus = c.string();
+        f.hybrid_topology.push_back(std::move(n));
+      });
+      return true;
+    case Feature::kPmuCaps:
+      for_each_entry<std::uint32_t>(c, 8, [&] {
+        PmuCaps p;
+        parse_caps(c, p, true);
+        f.pmu_caps.push_back(std::move(p));
+      });
+      return true;
+    default:
+      return false;
+  }
+}
+
+/// The sections of a string or a fixed struct. False for another feature.
+bool parse_value_feature(Feature feature, Cursor& c, Features& f) {
+  switch (feature) {
+    case Feature::kHostname:
+      f.hostname = c.string();
+      return true;
+    case Feature::kOsRelease:
+      f.osrelease = c.string();
+      return true;
+    case Feature::kVersion:
+      f.version = c.string();
+      return true;
+    case Feature::kArch:
+      f.arch = c.string();
+      return true;
+    case Feature::kCpuDesc:
+      f.cpudesc = c.string();
+      return true;
+    case Feature::kCpuId:
+      f.cpuid = c.string();
+      return true;
+    case Feature::kCmdline:
+      f.cmdline = string_list(c);
+      return true;
+    case Feature::kNrCpus:
+      parse_fixed(c, f.nrcpus, [&](NrCpus& n) {
+        n.available = c.take<std::uint32_t>();
+        n.online = c.take<std::uint32_t>();
+      });
+      return true;
+    case Feature::kTotalMem:
+      parse_fixed(c, f.total_mem_kb, [&](std::uint64_t& kb) { kb = c.take<std::uint64_t>(); });
+      return true;
+    case Feature::kSampleTime:
+      parse_fixed(c, f.sample_time, [&](SampleTime& t) {
+        t.first_ns = c.take<std::uint64_t>();
+        t.last_ns = c.take<std::uint64_t>();
+      });
+      return true;
+    case Feature::kClockId:
+      parse_fixed(c, f.clockid_res_ns, [&](std::uint64_t& r) { r = c.take<std::uint64_t>(); });
+      return true;
+    case Feature::kDirFormat:
+      parse_fixed(c, f.dir_format, [&](std::uint64_t& v) { v = c.take<std::uint64_t>(); });
+      return true;
+    case Feature::kCompressed:
+      parse_fixed(c, f.compressed, [&](Compression& z) {
+        z.version = c.take<std::uint32_t>();
+        z.type = c.take<std::uint32_t>();
+        z.level = c.take<std::uint32_t>();
+        z.ratio = c.take<std::uint32_t>();
+        z.mmap_len = c.take<std::uint32_t>();
+      });
+      return true;
+    case Feature::kClockData:
+      parse_fixed(c, f.clock_data, [&](ClockData& d) {
+        d.version = c.take<std::uint32_t>();
+        d.clockid = c.take<std::uint32_t>();
+        d.tod_ns = c.take<std::uint64_t>();
+        d.clockid_ns = c.take<std::uint64_t>();
+      });
+      return true;
+    default:
+      return false;
+  }
+}
+
 }  // namespace
 
 std::optional<ReadError> parse_feature(std::uint32_t bit,
@@ -375,8 +626,8 @@ std::optional<ReadError> parse_feature(std::uint32_t bit,
                                        std::optional<TracingData>& tracing,
                                        std::vector<EventDescEntry>& descs) {
   Cursor c(data, swap);
-  const auto name = feature_name(bit);
-  switch (static_cast<Feature>(bit)) {
+  const auto feature = static_cast<Feature>(bit);
+  switch (feature) {
     case Feature::kTracingData: {
       TracingData t;
       if (auto err = parse_tracing_data(data, t))
@@ -384,276 +635,33 @@ std::optional<ReadError> parse_feature(std::uint32_t bit,
       tracing = std::move(t);
       return std::nullopt;
     }
-    case Feature::kBuildId: {
-      // A sequence of struct perf_record_header_build_id.
-      std::uint64_t pos = 0;
-      while (data.size() - pos >= 8) {
-        const auto h = load<perf_event_header>(data.data() + pos);
-        const std::uint16_t size = maybe_swap(h.size, swap);
-        if (size < 8 + 4 + 24 || size > data.size() - pos)
-          return ReadError{.offset = pos,
-                           .message = fmt::format("build_id: entry of {} bytes", size)};
-        Cursor e(data.subspan(pos + 8, size - 8U), swap);
-        BuildId b;
-        b.misc = maybe_swap(h.misc, swap);
-        b.pid = static_cast<std::int32_t>(e.take<std::uint32_t>());
-        const auto id = e.take_bytes(24);
-        const bool sized = (b.misc & (1U << 15)) != 0;
-        b.build_id = hex(
-            id.first(sized ? std::min<std::size_t>(static_cast<std::uint8_t>(id[20]), 20) : 20));
-        const auto fname = e.take_bytes(e.left());
-        std::string_view s(reinterpret_cast<const char*>(fname.data()), fname.size());
-        b.filename = std::string(s.substr(0, s.find('\0')));
-        b.misc &= perf::abi::kMiscCpumodeMask;
-        f.build_ids.push_back(std::move(b));
-        pos += size;
-      }
-      return std::nullopt;
-    }
-    case Feature::kHostname:
-      f.hostname = c.string();
+    case Feature::kBuildId:
+      return parse_build_ids(data, swap, f);
+    case Feature::kEventDesc:
+      if (auto err = parse_event_desc(c, swap, descs))
+        return err;
       break;
-    case Feature::kOsRelease:
-      f.osrelease = c.string();
+    case Feature::kCpuTopology:
+      parse_cpu_topology(c, f);
       break;
-    case Feature::kVersion:
-      f.version = c.string();
+    case Feature::kCache:
+      if (auto err = parse_cache(c, f))
+        return err;
       break;
-    case Feature::kArch:
-      f.arch = c.string();
-      break;
-    case Feature::kCpuDesc:
-      f.cpudesc = c.string();
-      break;
-    case Feature::kCpuId:
-      f.cpuid = c.string();
-      break;
-    case Feature::kNrCpus: {
-      NrCpus n;
-      n.available = c.take<std::uint32_t>();
-      n.online = c.take<std::uint32_t>();
-      if (c.ok())
-        f.nrcpus = n;
-      break;
-    }
-    case Feature::kTotalMem: {
-      const auto kb = c.take<std::uint64_t>();
-      if (c.ok())
-        f.total_mem_kb = kb;
-      break;
-    }
-    case Feature::kCmdline:
-      f.cmdline = string_list(c);
-      break;
-    case Feature::kEventDesc: {
-      const auto nre = c.take<std::uint32_t>();
-      const auto sz = c.take<std::uint32_t>();
-      if (!c.ok())
-        break;
-      if (sz < perf::abi::kAttrSizeVer0 || !plausible(c, nre, sz))
-        return problem(c, fmt::format("event_desc: {} events of {} bytes", nre, sz));
-      for (std::uint32_t i = 0; i < nre && c.ok(); ++i) {
-        EventDescEntry e;
-        const auto attr = c.take_bytes(sz);
-        if (!c.ok())
-          break;
-        if (read_attr(attr.data(), attr.size(), swap, e.attr) == 0)
-          return problem(c, fmt::format("event_desc: attr {} is damaged", i));
-        const auto nr_ids = c.take<std::uint32_t>();
-        e.name = c.string();
-        if (!plausible(c, nr_ids, 8)) {
-          c.fail();
-          break;
-        }
-        for (std::uint32_t j = 0; j < nr_ids; ++j)
-          e.ids.push_back(c.take<std::uint64_t>());
-        descs.push_back(std::move(e));
-      }
-      break;
-    }
-    case Feature::kCpuTopology: {
-      CpuTopology t;
-      t.core_siblings = string_list(c);
-      t.thread_siblings = string_list(c);
-      // Per-CPU core and socket ids (perf 4.x+), then dies (5.x+): optional tails.
-      const std::uint32_t ncpu = f.nrcpus ? f.nrcpus->available : 0;
-      if (c.ok() && ncpu != 0 && c.left() >= std::uint64_t{ncpu} * 8) {
-        t.cpus.resize(ncpu);
-        for (auto& cpu : t.cpus) {
-          cpu.core_id = c.take<std::uint32_t>();
-          cpu.socket_id = c.take<std::uint32_t>();
-        }
-        if (c.left() >= 4) {
-          t.die_siblings = string_list(c);
-          if (c.ok() && c.left() >= std::uint64_t{ncpu} * 4) {
-            for (auto& cpu : t.cpus)
-              cpu.die_id = c.take<std::uint32_t>();
-          }
-        }
-      }
-      if (c.ok())
-        f.cpu_topology = std::move(t);
-      break;
-    }
-    case Feature::kNumaTopology: {
-      const auto nr = c.take<std::uint32_t>();
-      if (!plausible(c, nr, 24)) {
-        c.fail();
-        break;
-      }
-      for (std::uint32_t i = 0; i < nr && c.ok(); ++i) {
-        NumaNode n;
-        n.node = c.take<std::uint32_t>();
-        n.mem_total_kb = c.take<std::uint64_t>();
-        n.mem_free_kb = c.take<std::uint64_t>();
-        n.cpus = c.string();
-        f.numa_nodes.push_back(std::move(n));
-      }
-      break;
-    }
     case Feature::kBranchStack:
     case Feature::kStat:
       break;  // presence only
-    case Feature::kPmuMappings: {
-      const auto nr = c.take<std::uint32_t>();
-      if (!plausible(c, nr, 8)) {
-        c.fail();
-        break;
-      }
-      for (std::uint32_t i = 0; i < nr && c.ok(); ++i) {
-        const auto type = c.take<std::uint32_t>();
-        f.pmu_mappings.emplace_back(type, c.string());
-      }
-      break;
-    }
-    case Feature::kGroupDesc: {
-      const auto nr = c.take<std::uint32_t>();
-      if (!plausible(c, nr, 12)) {
-        c.fail();
-        break;
-      }
-      for (std::uint32_t i = 0; i < nr && c.ok(); ++i) {
-        GroupDesc g;
-        g.name = c.string();
-        g.leader_idx = c.take<std::uint32_t>();
-        g.nr_members = c.take<std::uint32_t>();
-        f.groups.push_back(std::move(g));
-      }
-      break;
-    }
-    case Feature::kAuxtrace: {
-      const auto nr = c.take<std::uint64_t>();
-      if (!plausible(c, nr, 16)) {
-        c.fail();
-        break;
-      }
-      for (std::uint64_t i = 0; i < nr && c.ok(); ++i) {
-        const auto off = c.take<std::uint64_t>();
-        f.auxtrace_index.emplace_back(off, c.take<std::uint64_t>());
-      }
-      break;
-    }
-    case Feature::kCache: {
-      const auto version = c.take<std::uint32_t>();
-      const auto nr = c.take<std::uint32_t>();
-      if (!c.ok())
-        break;
-      if (version != 1)
-        return problem(c, fmt::format("cache: version {} (expected 1)", version));
-      if (!plausible(c, nr, 28)) {
-        c.fail();
-        break;
-      }
-      for (std::uint32_t i = 0; i < nr && c.ok(); ++i) {
-        CacheLevel l;
-        l.level = c.take<std::uint32_t>();
-        l.line_size = c.take<std::uint32_t>();
-        l.sets = c.take<std::uint32_t>();
-        l.ways = c.take<std::uint32_t>();
-        l.type = c.string();
-        l.size = c.string();
-        l.map = c.string();
-        f.caches.push_back(std::move(l));
-      }
-      break;
-    }
-    case Feature::kSampleTime: {
-      SampleTime t;
-      t.first_ns = c.take<std::uint64_t>();
-      t.last_ns = c.take<std::uint64_t>();
-      if (c.ok())
-        f.sample_time = t;
-      break;
-    }
-    case Feature::kClockId: {
-      const auto res = c.take<std::uint64_t>();
-      if (c.ok())
-        f.clockid_res_ns = res;
-      break;
-    }
-    case Feature::kDirFormat: {
-      const auto v = c.take<std::uint64_t>();
-      if (c.ok())
-        f.dir_format = v;
-      break;
-    }
-    case Feature::kCompressed: {
-      Compression z;
-      z.version = c.take<std::uint32_t>();
-      z.type = c.take<std::uint32_t>();
-      z.level = c.take<std::uint32_t>();
-      z.ratio = c.take<std::uint32_t>();
-      z.mmap_len = c.take<std::uint32_t>();
-      if (c.ok())
-        f.compressed = z;
-      break;
-    }
     case Feature::kCpuPmuCaps:
       parse_caps(c, f.cpu_pmu_caps, false);
       break;
-    case Feature::kClockData: {
-      ClockData d;
-      d.version = c.take<std::uint32_t>();
-      d.clockid = c.take<std::uint32_t>();
-      d.tod_ns = c.take<std::uint64_t>();
-      d.clockid_ns = c.take<std::uint64_t>();
-      if (c.ok())
-        f.clock_data = d;
-      break;
-    }
-    case Feature::kHybridTopology: {
-      const auto nr = c.take<std::uint32_t>();
-      if (!plausible(c, nr, 8)) {
-        c.fail();
-        break;
-      }
-      for (std::uint32_t i = 0; i < nr && c.ok(); ++i) {
-        HybridNode n;
-        n.pmu = c.string();
-        n.cpus = c.string();
-        f.hybrid_topology.push_back(std::move(n));
-      }
-      break;
-    }
-    case Feature::kPmuCaps: {
-      const auto nr = c.take<std::uint32_t>();
-      if (!plausible(c, nr, 8)) {
-        c.fail();
-        break;
-      }
-      for (std::uint32_t i = 0; i < nr && c.ok(); ++i) {
-        PmuCaps p;
-        parse_caps(c, p, true);
-        f.pmu_caps.push_back(std::move(p));
-      }
-      break;
-    }
-    default:  // MEM_TOPOLOGY, BPF_PROG_INFO, BPF_BTF and unknown bits: listed, skipped by size
-      return std::nullopt;
+    default:
+      // MEM_TOPOLOGY, BPF_PROG_INFO, BPF_BTF and unknown bits: listed, skipped by size.
+      if (!parse_value_feature(feature, c, f) && !parse_list_feature(feature, c, f))
+        return std::nullopt;
   }
   if (!c.ok())
-    return problem(
-        c, fmt::format("{}: section of {} bytes ends inside its contents", name, data.size()));
+    return problem(c, fmt::format("{}: section of {} bytes ends inside its contents",
+                                  feature_name(bit), data.size()));
   return std::nullopt;
 }
 
