@@ -86,6 +86,123 @@ bool CpuMapData::cpus(std::vector<std::int32_t>& out) const {
   return c.ok();
 }
 
+namespace {
+
+// The records of more than a few fields, one function each (decode_user's cases). Assigning
+// to the variant cannot throw: every alternative is a view of trivial members.
+// NOLINTNEXTLINE(bugprone-exception-escape)
+bool decode_build_id(detail::Cursor& c, std::uint16_t misc, UserRecord& out) noexcept {
+  BuildIdRecord b;
+  b.pid = static_cast<std::int32_t>(c.take<std::uint32_t>());
+  const auto id = c.take_bytes(24);
+  if (!c.ok())
+    return false;
+  const bool sized = (misc & (1U << 15)) != 0;  // PERF_RECORD_MISC_BUILD_ID_SIZE
+  const auto n = sized ? std::min<std::size_t>(static_cast<std::uint8_t>(id[20]), 20) : 20;
+  b.build_id = id.first(n);
+  const auto name = c.take_bytes(c.left());
+  std::string_view s(reinterpret_cast<const char*>(name.data()), name.size());
+  b.filename = s.substr(0, s.find('\0'));
+  out = b;
+  return true;
+}
+
+// NOLINTNEXTLINE(bugprone-exception-escape)
+bool decode_auxtrace(detail::Cursor& c, UserRecord& out) noexcept {
+  Auxtrace a;
+  a.size = c.take<std::uint64_t>();
+  a.offset = c.take<std::uint64_t>();
+  a.reference = c.take<std::uint64_t>();
+  a.idx = c.take<std::uint32_t>();
+  a.tid = c.take<std::uint32_t>();
+  a.cpu = c.take<std::uint32_t>();
+  if (!c.ok())
+    return false;
+  out = a;
+  return true;
+}
+
+// NOLINTNEXTLINE(bugprone-exception-escape)
+bool decode_auxtrace_error(detail::Cursor& c, UserRecord& out) noexcept {
+  AuxtraceError e;
+  e.type = c.take<std::uint32_t>();
+  e.code = c.take<std::uint32_t>();
+  e.cpu = c.take<std::uint32_t>();
+  e.pid = c.take<std::uint32_t>();
+  e.tid = c.take<std::uint32_t>();
+  e.fmt = c.take<std::uint32_t>();
+  e.ip = c.take<std::uint64_t>();
+  e.time = c.take<std::uint64_t>();
+  const auto msg = c.take_bytes(64);
+  if (!c.ok())
+    return false;
+  std::string_view s(reinterpret_cast<const char*>(msg.data()), msg.size());
+  e.msg = s.substr(0, s.find('\0'));
+  if (e.fmt >= 2 && c.left() >= 8) {
+    e.machine_pid = c.take<std::uint32_t>();
+    e.vcpu = c.take<std::uint32_t>();
+  }
+  out = e;
+  return true;
+}
+
+// NOLINTNEXTLINE(bugprone-exception-escape)
+bool decode_stat(detail::Cursor& c, UserRecord& out) noexcept {
+  Stat s;
+  s.id = c.take<std::uint64_t>();
+  s.cpu = c.take<std::uint32_t>();
+  s.thread = c.take<std::uint32_t>();
+  s.val = c.take<std::uint64_t>();
+  s.ena = c.take<std::uint64_t>();
+  s.run = c.take<std::uint64_t>();
+  if (!c.ok())
+    return false;
+  out = s;
+  return true;
+}
+
+// NOLINTNEXTLINE(bugprone-exception-escape)
+bool decode_event_update(detail::Cursor& c, UserRecord& out) noexcept {
+  EventUpdate e;
+  e.type = c.take<std::uint64_t>();
+  e.id = c.take<std::uint64_t>();
+  if (!c.ok())
+    return false;
+  const auto data = c.take_bytes(c.left());
+  if (e.type == 0 || e.type == 2) {
+    std::string_view s(reinterpret_cast<const char*>(data.data()), data.size());
+    e.text = s.substr(0, s.find('\0'));
+  } else if (e.type == 1) {
+    if (data.size() < 8)
+      return false;
+    std::memcpy(&e.scale, data.data(), 8);
+  } else if (e.type == 3) {
+    e.cpus = CpuMapData{data};
+  }
+  out = e;
+  return true;
+}
+
+// NOLINTNEXTLINE(bugprone-exception-escape)
+bool decode_time_conv(detail::Cursor& c, UserRecord& out) noexcept {
+  TimeConv t;
+  t.time_shift = c.take<std::uint64_t>();
+  t.time_mult = c.take<std::uint64_t>();
+  t.time_zero = c.take<std::uint64_t>();
+  if (!c.ok())
+    return false;
+  if (c.left() >= 24) {  // perf 5.13+: the TSC fields
+    t.time_cycles = c.take<std::uint64_t>();
+    t.time_mask = c.take<std::uint64_t>();
+    t.cap_user_time_zero = c.take<std::uint8_t>() != 0;
+    t.cap_user_time_short = c.take<std::uint8_t>() != 0;
+  }
+  out = t;
+  return true;
+}
+
+}  // namespace
+
 // Emplacing into the variant cannot throw: every alternative is a view of trivial members.
 bool decode_user(std::span<const std::byte> bytes,  // NOLINT(bugprone-exception-escape)
                  UserRecord& out) noexcept {
@@ -116,21 +233,8 @@ bool decode_user(std::span<const std::byte> bytes,  // NOLINT(bugprone-exception
       out = t;
       return true;
     }
-    case kHeaderBuildId: {
-      BuildIdRecord b;
-      b.pid = static_cast<std::int32_t>(c.take<std::uint32_t>());
-      const auto id = c.take_bytes(24);
-      if (!c.ok())
-        return false;
-      const bool sized = (h.misc & (1U << 15)) != 0;  // PERF_RECORD_MISC_BUILD_ID_SIZE
-      const auto n = sized ? std::min<std::size_t>(static_cast<std::uint8_t>(id[20]), 20) : 20;
-      b.build_id = id.first(n);
-      const auto name = rest();
-      std::string_view s(reinterpret_cast<const char*>(name.data()), name.size());
-      b.filename = s.substr(0, s.find('\0'));
-      out = b;
-      return true;
-    }
+    case kHeaderBuildId:
+      return decode_build_id(c, h.misc, out);
     case kFinishedRound:
       out = FinishedRound{};
       return true;
@@ -157,41 +261,10 @@ bool decode_user(std::span<const std::byte> bytes,  // NOLINT(bugprone-exception
       out = a;
       return true;
     }
-    case kAuxtrace: {
-      Auxtrace a;
-      a.size = c.take<std::uint64_t>();
-      a.offset = c.take<std::uint64_t>();
-      a.reference = c.take<std::uint64_t>();
-      a.idx = c.take<std::uint32_t>();
-      a.tid = c.take<std::uint32_t>();
-      a.cpu = c.take<std::uint32_t>();
-      if (!c.ok())
-        return false;
-      out = a;
-      return true;
-    }
-    case kAuxtraceError: {
-      AuxtraceError e;
-      e.type = c.take<std::uint32_t>();
-      e.code = c.take<std::uint32_t>();
-      e.cpu = c.take<std::uint32_t>();
-      e.pid = c.take<std::uint32_t>();
-      e.tid = c.take<std::uint32_t>();
-      e.fmt = c.take<std::uint32_t>();
-      e.ip = c.take<std::uint64_t>();
-      e.time = c.take<std::uint64_t>();
-      const auto msg = c.take_bytes(64);
-      if (!c.ok())
-        return false;
-      std::string_view s(reinterpret_cast<const char*>(msg.data()), msg.size());
-      e.msg = s.substr(0, s.find('\0'));
-      if (e.fmt >= 2 && c.left() >= 8) {
-        e.machine_pid = c.take<std::uint32_t>();
-        e.vcpu = c.take<std::uint32_t>();
-      }
-      out = e;
-      return true;
-    }
+    case kAuxtrace:
+      return decode_auxtrace(c, out);
+    case kAuxtraceError:
+      return decode_auxtrace_error(c, out);
     case kThreadMap: {
       ThreadMap t;
       t.nr = c.take<std::uint64_t>();
@@ -213,19 +286,8 @@ bool decode_user(std::span<const std::byte> bytes,  // NOLINT(bugprone-exception
       out = s;
       return true;
     }
-    case kStat: {
-      Stat s;
-      s.id = c.take<std::uint64_t>();
-      s.cpu = c.take<std::uint32_t>();
-      s.thread = c.take<std::uint32_t>();
-      s.val = c.take<std::uint64_t>();
-      s.ena = c.take<std::uint64_t>();
-      s.run = c.take<std::uint64_t>();
-      if (!c.ok())
-        return false;
-      out = s;
-      return true;
-    }
+    case kStat:
+      return decode_stat(c, out);
     case kStatRound: {
       StatRound s;
       s.type = c.take<std::uint64_t>();
@@ -235,42 +297,10 @@ bool decode_user(std::span<const std::byte> bytes,  // NOLINT(bugprone-exception
       out = s;
       return true;
     }
-    case kEventUpdate: {
-      EventUpdate e;
-      e.type = c.take<std::uint64_t>();
-      e.id = c.take<std::uint64_t>();
-      if (!c.ok())
-        return false;
-      const auto data = rest();
-      if (e.type == 0 || e.type == 2) {
-        std::string_view s(reinterpret_cast<const char*>(data.data()), data.size());
-        e.text = s.substr(0, s.find('\0'));
-      } else if (e.type == 1) {
-        if (data.size() < 8)
-          return false;
-        std::memcpy(&e.scale, data.data(), 8);
-      } else if (e.type == 3) {
-        e.cpus = CpuMapData{data};
-      }
-      out = e;
-      return true;
-    }
-    case kTimeConv: {
-      TimeConv t;
-      t.time_shift = c.take<std::uint64_t>();
-      t.time_mult = c.take<std::uint64_t>();
-      t.time_zero = c.take<std::uint64_t>();
-      if (!c.ok())
-        return false;
-      if (c.left() >= 24) {  // perf 5.13+: the TSC fields
-        t.time_cycles = c.take<std::uint64_t>();
-        t.time_mask = c.take<std::uint64_t>();
-        t.cap_user_time_zero = c.take<std::uint8_t>() != 0;
-        t.cap_user_time_short = c.take<std::uint8_t>() != 0;
-      }
-      out = t;
-      return true;
-    }
+    case kEventUpdate:
+      return decode_event_update(c, out);
+    case kTimeConv:
+      return decode_time_conv(c, out);
     case kHeaderFeature: {
       HeaderFeatureRecord f;
       f.feature = c.take<std::uint64_t>();
