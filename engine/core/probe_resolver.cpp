@@ -238,30 +238,65 @@ void resolve_breakpoint_symbol(const ProbeOptions& o, BreakpointSpec& bp, Resolv
     bp.len = addr->size;  // watch the whole variable, no more
 }
 
-}  // namespace
-
-ResolvedProbe resolve_probe(const ProbeOptions& o, std::uint32_t index, ResolveContext& ctx) {
-  if (o.name.empty())
-    usage_error(o, "a probe needs a name");
-  if (o.period && o.freq)
-    usage_error(o, "set period or freq, not both");
-  if (o.ring_pages != 0 && (o.ring_pages & (o.ring_pages - 1)) != 0) {
-    usage_error(o, fmt::format("ring_pages {} is not a power of two", o.ring_pages),
-                "use 8, 16, 32, 64, 128, ...");
-  }
-  ResolvedProbe r;
-  r.info.index = index;
-  r.info.name = o.name;
-  r.info.kind = o.kind;
-  r.info.spec = o.spec;
-  r.counting = o.counting;
+/// A raw PMU event ("rNNNN", or perf's pmu/term=value,.../) or an AUX one: its type and
+/// config, its ring's AUX area.
+void resolve_pmu_event(const ProbeOptions& o, ResolvedProbe& r) {
   auto& a = r.attr;
-  // Every event: the identifier first (routing), time on CLOCK_MONOTONIC so probes and CPUs
-  // compare, and the sample_id trailer on every record so losses and task records attribute.
-  std::uint64_t sample_type =
-      PERF_SAMPLE_IDENTIFIER | PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_CPU;
-  bool every_event = true;  // default period 1 (else kDefaultFreq)
+  std::uint64_t raw = 0;
+  if (o.kind == ProbeKind::kRawPmu && o.spec.size() > 1 && o.spec[0] == 'r' &&
+      parse_u64("0x" + o.spec.substr(1), raw)) {
+    a.type(PERF_TYPE_RAW).config(raw);  // perf's "rNNNN": a CPU PMU raw event code
+    r.info.pmu = "raw";
+  } else {
+    // perf syntax: pmu/term=value,.../
+    const auto slash = o.spec.find('/');
+    if (slash == std::string::npos || o.spec.back() != '/' || slash == o.spec.size() - 1) {
+      usage_error(o, fmt::format("'{}' is not a PMU event", o.spec),
+                  "write pmu/term=value,.../ (e.g. intel_pt/cyc=1/) or rNNNN; the PMUs and "
+                  "their terms are in `tracer list pmus`");
+    }
+    const std::string pmu_name = o.spec.substr(0, slash);
+    const std::string terms = o.spec.substr(slash + 1, o.spec.size() - slash - 2);
+    auto pmu = perf::find_pmu(pmu_name);
+    if (!pmu) {
+      std::string aux_pmus;
+      if (auto all = perf::list_pmus()) {
+        for (const auto& p : *all) {
+          if (p.nr_addr_filters > 0)
+            aux_pmus += (aux_pmus.empty() ? "" : ", ") + p.name;
+        }
+      }
+      Failure f = pmu.error();
+      if (o.kind == ProbeKind::kAux) {
+        f.hint = fmt::format("AUX-capable PMUs here: {}",
+                             aux_pmus.empty() ? "none (this machine has no intel_pt, "
+                                                "intel_bts, cs_etm or arm_spe)"
+                                              : aux_pmus);
+      }
+      rethrow(o, f,
+              o.kind == ProbeKind::kAux ? ErrorCategory::kUnsupported : ErrorCategory::kNotFound);
+    }
+    auto cfg = perf::encode_pmu_terms(*pmu, terms);
+    if (!cfg)
+      rethrow(o, cfg.error(), ErrorCategory::kUsage);
+    a.type(pmu->type).config(cfg->config).config1(cfg->config1).config2(cfg->config2);
+    a.config3(cfg->config3);
+    r.info.pmu = pmu->name;
+  }
+  if (o.kind == ProbeKind::kAux) {
+    r.ring.aux_bytes = o.aux_bytes != 0 ? o.aux_bytes : kDefaultAuxBytes;
+    r.ring.aux_overwrite = o.aux_snapshot;
+  }
+}
 
+/// What the probe's kind makes of its spec: the event's type and config, and the sample
+/// fields the kind adds. `every_event`: a default period of 1 (else kDefaultFreq).
+std::uint64_t resolve_event(const ProbeOptions& o,
+                            ResolvedProbe& r,
+                            ResolveContext& ctx,
+                            bool& every_event) {
+  auto& a = r.attr;
+  every_event = true;
   switch (o.kind) {
     case ProbeKind::kTracepoint: {
       auto tp = tracefs::split_tracepoint(o.spec);
@@ -275,8 +310,7 @@ ResolvedProbe resolve_probe(const ProbeOptions& o, std::uint32_t index, ResolveC
       a.type(PERF_TYPE_TRACEPOINT).config(format->id);
       r.info.pmu = "tracepoint";
       r.info.format = std::move(*format);
-      sample_type |= PERF_SAMPLE_RAW;
-      break;
+      return PERF_SAMPLE_RAW;
     }
     case ProbeKind::kSoftware: {
       auto sw = perf::find_software_event(o.spec);
@@ -286,9 +320,8 @@ ResolvedProbe resolve_probe(const ProbeOptions& o, std::uint32_t index, ResolveC
       }
       a.type(PERF_TYPE_SOFTWARE).config(sw->config);
       r.info.pmu = "software";
-      sample_type |= PERF_SAMPLE_IP | PERF_SAMPLE_PERIOD;
       every_event = sw->unit != "ns";  // clocks sample at a frequency
-      break;
+      return PERF_SAMPLE_IP | PERF_SAMPLE_PERIOD;
     }
     case ProbeKind::kHardware: {
       auto cfg = perf::find_hardware_event(o.spec);
@@ -297,9 +330,8 @@ ResolvedProbe resolve_probe(const ProbeOptions& o, std::uint32_t index, ResolveC
                     fmt::format("hardware events: {}", perf::hardware_event_names()));
       a.type(PERF_TYPE_HARDWARE).config(*cfg);
       r.info.pmu = "hardware";
-      sample_type |= PERF_SAMPLE_IP | PERF_SAMPLE_PERIOD;
       every_event = false;
-      break;
+      return PERF_SAMPLE_IP | PERF_SAMPLE_PERIOD;
     }
     case ProbeKind::kCache: {
       auto cfg = perf::find_cache_event(o.spec);
@@ -308,62 +340,14 @@ ResolvedProbe resolve_probe(const ProbeOptions& o, std::uint32_t index, ResolveC
                     std::string(perf::cache_event_grammar()));
       a.type(PERF_TYPE_HW_CACHE).config(*cfg);
       r.info.pmu = "hw_cache";
-      sample_type |= PERF_SAMPLE_IP | PERF_SAMPLE_PERIOD;
       every_event = false;
-      break;
+      return PERF_SAMPLE_IP | PERF_SAMPLE_PERIOD;
     }
     case ProbeKind::kRawPmu:
-    case ProbeKind::kAux: {
-      std::uint64_t raw = 0;
-      if (o.kind == ProbeKind::kRawPmu && o.spec.size() > 1 && o.spec[0] == 'r' &&
-          parse_u64("0x" + o.spec.substr(1), raw)) {
-        a.type(PERF_TYPE_RAW).config(raw);  // perf's "rNNNN": a CPU PMU raw event code
-        r.info.pmu = "raw";
-      } else {
-        // perf syntax: pmu/term=value,.../
-        const auto slash = o.spec.find('/');
-        if (slash == std::string::npos || o.spec.back() != '/' || slash == o.spec.size() - 1) {
-          usage_error(o, fmt::format("'{}' is not a PMU event", o.spec),
-                      "write pmu/term=value,.../ (e.g. intel_pt/cyc=1/) or rNNNN; the PMUs and "
-                      "their terms are in `tracer list pmus`");
-        }
-        const std::string pmu_name = o.spec.substr(0, slash);
-        const std::string terms = o.spec.substr(slash + 1, o.spec.size() - slash - 2);
-        auto pmu = perf::find_pmu(pmu_name);
-        if (!pmu) {
-          std::string aux_pmus;
-          if (auto all = perf::list_pmus()) {
-            for (const auto& p : *all) {
-              if (p.nr_addr_filters > 0)
-                aux_pmus += (aux_pmus.empty() ? "" : ", ") + p.name;
-            }
-          }
-          Failure f = pmu.error();
-          if (o.kind == ProbeKind::kAux) {
-            f.hint = fmt::format("AUX-capable PMUs here: {}",
-                                 aux_pmus.empty() ? "none (this machine has no intel_pt, "
-                                                    "intel_bts, cs_etm or arm_spe)"
-                                                  : aux_pmus);
-          }
-          rethrow(
-              o, f,
-              o.kind == ProbeKind::kAux ? ErrorCategory::kUnsupported : ErrorCategory::kNotFound);
-        }
-        auto cfg = perf::encode_pmu_terms(*pmu, terms);
-        if (!cfg)
-          rethrow(o, cfg.error(), ErrorCategory::kUsage);
-        a.type(pmu->type).config(cfg->config).config1(cfg->config1).config2(cfg->config2);
-        a.config3(cfg->config3);
-        r.info.pmu = pmu->name;
-      }
-      sample_type |= PERF_SAMPLE_IP | PERF_SAMPLE_PERIOD;
+    case ProbeKind::kAux:
+      resolve_pmu_event(o, r);
       every_event = o.kind == ProbeKind::kAux;
-      if (o.kind == ProbeKind::kAux) {
-        r.ring.aux_bytes = o.aux_bytes != 0 ? o.aux_bytes : kDefaultAuxBytes;
-        r.ring.aux_overwrite = o.aux_snapshot;
-      }
-      break;
-    }
+      return PERF_SAMPLE_IP | PERF_SAMPLE_PERIOD;
     case ProbeKind::kBreakpoint: {
       auto bp = parse_breakpoint(o.spec);
       if (!bp)
@@ -372,8 +356,7 @@ ResolvedProbe resolve_probe(const ProbeOptions& o, std::uint32_t index, ResolveC
         resolve_breakpoint_symbol(o, *bp, ctx);
       a.type(PERF_TYPE_BREAKPOINT).bp_type(bp->type).bp_addr(bp->addr).bp_len(bp->len);
       r.info.pmu = "breakpoint";
-      sample_type |= PERF_SAMPLE_IP | PERF_SAMPLE_ADDR;
-      break;
+      return PERF_SAMPLE_IP | PERF_SAMPLE_ADDR;
     }
     case ProbeKind::kBpfOutput:
       usage_error(o, "the BPF output channel is not a probe of its own",
@@ -383,19 +366,16 @@ ResolvedProbe resolve_probe(const ProbeOptions& o, std::uint32_t index, ResolveC
     case ProbeKind::kUprobe:
     case ProbeKind::kUretprobe:
       resolve_dynamic_probe(o, r, ctx);
-      sample_type |= PERF_SAMPLE_RAW | PERF_SAMPLE_IP;
-      break;
+      return PERF_SAMPLE_RAW | PERF_SAMPLE_IP;
   }
+  return 0;
+}
 
-  a.sample_type(sample_type | o.extra_sample_type)
-      .flag(perf::Flag::kSampleIdAll)
-      .flag(perf::Flag::kDisabled)
-      .clockid(CLOCK_MONOTONIC)
-      .read_format(PERF_FORMAT_ID | perf::abi::kFormatLost);
+/// The user registers a sample carries: the probe's, or (x86-64 SysV ABI) a uprobe's
+/// arguments rdi, rsi, rdx, rcx, r8, r9 and a uretprobe's return value rax.
+void set_user_regs(const ProbeOptions& o, ResolvedProbe& r) {
   std::uint64_t regs = o.sample_regs_user;
 #if defined(__x86_64__)
-  // Arguments and return values come from user registers (x86-64 SysV ABI): uprobes get
-  // rdi, rsi, rdx, rcx, r8, r9 and uretprobes rax, unless the probe asks for others.
   if (regs == 0 && o.kind == ProbeKind::kUprobe) {
     regs = (1ULL << PERF_REG_X86_DI) | (1ULL << PERF_REG_X86_SI) | (1ULL << PERF_REG_X86_DX) |
            (1ULL << PERF_REG_X86_CX) | (1ULL << PERF_REG_X86_R8) | (1ULL << PERF_REG_X86_R9);
@@ -404,11 +384,14 @@ ResolvedProbe resolve_probe(const ProbeOptions& o, std::uint32_t index, ResolveC
   }
 #endif
   if (regs != 0) {
-    a.sample_regs_user(regs);
-    a.add_sample_type(PERF_SAMPLE_REGS_USER);
+    r.attr.sample_regs_user(regs);
+    r.attr.add_sample_type(PERF_SAMPLE_REGS_USER);
   }
   r.info.sample_regs_user = regs;
-  r.info.counts_to_stages = o.counting && o.bpf_program.empty();
+}
+
+/// Stacks, and the side-band records (COMM, FORK/EXIT, MMAP2, switches) the probe carries.
+void set_stacks_and_records(const ProbeOptions& o, perf::EventAttr& a) {
   if (o.sample_stack_user != 0)
     a.sample_stack_user(o.sample_stack_user);
   if (o.max_stack != 0)
@@ -433,9 +416,11 @@ ResolvedProbe resolve_probe(const ProbeOptions& o, std::uint32_t index, ResolveC
     a.flag(perf::Flag::kComm).flag(perf::Flag::kCommExec).flag(perf::Flag::kTask);
   if (o.context_switches)
     a.flag(perf::Flag::kContextSwitch);
-  // A counting probe's fields are those it would sample: an in-kernel pipeline (tracer::Session
-  // placement) reads them in its program, and binds its stages to them.
-  const perf::SampleLayout sampled = perf::SampleLayout::from(a);
+}
+
+/// Counting, or sampling at the probe's frequency or period (else every event, or
+/// kDefaultFreq).
+void set_sampling(const ProbeOptions& o, perf::EventAttr& a, bool every_event) {
   if (o.counting) {
     a.sample_type(0).flag(perf::Flag::kSampleIdAll, false);
     a.read_format(PERF_FORMAT_ID | PERF_FORMAT_TOTAL_TIME_ENABLED | PERF_FORMAT_TOTAL_TIME_RUNNING);
@@ -448,7 +433,11 @@ ResolvedProbe resolve_probe(const ProbeOptions& o, std::uint32_t index, ResolveC
   } else {
     a.sample_freq(kDefaultFreq);
   }
+}
 
+/// The ring's size and its wakeups.
+void set_ring(const ProbeOptions& o, ResolvedProbe& r, const ResolveContext& ctx) {
+  auto& a = r.attr;
   r.ring.data_pages = o.ring_pages != 0             ? o.ring_pages
                       : ctx.default_ring_pages != 0 ? ctx.default_ring_pages
                                                     : kDefaultRingPages;
@@ -468,32 +457,74 @@ ResolvedProbe resolve_probe(const ProbeOptions& o, std::uint32_t index, ResolveC
   }
   if (o.kind == ProbeKind::kAux && r.ring.aux_bytes != 0)
     a.aux_watermark(static_cast<std::uint32_t>(r.ring.aux_bytes / 4));
-  if (!o.read_events.empty()) {
-    if (o.counting)
-      usage_error(o, "a counting probe samples nothing: 'read' needs a sampling probe");
-    // Timebase sampling: each sample reads the group (the leader's count first, then the
-    // members', each with its id: an inherited child's counters have ids of their own).
-    a.add_sample_type(PERF_SAMPLE_READ | PERF_SAMPLE_TID);
-    a.read_format(PERF_FORMAT_GROUP | PERF_FORMAT_ID | perf::abi::kFormatLost);
-    std::optional<tracefs::Tracefs> fs;
-    for (const auto& name : o.read_events) {
-      perf::EventAttr m = resolve_event_name(name, fs);
-      // The kernel (6.12+) takes inherit with PERF_SAMPLE_READ when every member of the group
-      // says the same (has_inherit_and_sample_read): the members carry it too; they count,
-      // never sample (no period).
-      // A group's events share one clock (the kernel refuses a member of another).
-      m.read_format(PERF_FORMAT_GROUP | PERF_FORMAT_ID | perf::abi::kFormatLost)
-          .sample_type(PERF_SAMPLE_READ | PERF_SAMPLE_TID)
-          .clockid(CLOCK_MONOTONIC);
-      r.members.push_back(m);
-      std::string field = name;
-      for (char& c : field) {
-        if (std::isalnum(static_cast<unsigned char>(c)) == 0 && c != '_')
-          c = '_';
-      }
-      r.info.read_members.push_back(std::move(field));
+}
+
+/// Timebase sampling (`read`): each sample reads the group (the leader's count first, then the
+/// members', each with its id: an inherited child's counters have ids of their own).
+void set_read_group(const ProbeOptions& o, ResolvedProbe& r) {
+  if (o.read_events.empty())
+    return;
+  if (o.counting)
+    usage_error(o, "a counting probe samples nothing: 'read' needs a sampling probe");
+  r.attr.add_sample_type(PERF_SAMPLE_READ | PERF_SAMPLE_TID);
+  r.attr.read_format(PERF_FORMAT_GROUP | PERF_FORMAT_ID | perf::abi::kFormatLost);
+  std::optional<tracefs::Tracefs> fs;
+  for (const auto& name : o.read_events) {
+    perf::EventAttr m = resolve_event_name(name, fs);
+    // The kernel (6.12+) takes inherit with PERF_SAMPLE_READ when every member of the group
+    // says the same (has_inherit_and_sample_read): the members carry it too; they count,
+    // never sample (no period).
+    // A group's events share one clock (the kernel refuses a member of another).
+    m.read_format(PERF_FORMAT_GROUP | PERF_FORMAT_ID | perf::abi::kFormatLost)
+        .sample_type(PERF_SAMPLE_READ | PERF_SAMPLE_TID)
+        .clockid(CLOCK_MONOTONIC);
+    r.members.push_back(m);
+    std::string field = name;
+    for (char& c : field) {
+      if (std::isalnum(static_cast<unsigned char>(c)) == 0 && c != '_')
+        c = '_';
     }
+    r.info.read_members.push_back(std::move(field));
   }
+}
+
+}  // namespace
+
+ResolvedProbe resolve_probe(const ProbeOptions& o, std::uint32_t index, ResolveContext& ctx) {
+  if (o.name.empty())
+    usage_error(o, "a probe needs a name");
+  if (o.period && o.freq)
+    usage_error(o, "set period or freq, not both");
+  if (o.ring_pages != 0 && (o.ring_pages & (o.ring_pages - 1)) != 0) {
+    usage_error(o, fmt::format("ring_pages {} is not a power of two", o.ring_pages),
+                "use 8, 16, 32, 64, 128, ...");
+  }
+  ResolvedProbe r;
+  r.info.index = index;
+  r.info.name = o.name;
+  r.info.kind = o.kind;
+  r.info.spec = o.spec;
+  r.counting = o.counting;
+  // Every event: the identifier first (routing), time on CLOCK_MONOTONIC so probes and CPUs
+  // compare, and the sample_id trailer on every record so losses and task records attribute.
+  bool every_event = true;
+  const std::uint64_t sample_type = PERF_SAMPLE_IDENTIFIER | PERF_SAMPLE_TID | PERF_SAMPLE_TIME |
+                                    PERF_SAMPLE_CPU | resolve_event(o, r, ctx, every_event);
+  auto& a = r.attr;
+  a.sample_type(sample_type | o.extra_sample_type)
+      .flag(perf::Flag::kSampleIdAll)
+      .flag(perf::Flag::kDisabled)
+      .clockid(CLOCK_MONOTONIC)
+      .read_format(PERF_FORMAT_ID | perf::abi::kFormatLost);
+  set_user_regs(o, r);
+  r.info.counts_to_stages = o.counting && o.bpf_program.empty();
+  set_stacks_and_records(o, a);
+  // A counting probe's fields are those it would sample: an in-kernel pipeline (tracer::Session
+  // placement) reads them in its program, and binds its stages to them.
+  const perf::SampleLayout sampled = perf::SampleLayout::from(a);
+  set_sampling(o, a, every_event);
+  set_ring(o, r, ctx);
+  set_read_group(o, r);
   r.info.layout = o.counting ? sampled : perf::SampleLayout::from(a);
   r.info.attr = a;
   return r;
