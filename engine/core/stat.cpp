@@ -102,179 +102,46 @@ class Measurement {
 
   RunResult run(const std::atomic<bool>& stop,
                 const std::function<void(const StatInterval&)>& on_interval) {
-    using clock = std::chrono::steady_clock;
     const auto duration = opts_.duration;
     const auto interval = opts_.interval;
     const bool command = !opts_.command.empty();
     const bool system_wide = opts_.system_wide();
-
-    // A command is forked first and held on a pipe until its counters exist (enable_on_exec).
-    // A second pipe carries exec's errno back: "cannot run" is not the command's own 127.
-    pid_t child = -1;
-    int go_pipe[2] = {-1, -1};
-    int err_pipe[2] = {-1, -1};
-    if (command) {
-      if (::pipe2(go_pipe, O_CLOEXEC) != 0 || ::pipe2(err_pipe, O_CLOEXEC) != 0)
-        throw Error(ErrorCategory::kRuntime, {errno, std::generic_category()}, "pipe2 failed");
-      child = ::fork();
-      if (child < 0)
-        throw Error(ErrorCategory::kRuntime, {errno, std::generic_category()}, "fork failed");
-      if (child == 0) {
-        ::close(go_pipe[1]);
-        ::close(err_pipe[0]);
-        char c;
-        if (::read(go_pipe[0], &c, 1) != 1)
-          ::_exit(127);
-        std::vector<char*> argv;
-        for (const auto& s : opts_.command)
-          argv.push_back(const_cast<char*>(s.c_str()));
-        argv.push_back(nullptr);
-        ::execvp(argv[0], argv.data());
-        const int err = errno;
-        [[maybe_unused]] auto n = ::write(err_pipe[1], &err, sizeof err);
-        ::_exit(127);
-      }
-      ::close(go_pipe[0]);
-      ::close(err_pipe[1]);
-    }
-    struct ChildGuard {
-      pid_t& pid;
-      ~ChildGuard() {
-        if (pid > 0) {
-          ::kill(pid, SIGKILL);
-          ::waitpid(pid, nullptr, 0);
-        }
-      }
-    } guard{child};
-    struct FdGuard {
-      int fd;
-      ~FdGuard() {
-        if (fd >= 0)
-          ::close(fd);
-      }
-    } go_guard{go_pipe[1]}, err_guard{err_pipe[0]};
-
-    std::vector<int> cpus = {-1};
-    if (system_wide) {
-      auto online = perf::online_cpus();
-      if (!online)
-        throw Error(ErrorCategory::kRuntime, online.error());
-      cpus = *online;
-      if (!opts_.cpus.empty()) {  // -C: those of them
-        for (int c : opts_.cpus) {
-          if (std::find(online->begin(), online->end(), c) == online->end()) {
-            throw Error(ErrorCategory::kUsage, std::make_error_code(std::errc::invalid_argument),
-                        fmt::format("-C: CPU {} is not online", c),
-                        fmt::format("online CPUs: {}", fmt::join(*online, ",")));
-          }
-        }
-        cpus = opts_.cpus;
-      }
-    }
-    open_counters(system_wide ? -1 : child, cpus);
-    const auto start = clock::now();
+    HeldCommand held;
+    if (command)
+      held = fork_held(opts_.command);
+    open_counters(system_wide ? -1 : held.pid, system_wide ? counted_cpus() : std::vector{-1});
+    start_ = clock::now();
     if (opts_.on_counting && !counting_said_) {
       counting_said_ = true;  // the first run only
       opts_.on_counting();
     }
-    if (command) {
-      char c = 'g';
-      if (::write(go_pipe[1], &c, 1) != 1)
-        throw Error(ErrorCategory::kRuntime, {errno, std::generic_category()},
-                    "cannot start the command");
-      ::close(go_pipe[1]);
-      go_guard.fd = -1;
-    }
-    using Reading = Snapshot;
-    const auto read_all = [&] { return read_counters(); };
-    const auto runtime_of = [](std::uint64_t running, std::uint64_t enabled) {
-      return StatRuntime{.running_ns = running,
-                         .pct = enabled == 0 ? 100.0
-                                             : 100.0 * static_cast<double>(running) /
-                                                   static_cast<double>(enabled)};
-    };
-
-    // A -p process is watched through a pidfd (readable once it has exited, reaped or not):
-    // the count ends with it, as perf stat -p's does.
-    // With several, the count ends when every one has exited.
-    std::vector<pid_t> watched = opts_.pids;
-    watched.insert(watched.end(), opts_.tids.begin(), opts_.tids.end());
-    const bool watch_pid = !command && !system_wide && !watched.empty();
-    std::vector<UniqueFd> pidfds;
-    for (pid_t p : watch_pid ? watched : std::vector<pid_t>{})
-      pidfds.emplace_back(static_cast<int>(::syscall(SYS_pidfd_open, p, 0)));
-    const auto target_gone = [&] {
-      if (!watch_pid)
-        return false;
-      for (std::size_t k = 0; k < pidfds.size(); ++k) {
-        if (pidfds[k].get() < 0) {
-          if (!(::kill(watched[k], 0) != 0 && errno == ESRCH))
-            return false;
-          continue;
-        }
-        pollfd p{pidfds[k].get(), POLLIN, 0};
-        if (::poll(&p, 1, 0) != 1)
-          return false;
-      }
-      return true;
-    };
+    if (command)
+      held.release();
+    const PidWatch watch(command || system_wide ? std::vector<pid_t>{} : watched_tasks());
     RunResult result;
     bool child_done = false;
-    bool stopped_child = false;  // ended here (the duration, a signal): reaped, its rusage read
     int child_status = 0;
-    auto next_tick = start + interval;
-    Reading prev = empty_snapshot();
+    auto next_tick = start_ + interval;
+    prev_ = empty_snapshot();
     rusage usage{};
-    // One interval's deltas since the previous (`length_s`: how long it was).
-    const auto emit_interval = [&](double length_s) {
-      auto now = read_all();
-      std::vector<double> delta(now.total.size());
-      std::vector<StatRuntime> runtime(now.total.size());
-      std::vector<std::vector<double>> slot_delta(now.total.size());
-      for (std::size_t i = 0; i < now.total.size(); ++i) {
-        // Each slot's interval scaled by its own times (perf stat -I's), then summed.
-        std::uint64_t running = 0, enabled = 0;
-        for (std::size_t k = 0; k < now.slot[i].size(); ++k) {
-          const auto d = now.slot[i][k].since(prev.slot[i][k]);
-          delta[i] += d.scaled;
-          running += d.running;
-          enabled += d.enabled;
-          if (per_slot())
-            slot_delta[i].push_back(d.scaled);
-        }
-        runtime[i] = runtime_of(running, enabled);
-      }
-      prev = std::move(now);
-      if (on_interval) {
-        on_interval(
-            StatInterval{.counters = infos_,
-                         .elapsed_s = std::chrono::duration<double>(clock::now() - start).count(),
-                         .interval_s = length_s,
-                         .deltas = std::move(delta),
-                         .runtime = std::move(runtime),
-                         .slot_labels = slot_labels_,
-                         .slot_deltas = per_slot() ? std::move(slot_delta)
-                                                   : std::vector<std::vector<double>>{}});
-      }
-    };
     for (;;) {
       if (stop.load()) {
         result.stopped = true;
         break;
       }
-      if (duration.count() > 0 && clock::now() - start >= duration)
+      if (duration.count() > 0 && clock::now() - start_ >= duration)
         break;
-      if (child > 0 && ::wait4(child, &child_status, WNOHANG, &usage) == child) {
-        child = -1;
+      if (held.pid > 0 && ::wait4(held.pid, &child_status, WNOHANG, &usage) == held.pid) {
+        held.pid = -1;
         child_done = true;
         break;
       }
-      if (target_gone()) {
+      if (watch.all_gone()) {
         result.target_exited = true;
         break;
       }
       if (interval.count() > 0 && clock::now() >= next_tick) {
-        emit_interval(std::chrono::duration<double>(interval).count());
+        emit_interval(std::chrono::duration<double>(interval).count(), on_interval);
         next_tick += interval;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -284,58 +151,234 @@ class Measurement {
     if (interval.count() > 0) {
       const auto since = clock::now() - (next_tick - interval);
       if (since > std::chrono::milliseconds(1))
-        emit_interval(std::chrono::duration<double>(since).count());
+        emit_interval(std::chrono::duration<double>(since).count(), on_interval);
     }
-    result.seconds = std::chrono::duration<double>(clock::now() - start).count();
-    {
-      const Reading total = read_all();
-      for (std::size_t i = 0; i < total.total.size(); ++i) {
-        result.totals.push_back(total.total[i].scaled);
-        result.runtime.push_back(runtime_of(total.total[i].running, total.total[i].enabled));
-        if (!per_slot())
-          continue;
-        result.slot_values.emplace_back();
-        result.slot_runtime.emplace_back();
-        for (const auto& r : total.slot[i]) {
-          result.slot_values.back().push_back(r.scaled);
-          result.slot_runtime.back().push_back(runtime_of(r.running, r.enabled));
-        }
-      }
-    }
-    if (child > 0) {  // stopped early: do not leave the command behind
-      ::kill(child, SIGTERM);
-      ::wait4(child, &child_status, 0, &usage);
-      child = -1;
+    result.seconds = std::chrono::duration<double>(clock::now() - start_).count();
+    read_totals(result);
+    bool stopped_child = false;  // ended here (the duration, a signal): reaped, its rusage read
+    if (held.pid > 0) {          // stopped early: do not leave the command behind
+      ::kill(held.pid, SIGTERM);
+      ::wait4(held.pid, &child_status, 0, &usage);
+      held.pid = -1;
       stopped_child = true;
     }
-    if (command &&
-        (child_done || stopped_child)) {  // the command's CPU time, its children's included
+    if (command)
+      finish_command(held, child_done, stopped_child, child_status, usage, result);
+    return result;
+  }
+
+ private:
+  using clock = std::chrono::steady_clock;
+
+  /// A command forked and held on a pipe until its counters exist (enable_on_exec); a second
+  /// pipe carries exec's errno back ("cannot run" is not the command's own 127). What is left
+  /// of it at the end is killed and reaped.
+  struct HeldCommand {
+    pid_t pid = -1;
+    UniqueFd go;    // written once: the command execs
+    UniqueFd exec;  // exec's errno, when it failed
+    HeldCommand() = default;
+    HeldCommand(const HeldCommand&) = delete;
+    HeldCommand& operator=(const HeldCommand&) = delete;
+    HeldCommand(HeldCommand&& o) noexcept
+        : pid(std::exchange(o.pid, -1)), go(std::move(o.go)), exec(std::move(o.exec)) {}
+    HeldCommand& operator=(HeldCommand&& o) noexcept {
+      std::swap(pid, o.pid);
+      go = std::move(o.go);
+      exec = std::move(o.exec);
+      return *this;
+    }
+    ~HeldCommand() {
+      if (pid > 0) {
+        ::kill(pid, SIGKILL);
+        ::waitpid(pid, nullptr, 0);
+      }
+    }
+    /// Lets the command exec.
+    void release() {
+      char c = 'g';
+      if (::write(go.get(), &c, 1) != 1)
+        throw Error(ErrorCategory::kRuntime, {errno, std::generic_category()},
+                    "cannot start the command");
+      go = UniqueFd();
+    }
+  };
+
+  static HeldCommand fork_held(const std::vector<std::string>& command) {
+    int go_pipe[2] = {-1, -1};
+    int err_pipe[2] = {-1, -1};
+    if (::pipe2(go_pipe, O_CLOEXEC) != 0)
+      throw Error(ErrorCategory::kRuntime, {errno, std::generic_category()}, "pipe2 failed");
+    UniqueFd go_read(go_pipe[0]), go_write(go_pipe[1]);
+    if (::pipe2(err_pipe, O_CLOEXEC) != 0)
+      throw Error(ErrorCategory::kRuntime, {errno, std::generic_category()}, "pipe2 failed");
+    UniqueFd err_read(err_pipe[0]), err_write(err_pipe[1]);
+    HeldCommand h;
+    h.pid = ::fork();
+    if (h.pid < 0)
+      throw Error(ErrorCategory::kRuntime, {errno, std::generic_category()}, "fork failed");
+    if (h.pid == 0) {
+      go_write = UniqueFd();  // the parent's end: its exit is the read's end of file
+      err_read = UniqueFd();
+      char c;
+      if (::read(go_read.get(), &c, 1) != 1)
+        ::_exit(127);
+      std::vector<char*> argv;
+      for (const auto& s : command)
+        argv.push_back(const_cast<char*>(s.c_str()));
+      argv.push_back(nullptr);
+      ::execvp(argv[0], argv.data());
+      const int err = errno;
+      [[maybe_unused]] auto n = ::write(err_write.get(), &err, sizeof err);
+      ::_exit(127);
+    }
+    h.go = std::move(go_write);
+    h.exec = std::move(err_read);
+    return h;
+  }
+
+  /// The CPUs a system-wide count opens on: every online one, or -C's (each must be online).
+  [[nodiscard]] std::vector<int> counted_cpus() const {
+    auto online = perf::online_cpus();
+    if (!online)
+      throw Error(ErrorCategory::kRuntime, online.error());
+    if (opts_.cpus.empty())
+      return *online;
+    for (int c : opts_.cpus) {
+      if (std::find(online->begin(), online->end(), c) == online->end()) {
+        throw Error(ErrorCategory::kUsage, std::make_error_code(std::errc::invalid_argument),
+                    fmt::format("-C: CPU {} is not online", c),
+                    fmt::format("online CPUs: {}", fmt::join(*online, ",")));
+      }
+    }
+    return opts_.cpus;
+  }
+
+  /// -p's processes and -t's threads: the count ends when every one has exited.
+  [[nodiscard]] std::vector<pid_t> watched_tasks() const {
+    std::vector<pid_t> watched = opts_.pids;
+    watched.insert(watched.end(), opts_.tids.begin(), opts_.tids.end());
+    return watched;
+  }
+
+  /// Tasks watched through pidfds (readable once a task has exited, reaped or not), as perf
+  /// stat -p ends with its process; kill(0) where no pidfd opens.
+  class PidWatch {
+   public:
+    explicit PidWatch(std::vector<pid_t> tasks) : tasks_(std::move(tasks)) {
+      for (pid_t p : tasks_)
+        fds_.emplace_back(static_cast<int>(::syscall(SYS_pidfd_open, p, 0)));
+    }
+    /// True when there are tasks and every one has exited.
+    [[nodiscard]] bool all_gone() const {
+      if (tasks_.empty())
+        return false;
+      for (std::size_t k = 0; k < fds_.size(); ++k) {
+        if (fds_[k].get() < 0) {
+          if (!(::kill(tasks_[k], 0) != 0 && errno == ESRCH))
+            return false;
+          continue;
+        }
+        pollfd p{fds_[k].get(), POLLIN, 0};
+        if (::poll(&p, 1, 0) != 1)
+          return false;
+      }
+      return true;
+    }
+
+   private:
+    std::vector<pid_t> tasks_;
+    std::vector<UniqueFd> fds_;
+  };
+
+  static StatRuntime runtime_of(std::uint64_t running, std::uint64_t enabled) {
+    return StatRuntime{
+        .running_ns = running,
+        .pct = enabled == 0 ? 100.0
+                            : 100.0 * static_cast<double>(running) / static_cast<double>(enabled)};
+  }
+
+  /// One interval's deltas since the previous (`length_s`: how long it was).
+  void emit_interval(double length_s, const std::function<void(const StatInterval&)>& on_interval) {
+    auto now = read_counters();
+    std::vector<double> delta(now.total.size());
+    std::vector<StatRuntime> runtime(now.total.size());
+    std::vector<std::vector<double>> slot_delta(now.total.size());
+    for (std::size_t i = 0; i < now.total.size(); ++i) {
+      // Each slot's interval scaled by its own times (perf stat -I's), then summed.
+      std::uint64_t running = 0, enabled = 0;
+      for (std::size_t k = 0; k < now.slot[i].size(); ++k) {
+        const auto d = now.slot[i][k].since(prev_.slot[i][k]);
+        delta[i] += d.scaled;
+        running += d.running;
+        enabled += d.enabled;
+        if (per_slot())
+          slot_delta[i].push_back(d.scaled);
+      }
+      runtime[i] = runtime_of(running, enabled);
+    }
+    prev_ = std::move(now);
+    if (on_interval) {
+      on_interval(StatInterval{
+          .counters = infos_,
+          .elapsed_s = std::chrono::duration<double>(clock::now() - start_).count(),
+          .interval_s = length_s,
+          .deltas = std::move(delta),
+          .runtime = std::move(runtime),
+          .slot_labels = slot_labels_,
+          .slot_deltas = per_slot() ? std::move(slot_delta) : std::vector<std::vector<double>>{}});
+    }
+  }
+
+  /// The run's totals, and per slot with per_cpu/per_thread.
+  void read_totals(RunResult& result) const {
+    const Snapshot total = read_counters();
+    for (std::size_t i = 0; i < total.total.size(); ++i) {
+      result.totals.push_back(total.total[i].scaled);
+      result.runtime.push_back(runtime_of(total.total[i].running, total.total[i].enabled));
+      if (!per_slot())
+        continue;
+      result.slot_values.emplace_back();
+      result.slot_runtime.emplace_back();
+      for (const auto& r : total.slot[i]) {
+        result.slot_values.back().push_back(r.scaled);
+        result.slot_runtime.back().push_back(runtime_of(r.running, r.enabled));
+      }
+    }
+  }
+
+  /// The command's CPU time (its children's included), exec's failure, its exit status.
+  void finish_command(const HeldCommand& held,
+                      bool child_done,
+                      bool stopped_child,
+                      int child_status,
+                      const rusage& usage,
+                      RunResult& result) const {
+    if (child_done || stopped_child) {
       const auto secs = [](const timeval& t) {
         return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) / 1e6;
       };
       result.user_s = secs(usage.ru_utime);
       result.sys_s = secs(usage.ru_stime);
     }
-    if (command) {
-      int exec_errno = 0;
-      if (::read(err_pipe[0], &exec_errno, sizeof exec_errno) == sizeof exec_errno) {
-        throw Error(
-            ErrorCategory::kRuntime, {exec_errno, std::generic_category()},
-            fmt::format("cannot run '{}': {}", opts_.command.front(), std::strerror(exec_errno)),
-            "check the command's name and PATH");
-      }
-      // The command's status, as perf stat and a shell report it. A command tracer stopped
-      // (--duration) did not fail.
-      if (child_done || result.stopped) {
-        if (WIFEXITED(child_status))
-          result.exit_code = WEXITSTATUS(child_status);
-        else if (WIFSIGNALED(child_status))
-          result.exit_code = 128 + WTERMSIG(child_status);
-      }
+    int exec_errno = 0;
+    if (::read(held.exec.get(), &exec_errno, sizeof exec_errno) == sizeof exec_errno) {
+      throw Error(
+          ErrorCategory::kRuntime, {exec_errno, std::generic_category()},
+          fmt::format("cannot run '{}': {}", opts_.command.front(), std::strerror(exec_errno)),
+          "check the command's name and PATH");
     }
-    return result;
+    // The command's status, as perf stat and a shell report it. A command tracer stopped
+    // (--duration) did not fail.
+    if (child_done || result.stopped) {
+      if (WIFEXITED(child_status))
+        result.exit_code = WEXITSTATUS(child_status);
+      else if (WIFSIGNALED(child_status))
+        result.exit_code = 128 + WTERMSIG(child_status);
+    }
   }
 
+ public:
   [[nodiscard]] const std::vector<StatCounter>& counters() const noexcept { return infos_; }
   [[nodiscard]] const std::vector<std::string>& slot_labels() const noexcept {
     return slot_labels_;
@@ -511,6 +554,8 @@ class Measurement {
  private:
   const StatOptions& opts_;
   bool counting_said_ = false;  // opts_.on_counting was called
+  clock::time_point start_{};   // of the run's count
+  Snapshot prev_;               // the reading at the previous interval's end
   std::optional<tracefs::Tracefs> fs_;
   std::vector<StatCounter> infos_;  // each counter's name, unit, group
   std::vector<CounterSetAt> sets_;  // a set per -e entry (a group, or one event)
