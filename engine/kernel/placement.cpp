@@ -197,47 +197,31 @@ void all_user(PipelinePlace& out, const std::string& why) {
   out.plan.reset();
 }
 
-PipelinePlace place_one(Pipeline& p,
-                        const Schema& schema,
-                        std::span<const ProbeInfo> probes,
-                        const std::vector<bool>& sampling,
-                        Placement mode,
-                        bool task_target,
-                        std::span<const std::string> filters) {
-  PipelinePlace out;
-  for (std::size_t i = 0; i < p.size(); ++i)
-    out.stages.push_back({.use = p.stage_name(i), .kernel = false, .why = {}});
-  if (mode == Placement::kUser) {
-    all_user(out, "placement = \"user\"");
-    return out;
-  }
-  // The kernel part: filters, at most one latency, filters, then one aggregation.
-  std::vector<KernelForm> forms;
-  std::optional<std::size_t> agg;
+/// The kernel part of a pipeline: filters, at most one latency, filters, then one aggregation
+/// (its index in `agg`), with only outputs of its tables after it. Empty, or why the pipeline
+/// stays in user space (`out.blocking_stage` set where a stage decides it).
+std::string kernel_forms(Pipeline& p,
+                         PipelinePlace& out,
+                         std::vector<KernelForm>& forms,
+                         std::optional<std::size_t>& agg) {
   for (std::size_t i = 0; i < p.size() && !agg; ++i) {
     forms.push_back(kernel_form_of(p.stage(i)));
     const auto& f = forms.back();
     if (f.kind == KernelForm::Kind::kNone) {
-      all_user(out, fmt::format("stage {} ('{}') stays in user space: {}", i + 1, p.stage_name(i),
-                                f.why_not));
       out.blocking_stage = i;
-      return out;
+      return fmt::format("stage {} ('{}') stays in user space: {}", i + 1, p.stage_name(i),
+                         f.why_not);
     }
     if (f.kind == KernelForm::Kind::kLatency) {
-      if (out.latency) {
-        all_user(out, "two latency stages in one pipeline");
-        return out;
-      }
+      if (out.latency)
+        return "two latency stages in one pipeline";
       out.latency = i;
     }
     if (f.kind == KernelForm::Kind::kAggregate)
       agg = i;
   }
-  if (!agg) {
-    all_user(out, "no aggregation: every event goes to user space");
-    return out;
-  }
-  out.aggregation = *agg;
+  if (!agg)
+    return "no aggregation: every event goes to user space";
   // An aggregation passes its events on (configs/README.md, "Stages after an aggregation"): after
   // an in-kernel one, whose events stay in the kernel, only outputs of its tables can follow. A
   // stage that reads the events (a second aggregation, a filter, an output of each event or of
@@ -252,160 +236,91 @@ PipelinePlace place_one(Pipeline& p,
                                                *agg + 1, p.stage_name(*agg))
                              : o != nullptr ? std::string("writes each event after the aggregation")
                                             : std::string("reads each event after the aggregation");
-    all_user(out, fmt::format("stage {} ('{}') {}: an aggregation passes its events on, and an "
-                              "in-kernel one keeps them in the kernel",
-                              i + 1, p.stage_name(i), what));
     out.blocking_stage = i;
-    return out;
+    return fmt::format(
+        "stage {} ('{}') {}: an aggregation passes its events on, and an "
+        "in-kernel one keeps them in the kernel",
+        i + 1, p.stage_name(i), what);
   }
-  const KernelForm& a = forms[*agg];
+  return {};
+}
 
-  gen::KernelPlan plan;
-  plan.aggregation = {.kind = a.agg,
-                      .key_names = a.by,
-                      .value_name = a.value,
-                      .params = a.params,
-                      .max_keys = a.max_keys,
-                      .max_stacks = a.max_stacks};
-  std::string why;
-  std::uint32_t stack_depth = 0;
-  std::optional<std::uint32_t> entry_probe, exit_probe;
-  for (std::uint32_t pi = 0; pi < probes.size(); ++pi) {
-    if (probes[pi].counts_to_stages) {
-      all_user(out, fmt::format("probe '{}' counts (counting = true): its counts reach the "
-                                "stages in user space at each tick",
-                                probes[pi].name));
-      return out;
-    }
-    if (pi < sampling.size() && !sampling[pi])
-      continue;
-    const ProbeInfo& info = probes[pi];
-    const auto kind = gen_kind(info.kind);
-    if (!kind) {
-      all_user(out, fmt::format("probe '{}' is a {} event (in-kernel programs attach to "
-                                "tracepoints, kprobes, uprobes and sampling perf events)",
-                                info.name, to_string(info.kind)));
-      return out;
-    }
-    if (*kind == gen::ProbeKind::kPerfEvent && info.attr.type() == PERF_TYPE_SOFTWARE &&
-        info.attr.config() != PERF_COUNT_SW_CPU_CLOCK &&
-        info.attr.config() != PERF_COUNT_SW_TASK_CLOCK) {
-      // A software event counted where it happens (page-faults, context-switches...) does not
-      // run a BPF program at each of its samples (on kernel 6.18 a page fault's never does:
-      // bpftrace's software:page-faults:1 counts nothing either); the clocks do.
-      all_user(out, fmt::format("probe '{}' is the software event '{}': of the software events "
-                                "only cpu-clock and task-clock run an in-kernel program at "
-                                "every sample",
-                                info.name, info.spec));
-      return out;
-    }
-    if (task_target && info.attr.type() != PERF_TYPE_TRACEPOINT) {
-      all_user(out, fmt::format("probe '{}' is a {} of a process target: it stays in user space "
-                                "(its per-task events are inherited, and a child's exit would "
-                                "detach a program shared with them)",
-                                info.name, to_string(info.kind)));
-      return out;
-    }
-    FieldMap fields(schema, pi, why);
-    gen::ProbePlan pp{.name = info.name, .kind = *kind};
-    // Stack keys keep as many frames as the probe's callchain would (max_stack, else the
-    // kernel's perf_event_max_stack).
-    const std::uint16_t max_stack = info.attr.raw()->sample_max_stack;
-    stack_depth = std::max(stack_depth, max_stack != 0 ? max_stack : max_stack_sysctl());
-    if (info.format)
-      pp.record_size = record_size(*info.format);
-    const auto plan_index = static_cast<std::uint32_t>(plan.probes.size());
-    bool exit_here = false;
-    if (out.latency) {
-      const KernelForm& l = forms[*out.latency];
-      if (info.name == l.entry) {
-        entry_probe = plan_index;
-        if (auto k = fields(l.key))
-          pp.latency_key = *k;
-      } else if (info.name == l.exit) {
-        exit_probe = plan_index;
-        exit_here = true;
-        if (auto k = fields(l.exit_key.empty() ? l.key : l.exit_key))
-          pp.latency_key = *k;
-      } else {
-        all_user(out,
-                 fmt::format("probe '{}' is neither the latency's entry nor its exit", info.name));
-        return out;
-      }
-    }
-    // The probe's own filter first: on the user path it is the perf event's tracefs filter,
-    // which a program attached to the tracepoint never sees.
-    if (pi < filters.size() && !filters[pi].empty()) {
-      const KernelForm pf = tracefs_filter_kernel_form(filters[pi]);
-      // A name the probe does not have would compare false in the program (every event
-      // dropped) where the kernel's filter knows it: no kernel form then.
-      std::string unknown;
-      for (const auto& n : pf.nodes) {
-        for (const auto* o : {&n.a, &n.b}) {
-          if (o->kind == KernelForm::Operand::Kind::kField && unknown.empty() &&
-              !schema.lookup(pi, o->text))
-            unknown = o->text;
-        }
-      }
-      if (!unknown.empty()) {
-        all_user(out, fmt::format("the filter of probe '{}' names '{}', which its in-kernel "
-                                  "program cannot read; in user space it is the tracepoint's "
-                                  "tracefs filter",
-                                  info.name, unknown));
-        return out;
-      }
-      if (pf.kind != KernelForm::Kind::kFilter) {
-        all_user(out, fmt::format("the filter of probe '{}' has no in-kernel form ({}); in user "
-                                  "space it is the tracepoint's tracefs filter",
-                                  info.name, pf.why_not));
-        return out;
-      }
-      if (!append_filter(pf, fields, false, pp.probe_filter) || !why.empty()) {
-        all_user(out, fmt::format("the filter of probe '{}' cannot run in its program: {}",
-                                  info.name, why));
-        return out;
-      }
-    }
-    for (std::size_t i = 0; i < *agg; ++i) {
-      if (forms[i].kind != KernelForm::Kind::kFilter)
-        continue;
-      const bool after_latency = out.latency && i > *out.latency;
-      if (!append_filter(forms[i], fields, exit_here, after_latency ? pp.post_filter : pp.filter))
-        break;
-    }
-    for (const auto& k : a.by) {
-      if (auto f = fields(k, exit_here))
-        pp.keys.push_back(std::move(*f));
-    }
-    if (!a.value.empty()) {
-      if (auto f = fields(a.value, exit_here))
-        pp.value = std::move(*f);
-    }
-    if (!why.empty()) {
-      all_user(out, why);
-      return out;
-    }
-    plan.probes.push_back(std::move(pp));
-    out.probes.push_back(pi);
+/// Why a probe's events cannot reach an in-kernel program (empty: they can).
+std::string probe_refusal(const ProbeInfo& info, bool task_target) {
+  if (info.counts_to_stages) {
+    return fmt::format(
+        "probe '{}' counts (counting = true): its counts reach the stages in user "
+        "space at each tick",
+        info.name);
   }
-  if (plan.probes.empty()) {
-    all_user(out, "no probe delivers events");
-    return out;
+  const auto kind = gen_kind(info.kind);
+  if (!kind) {
+    return fmt::format(
+        "probe '{}' is a {} event (in-kernel programs attach to tracepoints, "
+        "kprobes, uprobes and sampling perf events)",
+        info.name, to_string(info.kind));
   }
-  plan.aggregation.stack_depth = stack_depth;
-  if (out.latency) {
-    if (!entry_probe || !exit_probe) {
-      all_user(out, "the latency's entry or exit probe is missing");
-      return out;
+  if (*kind == gen::ProbeKind::kPerfEvent && info.attr.type() == PERF_TYPE_SOFTWARE &&
+      info.attr.config() != PERF_COUNT_SW_CPU_CLOCK &&
+      info.attr.config() != PERF_COUNT_SW_TASK_CLOCK) {
+    // A software event counted where it happens (page-faults, context-switches...) does not
+    // run a BPF program at each of its samples (on kernel 6.18 a page fault's never does:
+    // bpftrace's software:page-faults:1 counts nothing either); the clocks do.
+    return fmt::format(
+        "probe '{}' is the software event '{}': of the software events only "
+        "cpu-clock and task-clock run an in-kernel program at every sample",
+        info.name, info.spec);
+  }
+  if (task_target && info.attr.type() != PERF_TYPE_TRACEPOINT) {
+    return fmt::format(
+        "probe '{}' is a {} of a process target: it stays in user space (its "
+        "per-task events are inherited, and a child's exit would detach a "
+        "program shared with them)",
+        info.name, to_string(info.kind));
+  }
+  return {};
+}
+
+/// The probe's own filter, first in its program: on the user path it is the perf event's
+/// tracefs filter, which a program attached to the tracepoint never sees. Empty, or why it
+/// cannot run there.
+std::string plan_probe_filter(const std::string& filter,
+                              const ProbeInfo& info,
+                              const Schema& schema,
+                              std::uint32_t pi,
+                              FieldMap& fields,
+                              const std::string& why,
+                              gen::ProbePlan& pp) {
+  const KernelForm pf = tracefs_filter_kernel_form(filter);
+  // A name the probe does not have would compare false in the program (every event dropped)
+  // where the kernel's filter knows it: no kernel form then.
+  std::string unknown;
+  for (const auto& n : pf.nodes) {
+    for (const auto* o : {&n.a, &n.b}) {
+      if (o->kind == KernelForm::Operand::Kind::kField && unknown.empty() &&
+          !schema.lookup(pi, o->text))
+        unknown = o->text;
     }
-    plan.latency = gen::Latency{.entry_probe = *entry_probe,
-                                .exit_probe = *exit_probe,
-                                .max_pending = forms[*out.latency].max_pending};
   }
-  if (auto reason = gen::check(plan)) {
-    all_user(out, *reason);
-    return out;
+  if (!unknown.empty()) {
+    return fmt::format(
+        "the filter of probe '{}' names '{}', which its in-kernel program cannot "
+        "read; in user space it is the tracepoint's tracefs filter",
+        info.name, unknown);
   }
+  if (pf.kind != KernelForm::Kind::kFilter) {
+    return fmt::format(
+        "the filter of probe '{}' has no in-kernel form ({}); in user space it is "
+        "the tracepoint's tracefs filter",
+        info.name, pf.why_not);
+  }
+  if (!append_filter(pf, fields, false, pp.probe_filter) || !why.empty())
+    return fmt::format("the filter of probe '{}' cannot run in its program: {}", info.name, why);
+  return {};
+}
+
+/// What the placement decides for each stage of a pipeline placed in the kernel.
+void say_kernel_stages(PipelinePlace& out, const std::vector<KernelForm>& forms) {
   for (std::size_t i = 0; i < out.stages.size(); ++i) {
     auto& s = out.stages[i];
     if (i < forms.size()) {
@@ -417,6 +332,158 @@ PipelinePlace place_one(Pipeline& p,
       s.why = "reads the aggregation's tables";
     }
   }
+}
+
+/// One pipeline's probes planned into its programs: what each reads (keys, value, filters,
+/// latency pairing).
+class ProbePlanner {
+ public:
+  ProbePlanner(const Schema& schema,
+               const std::vector<KernelForm>& forms,
+               std::size_t agg,
+               std::optional<std::size_t> latency)
+      : schema_(schema), forms_(forms), agg_(agg), latency_(latency) {}
+
+  /// Plans probe `pi` into `plan` (empty), or says why the pipeline stays in user space.
+  std::string add(const ProbeInfo& info,
+                  std::uint32_t pi,
+                  const std::string& filter,
+                  gen::KernelPlan& plan) {
+    std::string why;
+    FieldMap fields(schema_, pi, why);
+    gen::ProbePlan pp{.name = info.name, .kind = *gen_kind(info.kind)};
+    // Stack keys keep as many frames as the probe's callchain would (max_stack, else the
+    // kernel's perf_event_max_stack).
+    const std::uint16_t max_stack = info.attr.raw()->sample_max_stack;
+    stack_depth_ = std::max(stack_depth_, max_stack != 0 ? max_stack : max_stack_sysctl());
+    if (info.format)
+      pp.record_size = record_size(*info.format);
+    const auto plan_index = static_cast<std::uint32_t>(plan.probes.size());
+    bool exit_here = false;
+    if (latency_) {
+      const KernelForm& l = forms_[*latency_];
+      if (info.name == l.entry) {
+        entry_probe_ = plan_index;
+        if (auto k = fields(l.key))
+          pp.latency_key = *k;
+      } else if (info.name == l.exit) {
+        exit_probe_ = plan_index;
+        exit_here = true;
+        if (auto k = fields(l.exit_key.empty() ? l.key : l.exit_key))
+          pp.latency_key = *k;
+      } else {
+        return fmt::format("probe '{}' is neither the latency's entry nor its exit", info.name);
+      }
+    }
+    if (!filter.empty()) {
+      if (auto refused = plan_probe_filter(filter, info, schema_, pi, fields, why, pp);
+          !refused.empty())
+        return refused;
+    }
+    for (std::size_t i = 0; i < agg_; ++i) {
+      if (forms_[i].kind != KernelForm::Kind::kFilter)
+        continue;
+      const bool after_latency = latency_ && i > *latency_;
+      if (!append_filter(forms_[i], fields, exit_here, after_latency ? pp.post_filter : pp.filter))
+        break;
+    }
+    const KernelForm& a = forms_[agg_];
+    for (const auto& k : a.by) {
+      if (auto f = fields(k, exit_here))
+        pp.keys.push_back(std::move(*f));
+    }
+    if (!a.value.empty()) {
+      if (auto f = fields(a.value, exit_here))
+        pp.value = std::move(*f);
+    }
+    if (!why.empty())
+      return why;
+    plan.probes.push_back(std::move(pp));
+    return {};
+  }
+
+  /// The latency's pairing and the stack depth, once every probe is planned.
+  std::string finish(gen::KernelPlan& plan) const {
+    plan.aggregation.stack_depth = stack_depth_;
+    if (!latency_)
+      return {};
+    if (!entry_probe_ || !exit_probe_)
+      return "the latency's entry or exit probe is missing";
+    plan.latency = gen::Latency{.entry_probe = *entry_probe_,
+                                .exit_probe = *exit_probe_,
+                                .max_pending = forms_[*latency_].max_pending};
+    return {};
+  }
+
+ private:
+  const Schema& schema_;
+  const std::vector<KernelForm>& forms_;
+  std::size_t agg_;
+  std::optional<std::size_t> latency_;
+  std::uint32_t stack_depth_ = 0;
+  std::optional<std::uint32_t> entry_probe_, exit_probe_;
+};
+
+PipelinePlace place_one(Pipeline& p,
+                        const Schema& schema,
+                        std::span<const ProbeInfo> probes,
+                        const std::vector<bool>& sampling,
+                        Placement mode,
+                        bool task_target,
+                        std::span<const std::string> filters) {
+  PipelinePlace out;
+  for (std::size_t i = 0; i < p.size(); ++i)
+    out.stages.push_back({.use = p.stage_name(i), .kernel = false, .why = {}});
+  if (mode == Placement::kUser) {
+    all_user(out, "placement = \"user\"");
+    return out;
+  }
+  std::vector<KernelForm> forms;
+  std::optional<std::size_t> agg;
+  if (auto why = kernel_forms(p, out, forms, agg); !why.empty()) {
+    all_user(out, why);
+    return out;
+  }
+  out.aggregation = *agg;
+  const KernelForm& a = forms[*agg];
+  gen::KernelPlan plan;
+  plan.aggregation = {.kind = a.agg,
+                      .key_names = a.by,
+                      .value_name = a.value,
+                      .params = a.params,
+                      .max_keys = a.max_keys,
+                      .max_stacks = a.max_stacks};
+  ProbePlanner planner(schema, forms, *agg, out.latency);
+  static const std::string kNoFilter;
+  for (std::uint32_t pi = 0; pi < probes.size(); ++pi) {
+    // A counting probe refuses even where it does not sample: its counts reach the stages.
+    std::string why = probes[pi].counts_to_stages ? probe_refusal(probes[pi], task_target) : "";
+    if (why.empty() && pi < sampling.size() && !sampling[pi])
+      continue;
+    if (why.empty())
+      why = probe_refusal(probes[pi], task_target);
+    if (why.empty())
+      why = planner.add(probes[pi], pi, pi < filters.size() ? filters[pi] : kNoFilter, plan);
+    if (!why.empty()) {
+      all_user(out, why);
+      return out;
+    }
+    out.probes.push_back(pi);
+  }
+  if (plan.probes.empty()) {
+    all_user(out, "no probe delivers events");
+    return out;
+  }
+  std::string why = planner.finish(plan);
+  if (why.empty()) {
+    if (auto reason = gen::check(plan))
+      why = *reason;
+  }
+  if (!why.empty()) {
+    all_user(out, why);
+    return out;
+  }
+  say_kernel_stages(out, forms);
   out.plan = std::move(plan);
   return out;
 }
