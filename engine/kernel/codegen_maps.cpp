@@ -49,47 +49,48 @@ char LICENSE[] SEC("license") = "GPL";
 
 )C";
 
-void emit_maps(const KernelPlan& plan, const Layout& l, bool tgid_map, Writer& w) {
-  const Aggregation& agg = plan.aggregation;
-  // Key.
-  if (!l.keyless && !l.by_probe) {
-    std::uint32_t align = 1;
-    for (const auto& c : l.columns)
-      align = std::max(align, c.type == KeyColumn::Type::kString && !c.probe_name ? 1U
-                              : c.type == KeyColumn::Type::kStack                 ? 8U
-                                                                                  : c.size);
-    w.line("/* The key: packed, every integer at a multiple of its size, strings after them. */");
-    w.line("struct tr_key {{");
-    w.in();
-    std::vector<std::size_t> order(l.columns.size());
-    for (std::size_t i = 0; i < order.size(); ++i)
-      order[i] = i;
-    std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-      return l.columns[a].offset < l.columns[b].offset;
-    });
-    for (const std::size_t i : order) {
-      const KeyColumn& c = l.columns[i];
-      if (c.type == KeyColumn::Type::kStack)
-        w.line(
-            "struct {{ __u64 kernel, user; __u32 tgid, pad; }} k{}; /* {}: hashes in tr_stacks */",
-            i, c.name);
-      else if (c.type == KeyColumn::Type::kString && !c.probe_name)
-        w.line("char k{}[{}]; /* {} */", i, c.size, c.name);
-      else
-        w.line("{} k{}; /* {} */", c_int_type(c.size, c.is_signed), i, c.name);
-    }
-    if (l.missing_offset != 0 || std::any_of(l.columns.begin(), l.columns.end(),
-                                             [](const KeyColumn& c) { return c.missing_bit >= 0; }))
-      w.line("__u8 missing; /* bit per key column the probe lacks */");
-    w.out();
-    w.line("}} __attribute__((packed, aligned({})));", align);
-    w.line("_Static_assert(sizeof(struct tr_key) == {}, \"key layout\");", l.key_size);
-    for (std::size_t i = 0; i < l.columns.size(); ++i)
-      w.line("_Static_assert(__builtin_offsetof(struct tr_key, k{}) == {}, \"key layout\");", i,
-             l.columns[i].offset);
-    w.blank();
+namespace {
+
+/// The key struct of a hash-keyed aggregation.
+void emit_key(const Layout& l, Writer& w) {
+  std::uint32_t align = 1;
+  for (const auto& c : l.columns)
+    align = std::max(align, c.type == KeyColumn::Type::kString && !c.probe_name ? 1U
+                            : c.type == KeyColumn::Type::kStack                 ? 8U
+                                                                                : c.size);
+  w.line("/* The key: packed, every integer at a multiple of its size, strings after them. */");
+  w.line("struct tr_key {{");
+  w.in();
+  std::vector<std::size_t> order(l.columns.size());
+  for (std::size_t i = 0; i < order.size(); ++i)
+    order[i] = i;
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return l.columns[a].offset < l.columns[b].offset;
+  });
+  for (const std::size_t i : order) {
+    const KeyColumn& c = l.columns[i];
+    if (c.type == KeyColumn::Type::kStack)
+      w.line("struct {{ __u64 kernel, user; __u32 tgid, pad; }} k{}; /* {}: hashes in tr_stacks */",
+             i, c.name);
+    else if (c.type == KeyColumn::Type::kString && !c.probe_name)
+      w.line("char k{}[{}]; /* {} */", i, c.size, c.name);
+    else
+      w.line("{} k{}; /* {} */", c_int_type(c.size, c.is_signed), i, c.name);
   }
-  // Value.
+  if (l.missing_offset != 0 || std::any_of(l.columns.begin(), l.columns.end(),
+                                           [](const KeyColumn& c) { return c.missing_bit >= 0; }))
+    w.line("__u8 missing; /* bit per key column the probe lacks */");
+  w.out();
+  w.line("}} __attribute__((packed, aligned({})));", align);
+  w.line("_Static_assert(sizeof(struct tr_key) == {}, \"key layout\");", l.key_size);
+  for (std::size_t i = 0; i < l.columns.size(); ++i)
+    w.line("_Static_assert(__builtin_offsetof(struct tr_key, k{}) == {}, \"key layout\");", i,
+           l.columns[i].offset);
+  w.blank();
+}
+
+/// The value struct, and what a new key starts from.
+void emit_value(const Aggregation& agg, const Layout& l, Writer& w) {
   w.line("struct tr_val {{");
   w.in();
   kernel_agg(agg).emit_value(agg, l, w);
@@ -108,7 +109,11 @@ void emit_maps(const KernelPlan& plan, const Layout& l, bool tgid_map, Writer& w
     w.line("#define TR_ORDER(v) ((__u64)(v) ^ {:#x}ULL)", kernel_agg(agg).order_xor);
   }
   w.blank();
-  // Aggregation maps, two generations.
+}
+
+/// The aggregation maps (two generations), the target's own slots, the generation.
+void emit_aggregation_maps(const KernelPlan& plan, const Layout& l, Writer& w) {
+  const Aggregation& agg = plan.aggregation;
   const bool array = l.keyless || l.by_probe;
   const std::string key_type = array ? "__u32" : "struct tr_key";
   std::string type;
@@ -144,7 +149,10 @@ void emit_maps(const KernelPlan& plan, const Layout& l, bool tgid_map, Writer& w
   if (plan.arm_on_exec)
     w.line("__u32 tr_armed SEC(\".data.tr_armed\") = 0; /* the command exec'd (tr_exec) */");
   w.blank();
-  // Counters, per probe then the pipeline's slot.
+}
+
+/// The counters, per probe then the pipeline's slot, and the grace period's map-in-map.
+void emit_stats_and_sync(const KernelPlan& plan, Writer& w) {
   w.line("struct tr_stats {{");
   w.line(
       "\t__u64 hits, map_full, truncated, contended, paired, unmatched_exits, unmatched_entries,");
@@ -173,31 +181,43 @@ void emit_maps(const KernelPlan& plan, const Layout& l, bool tgid_map, Writer& w
   w.line("\t__array(values, struct tr_sync_inner);");
   w.line("}} {} SEC(\".maps\") = {{ .values = {{ [0] = &{} }} }};", kSyncMap, kSyncInnerMap);
   w.blank();
-  if (l.stacks) {
-    w.line(
-        "/* Stack keys: a stack is stored under its hash, never removed during the run. The map");
-    w.line(
-        " * is preallocated: a perf event's program runs in interrupt context, where allocating");
-    w.line(" * a new element can fail. */");
-    w.line("#define TR_STACK_DEPTH {}", agg.stack_depth);
-    w.line("struct tr_stack {{");
-    w.line("\t__u64 seq; /* the scratch buffer's writes (a uprobe's program is preemptible) */");
-    w.line("\t__u64 ips[TR_STACK_DEPTH];");
-    w.line("}};");
-    w.line("struct {{");
-    w.line("\t__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);");
-    w.line("\t__uint(max_entries, 1);");
-    w.line("\t__type(key, __u32);");
-    w.line("\t__type(value, struct tr_stack);");
-    w.line("}} tr_scratch SEC(\".maps\");");
-    w.line("struct {{");
-    w.line("\t__uint(type, BPF_MAP_TYPE_HASH);");
-    w.line("\t__uint(max_entries, {});", agg.max_stacks);
-    w.line("\t__type(key, __u64);");
-    w.line("\t__uint(value_size, {});", agg.stack_depth * 8);
-    w.line("}} {} SEC(\".maps\");", kStacksMap);
-    w.blank();
-  }
+}
+
+/// Stack keys: the scratch buffer and the stacks by hash.
+void emit_stack_maps(const Aggregation& agg, Writer& w) {
+  w.line("/* Stack keys: a stack is stored under its hash, never removed during the run. The map");
+  w.line(" * is preallocated: a perf event's program runs in interrupt context, where allocating");
+  w.line(" * a new element can fail. */");
+  w.line("#define TR_STACK_DEPTH {}", agg.stack_depth);
+  w.line("struct tr_stack {{");
+  w.line("\t__u64 seq; /* the scratch buffer's writes (a uprobe's program is preemptible) */");
+  w.line("\t__u64 ips[TR_STACK_DEPTH];");
+  w.line("}};");
+  w.line("struct {{");
+  w.line("\t__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);");
+  w.line("\t__uint(max_entries, 1);");
+  w.line("\t__type(key, __u32);");
+  w.line("\t__type(value, struct tr_stack);");
+  w.line("}} tr_scratch SEC(\".maps\");");
+  w.line("struct {{");
+  w.line("\t__uint(type, BPF_MAP_TYPE_HASH);");
+  w.line("\t__uint(max_entries, {});", agg.max_stacks);
+  w.line("\t__type(key, __u64);");
+  w.line("\t__uint(value_size, {});", agg.stack_depth * 8);
+  w.line("}} {} SEC(\".maps\");", kStacksMap);
+  w.blank();
+}
+
+}  // namespace
+
+void emit_maps(const KernelPlan& plan, const Layout& l, bool tgid_map, Writer& w) {
+  if (!l.keyless && !l.by_probe)
+    emit_key(l, w);
+  emit_value(plan.aggregation, l, w);
+  emit_aggregation_maps(plan, l, w);
+  emit_stats_and_sync(plan, w);
+  if (l.stacks)
+    emit_stack_maps(plan.aggregation, w);
   if (tgid_map) {
     w.line("struct {{");
     w.line("\t__uint(type, BPF_MAP_TYPE_HASH);");
