@@ -67,8 +67,8 @@ class ProbeReader {
 
     const Entry* kind = nullptr;
     bool kind_reported = false;
-    std::optional<std::uint64_t> ring_bytes;
-    bool dwarf_unwind = false;
+    ring_bytes_.reset();
+    dwarf_unwind_ = false;
     for (const auto& e : t) {
       const auto& [key, v] = e;
       if (find_spec(kProbeKeys, key) == nullptr) {
@@ -100,142 +100,8 @@ class ProbeReader {
         }
         continue;
       }
-      if (key == "name") {
-        if (const auto* s = keys_.string(e)) {
-          if (s->empty())
-            diags_.add(v.where, "empty probe name", "name it: name = \"openat\"");
-          o.name = *s;
-        }
-      } else if (key == "period") {
-        o.period = keys_.count<std::uint64_t>(e);
-      } else if (key == "freq") {
-        o.freq = keys_.count<std::uint64_t>(e);
-      } else if (key == "counting") {
-        if (auto b = keys_.boolean(e))
-          o.counting = *b;
-      } else if (key == "read") {
-        // Timebase sampling: events counted with this probe's, read at each of its samples.
-        const ConfigArray* a = v.array();
-        if (a != nullptr && a->empty()) {
-          diags_.add(v.where, "empty 'read': no event to read at each sample",
-                     "read = [\"page-faults\"], or leave the key out");
-          continue;
-        }
-        if (a == nullptr) {
-          wrong_type(diags_, v, "read", "an array of event names",
-                     "read = [\"page-faults\", \"context-switches\"]: their counts at each "
-                     "sample");
-          continue;
-        }
-        for (const auto& ev : *a) {
-          const std::string* s = ev.string();
-          if (s == nullptr) {
-            wrong_type(diags_, ev, "an event of read", "a string", "read = [\"page-faults\"]");
-            continue;
-          }
-          if (auto problem = check_event_name(*s))
-            diags_.add(ev.where, problem->message, problem->hint);
-          o.read_events.push_back(*s);
-        }
-      } else if (key == "filter") {
-        if (const auto* s = keys_.string(e))
-          o.filter = *s;
-      } else if (key == "bpf") {
-        if (const auto* s = keys_.string(e)) {
-          if (s->empty())
-            diags_.add(v.where, "empty 'bpf' program name",
-                       "name a program of the [bpf] object, or leave the key out");
-          o.bpf_program = *s;
-        }
-      } else if (key == "callchain") {
-        if (auto b = keys_.boolean(e); b && *b)
-          o.extra_sample_type |= PERF_SAMPLE_CALLCHAIN;
-      } else if (key == "max_stack") {
-        if (auto n = keys_.count<std::uint16_t>(e)) {
-          // The kernel refuses more than kernel.perf_event_max_stack (127 by default).
-          if (*n == 0 || *n > 1023)
-            diags_.add(v.where, fmt::format("bad max_stack {}", *n),
-                       "write a frame count from 1 to kernel.perf_event_max_stack, e.g. 64");
-          else
-            o.max_stack = *n;
-        }
-      } else if (key == "unwind") {
-        // "dwarf": user stacks unwound by tracer from each sample's registers and stack copy
-        // with the binaries' CFI (perf record --call-graph dwarf); "fp": the kernel's
-        // frame-pointer walk (callchain = true).
-        if (const auto* how = keys_.string(e)) {
-          if (*how == "dwarf") {
-            o.sample_regs_user = all_user_regs();
-            if (o.sample_regs_user == 0)
-              diags_.add(v.where, "'unwind = \"dwarf\"' is supported on x86-64 only",
-                         "use unwind = \"fp\" (frame pointers) on this architecture");
-            o.extra_sample_type |=
-                PERF_SAMPLE_CALLCHAIN | PERF_SAMPLE_REGS_USER | PERF_SAMPLE_STACK_USER;
-            dwarf_unwind = true;
-          } else if (*how == "fp") {
-            o.extra_sample_type |= PERF_SAMPLE_CALLCHAIN;
-          } else {
-            diags_.add(v.where, fmt::format("unknown unwind '{}'", *how),
-                       R"(write unwind = "fp" (frame pointers) or unwind = "dwarf")");
-          }
-        }
-      } else if (key == "exclude_callchain_kernel") {
-        if (auto b = keys_.boolean(e))
-          o.exclude_callchain_kernel = *b;
-      } else if (key == "exclude_callchain_user") {
-        if (auto b = keys_.boolean(e))
-          o.exclude_callchain_user = *b;
-      } else if (key == "user_regs") {
-        if (auto b = keys_.boolean(e); b && *b) {
-          o.sample_regs_user = all_user_regs();
-          if (o.sample_regs_user == 0)
-            diags_.add(v.where, "'user_regs' is supported on x86-64 only",
-                       "leave it out on this architecture");
-          o.extra_sample_type |= PERF_SAMPLE_REGS_USER;
-        }
-      } else if (key == "user_stack") {
-        if (auto bytes = keys_.size(e)) {
-          // perf_copy_attr(): sample_stack_user must be u64-aligned and below USHRT_MAX.
-          if (*bytes == 0 || *bytes % 8 != 0 || *bytes >= 65535) {
-            diags_.add(v.where, fmt::format("bad user_stack size {}", *bytes),
-                       "the kernel takes a multiple of 8 from 8 to 65528 bytes, e.g. \"8KiB\"");
-          } else {
-            o.sample_stack_user = static_cast<std::uint32_t>(*bytes);
-            o.extra_sample_type |= PERF_SAMPLE_STACK_USER;
-          }
-        }
-      } else if (key == "task_records") {
-        if (auto b = keys_.boolean(e))
-          o.task_records = *b;
-      } else if (key == "context_switches") {
-        if (auto b = keys_.boolean(e))
-          o.context_switches = *b;
-      } else if (key == "ring") {
-        if (auto bytes = keys_.size(e)) {
-          if (auto pages = pages_of(v, *bytes, "ring size"))
-            o.ring_pages = *pages;
-          ring_bytes = bytes;
-        }
-      } else if (key == "wakeup_events") {
-        if (auto n = keys_.count<std::uint32_t>(e))
-          o.wakeup.events = *n;
-      } else if (key == "wakeup_bytes") {
-        if (auto bytes = keys_.size(e)) {
-          if (*bytes == 0 || *bytes > std::numeric_limits<std::uint32_t>::max())
-            diags_.add(v.where, fmt::format("bad wakeup_bytes {}", *bytes),
-                       "write a fill level smaller than the ring, e.g. \"64KiB\"");
-          else
-            o.wakeup.watermark_bytes = static_cast<std::uint32_t>(*bytes);
-        }
-      } else if (key == "aux_size") {
-        if (auto bytes = keys_.size(e)) {
-          if (pages_of(v, *bytes, "aux_size"))
-            o.aux_bytes = *bytes;
-        }
-      } else if (key == "aux_snapshot") {
-        if (auto b = keys_.boolean(e))
-          o.aux_snapshot = *b;
-      }
+      if (!read_sampling_key(e, o) && !read_stack_key(e, o))
+        read_ring_key(e, o);
     }
 
     if (node.find("name") == nullptr)
@@ -246,14 +112,14 @@ class ProbeReader {
                  fmt::format("add one of {} with its spec, e.g. tracepoint = "
                              "\"syscalls:sys_enter_openat\"",
                              plain_list(kinds)));
-    if (dwarf_unwind) {
+    if (dwarf_unwind_) {
       // As perf record --call-graph dwarf: 8 KiB of stack unless user_stack says otherwise, and
       // the kernel's frame-pointer walk of the user part left out (tracer unwinds it).
       if (o.sample_stack_user == 0)
         o.sample_stack_user = 8192;
       o.exclude_callchain_user = true;
     }
-    check_probe_combinations(node, probe, label, ring_bytes);
+    check_probe_combinations(node, probe, label, ring_bytes_);
 
     if (!o.name.empty()) {
       for (const auto& other : earlier_) {
@@ -270,6 +136,171 @@ class ProbeReader {
   }
 
  private:
+  /// The probe's name and what it samples: period, freq, counting, read, filter, bpf. False for
+  /// another key.
+  bool read_sampling_key(const Entry& e, ProbeOptions& o) {
+    const auto& [key, v] = e;
+    if (key == "name") {
+      if (const auto* s = keys_.string(e)) {
+        if (s->empty())
+          diags_.add(v.where, "empty probe name", "name it: name = \"openat\"");
+        o.name = *s;
+      }
+    } else if (key == "period") {
+      o.period = keys_.count<std::uint64_t>(e);
+    } else if (key == "freq") {
+      o.freq = keys_.count<std::uint64_t>(e);
+    } else if (key == "counting") {
+      if (auto b = keys_.boolean(e))
+        o.counting = *b;
+    } else if (key == "read") {
+      // Timebase sampling: events counted with this probe's, read at each of its samples.
+      const ConfigArray* a = v.array();
+      if (a != nullptr && a->empty()) {
+        diags_.add(v.where, "empty 'read': no event to read at each sample",
+                   "read = [\"page-faults\"], or leave the key out");
+        return true;
+      }
+      if (a == nullptr) {
+        wrong_type(diags_, v, "read", "an array of event names",
+                   "read = [\"page-faults\", \"context-switches\"]: their counts at each "
+                   "sample");
+        return true;
+      }
+      for (const auto& ev : *a) {
+        const std::string* s = ev.string();
+        if (s == nullptr) {
+          wrong_type(diags_, ev, "an event of read", "a string", "read = [\"page-faults\"]");
+          continue;
+        }
+        if (auto problem = check_event_name(*s))
+          diags_.add(ev.where, problem->message, problem->hint);
+        o.read_events.push_back(*s);
+      }
+    } else if (key == "filter") {
+      if (const auto* s = keys_.string(e))
+        o.filter = *s;
+    } else if (key == "bpf") {
+      if (const auto* s = keys_.string(e)) {
+        if (s->empty())
+          diags_.add(v.where, "empty 'bpf' program name",
+                     "name a program of the [bpf] object, or leave the key out");
+        o.bpf_program = *s;
+      }
+    } else {
+      return false;
+    }
+    return true;
+  }
+
+  /// Stacks and registers: callchain, max_stack, unwind, exclude_callchain_*, user_regs,
+  /// user_stack. False for another key.
+  bool read_stack_key(const Entry& e, ProbeOptions& o) {
+    const auto& [key, v] = e;
+    if (key == "callchain") {
+      if (auto b = keys_.boolean(e); b && *b)
+        o.extra_sample_type |= PERF_SAMPLE_CALLCHAIN;
+    } else if (key == "max_stack") {
+      if (auto n = keys_.count<std::uint16_t>(e)) {
+        // The kernel refuses more than kernel.perf_event_max_stack (127 by default).
+        if (*n == 0 || *n > 1023)
+          diags_.add(v.where, fmt::format("bad max_stack {}", *n),
+                     "write a frame count from 1 to kernel.perf_event_max_stack, e.g. 64");
+        else
+          o.max_stack = *n;
+      }
+    } else if (key == "unwind") {
+      // "dwarf": user stacks unwound by tracer from each sample's registers and stack copy
+      // with the binaries' CFI (perf record --call-graph dwarf); "fp": the kernel's
+      // frame-pointer walk (callchain = true).
+      if (const auto* how = keys_.string(e)) {
+        if (*how == "dwarf") {
+          o.sample_regs_user = all_user_regs();
+          if (o.sample_regs_user == 0)
+            diags_.add(v.where, "'unwind = \"dwarf\"' is supported on x86-64 only",
+                       "use unwind = \"fp\" (frame pointers) on this architecture");
+          o.extra_sample_type |=
+              PERF_SAMPLE_CALLCHAIN | PERF_SAMPLE_REGS_USER | PERF_SAMPLE_STACK_USER;
+          dwarf_unwind_ = true;
+        } else if (*how == "fp") {
+          o.extra_sample_type |= PERF_SAMPLE_CALLCHAIN;
+        } else {
+          diags_.add(v.where, fmt::format("unknown unwind '{}'", *how),
+                     R"(write unwind = "fp" (frame pointers) or unwind = "dwarf")");
+        }
+      }
+    } else if (key == "exclude_callchain_kernel") {
+      if (auto b = keys_.boolean(e))
+        o.exclude_callchain_kernel = *b;
+    } else if (key == "exclude_callchain_user") {
+      if (auto b = keys_.boolean(e))
+        o.exclude_callchain_user = *b;
+    } else if (key == "user_regs") {
+      if (auto b = keys_.boolean(e); b && *b) {
+        o.sample_regs_user = all_user_regs();
+        if (o.sample_regs_user == 0)
+          diags_.add(v.where, "'user_regs' is supported on x86-64 only",
+                     "leave it out on this architecture");
+        o.extra_sample_type |= PERF_SAMPLE_REGS_USER;
+      }
+    } else if (key == "user_stack") {
+      if (auto bytes = keys_.size(e)) {
+        // perf_copy_attr(): sample_stack_user must be u64-aligned and below USHRT_MAX.
+        if (*bytes == 0 || *bytes % 8 != 0 || *bytes >= 65535) {
+          diags_.add(v.where, fmt::format("bad user_stack size {}", *bytes),
+                     "the kernel takes a multiple of 8 from 8 to 65528 bytes, e.g. \"8KiB\"");
+        } else {
+          o.sample_stack_user = static_cast<std::uint32_t>(*bytes);
+          o.extra_sample_type |= PERF_SAMPLE_STACK_USER;
+        }
+      }
+    } else {
+      return false;
+    }
+    return true;
+  }
+
+  /// Side-band records and the rings: task_records, context_switches, ring, wakeup_*, aux_*. False
+  /// for another key.
+  bool read_ring_key(const Entry& e, ProbeOptions& o) {
+    const auto& [key, v] = e;
+    if (key == "task_records") {
+      if (auto b = keys_.boolean(e))
+        o.task_records = *b;
+    } else if (key == "context_switches") {
+      if (auto b = keys_.boolean(e))
+        o.context_switches = *b;
+    } else if (key == "ring") {
+      if (auto bytes = keys_.size(e)) {
+        if (auto pages = pages_of(v, *bytes, "ring size"))
+          o.ring_pages = *pages;
+        ring_bytes_ = bytes;
+      }
+    } else if (key == "wakeup_events") {
+      if (auto n = keys_.count<std::uint32_t>(e))
+        o.wakeup.events = *n;
+    } else if (key == "wakeup_bytes") {
+      if (auto bytes = keys_.size(e)) {
+        if (*bytes == 0 || *bytes > std::numeric_limits<std::uint32_t>::max())
+          diags_.add(v.where, fmt::format("bad wakeup_bytes {}", *bytes),
+                     "write a fill level smaller than the ring, e.g. \"64KiB\"");
+        else
+          o.wakeup.watermark_bytes = static_cast<std::uint32_t>(*bytes);
+      }
+    } else if (key == "aux_size") {
+      if (auto bytes = keys_.size(e)) {
+        if (pages_of(v, *bytes, "aux_size"))
+          o.aux_bytes = *bytes;
+      }
+    } else if (key == "aux_snapshot") {
+      if (auto b = keys_.boolean(e))
+        o.aux_snapshot = *b;
+    } else {
+      return false;
+    }
+    return true;
+  }
+
   /// Syntax of a kind's spec that needs no system access.
   void check_spec(const Entry& e, ProbeKind kind) {
     const auto& [key, v] = e;
@@ -365,6 +396,8 @@ class ProbeReader {
 
   std::span<const RecipeProbe> earlier_;
   Diagnostics& diags_;
+  std::optional<std::uint64_t> ring_bytes_;  // the probe's ring size as written (read())
+  bool dwarf_unwind_ = false;                // unwind = "dwarf" (read())
   KeyReader keys_;
 };
 
