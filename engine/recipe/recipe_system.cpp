@@ -81,6 +81,144 @@ void check_filter_fields(const RecipeProbe& p,
   }
 }
 
+/// A tracepoint probe: its event exists (each match of a glob), and its filter's fields are
+/// the event's. `tracefs` is opened at the first tracepoint.
+void check_tracepoint(const RecipeProbe& p,
+                      std::optional<Result<tracefs::Tracefs>>& tracefs,
+                      Diagnostics& diagnostics) {
+  const ProbeOptions& o = p.options;
+  const SourceRegion& where = p.where_of(to_string(o.kind));
+  if (!tracefs) {
+    tracefs = tracefs::Tracefs::open();
+    if (!*tracefs) {
+      diagnostics.add(where, fmt::format("cannot check tracepoints: {}", tracefs->error().message),
+                      tracefs->error().hint);
+    }
+  }
+  if (!*tracefs)
+    return;
+  if (is_tracepoint_glob(o.spec)) {
+    auto matches = (*tracefs)->list_tracepoints(o.spec);
+    if (!matches) {
+      diagnostics.add(where, matches.error().message, matches.error().hint);
+    } else if (matches->empty()) {
+      no_match(p, **tracefs, diagnostics);
+    } else if (!o.filter.empty()) {
+      // The filter goes to every match: each must have its fields.
+      for (const auto& m : *matches) {
+        if (auto format = (*tracefs)->format(m)) {
+          Diagnostics one;
+          check_filter_fields(p, *format, one);
+          if (!one.empty()) {
+            for (const auto& d : one.items())
+              diagnostics.add(d.where, d.message, d.hint, d.subject);
+            break;  // one event lacking the field says it
+          }
+        }
+      }
+    }
+    return;
+  }
+  const auto tp = tracefs::split_tracepoint(o.spec);
+  if (!tp) {
+    diagnostics.add(where, fmt::format("malformed tracepoint '{}'", o.spec),
+                    "write it as system:event, e.g. \"syscalls:sys_enter_openat\"");
+    return;
+  }
+  auto format = (*tracefs)->format(*tp);
+  if (!format) {
+    diagnostics.add(where,
+                    format.error().errno_value() == ENOENT
+                        ? fmt::format("unknown tracepoint '{}'", o.spec)
+                        : format.error().message,
+                    format.error().hint);
+  } else if (!o.filter.empty()) {
+    check_filter_fields(p, *format, diagnostics);
+  }
+}
+
+/// A uprobe's binary exists and its offset is inside it.
+void check_uprobe(const RecipeProbe& p, std::optional<pid_t> pid, Diagnostics& diagnostics) {
+  const ProbeOptions& o = p.options;
+  const SourceRegion& where = p.where_of(to_string(o.kind));
+  auto target = symbols::parse_uprobe_spec(o.spec, pid);
+  std::error_code ec;
+  if (!target) {
+    diagnostics.add(where, target.error().message, target.error().hint);
+  } else if (const auto size = std::filesystem::file_size(target->path, ec);
+             !ec && target->offset >= size) {
+    // The kernel refuses an offset past the file with a bare EINVAL.
+    diagnostics.add(where,
+                    fmt::format("offset {:#x} is past the end of {} ({} bytes)", target->offset,
+                                target->path.string(), size),
+                    "a uprobe offset is a file offset inside the binary: name a symbol "
+                    "(path:function) or an offset that `objdump -d` shows");
+  }
+}
+
+/// The events of [[counter]] groups and of probes' `read`: tracepoints that exist (a near
+/// match in the hint), at each one's string.
+void check_counted_events(const Recipe& r, Diagnostics& diagnostics) {
+  std::optional<tracefs::Tracefs> event_fs;
+  const auto check_event = [&](const std::string& event, const SourceRegion& where) {
+    try {
+      [[maybe_unused]] const auto attr = resolve_event_name(event, event_fs);
+    } catch (const Error& e) {
+      diagnostics.add(where, e.what(), e.hint());
+    }
+  };
+  for (const auto& c : r.counters) {
+    for (std::size_t i = 0; i < c.events.size(); ++i)
+      check_event(c.events[i], i < c.event_where.size() ? c.event_where[i] : c.where);
+  }
+  for (const auto& p : r.probes) {
+    for (const auto& event : p.options.read_events)
+      check_event(event, p.where_of("read"));
+  }
+}
+
+/// [bpf]: its files exist, a builtin is shipped, a source compiles (into the cache `run`
+/// loads it from, or nowhere for `check`: Writes::kNone).
+void check_bpf(const RecipeBpf& bpf, Recipe::Writes writes, Diagnostics& diagnostics) {
+  const auto at = [&](std::string_view key) {
+    const auto it = bpf.value_where.find(key);
+    return it != bpf.value_where.end() ? it->second : bpf.where;
+  };
+  const auto check_file = [&](const fs::path& file, std::string_view key) {
+    if (file.empty())
+      return;
+    std::error_code ec;
+    if (!fs::is_regular_file(file, ec)) {
+      diagnostics.add(at(key), fmt::format("bpf {} '{}' not found", key, file.string()),
+                      "paths in [bpf] are relative to the recipe's directory");
+    }
+  };
+  check_file(bpf.source, "source");
+  check_file(bpf.object, "object");
+  if (!bpf.builtin.empty()) {
+    std::vector<std::string> names;
+    for (const auto& p : bpf::shipped_programs())
+      names.emplace_back(p.name);
+    if (std::find(names.begin(), names.end(), bpf.builtin) == names.end()) {
+      diagnostics.add(at("builtin"),
+                      fmt::format("no BPF program '{}' is shipped with tracer", bpf.builtin),
+                      fmt::format("shipped programs: {}", fmt::join(names, ", ")));
+    }
+  }
+  // clang's errors are the recipe's, at its `source`, with what clang says about that file.
+  std::error_code ec;
+  if (!bpf.source.empty() && fs::is_regular_file(bpf.source, ec)) {
+    if (auto obj =
+            bpf::Object::compile_and_open(bpf.source, {.scratch = writes == Recipe::Writes::kNone});
+        !obj) {
+      std::string_view message = obj.error().message;
+      if (message.starts_with("bpf: "))
+        message.remove_prefix(5);
+      diagnostics.add(at("source"), std::string(message), obj.error().hint);
+    }
+  }
+}
+
 }  // namespace
 
 void Recipe::check_system(Diagnostics& diagnostics, std::optional<pid_t> pid, Writes writes) const {
@@ -89,9 +227,11 @@ void Recipe::check_system(Diagnostics& diagnostics, std::optional<pid_t> pid, Wr
   std::optional<std::uint64_t> max_rate;
   if (auto text = detail::read_text_file("/proc/sys/kernel/perf_event_max_sample_rate", "perf"))
     max_rate = detail::parse_uint<std::uint64_t>(detail::trim(*text));
-  const auto check_probe = [&](const RecipeProbe& p) {
+  for (std::size_t pi = 0; pi < probes.size(); ++pi) {
+    // What a probe's checks add is about it: its kind's value, unless an add says which option.
+    const std::size_t said = diagnostics.size();
+    const RecipeProbe& p = probes[pi];
     const ProbeOptions& o = p.options;
-    const SourceRegion& where = p.where_of(to_string(o.kind));
     if (o.freq && max_rate && *o.freq > *max_rate) {
       diagnostics.add(p.where_of("freq"),
                       fmt::format("freq {} is above this kernel's limit of {} samples a second "
@@ -102,139 +242,15 @@ void Recipe::check_system(Diagnostics& diagnostics, std::optional<pid_t> pid, Wr
                                   *max_rate, *o.freq),
                       ErrorSubject{.option = "freq"});
     }
-    if (o.kind == ProbeKind::kTracepoint) {
-      if (!tracefs) {
-        tracefs = tracefs::Tracefs::open();
-        if (!*tracefs) {
-          diagnostics.add(where,
-                          fmt::format("cannot check tracepoints: {}", tracefs->error().message),
-                          tracefs->error().hint);
-        }
-      }
-      if (!*tracefs)
-        return;
-      if (is_tracepoint_glob(o.spec)) {
-        auto matches = (*tracefs)->list_tracepoints(o.spec);
-        if (!matches) {
-          diagnostics.add(where, matches.error().message, matches.error().hint);
-        } else if (matches->empty()) {
-          no_match(p, **tracefs, diagnostics);
-        } else if (!o.filter.empty()) {
-          // The filter goes to every match: each must have its fields.
-          for (const auto& m : *matches) {
-            if (auto format = (*tracefs)->format(m)) {
-              Diagnostics one;
-              check_filter_fields(p, *format, one);
-              if (!one.empty()) {
-                for (const auto& d : one.items())
-                  diagnostics.add(d.where, d.message, d.hint, d.subject);
-                break;  // one event lacking the field says it
-              }
-            }
-          }
-        }
-        return;
-      }
-      const auto tp = tracefs::split_tracepoint(o.spec);
-      if (!tp) {
-        diagnostics.add(where, fmt::format("malformed tracepoint '{}'", o.spec),
-                        "write it as system:event, e.g. \"syscalls:sys_enter_openat\"");
-        return;
-      }
-      auto format = (*tracefs)->format(*tp);
-      if (!format) {
-        diagnostics.add(where,
-                        format.error().errno_value() == ENOENT
-                            ? fmt::format("unknown tracepoint '{}'", o.spec)
-                            : format.error().message,
-                        format.error().hint);
-      } else if (!o.filter.empty()) {
-        check_filter_fields(p, *format, diagnostics);
-      }
-    } else if (o.kind == ProbeKind::kUprobe || o.kind == ProbeKind::kUretprobe) {
-      auto target = symbols::parse_uprobe_spec(o.spec, pid);
-      std::error_code ec;
-      if (!target) {
-        diagnostics.add(where, target.error().message, target.error().hint);
-      } else if (const auto size = std::filesystem::file_size(target->path, ec);
-                 !ec && target->offset >= size) {
-        // The kernel refuses an offset past the file with a bare EINVAL.
-        diagnostics.add(where,
-                        fmt::format("offset {:#x} is past the end of {} ({} bytes)", target->offset,
-                                    target->path.string(), size),
-                        "a uprobe offset is a file offset inside the binary: name a symbol "
-                        "(path:function) or an offset that `objdump -d` shows");
-      }
-    }
-  };
-  for (std::size_t pi = 0; pi < probes.size(); ++pi) {
-    // What a probe's checks add is about it: its kind's value, unless an add says which option.
-    const std::size_t said = diagnostics.size();
-    check_probe(probes[pi]);
-    diagnostics.about_since(
-        said, {.recipe_probe = pi, .option = std::string(to_string(probes[pi].options.kind))});
+    if (o.kind == ProbeKind::kTracepoint)
+      check_tracepoint(p, tracefs, diagnostics);
+    else if (o.kind == ProbeKind::kUprobe || o.kind == ProbeKind::kUretprobe)
+      check_uprobe(p, pid, diagnostics);
+    diagnostics.about_since(said, {.recipe_probe = pi, .option = std::string(to_string(o.kind))});
   }
-  // The events of [[counter]] groups and of probes' `read`: tracepoints that exist (a near
-  // match in the hint), at each one's string.
-  std::optional<tracefs::Tracefs> event_fs;
-  const auto check_event = [&](const std::string& event, const SourceRegion& where) {
-    try {
-      [[maybe_unused]] const auto attr = resolve_event_name(event, event_fs);
-    } catch (const Error& e) {
-      diagnostics.add(where, e.what(), e.hint());
-    }
-  };
-  for (const auto& c : counters) {
-    for (std::size_t i = 0; i < c.events.size(); ++i)
-      check_event(c.events[i], i < c.event_where.size() ? c.event_where[i] : c.where);
-  }
-  for (const auto& p : probes) {
-    for (const auto& event : p.options.read_events)
-      check_event(event, p.where_of("read"));
-  }
-  if (bpf) {
-    const auto check_file = [&](const fs::path& file, std::string_view key) {
-      if (file.empty())
-        return;
-      std::error_code ec;
-      if (!fs::is_regular_file(file, ec)) {
-        const auto it = bpf->value_where.find(key);
-        diagnostics.add(it != bpf->value_where.end() ? it->second : bpf->where,
-                        fmt::format("bpf {} '{}' not found", key, file.string()),
-                        "paths in [bpf] are relative to the recipe's directory");
-      }
-    };
-    check_file(bpf->source, "source");
-    check_file(bpf->object, "object");
-    const auto at = [&](std::string_view key) {
-      const auto it = bpf->value_where.find(key);
-      return it != bpf->value_where.end() ? it->second : bpf->where;
-    };
-    if (!bpf->builtin.empty()) {
-      std::vector<std::string> names;
-      for (const auto& p : bpf::shipped_programs())
-        names.emplace_back(p.name);
-      if (std::find(names.begin(), names.end(), bpf->builtin) == names.end()) {
-        diagnostics.add(at("builtin"),
-                        fmt::format("no BPF program '{}' is shipped with tracer", bpf->builtin),
-                        fmt::format("shipped programs: {}", fmt::join(names, ", ")));
-      }
-    }
-    // A recipe's own program is compiled here (into the cache `run` loads it from, or nowhere
-    // for `check`): clang's errors are the recipe's, at its `source`, with what clang says
-    // about that file.
-    std::error_code ec;
-    if (!bpf->source.empty() && fs::is_regular_file(bpf->source, ec)) {
-      if (auto obj =
-              bpf::Object::compile_and_open(bpf->source, {.scratch = writes == Writes::kNone});
-          !obj) {
-        std::string_view message = obj.error().message;
-        if (message.starts_with("bpf: "))
-          message.remove_prefix(5);
-        diagnostics.add(at("source"), std::string(message), obj.error().hint);
-      }
-    }
-  }
+  check_counted_events(*this, diagnostics);
+  if (bpf)
+    check_bpf(*bpf, writes, diagnostics);
 }
 
 EngineOptions Recipe::to_engine_options(const Target& target) const {
