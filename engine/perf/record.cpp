@@ -437,6 +437,91 @@ std::uint64_t peek_identifier(std::span<const std::byte> bytes, bool sample_id_a
   return load<std::uint64_t>(bytes.data() + h.size - 8);
 }
 
+namespace {
+
+/// MMAP2: a build id or the device and inode, by PERF_RECORD_MISC_MMAP_BUILD_ID.
+// NOLINTNEXTLINE(bugprone-exception-escape): emplace of nothrow alternatives
+void decode_mmap2(Cursor& c, const perf_event_header& h, Record& out) noexcept {
+  auto& m = out.body.emplace<Mmap2>();
+  m.pid = c.take<std::uint32_t>();
+  m.tid = c.take<std::uint32_t>();
+  m.addr = c.take<std::uint64_t>();
+  m.len = c.take<std::uint64_t>();
+  m.pgoff = c.take<std::uint64_t>();
+  m.has_build_id = (h.misc & abi::kMiscMmapBuildId) != 0U;
+  if (m.has_build_id) {
+    m.build_id_size = c.take<std::uint8_t>();
+    c.take_bytes(3);
+    m.build_id = c.take_bytes(20);
+    if (m.build_id_size > 20)
+      c.fail();
+    m.maj = m.min = 0;
+    m.ino = m.ino_generation = 0;
+  } else {
+    m.build_id_size = 0;
+    m.maj = c.take<std::uint32_t>();
+    m.min = c.take<std::uint32_t>();
+    m.ino = c.take<std::uint64_t>();
+    m.ino_generation = c.take<std::uint64_t>();
+  }
+  m.prot = c.take<std::uint32_t>();
+  m.flags = c.take<std::uint32_t>();
+  m.filename = c.take_string();
+}
+
+/// SWITCH and SWITCH_CPU_WIDE (the latter names the other task).
+// NOLINTNEXTLINE(bugprone-exception-escape): emplace of nothrow alternatives
+void decode_switch(Cursor& c, const perf_event_header& h, Record& out) noexcept {
+  auto& s = out.body.emplace<Switch>();
+  s.out = (h.misc & abi::kMiscSwitchOut) != 0U;
+  s.preempt = (h.misc & abi::kMiscSwitchOutPreempt) != 0U;
+  s.cpu_wide = h.type == RecordType::kSwitchCpuWide;
+  s.next_prev_pid = s.next_prev_tid = 0;
+  if (s.cpu_wide) {
+    s.next_prev_pid = c.take<std::uint32_t>();
+    s.next_prev_tid = c.take<std::uint32_t>();
+  }
+}
+
+/// NAMESPACES: nr (dev, inode) pairs.
+// NOLINTNEXTLINE(bugprone-exception-escape): emplace of nothrow alternatives
+void decode_namespaces(Cursor& c, Record& out) noexcept {
+  auto& n = out.body.emplace<Namespaces>();
+  n.pid = c.take<std::uint32_t>();
+  n.tid = c.take<std::uint32_t>();
+  n.nr = c.take<std::uint64_t>();
+  if (n.nr > c.left() / 16) {
+    c.fail();
+    n.entries = nullptr;
+  } else {
+    n.entries = c.take_bytes(n.nr * 16).data();
+  }
+}
+
+/// KSYMBOL.
+// NOLINTNEXTLINE(bugprone-exception-escape): emplace of nothrow alternatives
+void decode_ksymbol(Cursor& c, Record& out) noexcept {
+  auto& k = out.body.emplace<Ksymbol>();
+  k.addr = c.take<std::uint64_t>();
+  k.len = c.take<std::uint32_t>();
+  k.ksym_type = c.take<std::uint16_t>();
+  k.flags = c.take<std::uint16_t>();
+  k.name = c.take_string();
+}
+
+/// TEXT_POKE: the old and new bytes.
+// NOLINTNEXTLINE(bugprone-exception-escape): emplace of nothrow alternatives
+void decode_text_poke(Cursor& c, Record& out) noexcept {
+  auto& t = out.body.emplace<TextPoke>();
+  t.addr = c.take<std::uint64_t>();
+  t.old_len = c.take<std::uint16_t>();
+  t.new_len = c.take<std::uint16_t>();
+  t.old_bytes = c.take_bytes(t.old_len);
+  t.new_bytes = c.take_bytes(t.new_len);
+}
+
+}  // namespace
+
 // variant::emplace of nothrow-constructible alternatives cannot throw.
 DecodeError decode(std::span<const std::byte> bytes,  // NOLINT(bugprone-exception-escape)
                    const SampleLayout& layout,
@@ -491,34 +576,9 @@ DecodeError decode(std::span<const std::byte> bytes,  // NOLINT(bugprone-excepti
       m.filename = c.take_string();
       break;
     }
-    case RecordType::kMmap2: {
-      auto& m = out.body.emplace<Mmap2>();
-      m.pid = c.take<std::uint32_t>();
-      m.tid = c.take<std::uint32_t>();
-      m.addr = c.take<std::uint64_t>();
-      m.len = c.take<std::uint64_t>();
-      m.pgoff = c.take<std::uint64_t>();
-      m.has_build_id = (h.misc & abi::kMiscMmapBuildId) != 0U;
-      if (m.has_build_id) {
-        m.build_id_size = c.take<std::uint8_t>();
-        c.take_bytes(3);
-        m.build_id = c.take_bytes(20);
-        if (m.build_id_size > 20)
-          c.fail();
-        m.maj = m.min = 0;
-        m.ino = m.ino_generation = 0;
-      } else {
-        m.build_id_size = 0;
-        m.maj = c.take<std::uint32_t>();
-        m.min = c.take<std::uint32_t>();
-        m.ino = c.take<std::uint64_t>();
-        m.ino_generation = c.take<std::uint64_t>();
-      }
-      m.prot = c.take<std::uint32_t>();
-      m.flags = c.take<std::uint32_t>();
-      m.filename = c.take_string();
+    case RecordType::kMmap2:
+      decode_mmap2(c, h, out);
       break;
-    }
     case RecordType::kLost: {
       auto& l = out.body.emplace<Lost>();
       l.id = c.take<std::uint64_t>();
@@ -576,40 +636,15 @@ DecodeError decode(std::span<const std::byte> bytes,  // NOLINT(bugprone-excepti
       break;
     }
     case RecordType::kSwitch:
-    case RecordType::kSwitchCpuWide: {
-      auto& s = out.body.emplace<Switch>();
-      s.out = (h.misc & abi::kMiscSwitchOut) != 0U;
-      s.preempt = (h.misc & abi::kMiscSwitchOutPreempt) != 0U;
-      s.cpu_wide = h.type == RecordType::kSwitchCpuWide;
-      s.next_prev_pid = s.next_prev_tid = 0;
-      if (s.cpu_wide) {
-        s.next_prev_pid = c.take<std::uint32_t>();
-        s.next_prev_tid = c.take<std::uint32_t>();
-      }
+    case RecordType::kSwitchCpuWide:
+      decode_switch(c, h, out);
       break;
-    }
-    case RecordType::kNamespaces: {
-      auto& n = out.body.emplace<Namespaces>();
-      n.pid = c.take<std::uint32_t>();
-      n.tid = c.take<std::uint32_t>();
-      n.nr = c.take<std::uint64_t>();
-      if (n.nr > c.left() / 16) {
-        c.fail();
-        n.entries = nullptr;
-      } else {
-        n.entries = c.take_bytes(n.nr * 16).data();
-      }
+    case RecordType::kNamespaces:
+      decode_namespaces(c, out);
       break;
-    }
-    case RecordType::kKsymbol: {
-      auto& k = out.body.emplace<Ksymbol>();
-      k.addr = c.take<std::uint64_t>();
-      k.len = c.take<std::uint32_t>();
-      k.ksym_type = c.take<std::uint16_t>();
-      k.flags = c.take<std::uint16_t>();
-      k.name = c.take_string();
+    case RecordType::kKsymbol:
+      decode_ksymbol(c, out);
       break;
-    }
     case RecordType::kBpfEvent: {
       auto& b = out.body.emplace<BpfEvent>();
       b.type = c.take<std::uint16_t>();
@@ -624,15 +659,9 @@ DecodeError decode(std::span<const std::byte> bytes,  // NOLINT(bugprone-excepti
       g.path = c.take_string();
       break;
     }
-    case RecordType::kTextPoke: {
-      auto& t = out.body.emplace<TextPoke>();
-      t.addr = c.take<std::uint64_t>();
-      t.old_len = c.take<std::uint16_t>();
-      t.new_len = c.take<std::uint16_t>();
-      t.old_bytes = c.take_bytes(t.old_len);
-      t.new_bytes = c.take_bytes(t.new_len);
+    case RecordType::kTextPoke:
+      decode_text_poke(c, out);
       break;
-    }
     case RecordType::kAuxOutputHwId: {
       out.body.emplace<AuxOutputHwId>().hw_id = c.take<std::uint64_t>();
       break;
