@@ -393,13 +393,10 @@ std::vector<pid_t> parse_pid_list(const std::string& text, const char* flag) {
   return out;
 }
 
-int run_stat(const StatCliOptions& opts) {
-  if (opts.unknown_option) {
-    throw Error(ErrorCategory::kUsage, std::make_error_code(std::errc::invalid_argument),
-                fmt::format("stat: unknown option '{}'", opts.command.front()),
-                "tracer stat --help lists the options; a command goes after them (or after --)");
-  }
-  std::vector<StatMetric> metrics;
+/// -M's metrics, and -e's events with each metric's events added (counted as a group: their
+/// ratio then is exact), unless -e has them.
+std::vector<std::string> events_with_metrics(const StatCliOptions& opts,
+                                             std::vector<StatMetric>& metrics) {
   for (const auto& words : opts.metrics) {
     std::size_t at = 0;
     while (at <= words.size()) {
@@ -412,7 +409,6 @@ int run_stat(const StatCliOptions& opts) {
   std::vector<std::string> events = opts.events;
   if (events.empty() && metrics.empty())
     events = kDefaultEvents;
-  // A metric's events are counted as a group (their ratio then is exact), unless -e has them.
   for (const auto& m : metrics) {
     bool listed = true;
     for (const auto& e : m.events) {
@@ -427,38 +423,29 @@ int run_stat(const StatCliOptions& opts) {
                            ? m.events.front()
                            : "{" + fmt::format("{}", fmt::join(m.events, ",")) + "}");
   }
-  core::StatOptions so{
-      .events = events,
-      .all_cpus = opts.all_cpus,
-      .pids = opts.pid_list.empty() ? std::vector<pid_t>{} : parse_pid_list(opts.pid_list, "-p"),
-      .tids = opts.tid_list.empty() ? std::vector<pid_t>{} : parse_pid_list(opts.tid_list, "-t"),
-      .cgroup = opts.cgroup,
-      .per_cpu = opts.per_cpu,
-      .per_thread = opts.per_thread,
-      .command = opts.command,
-      .repeat = opts.repeat,
-      .cpus = opts.cpu_list.empty() ? std::vector<int>{} : parse_cpu_list(opts.cpu_list),
-      .no_inherit = opts.no_inherit};
-  check_ready_fd(opts.ready_fd);
-  int ready_fd = opts.ready_fd;
-  so.on_counting = [&ready_fd] { signal_ready(ready_fd); };
+  return events;
+}
+
+Error stat_usage(std::string what, std::string hint = {}) {
+  return {ErrorCategory::kUsage, std::make_error_code(std::errc::invalid_argument), std::move(what),
+          std::move(hint)};
+}
+
+/// The options' combinations, durations and intervals checked into `so`.
+void check_stat_options(const StatCliOptions& opts, core::StatOptions& so) {
   const bool command = !opts.command.empty();
   const bool system_wide = so.system_wide();
   if (!opts.duration.empty())
     so.duration = duration_option(opts.duration, "duration");
   const bool task = !so.pids.empty() || !so.tids.empty();
-  if (command && task) {
-    throw Error(ErrorCategory::kUsage, std::make_error_code(std::errc::invalid_argument),
-                "-p/-t and a command do not go together", "count a process or start one");
-  }
+  if (command && task)
+    throw stat_usage("-p/-t and a command do not go together", "count a process or start one");
   if (so.per_cpu && !system_wide) {
-    throw Error(ErrorCategory::kUsage, std::make_error_code(std::errc::invalid_argument),
-                "-A/--no-aggr needs a system-wide count (-a or -C)",
-                "tracer stat -a -A -- COMMAND counts each CPU");
+    throw stat_usage("-A/--no-aggr needs a system-wide count (-a or -C)",
+                     "tracer stat -a -A -- COMMAND counts each CPU");
   }
   if (so.per_thread && (!task || system_wide)) {
-    throw Error(ErrorCategory::kUsage, std::make_error_code(std::errc::invalid_argument),
-                "--per-thread needs -p or -t (and not -a)", "tracer stat --per-thread -p PID");
+    throw stat_usage("--per-thread needs -p or -t (and not -a)", "tracer stat --per-thread -p PID");
   }
   if (so.duration.count() == 0 && system_wide && !command)
     so.duration = std::chrono::seconds(3);
@@ -467,106 +454,67 @@ int run_stat(const StatCliOptions& opts) {
     const bool bare = std::all_of(opts.interval.begin(), opts.interval.end(),
                                   [](char c) { return c >= '0' && c <= '9'; });
     so.interval = duration_option(bare ? opts.interval + "ms" : opts.interval, "interval");
-    if (so.interval < std::chrono::milliseconds(10)) {
-      throw Error(ErrorCategory::kUsage, std::make_error_code(std::errc::invalid_argument),
-                  "-I/--interval: at least 10 ms", "-I 1000 prints every second");
-    }
+    if (so.interval < std::chrono::milliseconds(10))
+      throw stat_usage("-I/--interval: at least 10 ms", "-I 1000 prints every second");
   }
-  if (opts.repeat == 0) {
-    throw Error(ErrorCategory::kUsage, std::make_error_code(std::errc::invalid_argument),
-                "-r/--repeat: give 1 or more runs");
-  }
+  if (opts.repeat == 0)
+    throw stat_usage("-r/--repeat: give 1 or more runs");
   if (opts.repeat > 1 && so.interval.count() > 0) {
-    throw Error(ErrorCategory::kUsage, std::make_error_code(std::errc::invalid_argument),
-                "-r/--repeat and -I/--interval do not go together", "leave out one of them");
+    throw stat_usage("-r/--repeat and -I/--interval do not go together", "leave out one of them");
   }
   if (opts.repeat > 1 && task) {
-    throw Error(ErrorCategory::kUsage, std::make_error_code(std::errc::invalid_argument),
-                "-r/--repeat needs a command (or -a with -d), not -p",
-                "tracer stat -r 5 -- COMMAND");
+    throw stat_usage("-r/--repeat needs a command (or -a with -d), not -p",
+                     "tracer stat -r 5 -- COMMAND");
   }
+  if (!opts.separator.empty() && opts.json)
+    throw stat_usage("-x and -j do not go together", "CSV (-x SEP) or JSON lines (-j)");
+}
 
-  if (!opts.separator.empty() && opts.json) {
-    throw Error(ErrorCategory::kUsage, std::make_error_code(std::errc::invalid_argument),
-                "-x and -j do not go together", "CSV (-x SEP) or JSON lines (-j)");
+struct FileCloser {
+  void operator()(std::FILE* f) const noexcept {
+    if (f != nullptr)
+      std::fclose(f);
   }
-  // The counts go to stderr, as perf stat's do (`tracer stat -- cmd >/dev/null` keeps them, and
-  // the command's own stdout stays its own), or to -o FILE.
-  std::FILE* out = stderr;
-  struct FileCloser {
-    void operator()(std::FILE* f) const noexcept {
-      if (f != nullptr)
-        std::fclose(f);
-    }
-  };
-  std::unique_ptr<std::FILE, FileCloser> out_file;
-  if (!opts.output.empty()) {
-    auto fd = open_output_file(opts.output);
-    if (!fd)
-      throw Error(ErrorCategory::kUsage, fd.error());
-    out_file.reset(::fdopen(fd->release(), "w"));
-    if (!out_file) {
-      throw Error(ErrorCategory::kRuntime, std::error_code(errno, std::generic_category()),
-                  "-o " + opts.output + ": " + std::strerror(errno));
-    }
-    out = out_file.get();
-  }
-  const Format format = opts.json                 ? Format::kJson
-                        : !opts.separator.empty() ? Format::kCsv
-                                                  : Format::kText;
-  Printer printer(out, format, opts.separator, opts.cgroup);
-  printer.metrics = metrics;
+};
+using StatFile = std::unique_ptr<std::FILE, FileCloser>;
 
-  struct sigaction sa {};
-  sa.sa_handler = on_signal;
-  ::sigaction(SIGINT, &sa, nullptr);
-  ::sigaction(SIGTERM, &sa, nullptr);
+/// -o FILE (opened as open_output_file says), or none: the counts go to stderr.
+StatFile open_stat_output(const std::string& path) {
+  if (path.empty())
+    return {};
+  auto fd = open_output_file(path);
+  if (!fd)
+    throw Error(ErrorCategory::kUsage, fd.error());
+  StatFile f(::fdopen(fd->release(), "w"));
+  if (!f) {
+    throw Error(ErrorCategory::kRuntime, std::error_code(errno, std::generic_category()),
+                "-o " + path + ": " + std::strerror(errno));
+  }
+  return f;
+}
 
-  bool header = false;
-  const core::StatResult r = core::count_events(so, g_stop, [&](const core::StatInterval& i) {
-    if (printer.text() && !header) {
-      fmt::print(out, "#           time             counts unit events\n");
-      header = true;
-    }
-    std::vector<Line> lines;
-    if (!i.slot_deltas.empty()) {
-      // Event by event, each CPU's or thread's row in turn, as perf stat -A and --per-thread.
-      for (std::size_t k = 0; k < i.counters.size(); ++k) {
-        for (std::size_t slot = 0; slot < i.slot_labels.size(); ++slot)
-          lines.push_back({.counter = i.counters[k],
-                           .slot = i.slot_labels[slot],
-                           .value = i.slot_deltas[k][slot],
-                           .runtime = k < i.runtime.size() ? i.runtime[k] : core::StatRuntime{}});
-      }
-    }
-    for (std::size_t k = 0; k < i.counters.size() && i.slot_deltas.empty(); ++k)
-      lines.push_back({.counter = i.counters[k],
-                       .value = i.deltas[k],
-                       .runtime = k < i.runtime.size() ? i.runtime[k] : core::StatRuntime{}});
-    printer.counts(lines, i.interval_s, i.elapsed_s);
-    std::fflush(out);
-  });
-  if (r.target_exited)
-    fmt::print(stderr, "tracer: {} {} exited\n", so.tids.empty() ? "process" : "thread",
-               fmt::join(so.tids.empty() ? so.pids : so.tids, ","));
-  // What could not be counted says why once (the rows say <not supported>).
-  std::vector<std::string> said;  // a group's reason is said once
-  for (const auto& c : r.counters) {
-    if (!c.supported && std::find(said.begin(), said.end(), c.why) == said.end()) {
-      fmt::print(stderr, "tracer: {}\n", c.why);
-      said.push_back(c.why);
+/// One interval's rows: event by event, each CPU's or thread's row in turn (perf stat -A and
+/// --per-thread), or each event's sum.
+std::vector<Line> interval_lines(const core::StatInterval& i) {
+  std::vector<Line> lines;
+  if (!i.slot_deltas.empty()) {
+    for (std::size_t k = 0; k < i.counters.size(); ++k) {
+      for (std::size_t slot = 0; slot < i.slot_labels.size(); ++slot)
+        lines.push_back({.counter = i.counters[k],
+                         .slot = i.slot_labels[slot],
+                         .value = i.slot_deltas[k][slot],
+                         .runtime = k < i.runtime.size() ? i.runtime[k] : core::StatRuntime{}});
     }
   }
+  for (std::size_t k = 0; k < i.counters.size() && i.slot_deltas.empty(); ++k)
+    lines.push_back({.counter = i.counters[k],
+                     .value = i.deltas[k],
+                     .runtime = k < i.runtime.size() ? i.runtime[k] : core::StatRuntime{}});
+  return lines;
+}
 
-  std::string target = system_wide       ? "system wide"
-                       : so.tids.empty() ? fmt::format("process id '{}'", fmt::join(so.pids, ","))
-                                         : fmt::format("thread id '{}'", fmt::join(so.tids, ","));
-  if (command) {
-    target.clear();
-    for (const auto& arg : opts.command)
-      target += (target.empty() ? "" : " ") + arg;
-  }
-  const core::StatSummary& time = r.seconds;
+/// The run's rows: per CPU or thread, or each event's mean over the runs.
+std::vector<Line> total_lines(const core::StatResult& r) {
   std::vector<Line> lines;
   for (std::size_t k = 0; k < r.counters.size() && !r.slot_values.empty(); ++k) {
     for (std::size_t slot = 0; slot < r.slot_labels.size(); ++slot) {
@@ -584,17 +532,36 @@ int run_stat(const StatCliOptions& opts) {
                      .runtime = k < r.runtime.size() ? r.runtime[k] : core::StatRuntime{},
                      .variance_pct = r.values[k].rel_stddev_pct});
   }
-  // With -I the intervals were the output, as perf stat's.
-  const bool summary = so.interval.count() == 0;
-  if (summary && printer.text()) {
+  return lines;
+}
+
+/// What was counted, as perf stat's heading names it.
+std::string stat_target(const StatCliOptions& opts, const core::StatOptions& so) {
+  if (!opts.command.empty()) {
+    std::string target;
+    for (const auto& arg : opts.command)
+      target += (target.empty() ? "" : " ") + arg;
+    return target;
+  }
+  return so.system_wide()  ? "system wide"
+         : so.tids.empty() ? fmt::format("process id '{}'", fmt::join(so.pids, ","))
+                           : fmt::format("thread id '{}'", fmt::join(so.tids, ","));
+}
+
+/// The summary after the count (with -I the intervals were the output, as perf stat's).
+void print_summary(std::FILE* out,
+                   Printer& printer,
+                   const core::StatResult& r,
+                   const std::string& target) {
+  const core::StatSummary& time = r.seconds;
+  if (printer.text()) {
     if (r.runs > 1)
       fmt::print(out, "\n Performance counter stats for '{}' ({} runs):\n\n", target, r.runs);
     else
       fmt::print(out, "\n Performance counter stats for '{}':\n\n", target);
   }
-  if (summary)
-    printer.counts(lines, time.mean, std::nullopt);
-  if (summary && printer.text()) {
+  printer.counts(total_lines(r), time.mean, std::nullopt);
+  if (printer.text()) {
     fmt::print(out, "\n{:>18.9f} seconds time elapsed{}\n", time.mean,
                time.rel_stddev_pct
                    ? fmt::format("                                          ( +- {:5.2f}% )",
@@ -606,8 +573,71 @@ int run_stat(const StatCliOptions& opts) {
     }
     fmt::print(out, "\n");
   }
+}
+
+int run_stat(const StatCliOptions& opts) {
+  if (opts.unknown_option) {
+    throw stat_usage(fmt::format("stat: unknown option '{}'", opts.command.front()),
+                     "tracer stat --help lists the options; a command goes after them (or after "
+                     "--)");
+  }
+  std::vector<StatMetric> metrics;
+  const std::vector<std::string> events = events_with_metrics(opts, metrics);
+  core::StatOptions so{
+      .events = events,
+      .all_cpus = opts.all_cpus,
+      .pids = opts.pid_list.empty() ? std::vector<pid_t>{} : parse_pid_list(opts.pid_list, "-p"),
+      .tids = opts.tid_list.empty() ? std::vector<pid_t>{} : parse_pid_list(opts.tid_list, "-t"),
+      .cgroup = opts.cgroup,
+      .per_cpu = opts.per_cpu,
+      .per_thread = opts.per_thread,
+      .command = opts.command,
+      .repeat = opts.repeat,
+      .cpus = opts.cpu_list.empty() ? std::vector<int>{} : parse_cpu_list(opts.cpu_list),
+      .no_inherit = opts.no_inherit};
+  check_ready_fd(opts.ready_fd);
+  int ready_fd = opts.ready_fd;
+  so.on_counting = [&ready_fd] { signal_ready(ready_fd); };
+  check_stat_options(opts, so);
+  // The counts go to stderr, as perf stat's do (`tracer stat -- cmd >/dev/null` keeps them, and
+  // the command's own stdout stays its own), or to -o FILE.
+  const StatFile out_file = open_stat_output(opts.output);
+  std::FILE* out = out_file ? out_file.get() : stderr;
+  const Format format = opts.json                 ? Format::kJson
+                        : !opts.separator.empty() ? Format::kCsv
+                                                  : Format::kText;
+  Printer printer(out, format, opts.separator, opts.cgroup);
+  printer.metrics = metrics;
+
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  ::sigaction(SIGINT, &sa, nullptr);
+  ::sigaction(SIGTERM, &sa, nullptr);
+
+  bool header = false;
+  const core::StatResult r = core::count_events(so, g_stop, [&](const core::StatInterval& i) {
+    if (printer.text() && !header) {
+      fmt::print(out, "#           time             counts unit events\n");
+      header = true;
+    }
+    printer.counts(interval_lines(i), i.interval_s, i.elapsed_s);
+    std::fflush(out);
+  });
+  if (r.target_exited)
+    fmt::print(stderr, "tracer: {} {} exited\n", so.tids.empty() ? "process" : "thread",
+               fmt::join(so.tids.empty() ? so.pids : so.tids, ","));
+  // What could not be counted says why once (the rows say <not supported>).
+  std::vector<std::string> said;  // a group's reason is said once
+  for (const auto& c : r.counters) {
+    if (!c.supported && std::find(said.begin(), said.end(), c.why) == said.end()) {
+      fmt::print(stderr, "tracer: {}\n", c.why);
+      said.push_back(c.why);
+    }
+  }
+  if (so.interval.count() == 0)
+    print_summary(out, printer, r, stat_target(opts, so));
   std::fflush(out);
-  if (command && r.exit_code != 0)
+  if (!opts.command.empty() && r.exit_code != 0)
     fmt::print(stderr, "tracer: the command exited with status {}\n", r.exit_code);
   return r.exit_code;
 }
