@@ -124,6 +124,81 @@ void process_families(std::vector<Family>& out) {
   out.push_back(std::move(fds));
 }
 
+/// SIGHUP's reloads, by result.
+struct Reloads {
+  std::uint64_t ok = 0, failed = 0, refused = 0;
+};
+
+/// Every recipe read again and applied to its session; one that fails or is refused runs on as
+/// it was.
+void reload_all(std::vector<Served>& served,
+                const std::vector<std::string>& sets,
+                const Log& log,
+                Reloads& counts) {
+  for (auto& s : served) {
+    try {
+      // Read and checked without tracefs access: a recipe, plugin or [bpf] file the dropped
+      // user could have changed is refused (tracer/common/trusted_file.hpp).
+      Recipe next = load(s.path, sets);
+      const RecipeChanges changes = [&] {
+        const ScopedTracefsAccess tracefs;  // formats of new probes, for as long as apply
+        return s.session->apply(next);
+      }();
+      s.recipe = std::move(next);
+      s.metrics->reload(s.recipe, changes);
+      ++counts.ok;
+      log("info", "reloaded", {{"recipe", s.path}, {"changes", changes.describe()}});
+    } catch (const Error& e) {
+      const bool refused = std::string_view(e.what()).find(": refused '") != std::string::npos;
+      ++(refused ? counts.refused : counts.failed);
+      log("error",
+          refused ? "reload refused: a file another user can change; the recipe runs as it was"
+                  : "reload failed: the recipe runs as it was",
+          {{"recipe", s.path}, {"error", e.what()}, {"hint", e.hint()}});
+    }
+  }
+}
+
+/// tracer's own families: scrapes, the last scrape's time, reloads, the build.
+void tracer_families(const exporter::MetricsServer::Counters& c,
+                     const Reloads& r,
+                     std::vector<Family>& families) {
+  Family scrapes{.name = "tracer_scrapes_total",
+                 .help = "scrapes of /metrics answered",
+                 .type = MetricType::kCounter};
+  scrapes.samples.push_back({.value = static_cast<double>(c.scrapes)});
+  Family took{.name = "tracer_scrape_duration_seconds",
+              .help =
+                  "how long the previous scrape took to make (reading the kernel's maps "
+                  "and rings included)",
+              .type = MetricType::kGauge};
+  took.samples.push_back({.value = c.last_scrape_seconds});
+  Family reloads{.name = "tracer_reloads_total",
+                 .help = "SIGHUP reloads of a recipe, by result",
+                 .type = MetricType::kCounter};
+  reloads.samples.push_back(
+      {.labels = {{.name = "result", .value = "ok"}}, .value = static_cast<double>(r.ok)});
+  reloads.samples.push_back(
+      {.labels = {{.name = "result", .value = "failed"}}, .value = static_cast<double>(r.failed)});
+  reloads.samples.push_back({.labels = {{.name = "result", .value = "refused"}},
+                             .value = static_cast<double>(r.refused)});
+  Family build{.name = "tracer_build_info", .help = "tracer's version", .type = MetricType::kGauge};
+  build.samples.push_back({.labels = {{.name = "version", .value = TRACER_VERSION}}, .value = 1});
+  for (auto* f : {&scrapes, &took, &reloads, &build})
+    families.push_back(std::move(*f));
+}
+
+void log_stopped(const std::vector<Served>& served, const Log& log) {
+  for (auto& s : served) {
+    const auto st = s.session->stats();
+    log("info", "recipe stopped",
+        {{"recipe", s.recipe.name},
+         {"events", std::to_string(events_seen(st.engine))},
+         {"lost", std::to_string(st.engine.lost())},
+         {"seconds", fmt::format("{:.1f}", st.seconds)}});
+  }
+}
+
 int serve(const ServeOptions& o) {
   check_ready_fd(o.ready_fd);
   if (!o.user.empty() && ::getpwnam(o.user.c_str()) == nullptr) {  // said before attaching
@@ -194,35 +269,14 @@ int serve(const ServeOptions& o) {
     log("info", "stopping", {{"signal", sig == SIGINT ? "SIGINT" : "SIGTERM"}});
     stop_all();
   });
-  std::uint64_t reloads_ok = 0, reloads_failed = 0, reloads_refused = 0;
+  Reloads reloads;
   asio::signal_set hup(io, SIGHUP);
   std::function<void()> wait_hup;
   wait_hup = [&] {
     hup.async_wait([&](const boost::system::error_code& ec, int) {
       if (ec || stopping)
         return;
-      for (auto& s : served) {
-        try {
-          // Read and checked without tracefs access: a recipe, plugin or [bpf] file the dropped
-          // user could have changed is refused (tracer/common/trusted_file.hpp).
-          Recipe next = load(s.path, o.sets);
-          const RecipeChanges changes = [&] {
-            const ScopedTracefsAccess tracefs;  // formats of new probes, for as long as apply
-            return s.session->apply(next);
-          }();
-          s.recipe = std::move(next);
-          s.metrics->reload(s.recipe, changes);
-          ++reloads_ok;
-          log("info", "reloaded", {{"recipe", s.path}, {"changes", changes.describe()}});
-        } catch (const Error& e) {
-          const bool refused = std::string_view(e.what()).find(": refused '") != std::string::npos;
-          ++(refused ? reloads_refused : reloads_failed);
-          log("error",
-              refused ? "reload refused: a file another user can change; the recipe runs as it was"
-                      : "reload failed: the recipe runs as it was",
-              {{"recipe", s.path}, {"error", e.what()}, {"hint", e.hint()}});
-        }
-      }
+      reload_all(served, o.sets, log, reloads);
       wait_hup();
     });
   };
@@ -234,31 +288,7 @@ int serve(const ServeOptions& o) {
     std::vector<Family> families;
     for (auto& s : served)
       s.metrics->collect(families);
-    const auto c = server->counters();
-    Family scrapes{.name = "tracer_scrapes_total",
-                   .help = "scrapes of /metrics answered",
-                   .type = MetricType::kCounter};
-    scrapes.samples.push_back({.value = static_cast<double>(c.scrapes)});
-    Family took{.name = "tracer_scrape_duration_seconds",
-                .help =
-                    "how long the previous scrape took to make (reading the kernel's maps "
-                    "and rings included)",
-                .type = MetricType::kGauge};
-    took.samples.push_back({.value = c.last_scrape_seconds});
-    Family reloads{.name = "tracer_reloads_total",
-                   .help = "SIGHUP reloads of a recipe, by result",
-                   .type = MetricType::kCounter};
-    reloads.samples.push_back(
-        {.labels = {{.name = "result", .value = "ok"}}, .value = static_cast<double>(reloads_ok)});
-    reloads.samples.push_back({.labels = {{.name = "result", .value = "failed"}},
-                               .value = static_cast<double>(reloads_failed)});
-    reloads.samples.push_back({.labels = {{.name = "result", .value = "refused"}},
-                               .value = static_cast<double>(reloads_refused)});
-    Family build{
-        .name = "tracer_build_info", .help = "tracer's version", .type = MetricType::kGauge};
-    build.samples.push_back({.labels = {{.name = "version", .value = TRACER_VERSION}}, .value = 1});
-    for (auto* f : {&scrapes, &took, &reloads, &build})
-      families.push_back(std::move(*f));
+    tracer_families(server->counters(), reloads, families);
     process_families(families);
     return exporter::exposition(std::move(families));
   });
@@ -295,14 +325,7 @@ int serve(const ServeOptions& o) {
   if (!stopping)
     io.run();
   stop_all();
-  for (auto& s : served) {
-    const auto st = s.session->stats();
-    log("info", "recipe stopped",
-        {{"recipe", s.recipe.name},
-         {"events", std::to_string(events_seen(st.engine))},
-         {"lost", std::to_string(st.engine.lost())},
-         {"seconds", fmt::format("{:.1f}", st.seconds)}});
-  }
+  log_stopped(served, log);
   return exit_code;
 }
 
