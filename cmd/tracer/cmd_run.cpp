@@ -324,14 +324,8 @@ perf::Event own_syscall_counter() {
   return ev ? std::move(*ev) : perf::Event{};
 }
 
-int run_recipe(const RunOptions& given) {
-  RunOptions o = given;
-  check_ready_fd(o.ready_fd);
-  if (o.perf_data.empty() && o.output.ends_with(".data")) {
-    o.perf_data = o.output;  // -o FILE.data: a perf.data file, not text
-    o.output.clear();
-  }
-  Recipe recipe = load_recipe(o);
+/// The session's options from the command line's.
+SessionOptions session_options(const RunOptions& o) {
   SessionOptions so{.target = target_from(o),
                     .duration = std::nullopt,
                     .json = o.json,
@@ -359,108 +353,85 @@ int run_recipe(const RunOptions& given) {
     }
     so.duration = *d;
   }
-  // A perf.data stream on stdout leaves the text output stderr.
-  Sink out = Sink::to_file(Session::takes_stdout(recipe, so) ? stderr : stdout);
-  if (!o.output.empty()) {
-    auto s = Sink::open(o.output);
-    if (!s)
-      throw Error(ErrorCategory::kUsage, s.error());
-    out = std::move(*s);
+  return so;
+}
+
+/// The live status line on stderr: on a terminal, and not while a traced command shares it (its
+/// output would land inside tracer's line); cleared before anything else is printed.
+class StatusLine {
+ public:
+  StatusLine(const RunOptions& o, Session& session)
+      : session_(session),
+        shown_on_tick_(!o.json && ::isatty(STDERR_FILENO) == 1 &&
+                       target_from(o).kind != Target::Kind::kCommand) {
+    session.on_delivery([this](std::size_t) { clear(); });
+    session.on_table([this](const TableUpdate&) { clear(); });  // before a table is printed
+    session.on_tick([this] { tick(); });
   }
 
-  // One thread runs it (this one): the engine's handlers then need no strand.
-  asio::io_context io(1);
-  Session session(io.get_executor(), recipe, out, std::move(so));
-  // The live status line: on a terminal, and not while a traced command shares it (its output
-  // would land inside tracer's line).
-  const bool status_line =
-      !o.json && ::isatty(STDERR_FILENO) == 1 && target_from(o).kind != Target::Kind::kCommand;
-  bool status_shown = false;
-  const auto clear_status = [&] {
-    if (status_shown) {  // never mix the status line with output
+  void clear() {
+    if (shown_) {  // never mix the status line with output
       std::fputs("\r\033[K", stderr);
-      status_shown = false;
+      shown_ = false;
     }
-  };
-  session.on_delivery([&](std::size_t) { clear_status(); });
-  session.on_table([&](const TableUpdate&) { clear_status(); });  // before a table is printed
-  session.on_done([&] { io.stop(); });
-  std::uint64_t last_delivered = 0;
-  session.on_tick([&] {
-    clear_status();
-    if (!status_line)
+  }
+
+ private:
+  void tick() {
+    clear();
+    if (!shown_on_tick_)
       return;
-    const auto st = session.stats();
+    const auto st = session_.stats();
     // Every kind of loss, as the summary counts it (the rings' LOST records alone left out
     // LOST_SAMPLES, BPF output drops and in-kernel map drops while they happened).
     const std::uint64_t events = events_seen(st.engine);
     fmt::print(stderr, "\r[{:7.1f}s] {:>10} events/s  {:>12} events  {:>8} lost", st.seconds,
-               (events - std::min(events, last_delivered)) * 4, events, st.engine.lost());
+               (events - std::min(events, last_)) * 4, events, st.engine.lost());
     std::fflush(stderr);
-    status_shown = true;
-    last_delivered = events;
-  });
-  // SIGINT and SIGTERM are caught from before the start: one that comes while the probes attach
-  // (or right after a supervisor saw "ready") stops the run cleanly once the loop runs, instead
-  // of killing tracer with its probes attached.
-  asio::signal_set signals(io, SIGINT, SIGTERM);
-  signals.async_wait([&](const boost::system::error_code& ec, int) {
-    if (!ec)
-      session.stop();
-  });
-  // SIGHUP: the recipe file is read again (with the same --set values) and applied while the
-  // run goes on (Session::apply): unchanged probes and pipelines keep their counts. What
-  // changed, or why nothing could, goes to stderr; a recipe that fails leaves the run as it was.
-  asio::signal_set reload(io, SIGHUP);
-  std::function<void()> wait_reload;
-  wait_reload = [&] {
-    reload.async_wait([&](const boost::system::error_code& ec, int) {
-      if (ec)
-        return;
-      if (session.running()) {
-        try {
-          const RecipeChanges changes = session.apply(load_recipe(o));
-          clear_status();
-          fmt::print(stderr, "tracer: reloaded {}: {}\n", o.recipe, changes.describe());
-        } catch (const Error& e) {
-          clear_status();
-          fmt::print(stderr, "tracer: reloading {}: {}\n", o.recipe, e.what());
-          if (!e.hint().empty())
-            fmt::print(stderr, "  hint: {}\n", e.hint());
-          fmt::print(stderr, "tracer: the run goes on with the recipe it had\n");
-        }
+    shown_ = true;
+    last_ = events;
+  }
+
+  Session& session_;
+  const bool shown_on_tick_;
+  bool shown_ = false;
+  std::uint64_t last_ = 0;
+};
+
+/// SIGHUP: the recipe file is read again (with the same --set values) and applied while the
+/// run goes on (Session::apply): unchanged probes and pipelines keep their counts. What
+/// changed, or why nothing could, goes to stderr; a recipe that fails leaves the run as it was.
+void reload_on_sighup(asio::signal_set& hup,
+                      const RunOptions& o,
+                      Session& session,
+                      StatusLine& status) {
+  hup.async_wait([&](const boost::system::error_code& ec, int) {
+    if (ec)
+      return;
+    if (session.running()) {
+      try {
+        const RecipeChanges changes = session.apply(load_recipe(o));
+        status.clear();
+        fmt::print(stderr, "tracer: reloaded {}: {}\n", o.recipe, changes.describe());
+      } catch (const Error& e) {
+        status.clear();
+        fmt::print(stderr, "tracer: reloading {}: {}\n", o.recipe, e.what());
+        if (!e.hint().empty())
+          fmt::print(stderr, "  hint: {}\n", e.hint());
+        fmt::print(stderr, "tracer: the run goes on with the recipe it had\n");
       }
-      wait_reload();
-    });
-  };
-  wait_reload();
-  session.start();
-  // From here on: the run's own cost (reactor, drains, map reads), not the start's compiles.
-  perf::Event own_syscalls = o.verbose ? own_syscall_counter() : perf::Event{};
-  for (const auto& note : out_of_target_notes(recipe, target_from(o)))
-    fmt::print(stderr, "tracer: warning: {}\n", note);
-  if (o.verbose) {
-    fmt::print(stderr, "tracer: rings: {}\n", session.engine().ring_note());
-    if (session.stats().in_place)
-      fmt::print(stderr,
-                 "tracer: the stages read samples in place (no record rebuilt or decoded)\n");
-  }
-  signal_ready(o.ready_fd);
-  // A stage's end may fail the run (a plugin over its budget, an export that reached nothing),
-  // in the loop (a duration's or a signal's stop) or here: the summary is printed first all the
-  // same, then the error.
-  std::exception_ptr failed;
-  try {
-    io.run();
-    session.stop();
-  } catch (...) {
-    failed = std::current_exception();
-  }
-  clear_status();
-  const auto st = session.stats();
-  print_summary(st.engine, st.counters, st.warnings, o.json, st.seconds, &out);
-  if (failed)
-    std::rethrow_exception(failed);
+    }
+    reload_on_sighup(hup, o, session, status);
+  });
+}
+
+/// After the summary: what the run warns about, and how it ends (a stage's or the output's
+/// failure, else the command's exit status).
+int finish_run(const RunOptions& o,
+               Session& session,
+               Sink& out,
+               const perf::Event& own_syscalls,
+               const SessionStats& st) {
   if (st.engine.held_passes != 0) {
     fmt::print(stderr,
                "tracer: warning: the stages fell behind the events: the rings were left unread "
@@ -496,6 +467,69 @@ int run_recipe(const RunOptions& given) {
     return *code;
   }
   return kExitOk;
+}
+
+int run_recipe(const RunOptions& given) {
+  RunOptions o = given;
+  check_ready_fd(o.ready_fd);
+  if (o.perf_data.empty() && o.output.ends_with(".data")) {
+    o.perf_data = o.output;  // -o FILE.data: a perf.data file, not text
+    o.output.clear();
+  }
+  Recipe recipe = load_recipe(o);
+  SessionOptions so = session_options(o);
+  // A perf.data stream on stdout leaves the text output stderr.
+  Sink out = Sink::to_file(Session::takes_stdout(recipe, so) ? stderr : stdout);
+  if (!o.output.empty()) {
+    auto s = Sink::open(o.output);
+    if (!s)
+      throw Error(ErrorCategory::kUsage, s.error());
+    out = std::move(*s);
+  }
+
+  // One thread runs it (this one): the engine's handlers then need no strand.
+  asio::io_context io(1);
+  Session session(io.get_executor(), recipe, out, std::move(so));
+  StatusLine status(o, session);
+  session.on_done([&] { io.stop(); });
+  // SIGINT and SIGTERM are caught from before the start: one that comes while the probes attach
+  // (or right after a supervisor saw "ready") stops the run cleanly once the loop runs, instead
+  // of killing tracer with its probes attached.
+  asio::signal_set signals(io, SIGINT, SIGTERM);
+  signals.async_wait([&](const boost::system::error_code& ec, int) {
+    if (!ec)
+      session.stop();
+  });
+  asio::signal_set hup(io, SIGHUP);
+  reload_on_sighup(hup, o, session, status);
+  session.start();
+  // From here on: the run's own cost (reactor, drains, map reads), not the start's compiles.
+  perf::Event own_syscalls = o.verbose ? own_syscall_counter() : perf::Event{};
+  for (const auto& note : out_of_target_notes(recipe, target_from(o)))
+    fmt::print(stderr, "tracer: warning: {}\n", note);
+  if (o.verbose) {
+    fmt::print(stderr, "tracer: rings: {}\n", session.engine().ring_note());
+    if (session.stats().in_place)
+      fmt::print(stderr,
+                 "tracer: the stages read samples in place (no record rebuilt or decoded)\n");
+  }
+  signal_ready(o.ready_fd);
+  // A stage's end may fail the run (a plugin over its budget, an export that reached nothing),
+  // in the loop (a duration's or a signal's stop) or here: the summary is printed first all the
+  // same, then the error.
+  std::exception_ptr failed;
+  try {
+    io.run();
+    session.stop();
+  } catch (...) {
+    failed = std::current_exception();
+  }
+  status.clear();
+  const auto st = session.stats();
+  print_summary(st.engine, st.counters, st.warnings, o.json, st.seconds, &out);
+  if (failed)
+    std::rethrow_exception(failed);
+  return finish_run(o, session, out, own_syscalls, st);
 }
 
 int check_recipe(const RunOptions& o) {
