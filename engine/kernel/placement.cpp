@@ -351,7 +351,10 @@ class ProbePlanner {
                   gen::KernelPlan& plan) {
     std::string why;
     FieldMap fields(schema_, pi, why);
-    gen::ProbePlan pp{.name = info.name, .kind = *gen_kind(info.kind)};
+    const auto kind = gen_kind(info.kind);
+    if (!kind)  // probe_refusal said so first
+      return fmt::format("probe '{}' cannot run an in-kernel program", info.name);
+    gen::ProbePlan pp{.name = info.name, .kind = *kind};
     // Stack keys keep as many frames as the probe's callchain would (max_stack, else the
     // kernel's perf_event_max_stack).
     const std::uint16_t max_stack = info.attr.raw()->sample_max_stack;

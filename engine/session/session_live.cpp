@@ -220,15 +220,15 @@ class LiveChange {
     keep_.assign(n_before, true);
     std::vector<bool> matched(next_eo.probes.size(), false);
     for (std::size_t k = 0; k < n_before; ++k) {
-      if (before_[k].removed || !s_.base_probes[k])
+      auto& base = s_.base_probes[k];
+      if (before_[k].removed || !base)
         continue;  // removed, or not the recipe's (a side-band event, the BPF output channel)
       const auto it =
           std::find_if(next_eo.probes.begin(), next_eo.probes.end(),
                        [&](const ProbeOptions& o) { return o.name == before_[k].name; });
-      if (it != next_eo.probes.end() &&
-          definition(*it).same_probe(definition(*s_.base_probes[k]))) {
+      if (it != next_eo.probes.end() && definition(*it).same_probe(definition(*base))) {
         matched[static_cast<std::size_t>(it - next_eo.probes.begin())] = true;
-        s_.base_probes[k]->origin = it->origin;  // errors point at the next recipe's place
+        base->origin = it->origin;  // errors point at the next recipe's place
         continue;
       }
       keep_[k] = false;
@@ -308,9 +308,10 @@ class LiveChange {
     restart_.assign(s_.pipelines.size(), false);
     restart_why_.assign(s_.pipelines.size(), {});
     for (std::size_t i = 0; i < made_.size(); ++i) {
-      if (!from_old_[i] || !probes_change_)
+      const auto& from = from_old_[i];
+      if (!from || !probes_change_)
         continue;
-      const std::size_t j = *from_old_[i];
+      const std::size_t j = *from;
       const bool kernel_side = j < s_.places.size() && s_.places[j].plan.has_value();
       if (kernel_side) {
         if (s_.places[j].latency) {
@@ -350,7 +351,7 @@ class LiveChange {
     now_probes_.assign(s_.engine->probes().begin(), s_.engine->probes().end());
     place_probes_ = now_probes_;
     for (std::size_t p = 0; p < n_before; ++p) {
-      if (s_.base_probes[p] && !s_.base_probes[p]->counting)
+      if (const auto& base = s_.base_probes[p]; base && !base->counting)
         place_probes_[p].counts_to_stages = false;
     }
     sampling_.assign(now_probes_.size(), false);
@@ -386,7 +387,8 @@ class LiveChange {
       // place() reads the pipeline's stages only: a span of the one pipeline.
       auto place = kernel::place(std::span(&s_.pipelines[j], 1), place_probes_, only_added,
                                  Placement::kKernel, task_target_, filters_);
-      if (!place.front().plan) {  // the new probes cannot run in its programs
+      auto& plan = place.front().plan;
+      if (!plan) {  // the new probes cannot run in its programs
         restart_[j] = true;
         for (const auto& st : place.front().stages) {
           if (!st.kernel && !st.why.empty()) {
@@ -396,7 +398,7 @@ class LiveChange {
         }
         continue;
       }
-      for (auto& pp : place.front().plan->probes)
+      for (auto& pp : plan->probes)
         pp.keep_samples = true;  // user space may read a sampling event's samples too
       std::vector<kernel::PipelinePlace> at(j + 1);
       at[j] = std::move(place.front());
@@ -410,7 +412,7 @@ class LiveChange {
   /// 3. Added pipelines, and the restarted ones anew: placed, their programs started, bound.
   void start_fresh_pipelines() {
     for (std::size_t i = 0; i < made_.size(); ++i) {
-      if (!from_old_[i] || restart_[*from_old_[i]])
+      if (const auto& from = from_old_[i]; !from || restart_[*from])
         fresh_.push_back(i);
     }
     if (fresh_.empty())
@@ -453,9 +455,13 @@ class LiveChange {
   void refuse_kernel_only_probes(std::size_t i) const {
     const auto& eo = s_.engine_options.probes;
     for (std::size_t p = 0; p < now_probes_.size() && p < eo.size() && p < keep_.size(); ++p) {
+      bool base_samples = false;  // the recipe's probe samples (the placement made it count)
+      if (p < s_.base_probes.size()) {
+        if (const auto& base = s_.base_probes[p]; base)
+          base_samples = !base->counting;
+      }
       const bool converted = keep_[p] && !now_probes_[p].removed &&
-                             ((eo[p].counting && p < s_.base_probes.size() && s_.base_probes[p] &&
-                               !s_.base_probes[p]->counting) ||
+                             ((eo[p].counting && base_samples) ||
                               (p < s_.kernel_samples.size() && s_.kernel_samples[p]));
       if (converted) {
         throw live_error(next_,
@@ -546,8 +552,8 @@ class LiveChange {
     std::vector<std::size_t> old_to_next(s_.pipelines.size(), SIZE_MAX);
     std::size_t fresh_k = 0;
     for (std::size_t i = 0; i < made_.size(); ++i) {
-      if (from_old_[i] && !restart_[*from_old_[i]]) {
-        const std::size_t j = *from_old_[i];
+      if (const auto& from = from_old_[i]; from && !restart_[*from]) {
+        const std::size_t j = *from;
         next_pipelines[i] = std::move(s_.pipelines[j]);
         if (j < s_.places.size())
           next_places[i] = std::move(s_.places[j]);
@@ -580,7 +586,8 @@ class LiveChange {
       s_.base_probes.push_back(side ? std::nullopt : std::optional<ProbeOptions>(added_[k]));
     }
     for (std::size_t i = 0; i < s_.pipelines.size(); ++i) {
-      if (!from_old_[i] || restart_.size() <= *from_old_[i] || restart_[*from_old_[i]])
+      const auto& from = from_old_[i];
+      if (!from || restart_.size() <= *from || restart_[*from])
         s_.pipelines[i]->start(now_);
     }
     s_.recipe = next_;
