@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "commands.hpp"
+#include "tracer/common/cpu_list.hpp"
 #include "tracer/counter_expr.hpp"
 #include "tracer/duration.hpp"
 #include "tracer/error.hpp"
@@ -344,33 +345,14 @@ class Printer {
 
 /// -C's list: "0", "0,2", "0-3", "0-1,3".
 std::vector<int> parse_cpu_list(const std::string& text) {
-  std::vector<int> cpus;
-  const auto bad = [&] {
-    return Error(ErrorCategory::kUsage, std::make_error_code(std::errc::invalid_argument),
-                 fmt::format("-C: '{}' is not a CPU list", text), "e.g. -C 0, -C 0,2 or -C 0-3");
-  };
-  std::size_t at = 0;
-  while (at <= text.size()) {
-    const std::size_t end = std::min(text.find(',', at), text.size());
-    const std::string part = text.substr(at, end - at);
-    const std::size_t dash = part.find('-');
-    const auto number = [&](const std::string& n) {
-      if (n.empty() || n.size() > 5 ||
-          !std::all_of(n.begin(), n.end(), [](char c) { return c >= '0' && c <= '9'; }))
-        throw bad();
-      return std::stoi(n);
-    };
-    const int lo = number(part.substr(0, dash));
-    const int hi = dash == std::string::npos ? lo : number(part.substr(dash + 1));
-    if (hi < lo)
-      throw bad();
-    for (int c = lo; c <= hi; ++c) {
-      if (std::find(cpus.begin(), cpus.end(), c) == cpus.end())
-        cpus.push_back(c);
-    }
-    at = end + 1;
+  auto list = cpus::parse_list(text);
+  if (!list || list->empty()) {
+    throw Error(ErrorCategory::kUsage, std::make_error_code(std::errc::invalid_argument),
+                fmt::format("-C: '{}' is not a CPU list{}", text,
+                            list ? std::string() : ": " + list.error().message),
+                "e.g. -C 0, -C 0,2 or -C 0-3");
   }
-  return cpus;
+  return *list;
 }
 
 /// -p's and -t's lists: "42", "42,43".

@@ -1,5 +1,6 @@
 // PMU discovery from /sys/bus/event_source/devices, perf term encoding and capability probing.
 #include "tracer/perf/pmu.hpp"
+#include "tracer/common/cpu_list.hpp"
 #include "tracer/common/text_file.hpp"
 
 #include <fcntl.h>
@@ -92,22 +93,7 @@ std::uint64_t term_mask(const PmuFormatTerm& t) {
 
 /// "0-3,8" (cpumask/cpus files) -> {0,1,2,3,8}; empty on anything unexpected.
 std::vector<int> parse_cpu_list(std::string_view s) {
-  std::vector<int> cpus;
-  s = detail::trim(s);
-  while (!s.empty()) {
-    const auto comma = s.find(',');
-    const std::string_view r = s.substr(0, comma);
-    s = comma == std::string_view::npos ? std::string_view{} : s.substr(comma + 1);
-    const auto dash = r.find('-');
-    const auto lo = detail::parse_uint<int>(r.substr(0, dash));
-    const auto hi =
-        dash == std::string_view::npos ? lo : detail::parse_uint<int>(r.substr(dash + 1));
-    if (!lo || !hi || *lo > *hi || *hi > 1 << 16)
-      return {};
-    for (int c = *lo; c <= *hi; ++c)
-      cpus.push_back(c);
-  }
-  return cpus;
+  return cpus::parse_list(s).value_or(std::vector<int>{});
 }
 
 std::vector<std::string> sorted_entries(const fs::path& dir) {

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "tracer/common/cpu_list.hpp"
 #include "tracer/common/text_file.hpp"
 #include "tracer/perf/software.hpp"
 #include "tracer/perfdata/writer.hpp"
@@ -22,20 +23,11 @@ namespace {
 
 using tracer::detail::trim;
 
+/// A small procfs or sysfs file's text; empty when it cannot be read (the feature then says
+/// less). /proc/cpuinfo is the largest: a few hundred KiB on a machine of hundreds of CPUs.
 std::string read_small(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    return {};
-  std::string text;
-  char buf[4096];
-  for (;;) {
-    const ssize_t n = ::read(fd, buf, sizeof(buf));
-    if (n <= 0)
-      break;
-    text.append(buf, static_cast<std::size_t>(n));
-  }
-  ::close(fd);
-  return text;
+  return tracer::detail::read_text_file(path, "perf-data", std::size_t{4} << 20)
+      .value_or(std::string());
 }
 
 std::uint32_t to_u32(std::string_view s, std::uint32_t fallback) {
@@ -120,7 +112,7 @@ HostInfo HostInfo::read() {
 
   // nr_cpus_avail: max present CPU + 1 (perf's cpu__max_present_cpu()).
   const std::string sys_cpu = "/sys/devices/system/cpu/";
-  if (auto present = perf::parse_cpu_list(trim(read_small(sys_cpu + "present")));
+  if (auto present = cpus::parse_list(trim(read_small(sys_cpu + "present")));
       present && !present->empty()) {
     h.nr_cpus_avail =
         static_cast<std::uint32_t>(*std::max_element(present->begin(), present->end())) + 1;

@@ -20,35 +20,16 @@
 #include <string>
 #include <vector>
 
+#include "tracer/common/text_file.hpp"
 #include "tracer/perfdata/writer.hpp"
 #include "tracer/tracefs/tracefs.hpp"
 
 namespace tracer::perfdata {
 namespace {
 
+/// A tracefs file of the tracing data (a format, printk_formats, saved_cmdlines).
 Result<std::string> slurp(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    const int err = errno;
-    return fail(err, "perf-data: cannot read " + path + ": " + std::strerror(err));
-  }
-  std::string text;
-  char buf[8192];
-  for (;;) {
-    const ssize_t n = ::read(fd, buf, sizeof(buf));
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n < 0) {
-      const int err = errno;
-      ::close(fd);
-      return fail(err, "perf-data: cannot read " + path + ": " + std::strerror(err));
-    }
-    if (n == 0)
-      break;
-    text.append(buf, static_cast<std::size_t>(n));
-  }
-  ::close(fd);
-  return text;
+  return tracer::detail::read_text_file(path, "perf-data", std::size_t{16} << 20);
 }
 
 template <typename T>

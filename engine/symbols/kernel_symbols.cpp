@@ -28,7 +28,8 @@ bool is_text_type(char type) {
 }  // namespace
 
 Result<KernelSymbols> KernelSymbols::load(const std::filesystem::path& path) {
-  TRACER_ASSIGN_OR_RETURN(std::string read, detail::read_file(path, kMaxKallsymsBytes));
+  TRACER_ASSIGN_OR_RETURN(std::string read,
+                          tracer::detail::read_text_file(path, "symbols", kMaxKallsymsBytes));
   // The names stay in the file's text (no string per symbol: ~200,000 of them).
   auto shared = std::make_shared<const std::string>(std::move(read));
   const std::string& text = *shared;

@@ -182,7 +182,7 @@ struct Symbolizer::Impl {
     if (!options.read_proc)
       return;  // a recorded file's processes: their MMAP records only
     const fs::path dir = options.proc_root / std::to_string(pid);
-    auto text = detail::read_file(dir / "maps", kMaxMapsBytes);
+    auto text = tracer::detail::read_text_file(dir / "maps", "symbols", kMaxMapsBytes);
     if (!text) {
       const int err = text.error().errno_value();
       if (err != ENOENT && err != ESRCH)
@@ -280,7 +280,7 @@ struct Symbolizer::Impl {
       return vdso_elf;
     vdso_tried = true;
     const auto base = ::getauxval(AT_SYSINFO_EHDR);
-    auto maps = detail::read_file("/proc/self/maps", kMaxMapsBytes);
+    auto maps = tracer::detail::read_text_file("/proc/self/maps", "symbols", kMaxMapsBytes);
     if (base == 0 || !maps)
       return nullptr;
     std::uint64_t size = 0;

@@ -53,46 +53,7 @@ Result<OpenElf> open_elf(const std::filesystem::path& path,
   return out;
 }
 
-namespace {
-
-Result<std::string> read_all(const UniqueFd& fd,
-                             const std::filesystem::path& path,
-                             std::size_t max_bytes) {
-  std::string out;
-  std::size_t used = 0;
-  out.resize(std::size_t{1} << 20);
-  while (used < max_bytes) {
-    if (used == out.size())
-      out.resize(std::min(out.size() * 2, max_bytes));
-    const ssize_t n = ::read(fd.get(), out.data() + used, out.size() - used);
-    if (n < 0) {
-      if (errno == EINTR)
-        continue;
-      const int err = errno;
-      return fail(err,
-                  fmt::format("symbols: cannot read {}: {}", path.string(), std::strerror(err)));
-    }
-    if (n == 0)
-      break;
-    used += static_cast<std::size_t>(n);
-  }
-  out.resize(used);
-  return out;
-}
-
-}  // namespace
-
-Result<std::string> read_file(const std::filesystem::path& path, std::size_t max_bytes) {
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
-  if (!fd) {
-    const int err = errno;
-    return fail(err, fmt::format("symbols: cannot open {}: {}", path.string(), std::strerror(err)));
-  }
-  struct stat st {};
-  if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode))
-    return fail(EINVAL, fmt::format("symbols: {} is not a regular file", path.string()));
-  return read_all(fd, path, max_bytes);
-}
+namespace {}  // namespace
 
 Result<std::string> read_perf_map(const std::filesystem::path& path,
                                   const std::filesystem::path& proc_dir,
@@ -114,7 +75,7 @@ Result<std::string> read_perf_map(const std::filesystem::path& path,
                             path.string(), st.st_uid,
                             known ? fmt::format(" (uid {})", proc.st_uid) : std::string()));
   }
-  return read_all(fd, path, max_bytes);
+  return tracer::detail::read_text_fd(fd.get(), path, "symbols", max_bytes);
 }
 
 std::string demangle(std::string_view name) {

@@ -43,12 +43,6 @@ struct OpenElf {
                                        std::string_view subsystem,
                                        std::string_view not_elf_hint = {});
 
-/// Reads a whole file with large read() calls into one buffer (procfs files such as
-/// /proc/kallsyms report size 0, so the buffer grows as it fills), up to `max_bytes`.
-/// @return the contents, or the errno of open()/read() as "symbols: cannot open|read PATH: ...".
-[[nodiscard]] Result<std::string> read_file(const std::filesystem::path& path,
-                                            std::size_t max_bytes);
-
 /// A process's perf map (/tmp/perf-PID.map, written by its JIT), read as perf does and as a
 /// root process must: a regular file (a FIFO there would block the read forever), not through
 /// a symbolic link, read without blocking, and owned by root or by the process's own user

@@ -1,10 +1,15 @@
 #include "tracer/common/text_file.hpp"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
+#include <chrono>
+#include <fstream>
 #include <string_view>
 #include <vector>
 
+#include "support/temp_dir.hpp"
+#include "tracer/common/cpu_list.hpp"
 #include "tracer/common/proc_mounts.hpp"
 
 namespace tracer::detail {
@@ -38,5 +43,69 @@ TEST(ProcMounts, FindsTracefsAndUnescapesItsPath) {
   EXPECT_EQ(find_mounted_tracefs("sysfs /sys sysfs rw 0 0\n"), std::nullopt);
 }
 
+// The one reader of the layers: procfs files of size 0 whole, at most max_bytes of a larger
+// file, and what a root process must refuse: a FIFO in a file's place (it would block the read
+// forever) and a directory, each with its path in the error.
+TEST(ReadTextFile, ReadsProcfsWholeAndStopsAtItsBound) {
+  auto self = read_text_file("/proc/self/status", "test");
+  ASSERT_TRUE(self) << self.error().message;
+  EXPECT_NE(self->find("Pid:"), std::string::npos);
+  testing::TempDir dir;
+  const auto big = dir.path() / "big";
+  std::ofstream(big) << std::string(300000, 'x');
+  auto whole = read_text_file(big, "test");
+  ASSERT_TRUE(whole);
+  EXPECT_EQ(whole->size(), 300000U);
+  auto cut = read_text_file(big, "test", 1000);
+  ASSERT_TRUE(cut);
+  EXPECT_EQ(cut->size(), 1000U);
+}
+
+TEST(ReadTextFile, AFifoOrADirectoryIsRefusedWithoutBlocking) {
+  testing::TempDir dir;
+  const auto fifo = dir.path() / "fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = read_text_file(fifo, "test");
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(1));
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().errno_value(), EINVAL);
+  EXPECT_EQ(r.error().message, "test: " + fifo.string() + " is not a regular file");
+  auto d = read_text_file(dir.path(), "test");
+  ASSERT_FALSE(d);
+  EXPECT_EQ(d.error().errno_value(), EINVAL);
+  auto missing = read_text_file(dir.path() / "none", "test");
+  ASSERT_FALSE(missing);
+  EXPECT_EQ(missing.error().errno_value(), ENOENT);
+}
+
 }  // namespace
 }  // namespace tracer::detail
+
+namespace tracer::cpus {
+namespace {
+
+// sysfs lists, perf's -C lists, each CPU once in order; a bad element, a backwards range, a CPU
+// past the bound and a trailing comma are errors naming themselves.
+TEST(CpuList, ParsesRangesAndSinglesOnceInOrder) {
+  using V = std::vector<int>;
+  EXPECT_EQ(parse_list("0-3,8\n").value(), (V{0, 1, 2, 3, 8}));
+  EXPECT_EQ(parse_list("1").value(), V{1});
+  EXPECT_EQ(parse_list("2,0-2").value(), (V{2, 0, 1}));
+  EXPECT_EQ(parse_list("").value(), V{});
+  EXPECT_EQ(parse_list("65535").value(), V{65535});
+  for (const char* bad : {"1-", "-1", "3-1", "a", "0,,1", "0,", "65536", "0-99999999999", " 1 "}) {
+    auto r = parse_list(bad);
+    if (std::string_view(bad) == " 1 ") {  // white space around the list is the kernel's
+      EXPECT_EQ(r.value(), V{1});
+      continue;
+    }
+    ASSERT_FALSE(r) << bad;
+    EXPECT_EQ(r.error().errno_value(), EINVAL) << bad;
+  }
+  EXPECT_EQ(parse_list("0,x,2").error().message,
+            "'x' in the CPU list '0,x,2' is not a CPU or a range of CPUs (0 to 65535)");
+}
+
+}  // namespace
+}  // namespace tracer::cpus

@@ -15,13 +15,23 @@
 
 namespace tracer::detail {
 
-/// Reads a whole file (opened O_CLOEXEC, EINTR retried), stopping after `max_bytes` (a guard
-/// against an unexpectedly huge file under a fake root).
+/// Reads a whole file as a root process must, the one reader of the layers: opened O_CLOEXEC
+/// and O_NONBLOCK (a FIFO put in a file's place cannot block the read), a regular file only
+/// (procfs, sysfs and tracefs files are), EINTR retried, with large read() calls into one
+/// buffer (procfs files such as /proc/kallsyms report size 0), at most `max_bytes` (a guard
+/// against an unexpectedly huge file under a fake root: what is past it is not read).
 /// @return the contents, or the errno of open()/read() with "<subsystem>: cannot open|read
-/// <path>: <strerror>".
+/// <path>: <strerror>" (EINVAL: "<subsystem>: <path> is not a regular file").
 [[nodiscard]] Result<std::string> read_text_file(const std::filesystem::path& path,
                                                  std::string_view subsystem,
                                                  std::size_t max_bytes = std::size_t{1} << 20);
+
+/// read_text_file's reading part, for a file the caller opened and checked itself (its owner,
+/// say) through the same fd: `path` and `subsystem` name it in errors.
+[[nodiscard]] Result<std::string> read_text_fd(int fd,
+                                               const std::filesystem::path& path,
+                                               std::string_view subsystem,
+                                               std::size_t max_bytes = std::size_t{1} << 20);
 
 /// A whole string as an unsigned number in `base` (no sign, no spaces, no trailing text).
 /// @return the value, or std::nullopt.

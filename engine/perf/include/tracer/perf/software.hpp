@@ -24,9 +24,6 @@ struct SoftwareEvent {
 /// Looks a software event up by name or alias.
 [[nodiscard]] std::optional<SoftwareEvent> find_software_event(std::string_view name) noexcept;
 
-/// Parses a kernel CPU list ("0-3,5,7-8").
-/// @return the CPUs, or EINVAL naming the bad part.
-[[nodiscard]] Result<std::vector<int>> parse_cpu_list(std::string_view text);
 /// CPUs from /sys/devices/system/cpu/online.
 [[nodiscard]] Result<std::vector<int>> online_cpus();
 
