@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "commands.hpp"
+#include "tracer/common/json.hpp"
 #include "tracer/perf/pmu.hpp"
 #include "tracer/recipe.hpp"
 #include "tracer/result.hpp"
@@ -105,7 +106,7 @@ std::string cpu_list(const std::vector<int>& cpus) {
 
 /// The PMUs, the capabilities and the perfmon properties as one JSON object.
 int list_pmus_json(const std::vector<perf::Pmu>& pmus) {
-  const auto q = [](std::string_view v) { return fmt::format("\"{}\"", json_escape(v)); };
+  const auto q = [](std::string_view v) { return fmt::format("\"{}\"", json::escape(v)); };
   std::string out = "{\"pmus\":[";
   for (std::size_t i = 0; i < pmus.size(); ++i) {
     const auto& p = pmus[i];

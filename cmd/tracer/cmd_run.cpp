@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "commands.hpp"
+#include "tracer/common/json.hpp"
 #include "tracer/common/proc_mounts.hpp"
 #include "tracer/diagnostics.hpp"
 #include "tracer/duration.hpp"
@@ -238,10 +239,10 @@ void print_summary(const Stats& stats,
   if (json) {
     std::string stages;
     for (const auto& [name, value] : counters)
-      stages += fmt::format(R"({}"{}":{})", stages.empty() ? "" : ",", json_escape(name), value);
+      stages += fmt::format(R"({}"{}":{})", stages.empty() ? "" : ",", json::escape(name), value);
     std::string said;
     for (const auto& w : warnings)
-      said += fmt::format(R"({}"{}")", said.empty() ? "" : ",", json_escape(w));
+      said += fmt::format(R"({}"{}")", said.empty() ? "" : ",", json::escape(w));
     std::string probes;
     for (const auto& p : stats.probes) {
       const auto t = p.total();
@@ -251,7 +252,7 @@ void print_summary(const Stats& stats,
         kernel += fmt::format(R"(,"bpf_skipped":{}{})", p.bpf_skipped,
                               p.bpf_skipped_shared ? R"(,"bpf_skipped_shared":true)" : "");
       probes += fmt::format(R"({}"{}":{{"events":{},"lost":{},"bytes":{},"aux_truncated":{}{}}})",
-                            probes.empty() ? "" : ",", json_escape(p.name), t.samples, lost,
+                            probes.empty() ? "" : ",", json::escape(p.name), t.samples, lost,
                             t.bytes, t.aux_truncated, kernel);
     }
     const std::string line = fmt::format(

@@ -20,6 +20,7 @@
 
 #include "commands.hpp"
 #include "privileges.hpp"
+#include "tracer/common/json.hpp"
 #include "tracer/duration.hpp"
 #include "tracer/error.hpp"
 #include "tracer/exporter/http_server.hpp"
@@ -59,9 +60,9 @@ class Log {
                                        std::chrono::floor<std::chrono::seconds>(now), ms);
     std::string line;
     if (json_) {
-      line = fmt::format(R"({{"ts":"{}","level":"{}","msg":"{}")", ts, level, json_escape(msg));
+      line = fmt::format(R"({{"ts":"{}","level":"{}","msg":"{}")", ts, level, json::escape(msg));
       for (const auto& [k, v] : fields)
-        line += fmt::format(R"(,"{}":"{}")", k, json_escape(v));
+        line += fmt::format(R"(,"{}":"{}")", k, json::escape(v));
       line += "}\n";
     } else {
       line = fmt::format("ts={} level={} msg={}", ts, level, quote(msg));
@@ -76,7 +77,7 @@ class Log {
  private:
   static std::string quote(std::string_view v) {
     const bool plain = !v.empty() && v.find_first_of(" \"=\\\n\t") == std::string_view::npos;
-    return plain ? std::string(v) : "\"" + json_escape(v) + "\"";
+    return plain ? std::string(v) : "\"" + json::escape(v) + "\"";
   }
   bool json_;
 };

@@ -17,6 +17,7 @@
 
 #include "commands.hpp"
 #include "tracer/common/cpu_list.hpp"
+#include "tracer/common/json.hpp"
 #include "tracer/counter_expr.hpp"
 #include "tracer/duration.hpp"
 #include "tracer/error.hpp"
@@ -319,15 +320,15 @@ class Printer {
     if (l.slot.starts_with("CPU"))
       row += fmt::format(R"("cpu" : "{}", )", l.slot.substr(3));
     else if (!l.slot.empty())
-      row += fmt::format(R"("thread" : "{}", )", json_escape(l.slot));
+      row += fmt::format(R"("thread" : "{}", )", json::escape(l.slot));
     const auto none = absent(l);
     const std::string value = !none.empty() ? std::string(none)
                               : clock(l)    ? fmt::format("{:.6f}", l.value / 1e6)
                                             : fmt::format("{:.6f}", l.value);
     row += fmt::format(R"("counter-value" : "{}", "unit" : "{}", "event" : "{}", )", value,
-                       clock(l) ? "msec" : "", json_escape(l.counter.name));
+                       clock(l) ? "msec" : "", json::escape(l.counter.name));
     if (!cgroup_.empty())
-      row += fmt::format(R"("cgroup" : "{}", )", json_escape(cgroup_));
+      row += fmt::format(R"("cgroup" : "{}", )", json::escape(cgroup_));
     if (l.variance_pct)
       row += fmt::format("\"variance\" : {:.2f}, ", *l.variance_pct);
     row += fmt::format(R"("event-runtime" : {}, "pcnt-running" : {:.2f}, )", l.runtime.running_ns,

@@ -4,39 +4,13 @@
 #include <bpf/libbpf.h>
 
 #include "commands.hpp"
+#include "tracer/common/json.hpp"
 
 namespace tracer::cli {
 
 std::vector<std::string>& trailing_args() {
   static std::vector<std::string> args;
   return args;
-}
-
-std::string json_escape(std::string_view s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          out += fmt::format("\\u{:04x}", static_cast<unsigned>(c));
-        } else {
-          out += c;
-        }
-    }
-  }
-  return out;
 }
 
 void add_version_command(CLI::App& app, Runner& run) {

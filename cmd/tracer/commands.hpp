@@ -28,8 +28,6 @@ using Runner = std::function<int()>;
 
 /// The arguments after the first "--" on the command line (a command to run), if any.
 std::vector<std::string>& trailing_args();
-/// `s` as the inside of a JSON string (quotes, backslashes and control characters escaped).
-[[nodiscard]] std::string json_escape(std::string_view s);
 
 /// --ready-fd FD on `cmd`: "ready" is written to FD `when` (help text: "once every probe is
 /// attached"). check_ready_fd: a usage error unless FD is open (-1: none). signal_ready: writes

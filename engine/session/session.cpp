@@ -32,12 +32,6 @@ using session_detail::rethrow_at_probe;
 
 namespace session_detail {
 
-std::chrono::nanoseconds monotonic_now() {
-  timespec ts{};
-  ::clock_gettime(CLOCK_MONOTONIC, &ts);
-  return std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec);
-}
-
 /// The first sampling probe asks the kernel for task records, on every CPU (when no probe does
 /// yet): `full` adds MMAP2 (what perf report needs), else COMM/FORK/EXIT only (thread names at
 /// event time, so a short-lived process keeps its comm after it exited).

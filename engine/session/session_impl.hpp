@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "session_counters.hpp"
+#include "tracer/common/clock.hpp"
 #include "tracer/error.hpp"
 #include "tracer/kernel/placement.hpp"
 #include "tracer/kernel/run.hpp"
@@ -26,7 +27,7 @@ namespace tracer {
 
 namespace session_detail {
 /// CLOCK_MONOTONIC now (the clock of the stages' interval ticks).
-[[nodiscard]] std::chrono::nanoseconds monotonic_now();
+using clocks::monotonic_now;
 /// The first sampling probe asks the kernel for task records (MMAP2 too when `full`).
 void enable_task_records(EngineOptions& eo, bool full);
 /// An engine error about one probe, rethrown at that probe's place in the recipe.

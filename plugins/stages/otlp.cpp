@@ -1,5 +1,6 @@
 // otlp: events and tables to an OpenTelemetry collector (see otlp.hpp).
 #include "otlp.hpp"
+#include "tracer/common/clock.hpp"
 
 #include <fmt/format.h>
 #include <google/protobuf/util/json_util.h>
@@ -15,12 +16,6 @@ namespace tracer::stages {
 namespace otel = opentelemetry::proto;
 
 namespace {
-
-std::int64_t clock_ns(clockid_t id) {
-  timespec ts{};
-  ::clock_gettime(id, &ts);
-  return (std::int64_t{ts.tv_sec} * 1'000'000'000) + ts.tv_nsec;
-}
 
 void set_value(otel::common::v1::AnyValue& out, const Value& v) {
   std::visit(
@@ -202,8 +197,8 @@ void Otlp::bind_format(BindContext& ctx, Diagnostics& /*diags*/) {
 }
 
 void Otlp::start() {
-  realtime_offset_ = clock_ns(CLOCK_REALTIME) - clock_ns(CLOCK_MONOTONIC);
-  run_start_ = std::chrono::nanoseconds(clock_ns(CLOCK_MONOTONIC));
+  realtime_offset_ = clocks::now_ns(CLOCK_REALTIME) - clocks::now_ns(CLOCK_MONOTONIC);
+  run_start_ = std::chrono::nanoseconds(clocks::now_ns(CLOCK_MONOTONIC));
   if (dry_run_)
     return;
   sender_ = std::make_unique<OtlpSender>(
@@ -229,7 +224,7 @@ void Otlp::on_events(std::span<Event* const> events) noexcept {
       }
       auto* rec = batch_state_->scope->add_log_records();
       rec->set_severity_number(otel::logs::v1::SEVERITY_NUMBER_INFO);
-      rec->set_observed_time_unix_nano(static_cast<std::uint64_t>(clock_ns(CLOCK_REALTIME)));
+      rec->set_observed_time_unix_nano(static_cast<std::uint64_t>(clocks::now_ns(CLOCK_REALTIME)));
       for (const auto& f : fields_) {
         const Value v = f.read(*e);
         if (is_none(v))
