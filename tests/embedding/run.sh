@@ -7,13 +7,14 @@ src_dir="$(cd "$(dirname "$0")" && pwd)"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cmake --install "$build_dir" --prefix "$work/prefix" >/dev/null
-# The supported set only: the umbrella and what it reaches, none of the layers' own headers.
-for own in tracer/common tracer/kernel tracer/perf/ring_reader.hpp tracer/syscall_names.hpp; do
-  if [[ -e "$work/prefix/include/$own" ]]; then
-    echo "installed a layer's own header: include/$own" >&2
-    exit 1
-  fi
-done
+# The supported set only: exactly the declared public headers (cmake/public_headers.cmake).
+declared=$(sed -n 's/^    \(tracer\/[^ ]*\)$/\1/p' "$src_dir/../../cmake/public_headers.cmake" | sort)
+installed=$(cd "$work/prefix/include" && find . -type f | sed 's|^\./||' | sort)
+if [[ "$declared" != "$installed" ]]; then
+  echo "the installed headers are not cmake/public_headers.cmake's list:" >&2
+  diff <(echo "$declared") <(echo "$installed") >&2 || true
+  exit 1
+fi
 cmake -S "$src_dir" -B "$work/build" -G Ninja -DCMAKE_PREFIX_PATH="$work/prefix" \
   >/dev/null  # no forced flags: the installed headers include what they use
 cmake --build "$work/build" >/dev/null

@@ -36,7 +36,6 @@
 #include "tracer/engine_options.hpp"
 #include "tracer/error.hpp"
 #include "tracer/perf/record_ref.hpp"
-#include "tracer/perf/ring.hpp"
 #include "tracer/probe.hpp"
 #include "tracer/result.hpp"
 #include "tracer/stats.hpp"

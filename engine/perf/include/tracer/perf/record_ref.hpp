@@ -10,8 +10,8 @@
 #include <optional>
 #include <span>
 
+#include "tracer/perf/aux_chunk.hpp"
 #include "tracer/perf/record.hpp"
-#include "tracer/perf/ring.hpp"
 
 namespace tracer {
 

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "tracer/perf/abi.hpp"
+#include "tracer/perf/aux_chunk.hpp"
 #include "tracer/perf/record.hpp"
 #include "tracer/result.hpp"
 
@@ -46,18 +47,6 @@ struct TimeConv {
   bool cap_user_time_short = false;
   /// perf clock time of a raw cycle counter value (perf_event.h "time_zero" recipe).
   [[nodiscard]] std::uint64_t to_perf_time(std::uint64_t cyc) const noexcept;
-};
-
-/// A chunk of AUX data announced by one PERF_RECORD_AUX. Two spans when it wraps the AUX area.
-struct AuxChunk {
-  std::uint64_t offset = 0;  // position in the AUX stream (PERF_RECORD_AUX aux_offset)
-  std::uint64_t size = 0;
-  std::uint64_t flags = 0;  // TRUNCATED, OVERWRITE, PARTIAL, COLLISION, PMU format
-  std::span<const std::byte> first;
-  std::span<const std::byte> second;
-  [[nodiscard]] bool truncated() const noexcept { return (flags & abi::kAuxFlagTruncated) != 0; }
-  /// Copies the chunk's bytes (both spans) to `out` (resized).
-  void copy_to(std::vector<std::byte>& out) const;
 };
 
 struct AuxStats {
