@@ -358,13 +358,17 @@ SessionOptions session_options(const RunOptions& o) {
 }
 
 /// The live status line on stderr: on a terminal, and not while a traced command shares it (its
-/// output would land inside tracer's line); cleared before anything else is printed.
+/// output would land inside tracer's line); cleared before anything else is printed. Declared
+/// before the session it watches (attach()), so that it outlives every callback the session
+/// may still run while it is destroyed.
 class StatusLine {
  public:
-  StatusLine(const RunOptions& o, Session& session)
-      : session_(session),
-        shown_on_tick_(!o.json && ::isatty(STDERR_FILENO) == 1 &&
-                       target_from(o).kind != Target::Kind::kCommand) {
+  explicit StatusLine(const RunOptions& o)
+      : shown_on_tick_(!o.json && ::isatty(STDERR_FILENO) == 1 &&
+                       target_from(o).kind != Target::Kind::kCommand) {}
+
+  void attach(Session& session) {
+    session_ = &session;
     session.on_delivery([this](std::size_t) { clear(); });
     session.on_table([this](const TableUpdate&) { clear(); });  // before a table is printed
     session.on_tick([this] { tick(); });
@@ -382,7 +386,7 @@ class StatusLine {
     clear();
     if (!shown_on_tick_)
       return;
-    const auto st = session_.stats();
+    const auto st = session_->stats();
     // Every kind of loss, as the summary counts it (the rings' LOST records alone left out
     // LOST_SAMPLES, BPF output drops and in-kernel map drops while they happened).
     const std::uint64_t events = events_seen(st.engine);
@@ -393,7 +397,7 @@ class StatusLine {
     last_ = events;
   }
 
-  Session& session_;
+  Session* session_ = nullptr;
   const bool shown_on_tick_;
   bool shown_ = false;
   std::uint64_t last_ = 0;
@@ -490,8 +494,9 @@ int run_recipe(const RunOptions& given) {
 
   // One thread runs it (this one): the engine's handlers then need no strand.
   asio::io_context io(1);
+  StatusLine status(o);
   Session session(io.get_executor(), recipe, out, std::move(so));
-  StatusLine status(o, session);
+  status.attach(session);
   session.on_done([&] { io.stop(); });
   // SIGINT and SIGTERM are caught from before the start: one that comes while the probes attach
   // (or right after a supervisor saw "ready") stops the run cleanly once the loop runs, instead

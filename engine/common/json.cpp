@@ -41,7 +41,10 @@ void append_escaped(fmt::memory_buffer& out, std::string_view s) {
     } else {
       // Keep a well-formed UTF-8 sequence; escape a stray byte as its Latin-1 code point so the
       // line stays valid JSON.
-      std::size_t n = c >= 0xF0 && c < 0xF5 ? 4 : c >= 0xE0 ? 3 : c >= 0xC2 && c < 0xE0 ? 2 : 0;
+      std::size_t n = c >= 0xF0 && c < 0xF5   ? 4
+                      : c >= 0xE0 && c < 0xF0 ? 3
+                      : c >= 0xC2 && c < 0xE0 ? 2
+                                              : 0;
       bool ok = n != 0 && i + n <= s.size();
       for (std::size_t k = 1; ok && k < n; ++k)
         ok = (static_cast<unsigned char>(s[i + k]) & 0xC0) == 0x80;

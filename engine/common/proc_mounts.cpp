@@ -70,7 +70,7 @@ std::optional<fs::path> find_cgroup2_root(std::string_view mounts) {
 }
 
 fs::path cgroup2_root() {
-  if (auto mounts = read_text_file("/proc/mounts", "cgroup")) {
+  if (auto mounts = read_text_file("/proc/mounts", "cgroup", kMaxMountsBytes)) {
     if (auto found = find_cgroup2_root(*mounts))
       return *found;
   }

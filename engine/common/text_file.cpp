@@ -18,12 +18,9 @@ Result<std::string> read_text_fd(int fd,
                                  std::string_view subsystem,
                                  std::size_t max_bytes) {
   std::string out;
-  std::size_t used = 0;
-  out.resize(std::min(max_bytes, std::size_t{64} << 10));
-  while (used < max_bytes) {
-    if (used == out.size())
-      out.resize(std::min(out.size() * 2, max_bytes));
-    const ssize_t n = ::read(fd, out.data() + used, out.size() - used);
+  char buf[8192];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
     if (n < 0) {
       if (errno == EINTR)
         continue;
@@ -32,11 +29,13 @@ Result<std::string> read_text_fd(int fd,
           err, fmt::format("{}: cannot read {}: {}", subsystem, path.string(), std::strerror(err)));
     }
     if (n == 0)
-      break;
-    used += static_cast<std::size_t>(n);
+      return out;
+    if (static_cast<std::size_t>(n) > max_bytes - out.size()) {
+      return fail(EFBIG, fmt::format("{}: {} is larger than {} bytes: not read", subsystem,
+                                     path.string(), max_bytes));
+    }
+    out.append(buf, static_cast<std::size_t>(n));
   }
-  out.resize(used);
-  return out;
 }
 
 Result<std::string> read_text_file(const std::filesystem::path& path,
@@ -49,7 +48,12 @@ Result<std::string> read_text_file(const std::filesystem::path& path,
         err, fmt::format("{}: cannot open {}: {}", subsystem, path.string(), std::strerror(err)));
   }
   struct stat st {};
-  if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode))
+  if (::fstat(fd.get(), &st) != 0) {
+    const int err = errno;
+    return fail(
+        err, fmt::format("{}: cannot stat {}: {}", subsystem, path.string(), std::strerror(err)));
+  }
+  if (!S_ISREG(st.st_mode))
     return fail(EINVAL, fmt::format("{}: {} is not a regular file", subsystem, path.string()));
   return read_text_fd(fd.get(), path, subsystem, max_bytes);
 }

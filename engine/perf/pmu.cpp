@@ -261,7 +261,7 @@ bool has_alias(const Pmu& p, std::string_view name) {
 
 /// Where tracefs is mounted, from /proc/mounts (the perf layer does not depend on engine/tracefs).
 std::optional<fs::path> tracefs_root() {
-  auto mounts = detail::read_text_file("/proc/mounts", "pmu", kMaxFileBytes);
+  auto mounts = detail::read_text_file("/proc/mounts", "pmu", detail::kMaxMountsBytes);
   if (!mounts)
     return std::nullopt;
   return detail::find_mounted_tracefs(*mounts);

@@ -53,8 +53,6 @@ Result<OpenElf> open_elf(const std::filesystem::path& path,
   return out;
 }
 
-namespace {}  // namespace
-
 Result<std::string> read_perf_map(const std::filesystem::path& path,
                                   const std::filesystem::path& proc_dir,
                                   std::size_t max_bytes) {

@@ -548,7 +548,7 @@ std::optional<TracepointName> split_tracepoint(std::string_view spec) {
 Result<Tracefs> Tracefs::open() {
   TRACER_ASSIGN_OR_RETURN(
       const std::string mounts,
-      detail::read_text_file(std::string(kProcMounts), "tracefs", kMaxFileBytes));
+      detail::read_text_file(std::string(kProcMounts), "tracefs", detail::kMaxMountsBytes));
   if (auto root = detail::find_mounted_tracefs(mounts))
     return Tracefs(std::move(*root));
 

@@ -19,6 +19,9 @@ TEST(Json, EscapesWhatJsonRequiresAndKeepsEveryLineValid) {
   EXPECT_EQ(escape("\xc0\xaf"), "\\u00c0\\u00af");             // overlong '/'
   EXPECT_EQ(escape("\xed\xa0\x80"), "\\u00ed\\u00a0\\u0080");  // a UTF-16 surrogate
   EXPECT_EQ(escape("ok\xe2\x82"), "ok\\u00e2\\u0082");         // cut at the end
+  // Lead bytes 0xF5-0xFF begin no UTF-8 sequence (they were taken for 3-byte leads).
+  EXPECT_EQ(escape("\xf8\x80\x80"), "\\u00f8\\u0080\\u0080");
+  EXPECT_EQ(escape("\xff"), "\\u00ff");
   fmt::memory_buffer b;
   append_string(b, "x\"");
   EXPECT_EQ(fmt::to_string(b), R"("x\"")");

@@ -43,10 +43,10 @@ TEST(ProcMounts, FindsTracefsAndUnescapesItsPath) {
   EXPECT_EQ(find_mounted_tracefs("sysfs /sys sysfs rw 0 0\n"), std::nullopt);
 }
 
-// The one reader of the layers: procfs files of size 0 whole, at most max_bytes of a larger
-// file, and what a root process must refuse: a FIFO in a file's place (it would block the read
+// The one reader of the layers: procfs files of size 0 whole, a file over max_bytes refused,
+// and what a root process must refuse: a FIFO in a file's place (it would block the read
 // forever) and a directory, each with its path in the error.
-TEST(ReadTextFile, ReadsProcfsWholeAndStopsAtItsBound) {
+TEST(ReadTextFile, ReadsProcfsWholeAndRefusesAFileOverItsBound) {
   auto self = read_text_file("/proc/self/status", "test");
   ASSERT_TRUE(self) << self.error().message;
   EXPECT_NE(self->find("Pid:"), std::string::npos);
@@ -56,9 +56,14 @@ TEST(ReadTextFile, ReadsProcfsWholeAndStopsAtItsBound) {
   auto whole = read_text_file(big, "test");
   ASSERT_TRUE(whole);
   EXPECT_EQ(whole->size(), 300000U);
+  // Past the bound: an error, never a cut text (a cut format or kallsyms would mislead).
   auto cut = read_text_file(big, "test", 1000);
-  ASSERT_TRUE(cut);
-  EXPECT_EQ(cut->size(), 1000U);
+  ASSERT_FALSE(cut);
+  EXPECT_EQ(cut.error().errno_value(), EFBIG);
+  EXPECT_EQ(cut.error().message, "test: " + big.string() + " is larger than 1000 bytes: not read");
+  auto exact = read_text_file(big, "test", 300000);
+  ASSERT_TRUE(exact);
+  EXPECT_EQ(exact->size(), 300000U);
 }
 
 TEST(ReadTextFile, AFifoOrADirectoryIsRefusedWithoutBlocking) {

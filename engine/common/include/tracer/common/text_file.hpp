@@ -17,11 +17,12 @@ namespace tracer::detail {
 
 /// Reads a whole file as a root process must, the one reader of the layers: opened O_CLOEXEC
 /// and O_NONBLOCK (a FIFO put in a file's place cannot block the read), a regular file only
-/// (procfs, sysfs and tracefs files are), EINTR retried, with large read() calls into one
-/// buffer (procfs files such as /proc/kallsyms report size 0), at most `max_bytes` (a guard
-/// against an unexpectedly huge file under a fake root: what is past it is not read).
-/// @return the contents, or the errno of open()/read() with "<subsystem>: cannot open|read
-/// <path>: <strerror>" (EINVAL: "<subsystem>: <path> is not a regular file").
+/// (procfs, sysfs and tracefs files are), EINTR retried; procfs files such as /proc/kallsyms
+/// report size 0, so the text grows as it is read, up to `max_bytes` (a guard against an
+/// unexpectedly huge file under a fake root).
+/// @return the contents; or the errno of open()/fstat()/read() with "<subsystem>: cannot
+/// open|stat|read <path>: <strerror>"; EINVAL "<subsystem>: <path> is not a regular file";
+/// EFBIG "<subsystem>: <path> is larger than N bytes: not read" (never a cut text).
 [[nodiscard]] Result<std::string> read_text_file(const std::filesystem::path& path,
                                                  std::string_view subsystem,
                                                  std::size_t max_bytes = std::size_t{1} << 20);
@@ -32,6 +33,9 @@ namespace tracer::detail {
                                                const std::filesystem::path& path,
                                                std::string_view subsystem,
                                                std::size_t max_bytes = std::size_t{1} << 20);
+
+/// The bound for /proc/mounts: a host of many containers has thousands of mounts.
+inline constexpr std::size_t kMaxMountsBytes = std::size_t{16} << 20;
 
 /// A whole string as an unsigned number in `base` (no sign, no spaces, no trailing text).
 /// @return the value, or std::nullopt.
