@@ -471,14 +471,35 @@ void Engine::Impl::arm_timer() {
 }
 
 void Engine::Impl::watch_exit(pid_t pid) {
-  targets.watch_exit(serial, pid, [self = shared_from_this()](bool reapable) {
+  targets.watch_exit(serial, pid, [self = shared_from_this(), pid](bool reapable) {
     if (!self->running)
       return;
     self->target_exited = true;
     if (reapable)
       self->targets.reap_command();
-    self->stop();
+    // The exit is known at exit_notify(), before the task's final switch: a delivered probe
+    // would lose the events the task still makes on its way out (its last sched_switch).
+    self->stop_once_freed(pid, std::chrono::steady_clock::now() + std::chrono::milliseconds(200));
   });
+}
+
+void Engine::Impl::stop_once_freed(pid_t tgid, std::chrono::steady_clock::time_point deadline) {
+  if (!running)
+    return;
+  const auto key = static_cast<std::uint32_t>(tgid);
+  const bool in_map =
+      delivery &&
+      delivery->object().lookup_elem("tgids", std::as_bytes(std::span(&key, 1))).has_value();
+  if (!in_map || std::chrono::steady_clock::now() >= deadline) {
+    stop();
+    return;
+  }
+  free_wait.expires_after(std::chrono::milliseconds(2));
+  free_wait.async_wait(
+      [self = shared_from_this(), tgid, deadline](const boost::system::error_code& ec) {
+        if (!ec)
+          self->stop_once_freed(tgid, deadline);
+      });
 }
 
 void Engine::Impl::drain_all() noexcept {
@@ -603,6 +624,7 @@ void Engine::Impl::stop() {
 void Engine::Impl::cleanup() noexcept {
   boost::system::error_code ignored;
   [[maybe_unused]] const auto n = flush_timer.cancel(ignored);
+  [[maybe_unused]] const auto m = free_wait.cancel(ignored);
   for (auto& r : readers)
     r->wait.cancel();
   if (ringbuf_wait) {

@@ -92,7 +92,10 @@ struct Engine::Impl : std::enable_shared_from_this<Engine::Impl> {
   };
 
   Impl(boost::asio::any_io_executor ex, EngineOptions o)
-      : serial(core::serial_executor(ex)), opts(std::move(o)), flush_timer(serial) {}
+      : serial(core::serial_executor(ex)),
+        opts(std::move(o)),
+        flush_timer(serial),
+        free_wait(serial) {}
 
   // Every handler of the engine's runs here: a strand of the given executor, or the executor
   // itself when one thread runs its io_context (core::serial_executor).
@@ -112,6 +115,8 @@ struct Engine::Impl : std::enable_shared_from_this<Engine::Impl> {
   std::vector<std::vector<CpuEvents>> events;  // [probe][cpu slot]
   std::vector<std::unique_ptr<Reader>> readers;
   boost::asio::steady_timer flush_timer;
+  /// After the target's exit: the wait for its task to be freed (stop_once_freed).
+  boost::asio::steady_timer free_wait;
   core::Targets targets;
   std::optional<tracefs::DynamicProbes> dynamic;  // removed after the events close
   std::vector<std::unique_ptr<tracefs::DynamicProbes>> added_dynamic;  // of probes added live
@@ -216,6 +221,9 @@ struct Engine::Impl : std::enable_shared_from_this<Engine::Impl> {
   /// Stops the engine when `pid` exits (a started command, which is then reaped, or a pid
   /// target).
   void watch_exit(pid_t pid);
+  /// Stops once the exited target `tgid` has left the delivery program's `tgids` map (its
+  /// leader's task freed: after its last thread's final switch), at most until `deadline`.
+  void stop_once_freed(pid_t tgid, std::chrono::steady_clock::time_point deadline);
   void drain_all() noexcept;
   /// True (and `failure` set) when a batch handler threw: the engine must stop.
   bool check_handler_failure();
