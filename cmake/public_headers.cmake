@@ -1,12 +1,13 @@
-# The installed headers: tracer's public API, declared. The build computes what
-# tracer/tracer.hpp reaches and refuses to configure when that is not this list (a header
-# that became reachable by an include is an API change to make here, on purpose); the install
-# puts exactly these in include/, and ctest Embedding.FindPackageConsumer compares the installed
-# tree with this list. docs/embedding.md says what the compatibility rule for them is.
+# The installed headers, declared: tracer's stable API (TRACER_PUBLIC_HEADERS: what
+# tracer/tracer.hpp reaches) and its extension points (TRACER_EXT_HEADERS: what
+# tracer/ext/ext.hpp reaches beyond it, all under tracer/ext/). The build computes both closures
+# and refuses to configure when they are not these lists (a header that became reachable by an
+# include is an API change to make here, on purpose); the install puts exactly these in include/,
+# and ctest Embedding.FindPackageConsumer compares the installed tree with them.
+# docs/embedding.md says what the compatibility rule for each is.
 set(TRACER_PUBLIC_HEADERS
     tracer/bpf/map_source.hpp
     tracer/bpf/schema.hpp
-    tracer/check.hpp
     tracer/comm_cache.hpp
     tracer/config_value.hpp
     tracer/counter_source.hpp
@@ -14,7 +15,6 @@ set(TRACER_PUBLIC_HEADERS
     tracer/engine.hpp
     tracer/engine_options.hpp
     tracer/error.hpp
-    tracer/kernel_form.hpp
     tracer/perf/abi.hpp
     tracer/perf/aux_chunk.hpp
     tracer/perf/counter_set.hpp
@@ -37,10 +37,7 @@ set(TRACER_PUBLIC_HEADERS
     tracer/result.hpp
     tracer/schema.hpp
     tracer/session.hpp
-    tracer/stage.hpp
-    tracer/stage_options.hpp
     tracer/stage_spec.hpp
-    tracer/stages.hpp
     tracer/stats.hpp
     tracer/symbols/symbols.hpp
     tracer/table.hpp
@@ -48,4 +45,12 @@ set(TRACER_PUBLIC_HEADERS
     tracer/tracer.hpp
     tracer/unique_fd.hpp
     tracer/value.hpp
+)
+
+set(TRACER_EXT_HEADERS
+    tracer/ext/ext.hpp
+    tracer/ext/kernel_form.hpp
+    tracer/ext/stage.hpp
+    tracer/ext/stage_options.hpp
+    tracer/ext/stages.hpp
 )

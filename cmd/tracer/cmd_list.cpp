@@ -9,11 +9,11 @@
 
 #include "commands.hpp"
 #include "tracer/common/json.hpp"
+#include "tracer/ext/stage.hpp"
+#include "tracer/ext/stages.hpp"
 #include "tracer/perf/pmu.hpp"
 #include "tracer/recipe.hpp"
 #include "tracer/result.hpp"
-#include "tracer/stage.hpp"
-#include "tracer/stages.hpp"
 #include "tracer/tracefs/tracefs.hpp"
 
 namespace tracer::cli {

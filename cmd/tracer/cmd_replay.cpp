@@ -19,6 +19,7 @@
 
 #include "commands.hpp"
 #include "tracer/error.hpp"
+#include "tracer/ext/stage.hpp"
 #include "tracer/output_file.hpp"
 #include "tracer/perfdata/perfmon.hpp"
 #include "tracer/perfdata/reader.hpp"
@@ -26,7 +27,6 @@
 #include "tracer/recipe.hpp"
 #include "tracer/replay.hpp"
 #include "tracer/session.hpp"
-#include "tracer/stage.hpp"
 
 namespace tracer::cli {
 namespace {

@@ -27,11 +27,11 @@
 #include "tracer/duration.hpp"
 #include "tracer/engine.hpp"
 #include "tracer/error.hpp"
+#include "tracer/ext/stage.hpp"
 #include "tracer/perf/event.hpp"
 #include "tracer/pipeline.hpp"
 #include "tracer/recipe.hpp"
 #include "tracer/session.hpp"
-#include "tracer/stage.hpp"
 #include "tracer/tracefs/tracefs.hpp"
 
 namespace tracer::cli {

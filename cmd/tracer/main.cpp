@@ -14,7 +14,7 @@
 #include "commands.hpp"
 #include "tracer/common/trusted_file.hpp"
 #include "tracer/error.hpp"
-#include "tracer/stages.hpp"
+#include "tracer/ext/stages.hpp"
 
 namespace {
 

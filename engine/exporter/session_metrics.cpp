@@ -10,6 +10,8 @@
 #include <regex>
 #include <unordered_map>
 
+#include "tracer/ext/stage.hpp"
+
 namespace tracer::exporter {
 namespace {
 
@@ -349,7 +351,7 @@ struct Accumulated {
   std::uint64_t over_budget = 0;  // keys not added up (past accumulated_keys)
 };
 
-struct SessionMetrics::Impl {
+struct [[gnu::visibility("hidden")]] SessionMetrics::Impl {
   Session* session;
   Recipe recipe;
   ExportOptions options;
@@ -383,10 +385,7 @@ struct SessionMetrics::Impl {
     return a != nullptr && a->every() && !a->total_at_stop();
   }
 
-  static void add_row(Accumulated& a,
-                      const Table& t,
-                      const TableRow& row,
-                      std::size_t cap,
+  static void add_row(Accumulated & a, const Table& t, const TableRow& row, std::size_t cap,
                       bool record_seen = false) {
     std::vector<std::string> key;
     key.reserve(row.keys.size());
@@ -493,7 +492,7 @@ struct SessionMetrics::Impl {
     return t;
   }
 
-  void health(std::vector<Family>& out) const;
+  void health(std::vector<Family> & out) const;
 };
 
 SessionMetrics::SessionMetrics(Session& session, const Recipe& recipe, ExportOptions options)

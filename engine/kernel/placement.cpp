@@ -11,7 +11,7 @@
 
 #include "tracer/common/text_file.hpp"
 #include "tracer/error.hpp"
-#include "tracer/stages.hpp"
+#include "tracer/ext/stages.hpp"
 #include "tracer/tracefs/tracefs.hpp"
 
 namespace tracer::kernel {

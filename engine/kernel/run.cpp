@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "tracer/error.hpp"
+#include "tracer/ext/stage.hpp"
 #include "tracer/syscall_names.hpp"
 #include "tracer/tracefs/tracefs.hpp"
 

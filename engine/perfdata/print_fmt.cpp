@@ -609,7 +609,7 @@ bool Parser::constant(int k, Value& out) {
 
 }  // namespace
 
-struct PrintFmt::Impl {
+struct [[gnu::visibility("hidden")]] PrintFmt::Impl {
   const tracefs::Format* format = nullptr;
   tracefs::Format owned;
   std::vector<Conversion> convs;

@@ -1,6 +1,8 @@
 // Pipeline: events built in a fixed buffer, routed per record kind, stages run in order.
 #include "tracer/pipeline.hpp"
 
+#include "tracer/ext/stage.hpp"
+
 #include <exception>
 
 #include <fmt/format.h>
@@ -23,7 +25,104 @@ std::string hex_of(std::span<const std::byte> bytes) {
 }
 }  // namespace
 
-Pipeline::Pipeline(Sink& out, PipelineOptions options)
+// Everything the pipeline holds, behind Pipeline's pointer (its header declares only the API).
+class [[gnu::visibility("hidden")]] Pipeline::Impl {
+ public:
+  Impl(Sink & out, PipelineOptions options);
+
+  void add(std::unique_ptr<Stage> stage, std::string name, StageNeeds needs);
+  void add(const StageRegistry& registry, std::string_view use, const ConfigValue& options,
+           Diagnostics& diags);
+  void bind(std::span<const ProbeInfo> probes, Diagnostics & diags,
+            std::span<const PayloadSchema> payloads, const MapSource* maps);
+  void rebind(std::span<const ProbeInfo> probes, Diagnostics & diags, const MapSource* maps);
+  [[nodiscard]] bool rebinds() const noexcept;
+  void start(std::chrono::nanoseconds now);
+  void on_batch(const Batch& batch) noexcept;
+  [[nodiscard]] bool comm_in_place_possible() const noexcept;
+  void use_comm_in_place();
+  void on_in_place(std::span<const InPlaceSample> samples) noexcept;
+  void flush_order() noexcept;
+  void preload_symbols();
+  void on_task_records(const Batch& batch) noexcept;
+  [[nodiscard]] BatchHandler handler();
+  void round() noexcept;
+  [[nodiscard]] bool backlogged() const noexcept;
+  [[nodiscard]] std::vector<std::pair<std::string, std::uint64_t>> counters() const;
+  [[nodiscard]] std::vector<std::string> warnings() const;
+  void tick(std::chrono::nanoseconds now);
+  [[nodiscard]] bool output_due(std::chrono::nanoseconds now) const;
+  [[nodiscard]] Table peek(std::size_t index, std::chrono::nanoseconds now);
+  void stop(std::chrono::nanoseconds now);
+  void stop();
+  [[nodiscard]] std::vector<std::string> take_warnings();
+
+  struct Slot {
+    std::unique_ptr<Stage> stage;
+    std::string name;
+    StageNeeds needs;
+    Aggregation* aggregation = nullptr;  // the stage's roles (Stage::aggregation, ::output,
+    Output* output = nullptr;            // ::in_place)
+    InPlace* in_place = nullptr;
+    KindMask kinds = 0;  // needs.kinds, or what the stage's options chose at bind
+    std::chrono::nanoseconds last_emit{};
+    std::uint32_t emitted = 0;
+  };
+  std::unique_ptr<Stage> implicit_print_;  // from the registry of add(registry, ...)
+  StageNeeds implicit_print_needs_{};
+  void run_chunks(std::span<const RecordRef> records) noexcept;
+  void run(std::span<const RecordRef> records) noexcept;
+  void dispatch() noexcept;
+  /// MMAP, MMAP2, FORK and exec COMM records to the schema's symbolizer (when stacks_).
+  void track_maps(const perf::Record& record) noexcept;
+  /// One record of on_batch into the time-order merge.
+  void push_ordered(const RecordRef& r) noexcept;
+  void drain_order() noexcept;
+  /// A sample the engine handed on undecoded (EngineOptions::decode_samples = false), decoded
+  /// into decoded_[slot]; nullptr if it does not decode.
+  const RecordRef* decode_sample(const RecordRef& ref, std::size_t slot) noexcept;
+  void emit(std::size_t index, std::chrono::nanoseconds now, bool reset, bool total = false);
+  /// bind()'s test of the in-place path's stages, for probe `probe`.
+  [[nodiscard]] bool stages_take_in_place(std::uint32_t probe) const noexcept;
+
+  Sink* out_;
+  PipelineOptions options_;
+  CommCache comm_;
+  std::unique_ptr<Schema> schema_;
+  std::vector<PayloadSchema> payloads_;  // bind()'s, for rebind()
+  void bind_stages(Diagnostics & diags, const MapSource* maps);
+  std::vector<Slot> stages_;
+  std::vector<Event> events_;
+  std::vector<RecordRef> decoded_;
+  std::vector<Event*> alive_, routed_;
+  std::size_t derived_ = 0;
+  /// Timebase sampling (ProbeInfo::read_members): per probe, each member's derived slot; the
+  /// last count of each member counter by its id (an inherited child's counter has its own).
+  std::vector<std::vector<std::uint32_t>> member_slots_;
+  bool has_members_ = false;  // some probe has read members (the per-event test is this flag)
+  std::unordered_map<std::uint64_t, std::uint64_t> member_last_;
+  void bind_members(Diagnostics & diags);
+  void set_member_deltas(Event & e) noexcept;
+  bool stacks_ = false;          // a stage bound a stack field: the symbolizer tracks maps
+  std::vector<bool> in_place_;   // by probe: takes_in_place()
+  bool order_for_comm_ = false;  // ordered only because a stage binds comm
+  std::unique_ptr<Reorder> order_;
+  double ns_per_record_ = 0;  // the stages' pace through the merge's rounds (moving average)
+  BatchHandler ordered_out_;
+  PipelineStats stats_;
+  bool unprocessed_said_ = false;  // take_warnings() said order.unprocessed
+  bool stopped_ = false;
+  const CounterSource* counters_ = nullptr;
+  std::chrono::nanoseconds started_{};  // start(now)
+  TableHandler on_table_;
+  EventHandler on_event_;
+  std::exception_ptr handler_failure_;
+  std::uint64_t events_missed_ = 0;  // events on_event_ did not get after it threw
+  /// Hands the events an output just got to on_event_.
+  void tap(std::size_t stage, std::span<const FieldRef> fields) noexcept;
+};
+
+Pipeline::Impl::Impl(Sink& out, PipelineOptions options)
     : out_(&out), options_(std::move(options)), comm_(options_.comm) {
   options_.max_events = std::max<std::size_t>(1, options_.max_events);
   events_.resize(options_.max_events);
@@ -31,9 +130,7 @@ Pipeline::Pipeline(Sink& out, PipelineOptions options)
   routed_.reserve(options_.max_events);
 }
 
-Pipeline::~Pipeline() = default;
-
-void Pipeline::add(std::unique_ptr<Stage> stage, std::string name, StageNeeds needs) {
+void Pipeline::Impl::add(std::unique_ptr<Stage> stage, std::string name, StageNeeds needs) {
   Slot slot;
   slot.aggregation = stage->aggregation();
   slot.output = stage->output();
@@ -44,10 +141,10 @@ void Pipeline::add(std::unique_ptr<Stage> stage, std::string name, StageNeeds ne
   stages_.push_back(std::move(slot));
 }
 
-void Pipeline::add(const StageRegistry& registry,
-                   std::string_view use,
-                   const ConfigValue& options,
-                   Diagnostics& diags) {
+void Pipeline::Impl::add(const StageRegistry& registry,
+                         std::string_view use,
+                         const ConfigValue& options,
+                         Diagnostics& diags) {
   auto stage = registry.make(use);
   if (!stage) {
     std::string hint;
@@ -68,10 +165,10 @@ void Pipeline::add(const StageRegistry& registry,
   }
 }
 
-void Pipeline::bind(std::span<const ProbeInfo> probes,
-                    Diagnostics& diags,
-                    std::span<const PayloadSchema> payloads,
-                    const MapSource* maps) {
+void Pipeline::Impl::bind(std::span<const ProbeInfo> probes,
+                          Diagnostics& diags,
+                          std::span<const PayloadSchema> payloads,
+                          const MapSource* maps) {
   payloads_.assign(payloads.begin(), payloads.end());
   schema_ = std::make_unique<Schema>(probes, payloads, comm_);
   schema_->set_symbolize_options(options_.symbols);
@@ -92,7 +189,7 @@ void Pipeline::bind(std::span<const ProbeInfo> probes,
   bind_stages(diags, maps);
 }
 
-void Pipeline::bind_members(Diagnostics& diags) {
+void Pipeline::Impl::bind_members(Diagnostics& diags) {
   member_slots_.assign(schema_->probes().size(), {});
   has_members_ = false;
   std::map<std::string, std::uint32_t, std::less<>> slots;
@@ -117,7 +214,7 @@ void Pipeline::bind_members(Diagnostics& diags) {
   }
 }
 
-void Pipeline::set_member_deltas(Event& e) noexcept {
+void Pipeline::Impl::set_member_deltas(Event& e) noexcept {
   const auto& slots = member_slots_[e.ref->probe];
   const perf::ReadView& rv = e.sample->read;
   const std::uint64_t n = rv.count();
@@ -133,14 +230,14 @@ void Pipeline::set_member_deltas(Event& e) noexcept {
   }
 }
 
-bool Pipeline::rebinds() const noexcept {
+bool Pipeline::Impl::rebinds() const noexcept {
   return std::all_of(stages_.begin(), stages_.end(),
                      [](const Slot& s) { return s.stage->rebinds(); });
 }
 
-void Pipeline::rebind(std::span<const ProbeInfo> probes,
-                      Diagnostics& diags,
-                      const MapSource* maps) {
+void Pipeline::Impl::rebind(std::span<const ProbeInfo> probes,
+                            Diagnostics& diags,
+                            const MapSource* maps) {
   // What the time-order merge holds runs now, through the bindings it was read with.
   flush_order();
   auto schema = std::make_unique<Schema>(probes, payloads_, comm_);
@@ -152,7 +249,7 @@ void Pipeline::rebind(std::span<const ProbeInfo> probes,
   bind_stages(diags, maps);
 }
 
-void Pipeline::bind_stages(Diagnostics& diags, const MapSource* maps) {
+void Pipeline::Impl::bind_stages(Diagnostics& diags, const MapSource* maps) {
   bool upstream = false;
   bool ordered = options_.force_order;
   for (std::size_t i = 0; i < stages_.size(); ++i) {
@@ -193,7 +290,7 @@ void Pipeline::bind_stages(Diagnostics& diags, const MapSource* maps) {
   }
 }
 
-bool Pipeline::comm_in_place_possible() const noexcept {
+bool Pipeline::Impl::comm_in_place_possible() const noexcept {
   if (!order_for_comm_ || derived_ != 0 || !options_.in_place || stopped_)
     return false;
   const auto probes = schema_->probes();
@@ -204,7 +301,7 @@ bool Pipeline::comm_in_place_possible() const noexcept {
   return !probes.empty();
 }
 
-void Pipeline::use_comm_in_place() {
+void Pipeline::Impl::use_comm_in_place() {
   if (!comm_in_place_possible())
     return;
   order_.reset();
@@ -213,7 +310,7 @@ void Pipeline::use_comm_in_place() {
   in_place_.assign(schema_->probes().size(), true);
 }
 
-bool Pipeline::stages_take_in_place(std::uint32_t probe) const noexcept {
+bool Pipeline::Impl::stages_take_in_place(std::uint32_t probe) const noexcept {
   bool any = false;
   for (const auto& slot : stages_) {
     if ((slot.kinds & kind_bit(RecordKind::kSample)) == 0)
@@ -225,7 +322,7 @@ bool Pipeline::stages_take_in_place(std::uint32_t probe) const noexcept {
   return any;
 }
 
-void Pipeline::on_in_place(std::span<const InPlaceSample> samples) noexcept {
+void Pipeline::Impl::on_in_place(std::span<const InPlaceSample> samples) noexcept {
   stats_.records += samples.size();
   stats_.by_kind[static_cast<std::size_t>(RecordKind::kSample)] += samples.size();
   stats_.in_place += samples.size();
@@ -235,7 +332,7 @@ void Pipeline::on_in_place(std::span<const InPlaceSample> samples) noexcept {
   }
 }
 
-void Pipeline::start(std::chrono::nanoseconds now) {
+void Pipeline::Impl::start(std::chrono::nanoseconds now) {
   started_ = now;
   for (auto& slot : stages_) {
     slot.last_emit = now;
@@ -243,11 +340,11 @@ void Pipeline::start(std::chrono::nanoseconds now) {
   }
 }
 
-BatchHandler Pipeline::handler() {
+BatchHandler Pipeline::Impl::handler() {
   return [this](const Batch& batch) { on_batch(batch); };
 }
 
-void Pipeline::round() noexcept {
+void Pipeline::Impl::round() noexcept {
   if (stopped_)
     return;
   if (order_) {
@@ -275,7 +372,7 @@ void Pipeline::round() noexcept {
   }
 }
 
-bool Pipeline::backlogged() const noexcept {
+bool Pipeline::Impl::backlogged() const noexcept {
   if (order_ == nullptr)
     return false;
   if (order_->queued_bytes() * 2 > order_->max_bytes())
@@ -284,7 +381,7 @@ bool Pipeline::backlogged() const noexcept {
   return ns_per_record_ > 0 && static_cast<double>(order_->queued()) * ns_per_record_ > budget_ns;
 }
 
-void Pipeline::drain_order() noexcept {
+void Pipeline::Impl::drain_order() noexcept {
   if (!order_)
     return;
   try {
@@ -294,7 +391,7 @@ void Pipeline::drain_order() noexcept {
   }
 }
 
-void Pipeline::on_batch(const Batch& batch) noexcept {
+void Pipeline::Impl::on_batch(const Batch& batch) noexcept {
   if (order_ && schema_ != nullptr) {
     for (const RecordRef& r : batch.records)
       push_ordered(r);
@@ -303,7 +400,7 @@ void Pipeline::on_batch(const Batch& batch) noexcept {
   run_chunks(batch.records);
 }
 
-void Pipeline::push_ordered(const RecordRef& r) noexcept {
+void Pipeline::Impl::push_ordered(const RecordRef& r) noexcept {
   const auto probes = schema_->probes();
   const RecordRef* ref = &r;
   // AUX chunks are not copied, and a record without bytes (a counter's reading the session
@@ -328,16 +425,16 @@ void Pipeline::push_ordered(const RecordRef& r) noexcept {
   }
 }
 
-void Pipeline::preload_symbols() {
+void Pipeline::Impl::preload_symbols() {
   if (stacks_ && schema_ != nullptr)
     schema_->symbolizer().preload_kernel();
 }
 
-void Pipeline::flush_order() noexcept {
+void Pipeline::Impl::flush_order() noexcept {
   drain_order();
 }
 
-void Pipeline::on_task_records(const Batch& batch) noexcept {
+void Pipeline::Impl::on_task_records(const Batch& batch) noexcept {
   if (!stacks_)
     return;
   // In time order, as every record of an ordered pipeline: a FORK applied after the child's
@@ -353,7 +450,7 @@ void Pipeline::on_task_records(const Batch& batch) noexcept {
   }
 }
 
-void Pipeline::run_chunks(std::span<const RecordRef> records) noexcept {
+void Pipeline::Impl::run_chunks(std::span<const RecordRef> records) noexcept {
   while (!records.empty()) {
     const std::size_t n = std::min(records.size(), events_.size());
     run(records.first(n));
@@ -361,7 +458,7 @@ void Pipeline::run_chunks(std::span<const RecordRef> records) noexcept {
   }
 }
 
-const RecordRef* Pipeline::decode_sample(const RecordRef& ref, std::size_t slot) noexcept {
+const RecordRef* Pipeline::Impl::decode_sample(const RecordRef& ref, std::size_t slot) noexcept {
   if (schema_ == nullptr || ref.probe >= schema_->probes().size())
     return nullptr;
   if (decoded_.size() < events_.size()) {
@@ -382,7 +479,7 @@ const RecordRef* Pipeline::decode_sample(const RecordRef& ref, std::size_t slot)
   return &out;
 }
 
-void Pipeline::run(std::span<const RecordRef> records) noexcept {
+void Pipeline::Impl::run(std::span<const RecordRef> records) noexcept {
   alive_.clear();
   for (std::size_t i = 0; i < records.size(); ++i) {
     const RecordRef* ref = &records[i];
@@ -470,7 +567,7 @@ std::optional<std::uint32_t> feed_symbolizer(symbols::Symbolizer& sym, const per
   return std::nullopt;
 }
 
-void Pipeline::track_maps(const perf::Record& record) noexcept {
+void Pipeline::Impl::track_maps(const perf::Record& record) noexcept {
   // The symbolizer learns every process's maps from the task records (the stacks of a process
   // that exits before its table is made still resolve). Its own failures (out of memory) lose a
   // mapping, not the run.
@@ -480,7 +577,7 @@ void Pipeline::track_maps(const perf::Record& record) noexcept {
   }
 }
 
-std::vector<std::string> Pipeline::take_warnings() {
+std::vector<std::string> Pipeline::Impl::take_warnings() {
   std::vector<std::string> out;
   if (order_ && order_->stats().unprocessed != 0 && !unprocessed_said_) {
     unprocessed_said_ = true;
@@ -496,7 +593,7 @@ std::vector<std::string> Pipeline::take_warnings() {
   return out;
 }
 
-void Pipeline::tap(std::size_t stage, std::span<const FieldRef> fields) noexcept {
+void Pipeline::Impl::tap(std::size_t stage, std::span<const FieldRef> fields) noexcept {
   for (const Event* e : routed_) {
     if (e->dropped)
       continue;
@@ -513,7 +610,7 @@ void Pipeline::tap(std::size_t stage, std::span<const FieldRef> fields) noexcept
   }
 }
 
-void Pipeline::dispatch() noexcept {
+void Pipeline::Impl::dispatch() noexcept {
   for (std::size_t i = 0; i < stages_.size(); ++i) {
     auto& slot = stages_[i];
     if (alive_.empty())
@@ -537,14 +634,14 @@ void Pipeline::dispatch() noexcept {
   alive_.clear();
 }
 
-std::vector<std::string> Pipeline::warnings() const {
+std::vector<std::string> Pipeline::Impl::warnings() const {
   std::vector<std::string> out;
   for (const auto& slot : stages_)
     slot.stage->warnings(out);
   return out;
 }
 
-std::vector<std::pair<std::string, std::uint64_t>> Pipeline::counters() const {
+std::vector<std::pair<std::string, std::uint64_t>> Pipeline::Impl::counters() const {
   std::vector<std::pair<std::string, std::uint64_t>> out, one;
   for (const auto& slot : stages_) {
     one.clear();
@@ -564,7 +661,7 @@ std::vector<std::pair<std::string, std::uint64_t>> Pipeline::counters() const {
   return out;
 }
 
-void Pipeline::emit(std::size_t index, std::chrono::nanoseconds now, bool reset, bool total) {
+void Pipeline::Impl::emit(std::size_t index, std::chrono::nanoseconds now, bool reset, bool total) {
   Slot& slot = stages_[index];
   Table table;
   table.since = total ? started_ : slot.last_emit;
@@ -583,7 +680,7 @@ void Pipeline::emit(std::size_t index, std::chrono::nanoseconds now, bool reset,
   }
 }
 
-Table Pipeline::peek(std::size_t index, std::chrono::nanoseconds now) {
+Table Pipeline::Impl::peek(std::size_t index, std::chrono::nanoseconds now) {
   Slot& slot = stages_[index];
   Table table;
   table.total = slot.aggregation->total_at_stop();
@@ -594,7 +691,7 @@ Table Pipeline::peek(std::size_t index, std::chrono::nanoseconds now) {
   return table;
 }
 
-bool Pipeline::output_due(std::chrono::nanoseconds now) const {
+bool Pipeline::Impl::output_due(std::chrono::nanoseconds now) const {
   if (stopped_)
     return false;
   return std::ranges::any_of(stages_, [now](const Slot& slot) {
@@ -605,7 +702,7 @@ bool Pipeline::output_due(std::chrono::nanoseconds now) const {
   });
 }
 
-void Pipeline::tick(std::chrono::nanoseconds now) {
+void Pipeline::Impl::tick(std::chrono::nanoseconds now) {
   if (stopped_)
     return;
   for (std::size_t i = 0; i < stages_.size(); ++i) {
@@ -625,7 +722,7 @@ void Pipeline::tick(std::chrono::nanoseconds now) {
   out_->flush();
 }
 
-void Pipeline::stop(std::chrono::nanoseconds now) {
+void Pipeline::Impl::stop(std::chrono::nanoseconds now) {
   if (stopped_)
     return;
   // The last records, in time order, before the final tables: for kStopBudget at most, so that
@@ -666,9 +763,136 @@ void Pipeline::stop(std::chrono::nanoseconds now) {
     std::rethrow_exception(first);
 }
 
-void Pipeline::stop() {
+void Pipeline::Impl::stop() {
   stop(std::chrono::duration_cast<std::chrono::nanoseconds>(
       std::chrono::steady_clock::now().time_since_epoch()));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Pipeline: the API, each call handed to its Impl.
+
+Pipeline::Pipeline(Sink& out, PipelineOptions options)
+    : impl_(std::make_unique<Impl>(out, std::move(options))) {}
+Pipeline::~Pipeline() = default;
+
+void Pipeline::add(std::unique_ptr<Stage> stage, std::string name, StageNeeds needs) {
+  impl_->add(std::move(stage), std::move(name), std::move(needs));
+}
+void Pipeline::add(const StageRegistry& registry,
+                   std::string_view use,
+                   const ConfigValue& options,
+                   Diagnostics& diags) {
+  impl_->add(registry, use, options, diags);
+}
+void Pipeline::bind(std::span<const ProbeInfo> probes,
+                    Diagnostics& diags,
+                    std::span<const PayloadSchema> payloads,
+                    const MapSource* maps) {
+  impl_->bind(probes, diags, payloads, maps);
+}
+void Pipeline::rebind(std::span<const ProbeInfo> probes,
+                      Diagnostics& diags,
+                      const MapSource* maps) {
+  impl_->rebind(probes, diags, maps);
+}
+bool Pipeline::rebinds() const noexcept {
+  return impl_->rebinds();
+}
+void Pipeline::start(std::chrono::nanoseconds now) {
+  impl_->start(now);
+}
+void Pipeline::on_batch(const Batch& batch) noexcept {
+  impl_->on_batch(batch);
+}
+bool Pipeline::takes_in_place(std::uint32_t probe) const noexcept {
+  return probe < impl_->in_place_.size() && impl_->in_place_[probe];
+}
+bool Pipeline::comm_in_place_possible() const noexcept {
+  return impl_->comm_in_place_possible();
+}
+void Pipeline::use_comm_in_place() {
+  impl_->use_comm_in_place();
+}
+void Pipeline::on_in_place(std::span<const InPlaceSample> samples) noexcept {
+  impl_->on_in_place(samples);
+}
+void Pipeline::flush_order() noexcept {
+  impl_->flush_order();
+}
+bool Pipeline::tracks_maps() const noexcept {
+  return impl_->stacks_;
+}
+void Pipeline::preload_symbols() {
+  impl_->preload_symbols();
+}
+void Pipeline::on_task_records(const Batch& batch) noexcept {
+  impl_->on_task_records(batch);
+}
+BatchHandler Pipeline::handler() {
+  return impl_->handler();
+}
+void Pipeline::round() noexcept {
+  impl_->round();
+}
+bool Pipeline::backlogged() const noexcept {
+  return impl_->backlogged();
+}
+bool Pipeline::ordered() const noexcept {
+  return impl_->order_ != nullptr;
+}
+const ReorderStats* Pipeline::order_stats() const noexcept {
+  return impl_->order_ ? &impl_->order_->stats() : nullptr;
+}
+std::vector<std::pair<std::string, std::uint64_t>> Pipeline::counters() const {
+  return impl_->counters();
+}
+std::vector<std::string> Pipeline::warnings() const {
+  return impl_->warnings();
+}
+void Pipeline::tick(std::chrono::nanoseconds now) {
+  impl_->tick(now);
+}
+bool Pipeline::output_due(std::chrono::nanoseconds now) const {
+  return impl_->output_due(now);
+}
+Table Pipeline::peek(std::size_t index, std::chrono::nanoseconds now) {
+  return impl_->peek(index, now);
+}
+void Pipeline::stop(std::chrono::nanoseconds now) {
+  impl_->stop(now);
+}
+void Pipeline::on_table(TableHandler handler) {
+  impl_->on_table_ = std::move(handler);
+}
+void Pipeline::on_event(EventHandler handler) {
+  impl_->on_event_ = std::move(handler);
+}
+std::exception_ptr Pipeline::handler_failure() const noexcept {
+  return impl_->handler_failure_;
+}
+void Pipeline::stop() {
+  impl_->stop();
+}
+void Pipeline::set_counters(const CounterSource* counters) noexcept {
+  impl_->counters_ = counters;
+}
+CommCache& Pipeline::comm() noexcept {
+  return impl_->comm_;
+}
+std::vector<std::string> Pipeline::take_warnings() {
+  return impl_->take_warnings();
+}
+const PipelineStats& Pipeline::stats() const noexcept {
+  return impl_->stats_;
+}
+std::size_t Pipeline::size() const noexcept {
+  return impl_->stages_.size();
+}
+Stage& Pipeline::stage(std::size_t i) noexcept {
+  return *impl_->stages_[i].stage;
+}
+const std::string& Pipeline::stage_name(std::size_t i) const noexcept {
+  return impl_->stages_[i].name;
 }
 
 }  // namespace tracer

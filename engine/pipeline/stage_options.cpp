@@ -1,5 +1,5 @@
 // StageOptions: a [[stage]] table read against the stage's spec.
-#include "tracer/stage_options.hpp"
+#include "tracer/ext/stage_options.hpp"
 
 #include <fcntl.h>
 #include <fmt/format.h>

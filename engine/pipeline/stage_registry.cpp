@@ -1,6 +1,6 @@
-// The stage registry: a table of stages (the built-ins are the stages layer's, tracer/stages.hpp;
-// no static-initialiser self-registration) checked for duplicate names, plus stages embedders
-// register at run time.
+// The stage registry: a table of stages (the built-ins are the stages layer's,
+// tracer/ext/stages.hpp; no static-initialiser self-registration) checked for duplicate names, plus
+// stages embedders register at run time.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -8,7 +8,7 @@
 #include <system_error>
 
 #include "tracer/common/edit_distance.hpp"
-#include "tracer/stage.hpp"
+#include "tracer/ext/stage.hpp"
 
 namespace tracer {
 

@@ -19,6 +19,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "tracer/ext/stage.hpp"
 #include "tracer/perf/abi.hpp"
 #include "tracer/perf/record_ref.hpp"
 #include "tracer/perfdata/print_fmt.hpp"
@@ -26,7 +27,6 @@
 #include "tracer/pipeline.hpp"
 #include "tracer/reorder.hpp"
 #include "tracer/replay.hpp"
-#include "tracer/stage.hpp"
 
 namespace tracer {
 namespace {

@@ -18,10 +18,10 @@
 #include <unistd.h>
 
 #include "tracer/error.hpp"
+#include "tracer/ext/stages.hpp"
 #include "tracer/kernel/placement.hpp"
 #include "tracer/kernel/run.hpp"
 #include "tracer/perf/event.hpp"
-#include "tracer/stages.hpp"
 #include "tracer/tracefs/tracefs.hpp"
 
 namespace tracer {

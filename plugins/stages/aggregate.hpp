@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "tracer/check.hpp"
-#include "tracer/stage.hpp"
+#include "tracer/ext/stage.hpp"
 
 namespace tracer::stages {
 

@@ -1,6 +1,6 @@
 // The one explicit table of built-in stages (no static-initialiser self-registration).
 // StageRegistry::from_table() checks it for duplicate names at startup.
-#include "tracer/stages.hpp"
+#include "tracer/ext/stages.hpp"
 
 #include "bpf_map.hpp"
 #include "counters.hpp"

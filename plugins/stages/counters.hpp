@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "tracer/counter_expr.hpp"
-#include "tracer/stage.hpp"
-#include "tracer/stage_options.hpp"
+#include "tracer/ext/stage.hpp"
+#include "tracer/ext/stage_options.hpp"
 
 namespace tracer::stages {
 

@@ -1,6 +1,6 @@
 #include "filter.hpp"
 
-#include "tracer/stages.hpp"
+#include "tracer/ext/stages.hpp"
 
 #include <fmt/format.h>
 

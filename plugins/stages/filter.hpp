@@ -14,7 +14,7 @@
 #include <string_view>
 #include <vector>
 
-#include "tracer/stage.hpp"
+#include "tracer/ext/stage.hpp"
 
 namespace tracer::stages {
 
@@ -47,7 +47,7 @@ class FilterExpr {
   /// The tree with field operands by name, for the in-kernel planner.
   void to_kernel(KernelForm& out) const;
 
-  // The tree's shape is tracer/kernel_form.hpp's (one from here to the generator).
+  // The tree's shape is tracer/ext/kernel_form.hpp's (one from here to the generator).
   using Cmp = FilterCmp;
   using Operand = FilterOperand<FieldRef>;
   using Node = FilterNode<Operand>;

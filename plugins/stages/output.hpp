@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "tracer/stage.hpp"
+#include "tracer/ext/stage.hpp"
 
 namespace tracer::stages {
 

@@ -8,8 +8,8 @@
 #include <optional>
 #include <string>
 
+#include "tracer/ext/stage.hpp"
 #include "tracer/perfdata/writer.hpp"
-#include "tracer/stage.hpp"
 
 namespace tracer::stages {
 

@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "tracer/ext/stage.hpp"
 #include "tracer/perfdata/perfmon.hpp"
-#include "tracer/stage.hpp"
 
 namespace tracer::stages {
 

@@ -24,8 +24,8 @@
 #include "tracer/common/text_file.hpp"
 #include "tracer/common/trusted_file.hpp"
 #include "tracer/error.hpp"
-#include "tracer/stage_options.hpp"
-#include "tracer/stages.hpp"
+#include "tracer/ext/stage_options.hpp"
+#include "tracer/ext/stages.hpp"
 #include "tracer/unique_fd.hpp"
 
 namespace tracer::stages {

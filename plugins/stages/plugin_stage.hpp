@@ -21,8 +21,8 @@
 #include <string>
 #include <vector>
 
+#include "tracer/ext/stage.hpp"
 #include "tracer/plugin.h"
-#include "tracer/stage.hpp"
 
 namespace tracer::stages {
 

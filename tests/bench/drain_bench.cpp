@@ -29,10 +29,10 @@
 #include <vector>
 
 #include "bench_common.hpp"
+#include "tracer/ext/stages.hpp"
 #include "tracer/perf/event.hpp"
 #include "tracer/recipe.hpp"
 #include "tracer/session.hpp"
-#include "tracer/stages.hpp"
 #include "tracer/tracefs/tracefs.hpp"
 
 namespace tracer::bench {

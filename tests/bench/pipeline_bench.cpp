@@ -9,10 +9,10 @@
 #include "plugins/stages/aggregate.hpp"
 #include "support/alloc_counter.hpp"
 #include "support/stage_batches.hpp"
+#include "tracer/ext/stages.hpp"
 #include "tracer/perf/ring.hpp"
 #include "tracer/perf/ring_reader.hpp"
 #include "tracer/pipeline.hpp"
-#include "tracer/stages.hpp"
 
 namespace {
 

@@ -44,10 +44,10 @@
 #include "bench_common.hpp"
 #include "tracer/bpf/object.hpp"
 #include "tracer/bpf/ring_buffer.hpp"
+#include "tracer/ext/stages.hpp"
 #include "tracer/perf/event.hpp"
 #include "tracer/recipe.hpp"
 #include "tracer/session.hpp"
-#include "tracer/stages.hpp"
 #include "tracer/tracefs/tracefs.hpp"
 
 namespace tracer::bench {

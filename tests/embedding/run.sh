@@ -42,6 +42,23 @@ if [[ -n "$foreign" ]]; then
   head <<<"$foreign" >&2
   exit 1
 fi
+# Only the declared API: the installed headers' declarations (the layers are built with hidden
+# visibility), none of the layers' own namespaces, and the API itself.
+# A symbol's own name: what precedes its parameters ("vtable for X", "X::f").
+names=$(sed -E 's/^[0-9a-f]+ [A-Za-z] //; s/^(typeinfo name for|typeinfo for|vtable for|VTT for) //; s/\(.*//' <<<"$exported")
+internal=$(grep -E '^tracer::(kernel|core|stages|exporter)::|^tracer::([A-Za-z_]+::)*detail::|^tracer::perf::Ring(Reader)?::|::Impl::' <<<"$names" || true)
+if [[ -n "$internal" ]]; then
+  echo "libtracer.so exports symbols of no installed header:" >&2
+  head <<<"$internal" >&2
+  exit 1
+fi
+for api in 'tracer::Session::start()' 'tracer::Recipe::load(' 'tracer::Pipeline::on_batch(' \
+  'tracer::perfdata::Reader::' 'tracer::symbols::Symbolizer::'; do
+  if ! grep -qF "$api" <<<"$exported"; then
+    echo "libtracer.so does not export $api" >&2
+    exit 1
+  fi
+done
 # The same program through pkg-config, from the .pc file of the --prefix install as it is (its
 # prefix is relative to where it lies: no --define-variable).
 pc=$(find "$work/prefix" -name tracer.pc -print -quit)

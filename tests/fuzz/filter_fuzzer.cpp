@@ -12,8 +12,8 @@
 #include "plugins/stages/filter.hpp"
 #include "support/stage_batches.hpp"
 #include "tracer/diagnostics.hpp"
-#include "tracer/kernel_form.hpp"
-#include "tracer/stage.hpp"
+#include "tracer/ext/kernel_form.hpp"
+#include "tracer/ext/stage.hpp"
 
 namespace {
 

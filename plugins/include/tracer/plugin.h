@@ -29,6 +29,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The API: exported by libtracer.so, whose other symbols are hidden (engine/CMakeLists.txt). */
+#pragma GCC visibility push(default)
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -121,5 +124,7 @@ typedef const tracer_plugin_descriptor* (*tracer_plugin_entry_fn)(void);
 #ifdef __cplusplus
 }
 #endif
+
+#pragma GCC visibility pop
 
 #endif /* TRACER_PLUGIN_H */

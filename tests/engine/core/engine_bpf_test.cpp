@@ -16,8 +16,8 @@
 #include "support/child.hpp"
 #include "tracer/engine.hpp"
 #include "tracer/error.hpp"
+#include "tracer/ext/stages.hpp"
 #include "tracer/pipeline.hpp"
-#include "tracer/stages.hpp"
 
 namespace tracer {
 namespace {

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "support/stage_batches.hpp"
+#include "tracer/ext/stages.hpp"
 #include "tracer/pipeline.hpp"
-#include "tracer/stages.hpp"
 
 namespace tracer {
 namespace {

@@ -18,8 +18,8 @@
 #include <variant>
 #include <vector>
 
+#include "tracer/ext/stages.hpp"
 #include "tracer/session.hpp"
-#include "tracer/stages.hpp"
 
 namespace tracer {
 namespace {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "support/stage_batches.hpp"
+#include "tracer/ext/stage.hpp"
 
 namespace tracer::kernel {
 namespace {

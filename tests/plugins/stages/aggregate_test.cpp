@@ -13,7 +13,7 @@
 #include "plugins/stages/aggregate.hpp"
 #include "plugins/stages/scalar.hpp"
 #include "support/stage_batches.hpp"
-#include "tracer/stages.hpp"
+#include "tracer/ext/stages.hpp"
 
 namespace tracer::stages {
 namespace {

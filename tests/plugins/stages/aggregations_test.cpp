@@ -20,10 +20,10 @@
 #include "support/alloc_counter.hpp"
 #include "support/stage_batches.hpp"
 #include "support/stage_harness.hpp"
+#include "tracer/ext/stages.hpp"
 #include "tracer/pipeline.hpp"
 #include "tracer/recipe.hpp"
 #include "tracer/session.hpp"
-#include "tracer/stages.hpp"
 
 namespace tracer {
 namespace {

@@ -11,6 +11,9 @@
 #include "tracer/bpf/schema.hpp"
 #include "tracer/result.hpp"
 
+// The API: exported by libtracer.so, whose other symbols are hidden (engine/CMakeLists.txt).
+#pragma GCC visibility push(default)
+
 namespace tracer {
 
 /// The entries of one BPF map at one moment, with their layout: aggregations kept in the kernel
@@ -33,3 +36,5 @@ class MapSource {
 };
 
 }  // namespace tracer
+
+#pragma GCC visibility pop

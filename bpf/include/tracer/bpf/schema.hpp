@@ -7,6 +7,9 @@
 #include <string_view>
 #include <vector>
 
+// The API: exported by libtracer.so, whose other symbols are hidden (engine/CMakeLists.txt).
+#pragma GCC visibility push(default)
+
 namespace tracer::bpf {
 
 /// How a field of an emitted struct is to be read.
@@ -54,3 +57,5 @@ struct MapSchema {
 };
 
 }  // namespace tracer::bpf
+
+#pragma GCC visibility pop

@@ -11,6 +11,9 @@
 
 #include "tracer/result.hpp"
 
+// The API: exported by libtracer.so, whose other symbols are hidden (engine/CMakeLists.txt).
+#pragma GCC visibility push(default)
+
 namespace tracer {
 
 /// A position in a source file (recipe), 1-based like toml++.
@@ -79,3 +82,5 @@ class Error : public std::runtime_error {
 };
 
 }  // namespace tracer
+
+#pragma GCC visibility pop

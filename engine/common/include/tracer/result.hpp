@@ -7,6 +7,9 @@
 #include <system_error>
 #include <utility>
 
+// The API: exported by libtracer.so, whose other symbols are hidden (engine/CMakeLists.txt).
+#pragma GCC visibility push(default)
+
 namespace tracer {
 
 /// Why an operation failed: the errno-style code callers branch on, plus text for people.
@@ -67,3 +70,5 @@ using Unexpected = std::unexpected<Failure>;
 #define TRACER_ASSIGN_OR_RETURN(lhs, expr) \
   TRACER_ASSIGN_OR_RETURN_IMPL_(TRACER_CONCAT_(tracer_aor_, __LINE__), lhs, expr)
 // NOLINTEND(bugprone-macro-parentheses)
+
+#pragma GCC visibility pop

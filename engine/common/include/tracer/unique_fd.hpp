@@ -1,14 +1,16 @@
 // UniqueFd: a move-only owner of a file descriptor.
 #pragma once
 
-#include <unistd.h>
-
-#include <cerrno>
 #include <utility>
 
-#include "tracer/check.hpp"
+// The API: exported by libtracer.so, whose other symbols are hidden (engine/CMakeLists.txt).
+#pragma GCC visibility push(default)
 
 namespace tracer {
+
+/// close(fd), once: Linux releases the fd even when close() reports EINTR, so it is never
+/// retried (unique_fd.cpp).
+void close_fd(int fd) noexcept;
 
 class UniqueFd {
  public:
@@ -33,11 +35,8 @@ class UniqueFd {
   /// Closes the owned fd (if any) and takes `fd`.
   void reset(int fd = -1) noexcept {
     const int old = std::exchange(fd_, fd);
-    if (old >= 0) {
-      // close() may report EINTR after releasing the fd on Linux; never retry it.
-      [[maybe_unused]] const int rc = ::close(old);
-      TRACER_DCHECK(rc == 0 || errno == EINTR);
-    }
+    if (old >= 0)
+      close_fd(old);
   }
 
  private:
@@ -45,3 +44,5 @@ class UniqueFd {
 };
 
 }  // namespace tracer
+
+#pragma GCC visibility pop

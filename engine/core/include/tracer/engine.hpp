@@ -40,6 +40,9 @@
 #include "tracer/result.hpp"
 #include "tracer/stats.hpp"
 
+// The API: exported by libtracer.so, whose other symbols are hidden (engine/CMakeLists.txt).
+#pragma GCC visibility push(default)
+
 namespace tracer {
 
 class Engine {
@@ -172,3 +175,5 @@ class Engine {
 };
 
 }  // namespace tracer
+
+#pragma GCC visibility pop

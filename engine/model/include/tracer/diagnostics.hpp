@@ -7,6 +7,9 @@
 
 #include "tracer/error.hpp"
 
+// The API: exported by libtracer.so, whose other symbols are hidden (engine/CMakeLists.txt).
+#pragma GCC visibility push(default)
+
 namespace tracer {
 
 struct Diagnostic {
@@ -42,3 +45,5 @@ class Diagnostics {
 };
 
 }  // namespace tracer
+
+#pragma GCC visibility pop

@@ -13,6 +13,9 @@
 #include "tracer/error.hpp"
 #include "tracer/probe.hpp"
 
+// The API: exported by libtracer.so, whose other symbols are hidden (engine/CMakeLists.txt).
+#pragma GCC visibility push(default)
+
 namespace tracer {
 
 /// A BPF object for the engine: its programs attach to probes (ProbeOptions::bpf_program) and
@@ -120,3 +123,5 @@ struct EngineOptions {
 };
 
 }  // namespace tracer
+
+#pragma GCC visibility pop

@@ -17,6 +17,9 @@
 #include "tracer/perf/record.hpp"
 #include "tracer/tracefs/tracefs.hpp"
 
+// The API: exported by libtracer.so, whose other symbols are hidden (engine/CMakeLists.txt).
+#pragma GCC visibility push(default)
+
 namespace tracer {
 
 /// The channel that carries what BPF programs deliver to user space (EngineOptions::channel).
@@ -146,3 +149,5 @@ struct ProbeInfo {
 };
 
 }  // namespace tracer
+
+#pragma GCC visibility pop

@@ -10,6 +10,9 @@
 
 #include "tracer/perf/ring_stats.hpp"
 
+// The API: exported by libtracer.so, whose other symbols are hidden (engine/CMakeLists.txt).
+#pragma GCC visibility push(default)
+
 namespace tracer {
 
 struct ProbeStats {
@@ -84,3 +87,5 @@ struct Stats {
 };
 
 }  // namespace tracer
+
+#pragma GCC visibility pop

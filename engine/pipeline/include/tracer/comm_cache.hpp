@@ -16,6 +16,9 @@
 #include <variant>
 #include <vector>
 
+// The API: exported by libtracer.so, whose other symbols are hidden (engine/CMakeLists.txt).
+#pragma GCC visibility push(default)
+
 namespace tracer {
 
 // ---------------------------------------------------------------------------------------------
@@ -72,3 +75,5 @@ class CommCache {
 };
 
 }  // namespace tracer
+
+#pragma GCC visibility pop

@@ -13,6 +13,9 @@
 #include "tracer/perf/counter_set.hpp"
 #include "tracer/recipe.hpp"
 
+// The API: exported by libtracer.so, whose other symbols are hidden (engine/CMakeLists.txt).
+#pragma GCC visibility push(default)
+
 namespace tracer {
 
 struct CounterGroupReading {
@@ -44,3 +47,5 @@ class CounterSource {
 };
 
 }  // namespace tracer
+
+#pragma GCC visibility pop

@@ -28,10 +28,26 @@
 #include <unordered_map>
 #include <vector>
 
+#include "tracer/bpf/map_source.hpp"
+#include "tracer/comm_cache.hpp"
+#include "tracer/config_value.hpp"
+#include "tracer/counter_source.hpp"
+#include "tracer/diagnostics.hpp"
+#include "tracer/perf/record_ref.hpp"
+#include "tracer/probe.hpp"
 #include "tracer/reorder.hpp"
-#include "tracer/stage.hpp"
+#include "tracer/schema.hpp"
+#include "tracer/stage_spec.hpp"
+#include "tracer/table.hpp"
+
+// The API: exported by libtracer.so, whose other symbols are hidden (engine/CMakeLists.txt).
+#pragma GCC visibility push(default)
 
 namespace tracer {
+
+// Stage authoring (tracer/ext/stage.hpp): outside the stable API.
+class Stage;
+class StageRegistry;
 
 struct PipelineOptions {
   /// Events built at once; longer batches are processed in chunks of this size, so the event
@@ -109,9 +125,7 @@ class Pipeline {
   /// Whether the stages take probe `probe`'s samples in place (set by bind()): the records are
   /// not merged in time order, no stage derives values, and every stage that reads samples has
   /// the in-place role and takes that probe's (InPlace::takes).
-  [[nodiscard]] bool takes_in_place(std::uint32_t probe) const noexcept {
-    return probe < in_place_.size() && in_place_[probe];
-  }
+  [[nodiscard]] bool takes_in_place(std::uint32_t probe) const noexcept;
   /// Whether this pipeline is ordered only because a stage binds `comm`, and every probe's
   /// samples carry the name at the hit (ProbeInfo::delivered_comm) and every stage that reads
   /// samples takes them in place: then it may run without time order (use_comm_in_place).
@@ -127,7 +141,7 @@ class Pipeline {
   /// before the rows whose stacks they name are absorbed).
   void flush_order() noexcept;
   /// Whether a stage bound a stack field: the pipeline feeds the symbolizer task records.
-  [[nodiscard]] bool tracks_maps() const noexcept { return stacks_; }
+  [[nodiscard]] bool tracks_maps() const noexcept;
   /// When stacks are bound: starts reading the kernel's symbols on a thread now, so that the
   /// first kernel frame does not wait for them (a replay, before its records).
   void preload_symbols();
@@ -153,11 +167,9 @@ class Pipeline {
   /// counted (order.unprocessed) and said, not run: a stop is honoured on time.
   static constexpr std::chrono::milliseconds kStopBudget{200};
   /// Whether records are merged in time order before the stages (set by bind()).
-  [[nodiscard]] bool ordered() const noexcept { return order_ != nullptr; }
+  [[nodiscard]] bool ordered() const noexcept;
   /// The merge's counters (late records, forced flushes), when ordered().
-  [[nodiscard]] const ReorderStats* order_stats() const noexcept {
-    return order_ ? &order_->stats() : nullptr;
-  }
+  [[nodiscard]] const ReorderStats* order_stats() const noexcept;
   /// Every stage's counters (Stage::counters), as "stage.name" -> value, in stage order.
   [[nodiscard]] std::vector<std::pair<std::string, std::uint64_t>> counters() const;
   /// Every stage's warnings (Stage::warnings), in stage order.
@@ -183,7 +195,7 @@ class Pipeline {
   /// `every`) are not emitted. Runs where the tables are made (the session's executor); the
   /// table is valid during the call.
   using TableHandler = std::function<void(std::size_t stage, const Table& table, bool final)>;
-  void on_table(TableHandler handler) { on_table_ = std::move(handler); }
+  void on_table(TableHandler handler);
   /// Each event a per-event output (print, jsonl, csv) writes, as it gets it: `stage` is the
   /// output's index, `fields` what it writes of the event (FieldRef::name, FieldRef::read).
   /// Runs on the hot path, on the session's executor; the event is valid during the call. A
@@ -191,90 +203,29 @@ class Pipeline {
   /// (handler_failure()) and counts the events it missed ("on_event.missed").
   using EventHandler =
       std::function<void(std::size_t stage, const Event& event, std::span<const FieldRef> fields)>;
-  void on_event(EventHandler handler) { on_event_ = std::move(handler); }
-  [[nodiscard]] std::exception_ptr handler_failure() const noexcept { return handler_failure_; }
+  void on_event(EventHandler handler);
+  [[nodiscard]] std::exception_ptr handler_failure() const noexcept;
   void stop();
 
   /// The run's [[counter]] groups, for the stages that read them (BindContext::counters); set
   /// before bind(). Not owned.
-  void set_counters(const CounterSource* counters) noexcept { counters_ = counters; }
+  void set_counters(const CounterSource* counters) noexcept;
 
-  [[nodiscard]] CommCache& comm() noexcept { return comm_; }
+  [[nodiscard]] CommCache& comm() noexcept;
   /// What the symbolizer of stacks found worth a user's eye since the last call (kernel symbols
   /// hidden by kptr_restrict, binaries without symbols, files that could not be read).
   [[nodiscard]] std::vector<std::string> take_warnings();
-  [[nodiscard]] const PipelineStats& stats() const noexcept { return stats_; }
-  [[nodiscard]] std::size_t size() const noexcept { return stages_.size(); }
-  [[nodiscard]] Stage& stage(std::size_t i) noexcept { return *stages_[i].stage; }
+  [[nodiscard]] const PipelineStats& stats() const noexcept;
+  [[nodiscard]] std::size_t size() const noexcept;
+  [[nodiscard]] Stage& stage(std::size_t i) noexcept;
   /// The name stage i was added under (its `use`).
-  [[nodiscard]] const std::string& stage_name(std::size_t i) const noexcept {
-    return stages_[i].name;
-  }
+  [[nodiscard]] const std::string& stage_name(std::size_t i) const noexcept;
 
  private:
-  struct Slot {
-    std::unique_ptr<Stage> stage;
-    std::string name;
-    StageNeeds needs;
-    Aggregation* aggregation = nullptr;  // the stage's roles (Stage::aggregation, ::output,
-    Output* output = nullptr;            // ::in_place)
-    InPlace* in_place = nullptr;
-    KindMask kinds = 0;  // needs.kinds, or what the stage's options chose at bind
-    std::chrono::nanoseconds last_emit{};
-    std::uint32_t emitted = 0;
-  };
-  std::unique_ptr<Stage> implicit_print_;  // from the registry of add(registry, ...)
-  StageNeeds implicit_print_needs_{};
-  void run_chunks(std::span<const RecordRef> records) noexcept;
-  void run(std::span<const RecordRef> records) noexcept;
-  void dispatch() noexcept;
-  /// MMAP, MMAP2, FORK and exec COMM records to the schema's symbolizer (when stacks_).
-  void track_maps(const perf::Record& record) noexcept;
-  /// One record of on_batch into the time-order merge.
-  void push_ordered(const RecordRef& r) noexcept;
-  void drain_order() noexcept;
-  /// A sample the engine handed on undecoded (EngineOptions::decode_samples = false), decoded
-  /// into decoded_[slot]; nullptr if it does not decode.
-  const RecordRef* decode_sample(const RecordRef& ref, std::size_t slot) noexcept;
-  void emit(std::size_t index, std::chrono::nanoseconds now, bool reset, bool total = false);
-  /// bind()'s test of the in-place path's stages, for probe `probe`.
-  [[nodiscard]] bool stages_take_in_place(std::uint32_t probe) const noexcept;
-
-  Sink* out_;
-  PipelineOptions options_;
-  CommCache comm_;
-  std::unique_ptr<Schema> schema_;
-  std::vector<PayloadSchema> payloads_;  // bind()'s, for rebind()
-  void bind_stages(Diagnostics& diags, const MapSource* maps);
-  std::vector<Slot> stages_;
-  std::vector<Event> events_;
-  std::vector<RecordRef> decoded_;
-  std::vector<Event*> alive_, routed_;
-  std::size_t derived_ = 0;
-  /// Timebase sampling (ProbeInfo::read_members): per probe, each member's derived slot; the
-  /// last count of each member counter by its id (an inherited child's counter has its own).
-  std::vector<std::vector<std::uint32_t>> member_slots_;
-  bool has_members_ = false;  // some probe has read members (the per-event test is this flag)
-  std::unordered_map<std::uint64_t, std::uint64_t> member_last_;
-  void bind_members(Diagnostics& diags);
-  void set_member_deltas(Event& e) noexcept;
-  bool stacks_ = false;          // a stage bound a stack field: the symbolizer tracks maps
-  std::vector<bool> in_place_;   // by probe: takes_in_place()
-  bool order_for_comm_ = false;  // ordered only because a stage binds comm
-  std::unique_ptr<Reorder> order_;
-  double ns_per_record_ = 0;  // the stages' pace through the merge's rounds (moving average)
-  BatchHandler ordered_out_;
-  PipelineStats stats_;
-  bool unprocessed_said_ = false;  // take_warnings() said order.unprocessed
-  bool stopped_ = false;
-  const CounterSource* counters_ = nullptr;
-  std::chrono::nanoseconds started_{};  // start(now)
-  TableHandler on_table_;
-  EventHandler on_event_;
-  std::exception_ptr handler_failure_;
-  std::uint64_t events_missed_ = 0;  // events on_event_ did not get after it threw
-  /// Hands the events an output just got to on_event_.
-  void tap(std::size_t stage, std::span<const FieldRef> fields) noexcept;
+  class Impl;  // pipeline.cpp
+  std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace tracer
+
+#pragma GCC visibility pop

@@ -32,6 +32,9 @@
 
 #include "tracer/perf/record_ref.hpp"
 
+// The API: exported by libtracer.so, whose other symbols are hidden (engine/CMakeLists.txt).
+#pragma GCC visibility push(default)
+
 namespace tracer {
 
 struct ReorderOptions {
@@ -141,3 +144,5 @@ class Reorder {
 };
 
 }  // namespace tracer
+
+#pragma GCC visibility pop

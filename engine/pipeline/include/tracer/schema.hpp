@@ -26,6 +26,9 @@
 #include "tracer/symbols/symbols.hpp"
 #include "tracer/value.hpp"
 
+// The API: exported by libtracer.so, whose other symbols are hidden (engine/CMakeLists.txt).
+#pragma GCC visibility push(default)
+
 namespace tracer {
 
 // ---------------------------------------------------------------------------------------------
@@ -319,3 +322,5 @@ class Schema {
 };
 
 }  // namespace tracer
+
+#pragma GCC visibility pop

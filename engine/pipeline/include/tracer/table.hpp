@@ -20,6 +20,9 @@
 #include "tracer/symbols/symbols.hpp"
 #include "tracer/value.hpp"
 
+// The API: exported by libtracer.so, whose other symbols are hidden (engine/CMakeLists.txt).
+#pragma GCC visibility push(default)
+
 namespace tracer {
 
 // ---------------------------------------------------------------------------------------------
@@ -108,3 +111,5 @@ struct Table {
 [[nodiscard]] std::optional<double> to_number(const Cell& c) noexcept;
 
 }  // namespace tracer
+
+#pragma GCC visibility pop

@@ -19,6 +19,9 @@
 #include "tracer/perf/record.hpp"
 #include "tracer/stage_spec.hpp"
 
+// The API: exported by libtracer.so, whose other symbols are hidden (engine/CMakeLists.txt).
+#pragma GCC visibility push(default)
+
 namespace tracer {
 
 // ---------------------------------------------------------------------------------------------
@@ -53,3 +56,5 @@ enum class FieldType : std::uint8_t { kNone, kInt, kUint, kDouble, kString, kIps
 [[nodiscard]] std::optional<std::int64_t> to_int(const Value& v) noexcept;
 
 }  // namespace tracer
+
+#pragma GCC visibility pop

@@ -12,6 +12,9 @@
 
 #include "tracer/error.hpp"
 
+// The API: exported by libtracer.so, whose other symbols are hidden (engine/CMakeLists.txt).
+#pragma GCC visibility push(default)
+
 namespace tracer {
 
 struct ConfigValue;
@@ -83,3 +86,5 @@ struct ConfigValue {
 };
 
 }  // namespace tracer
+
+#pragma GCC visibility pop

@@ -27,6 +27,9 @@
 #include "tracer/error.hpp"
 #include "tracer/stage_spec.hpp"
 
+// The API: exported by libtracer.so, whose other symbols are hidden (engine/CMakeLists.txt).
+#pragma GCC visibility push(default)
+
 namespace tracer {
 
 /// Where each key of a table was written (the value's position), by key name.
@@ -210,3 +213,5 @@ struct Recipe {
 };
 
 }  // namespace tracer
+
+#pragma GCC visibility pop

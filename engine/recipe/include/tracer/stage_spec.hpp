@@ -11,6 +11,9 @@
 #include <string_view>
 #include <vector>
 
+// The API: exported by libtracer.so, whose other symbols are hidden (engine/CMakeLists.txt).
+#pragma GCC visibility push(default)
+
 namespace tracer {
 
 struct OptionSpec {
@@ -100,3 +103,5 @@ class Diagnostics;
 void check_stage_options(const StageSpec& spec, const ConfigValue& options, Diagnostics& diags);
 
 }  // namespace tracer
+
+#pragma GCC visibility pop

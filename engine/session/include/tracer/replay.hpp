@@ -26,6 +26,9 @@
 #include "tracer/pipeline.hpp"
 #include "tracer/recipe.hpp"
 
+// The API: exported by libtracer.so, whose other symbols are hidden (engine/CMakeLists.txt).
+#pragma GCC visibility push(default)
+
 namespace tracer {
 
 struct ReplayOptions {
@@ -108,3 +111,5 @@ void print_perfmon(std::span<const perfmon::Buffer> buffers, std::FILE* out);
 void replay_print(perfdata::Reader& reader, std::FILE* out, const ReplayPrintOptions& options = {});
 
 }  // namespace tracer
+
+#pragma GCC visibility pop

@@ -35,7 +35,9 @@
 #include "tracer/engine.hpp"
 #include "tracer/pipeline.hpp"
 #include "tracer/recipe.hpp"
-#include "tracer/stage.hpp"
+
+// The API: exported by libtracer.so, whose other symbols are hidden (engine/CMakeLists.txt).
+#pragma GCC visibility push(default)
 
 namespace tracer {
 
@@ -261,3 +263,5 @@ class Session {
 };
 
 }  // namespace tracer
+
+#pragma GCC visibility pop

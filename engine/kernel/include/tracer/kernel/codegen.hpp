@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "tracer/bpf/object.hpp"
-#include "tracer/kernel_form.hpp"
+#include "tracer/ext/kernel_form.hpp"
 #include "tracer/result.hpp"
 
 namespace tracer::kernel::gen {
@@ -117,7 +117,7 @@ struct Field {
 /// (as the user-space filter's 128-bit compare); strings compare by equality (== !=) with a
 /// literal, or with a literal prefix when the literal is a glob whose only metacharacter is one
 /// trailing `*`. A missing field makes every comparison on it false.
-/// The filter tree is KernelForm's (tracer/kernel_form.hpp, one shape from the filter stage to
+/// The filter tree is KernelForm's (tracer/ext/kernel_form.hpp, one shape from the filter stage to
 /// here), each field operand resolved to the probe's Field (`text` keeps its name).
 using Cmp = FilterCmp;
 using Operand = FilterOperand<Field>;

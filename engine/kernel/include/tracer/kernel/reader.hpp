@@ -1,7 +1,7 @@
 // kernel::gen::Reader: the rows of a generated program's aggregation (tracer/kernel/codegen.hpp),
 // read one generation at a time so that interval output loses and double-counts nothing.
 //
-// A Row is the stage API's KernelRow (tracer/kernel_form.hpp: keys and the raw state, events,
+// A Row is the stage API's KernelRow (tracer/ext/kernel_form.hpp: keys and the raw state, events,
 // the sum/min/max, every bucket, which a stage absorbs into its own state and orders, cuts (top)
 // and labels itself), plus its values as tracer::Table shows them (Bucket is HistBucket).
 //
@@ -26,7 +26,7 @@ namespace tracer::kernel::gen {
 /// A stack key: its addresses, leaf first (Source::kCallchain: with the PERF_CONTEXT_KERNEL and
 /// PERF_CONTEXT_USER markers before each part, as perf writes a callchain), and the process
 /// whose address space the user addresses belong to (0 for kernel stacks). The stage API's
-/// types (tracer/kernel_form.hpp): the rows go to the stages as they are read.
+/// types (tracer/ext/kernel_form.hpp): the rows go to the stages as they are read.
 using Ips = KernelIps;
 using Cell = KernelCell;
 

@@ -7,6 +7,9 @@
 #include <cstddef>
 #include <cstdint>
 
+// The API: exported by libtracer.so, whose other symbols are hidden (engine/CMakeLists.txt).
+#pragma GCC visibility push(default)
+
 namespace tracer::perf::abi {
 
 // attr.size versions. VER8 (6.3) added config3.
@@ -101,3 +104,5 @@ static_assert(offsetof(Attr, config3) == 128);
 static_assert(sizeof(Attr) == kAttrSizeVer8);
 
 }  // namespace tracer::perf::abi
+
+#pragma GCC visibility pop

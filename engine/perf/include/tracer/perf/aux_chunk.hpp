@@ -9,6 +9,9 @@
 
 #include "tracer/perf/abi.hpp"
 
+// The API: exported by libtracer.so, whose other symbols are hidden (engine/CMakeLists.txt).
+#pragma GCC visibility push(default)
+
 namespace tracer::perf {
 
 /// A chunk of AUX data announced by one PERF_RECORD_AUX. Two spans when it wraps the AUX area.
@@ -24,3 +27,5 @@ struct AuxChunk {
 };
 
 }  // namespace tracer::perf
+
+#pragma GCC visibility pop

@@ -22,6 +22,9 @@
 #include "tracer/perf/event_attr.hpp"
 #include "tracer/result.hpp"
 
+// The API: exported by libtracer.so, whose other symbols are hidden (engine/CMakeLists.txt).
+#pragma GCC visibility push(default)
+
 namespace tracer::perf {
 
 struct CounterSetEvent {
@@ -126,3 +129,5 @@ class CounterSet {
 };
 
 }  // namespace tracer::perf
+
+#pragma GCC visibility pop

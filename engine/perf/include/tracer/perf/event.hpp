@@ -14,6 +14,9 @@
 #include "tracer/result.hpp"
 #include "tracer/unique_fd.hpp"
 
+// The API: exported by libtracer.so, whose other symbols are hidden (engine/CMakeLists.txt).
+#pragma GCC visibility push(default)
+
 namespace tracer::perf {
 
 struct OpenTarget {
@@ -130,3 +133,5 @@ class Group {
 [[nodiscard]] std::optional<int> perf_event_paranoid();
 
 }  // namespace tracer::perf
+
+#pragma GCC visibility pop

@@ -8,6 +8,9 @@
 
 #include "tracer/perf/abi.hpp"
 
+// The API: exported by libtracer.so, whose other symbols are hidden (engine/CMakeLists.txt).
+#pragma GCC visibility push(default)
+
 namespace tracer::perf {
 
 /// Every single-bit flag of perf_event_attr (the bitfield word at offset 40 and, from 6.13, the
@@ -155,3 +158,5 @@ class EventAttr {
 [[nodiscard]] std::string read_format_names(std::uint64_t read_format);
 
 }  // namespace tracer::perf
+
+#pragma GCC visibility pop

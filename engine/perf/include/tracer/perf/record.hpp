@@ -20,6 +20,9 @@
 
 #include "tracer/perf/abi.hpp"
 
+// The API: exported by libtracer.so, whose other symbols are hidden (engine/CMakeLists.txt).
+#pragma GCC visibility push(default)
+
 namespace tracer::perf {
 
 class EventAttr;
@@ -337,3 +340,5 @@ struct DecodeStats {
 [[nodiscard]] std::string_view record_type_name(std::uint32_t type) noexcept;
 
 }  // namespace tracer::perf
+
+#pragma GCC visibility pop

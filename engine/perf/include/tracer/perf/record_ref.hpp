@@ -13,6 +13,9 @@
 #include "tracer/perf/aux_chunk.hpp"
 #include "tracer/perf/record.hpp"
 
+// The API: exported by libtracer.so, whose other symbols are hidden (engine/CMakeLists.txt).
+#pragma GCC visibility push(default)
+
 namespace tracer {
 
 /// One record as the reactor hands it on: decoded in place, valid during the callback only.
@@ -97,3 +100,5 @@ class InPlaceSample {
 using InPlaceHandler = std::function<bool(std::span<const InPlaceSample>)>;
 
 }  // namespace tracer
+
+#pragma GCC visibility pop

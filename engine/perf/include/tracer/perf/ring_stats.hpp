@@ -4,6 +4,9 @@
 
 #include <cstdint>
 
+// The API: exported by libtracer.so, whose other symbols are hidden (engine/CMakeLists.txt).
+#pragma GCC visibility push(default)
+
 namespace tracer {
 
 /// Counters of one ring (one probe on one CPU, or one probe's share of a shared CPU ring).
@@ -40,3 +43,5 @@ struct RingStats {
 };
 
 }  // namespace tracer
+
+#pragma GCC visibility pop

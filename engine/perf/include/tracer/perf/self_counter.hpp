@@ -23,6 +23,9 @@
 #include "tracer/perf/event_attr.hpp"
 #include "tracer/result.hpp"
 
+// The API: exported by libtracer.so, whose other symbols are hidden (engine/CMakeLists.txt).
+#pragma GCC visibility push(default)
+
 namespace tracer::perf {
 
 /// One reading of a counter.
@@ -101,3 +104,5 @@ class SelfCounter {
 };
 
 }  // namespace tracer::perf
+
+#pragma GCC visibility pop

@@ -9,6 +9,9 @@
 #include <cstdint>
 #include <string_view>
 
+// The API: exported by libtracer.so, whose other symbols are hidden (engine/CMakeLists.txt).
+#pragma GCC visibility push(default)
+
 namespace tracer::perfdata {
 
 /// "PERFILE2" as a u64 in the writer's byte order.
@@ -117,3 +120,5 @@ static_assert(sizeof(IdIndexEntry) == 32);
 inline constexpr std::string_view kTracingMagic = "\x17\x08\x44tracing";
 
 }  // namespace tracer::perfdata
+
+#pragma GCC visibility pop

@@ -22,6 +22,9 @@
 
 #include "tracer/result.hpp"
 
+// The API: exported by libtracer.so, whose other symbols are hidden (engine/CMakeLists.txt).
+#pragma GCC visibility push(default)
+
 namespace tracer::perfmon {
 
 constexpr std::uint16_t kBufferVersion = 0;
@@ -136,3 +139,5 @@ struct Buffer {
 [[nodiscard]] bool looks_like_perfmon(std::span<const std::byte> file) noexcept;
 
 }  // namespace tracer::perfmon
+
+#pragma GCC visibility pop

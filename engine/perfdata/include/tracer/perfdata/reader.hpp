@@ -37,6 +37,9 @@
 #include "tracer/result.hpp"
 #include "tracer/tracefs/tracefs.hpp"
 
+// The API: exported by libtracer.so, whose other symbols are hidden (engine/CMakeLists.txt).
+#pragma GCC visibility push(default)
+
 namespace tracer::perfdata {
 
 /// Where a file stops making sense: the byte offset (from the start of the file or stream) and
@@ -367,3 +370,5 @@ class Reader {
 [[nodiscard]] std::string kernel_build_id(const Features& features);
 
 }  // namespace tracer::perfdata
+
+#pragma GCC visibility pop

@@ -41,6 +41,9 @@
 #include "tracer/probe.hpp"
 #include "tracer/result.hpp"
 
+// The API: exported by libtracer.so, whose other symbols are hidden (engine/CMakeLists.txt).
+#pragma GCC visibility push(default)
+
 namespace tracer::perfdata {
 
 /// PERF_RECORD_HEADER_FEATURE / ID_INDEX and friends that format.hpp does not spell out.
@@ -171,3 +174,5 @@ class Writer {
     std::span<const std::pair<std::string, std::string>> formats);
 
 }  // namespace tracer::perfdata
+
+#pragma GCC visibility pop

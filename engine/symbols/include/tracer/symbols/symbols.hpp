@@ -41,6 +41,9 @@
 
 #include "tracer/result.hpp"
 
+// The API: exported by libtracer.so, whose other symbols are hidden (engine/CMakeLists.txt).
+#pragma GCC visibility push(default)
+
 namespace tracer::symbols {
 
 /// One frame of a symbolized stack.
@@ -234,10 +237,6 @@ struct UserRegs {
   }
 };
 
-namespace detail {
-class Unwinder;
-}
-
 class Symbolizer {
  public:
   explicit Symbolizer(SymbolizeOptions options = {});
@@ -303,3 +302,5 @@ class Symbolizer {
 };
 
 }  // namespace tracer::symbols
+
+#pragma GCC visibility pop

@@ -11,6 +11,9 @@
 
 #include "tracer/result.hpp"
 
+// The API: exported by libtracer.so, whose other symbols are hidden (engine/CMakeLists.txt).
+#pragma GCC visibility push(default)
+
 namespace tracer::tracefs {
 
 /// One field of a tracepoint's `format` file.
@@ -107,3 +110,5 @@ class Tracefs {
 };
 
 }  // namespace tracer::tracefs
+
+#pragma GCC visibility pop

@@ -5,7 +5,10 @@
 #include <span>
 #include <string_view>
 
-#include "tracer/stage.hpp"
+#include "tracer/ext/stage.hpp"
+
+// The API: exported by libtracer.so, whose other symbols are hidden (engine/CMakeLists.txt).
+#pragma GCC visibility push(default)
 
 namespace tracer {
 
@@ -47,3 +50,5 @@ struct PluginInfo {
 [[nodiscard]] KernelForm tracefs_filter_kernel_form(std::string_view filter);
 
 }  // namespace tracer
+
+#pragma GCC visibility pop

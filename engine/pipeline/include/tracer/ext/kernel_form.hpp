@@ -13,6 +13,9 @@
 #include <variant>
 #include <vector>
 
+// The API: exported by libtracer.so, whose other symbols are hidden (engine/CMakeLists.txt).
+#pragma GCC visibility push(default)
+
 namespace tracer {
 
 // The filter tree, one shape from the filter stage (plugins/stages/filter.hpp, its operands bound
@@ -133,3 +136,5 @@ struct KernelLatencyCounters {
 };
 
 }  // namespace tracer
+
+#pragma GCC visibility pop

@@ -19,6 +19,9 @@
 #include "tracer/diagnostics.hpp"
 #include "tracer/stage_spec.hpp"
 
+// The API: exported by libtracer.so, whose other symbols are hidden (engine/CMakeLists.txt).
+#pragma GCC visibility push(default)
+
 namespace tracer {
 
 // ---------------------------------------------------------------------------------------------
@@ -52,3 +55,5 @@ class StageOptions {
 };
 
 }  // namespace tracer
+
+#pragma GCC visibility pop

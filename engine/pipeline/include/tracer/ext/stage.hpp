@@ -44,14 +44,17 @@
 #include "tracer/config_value.hpp"
 #include "tracer/counter_source.hpp"
 #include "tracer/diagnostics.hpp"
-#include "tracer/kernel_form.hpp"
+#include "tracer/ext/kernel_form.hpp"
+#include "tracer/ext/stage_options.hpp"
 #include "tracer/perf/record_ref.hpp"
 #include "tracer/probe.hpp"
 #include "tracer/schema.hpp"
-#include "tracer/stage_options.hpp"
 #include "tracer/stage_spec.hpp"
 #include "tracer/table.hpp"
 #include "tracer/value.hpp"
+
+// The API: exported by libtracer.so, whose other symbols are hidden (engine/CMakeLists.txt).
+#pragma GCC visibility push(default)
 
 namespace tracer {
 
@@ -256,7 +259,7 @@ template <typename S>
 class StageRegistry {
  public:
   /// A registry of the stages of `table`, checked for duplicate names (the built-in table is
-  /// the stages layer's: tracer/stages.hpp). Throws tracer::Error (kRuntime) on a duplicate: a
+  /// the stages layer's: tracer/ext/stages.hpp). Throws tracer::Error (kRuntime) on a duplicate: a
   /// bug in the table.
   [[nodiscard]] static StageRegistry from_table(std::span<const StageEntry> table);
 
@@ -278,3 +281,5 @@ class StageRegistry {
 };
 
 }  // namespace tracer
+
+#pragma GCC visibility pop
