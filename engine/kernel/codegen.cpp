@@ -74,7 +74,7 @@ std::string summary(const KernelPlan& plan) {
   std::string keys;
   for (const auto& k : plan.aggregation.key_names)
     keys += (keys.empty() ? "" : ", ") + k;
-  return fmt::format("{}{}{} by [{}] on {}", plan.aggregation.kind,
+  return fmt::format("{}{}{} by [{}] on {}", plan.aggregation.kind(),
                      plan.aggregation.value_name.empty() ? "" : " of ", plan.aggregation.value_name,
                      keys, probes);
 }

@@ -1,6 +1,6 @@
 // check(): what a KernelPlan asks that the kernel cannot run, as an error naming the probe.
 #include "codegen_internal.hpp"
-#include "kernel_aggs.hpp"
+#include "kernel_code.hpp"
 
 #include <optional>
 
@@ -200,14 +200,15 @@ std::optional<std::string> check(const KernelPlan& plan) {
     return fmt::format("stack depth {} (1..{} frames)", agg.stack_depth, kMaxStackDepth);
   if (agg.string_key_bytes == 0 || agg.string_key_bytes > kMaxStringKey)
     return fmt::format("string_key_bytes {} (1..{})", agg.string_key_bytes, kMaxStringKey);
-  const KernelAgg* record = find_kernel_agg(agg.kind);
-  if (record == nullptr)
-    return fmt::format("no in-kernel aggregation '{}' (there are {})", agg.kind,
-                       kernel_agg_names());
-  if (record->check != nullptr)
-    if (auto why = record->check(agg))
-      return why;
-  bool any_value = !record->needs_value;
+  if (agg.agg == nullptr)
+    return "the aggregation has no kernel part";
+  const KernelAgg& record = *agg.agg;
+  if (auto why = record.check(kMaxValueSize))
+    return why;
+  if (record.value_size() == 0 || record.value_size() > kMaxValueSize)
+    return fmt::format("{}: a value of {} bytes per key (a BPF map value holds at most {})",
+                       record.name(), record.value_size(), kMaxValueSize);
+  bool any_value = !record.needs_value();
   for (std::uint32_t i = 0; i < plan.probes.size(); ++i) {
     const ProbePlan& p = plan.probes[i];
     const Role role = role_of(plan, i);
@@ -235,10 +236,10 @@ std::optional<std::string> check(const KernelPlan& plan) {
       if (auto why = check_field(p, k, exit_probe))
         return why;
     }
-    if (record->needs_value) {
+    if (record.needs_value()) {
       const VType t = type_of(p.value);
       if (t == VType::kString || t == VType::kStack)
-        return fmt::format("{}: {} of '{}', a {}", where(p), agg.kind, p.value.name,
+        return fmt::format("{}: {} of '{}', a {}", where(p), agg.kind(), p.value.name,
                            t == VType::kString ? "string" : "stack");
       if (t != VType::kNone) {
         if (auto why = check_field(p, p.value, exit_probe))
@@ -248,7 +249,7 @@ std::optional<std::string> check(const KernelPlan& plan) {
     }
   }
   if (!any_value)
-    return fmt::format("{}: no probe has the field '{}'", agg.kind, agg.value_name);
+    return fmt::format("{}: no probe has the field '{}'", agg.kind(), agg.value_name);
   auto cols = plan_columns(plan);
   if (!cols)
     return cols.error().message;

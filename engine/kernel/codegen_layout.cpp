@@ -1,7 +1,7 @@
 // The layout of an in-kernel aggregation: key columns merged over the probes, the maps, and
 // the value cells of each generation.
 #include "codegen_internal.hpp"
-#include "kernel_aggs.hpp"
+#include "kernel_code.hpp"
 
 #include <algorithm>
 
@@ -186,7 +186,7 @@ Layout make_layout(const KernelPlan& plan,
   }
   l.key_size =
       l.keyless ? 4 : std::max<std::uint32_t>(1, (at + max_align - 1) / max_align * max_align);
-  kernel_agg(agg).layout(agg, l);
+  l.value_size = kernel_agg(agg).value_size();
   const std::uint64_t percpu_bytes = 2ULL * ((std::uint64_t{l.value_size} + 7) / 8 * 8) * cpus *
                                      (l.keyless    ? 1
                                       : l.by_probe ? l.probes

@@ -1,7 +1,7 @@
 // What every generated program has besides its probes: the prelude, the maps, the helper
 // functions the probes call, and the program that follows forks.
 #include "codegen_internal.hpp"
-#include "kernel_aggs.hpp"
+#include "kernel_code.hpp"
 
 #include <algorithm>
 
@@ -91,9 +91,10 @@ void emit_key(const Layout& l, Writer& w) {
 
 /// The value struct, and what a new key starts from.
 void emit_value(const Aggregation& agg, const Layout& l, Writer& w) {
+  CodeWriter code(w);
   w.line("struct tr_val {{");
   w.in();
-  kernel_agg(agg).emit_value(agg, l, w);
+  kernel_agg(agg).emit_value(code);
   w.out();
   w.line("}};");
   w.line("_Static_assert(sizeof(struct tr_val) == {}, \"value layout\");", l.value_size);
@@ -102,12 +103,7 @@ void emit_value(const Aggregation& agg, const Layout& l, Writer& w) {
   // Arrays start zeroed too, so zero must mean "nothing yet" for every kind: min and max keep
   // an encoding of the value under which the largest wins and no value is 0.
   w.line("const struct tr_val tr_init SEC(\".rodata\");");
-  if (kernel_agg(agg).order_xor != 0) {
-    w.line(
-        "/* min: INT64_MAX -> 0 ... INT64_MIN -> ~0; max: INT64_MIN -> 0 ... INT64_MAX -> ~0 "
-        "(engine/kernel/reader.cpp decodes). */");
-    w.line("#define TR_ORDER(v) ((__u64)(v) ^ {:#x}ULL)", kernel_agg(agg).order_xor);
-  }
+  kernel_agg(agg).emit_defines(code);
   w.blank();
 }
 
@@ -130,7 +126,7 @@ void emit_aggregation_maps(const KernelPlan& plan, const Layout& l, Writer& w) {
     w.line("\t__uint(max_entries, {});", l.keyless ? 1 : l.by_probe ? l.probes : agg.max_keys);
     w.line("\t__type(key, {});", key_type);
     w.line("\t__type(value, struct tr_val);");
-    if (!array && kernel_agg(agg).no_prealloc)
+    if (!array && kernel_agg(agg).no_prealloc())
       w.line("\t__uint(map_flags, BPF_F_NO_PREALLOC);");
     w.line("}} {} SEC(\".maps\");", name);
   }
@@ -365,8 +361,10 @@ static __always_inline void tr_zero_after_nul(char *s, int n)
             s, bits);
     w.blank();
   }
-  if (const auto emit_bucket = kernel_agg(agg).emit_bucket)
-    emit_bucket(agg, l, w);
+  {
+    CodeWriter code(w);
+    kernel_agg(agg).emit_helpers(code);
+  }
   // The update, plain (per-CPU values of non-preemptible programs) and atomic (uprobes), as
   // the probes need them.
   bool want[2] = {false, false};
@@ -402,7 +400,8 @@ static __always_inline void tr_zero_after_nul(char *s, int n)
     w.line("\t\treturn;");
     w.line("\t}}");
     w.line("}}");
-    kernel_agg(agg).emit_update(l, {.cas = cas, .inc = inc, .vinc = vinc}, w);
+    CodeWriter code(w, {.cas = cas, .inc = inc, .vinc = vinc});
+    kernel_agg(agg).emit_update(code);
     w.out();
     w.line("}}");
     w.blank();

@@ -1,7 +1,7 @@
 // One probe's program: its target test, field reads as C expressions, the filter, the key,
 // and the update of the aggregation or the latency pair.
 #include "codegen_internal.hpp"
-#include "kernel_aggs.hpp"
+#include "kernel_code.hpp"
 
 #include <map>
 #include <set>
@@ -532,7 +532,7 @@ class ProbeGen {
   void emit_aggregate() {
     const Aggregation& agg = plan_.aggregation;
     std::string value = "0";
-    if (kernel_agg(agg).needs_value) {
+    if (kernel_agg(agg).needs_value()) {
       const auto e = int_expr(p_.value);
       if (!e) {
         w_.line("/* '{}' is not on this probe: its events are not aggregated */", agg.value_name);

@@ -450,10 +450,9 @@ PipelinePlace place_one(Pipeline& p,
   out.aggregation = *agg;
   const KernelForm& a = forms[*agg];
   gen::KernelPlan plan;
-  plan.aggregation = {.kind = a.agg,
+  plan.aggregation = {.agg = a.agg,
                       .key_names = a.by,
                       .value_name = a.value,
-                      .params = a.params,
                       .max_keys = a.max_keys,
                       .max_stacks = a.max_stacks};
   ProbePlanner planner(schema, forms, *agg, out.latency);

@@ -17,8 +17,6 @@
 // tr_gen only ever holds 0 or 1, so even a torn store could only be read as 0 or 1.
 #include "tracer/kernel/reader.hpp"
 
-#include "kernel_aggs.hpp"
-
 #include <bpf/bpf.h>
 
 #include <bpf/libbpf.h>
@@ -115,10 +113,6 @@ constexpr std::uint64_t kContextUser = static_cast<std::uint64_t>(-512);
 
 }  // namespace
 
-std::string power_label(unsigned power) {
-  return detail::power_label(power);
-}
-
 Reader::Reader(bpf::Object& obj, GeneratedProgram prog, ReaderOptions opts)
     : obj_(&obj), prog_(std::move(prog)), opts_(std::move(opts)) {
   const int n = libbpf_num_possible_cpus();
@@ -126,10 +120,8 @@ Reader::Reader(bpf::Object& obj, GeneratedProgram prog, ReaderOptions opts)
 }
 
 Snapshot Reader::empty_snapshot() const {
-  const Aggregation& agg = prog_.plan.aggregation;
   Snapshot s;
-  s.key_names = agg.key_names;
-  kernel_agg(agg).describe(agg, s);
+  s.key_names = prog_.plan.aggregation.key_names;
   return s;
 }
 
@@ -244,7 +236,6 @@ Cell Reader::decode_stack(const KeyColumn& c, const std::byte* p) const {
 Row Reader::make_row(const std::byte* key,
                      std::span<const std::byte> values,
                      std::uint32_t slot) const {
-  const Aggregation& agg = prog_.plan.aggregation;
   const Layout& l = prog_.layout;
   Row row;
   if (key == nullptr && !l.keyless) {
@@ -263,14 +254,17 @@ Row Reader::make_row(const std::byte* key,
     for (const KeyColumn& c : l.columns)
       row.keys.push_back(decode_key(c, key));
   }
-  const std::size_t stride = l.percpu ? round_up8(l.value_size) : 0;
   const std::size_t n = l.percpu ? cpus_ : 1;
-  const KernelAgg& ops = kernel_agg(agg);
-  RowMerge m{.row = row};
-  for (std::size_t cpu = 0; cpu < n; ++cpu)
-    ops.merge(agg, l, values.data() + cpu * stride, m);
-  ops.finish(agg, l, m);
+  row.stride = static_cast<std::uint32_t>(l.percpu ? round_up8(l.value_size) : l.value_size);
+  row.values = static_cast<std::uint32_t>(n);
+  const auto used = values.first(std::min(values.size(), n * row.stride));
+  row.bytes.assign(used.begin(), used.end());
   return row;
+}
+
+bool Reader::has_events(const Row& row) noexcept {
+  return std::any_of(row.bytes.begin(), row.bytes.end(),
+                     [](std::byte b) { return b != std::byte{0}; });
 }
 
 Result<std::vector<Row>> Reader::read_rows(std::uint32_t gen, bool clear) const {
@@ -294,12 +288,12 @@ Result<std::vector<Row>> Reader::read_rows(std::uint32_t gen, bool clear) const 
       if (bpf_map_lookup_elem(array_fd, &slot, value.data()) != 0)
         return failed_in(name, "lookup");
       Row row = make_row(nullptr, value, slot);
-      if (clear && row.count != 0) {
+      if (clear && has_events(row)) {
         std::fill(value.begin(), value.end(), std::byte{0});
         if (bpf_map_update_elem(array_fd, &slot, value.data(), BPF_ANY) != 0)
           return failed_in(name, "clear");
       }
-      if (row.count != 0)
+      if (has_events(row))
         out.push_back(std::move(row));
     }
     return out;
@@ -341,7 +335,7 @@ Result<std::vector<Row>> Reader::read_rows(std::uint32_t gen, bool clear) const 
       return failed("lookup");
     }
     Row row = make_row(key, value, 0);
-    if (row.count != 0)
+    if (has_events(row))
       rows.push_back(std::move(row));
   }
   if (clear) {
@@ -389,7 +383,7 @@ Result<std::vector<Row>> Reader::read_batched(int fd, const char* map, bool clea
       Row row = make_row(
           keys.data() + std::size_t{i} * l.key_size,
           std::span<const std::byte>(values.data() + std::size_t{i} * value_bytes, value_bytes), 0);
-      if (row.count != 0)
+      if (has_events(row))
         rows.push_back(std::move(row));
     }
     if (rc != 0)  // ENOENT: the last batch

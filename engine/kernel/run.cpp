@@ -181,12 +181,8 @@ void absorb_runs(std::span<Run> runs,
     }
     Pipeline& p = *pipelines[run.pipeline];
     p.flush_order();  // the task records so far, in time order
-    std::vector<KernelRow> rows;
-    rows.reserve(snap->rows.size());
-    for (auto& r : snap->rows)
-      rows.push_back(std::move(static_cast<KernelRow&>(r)));
     if (InKernel* agg = p.stage(run.place.aggregation).in_kernel())
-      agg->absorb(rows);
+      agg->absorb(snap->rows);
     if (InKernel* lat = run.place.latency ? p.stage(*run.place.latency).in_kernel() : nullptr) {
       const auto& l = snap->pipeline;
       lat->absorb_counters({.paired = l.paired,

@@ -1,6 +1,8 @@
 // Sinks, and cells as text.
 #include "tracer/table.hpp"
 
+#include <cctype>
+
 #include "tracer/output_file.hpp"
 
 #include <fcntl.h>
@@ -115,6 +117,30 @@ std::string to_text(const Cell& c) {
           return fmt::format("{}", v);
       },
       c);
+}
+
+std::vector<ValueKind> value_kinds_of(const Table& t) {
+  if (t.value_kinds.size() == t.value_names.size())
+    return t.value_kinds;
+  std::vector<ValueKind> out;
+  for (std::size_t v = 0; v < t.value_names.size(); ++v) {
+    const std::string& n = t.value_names[v];
+    if ((t.histogram && v == 0) || n == "count")
+      out.push_back(ValueKind::kCount);
+    else if (n == "sum")
+      out.push_back(ValueKind::kSum);
+    else if (n == "min")
+      out.push_back(ValueKind::kMin);
+    else if (n == "max")
+      out.push_back(ValueKind::kMax);
+    else if (n == "unit")
+      out.push_back(ValueKind::kLabel);
+    else if (n.size() > 1 && n[0] == 'p' && std::isdigit(static_cast<unsigned char>(n[1])) != 0)
+      out.push_back(ValueKind::kQuantile);
+    else
+      out.push_back(ValueKind::kGauge);
+  }
+  return out;
 }
 
 }  // namespace tracer

@@ -259,7 +259,33 @@ void AggregateStage::configure_common(StageOptions& opts) {
   }
 }
 
-KernelForm AggregateStage::kernel_base(std::string agg) const {
+std::optional<std::string> DistributionKernel::check(std::uint32_t max_value_size) const {
+  if (value_size() > max_value_size)
+    return fmt::format(
+        "{}: {} buckets per key (at most {} fit in a BPF map value): raise step or narrow "
+        "[min, max)",
+        name_, buckets_, (max_value_size - extra_bytes()) / 8 - 1);
+  return std::nullopt;
+}
+
+void DistributionKernel::emit_value(KernelCode& c) const {
+  c.line(fmt::format("__u64 counts[{}];", buckets_));
+  emit_extra_value(c);
+  c.line("__s64 sum;");
+}
+
+void DistributionKernel::emit_update(KernelCode& c) const {
+  c.bucket_add(buckets_);
+  c.add("p->sum", "v");
+  emit_extra_update(c);
+}
+
+bool DistributionKernel::same(const KernelAgg& other) const {
+  const auto* o = dynamic_cast<const DistributionKernel*>(&other);
+  return o != nullptr && o->name_ == name_ && o->buckets_ == buckets_ && o->call_ == call_;
+}
+
+KernelForm AggregateStage::kernel_base(std::shared_ptr<const KernelAgg> agg) const {
   KernelForm f{.kind = KernelForm::Kind::kAggregate,
                .agg = std::move(agg),
                .max_keys = max_keys_,

@@ -360,6 +360,40 @@ void append_buckets(TableRow& row, std::span<const std::uint64_t> counts, Descri
   }
 }
 
+/// The kernel part of a distribution (hist, lhist, quantiles): a count per bucket of
+/// tracer/common/buckets.hpp (`tr_bucket(v)` is `call` of its C twin), then `extra` bytes of the
+/// stage's own (quantiles: the extremes), then the sum of the values.
+class DistributionKernel : public KernelAgg {
+ public:
+  DistributionKernel(std::string_view name, std::uint32_t buckets, std::string call)
+      : name_(name), buckets_(buckets), call_(std::move(call)) {}
+  [[nodiscard]] std::string_view name() const noexcept override { return name_; }
+  [[nodiscard]] std::uint32_t value_size() const noexcept override {
+    return (8 * buckets_) + extra_bytes() + 8;
+  }
+  [[nodiscard]] std::optional<std::string> check(std::uint32_t max_value_size) const override;
+  void emit_value(KernelCode& c) const override;
+  void emit_helpers(KernelCode& c) const override { c.bucket_function(call_); }
+  void emit_update(KernelCode& c) const override;
+  [[nodiscard]] bool same(const KernelAgg& other) const override;
+  [[nodiscard]] std::uint32_t buckets() const noexcept { return buckets_; }
+  /// Where the sum is in a value.
+  [[nodiscard]] std::size_t sum_at() const noexcept {
+    return (8 * std::size_t{buckets_}) + extra_bytes();
+  }
+
+ protected:
+  /// Bytes between the counts and the sum.
+  [[nodiscard]] virtual std::uint32_t extra_bytes() const noexcept { return 0; }
+  virtual void emit_extra_value(KernelCode& c) const { (void)c; }
+  virtual void emit_extra_update(KernelCode& c) const { (void)c; }
+
+ private:
+  std::string_view name_;
+  std::uint32_t buckets_;
+  std::string call_;
+};
+
 /// Base of the aggregations (the Aggregation role): reads by/top/every, binds the keys, orders
 /// and cuts rows.
 class AggregateStage : public Stage, public Aggregation {
@@ -650,8 +684,8 @@ class AggregateStage : public Stage, public Aggregation {
   [[nodiscard]] std::vector<Cell> decode(std::string_view key) const {
     return decode_key(key, stacks_.get());
   }
-  /// The kernel form of this aggregation: `agg` over value_name_, keyed by `by`.
-  [[nodiscard]] KernelForm kernel_base(std::string agg) const;
+  /// The kernel form of this aggregation: its kernel part `agg` over value_name_, keyed by `by`.
+  [[nodiscard]] KernelForm kernel_base(std::shared_ptr<const KernelAgg> agg) const;
   /// Fills key names and title ("count by comm").
   void describe(Table& t, std::string_view what) const;
   /// Sorts rows by score descending (ties by key text) and keeps `top`.
@@ -698,28 +732,38 @@ class AggregateStage : public Stage, public Aggregation {
     }
   }
 
-  /// absorb() of a distribution (hist, lhist, quantiles): each row's bucket counts added to its
-  /// key's, then also(state, row) for what else the stage keeps (quantiles: min and max).
+  /// absorb() of a distribution (hist, lhist, quantiles: DistributionKernel's values): each
+  /// row's bucket counts, over its CPUs, added to its key's, then also(state, row) for what
+  /// else the stage keeps (quantiles: min and max).
   template <typename State, typename Make, typename Also>
   void absorb_buckets(const std::vector<KernelRow>& rows,
+                      const DistributionKernel& kernel,
                       KeyedStates<State>& states,
                       Make&& make,
                       Also&& also) {
+    const std::uint32_t n = kernel.buckets();
     for (const auto& r : rows) {
-      if (r.count == 0)
-        continue;
       State& s = state_of(r, states, make);
-      const std::size_t n = std::min(s.counts.size(), r.counts.size());
-      for (std::size_t b = 0; b < n; ++b)
-        s.counts[b] += r.counts[b];
-      s.total += r.count;
-      s.sum = wrapping_add(s.sum, r.value);
+      const std::size_t kept = std::min<std::size_t>(s.counts.size(), n);
+      for (std::uint32_t i = 0; i < r.values; ++i) {
+        const std::byte* v = r.value(i);
+        for (std::size_t b = 0; b < n; ++b) {
+          const std::uint64_t c = kernel_u64(v + (8 * b));
+          if (b < kept)
+            s.counts[b] += c;
+          s.total += c;
+        }
+        s.sum = wrapping_add(s.sum, static_cast<std::int64_t>(kernel_u64(v + kernel.sum_at())));
+      }
       also(s, r);
     }
   }
   template <typename State, typename Make>
-  void absorb_buckets(const std::vector<KernelRow>& rows, KeyedStates<State>& states, Make&& make) {
-    absorb_buckets(rows, states, std::forward<Make>(make), [](State&, const KernelRow&) {});
+  void absorb_buckets(const std::vector<KernelRow>& rows,
+                      const DistributionKernel& kernel,
+                      KeyedStates<State>& states,
+                      Make&& make) {
+    absorb_buckets(rows, kernel, states, std::forward<Make>(make), [](State&, const KernelRow&) {});
   }
 
   /// The snapshot of a distribution: a row per key with samples (State::total), its values

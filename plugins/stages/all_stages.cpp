@@ -19,6 +19,7 @@
 #include "print.hpp"
 #include "quantiles.hpp"
 #include "scalar.hpp"
+#include "stats.hpp"
 
 namespace tracer {
 
@@ -29,7 +30,7 @@ constexpr StageEntry kAllStages[] = {
     stage<Avg>(),      stage<Hist>(),   stage<Lhist>(),      stage<Quantiles>(),   stage<Rate>(),
     stage<Latency>(),  stage<Print>(),  stage<Jsonl>(),      stage<Csv>(),         stage<BpfMap>(),
     stage<PerfData>(), stage<Folded>(), stage<Flamegraph>(), stage<PluginStage>(), stage<Perfmon>(),
-    stage<Counters>(), stage<Otlp>(),
+    stage<Counters>(), stage<Otlp>(),   stage<Stats>(),
 };
 }  // namespace
 

@@ -58,14 +58,21 @@ void Hist::on_samples(std::span<const InPlaceSample> samples) noexcept {
   add(samples);
 }
 
+std::shared_ptr<const DistributionKernel> Hist::kernel() {
+  static const auto k = std::make_shared<const DistributionKernel>(
+      "hist", static_cast<std::uint32_t>(kBuckets), "tr_log2_bucket(v)");
+  return k;
+}
+
 void Hist::absorb(const std::vector<KernelRow>& rows) {
-  absorb_buckets(rows, states_, [] { return State{}; });
+  absorb_buckets(rows, *kernel(), states_, [] { return State{}; });
 }
 
 void Hist::snapshot(Table& out, bool reset) {
   describe(out, fmt::format("hist of {}", value_name_));
   out.histogram = true;
   out.value_names = {value_name_, "sum"};
+  out.value_kinds = {ValueKind::kCount, ValueKind::kSum};
   snapshot_rows(
       out, states_, reset,
       [](const State& s, TableRow& row) {

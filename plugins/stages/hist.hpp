@@ -3,6 +3,7 @@
 #pragma once
 
 #include <array>
+#include <memory>
 
 #include "aggregate.hpp"
 #include "tracer/common/buckets.hpp"
@@ -28,13 +29,15 @@ class Hist : public AggregateStage, public InPlace, public InKernel {
   }
   void on_samples(std::span<const InPlaceSample> samples) noexcept override;
   void snapshot(Table& out, bool reset) override;
-  [[nodiscard]] KernelForm kernel_form() const override { return kernel_base("hist"); }
+  [[nodiscard]] KernelForm kernel_form() const override { return kernel_base(kernel()); }
   void absorb(const std::vector<KernelRow>& rows) override;
 
  private:
   /// on_events and on_delivered: an Event* or a InPlaceSample each.
   template <typename Sample>
   void add(std::span<Sample> events) noexcept;
+  /// Its kernel part: the log2 buckets' counts and the sum.
+  [[nodiscard]] static std::shared_ptr<const DistributionKernel> kernel();
   struct State {
     std::array<std::uint64_t, kBuckets> counts{};
     std::uint64_t total = 0;

@@ -60,16 +60,20 @@ void Lhist::configure(const ConfigValue& options, Diagnostics& diags) {
   inner_ = detail::linear_inner(min_, max_, step_);
 }
 
+std::shared_ptr<const DistributionKernel> Lhist::kernel() const {
+  // Below min, [min + i*step, ...) for the inner buckets, at or above max: as bucket().
+  return std::make_shared<const DistributionKernel>(
+      "lhist", static_cast<std::uint32_t>(inner_ + 2),
+      fmt::format("tr_linear_bucket(v, {}LL, {}LL, {}ULL, {})", min_, max_,
+                  static_cast<std::uint64_t>(step_), inner_));
+}
+
 KernelForm Lhist::kernel_form() const {
-  KernelForm f = kernel_base("lhist");
-  f.params.set("min", min_);
-  f.params.set("max", max_);
-  f.params.set("step", step_);
-  return f;
+  return kernel_base(kernel());
 }
 
 void Lhist::absorb(const std::vector<KernelRow>& rows) {
-  absorb_buckets(rows, states_, [this] {
+  absorb_buckets(rows, *kernel(), states_, [this] {
     return State{.counts = std::vector<std::uint64_t>(inner_ + 2), .total = 0};
   });
 }
@@ -107,6 +111,7 @@ void Lhist::snapshot(Table& out, bool reset) {
   describe(out, fmt::format("lhist of {}", value_name_));
   out.histogram = true;
   out.value_names = {value_name_, "sum"};
+  out.value_kinds = {ValueKind::kCount, ValueKind::kSum};
   snapshot_rows(
       out, states_, reset,
       [this](const State& s, TableRow& row) {

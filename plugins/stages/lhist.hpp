@@ -2,6 +2,8 @@
 // Buckets: (..., min), [min, min+step), ... , [max, ...).
 #pragma once
 
+#include <memory>
+
 #include "aggregate.hpp"
 
 namespace tracer::stages {
@@ -23,6 +25,8 @@ class Lhist : public AggregateStage, public InPlace, public InKernel {
   void snapshot(Table& out, bool reset) override;
   [[nodiscard]] KernelForm kernel_form() const override;
   void absorb(const std::vector<KernelRow>& rows) override;
+  /// Its kernel part: a count per bucket of bucket(), and the sum.
+  [[nodiscard]] std::shared_ptr<const DistributionKernel> kernel() const;
 
   /// Index of `v`: 0 below min, 1 + (v - min) / step inside, last at or above max.
   [[nodiscard]] std::size_t bucket(std::int64_t v) const noexcept;

@@ -111,17 +111,71 @@ void Quantiles::add(std::span<Sample> events) noexcept {
       });
 }
 
+namespace {
+
+/// The kernel part of quantiles: the log-linear buckets' counts, then the exact extremes
+/// (`vmin` = ~min and `vmax` = max + 1 of the values clamped at 0, under which the largest wins
+/// and 0 is none), then the sum. ~30 KiB a key: a per-CPU value fits the per-CPU allocator's unit
+/// (32 KiB); the shared hash allocates keys as they come, not max_keys of them up front.
+class QuantilesKernel final : public DistributionKernel {
+ public:
+  QuantilesKernel()
+      : DistributionKernel("quantiles",
+                           static_cast<std::uint32_t>(Quantiles::kBuckets),
+                           "tr_quantile_bucket(v)") {}
+  [[nodiscard]] bool no_prealloc() const noexcept override { return true; }
+  /// The extremes of a row over its CPUs: {min, max}, or nullopt without a value.
+  [[nodiscard]] std::optional<std::pair<std::uint64_t, std::uint64_t>> extremes(
+      const KernelRow& r) const noexcept {
+    std::uint64_t min_enc = 0, max_enc = 0;
+    for (std::uint32_t i = 0; i < r.values; ++i) {
+      const std::byte* v = r.value(i) + (8 * std::size_t{buckets()});
+      min_enc = std::max(min_enc, kernel_u64(v));
+      max_enc = std::max(max_enc, kernel_u64(v + 8));
+    }
+    if (max_enc == 0)
+      return std::nullopt;
+    return std::pair{~min_enc, max_enc - 1};
+  }
+
+ protected:
+  [[nodiscard]] std::uint32_t extra_bytes() const noexcept override { return 16; }
+  void emit_extra_value(KernelCode& c) const override {
+    c.line("__u64 vmin; /* ~min: the largest wins, 0 is none */");
+    c.line("__u64 vmax; /* max + 1: the largest wins, 0 is none */");
+  }
+  void emit_extra_update(KernelCode& c) const override {
+    c.line("__u64 u = v < 0 ? 0 : (__u64)v;");
+    c.line("__u64 e_min = ~u, e_max = u + 1;");
+    c.line("{");
+    c.in();
+    c.raise("p->vmin", "e_min");
+    c.out();
+    c.line("}");
+    c.line("{");
+    c.in();
+    c.raise("p->vmax", "e_max");
+    c.out();
+    c.line("}");
+  }
+};
+
+}  // namespace
+
 KernelForm Quantiles::kernel_form() const {
-  return kernel_base("quantiles");
+  return kernel_base(std::make_shared<const QuantilesKernel>());
 }
 
 void Quantiles::absorb(const std::vector<KernelRow>& rows) {
+  const QuantilesKernel kernel;
   absorb_buckets(
-      rows, states_,
+      rows, kernel, states_,
       [] { return State{.counts = std::vector<std::uint64_t>(kBuckets), .total = 0}; },
-      [](State& s, const KernelRow& r) {
-        s.min = std::min(s.min, r.min);
-        s.max = std::max(s.max, r.max);
+      [&kernel](State& s, const KernelRow& r) {
+        if (const auto e = kernel.extremes(r)) {
+          s.min = std::min(s.min, e->first);
+          s.max = std::max(s.max, e->second);
+        }
       });
 }
 
@@ -131,6 +185,11 @@ void Quantiles::snapshot(Table& out, bool reset) {
   out.value_names.insert(out.value_names.end(), names_.begin(), names_.end());
   out.value_names.emplace_back("max");
   out.value_names.emplace_back("sum");
+  out.value_kinds = {ValueKind::kCount, ValueKind::kMin};
+  out.value_kinds.insert(out.value_kinds.end(), names_.size(), ValueKind::kQuantile);
+  out.value_kinds.push_back(ValueKind::kMax);
+  out.value_kinds.push_back(ValueKind::kSum);
+  out.summary = true;
   out.quantiles = qs_;
   out.note = "quantiles within 1/128 (0.79%) of the exact nearest-rank value";
   snapshot_rows(

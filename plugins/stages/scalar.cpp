@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <memory>
+#include <optional>
 #include <type_traits>
 
 namespace tracer::stages {
@@ -15,6 +18,91 @@ constexpr std::string_view kSummaries[] = {
 bool needs_field(ScalarOp op) {
   return op != ScalarOp::kCount && op != ScalarOp::kRate;
 }
+
+// Min and max keep TR_ORDER(v) = (u64)v ^ xor: the sign bit flipped turns signed order into
+// unsigned order (max); all but the sign bit flipped reverses it (min). The largest encoded
+// value wins and 0 is none, so zeroed array slots and new keys need no initial sentinel.
+constexpr std::uint64_t kMaxXor = 0x8000000000000000ULL;
+constexpr std::uint64_t kMinXor = 0x7fffffffffffffffULL;
+
+/// The kernel part of count, rate, sum, min, max and avg: `__u64 count`, then (but for count and
+/// rate, which count per interval alike) `v`, the sum or the extreme as TR_ORDER(v).
+class ScalarKernel final : public KernelAgg {
+ public:
+  explicit ScalarKernel(ScalarOp op) : op_(op == ScalarOp::kRate ? ScalarOp::kCount : op) {}
+  [[nodiscard]] std::string_view name() const noexcept override {
+    return kNames[static_cast<std::size_t>(op_)];
+  }
+  [[nodiscard]] bool needs_value() const noexcept override { return needs_field(op_); }
+  [[nodiscard]] std::uint32_t value_size() const noexcept override {
+    return needs_value() ? 16 : 8;
+  }
+  void emit_value(KernelCode& c) const override {
+    c.line("__u64 count;");
+    if (order_xor() != 0)
+      c.line(
+          fmt::format("__u64 v; /* the {} as TR_ORDER(v): the largest wins, 0 is none */", name()));
+    else if (needs_value())
+      c.line("__s64 v; /* the sum */");
+  }
+  void emit_defines(KernelCode& c) const override {
+    if (order_xor() == 0)
+      return;
+    c.line(
+        "/* min: INT64_MAX -> 0 ... INT64_MIN -> ~0; max: INT64_MIN -> 0 ... INT64_MAX -> ~0 "
+        "(plugins/stages/scalar.cpp decodes). */");
+    c.line(fmt::format("#define TR_ORDER(v) ((__u64)(v) ^ {:#x}ULL)", order_xor()));
+  }
+  void emit_update(KernelCode& c) const override {
+    if (order_xor() != 0) {
+      c.line("__u64 e = TR_ORDER(v);");
+      c.raise("p->v", "e");
+      c.count("&p->count");
+      return;
+    }
+    c.count("&p->count");
+    if (needs_value())
+      c.add("p->v", "v");
+  }
+  [[nodiscard]] bool same(const KernelAgg& other) const override {
+    const auto* o = dynamic_cast<const ScalarKernel*>(&other);
+    return o != nullptr && o->op_ == op_;
+  }
+
+  /// One key's value over its CPUs: events, and the sum (wrapping, as the kernel's) or the
+  /// extreme; nullopt for no event.
+  struct Merged {
+    std::uint64_t count = 0;
+    std::int64_t v = 0;
+  };
+  [[nodiscard]] std::optional<Merged> merge(const KernelRow& r) const noexcept {
+    Merged m;
+    bool any = false;
+    for (std::uint32_t i = 0; i < r.values; ++i) {
+      const std::byte* p = r.value(i);
+      const std::uint64_t c = kernel_u64(p);
+      if (c == 0)
+        continue;  // this CPU saw no event of the key
+      m.count += c;
+      if (order_xor() != 0) {
+        const auto x = static_cast<std::int64_t>(kernel_u64(p + 8) ^ order_xor());
+        m.v = !any ? x : op_ == ScalarOp::kMin ? std::min(m.v, x) : std::max(m.v, x);
+      } else if (needs_value()) {
+        m.v = wrapping_add(m.v, static_cast<std::int64_t>(kernel_u64(p + 8)));
+      }
+      any = true;
+    }
+    if (!any)
+      return std::nullopt;
+    return m;
+  }
+
+ private:
+  [[nodiscard]] std::uint64_t order_xor() const noexcept {
+    return op_ == ScalarOp::kMin ? kMinXor : op_ == ScalarOp::kMax ? kMaxXor : 0;
+  }
+  ScalarOp op_;
+};
 }  // namespace
 
 StageSpec ScalarAggregate::spec_for(ScalarOp op) {
@@ -106,39 +194,27 @@ void ScalarAggregate::on_samples(std::span<const InPlaceSample> samples) noexcep
 }
 
 KernelForm ScalarAggregate::kernel_form() const {
-  switch (op_) {
-    case ScalarOp::kCount:
-    case ScalarOp::kRate:  // a count per interval, divided by its length at the snapshot
-      return kernel_base("count");
-    case ScalarOp::kSum:
-      return kernel_base("sum");
-    case ScalarOp::kMin:
-      return kernel_base("min");
-    case ScalarOp::kMax:
-      return kernel_base("max");
-    case ScalarOp::kAvg:
-      return kernel_base("avg");
-  }
-  return {.why_not = "unknown operation"};
+  return kernel_base(std::make_shared<ScalarKernel>(op_));
 }
 
 void ScalarAggregate::absorb(const std::vector<KernelRow>& rows) {
+  const ScalarKernel kernel(op_);
   for (const auto& r : rows) {
-    if (r.count == 0)
+    const auto m = kernel.merge(r);
+    if (!m)
       continue;
     State& s = state_of(r, states_, [] { return State{}; });
-    s.count += r.count;
+    s.count += m->count;
     switch (op_) {
       case ScalarOp::kSum:
       case ScalarOp::kAvg:
-        s.isum = static_cast<std::int64_t>(static_cast<std::uint64_t>(s.isum) +
-                                           static_cast<std::uint64_t>(r.value));
+        s.isum = wrapping_add(s.isum, m->v);
         break;
       case ScalarOp::kMin:
-        s.imin = std::min(s.imin, r.value);
+        s.imin = std::min(s.imin, m->v);
         break;
       case ScalarOp::kMax:
-        s.imax = std::max(s.imax, r.value);
+        s.imax = std::max(s.imax, m->v);
         break;
       default:
         break;
@@ -152,9 +228,15 @@ void ScalarAggregate::snapshot(Table& out, bool reset) {
   switch (op_) {
     case ScalarOp::kRate:
       out.value_names = {"count", "per_s"};
+      out.value_kinds = {ValueKind::kCount, ValueKind::kGauge};
       break;
     default:
       out.value_names = {std::string(name)};
+      out.value_kinds = {op_ == ScalarOp::kCount ? ValueKind::kCount
+                         : op_ == ScalarOp::kSum ? ValueKind::kSum
+                         : op_ == ScalarOp::kMin ? ValueKind::kMin
+                         : op_ == ScalarOp::kMax ? ValueKind::kMax
+                                                 : ValueKind::kGauge};
       break;
   }
   const double seconds = std::chrono::duration<double>(out.time - out.since).count();

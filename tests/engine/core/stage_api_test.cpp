@@ -39,13 +39,13 @@ using namespace std::chrono_literals;
 TEST(StageRegistry, BuiltinsAreListedOnceWithSpecs) {
   auto reg = builtin_stage_registry();
   for (std::string_view name :
-       {"filter",    "count",      "sum",     "min",     "max",      "avg", "hist",    "lhist",
-        "quantiles", "rate",       "latency", "print",   "jsonl",    "csv", "bpf-map", "perf-data",
-        "folded",    "flamegraph", "plugin",  "perfmon", "counters", "otlp"}) {
+       {"filter",    "count",      "sum",     "min",     "max",      "avg",  "hist",    "lhist",
+        "quantiles", "rate",       "latency", "print",   "jsonl",    "csv",  "bpf-map", "perf-data",
+        "folded",    "flamegraph", "plugin",  "perfmon", "counters", "otlp", "stats"}) {
     EXPECT_NE(reg.find(name), nullptr) << name;
     EXPECT_NE(reg.make(name), nullptr) << name;
   }
-  EXPECT_EQ(reg.specs().size(), 22u);
+  EXPECT_EQ(reg.specs().size(), 23u);
   const StageSpec* count = reg.find("count");
   ASSERT_NE(count, nullptr);
   std::map<std::string, OptionSpec::Type> types;

@@ -24,8 +24,11 @@
 #include <fmt/format.h>
 
 #include "support/child.hpp"
+#include "support/stage_batches.hpp"
 #include "support/temp_dir.hpp"
 #include "tracer/common/buckets.hpp"
+#include "tracer/ext/stage.hpp"
+#include "tracer/ext/stages.hpp"
 #include "tracer/kernel/codegen.hpp"
 #include "tracer/kernel/reader.hpp"
 #include "tracer/perf/event.hpp"
@@ -37,6 +40,8 @@
 namespace tracer::kernel::gen::harness {
 
 using bpf::Object;
+using testing::cv;
+using testing::cv_table;
 using namespace std::chrono_literals;
 
 inline const std::filesystem::path& cache_dir() {
@@ -205,10 +210,83 @@ inline perf::Event attach_tracepoint(const Object& obj, const std::string& prog,
   return std::move(*ev);
 }
 
+// ---------------------------------------------------------------------------------------------
+// Aggregations: the stages' own kernel parts, and their rows read back through the stages
+
+/// The options of aggregation stage `use` for a plan's kernel part: `extra`, and a field when it
+/// aggregates one (the kernel part does not depend on its name).
+inline ConfigTable part_options(std::string_view use, ConfigTable extra) {
+  const bool has_field =
+      std::any_of(extra.begin(), extra.end(), [](const auto& kv) { return kv.first == "field"; });
+  if (use != "count" && use != "rate" && !has_field)
+    extra.emplace_back("field", cv("value"));
+  if (use == "lhist" && extra.size() == 1)  // the field alone: [0, 100) by 10
+    extra.insert(extra.end(), {{"min", cv(0)}, {"max", cv(100)}, {"step", cv(10)}});
+  return extra;
+}
+
+/// Stage `use` of the registry, configured with `extra` (lhist: min, max, step).
+inline std::unique_ptr<Stage> aggregation_stage(std::string_view use, ConfigTable extra = {}) {
+  auto stage = stage_registry().make(use);
+  Diagnostics diags;
+  stage->configure(cv_table(part_options(use, std::move(extra))), diags);
+  EXPECT_TRUE(diags.empty()) << diags.format();
+  return stage;
+}
+
+/// The kernel part of stage `use` (KernelForm::agg): what a plan's aggregation computes. The
+/// generator knows no aggregation of its own: its tests take the stages'.
+inline std::shared_ptr<const KernelAgg> agg_of(std::string_view use, ConfigTable extra = {}) {
+  auto agg = kernel_form_of(*aggregation_stage(use, std::move(extra))).agg;
+  EXPECT_NE(agg, nullptr) << use;
+  return agg;
+}
+
+/// A row read back as its stage renders it: the key cells the reader decoded, the stage's table
+/// values and buckets, and the events of the key.
+struct Rendered {
+  std::vector<Cell> keys;
+  std::uint64_t count = 0;
+  std::vector<tracer::Cell> values;
+  std::vector<HistBucket> buckets;
+};
+
+/// Row `r` absorbed by a new stage `use` (configured with `extra`), then its table's one row.
+inline tracer::TableRow table_row(std::string_view use, const Row& r, const ConfigTable& extra) {
+  auto stage = aggregation_stage(use, extra);
+  stage->in_kernel()->absorb({r});
+  Table t;
+  t.time = std::chrono::seconds(1);
+  stage->aggregation()->snapshot(t, true);
+  EXPECT_EQ(t.rows.size(), 1U) << use;
+  return t.rows.empty() ? tracer::TableRow{} : t.rows[0];
+}
+
+/// The snapshot's rows, in its order, through stage `use`. Events: the table's count (count,
+/// rate, the distributions' first value); the other scalar stages' values begin with their
+/// events (plugins/stages/scalar.cpp: `__u64 count`), which a count stage reads.
+inline std::vector<Rendered> render(std::string_view use,
+                                    const Snapshot& s,
+                                    const ConfigTable& extra = {}) {
+  const bool scalar = use == "sum" || use == "min" || use == "max" || use == "avg";
+  std::vector<Rendered> out;
+  for (const Row& r : s.rows) {
+    const tracer::TableRow t = table_row(use, r, extra);
+    Rendered x{.keys = r.keys, .values = t.values, .buckets = t.buckets};
+    const tracer::TableRow c = scalar ? table_row("count", r, {}) : t;
+    if (!c.values.empty()) {
+      if (const auto* n = std::get_if<std::uint64_t>(&c.values[0]))
+        x.count = *n;
+    }
+    out.push_back(std::move(x));
+  }
+  return out;
+}
+
 /// Rows as key text -> row (keys joined by '|').
-inline std::string key_text(const Row& r) {
+inline std::string key_text(const std::vector<Cell>& keys) {
   std::string out;
-  for (const Cell& c : r.keys) {
+  for (const Cell& c : keys) {
     if (!out.empty())
       out += '|';
     std::visit(
@@ -227,10 +305,18 @@ inline std::string key_text(const Row& r) {
   }
   return out;
 }
-inline std::map<std::string, Row> by_key(const Snapshot& s) {
-  std::map<std::string, Row> out;
-  for (const Row& r : s.rows)
-    out[key_text(r)] = r;
+inline std::string key_text(const Rendered& r) {
+  return key_text(r.keys);
+}
+inline std::string key_text(const Row& r) {
+  return key_text(r.keys);
+}
+inline std::map<std::string, Rendered> by_key(std::string_view use,
+                                              const Snapshot& s,
+                                              const ConfigTable& extra = {}) {
+  std::map<std::string, Rendered> out;
+  for (Rendered& r : render(use, s, extra))
+    out[key_text(r)] = std::move(r);
   return out;
 }
 
@@ -242,7 +328,7 @@ inline KernelPlan count_plan(const tracefs::Format& f,
                                   .kind = ProbeKind::kTracepoint,
                                   .keys = std::move(keys),
                                   .record_size = record_size(f)});
-  plan.aggregation.kind = "count";
+  plan.aggregation.agg = agg_of("count");
   plan.aggregation.key_names = std::move(names);
   return plan;
 }
@@ -272,7 +358,7 @@ inline Operand num(std::int64_t v) {
 inline KernelPlan simple_plan() {
   KernelPlan plan;
   plan.probes.push_back({.name = "p", .kind = ProbeKind::kTracepoint, .keys = {Field::pid()}});
-  plan.aggregation = {.kind = "count", .key_names = {"pid"}};
+  plan.aggregation = {.agg = agg_of("count"), .key_names = {"pid"}};
   return plan;
 }
 

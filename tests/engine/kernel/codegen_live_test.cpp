@@ -52,12 +52,12 @@ TEST(BpfCodegenLive, CountByPidIsExactForTheChild) {
   auto peeked = r1.peek();  // the generation being written, left in place
   ASSERT_TRUE(peeked.has_value());
   ASSERT_EQ(peeked->rows.size(), 1U);
-  EXPECT_EQ(peeked->rows[0].count, static_cast<std::uint64_t>(kCalls));
+  EXPECT_EQ(render("count", *peeked)[0].count, static_cast<std::uint64_t>(kCalls));
   auto s1 = r1.flip_and_read();
   auto s2 = r2.flip_and_read();
   auto s3 = r3.flip_and_read();
   ASSERT_TRUE(s1 && s2 && s3);
-  const auto k1 = by_key(*s1), k2 = by_key(*s2), k3 = by_key(*s3);
+  const auto k1 = by_key("count", *s1), k2 = by_key("count", *s2), k3 = by_key("count", *s3);
   const std::string cs = std::to_string(ch), ns = std::to_string(no);
   ASSERT_EQ(k1.size(), 1U);
   EXPECT_EQ(k1.at(cs).count, static_cast<std::uint64_t>(kCalls));
@@ -84,6 +84,7 @@ TEST(BpfCodegenLive, SumMinMaxAvgOfATracepointField) {
   constexpr long from = 7;  // the filter keeps offset >= 7
   Spawn child(syscaller("lseek", n));
   std::vector<Built> built;
+  std::vector<std::string_view> kinds;
   std::vector<perf::Event> events;
   // Keyed by fd (per-CPU hash, plain adds), by comm (a string key: one shared map, atomic adds
   // and a cmpxchg loop for min/max), and by nothing (a per-CPU array: slots start zeroed).
@@ -93,7 +94,8 @@ TEST(BpfCodegenLive, SumMinMaxAvgOfATracepointField) {
       KernelPlan plan = keys == 0 ? count_plan(fmt, {field_of(fmt, "fd")}, {"fd"})
                         : by_comm ? count_plan(fmt, {Field::comm()}, {"comm"})
                                   : count_plan(fmt, {}, {});
-      plan.aggregation.kind = kind;
+      plan.aggregation.agg = agg_of(kind);
+      kinds.push_back(kind);
       plan.aggregation.value_name = "offset";
       plan.probes[0].value = field_of(fmt, "offset");
       plan.probes[0].filter = {{cmp(fld(field_of(fmt, "offset")), Cmp::kGe, num(from))}, 0};
@@ -106,8 +108,9 @@ TEST(BpfCodegenLive, SumMinMaxAvgOfATracepointField) {
   }
   child.go();
   ASSERT_EQ(child.wait(), 0);
-  std::vector<Row> rows;
-  for (auto& b : built) {
+  std::vector<Rendered> rows;
+  for (std::size_t i = 0; i < built.size(); ++i) {
+    Built& b = built[i];
     Reader r(*b.obj, b.prog);
     auto s = r.flip_and_read();
     ASSERT_TRUE(s.has_value()) << s.error().describe();
@@ -118,9 +121,10 @@ TEST(BpfCodegenLive, SumMinMaxAvgOfATracepointField) {
       EXPECT_EQ(std::get<std::string>(s->rows[0].keys[0]), "tracer_test_sys");
     else
       EXPECT_TRUE(s->rows[0].keys.empty());
-    EXPECT_EQ(s->rows[0].count, static_cast<std::uint64_t>(n - from));
+    const Rendered row = render(kinds[i], *s)[0];
+    EXPECT_EQ(row.count, static_cast<std::uint64_t>(n - from));
     EXPECT_EQ(s->probes[0].total.hits, static_cast<std::uint64_t>(n)) << "before the filter";
-    rows.push_back(s->rows[0]);
+    rows.push_back(row);
   }
   const std::int64_t sum = n * (n - 1) / 2 - from * (from - 1) / 2;
   for (std::size_t k = 0; k < rows.size(); k += 4) {
@@ -156,13 +160,12 @@ TEST(BpfCodegenLive, HistAndLhistBucketsEqualTheUserSpaceComputation) {
   const auto pid = static_cast<std::uint32_t>(child.pid());
 
   KernelPlan hist = count_plan(fmt, {}, {});
-  hist.aggregation = {.kind = "hist", .value_name = "offset"};
+  hist.aggregation = {.agg = agg_of("hist"), .value_name = "offset"};
   hist.probes[0].value = field_of(fmt, "offset");
   hist.tgids = {pid};
   KernelPlan lhist = hist;
-  lhist.aggregation = {.kind = "lhist",
-                       .value_name = "offset",
-                       .params = {{{"min", -50}, {"max", 1000}, {"step", 100}}}};
+  const ConfigTable lhist_options = {{"min", cv(-50)}, {"max", cv(1000)}, {"step", cv(100)}};
+  lhist.aggregation = {.agg = agg_of("lhist", lhist_options), .value_name = "offset"};
   Built bh = build(hist), bl = build(lhist);
   ASSERT_TRUE(bh.obj && bl.obj);
   auto eh = attach_tracepoint(*bh.obj, bh.prog.programs[0], fmt.id);
@@ -186,23 +189,39 @@ TEST(BpfCodegenLive, HistAndLhistBucketsEqualTheUserSpaceComputation) {
                                       : 1 + static_cast<std::size_t>((v + 50) / 100);
     ++want_l[b];
   }
-  EXPECT_EQ(sh->rows[0].counts, want_h);
-  EXPECT_EQ(sl->rows[0].counts, want_l);
-  EXPECT_EQ(sh->rows[0].count, values.size());
-  EXPECT_EQ(std::get<std::uint64_t>(sh->rows[0].values[0]), values.size());
-  EXPECT_TRUE(sh->histogram);
-  // Bucket rows from the first to the last non-empty one, labelled as the stages label them.
-  ASSERT_FALSE(sh->rows[0].buckets.empty());
-  EXPECT_EQ(sh->rows[0].buckets.front().label, "(..., 0)");
-  EXPECT_EQ(sh->rows[0].buckets[1].label, "[0]");
-  EXPECT_EQ(sh->rows[0].buckets[3].label, "[2, 4)");
-  EXPECT_EQ(sh->rows[0].buckets.back().label,
+  // The stages' tables of the kernel's values: the buckets from the first to the last
+  // non-empty one (here, all of them), labelled as the stages label them.
+  const Rendered h = render("hist", *sh)[0];
+  const Rendered l = render("lhist", *sl, lhist_options)[0];
+  const auto counts_of = [](const Rendered& r) {
+    std::vector<std::uint64_t> out;
+    for (const auto& b : r.buckets)
+      out.push_back(b.count);
+    return out;
+  };
+  // (From the first to the last non-empty bucket, as the tables show them.)
+  const auto shown = [](std::vector<std::uint64_t> v) {
+    while (!v.empty() && v.back() == 0)
+      v.pop_back();
+    const auto first = std::find_if(v.begin(), v.end(), [](std::uint64_t n) { return n != 0; });
+    v.erase(v.begin(), first);
+    return v;
+  };
+  EXPECT_EQ(counts_of(h), shown(want_h));
+  EXPECT_EQ(counts_of(l), shown(want_l));
+  EXPECT_EQ(h.count, values.size());
+  EXPECT_EQ(std::get<std::uint64_t>(h.values[0]), values.size());
+  ASSERT_FALSE(h.buckets.empty());
+  EXPECT_EQ(h.buckets.front().label, "(..., 0)");
+  EXPECT_EQ(h.buckets[1].label, "[0]");
+  EXPECT_EQ(h.buckets[3].label, "[2, 4)");
+  EXPECT_EQ(h.buckets.back().label,
             fmt::format("[{}, {})", detail::power_label(62), detail::power_label(63)));
-  EXPECT_TRUE(sh->rows[0].buckets.back().hi_unbounded);
-  EXPECT_EQ(sl->rows[0].buckets.front().label, "(..., -50)");
-  EXPECT_EQ(sl->rows[0].buckets[1].label, "[-50, 50)");
-  EXPECT_EQ(sl->rows[0].buckets[11].label, "[950, 1000)");
-  EXPECT_EQ(sl->rows[0].buckets.back().label, "[1000, ...)");
+  EXPECT_TRUE(h.buckets.back().hi_unbounded);
+  EXPECT_EQ(l.buckets.front().label, "(..., -50)");
+  EXPECT_EQ(l.buckets[1].label, "[-50, 50)");
+  EXPECT_EQ(l.buckets[11].label, "[950, 1000)");
+  EXPECT_EQ(l.buckets.back().label, "[1000, ...)");
 }
 
 TEST(BpfCodegenLive, AFullMapCountsTheEventsOfKeysThatDidNotFit) {
@@ -228,7 +247,7 @@ TEST(BpfCodegenLive, AFullMapCountsTheEventsOfKeysThatDidNotFit) {
   ASSERT_TRUE(s.has_value()) << s.error().describe();
   ASSERT_EQ(s->rows.size(), 16U);
   std::vector<std::uint64_t> keys;
-  for (const Row& row : s->rows) {
+  for (const Rendered& row : render("count", *s)) {
     EXPECT_EQ(row.count, 3U) << key_text(row) << ": the keys that fit are exact";
     keys.push_back(std::get<std::uint64_t>(row.keys[0]));
   }
@@ -276,7 +295,7 @@ void flip_mid_workload(bool two_targets) {
     ASSERT_TRUE(s.has_value()) << s.error().describe();
     ++flips;
     generations.insert(s->generation);
-    for (const Row& row : s->rows)
+    for (const Rendered& row : render("count", *s))
       total[key_text(row)] += row.count;
     nonempty += s->rows.empty() ? 0 : 1;
     if (!done)
@@ -459,7 +478,7 @@ TEST(BpfCodegenLive, AnotherToolOnTheTracepointKeepsItsEvents) {
   auto sr = rr.flip_and_read();
   ASSERT_TRUE(sc && sr);
   ASSERT_EQ(sc->rows.size(), 1U);
-  EXPECT_EQ(sc->rows[0].count, static_cast<std::uint64_t>(kCalls));
+  EXPECT_EQ(render("count", *sc)[0].count, static_cast<std::uint64_t>(kCalls));
   EXPECT_TRUE(sr->rows.empty());
   EXPECT_GE(sr->probes[0].total.hits, static_cast<std::uint64_t>(kCalls));
 }
@@ -478,7 +497,7 @@ TEST(BpfCodegenLive, LatencyPairsEntryAndExitByThread) {
                          .value = Field::duration(),
                          .record_size = record_size(exit)});
   plan.latency = Latency{.entry_probe = 0, .exit_probe = 1};
-  plan.aggregation = {.kind = "hist", .key_names = {"comm"}, .value_name = "duration"};
+  plan.aggregation = {.agg = agg_of("hist"), .key_names = {"comm"}, .value_name = "duration"};
   plan.tgids = {static_cast<std::uint32_t>(child.pid())};
   Built b = build(plan);
   ASSERT_TRUE(b.obj);
@@ -491,13 +510,15 @@ TEST(BpfCodegenLive, LatencyPairsEntryAndExitByThread) {
   ASSERT_TRUE(s.has_value()) << s.error().describe();
   ASSERT_EQ(s->rows.size(), 1U);
   EXPECT_EQ(std::get<std::string>(s->rows[0].keys[0]), "tracer_test_sys");
-  EXPECT_EQ(s->rows[0].count, static_cast<std::uint64_t>(kCalls));
+  const Rendered row = render("hist", *s, {{"by", testing::cv_list({"comm"})}})[0];
+  EXPECT_EQ(row.count, static_cast<std::uint64_t>(kCalls));
   EXPECT_EQ(s->pipeline.paired, static_cast<std::uint64_t>(kCalls));
   EXPECT_EQ(s->pipeline.unmatched_exits, 0U);
   EXPECT_EQ(s->pipeline.unmatched_entries, 0U);
   EXPECT_EQ(s->pipeline.out_of_order, 0U);
   EXPECT_EQ(s->pending, 0U);
-  EXPECT_EQ(s->rows[0].counts[0] + s->rows[0].counts[1], 0U) << "durations are positive";
+  ASSERT_FALSE(row.buckets.empty());
+  EXPECT_GE(row.buckets.front().lo, 1) << "durations are positive: no (..., 0) or [0] bucket";
   EXPECT_EQ(s->probes[0].total.hits, static_cast<std::uint64_t>(kCalls));
   EXPECT_EQ(s->probes[1].total.hits, static_cast<std::uint64_t>(kCalls));
 }
@@ -535,15 +556,15 @@ TEST(BpfCodegenLive, StringKeysAndFiltersCommAndDataLoc) {
   ASSERT_TRUE(sf && sc && sm);
   ASSERT_EQ(sf->rows.size(), 1U);
   EXPECT_EQ(std::get<std::string>(sf->rows[0].keys[0]), TRACER_SYSCALLER_PATH);
-  EXPECT_EQ(sf->rows[0].count, 2U);
+  EXPECT_EQ(render("count", *sf)[0].count, 2U);
   EXPECT_EQ(sf->truncated, 0U);
-  const auto cut_rows = by_key(*sc);
+  const auto cut_rows = by_key("count", *sc);
   ASSERT_TRUE(cut_rows.contains(std::string(TRACER_SYSCALLER_PATH).substr(0, 7)));
   EXPECT_GE(cut_rows.at(std::string(TRACER_SYSCALLER_PATH).substr(0, 7)).count, 2U);
   EXPECT_GE(sc->truncated, 2U);
   ASSERT_EQ(sm->rows.size(), 1U);
   EXPECT_EQ(std::get<std::string>(sm->rows[0].keys[0]), "tracer_test_sys");
-  EXPECT_EQ(sm->rows[0].count, 2000U);
+  EXPECT_EQ(render("count", *sm)[0].count, 2000U);
 }
 
 TEST(BpfCodegenLive, UprobeArgumentsAndUretprobeReturnValues) {
@@ -562,7 +583,7 @@ TEST(BpfCodegenLive, UprobeArgumentsAndUretprobeReturnValues) {
                          .kind = ProbeKind::kUretprobe,
                          .keys = {Field::probe()},
                          .value = Field::retval()});
-  plan.aggregation = {.kind = "sum", .key_names = {"probe"}, .value_name = "v"};
+  plan.aggregation = {.agg = agg_of("sum"), .key_names = {"probe"}, .value_name = "v"};
   plan.tgids = {static_cast<std::uint32_t>(target.pid())};
   Built b = build(plan);
   ASSERT_TRUE(b.obj);
@@ -586,7 +607,7 @@ TEST(BpfCodegenLive, UprobeArgumentsAndUretprobeReturnValues) {
   Reader r(*b.obj, b.prog);
   auto s = r.flip_and_read();
   ASSERT_TRUE(s.has_value()) << s.error().describe();
-  const auto rows = by_key(*s);
+  const auto rows = by_key("sum", *s);
   ASSERT_EQ(rows.size(), 2U);
   EXPECT_EQ(rows.at("fn").count, static_cast<std::uint64_t>(k));
   EXPECT_EQ(std::get<std::int64_t>(rows.at("fn").values[0]), k * (k + 1) / 2);

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <random>
@@ -538,10 +540,14 @@ TEST(AggregateFixedKeys, KernelRowsLandInTheStatesOfTheSameKeys) {
   const ProbeInfo p = fake_probe(0, "p");
   std::vector<KernelRow> rows;
   for (std::int64_t pid = 100; pid < 116; ++pid) {
+    // The value as the scalar stages' kernel part lays it out: the events, then the sum.
     KernelRow row;
     row.keys = {pid, std::int64_t{pid % 2}};
-    row.count = static_cast<std::uint64_t>(pid);
-    row.value = -pid;
+    const std::array<std::int64_t, 2> value{pid, -pid};
+    row.bytes.resize(sizeof value);
+    std::memcpy(row.bytes.data(), value.data(), sizeof value);
+    row.stride = sizeof value;
+    row.values = 1;
     rows.push_back(row);
   }
   Records r;

@@ -79,6 +79,18 @@ struct TableRow {
   std::vector<HistBucket> buckets;  // histograms: from the first to the last non-empty bucket
 };
 
+/// What a value column means to the exporters (Prometheus, OTLP): how it adds up across
+/// intervals and merged rows, and which metric it is. Set by the stage with its value names.
+enum class ValueKind : std::uint8_t {
+  kGauge,     // a level (an average, a rate, a spread): never added up
+  kCount,     // events: a counter; a histogram's or a summary's count
+  kSum,       // a sum of values: a counter; a histogram's or a summary's sum
+  kMin,       // the smallest value: a gauge; merged rows keep the smallest
+  kMax,       // the largest value: a gauge; merged rows keep the largest
+  kQuantile,  // the next of Table::quantiles: a summary's quantile
+  kLabel,     // text (the counters stage's unit): a label of the row, not a number
+};
+
 /// What an aggregation stage emits at each interval and at stop.
 struct Table {
   std::string stage;  // "count"
@@ -88,7 +100,13 @@ struct Table {
   std::vector<double> quantiles;
   std::vector<std::string> key_names;
   std::vector<std::string> value_names;
+  /// One per value_names: what each is (empty: value_kinds_of() infers them from the names, for
+  /// the tables of stages that declare none: a C plugin's, a BPF map's).
+  std::vector<ValueKind> value_kinds;
   bool histogram = false;
+  /// The values are one summary (a count, a sum, the quantiles; the extremes beside it), not a
+  /// metric each.
+  bool summary = false;
   std::vector<TableRow> rows;  // ordered (top N first), already cut to `top`
   /// The rows `top` cut, in the same order: outputs that need every row (folded stacks, flame
   /// graphs, CSV) read rows then rest; a table on a terminal shows rows only.
@@ -101,6 +119,11 @@ struct Table {
   bool total = false;
   std::string note;  // e.g. the quantile error bound
 };
+
+/// The kinds of `t`'s values: its value_kinds, or, when the stage declared none, from the names
+/// ("count" a count, "sum" a sum, "min" and "max" the extremes, "unit" a label, "pNN" a
+/// quantile, anything else a gauge; a histogram's first value its count).
+[[nodiscard]] std::vector<ValueKind> value_kinds_of(const Table& t);
 
 /// A stack as one line, outermost frame first, frames by name without offsets and separated by
 /// ';' (the folded form of flamegraph.pl's stackcollapse; unknown frames as "0x...").

@@ -6,7 +6,7 @@
 // Usage:
 //   gen::KernelPlan plan{.probes = {{.name = "getppid", .kind = gen::ProbeKind::kTracepoint,
 //                                    .keys = {gen::Field::pid()}}},
-//                        .aggregation = {.kind = "count", .key_names = {"pid"}},
+//                        .aggregation = {.agg = count_part, .key_names = {"pid"}},
 //                        .tgids = {child}};
 //   auto why = gen::check(plan);                   // nullopt, or why it cannot run in the kernel
 //   auto prog = gen::generate(plan);               // the C text and its map layout
@@ -22,6 +22,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -128,21 +129,21 @@ struct Filter {
   [[nodiscard]] bool empty() const noexcept { return root < 0; }
 };
 
-/// The one aggregation of the pipeline. Its buckets are tracer/common/buckets.hpp's, the stages'
-/// (hist: log2; lhist: below min, [min + i*step, ...), at or above max; quantiles: log-linear,
-/// with the exact min and max). `kind` names its record (engine/kernel/kernel_aggs.cpp): count,
-/// sum, min, max, avg, hist, lhist (params min, max, step; 0, 100, 10 when unset), quantiles.
+/// The one aggregation of the pipeline. `agg` is its stage's kernel part (KernelForm::agg): the
+/// value its map keeps per key and the C that updates it; the generator and the reader name no
+/// aggregation, and the stage absorbs the values it reads back (InKernel::absorb).
 struct Aggregation {
-  std::string kind = "count";
+  std::shared_ptr<const KernelAgg> agg{};
   std::vector<std::string> key_names{};  // the `by` fields, in order (ProbePlan::keys match)
-  std::string value_name{};              // sum, min, max, avg, hist, lhist: the field's name
-  AggParams params{};                    // the kind's own options (KernelForm::params)
+  std::string value_name{};              // what it aggregates (KernelAgg::needs_value)
   /// Keys the map holds (per generation); events of keys that do not fit are counted
   /// (Snapshot::map_full), never silently dropped.
   std::uint32_t max_keys = 10240;
   /// Bytes kept of a __data_loc string key, NUL included (longer ones are cut and counted in
   /// Snapshot::truncated). At most 256.
   std::uint32_t string_key_bytes = 128;
+  /// Its name in messages and plans ("count", "lhist"), "none" without a kernel part.
+  [[nodiscard]] std::string_view kind() const noexcept { return agg ? agg->name() : "none"; }
   /// Stack keys: the stack map's entries (distinct stacks over the whole run: a stack stays
   /// under its hash across intervals) and the frames kept of each (at most
   /// kernel.perf_event_max_stack). The event of a stack that does not fit is not aggregated: it
@@ -248,10 +249,8 @@ struct Layout {
   std::uint32_t key_size = 4, value_size = 8;
   std::vector<KeyColumn> columns;
   std::uint32_t missing_offset = 0;  // offset of the `missing` byte when some column has a bit
-  std::uint32_t buckets = 0;         // hist, lhist: counts per key
-  std::uint32_t lhist_inner = 0;
-  std::uint32_t probes = 0;  // stats slots: one per probe, then one for the pipeline
-  bool stacks = false;       // a key column is a stack: the object has kStacksMap
+  std::uint32_t probes = 0;          // stats slots: one per probe, then one for the pipeline
+  bool stacks = false;               // a key column is a stack: the object has kStacksMap
 };
 
 /// Names of what a generated object holds.

@@ -1,9 +1,9 @@
 // kernel::gen::Reader: the rows of a generated program's aggregation (tracer/kernel/codegen.hpp),
 // read one generation at a time so that interval output loses and double-counts nothing.
 //
-// A Row is the stage API's KernelRow (tracer/ext/kernel_form.hpp: keys and the raw state, events,
-// the sum/min/max, every bucket, which a stage absorbs into its own state and orders, cuts (top)
-// and labels itself), plus its values as tracer::Table shows them (Bucket is HistBucket).
+// A Row is the stage API's KernelRow (tracer/ext/kernel_form.hpp): the key's cells and its value
+// bytes as the stage's kernel part (KernelAgg) laid them out, which the stage absorbs into its
+// own state and orders, cuts (top) and labels itself.
 //
 // Usage:
 //   gen::Reader reader(obj, prog, {.syscall_name = [](std::int64_t nr) { return name(nr); }});
@@ -30,22 +30,9 @@ namespace tracer::kernel::gen {
 using Ips = KernelIps;
 using Cell = KernelCell;
 
-/// tracer::HistBucket: [lo, hi), labels as plugins/stages/hist.cpp and lhist.cpp render them.
-struct Bucket {
-  std::int64_t lo = 0, hi = 0;
-  bool lo_unbounded = false;
-  bool hi_unbounded = false;
-  std::uint64_t count = 0;
-  std::string label;
-};
-
-/// A row as the stages absorb it (KernelRow: the keys and the raw state summed over CPUs), plus
-/// its values as a table shows them.
-struct Row : KernelRow {
-  std::vector<Cell> values;     // one per Snapshot::value_names (count: uint; sum, min, max: int;
-                                // avg: double; hist, lhist: the total, uint)
-  std::vector<Bucket> buckets;  // hist, lhist: from the first to the last non-empty bucket
-};
+/// A row as the stage absorbs it: its key cells and its value bytes (each CPU's, or the one
+/// shared value), which the stage's kernel part laid out and the stage decodes.
+using Row = KernelRow;
 
 /// A probe's counters since load (cumulative), summed over CPUs.
 struct ProbeStats {
@@ -59,9 +46,8 @@ struct ProbeStats {
 
 struct Snapshot {
   std::vector<std::string> key_names;
-  std::vector<std::string> value_names;
-  bool histogram = false;
-  std::vector<Row> rows;         // in the map's order (the stage orders and cuts them)
+  std::vector<Row> rows;         // in the map's order, keys with events only (the stage orders,
+                                 // cuts and labels them)
   std::uint32_t generation = 0;  // the generation these rows were read from
   // Cumulative counters (since load), at the time of the read.
   std::vector<ProbeStats> probes;
@@ -121,6 +107,8 @@ class Reader {
   [[nodiscard]] Cell decode_stack(const KeyColumn& c, const std::byte* p) const;
   [[nodiscard]] const std::vector<std::uint64_t>& stack_of(std::uint64_t hash) const;
   [[nodiscard]] Snapshot empty_snapshot() const;
+  /// Whether a row's value holds an event (a value of zeros is none: KernelAgg).
+  [[nodiscard]] static bool has_events(const Row& row) noexcept;
 
   bpf::Object* obj_;
   GeneratedProgram prog_;
@@ -130,9 +118,5 @@ class Reader {
   std::uint64_t keys_at_flip_ = 0;  // keys_added() just before the last flip
   mutable std::unordered_map<std::uint64_t, std::vector<std::uint64_t>> stacks_;  // hash -> ips
 };
-
-/// The label bpftrace gives 2^power (plugins/stages/hist.cpp Hist::power_label): 1, 2 ... 512,
-/// 1K ... 16E.
-[[nodiscard]] std::string power_label(unsigned power);
 
 }  // namespace tracer::kernel::gen

@@ -221,7 +221,8 @@ class InKernel {
   [[nodiscard]] virtual KernelForm kernel_form() const = 0;
   /// An aggregation placed in the kernel: adds the rows the kernel computed since the last
   /// read to the state, as if their events had reached on_events (snapshot() then renders them
-  /// as ever).
+  /// as ever). Each row's bytes are laid out as the stage's own KernelAgg (kernel_form().agg)
+  /// declared them.
   virtual void absorb(const std::vector<KernelRow>& /*rows*/) {}
   /// A latency pairing placed in the kernel: its counters so far (replace the stage's own).
   virtual void absorb_counters(const KernelLatencyCounters& /*counters*/) {}
