@@ -17,13 +17,14 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-/// Whether value `v` of `t` adds up across intervals and merged rows (a count, a sum, a
-/// histogram's count).
-bool additive(const Table& t, std::size_t v) {
-  const std::string& n = t.value_names[v];
-  if (t.histogram)
-    return v == 0 || n == "sum";
-  return n == "count" || n == "sum";
+/// Whether a value of kind `k` adds up across intervals and merged rows (a count, a sum).
+bool additive(ValueKind k) {
+  return k == ValueKind::kCount || k == ValueKind::kSum;
+}
+
+/// Kind `v` of `kinds` (a gauge past its end).
+ValueKind kind_at(const std::vector<ValueKind>& kinds, std::size_t v) {
+  return v < kinds.size() ? kinds[v] : ValueKind::kGauge;
 }
 
 /// A row as labels and numbers.
@@ -55,22 +56,22 @@ void add_buckets(std::vector<std::pair<double, double>>& into,
 
 /// Row `from` merged into `into` (same labels): counts, sums and buckets added, min and max of
 /// both, anything else left out.
-void merge_into(Row& into, const Row& from, const Table& t) {
+void merge_into(Row& into, const Row& from, const std::vector<ValueKind>& kinds) {
   into.merged = true;
   for (std::size_t v = 0; v < into.values.size() && v < from.values.size(); ++v) {
     auto& a = into.values[v];
     const auto& b = from.values[v];
-    const std::string& n = t.value_names[v];
+    const ValueKind k = kind_at(kinds, v);
     // Counts and sums add, min and max compare; a quantile, an average or a rate of merged
     // rows is not made up (nor a value one of them lacks).
-    const bool mergeable = additive(t, v) || n == "min" || n == "max";
+    const bool mergeable = additive(k) || k == ValueKind::kMin || k == ValueKind::kMax;
     if (!a.has_value() || !b.has_value() || !mergeable) {
       a = std::nullopt;
       continue;
     }
-    if (additive(t, v))
+    if (additive(k))
       a = a.value() + b.value();
-    else if (n == "min")
+    else if (k == ValueKind::kMin)
       a = std::min(a.value(), b.value());
     else
       a = std::max(a.value(), b.value());
@@ -144,6 +145,7 @@ std::vector<Label> with(std::vector<Label> labels, std::string name, std::string
 /// The rows of `t` relabeled, merged where their labels became equal, and cut to the budget.
 std::vector<Row> rows_of(const Table& t, const TableNaming& naming, std::uint64_t& dropped) {
   const auto rules = compile(naming.rules);
+  const std::vector<ValueKind> kinds = value_kinds_of(t);
   std::vector<std::string> names;
   names.reserve(t.key_names.size());
   for (const auto& k : t.key_names)
@@ -161,7 +163,7 @@ std::vector<Row> rows_of(const Table& t, const TableNaming& naming, std::uint64_
         continue;
       for (std::size_t v = 0; v < t.value_names.size(); ++v) {
         row.values.push_back(v < tr.values.size() ? to_number(tr.values[v]) : std::nullopt);
-        if (v < tr.values.size() && t.value_names[v] == "unit") {
+        if (v < tr.values.size() && kind_at(kinds, v) == ValueKind::kLabel) {
           if (const auto* s = std::get_if<std::string>(&tr.values[v]))
             row.unit = *s;
         }
@@ -175,7 +177,7 @@ std::vector<Row> rows_of(const Table& t, const TableNaming& naming, std::uint64_
         std::sort(sorted.begin(), sorted.end());
         auto [it, fresh] = index.try_emplace(std::move(sorted), rows.size());
         if (!fresh) {
-          merge_into(rows[it->second], row, t);
+          merge_into(rows[it->second], row, kinds);
           continue;
         }
       }
@@ -189,9 +191,10 @@ std::vector<Row> rows_of(const Table& t, const TableNaming& naming, std::uint64_
   return rows;
 }
 
-std::optional<std::size_t> value_index(const Table& t, std::string_view name) {
-  for (std::size_t v = 0; v < t.value_names.size(); ++v)
-    if (t.value_names[v] == name)
+/// The first value of kind `k`.
+std::optional<std::size_t> value_index(const std::vector<ValueKind>& kinds, ValueKind k) {
+  for (std::size_t v = 0; v < kinds.size(); ++v)
+    if (kinds[v] == k)
       return v;
   return std::nullopt;
 }
@@ -207,7 +210,7 @@ void sample(Family& f,
     sample(f, std::move(suffix), std::move(labels), v.value());
 }
 
-void histogram_samples(Family& f, const Table& t, const Row& row) {
+void histogram_samples(Family& f, const std::vector<ValueKind>& kinds, const Row& row) {
   double cumulative = 0;
   bool inf = false;
   for (const auto& [le, n] : row.buckets) {
@@ -216,13 +219,13 @@ void histogram_samples(Family& f, const Table& t, const Row& row) {
     sample(f, "_bucket", with(row.labels, "le", format_value(le)), cumulative);
   }
   double count = cumulative;
-  if (!row.values.empty()) {
-    if (const std::optional<double>& c = row.values.front(); c.has_value())
-      count = *c;
+  if (auto c = value_index(kinds, ValueKind::kCount); c && *c < row.values.size()) {
+    if (row.values[*c].has_value())
+      count = *row.values[*c];
   }
   if (!inf)
     sample(f, "_bucket", with(row.labels, "le", "+Inf"), count);
-  if (auto s = value_index(t, "sum"); s && *s < row.values.size())
+  if (auto s = value_index(kinds, ValueKind::kSum); s && *s < row.values.size())
     sample(f, "_sum", row.labels, row.values[*s]);
   sample(f, "_count", row.labels, count);
 }
@@ -237,6 +240,7 @@ std::vector<std::pair<std::string, std::uint64_t>> table_families(const Table& t
   const std::string help = naming.help.empty() ? t.title : naming.help;
   const std::string field = t.field.empty() ? std::string() : metric_name(t.field);
   const std::size_t first = out.size();
+  const std::vector<ValueKind> kinds = value_kinds_of(t);
 
   if (t.histogram) {
     Family f{
@@ -246,20 +250,21 @@ std::vector<std::pair<std::string, std::uint64_t>> table_families(const Table& t
         .help = help,
         .type = MetricType::kHistogram};
     for (const Row& row : rows)
-      histogram_samples(f, t, row);
+      histogram_samples(f, kinds, row);
     out.push_back(std::move(f));
-  } else if (t.stage == "quantiles") {
+  } else if (t.summary) {
     const std::string name = naming.base + "_" + (field.empty() ? "value" : field);
     Family s{.name = name, .help = help, .type = MetricType::kSummary};
     Family lo{.name = name + "_min", .help = "smallest value: " + help, .type = MetricType::kGauge};
     Family hi{.name = name + "_max", .help = "largest value: " + help, .type = MetricType::kGauge};
-    const auto count = value_index(t, "count"), sum = value_index(t, "sum");
-    const auto vmin = value_index(t, "min"), vmax = value_index(t, "max");
+    const auto count = value_index(kinds, ValueKind::kCount);
+    const auto sum = value_index(kinds, ValueKind::kSum);
+    const auto vmin = value_index(kinds, ValueKind::kMin);
+    const auto vmax = value_index(kinds, ValueKind::kMax);
     for (const Row& row : rows) {
       std::size_t q = 0;
-      for (std::size_t v = 0; v < t.value_names.size() && v < row.values.size(); ++v) {
-        const std::string& n = t.value_names[v];
-        if (n.size() < 2 || n[0] != 'p' || std::isdigit(static_cast<unsigned char>(n[1])) == 0)
+      for (std::size_t v = 0; v < kinds.size() && v < row.values.size(); ++v) {
+        if (kinds[v] != ValueKind::kQuantile)
           continue;
         if (q < t.quantiles.size())
           sample(s, "", with(row.labels, "quantile", format_value(t.quantiles[q])), row.values[v]);
@@ -298,9 +303,9 @@ std::vector<std::pair<std::string, std::uint64_t>> table_families(const Table& t
     out.push_back(std::move(m));
   } else {
     for (std::size_t v = 0; v < t.value_names.size(); ++v) {
-      if (t.value_names[v] == "unit")
+      if (kind_at(kinds, v) == ValueKind::kLabel)
         continue;
-      const bool counter = additive(t, v);
+      const bool counter = additive(kind_at(kinds, v));
       std::string name = naming.base;
       if (!field.empty())
         name += "_" + field;
@@ -405,8 +410,16 @@ struct [[gnu::visibility("hidden")]] SessionMetrics::Impl {
     if (record_seen)
       a.seen[key] = t.time;
     TableRow& into = it->second;
+    const std::vector<ValueKind> kinds = value_kinds_of(t);
     for (std::size_t v = 0; v < into.values.size() && v < row.values.size(); ++v) {
-      if (!additive(t, v)) {
+      const ValueKind k = kind_at(kinds, v);
+      if (k == ValueKind::kMin || k == ValueKind::kMax) {  // the extreme since the start
+        const auto x = to_number(into.values[v]), y = to_number(row.values[v]);
+        if (x && y && ((k == ValueKind::kMin) == (*y < *x)))
+          into.values[v] = row.values[v];
+        continue;
+      }
+      if (!additive(k)) {
         into.values[v] = row.values[v];  // the latest interval's
         continue;
       }
@@ -444,7 +457,9 @@ struct [[gnu::visibility("hidden")]] SessionMetrics::Impl {
     a.shape.quantiles = u.table.quantiles;
     a.shape.key_names = u.table.key_names;
     a.shape.value_names = u.table.value_names;
+    a.shape.value_kinds = u.table.value_kinds;
     a.shape.histogram = u.table.histogram;
+    a.shape.summary = u.table.summary;
     for (const auto* part : {&u.table.rows, &u.table.rest})
       for (const auto& row : *part)
         add_row(a, u.table, row, accumulated_keys(), true);

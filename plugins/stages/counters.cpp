@@ -101,6 +101,9 @@ void Counters::snapshot(Table& out, bool reset) {
   out.key_names = g.per_cpu ? std::vector<std::string>{"group", "cpu", "counter"}
                             : std::vector<std::string>{"group", "counter"};
   out.value_names = {"value", "unit", "raw", "enabled_ns", "running_ns", "pct"};
+  // The counted value adds up; the unit is the row's label; the rest describe the reading.
+  out.value_kinds = {ValueKind::kCount, ValueKind::kLabel, ValueKind::kGauge,
+                     ValueKind::kGauge, ValueKind::kGauge, ValueKind::kGauge};
   const bool from_start = out.total || !prev_;
 
   // The interval since the last table (each slot scaled by its own times), or the whole run.

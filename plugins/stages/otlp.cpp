@@ -282,6 +282,8 @@ void Otlp::on_table(const Table& t) {
   if (!t.field.empty())
     base += "." + t.field;
   std::size_t points = 0;
+  const std::vector<ValueKind> kinds = value_kinds_of(t);
+  const auto kind = [&](std::size_t v) { return v < kinds.size() ? kinds[v] : ValueKind::kGauge; };
   const auto rows = [&](auto&& each) {
     for (const auto* part : {&t.rows, &t.rest})
       for (const auto& row : *part)
@@ -309,13 +311,15 @@ void Otlp::on_table(const Table& t) {
       if (row.buckets.empty() || !row.buckets.back().hi_unbounded)
         p->add_bucket_counts(0);  // (last bound, +inf)
       p->set_count(count);
-      if (row.values.size() > 1) {
-        if (auto s = to_number(row.values[1]))
+      for (std::size_t v = 0; v < row.values.size(); ++v) {
+        if (kind(v) != ValueKind::kSum)
+          continue;
+        if (auto s = to_number(row.values[v]))
           p->set_sum(*s);
       }
       ++points;
     });
-  } else if (t.stage == "quantiles") {
+  } else if (t.summary) {
     auto* m = sm->add_metrics();
     m->set_name(base);
     m->set_description(t.title);
@@ -327,15 +331,14 @@ void Otlp::on_table(const Table& t) {
       p->set_time_unix_nano(time_ns);
       std::size_t q = 0;
       for (std::size_t v = 0; v < t.value_names.size() && v < row.values.size(); ++v) {
-        const std::string& n = t.value_names[v];
         const auto x = to_number(row.values[v]);
         if (!x)
           continue;
-        if (n == "count")
+        if (kind(v) == ValueKind::kCount)
           p->set_count(static_cast<std::uint64_t>(*x));
-        else if (n == "sum")
+        else if (kind(v) == ValueKind::kSum)
           p->set_sum(*x);
-        else if (n.size() > 1 && n[0] == 'p' && q < t.quantiles.size()) {
+        else if (kind(v) == ValueKind::kQuantile && q < t.quantiles.size()) {
           auto* qv = p->add_quantile_values();
           qv->set_quantile(t.quantiles[q++]);
           qv->set_value(*x);
@@ -346,12 +349,12 @@ void Otlp::on_table(const Table& t) {
   } else {
     for (std::size_t v = 0; v < t.value_names.size(); ++v) {
       const std::string& n = t.value_names[v];
-      if (n == "unit")
+      if (kind(v) == ValueKind::kLabel)
         continue;
       auto* m = sm->add_metrics();
       m->set_name(t.value_names.size() == 1 && (n == t.stage) ? base : base + "." + n);
       m->set_description(t.title);
-      const bool additive = n == "count" || n == "sum" || (t.stage == "counters" && v == 0);
+      const bool additive = kind(v) == ValueKind::kCount || kind(v) == ValueKind::kSum;
       google::protobuf::RepeatedPtrField<otel::metrics::v1::NumberDataPoint>* dps = nullptr;
       if (additive) {
         auto* sum = m->mutable_sum();

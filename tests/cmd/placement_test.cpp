@@ -1,12 +1,14 @@
 // In-kernel placement (engine/kernel/placement.cpp): the same recipe placed in the kernel and in
 // user space gives the same tables on a live workload with known answers, intervals lose and
 // double-count nothing, a full map is counted, and a stage that cannot go there says why.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
@@ -131,7 +133,12 @@ step = 250)"},
                                            Shape{"quantiles", R"(use = "quantiles"
 field = "offset"
 by = ["comm"]
-quantiles = ["p10", "p50", "p90", "p99", "p999"])"}),
+quantiles = ["p10", "p50", "p90", "p99", "p999"])"},
+                                           Shape{"stats", R"(use = "stats"
+field = "offset")"},
+                                           Shape{"stats_by_comm", R"(use = "stats"
+field = "offset"
+by = ["comm"])"}),
                          [](const ::testing::TestParamInfo<Shape>& p) {
                            return std::string(p.param.name);
                          });
@@ -394,6 +401,90 @@ by = ["pid"]
       << ours;
   EXPECT_NE(theirs.find("@[" + a_pid + "]: 20000"), std::string::npos) << theirs;
   EXPECT_NE(theirs.find("@[" + b_pid + "]: 12345"), std::string::npos) << theirs;
+}
+
+// stats, system-wide by pid, in the kernel and in user space beside bpftrace's stats() of the
+// same tracepoint: each of two children (one per CPU) gets its own count, total and (integer)
+// average as bpftrace has them, and the known min, max, mean and spread of 0..n-1, on both
+// placements alike.
+TEST(KernelPlacement, StatsByPidMatchBpftraceOnBothPlacements) {
+  if (!fs::exists("/usr/bin/bpftrace"))
+    GTEST_SKIP() << "bpftrace is not installed (apt-get install bpftrace): it is the reference";
+  const std::string fd = std::to_string(testing::own_fd());
+  const auto recipe = testing::write_temp("placement_stats.toml", R"([recipe]
+name = "stats"
+[[probe]]
+name = "lseek"
+tracepoint = "syscalls:sys_enter_lseek"
+filter = "fd == )" + fd + R"("
+[[stage]]
+use = "stats"
+field = "offset"
+by = ["pid"]
+)");
+  const auto bt = testing::write_temp("placement_stats.bt",
+                                      std::string(testing::kBpftraceReady) +
+                                          "tracepoint:syscalls:sys_enter_lseek /args->fd == " + fd +
+                                          "/ { @[pid] = stats(args->offset); }\n"
+                                          "interval:ms:7000 { exit(); }\n");
+  const auto bt_out = testing::write_temp("placement_stats_bt.out", "");
+  std::map<std::string, std::string> outs;
+  std::vector<std::string> errs;
+  std::vector<pid_t> tracers;
+  for (const char* placement : {"kernel", "user"}) {
+    const auto out = testing::write_temp(std::string("placement_stats_") + placement + ".out", "");
+    const auto err = testing::write_temp(std::string("placement_stats_") + placement + ".err", "");
+    tracers.push_back(spawn_to_file({TRACER_CLI_PATH, "run", recipe.string(), "--json", "-v", "-d",
+                                     "7s", "--placement", placement},
+                                    out, err));
+    outs[placement] = out.string();
+    errs.push_back(err.string());
+  }
+  const pid_t b = spawn_to_file({"/usr/bin/bpftrace", bt.string()}, bt_out);
+  for (const auto& err : errs)
+    ASSERT_TRUE(testing::wait_for_text(err, "tracer: rings:")) << slurp(err);
+  ASSERT_TRUE(testing::wait_for_text(bt_out, testing::kBpftraceReadyLine)) << slurp(bt_out);
+  constexpr long long kN = 4000, kM = 2500;
+  const auto w = shell("SYSCALLER_FD=" + fd + " " + kSyscaller + " lseek " + std::to_string(kN) +
+                       " 0 & echo $!; SYSCALLER_FD=" + fd + " " + kSyscaller + " lseek " +
+                       std::to_string(kM) + " 1 & echo $!; wait");
+  ASSERT_EQ(w.exit_code, 0) << w.err;
+  for (const pid_t t : tracers)
+    ASSERT_TRUE(exited_ok(t));
+  ASSERT_TRUE(exited_ok(b));
+  std::istringstream pids(w.out);
+  std::string a_pid, b_pid;
+  pids >> a_pid >> b_pid;
+  const std::string theirs = slurp(bt_out);
+  std::map<std::string, std::string> rows;  // placement -> its rows
+  for (const auto& [pid, n] : {std::pair{a_pid, kN}, std::pair{b_pid, kM}}) {
+    const long long total = n * (n - 1) / 2;
+    // bpftrace: "@[PID]: count N, average A, total T" (the average an integer division).
+    EXPECT_NE(
+        theirs.find(fmt::format("@[{}]: count {}, average {}, total {}", pid, n, total / n, total)),
+        std::string::npos)
+        << theirs;
+    const double spread = std::sqrt((static_cast<double>(n) * n - 1) / 12);
+    for (const char* where : {"kernel", "user"}) {
+      SCOPED_TRACE(where);
+      const std::string ours = slurp(outs[where]);
+      std::smatch m;
+      ASSERT_TRUE(std::regex_search(
+          ours, m,
+          std::regex(
+              R"("keys":\{"pid":)" + pid +
+              R"(\},"count":([0-9]+),"sum":([0-9]+),"min":([0-9]+),"max":([0-9]+),"mean":([0-9.e+-]+),"stddev":([0-9.e+-]+)\})")))
+          << ours;
+      EXPECT_EQ(std::stoll(m[1]), n);
+      EXPECT_EQ(std::stoll(m[2]), total);
+      EXPECT_EQ(std::stoll(m[3]), 0);
+      EXPECT_EQ(std::stoll(m[4]), n - 1);
+      EXPECT_DOUBLE_EQ(std::stod(m[5]), static_cast<double>(total) / static_cast<double>(n));
+      EXPECT_NEAR(std::stod(m[6]), spread, spread * 1e-9);
+      rows[where] += m[0].str();
+    }
+  }
+  EXPECT_EQ(rows["kernel"], rows["user"]);
 }
 
 // A sampling event (cpu-clock) runs its own program in the kernel (BPF_PROG_TYPE_PERF_EVENT on

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <cmath>
 
 #include <boost/asio/io_context.hpp>
 #include <filesystem>
@@ -114,7 +115,7 @@ filter = "fd == 12345"
         "use = \"max\"\nfield = \"offset\"", "use = \"avg\"\nfield = \"offset\"",
         "use = \"hist\"\nfield = \"offset\"",
         "use = \"lhist\"\nfield = \"offset\"\nmin = 0\nmax = 3000\nstep = 500",
-        "use = \"quantiles\"\nfield = \"offset\""})
+        "use = \"quantiles\"\nfield = \"offset\"", "use = \"stats\"\nfield = \"offset\""})
     text_recipe += "[[pipeline]]\nname = \"p" + std::to_string(text_recipe.size()) +
                    "\"\n[[pipeline.stage]]\n" + stage + "\n";
   Recipe recipe = load_recipe("session_values", text_recipe);
@@ -136,7 +137,7 @@ filter = "fd == 12345"
   session.start();
   io.run_for(std::chrono::seconds(30));
   ASSERT_FALSE(session.running());
-  ASSERT_EQ(tables.size(), 8u) << text;
+  ASSERT_EQ(tables.size(), 9u) << text;
   const auto value = [&](std::size_t i, std::size_t v = 0) -> Cell {
     EXPECT_EQ(tables[i].second.rows.size(), 1u) << tables[i].second.title;
     return tables[i].second.rows.empty() ? Cell{} : tables[i].second.rows[0].values.at(v);
@@ -165,6 +166,17 @@ filter = "fd == 12345"
   ASSERT_EQ(tables[7].second.rows.size(), 1u);
   EXPECT_EQ(tables[7].second.value_names.front(), "count");
   EXPECT_EQ(value(7), Cell{kCalls});
+  // stats: two copies of 0..2999 have the mean and the (population) spread of one.
+  EXPECT_EQ(tables[8].second.value_names,
+            (std::vector<std::string>{"count", "sum", "min", "max", "mean", "stddev"}));
+  EXPECT_EQ(value(8, 0), Cell{kCalls});
+  EXPECT_EQ(value(8, 1), Cell{static_cast<std::int64_t>(kSum)});
+  EXPECT_EQ(value(8, 2), Cell{std::int64_t{0}});
+  EXPECT_EQ(value(8, 3), Cell{std::int64_t{2999}});
+  EXPECT_EQ(value(8, 4), Cell{1499.5});
+  const double spread = std::sqrt((3000.0 * 3000.0 - 1) / 12);  // of 0..N-1: (N^2 - 1) / 12
+  ASSERT_TRUE(std::holds_alternative<double>(value(8, 5)));
+  EXPECT_NEAR(std::get<double>(value(8, 5)), spread, spread * 1e-12);
   // What was printed (--json: a line per row): each table's values and buckets, the same
   // numbers.
   const auto number = [](const Cell& c) {

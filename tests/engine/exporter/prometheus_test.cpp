@@ -3,11 +3,16 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <array>
+#include <cstring>
 #include <string>
 #include <vector>
 
+#include "support/stage_batches.hpp"
 #include "tracer/exporter/prometheus.hpp"
 #include "tracer/exporter/session_metrics.hpp"
+#include "tracer/ext/stage.hpp"
+#include "tracer/ext/stages.hpp"
 
 namespace tracer::exporter {
 namespace {
@@ -75,6 +80,7 @@ TEST(PrometheusText, HistogramBucketsAreCumulativeWithExactIntegerBounds) {
 TEST(PrometheusText, QuantilesBecomeASummaryWithMinAndMaxGauges) {
   Table t;
   t.stage = "quantiles";
+  t.summary = true;
   t.title = "quantiles of duration";
   t.field = "duration";
   t.value_names = {"count", "min", "p50", "p99", "max", "sum"};
@@ -91,6 +97,47 @@ TEST(PrometheusText, QuantilesBecomeASummaryWithMinAndMaxGauges) {
   EXPECT_THAT(text, HasSubstr("tracer_t_duration_count 4\n"));
   EXPECT_THAT(text, HasSubstr("tracer_t_duration_min 1\n"));
   EXPECT_THAT(text, HasSubstr("tracer_t_duration_max 9\n"));
+}
+
+// The stats stage's table, from the values its kernel part left on two CPUs (1 and 3 on one,
+// 10 on the other): its count and sum are counters, the rest gauges, by the kinds the stage
+// gives its columns.
+TEST(PrometheusText, StatsAreCountersAndGaugesByTheirKinds) {
+  auto stage = stage_registry().make("stats");
+  Diagnostics diags;
+  stage->configure(
+      testing::cv_table({{"field", testing::cv("offset")}, {"by", testing::cv_list({"pid"})}}),
+      diags);
+  ASSERT_TRUE(diags.empty()) << diags.format();
+  const auto enc_min = [](std::int64_t v) {
+    return static_cast<std::uint64_t>(v) ^ 0x7fffffffffffffffULL;
+  };
+  const auto enc_max = [](std::int64_t v) {
+    return static_cast<std::uint64_t>(v) ^ 0x8000000000000000ULL;
+  };
+  // count, sum, vmin, vmax, the sum of squares (low, high): CPU 0, then CPU 1.
+  const std::array<std::uint64_t, 12> values{2, 4,  enc_min(1),  enc_max(3),  10,  0,
+                                             1, 10, enc_min(10), enc_max(10), 100, 0};
+  KernelRow row{.keys = {std::int64_t{7}}, .bytes = {}, .stride = 48, .values = 2};
+  row.bytes.resize(sizeof values);
+  std::memcpy(row.bytes.data(), values.data(), sizeof values);
+  stage->in_kernel()->absorb({row});
+  Table t;
+  stage->aggregation()->snapshot(t, true);
+  ASSERT_EQ(t.rows.size(), 1U);
+  const std::string text = text_of(t);
+  EXPECT_THAT(text, HasSubstr("# TYPE tracer_t_offset_count_total counter\n"));
+  EXPECT_THAT(text, HasSubstr("tracer_t_offset_count_total{pid=\"7\"} 3\n"));
+  EXPECT_THAT(text, HasSubstr("# TYPE tracer_t_offset_sum_total counter\n"));
+  EXPECT_THAT(text, HasSubstr("tracer_t_offset_sum_total{pid=\"7\"} 14\n"));
+  EXPECT_THAT(text, HasSubstr("# TYPE tracer_t_offset_min gauge\n"));
+  EXPECT_THAT(text, HasSubstr("tracer_t_offset_min{pid=\"7\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("tracer_t_offset_max{pid=\"7\"} 10\n"));
+  EXPECT_THAT(text, HasSubstr("# TYPE tracer_t_offset_mean gauge\n"));
+  EXPECT_THAT(text, HasSubstr("tracer_t_offset_mean{pid=\"7\"} 4.666666666666667\n"));
+  // sqrt((3 * 110 - 14^2) / 9)
+  EXPECT_THAT(text, HasSubstr("# TYPE tracer_t_offset_stddev gauge\n"));
+  EXPECT_THAT(text, HasSubstr("tracer_t_offset_stddev{pid=\"7\"} 3.858612300930075\n"));
 }
 
 Table count_by_comm_pid() {

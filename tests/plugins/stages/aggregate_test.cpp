@@ -317,6 +317,7 @@ std::vector<Case> cases() {
         {"step", cv(50)},
         {"by", cv_list({"cpu"})}}},
       {"quantiles", {{"field", cv("bytes")}, {"by", cv_list({"nr", "cpu"})}}},
+      {"stats", {{"field", cv("bytes")}, {"by", cv_list({"pid", "cpu"})}}},
       {"count", {{"by", cv_list({"pid", "name"})}}},   // a short string: two words of the key
       {"count", {{"by", cv_list({"name", "path"})}}},  // two strings: four words
       {"count", {{"by", cv_list({"pid", "tid", "cpu", "nr"})}}},  // four: encoded in both

@@ -206,6 +206,60 @@ TEST(OtlpExport, EventsAndTablesReachACollectorAsOtlpProtobuf) {
   EXPECT_THAT(metrics, HasSubstr("name: \"tracer.otlp.dropped_records\""));
 }
 
+// stats, in the kernel and in user space: its count and sum are monotonic Sums, its extremes,
+// mean and spread Gauges (the table's value kinds, not its names), with the known answer of
+// offsets 0..999.
+TEST(OtlpExport, StatsAreSumsAndGaugesByTheirKindsOnBothPlacements) {
+  if (::access("/usr/bin/protoc", X_OK) != 0)
+    GTEST_SKIP() << "protoc (Debian's protobuf-compiler) is not installed (.ci/setup installs it)";
+  for (const char* placement : {"kernel", "user"}) {
+    SCOPED_TRACE(placement);
+    testing::TempDir dir;
+    Receiver rx;
+    dir.write("r.toml",
+              "[recipe]\nname = \"otlp\"\n"
+              "[[probe]]\nname = \"lseek\"\ntracepoint = \"syscalls:sys_enter_lseek\"\n"
+              "[[stage]]\nuse = \"filter\"\nexpr = \"fd == 12345\"\n"
+              "[[stage]]\nuse = \"stats\"\nfield = \"offset\"\n"
+              "[[stage]]\nuse = \"otlp\"\nendpoint = \"http://127.0.0.1:" +
+                  std::to_string(rx.port()) + "\"\n");
+    const auto r =
+        testing::run_tracer("run " + (dir.path() / "r.toml").string() + " --json --placement " +
+                            placement + " -- " + kSyscaller + " lseek 1000");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    std::string metrics;
+    for (const auto& q : rx.requests()) {
+      if (q.target == "/v1/metrics")
+        metrics += decode(dir, q.body,
+                          "opentelemetry.proto.collector.metrics.v1.ExportMetricsServiceRequest",
+                          "opentelemetry/proto/collector/metrics/v1/metrics_service.proto");
+    }
+    // Each metric's text: from its name to the next metric.
+    const auto metric = [&](const std::string& name) {
+      const auto at = metrics.find("name: \"" + name + "\"");
+      if (at == std::string::npos)
+        return std::string();
+      const auto next = metrics.find("name: \"", at + 1);
+      return metrics.substr(at, next == std::string::npos ? std::string::npos : next - at);
+    };
+    const std::string count = metric("tracer.stats.offset.count");
+    EXPECT_THAT(count, HasSubstr("is_monotonic: true")) << metrics;
+    EXPECT_THAT(count, HasSubstr("as_int: 1000"));
+    const std::string sum = metric("tracer.stats.offset.sum");
+    EXPECT_THAT(sum, HasSubstr("is_monotonic: true"));
+    EXPECT_THAT(sum, HasSubstr("as_int: 499500"));
+    for (const std::string gauge : {"min", "max", "mean", "stddev"}) {
+      const std::string m = metric("tracer.stats.offset." + gauge);
+      EXPECT_THAT(m, HasSubstr("gauge {")) << gauge << ": " << metrics;
+      EXPECT_EQ(m.find("is_monotonic"), std::string::npos) << gauge;
+    }
+    EXPECT_THAT(metric("tracer.stats.offset.min"), HasSubstr("as_int: 0"));
+    EXPECT_THAT(metric("tracer.stats.offset.max"), HasSubstr("as_int: 999"));
+    EXPECT_THAT(metric("tracer.stats.offset.mean"), HasSubstr("as_double: 499.5"));
+    EXPECT_THAT(metric("tracer.stats.offset.stddev"), HasSubstr("as_double: 288.67"));
+  }
+}
+
 TEST(OtlpExport, JsonEncodingAndRetriesAfterA503) {
   testing::TempDir dir;
   Receiver rx(2);  // the first two requests get 503: each is sent again
