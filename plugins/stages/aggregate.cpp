@@ -259,6 +259,29 @@ void AggregateStage::configure_common(StageOptions& opts) {
   }
 }
 
+StageSpec field_aggregation_spec(std::string name,
+                                 std::string summary,
+                                 std::vector<OptionSpec> own) {
+  StageSpec s{.name = std::move(name),
+              .summary = std::move(summary),
+              .options = {{.name = "field",
+                           .type = OptionSpec::Type::kString,
+                           .required = true,
+                           .help = "the numeric field: field = \"duration\""}}};
+  s.options.insert(s.options.end(), own.begin(), own.end());
+  auto common = aggregate_options();
+  s.options.insert(s.options.end(), common.begin(), common.end());
+  return s;
+}
+
+void emit_raise_block(KernelCode& c, std::string_view target, std::string_view e) {
+  c.line("{");
+  c.in();
+  c.raise(target, e);
+  c.out();
+  c.line("}");
+}
+
 std::optional<std::string> DistributionKernel::check(std::uint32_t max_value_size) const {
   if (value_size() > max_value_size)
     return fmt::format(

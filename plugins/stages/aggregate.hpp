@@ -31,6 +31,14 @@ namespace tracer::stages {
 
 /// The options every aggregation takes: by, top, every.
 [[nodiscard]] std::vector<OptionSpec> aggregate_options();
+/// The spec of an aggregation of a field: `field` (required), its `own` options, then
+/// aggregate_options().
+[[nodiscard]] StageSpec field_aggregation_spec(std::string name,
+                                               std::string summary,
+                                               std::vector<OptionSpec> own = {});
+/// `{ target = max(target, e) }` in a block of its own (its locals scoped), in a kernel part's
+/// update.
+void emit_raise_block(KernelCode& c, std::string_view target, std::string_view e);
 
 /// Encodes a tuple of values as bytes (a type tag, then 8 bytes, or a length and the bytes).
 /// The buffer keeps its capacity: after the longest key was seen once, encoding allocates nothing.

@@ -9,15 +9,8 @@
 namespace tracer::stages {
 
 StageSpec Hist::spec() {
-  StageSpec s{.name = "hist",
-              .summary = "power-of-two histogram of a field per key (bpftrace hist)",
-              .options = {{.name = "field",
-                           .type = OptionSpec::Type::kString,
-                           .required = true,
-                           .help = "the numeric field: field = \"duration\""}}};
-  auto common = aggregate_options();
-  s.options.insert(s.options.end(), common.begin(), common.end());
-  return s;
+  return field_aggregation_spec("hist",
+                                "power-of-two histogram of a field per key (bpftrace hist)");
 }
 
 std::size_t Hist::bucket(std::int64_t v) noexcept {

@@ -8,23 +8,13 @@
 namespace tracer::stages {
 
 StageSpec Quantiles::spec() {
-  StageSpec s{
-      .name = "quantiles",
-      .summary = "p50/p90/p99/p999 of a field per key (relative error < 1/128)",
-      .options = {
-          {.name = "field",
-           .type = OptionSpec::Type::kString,
-           .required = true,
-           .help = "the numeric field: field = \"duration\""},
-          {.name = "quantiles",
-           .type = OptionSpec::Type::kAny,
-           .required = false,
-           .help = "which: quantiles = [0.5, 0.99] or [\"p50\", \"p999\"] (default p50 p90 p99 "
-                   "p999)"},
-      }};
-  auto common = aggregate_options();
-  s.options.insert(s.options.end(), common.begin(), common.end());
-  return s;
+  return field_aggregation_spec(
+      "quantiles", "p50/p90/p99/p999 of a field per key (relative error < 1/128)",
+      {{.name = "quantiles",
+        .type = OptionSpec::Type::kAny,
+        .required = false,
+        .help = "which: quantiles = [0.5, 0.99] or [\"p50\", \"p999\"] (default p50 p90 p99 "
+                "p999)"}});
 }
 
 std::size_t Quantiles::bucket(std::uint64_t v) noexcept {
@@ -147,16 +137,8 @@ class QuantilesKernel final : public DistributionKernel {
   void emit_extra_update(KernelCode& c) const override {
     c.line("__u64 u = v < 0 ? 0 : (__u64)v;");
     c.line("__u64 e_min = ~u, e_max = u + 1;");
-    c.line("{");
-    c.in();
-    c.raise("p->vmin", "e_min");
-    c.out();
-    c.line("}");
-    c.line("{");
-    c.in();
-    c.raise("p->vmax", "e_max");
-    c.out();
-    c.line("}");
+    emit_raise_block(c, "p->vmin", "e_min");
+    emit_raise_block(c, "p->vmax", "e_max");
   }
 };
 

@@ -45,16 +45,8 @@ class StatsKernel final : public KernelAgg {
     c.add("p->sum", "v");
     c.line(fmt::format("__u64 e_min = (__u64)v ^ {:#x}ULL, e_max = (__u64)v ^ {:#x}ULL;", kMinXor,
                        kMaxXor));
-    c.line("{");
-    c.in();
-    c.raise("p->vmin", "e_min");
-    c.out();
-    c.line("}");
-    c.line("{");
-    c.in();
-    c.raise("p->vmax", "e_max");
-    c.out();
-    c.line("}");
+    emit_raise_block(c, "p->vmin", "e_min");
+    emit_raise_block(c, "p->vmax", "e_max");
     c.line("__u64 m = v < 0 ? -(__u64)v : (__u64)v;");
     c.line("__u64 ha = m >> 32, hb = m & 0xffffffffULL;");
     c.line("__u64 mid = ha * hb;");
@@ -90,15 +82,8 @@ class StatsKernel final : public KernelAgg {
 }  // namespace
 
 StageSpec Stats::spec() {
-  StageSpec s{.name = "stats",
-              .summary = "count, sum, min, max, mean and standard deviation of a field per key",
-              .options = {{.name = "field",
-                           .type = OptionSpec::Type::kString,
-                           .required = true,
-                           .help = "the numeric field: field = \"duration\""}}};
-  auto common = aggregate_options();
-  s.options.insert(s.options.end(), common.begin(), common.end());
-  return s;
+  return field_aggregation_spec(
+      "stats", "count, sum, min, max, mean and standard deviation of a field per key");
 }
 
 void Stats::configure(const ConfigValue& options, Diagnostics& diags) {
