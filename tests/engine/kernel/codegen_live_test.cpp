@@ -538,17 +538,24 @@ TEST(BpfCodegenLive, StringKeysAndFiltersCommAndDataLoc) {
   // getppid: count by comm where comm == "tracer_test_sys" (the syscaller's 15-byte comm).
   KernelPlan by_comm = count_plan(getppid, {Field::comm()}, {"comm"});
   by_comm.probes[0].filter = {{cmp(fld(Field::comm()), Cmp::kEq, str("tracer_test_sys"))}, 0};
+  // The test's own two children (forked now, exec'd on go()): another copy of the syscaller
+  // beside the test has the same comm and path, and is not counted.
+  Spawn first(syscaller("getppid", 1000)), second(syscaller("getppid", 1000));
+  for (KernelPlan* plan : {&by_file, &cut, &by_comm})
+    plan->tgids = {static_cast<std::uint32_t>(first.pid()),
+                   static_cast<std::uint32_t>(second.pid())};
   Built bf = build(by_file), bc = build(cut), bm = build(by_comm);
   ASSERT_TRUE(bf.obj && bc.obj && bm.obj);
   EXPECT_FALSE(bf.prog.layout.percpu) << "string keys use one shared map";
   auto ef = attach_tracepoint(*bf.obj, bf.prog.programs[0], exec.id);
   auto ec = attach_tracepoint(*bc.obj, bc.prog.programs[0], exec.id);
   auto em = attach_tracepoint(*bm.obj, bm.prog.programs[0], getppid.id);
-  for (int i = 0; i < 2; ++i) {
-    Spawn child(syscaller("getppid", 1000));
-    child.go();
-    ASSERT_EQ(child.wait(), 0);
-  }
+  // Both released before either is waited for: a child forked later holds the earlier one's
+  // go pipe until it execs (go() is its EOF).
+  first.go();
+  second.go();
+  ASSERT_EQ(first.wait(), 0);
+  ASSERT_EQ(second.wait(), 0);
   Reader rf(*bf.obj, bf.prog), rc(*bc.obj, bc.prog), rm(*bm.obj, bm.prog);
   auto sf = rf.flip_and_read();
   auto sc = rc.flip_and_read();
