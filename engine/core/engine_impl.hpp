@@ -50,7 +50,7 @@ namespace core {
                                 ErrorSubject subject = {});
 }  // namespace core
 
-struct [[gnu::visibility("hidden")]] Engine::Impl : std::enable_shared_from_this<Engine::Impl> {
+struct Engine::Impl : std::enable_shared_from_this<Engine::Impl> {
   /// What an error about probe `p` is about (ErrorSubject), with the option it names.
   [[nodiscard]] ErrorSubject about(std::size_t p, std::string option = {}) const {
     return {.probe = p,
@@ -58,7 +58,7 @@ struct [[gnu::visibility("hidden")]] Engine::Impl : std::enable_shared_from_this
             .option = std::move(option)};
   }
   /// An Error thrown about probe `p` without a subject yet gets it (rethrown by the caller).
-  void mark(Error & e, std::size_t p) const {
+  void mark(Error& e, std::size_t p) const {
     if (!e.subject().probe)
       e.subject() = about(p, std::move(e.subject().option));
   }
@@ -171,7 +171,7 @@ struct [[gnu::visibility("hidden")]] Engine::Impl : std::enable_shared_from_this
   /// The one resolve path of check() and start(): every probe resolved (tracepoint ids and
   /// formats, symbols, PMUs) before anything opens, so a typo fails fast and opens nothing.
   /// Dynamic tracefs probes it had to create stay in `ctx`.
-  [[nodiscard]] std::vector<core::ResolvedProbe> resolve(core::ResolveContext & ctx) const;
+  [[nodiscard]] std::vector<core::ResolvedProbe> resolve(core::ResolveContext& ctx) const;
   /// Sizes the rings from the locked-memory budget: ring_note, ring_pages_default and
   /// output_ring_pages. @return the data pages of a ring whose probe gives none.
   std::uint32_t plan_ring_sizes();
@@ -187,8 +187,8 @@ struct [[gnu::visibility("hidden")]] Engine::Impl : std::enable_shared_from_this
   /// slice ran out with records left.
   /// One drain of `r`: its records to the batch handler (or its `via`), its samples in place
   /// when the in-place handler takes its probe.
-  void drain_reader(Reader & r) noexcept;
-  void drain_slice(Reader & r);
+  void drain_reader(Reader& r) noexcept;
+  void drain_slice(Reader& r);
   /// hold_while()'s predicate, false while stopping.
   [[nodiscard]] bool held() const;
   /// Queues one pass (rounds only, while held) after what else is ready.
@@ -201,14 +201,17 @@ struct [[gnu::visibility("hidden")]] Engine::Impl : std::enable_shared_from_this
   /// check(): opens each probe's event once, disabled, and closes it (what the kernel refuses
   /// of the recipe is an error at its probe, as in start()).
   /// The resolution context of the engine's target.
-  void prepare(core::ResolveContext & ctx) const;
+  void prepare(core::ResolveContext& ctx) const;
   void trial_open(const std::vector<core::ResolvedProbe>& resolved) const;
   void trial_open_one(const core::ResolvedProbe& rp, int cpu) const;
-  void open_side_band(const core::ResolvedProbe& rp, int cpu, const std::vector<pid_t>& pids,
+  void open_side_band(const core::ResolvedProbe& rp,
+                      int cpu,
+                      const std::vector<pid_t>& pids,
                       CpuEvents& ce);
-  void open_probe(core::ResolvedProbe & rp, const std::vector<int>& cpus,
+  void open_probe(core::ResolvedProbe& rp,
+                  const std::vector<int>& cpus,
                   const std::vector<pid_t>& pids);
-  void arm(Reader & r);
+  void arm(Reader& r);
   /// What every ring wakeup ends with, after its drain: a pass over every ring when one is due;
   /// stop() when a handler failed. @return false when the engine stopped (do not re-arm).
   bool after_wakeup();
@@ -227,7 +230,8 @@ struct [[gnu::visibility("hidden")]] Engine::Impl : std::enable_shared_from_this
 
   // engine_bpf.cpp
   /// `scratch`: a source compiles in a temporary directory, not into the cache (check()).
-  void load_bpf(const BpfOptions& b, const std::vector<core::ResolvedProbe>& resolved,
+  void load_bpf(const BpfOptions& b,
+                const std::vector<core::ResolvedProbe>& resolved,
                 bool scratch = false);
   /// The fd of the program probe `p` names. Throws kUsage when there is no BPF object or it
   /// has no such program.
@@ -240,13 +244,13 @@ struct [[gnu::visibility("hidden")]] Engine::Impl : std::enable_shared_from_this
   /// tracer_target.h in loaded `obj`: fills its `tgids` with `tgids` and the pid or command
   /// target (a command joins at its exec where the object has tracer_follow_exec), and attaches
   /// its followers (fork, free, exec) for a task target. Nothing when it has no `tgids`.
-  void follow_target(bpf::Object & obj, std::vector<pid_t> tgids);
+  void follow_target(bpf::Object& obj, std::vector<pid_t> tgids);
   /// Sizes `obj`'s tgids for the target (before its load).
-  void size_targets(bpf::Object & obj) const;
+  void size_targets(bpf::Object& obj) const;
 
   // engine_delivery.cpp
   /// Which probes deliver through BPF; their events then sample nothing (side-band records only).
-  void plan_delivery(std::vector<core::ResolvedProbe> & resolved);
+  void plan_delivery(std::vector<core::ResolvedProbe>& resolved);
   void open_delivery();
   /// The channel the delivery uses (the options', else the ring buffer where the kernel has it).
   [[nodiscard]] DeliveryChannel delivery_channel() const noexcept;
@@ -274,8 +278,9 @@ struct [[gnu::visibility("hidden")]] Engine::Impl : std::enable_shared_from_this
   /// Every probe's read_hits() and read_drops() now (hit_base/drop_base when the events start,
   /// hit_final/drop_final when they stop). `at_start`: the bases, empty (zero) for the
   /// delivered probes.
-  void read_kernel_counts(std::vector<std::vector<std::uint64_t>> & hits,
-                          std::vector<std::vector<std::uint64_t>> & drops, bool at_start) const;
+  void read_kernel_counts(std::vector<std::vector<std::uint64_t>>& hits,
+                          std::vector<std::vector<std::uint64_t>>& drops,
+                          bool at_start) const;
 
   // engine_stats.cpp
   Stats collect_stats() const;

@@ -219,10 +219,8 @@ void histogram_samples(Family& f, const std::vector<ValueKind>& kinds, const Row
     sample(f, "_bucket", with(row.labels, "le", format_value(le)), cumulative);
   }
   double count = cumulative;
-  if (auto c = value_index(kinds, ValueKind::kCount); c && *c < row.values.size()) {
-    if (row.values[*c].has_value())
-      count = *row.values[*c];
-  }
+  if (auto c = value_index(kinds, ValueKind::kCount); c && *c < row.values.size())
+    count = row.values[*c].value_or(count);
   if (!inf)
     sample(f, "_bucket", with(row.labels, "le", "+Inf"), count);
   if (auto s = value_index(kinds, ValueKind::kSum); s && *s < row.values.size())
@@ -356,7 +354,7 @@ struct Accumulated {
   std::uint64_t over_budget = 0;  // keys not added up (past accumulated_keys)
 };
 
-struct [[gnu::visibility("hidden")]] SessionMetrics::Impl {
+struct SessionMetrics::Impl {
   Session* session;
   Recipe recipe;
   ExportOptions options;
@@ -390,7 +388,10 @@ struct [[gnu::visibility("hidden")]] SessionMetrics::Impl {
     return a != nullptr && a->every() && !a->total_at_stop();
   }
 
-  static void add_row(Accumulated & a, const Table& t, const TableRow& row, std::size_t cap,
+  static void add_row(Accumulated& a,
+                      const Table& t,
+                      const TableRow& row,
+                      std::size_t cap,
                       bool record_seen = false) {
     std::vector<std::string> key;
     key.reserve(row.keys.size());
@@ -507,7 +508,7 @@ struct [[gnu::visibility("hidden")]] SessionMetrics::Impl {
     return t;
   }
 
-  void health(std::vector<Family> & out) const;
+  void health(std::vector<Family>& out) const;
 };
 
 SessionMetrics::SessionMetrics(Session& session, const Recipe& recipe, ExportOptions options)

@@ -609,7 +609,7 @@ bool Parser::constant(int k, Value& out) {
 
 }  // namespace
 
-struct [[gnu::visibility("hidden")]] PrintFmt::Impl {
+struct PrintFmt::Impl {
   const tracefs::Format* format = nullptr;
   tracefs::Format owned;
   std::vector<Conversion> convs;

@@ -87,7 +87,7 @@ struct ZstdFree {
 
 }  // namespace
 
-struct [[gnu::visibility("hidden")]] Reader::Impl {
+struct Reader::Impl {
   ReaderOptions options;
 
   // Source: the whole file in memory (mmap or caller's bytes), or a stream read into `buf`.
@@ -527,7 +527,8 @@ struct [[gnu::visibility("hidden")]] Reader::Impl {
   std::optional<ReadError> deferred_preamble;
 
   /// Applies a header record (pipe mode).
-  bool process_user(const Item& item, std::span<const std::byte> rec,
+  bool process_user(const Item& item,
+                    std::span<const std::byte> rec,
                     std::span<const std::byte> payload) {
     if (const auto* a = std::get_if<HeaderAttr>(&item.user)) {
       std::vector<std::uint64_t> event_ids(a->ids.size);
@@ -578,7 +579,7 @@ struct [[gnu::visibility("hidden")]] Reader::Impl {
   }
 
   /// Reads the record at `pos` from the file into `out`.
-  bool read_record(Item & out, bool process) {
+  bool read_record(Item& out, bool process) {
     if (pos >= end) {
       done = true;
       return false;
@@ -636,7 +637,9 @@ struct [[gnu::visibility("hidden")]] Reader::Impl {
 
   /// Native-order bytes of `rec`, decoded into `out`. Only a record that decodes is counted in
   /// stats.records (the count a read error reports as "read before it").
-  bool deliver(Item & out, std::span<const std::byte> rec, std::span<const std::byte> payload,
+  bool deliver(Item& out,
+               std::span<const std::byte> rec,
+               std::span<const std::byte> payload,
                bool process) {
     if (!deliver_record(out, rec, payload, process))
       return false;
@@ -645,8 +648,10 @@ struct [[gnu::visibility("hidden")]] Reader::Impl {
     return true;
   }
 
-  bool deliver_record(Item & out, std::span<const std::byte> rec,
-                      std::span<const std::byte> payload, bool process) {
+  bool deliver_record(Item& out,
+                      std::span<const std::byte> rec,
+                      std::span<const std::byte> payload,
+                      bool process) {
     const auto type = detail::maybe_swap(load<std::uint32_t>(rec.data()), swap);
     if (!valid_record_type(type)) {
       // perf stops here too ("failed to process type"): a type no kernel or perf writes means
@@ -727,7 +732,7 @@ struct [[gnu::visibility("hidden")]] Reader::Impl {
   bool opened = false;
 
   // NOLINTNEXTLINE(bugprone-exception-escape): emplacing perf::Unknown cannot throw.
-  static void set_header_only(perf::Record & r, std::span<const std::byte> rec) noexcept {
+  static void set_header_only(perf::Record& r, std::span<const std::byte> rec) noexcept {
     const auto h = load<perf_event_header>(rec.data());
     r.type = h.type;
     r.misc = h.misc;
@@ -797,7 +802,7 @@ struct [[gnu::visibility("hidden")]] Reader::Impl {
   }
 
   /// The next record out of the decompressed bytes, if a whole one is there.
-  bool next_decompressed(Item & out, bool& have) {
+  bool next_decompressed(Item& out, bool& have) {
     have = false;
     if (dlen - dpos < 8)
       return true;
@@ -819,7 +824,7 @@ struct [[gnu::visibility("hidden")]] Reader::Impl {
     return deliver(out, rec, {}, true);
   }
 
-  bool next(Item & out) {
+  bool next(Item& out) {
     if (done)
       return false;
     if (!pending_compressed.empty() && !inflate())

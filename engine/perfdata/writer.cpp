@@ -103,7 +103,7 @@ Failure io_failure(int err, const std::string& what) {
 
 }  // namespace
 
-struct [[gnu::visibility("hidden")]] Writer::Impl final : detail::RecordSink {
+struct Writer::Impl final : detail::RecordSink {
   int fd = -1;
   bool owns_fd = false;
   bool pipe = false;
@@ -502,7 +502,9 @@ struct [[gnu::visibility("hidden")]] Writer::Impl final : detail::RecordSink {
 
   /// Records that name their event by id in the body: LOST {id, lost}, THROTTLE/UNTHROTTLE
   /// {time, id, stream_id} (perf attributes them to an attr by it).
-  static void rewrite_body_id(std::uint32_t type, std::byte * p, std::size_t size,
+  static void rewrite_body_id(std::uint32_t type,
+                              std::byte* p,
+                              std::size_t size,
                               std::uint64_t id) noexcept {
     if (type == abi::kLost && size >= 16)
       std::memcpy(p + 8, &id, 8);
@@ -510,8 +512,9 @@ struct [[gnu::visibility("hidden")]] Writer::Impl final : detail::RecordSink {
       std::memcpy(p + 16, &id, 8);
   }
 
-  std::uint32_t payload_u32(std::span<const std::byte> raw, std::int32_t off, std::uint32_t size)
-      const noexcept {
+  std::uint32_t payload_u32(std::span<const std::byte> raw,
+                            std::int32_t off,
+                            std::uint32_t size) const noexcept {
     if (off < 0 || static_cast<std::size_t>(off) + size > raw.size())
       return 0xffffffffU;
     std::uint64_t v = 0;
@@ -740,7 +743,7 @@ struct [[gnu::visibility("hidden")]] Writer::Impl final : detail::RecordSink {
     return pipe ? start_pipe(features) : start_file(features);
   }
 
-  Status start_file(std::vector<std::pair<Feature, std::vector<std::byte>>> & features) {
+  Status start_file(std::vector<std::pair<Feature, std::vector<std::byte>>>& features) {
     // header | ids | feature contents | attrs | data
     std::vector<std::byte> head;
     put_zeros(head, sizeof(FileHeader));
@@ -776,7 +779,7 @@ struct [[gnu::visibility("hidden")]] Writer::Impl final : detail::RecordSink {
     return {};
   }
 
-  Status start_pipe(std::vector<std::pair<Feature, std::vector<std::byte>>> & features) {
+  Status start_pipe(std::vector<std::pair<Feature, std::vector<std::byte>>>& features) {
     put(buf, PipeHeader{});
     for (const auto& a : attrs) {
       const std::size_t size = 8 + file_attr_size + a.ids.size() * 8;

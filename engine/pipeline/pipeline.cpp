@@ -26,16 +26,20 @@ std::string hex_of(std::span<const std::byte> bytes) {
 }  // namespace
 
 // Everything the pipeline holds, behind Pipeline's pointer (its header declares only the API).
-class [[gnu::visibility("hidden")]] Pipeline::Impl {
+class Pipeline::Impl {
  public:
-  Impl(Sink & out, PipelineOptions options);
+  Impl(Sink& out, PipelineOptions options);
 
   void add(std::unique_ptr<Stage> stage, std::string name, StageNeeds needs);
-  void add(const StageRegistry& registry, std::string_view use, const ConfigValue& options,
+  void add(const StageRegistry& registry,
+           std::string_view use,
+           const ConfigValue& options,
            Diagnostics& diags);
-  void bind(std::span<const ProbeInfo> probes, Diagnostics & diags,
-            std::span<const PayloadSchema> payloads, const MapSource* maps);
-  void rebind(std::span<const ProbeInfo> probes, Diagnostics & diags, const MapSource* maps);
+  void bind(std::span<const ProbeInfo> probes,
+            Diagnostics& diags,
+            std::span<const PayloadSchema> payloads,
+            const MapSource* maps);
+  void rebind(std::span<const ProbeInfo> probes, Diagnostics& diags, const MapSource* maps);
   [[nodiscard]] bool rebinds() const noexcept;
   void start(std::chrono::nanoseconds now);
   void on_batch(const Batch& batch) noexcept;
@@ -90,7 +94,7 @@ class [[gnu::visibility("hidden")]] Pipeline::Impl {
   CommCache comm_;
   std::unique_ptr<Schema> schema_;
   std::vector<PayloadSchema> payloads_;  // bind()'s, for rebind()
-  void bind_stages(Diagnostics & diags, const MapSource* maps);
+  void bind_stages(Diagnostics& diags, const MapSource* maps);
   std::vector<Slot> stages_;
   std::vector<Event> events_;
   std::vector<RecordRef> decoded_;
@@ -101,8 +105,8 @@ class [[gnu::visibility("hidden")]] Pipeline::Impl {
   std::vector<std::vector<std::uint32_t>> member_slots_;
   bool has_members_ = false;  // some probe has read members (the per-event test is this flag)
   std::unordered_map<std::uint64_t, std::uint64_t> member_last_;
-  void bind_members(Diagnostics & diags);
-  void set_member_deltas(Event & e) noexcept;
+  void bind_members(Diagnostics& diags);
+  void set_member_deltas(Event& e) noexcept;
   bool stacks_ = false;          // a stage bound a stack field: the symbolizer tracks maps
   std::vector<bool> in_place_;   // by probe: takes_in_place()
   bool order_for_comm_ = false;  // ordered only because a stage binds comm

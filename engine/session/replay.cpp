@@ -163,7 +163,7 @@ class Batcher {
 
 }  // namespace
 
-struct [[gnu::visibility("hidden")]] Replay::Impl {
+struct Replay::Impl {
   perfdata::Reader* reader = nullptr;
   std::vector<ProbeInfo> probes;
   std::vector<std::int32_t> probe_of;  // file event index -> probe index, or -1

@@ -37,7 +37,7 @@ void enable_task_records(EngineOptions& eo, bool full);
 [[nodiscard]] EngineOptions engine_options_for(const Recipe& recipe, const SessionOptions& opts);
 }  // namespace session_detail
 
-struct [[gnu::visibility("hidden")]] Session::Impl {
+struct Session::Impl {
   Impl(const boost::asio::any_io_executor& ex, Recipe r, Sink& o, SessionOptions so)
       : recipe(std::move(r)),
         out(&o),
@@ -102,15 +102,15 @@ struct [[gnu::visibility("hidden")]] Session::Impl {
   void begin_start();
   /// check_system, placement, engine->prepare() (with the kernel programs), the pipelines'
   /// bind and the in-place decisions: everything of a start that does not touch the executor.
-  void prepare_start(Session * self);
+  void prepare_start(Session* self);
   /// engine->go(), the stages' start, the duration and the ticks: on the executor.
-  void finish_start(Session * self);
+  void finish_start(Session* self);
   void throw_if_canceled() const;
   /// A start that failed (or was canceled) after the engine opened: everything closes now.
   void close_after_failure();
   bool live = false;  // the pipelines were bound and started: stop() has tables to emit
 
-  void make_engine(Session * self) {
+  void make_engine(Session* self) {
     engine = std::make_unique<Engine>(executor, engine_options);
     engine->on_batch([this](const Batch& b) {
       if (delivery)
@@ -165,7 +165,7 @@ struct [[gnu::visibility("hidden")]] Session::Impl {
 
   /// Placement: which pipelines run in the kernel (probes resolved by a check of the engine).
   /// Probes that only kernel pipelines consume become counting events (no ring).
-  void plan_placement(Session * self);
+  void plan_placement(Session* self);
   /// A pipeline left in user space may not key by what only the kernel reads (a `char *`
   /// field's string): an error at its stage's position.
   void check_user_fields(std::span<const ProbeInfo> probes) const;

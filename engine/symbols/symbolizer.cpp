@@ -134,7 +134,7 @@ std::string frame_label(const Frame& f, bool with_offset) {
   return fmt::format("{}+0x{:x}", f.symbol, f.offset);
 }
 
-struct [[gnu::visibility("hidden")]] Symbolizer::Impl {
+struct Symbolizer::Impl {
   struct Process {
     Maps maps;
     bool known = false;  // maps came from records, a fork or /proc (read at most once)
@@ -175,11 +175,9 @@ struct [[gnu::visibility("hidden")]] Symbolizer::Impl {
       warnings.push_back(std::move(text));
   }
 
-  Process& process(std::uint32_t pid) {
-    return procs[pid];
-  }
+  Process& process(std::uint32_t pid) { return procs[pid]; }
 
-  void read_proc_maps(std::uint32_t pid, Process & p) {
+  void read_proc_maps(std::uint32_t pid, Process& p) {
     p.known = true;
     if (!options.read_proc)
       return;  // a recorded file's processes: their MMAP records only
@@ -314,7 +312,7 @@ struct [[gnu::visibility("hidden")]] Symbolizer::Impl {
     return vdso_elf;
   }
 
-  const detail::JitSymbol* find_jit(std::uint32_t pid, Process & p, std::uint64_t ip) {
+  const detail::JitSymbol* find_jit(std::uint32_t pid, Process& p, std::uint64_t ip) {
     if (!p.jit) {
       auto text = detail::read_perf_map(options.jit_map_dir / fmt::format("perf-{}.map", pid),
                                         options.proc_root / std::to_string(pid), kMaxPerfMapBytes);

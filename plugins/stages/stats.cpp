@@ -104,6 +104,8 @@ void Stats::bind(BindContext& ctx, Diagnostics& diags) {
 
 template <typename Sample>
 void Stats::add(const Sample& e) noexcept {
+  if (!value_)
+    return;
   const Value v = value_->read(e);
   if (is_none(v))
     return;  // this probe lacks the field
@@ -126,8 +128,6 @@ void Stats::add(const Sample& e) noexcept {
 }
 
 void Stats::on_events(std::span<Event* const> events) noexcept {
-  if (!value_)
-    return;
   for (const Event* e : events)
     add(*e);
 }

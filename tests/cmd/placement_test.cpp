@@ -469,7 +469,8 @@ by = ["pid"]
         theirs.find(fmt::format("@[{}]: count {}, average {}, total {}", pid, n, total / n, total)),
         std::string::npos)
         << theirs;
-    const double spread = std::sqrt((static_cast<double>(n) * n - 1) / 12);
+    const auto d = static_cast<double>(n);
+    const double spread = std::sqrt(((d * d) - 1) / 12);
     for (const char* where : {"kernel", "user"}) {
       SCOPED_TRACE(where);
       const std::string ours = slurp(outs[where]);

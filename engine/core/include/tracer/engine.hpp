@@ -168,7 +168,7 @@ class Engine {
   /// index that is not a probe, or the BPF output channel's.
   void remove_probe(std::uint32_t index);
 
-  struct Impl;
+  struct [[gnu::visibility("hidden")]] Impl;  // not exported: the API is its owner's
 
  private:
   std::shared_ptr<Impl> impl_;

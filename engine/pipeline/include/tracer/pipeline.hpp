@@ -222,7 +222,7 @@ class Pipeline {
   [[nodiscard]] const std::string& stage_name(std::size_t i) const noexcept;
 
  private:
-  class Impl;  // pipeline.cpp
+  class [[gnu::visibility("hidden")]] Impl;  // pipeline.cpp; not exported
   std::unique_ptr<Impl> impl_;
 };
 

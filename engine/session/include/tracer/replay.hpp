@@ -65,7 +65,7 @@ class Replay {
   [[nodiscard]] std::vector<std::string> take_warnings();
   [[nodiscard]] std::span<const ProbeInfo> probes() const noexcept;
 
-  struct Impl;
+  struct [[gnu::visibility("hidden")]] Impl;  // not exported: the API is its owner's
 
  private:
   std::unique_ptr<Impl> impl_;

@@ -256,7 +256,7 @@ class Session {
   /// on stdout: a front end then sends its text output elsewhere.
   [[nodiscard]] static bool takes_stdout(const Recipe& recipe, const SessionOptions& options);
 
-  struct Impl;
+  struct [[gnu::visibility("hidden")]] Impl;  // not exported: the API is its owner's
 
  private:
   std::unique_ptr<Impl> impl_;

@@ -352,7 +352,7 @@ class Reader {
   [[nodiscard]] const std::optional<ReadError>& error() const noexcept;
   [[nodiscard]] const ReadStats& stats() const noexcept;
 
-  struct Impl;
+  struct [[gnu::visibility("hidden")]] Impl;  // not exported: the API is its owner's
 
  private:
   explicit Reader(std::unique_ptr<Impl> impl) noexcept;

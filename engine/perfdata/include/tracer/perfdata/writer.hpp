@@ -158,7 +158,7 @@ class Writer {
   [[nodiscard]] const WriterStats& stats() const noexcept;
   [[nodiscard]] bool pipe_mode() const noexcept;
 
-  struct Impl;
+  struct [[gnu::visibility("hidden")]] Impl;  // not exported: the API is its owner's
 
  private:
   explicit Writer(std::unique_ptr<Impl> impl);

@@ -296,7 +296,7 @@ class Symbolizer {
   [[nodiscard]] const Stats& stats() const noexcept { return stats_; }
 
  private:
-  struct Impl;
+  struct [[gnu::visibility("hidden")]] Impl;  // not exported: the API is its owner's
   std::unique_ptr<Impl> impl_;
   Stats stats_;
 };
