@@ -29,6 +29,13 @@ namespace tracer::stages {
   return static_cast<std::int64_t>(static_cast<std::uint64_t>(a) + static_cast<std::uint64_t>(b));
 }
 
+/// How a kernel part keeps a minimum or maximum in a u64 under which the largest wins and 0 is
+/// none, so that zeroed array slots and new keys need no initial sentinel: v ^ kMaxXor (the sign
+/// bit flipped: signed order becomes unsigned order) for a maximum, v ^ kMinXor (all but the
+/// sign bit flipped: the order reversed) for a minimum.
+inline constexpr std::uint64_t kMaxXor = 0x8000000000000000ULL;
+inline constexpr std::uint64_t kMinXor = 0x7fffffffffffffffULL;
+
 /// The options every aggregation takes: by, top, every.
 [[nodiscard]] std::vector<OptionSpec> aggregate_options();
 /// The spec of an aggregation of a field: `field` (required), its `own` options, then

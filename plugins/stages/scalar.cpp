@@ -19,11 +19,7 @@ bool needs_field(ScalarOp op) {
   return op != ScalarOp::kCount && op != ScalarOp::kRate;
 }
 
-// Min and max keep TR_ORDER(v) = (u64)v ^ xor: the sign bit flipped turns signed order into
-// unsigned order (max); all but the sign bit flipped reverses it (min). The largest encoded
-// value wins and 0 is none, so zeroed array slots and new keys need no initial sentinel.
-constexpr std::uint64_t kMaxXor = 0x8000000000000000ULL;
-constexpr std::uint64_t kMinXor = 0x7fffffffffffffffULL;
+// Min and max keep TR_ORDER(v) = (u64)v ^ kMinXor / kMaxXor (aggregate.hpp).
 
 /// The kernel part of count, rate, sum, min, max and avg: `__u64 count`, then (but for count and
 /// rate, which count per interval alike) `v`, the sum or the extreme as TR_ORDER(v).

@@ -12,11 +12,8 @@ namespace tracer::stages {
 
 namespace {
 
-// The extremes as the kernel keeps them: an encoding under which the largest wins and 0 is none
-// (v ^ kMinXor reverses the order: the smallest value wins; v ^ kMaxXor makes signed order
-// unsigned). A key with events whose encoding is 0 had INT64_MAX (min) or INT64_MIN (max).
-constexpr std::uint64_t kMinXor = 0x7fffffffffffffffULL;
-constexpr std::uint64_t kMaxXor = 0x8000000000000000ULL;
+// The extremes as the kernel keeps them: v ^ kMinXor and v ^ kMaxXor (aggregate.hpp). A key with
+// events whose encoding is 0 had INT64_MAX (min) or INT64_MIN (max).
 
 /// The square of |v| in 128 bits.
 unsigned __int128 square(std::int64_t v) noexcept {
