@@ -502,18 +502,22 @@ void Engine::Impl::stop_once_freed(pid_t tgid, std::chrono::steady_clock::time_p
       });
 }
 
-void Engine::Impl::drain_all() noexcept {
+void Engine::Impl::drain_all(bool complete) noexcept {
   last_pass = std::chrono::steady_clock::now();
   ++passes;
-  const bool hold = held();
+  const bool hold = !complete && held();
   if (!hold) {
     for (auto& r : readers) {
-      r->reader.yield_at(stopping ? stop_deadline
-                                  : std::chrono::steady_clock::now() +
-                                        std::chrono::milliseconds(opts.drain_slice_ms));
+      if (stopping)
+        r->reader.yield_at(stop_deadline);
+      else if (complete)
+        r->reader.yield_at(std::chrono::steady_clock::time_point::max());
+      else
+        r->reader.yield_at(std::chrono::steady_clock::now() +
+                           std::chrono::milliseconds(opts.drain_slice_ms));
       drain_reader(*r);
     }
-    drain_ringbuf();
+    drain_ringbuf(complete);
   } else {
     ++held_passes;
   }
@@ -692,7 +696,7 @@ void Engine::before_enable(std::function<void()> handler) {
 
 void Engine::drain_now() {
   if (impl_->running)
-    impl_->drain_all();
+    impl_->drain_all(true);
 }
 
 void Engine::start() {

@@ -216,10 +216,14 @@ void Engine::Impl::arm_ringbuf() {
                            });
 }
 
-void Engine::Impl::drain_ringbuf() noexcept {
+void Engine::Impl::drain_ringbuf(bool complete) noexcept {
   if (!delivery || delivery->ring_buffer() == nullptr || failure)
     return;
   try {
+    if (complete && !stopping) {  // to the producer's position now: at most the ring's size
+      delivery->drain(probes, batch_handler, in_place_handler);
+      return;
+    }
     // A bounded pass, in chunks, for drain_slice_ms at most (until stop_deadline in a stop): a
     // ring that keeps filling, or a slow pipeline, does not keep the reactor from its signals,
     // timers and other rings. The ring's wait is level-triggered: what is left wakes it again.

@@ -224,7 +224,11 @@ struct Engine::Impl : std::enable_shared_from_this<Engine::Impl> {
   /// Stops once the exited target `tgid` has left the delivery program's `tgids` map (its
   /// leader's task freed: after its last thread's final switch), at most until `deadline`.
   void stop_once_freed(pid_t tgid, std::chrono::steady_clock::time_point deadline);
-  void drain_all() noexcept;
+  /// A pass over every ring, each for at most drain_slice_ms (until stop_deadline while
+  /// stopping), skipped while held. `complete` (drain_now): every ring to the head it has at
+  /// the pass, held or not (bounded by the rings' sizes): what a change of the pipelines or a
+  /// read of the tables counts on has reached the pipelines.
+  void drain_all(bool complete = false) noexcept;
   /// True (and `failure` set) when a batch handler threw: the engine must stop.
   bool check_handler_failure();
 
@@ -257,7 +261,8 @@ struct Engine::Impl : std::enable_shared_from_this<Engine::Impl> {
   void arm_ringbuf();
   /// Drains the delivery's ring buffer (if any) through the batch handler; a throwing handler
   /// is kept in `failure`.
-  void drain_ringbuf() noexcept;
+  /// `complete`: to the producer's position at the call, with no time slice (drain_all).
+  void drain_ringbuf(bool complete = false) noexcept;
   void attach_hit_counters();
   /// Their events (sched_process_fork/exit/exec, one each per object), and those a task
   /// target's [bpf]

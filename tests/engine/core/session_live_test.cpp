@@ -415,7 +415,20 @@ use = "print"
     EXPECT_GT(finals[0][pid], 0u);
     EXPECT_GT(finals[1][pid], 0u);
     // Each call paired once at most: the restart may miss the calls of its own moment.
-    EXPECT_LE(finals[0][pid] + finals[1][pid], children.shared().ppid[k].load());
+    EXPECT_LE(finals[0][pid] + finals[1][pid], children.shared().ppid[k].load())
+        << finals[0][pid] << " + " << finals[1][pid];
+  }
+  if (::testing::Test::HasFailure()) {
+    for (std::size_t f = 0; f < finals.size(); ++f) {
+      for (const auto& [key, n] : finals[f])
+        std::fprintf(stderr, "instance %zu: pid %s = %llu\n", f, key.c_str(),
+                     static_cast<unsigned long long>(n));
+    }
+    std::fprintf(stderr, "%s\n", session.placement().c_str());
+    for (const auto& p : session.stats().engine.probes)
+      std::fprintf(stderr, "probe %s: samples %llu, lost %llu\n", p.name.c_str(),
+                   static_cast<unsigned long long>(p.total().samples),
+                   static_cast<unsigned long long>(p.lost()));
   }
 }
 

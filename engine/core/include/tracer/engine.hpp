@@ -82,8 +82,10 @@ class Engine {
   /// target runs): programs attached here (attach_bpf) see every event the probes will count.
   /// What it throws fails start().
   void before_enable(std::function<void()> handler);
-  /// Drains every ring now (what the flush timer does), delivering the batches and a round.
-  /// From the engine's executor; nothing while it is not running.
+  /// Drains every ring now to the head it has, delivering the batches and a round: unlike the
+  /// flush timer's pass, with no time slice and whether or not the stages are behind (what a
+  /// change of the pipelines or a read of their tables counts on must have reached them). From
+  /// the engine's executor; nothing while it is not running.
   void drain_now();
 
   /// What start() would do short of opening anything: resolves every probe (tracepoint ids and
