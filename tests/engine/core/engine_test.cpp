@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "support/child.hpp"
+#include "support/perf_tool.hpp"
 #include "tracer/error.hpp"
 
 namespace tracer {
@@ -450,6 +451,23 @@ TEST(EngineLive, DrainNowHandsOnEverythingTheRingsHoldWhateverTheSliceAndTheHold
   for (const auto& p : engine.stats().probes)
     EXPECT_EQ(p.lost(), 0U);
   engine.stop();
+}
+
+// The guard of the kernel-free suites (tests/no_kernel_guard.cpp, kernel_free.cmake): a live
+// test run as one of them fails at its first perf event, naming the list, and one that touches
+// no kernel passes under it.
+TEST(EngineLive, TheKernelFreeGuardFailsALiveTestAndPassesAKernelFreeOne) {
+  const std::string self = fs::read_symlink("/proc/self/exe").string();
+  const auto live = testing::shell("TRACER_TEST_NO_KERNEL=1 " + self +
+                                   " --gtest_filter=EngineLive.FlushTimerDeliversLowRateEvents");
+  EXPECT_EQ(live.exit_code, 70) << live.out << live.err;
+  EXPECT_NE(live.err.find("this test called perf_event_open"), std::string::npos) << live.err;
+  EXPECT_NE(live.err.find("tests/kernel_free.cmake"), std::string::npos) << live.err;
+  EXPECT_EQ(live.out.find("[       OK ]"), std::string::npos) << live.out;
+  const auto free =
+      testing::shell("TRACER_TEST_NO_KERNEL=1 " + self + " --gtest_filter=CpuList.*:Recipe.*");
+  EXPECT_EQ(free.exit_code, 0) << free.out << free.err;
+  EXPECT_NE(free.out.find("[  PASSED  ]"), std::string::npos) << free.out;
 }
 
 TEST(EngineLive, FlushTimerDeliversLowRateEvents) {
