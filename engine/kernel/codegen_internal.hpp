@@ -85,10 +85,9 @@ inline std::string_view kind_name(ProbeKind k) {
       return "uprobe";
     case ProbeKind::kUretprobe:
       return "uretprobe";
-    case ProbeKind::kPerfEvent:
-      return "perf event";
+    default:
+      return is_perf_event(k) ? "perf event" : "?";
   }
-  return "?";
 }
 
 inline Role role_of(const KernelPlan& plan, std::uint32_t i) {

@@ -19,9 +19,7 @@ class ProbeGen {
   void emit(const std::string& fn, bool tgid_map) {
     const Role role = role_of(plan_, index_);
     const bool kp = is_kprobe_family(p_.kind);
-    w_.line("SEC(\"{}\")", p_.kind == ProbeKind::kPerfEvent ? "perf_event"
-                           : kp                             ? "kprobe"
-                                                            : "tracepoint");
+    w_.line("SEC(\"{}\")", is_perf_event(p_.kind) ? "perf_event" : kp ? "kprobe" : "tracepoint");
     w_.line("int {}(void *ctx)", fn);
     w_.line("{{");
     w_.in();
@@ -134,7 +132,7 @@ class ProbeGen {
   // other perf events, other tools' too, still get it); a perf event's program returns 0, so
   // that its samples, aggregated here, are not also written to the event's ring.
   [[nodiscard]] std::string_view ret() const {
-    return p_.kind == ProbeKind::kPerfEvent && !p_.keep_samples ? "return 0;" : "return 1;";
+    return is_perf_event(p_.kind) && !p_.keep_samples ? "return 0;" : "return 1;";
   }
 
  private:

@@ -19,28 +19,6 @@ namespace {
 
 using Source = FieldRef::Source;
 
-std::optional<gen::ProbeKind> gen_kind(ProbeKind k) {
-  switch (k) {
-    case ProbeKind::kTracepoint:
-      return gen::ProbeKind::kTracepoint;
-    case ProbeKind::kKprobe:
-      return gen::ProbeKind::kKprobe;
-    case ProbeKind::kKretprobe:
-      return gen::ProbeKind::kKretprobe;
-    case ProbeKind::kUprobe:
-      return gen::ProbeKind::kUprobe;
-    case ProbeKind::kUretprobe:
-      return gen::ProbeKind::kUretprobe;
-    case ProbeKind::kSoftware:  // sampling perf events: BPF_PROG_TYPE_PERF_EVENT
-    case ProbeKind::kHardware:
-    case ProbeKind::kCache:
-    case ProbeKind::kRawPmu:
-      return gen::ProbeKind::kPerfEvent;
-    default:
-      return std::nullopt;
-  }
-}
-
 /// kernel.perf_event_max_stack: the deepest callchain the kernel takes (127 by default).
 std::uint32_t max_stack_sysctl() {
   constexpr std::uint32_t kDefault = 127;
@@ -253,14 +231,13 @@ std::string probe_refusal(const ProbeInfo& info, bool task_target) {
         "space at each tick",
         info.name);
   }
-  const auto kind = gen_kind(info.kind);
-  if (!kind) {
+  if (!gen::has_program(info.kind)) {
     return fmt::format(
         "probe '{}' is a {} event (in-kernel programs attach to tracepoints, "
         "kprobes, uprobes and sampling perf events)",
         info.name, to_string(info.kind));
   }
-  if (*kind == gen::ProbeKind::kPerfEvent && info.attr.type() == PERF_TYPE_SOFTWARE &&
+  if (gen::is_perf_event(info.kind) && info.attr.type() == PERF_TYPE_SOFTWARE &&
       info.attr.config() != PERF_COUNT_SW_CPU_CLOCK &&
       info.attr.config() != PERF_COUNT_SW_TASK_CLOCK) {
     // A software event counted where it happens (page-faults, context-switches...) does not
@@ -351,10 +328,9 @@ class ProbePlanner {
                   gen::KernelPlan& plan) {
     std::string why;
     FieldMap fields(schema_, pi, why);
-    const auto kind = gen_kind(info.kind);
-    if (!kind)  // probe_refusal said so first
+    if (!gen::has_program(info.kind))  // probe_refusal said so first
       return fmt::format("probe '{}' cannot run an in-kernel program", info.name);
-    gen::ProbePlan pp{.name = info.name, .kind = *kind};
+    gen::ProbePlan pp{.name = info.name, .kind = info.kind};
     // Stack keys keep as many frames as the probe's callchain would (max_stack, else the
     // kernel's perf_event_max_stack).
     const std::uint16_t max_stack = info.attr.raw()->sample_max_stack;

@@ -124,7 +124,7 @@ std::vector<Run> start_runs(Engine& engine,
         if (!fd)
           fail(fd.error(), "finding its program");
         // A sampling event's program is the event's own: one on every CPU's.
-        engine.attach_bpf(pi, *fd, prog->plan.probes[i].kind == gen::ProbeKind::kPerfEvent);
+        engine.attach_bpf(pi, *fd, gen::is_perf_event(prog->plan.probes[i].kind));
       }
     }
     if (fork) {  // children of the targets join them, and leave when they are freed

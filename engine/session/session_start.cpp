@@ -171,7 +171,7 @@ void Session::Impl::plan_placement(Session* self) {
       const std::uint32_t pi = pl.probes[k];  // pl.plan->probes[k]'s engine probe
       auto& po = engine_options.probes[pi];
       po.task_records = po.comm_records = false;  // the program reads comm itself
-      if (pl.plan->probes[k].kind == kernel::gen::ProbeKind::kPerfEvent) {
+      if (kernel::gen::is_perf_event(pl.plan->probes[k].kind)) {
         // Its program runs at each sample (it needs the sampling) and returns 0: no sample is
         // written to the ring, the samples are the program's hits.
         kernel_samples.resize(engine_options.probes.size(), false);

@@ -189,9 +189,8 @@ TEST(BpfCodegen, EveryShapeCompilesAndLoads) {
     plan.probes.push_back(tp({Field::comm(), Field::callchain()}));
     plan.probes.push_back(
         {.name = "up", .kind = ProbeKind::kUprobe, .keys = {Field::comm(), Field::callchain()}});
-    plan.probes.push_back({.name = "cpu",
-                           .kind = ProbeKind::kPerfEvent,
-                           .keys = {Field::comm(), Field::callchain()}});
+    plan.probes.push_back(
+        {.name = "cpu", .kind = ProbeKind::kSoftware, .keys = {Field::comm(), Field::callchain()}});
     plan.aggregation = {.agg = agg_of("count"),
                         .key_names = {"comm", "callchain"},
                         .max_stacks = 64,

@@ -4,7 +4,7 @@
 // are read back as typed rows (tracer/kernel/reader.hpp).
 //
 // Usage:
-//   gen::KernelPlan plan{.probes = {{.name = "getppid", .kind = gen::ProbeKind::kTracepoint,
+//   gen::KernelPlan plan{.probes = {{.name = "getppid", .kind = ProbeKind::kTracepoint,
 //                                    .keys = {gen::Field::pid()}}},
 //                        .aggregation = {.agg = count_part, .key_names = {"pid"}},
 //                        .tgids = {child}};
@@ -29,20 +29,24 @@
 
 #include "tracer/bpf/object.hpp"
 #include "tracer/ext/kernel_form.hpp"
+#include "tracer/probe.hpp"
 #include "tracer/result.hpp"
 
 namespace tracer::kernel::gen {
 
-/// kPerfEvent: a sampling perf event (cpu-clock, a hardware counter), BPF_PROG_TYPE_PERF_EVENT:
-/// its program runs at each sample and returns 0, so the kernel writes no sample to the ring.
-enum class ProbeKind : std::uint8_t {
-  kTracepoint,
-  kKprobe,
-  kKretprobe,
-  kUprobe,
-  kUretprobe,
-  kPerfEvent
-};
+/// A probe's program kind is its tracer::ProbeKind (tracer/probe.hpp): a tracepoint, a kprobe or
+/// uprobe (and their returns), or a sampling perf event (software, hardware, cache, raw PMU),
+/// BPF_PROG_TYPE_PERF_EVENT: its program runs at each sample and returns 0, so the kernel writes
+/// no sample to the ring.
+[[nodiscard]] constexpr bool is_perf_event(ProbeKind k) noexcept {
+  return k == ProbeKind::kSoftware || k == ProbeKind::kHardware || k == ProbeKind::kCache ||
+         k == ProbeKind::kRawPmu;
+}
+/// The kinds an in-kernel program attaches to (the others have no program type here).
+[[nodiscard]] constexpr bool has_program(ProbeKind k) noexcept {
+  return k == ProbeKind::kTracepoint || k == ProbeKind::kKprobe || k == ProbeKind::kKretprobe ||
+         k == ProbeKind::kUprobe || k == ProbeKind::kUretprobe || is_perf_event(k);
+}
 
 /// Where a value comes from when the program runs.
 enum class Source : std::uint8_t {
@@ -180,8 +184,8 @@ struct ProbePlan {
   /// The fixed size of a tracepoint's record (its format's last field end): fields must lie
   /// within it (0: not checked).
   std::uint32_t record_size = 0;
-  /// kPerfEvent: the program returns 1, so the kernel also writes the sample to the event's
-  /// ring (user space reads the probe too); else 0, the sample is only aggregated here.
+  /// A perf event's (is_perf_event): the program returns 1, so the kernel also writes the sample to
+  /// the event's ring (user space reads the probe too); else 0, the sample is only aggregated here.
   bool keep_samples = false;
   /// The probe is sched:sched_process_exec: with KernelPlan::arm_on_exec, its program arms the
   /// command at the command's own exec before it tests the target.
