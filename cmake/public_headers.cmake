@@ -49,6 +49,7 @@ set(TRACER_PUBLIC_HEADERS
 
 set(TRACER_EXT_HEADERS
     tracer/ext/ext.hpp
+    tracer/ext/filter_tree.hpp
     tracer/ext/kernel_form.hpp
     tracer/ext/stage.hpp
     tracer/ext/stage_options.hpp

@@ -9,7 +9,7 @@ set(TRACER_KERNEL_FREE_SUITES
     AggregateFixedKeys BpfMapStage BpfStructSchema Buckets ByteCursor CommCache CounterExprTest
     CounterSetMath CpuList Decode DecodeMalformed DynamicProbesFake ElfSymbols EngineKprobes
     EventAttr EventList FakeSysfsMissing FakeTracefs FakeTracefsMissing FieldRef Filter FilterGlob
-    FilterParse FixedKey FixedKeyIndex Flamegraph Folded IntReader Json KernelFilter
+    FilterParse FilterTree FixedKey FixedKeyIndex Flamegraph Folded IntReader Json KernelFilter
     KeyedStatesLimit Lines LiveTracefs Malformed/ParseFormatErrors MetricsServerPeers Nearest
     ParseFormat ParseUprobeSpec PerfDataPrintFmt PerfDataWriter Perfmon Pipeline Placement
     PmuProperties ProbeBackend ProbeBackendHere ProbeResolver ProcMounts PrometheusText ReadField

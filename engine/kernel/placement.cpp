@@ -11,13 +11,41 @@
 
 #include "tracer/common/text_file.hpp"
 #include "tracer/error.hpp"
-#include "tracer/ext/stages.hpp"
+#include "tracer/ext/filter_tree.hpp"
+#include "tracer/ext/stage.hpp"
 #include "tracer/tracefs/tracefs.hpp"
 
 namespace tracer::kernel {
 namespace {
 
 using Source = FieldRef::Source;
+
+/// A probe's tracefs filter as the kernel form of a filter stage, for a probe whose events an
+/// in-kernel program reads: the tracefs filter gates only a perf event's samples, never what a
+/// BPF program on the tracepoint sees. A filter that has no such form (the bitwise `&`, a syntax
+/// the grammar does not read) gives kind kNone and the reason in why_not.
+KernelForm tracefs_filter_kernel_form(std::string_view filter) {
+  FilterError error;
+  auto tree = parse_filter(filter, FilterGrammar::kTracefs, error);
+  if (!tree) {
+    return {.why_not = fmt::format("column {} of its filter \"{}\": {}", error.column, filter,
+                                   error.message)};
+  }
+  KernelForm f{
+      .kind = KernelForm::Kind::kFilter, .nodes = std::move(tree->nodes), .root = tree->root};
+  // The kernel's names for the generic fields (trace_events_filter.c): tracer's cpu and comm.
+  for (auto& n : f.nodes) {
+    for (auto* o : {&n.a, &n.b}) {
+      if (o->kind != KernelForm::Operand::Kind::kField)
+        continue;
+      if (o->text == "CPU" || o->text == "common_cpu")
+        o->text = "cpu";
+      else if (o->text == "COMM" || o->text == "common_comm")
+        o->text = "comm";
+    }
+  }
+  return f;
+}
 
 /// kernel.perf_event_max_stack: the deepest callchain the kernel takes (127 by default).
 std::uint32_t max_stack_sysctl() {

@@ -18,10 +18,7 @@
 
 namespace tracer::stages {
 
-struct FilterError {
-  std::size_t column = 0;  // 1-based, in the expression text
-  std::string message;
-};
+using tracer::FilterError;
 
 /// `*`, `?`, `[set]`, `[!set]`/`[^set]` and ranges, over the whole of `text` (as fnmatch without
 /// flags, but on string_views and without allocation).
@@ -53,7 +50,8 @@ class FilterExpr {
   using Node = FilterNode<Operand>;
 
  private:
-  friend class FilterParser;
+  /// The parsed tree with its operands to be bound (nullopt stays nullopt).
+  [[nodiscard]] static std::optional<FilterExpr> from_tree(std::optional<FilterTree> tree);
   [[nodiscard]] bool eval_node(int n, const Event& e) const noexcept;
   [[nodiscard]] std::string dump_node(int n) const;
   std::vector<Node> nodes_;

@@ -42,13 +42,6 @@ struct PluginInfo {
 /// lock) — the CLI does.
 [[nodiscard]] int abandoned_plugin_threads() noexcept;
 
-/// A probe's tracefs filter (trace_events_filter.c syntax) as the kernel form of a filter stage,
-/// for a probe whose events an in-kernel program reads: the tracefs filter gates only a perf
-/// event's samples, never what a BPF program on the tracepoint sees. A filter that has no such
-/// form (the bitwise `&`, a syntax the filter stage does not read) gives kind kNone and the
-/// reason in why_not.
-[[nodiscard]] KernelForm tracefs_filter_kernel_form(std::string_view filter);
-
 }  // namespace tracer
 
 #pragma GCC visibility pop

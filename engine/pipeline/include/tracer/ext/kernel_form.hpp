@@ -17,53 +17,12 @@
 #include <variant>
 #include <vector>
 
+#include "tracer/ext/filter_tree.hpp"
+
 // The API: exported by libtracer.so, whose other symbols are hidden (engine/CMakeLists.txt).
 #pragma GCC visibility push(default)
 
 namespace tracer {
-
-// The filter tree, one shape from the filter stage (plugins/stages/filter.hpp, its operands bound
-// to FieldRefs) through KernelForm (operands by name) to the generator (tracer/kernel/codegen.hpp,
-// operands resolved to a probe's Fields): only what an operand's field is bound to differs.
-enum class FilterCmp : std::uint8_t { kEq, kNe, kLt, kLe, kGt, kGe };
-enum class FilterNodeKind : std::uint8_t { kOr, kAnd, kNot, kCmp, kTruth };
-enum class OperandKind : std::uint8_t { kField, kInt, kUint, kString };
-
-/// A field, an integer or a string literal; `Bound` is what the field is bound to.
-template <typename Bound>
-struct FilterOperand {
-  using Kind = OperandKind;
-  Kind kind = Kind::kInt;
-  std::string text{};  // kField: the field's name; kString: the literal
-  std::int64_t ival = 0;
-  std::uint64_t uval = 0;
-  bool glob = false;       // kString: a glob pattern (holds * ? or [)
-  Bound field{};           // kField: the field as the holder binds it
-  std::size_t column = 0;  // 1-based, in the expression's text (0: not from a text)
-
-  /// The operand with its field bound to `b` instead.
-  template <typename To>
-  [[nodiscard]] FilterOperand<To> rebound(To b = To{}) const {
-    return {.kind = kind,
-            .text = text,
-            .ival = ival,
-            .uval = uval,
-            .glob = glob,
-            .field = std::move(b),
-            .column = column};
-  }
-};
-
-/// kOr, kAnd: lhs and rhs (node indexes); kNot: lhs; kCmp: a op b; kTruth: a (non-zero,
-/// non-empty).
-template <typename Operand>
-struct FilterNode {
-  using Kind = FilterNodeKind;
-  Kind kind = Kind::kTruth;
-  int lhs = -1, rhs = -1;
-  FilterCmp op = FilterCmp::kEq;
-  Operand a{}, b{};
-};
 
 /// C text of a generated BPF program as an aggregation's kernel part writes it: lines at the
 /// writer's indent, and the update's primitives, written plainly for a per-CPU value of a
