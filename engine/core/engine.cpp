@@ -582,7 +582,7 @@ void Engine::Impl::stop() {
   const bool was_running = running;
   // The hit counters' last read comes just before the events stop (and their first just after
   // the events started): a hit they count was one the events were on for, so `missed` never
-  // counts the edges.
+  // counts the edges. A delivered probe's counts are read again once its program is detached.
   read_kernel_counts(hit_final, drop_final, false);
   // Stop producing, then read everything that was produced.
   for (auto& per_cpu : events) {
@@ -599,8 +599,18 @@ void Engine::Impl::stop() {
   // enabled): detached now, it counts and writes no hit after the drain below, so that every
   // hit it counted is delivered or lost (a hit between the drain and the final read of its
   // counts was one more than the events).
-  if (delivery)
+  if (delivery) {
     delivery->detach();
+    // Its counts are final now: a delivered probe's hits and drops are read here, not with the
+    // hit counters above (a hit between that read and the detach was delivered and not counted:
+    // two more events than hits in a run beside two busy loops).
+    for (std::size_t p = 0; p < delivered.size() && p < hit_final.size(); ++p) {
+      if (delivered[p]) {
+        hit_final[p] = read_hits(p);
+        drop_final[p] = read_drops(p);
+      }
+    }
+  }
   // What the rings hold, for stop_drain_ms at most: the rest is given up and counted, so that a
   // stop is honoured on time however slow the pipeline. Held rings (the stages are behind: their
   // queue already holds what they run in the stop's time) are given up at once, counted.

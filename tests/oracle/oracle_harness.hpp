@@ -328,22 +328,10 @@ inline pid_t spawn(const std::vector<std::string>& argv, const fs::path& out, co
   return testing::spawn_to_file(argv, out, err);
 }
 
-/// The exit code of `pid` (128 + the signal that ended it), waited for at most `seconds`: then
-/// the process is killed and -2 returned (a test that hangs fails naming the step, also where no
-/// ctest cuts it: .ci/vmtest's guests).
+/// The exit code of `pid`, waited for at most `seconds` (testing::exit_code_within: -2 when
+/// it did not end and was killed).
 inline int wait_code_within(pid_t pid, int seconds) {
-  for (int i = 0; i < seconds * 20; ++i) {
-    int status = 0;
-    const pid_t r = ::waitpid(pid, &status, WNOHANG);
-    if (r == pid)
-      return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    if (r < 0)
-      return -1;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  ::kill(pid, SIGKILL);
-  (void)::waitpid(pid, nullptr, 0);
-  return -2;
+  return testing::exit_code_within(pid, seconds);
 }
 
 inline int wait_code(pid_t pid) {

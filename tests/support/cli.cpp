@@ -58,6 +58,21 @@ bool exited_ok(pid_t pid) {
   return WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
 
+int exit_code_within(pid_t pid, int seconds) {
+  for (int i = 0; i < seconds * 20; ++i) {
+    int status = 0;
+    const pid_t r = ::waitpid(pid, &status, WNOHANG);
+    if (r == pid)
+      return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    if (r < 0)
+      return -1;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ::kill(pid, SIGKILL);
+  (void)::waitpid(pid, nullptr, 0);
+  return -2;
+}
+
 ReadyPipe::ReadyPipe() {
   int fds[2] = {-1, -1};
   if (::pipe2(fds, O_CLOEXEC) == 0) {

@@ -34,6 +34,10 @@ pid_t spawn_to_file(const std::vector<std::string>& argv,
                     const std::filesystem::path& err);
 /// Waits for `pid`; true when it exited with 0.
 bool exited_ok(pid_t pid);
+/// The exit code of `pid` (128 + the signal that ended it), waited for at most `seconds`: then
+/// the process is killed and -2 returned (a test that hangs fails naming the step, also where no
+/// ctest cuts it: .ci/vmtest's guests).
+int exit_code_within(pid_t pid, int seconds);
 /// Waits until `file` holds `text` (a tool's "attached" line), at most 60 s; false if it never
 /// does. Readiness is a line the tool prints, never a sleep (a loaded machine starts tools late).
 bool wait_for_text(const std::filesystem::path& file, const std::string& text);
