@@ -14,6 +14,7 @@
 
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -594,10 +595,15 @@ TEST(CliServe, TheUserItDropsToCannotTurnItsReloads) {
   const std::string a = calls("lseek 400");
   const std::string series = R"(tracer_turn_count_total{probe="lseek",pid=")" + a + "\"}";
   EXPECT_EQ(sample(scrape_until(s.port, series, 400), series), 400);
-  // 1. The recipe made theirs, with their plugin appended.
-  std::ofstream(recipe, std::ios::trunc) << head << count << plugin;
+  // 1. The recipe is theirs: they append their plugin and send the SIGHUP themselves, as
+  // nobody (setpriv), as a user who owns the dropped process can.
   ASSERT_EQ(::chown(recipe.c_str(), nobody, static_cast<gid_t>(-1)), 0);
-  ::kill(s.pid, SIGHUP);
+  std::ofstream(theirs / "stage.toml") << plugin;
+  const std::string as_them = "setpriv --reuid=nobody --regid=nogroup --clear-groups sh -c 'cat " +
+                              (theirs / "stage.toml").string() + " >> " + recipe.string() +
+                              " && kill -HUP " + std::to_string(s.pid) + "'";
+  ASSERT_EQ(std::system(as_them.c_str()), 0) << as_them;
+  ASSERT_THAT(slurp(recipe), HasSubstr("plugin = "));
   ASSERT_TRUE(wait_for_times(s.err, "msg=\"reload refused", 1)) << slurp(s.err);
   EXPECT_THAT(slurp(s.err), HasSubstr("belongs to nobody"));
   // 2. Root's recipe naming their plugin.
