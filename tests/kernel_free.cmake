@@ -6,16 +6,17 @@
 # of racing the live tests. A suite is here only when each of its tests passed under that guard
 # and none skipped (a test that skips when perf fails would hide a perf it runs).
 set(TRACER_KERNEL_FREE_SUITES
-    AggregateFixedKeys BpfMapStage BpfStructSchema Buckets ByteCursor CommCache CounterExprTest
-    CounterSetMath CpuList Decode DecodeMalformed DynamicProbesFake ElfSymbols EngineKprobes
-    EventAttr EventList FakeSysfsMissing FakeTracefs FakeTracefsMissing FieldRef Filter FilterGlob
-    FilterParse FilterTree FixedKey FixedKeyIndex Flamegraph Folded IntReader Json KernelFilter
-    KeyedStatesLimit Lines LiveTracefs Malformed/ParseFormatErrors MetricsServerPeers Nearest
-    ParseFormat ParseUprobeSpec PerfDataPrintFmt PerfDataWriter Perfmon Pipeline Placement
-    PmuProperties ProbeBackend ProbeBackendHere ProbeResolver ProcMounts PrometheusText ReadField
-    ReadTextFile ReadView Recipe Recipe/InvalidRecipe RecipeCheckSystem RecordedRing RegSlot
-    Reorder ResolveBinary Ring RingAux RingBudget RingReader Rings/ReorderRings Runtime
-    SampleIdAll/RecordTypes SelfCounterMath SerialExecutor Shelf/ShelfGolden SplitTracepoint
-    StageCount StageCsv StageHist StageJsonl StageLatency StageLhist StageOptions StagePrint
-    StageQuantiles StageRate StageRegistry StageSum Stats SymbolsElf SymbolsKernel
-    SymbolsSymbolizer SymbolsSymbolizerRecords TracefsFilter Trim TrustedFileTest)
+    AggregateFixedKeys BpfMapStage BpfStructSchema Buckets ByteCursor CommCache
+    ConcurrentRelease CounterExprTest CounterSetMath CpuList Decode DecodeMalformed
+    DynamicProbesFake ElfSymbols EngineKprobes EventAttr EventList FakeSysfsMissing FakeTracefs
+    FakeTracefsMissing FieldRef Filter FilterGlob FilterParse FilterTree FixedKey FixedKeyIndex
+    Flamegraph Folded IntReader Json KernelFilter KeyedStatesLimit Lines LiveTracefs
+    Malformed/ParseFormatErrors MetricsServerPeers Nearest ParseFormat ParseUprobeSpec
+    PerfDataPrintFmt PerfDataWriter Perfmon Pipeline Placement PmuProperties ProbeBackend
+    ProbeBackendHere ProbeResolver ProcMounts PrometheusText ReadField ReadTextFile ReadView
+    Recipe Recipe/InvalidRecipe RecipeCheckSystem RecordedRing RegSlot Reorder ResolveBinary
+    Ring RingAux RingBudget RingReader Rings/ReorderRings Runtime SampleIdAll/RecordTypes
+    SelfCounterMath SerialExecutor Shelf/ShelfGolden SplitTracepoint StageCount StageCsv
+    StageHist StageJsonl StageLatency StageLhist StageOptions StagePrint StageQuantiles
+    StageRate StageRegistry StageSum Stats SymbolsElf SymbolsKernel SymbolsSymbolizer
+    SymbolsSymbolizerRecords TracefsFilter Trim TrustedFileTest)

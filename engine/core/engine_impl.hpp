@@ -198,12 +198,14 @@ struct Engine::Impl : std::enable_shared_from_this<Engine::Impl> {
   std::uint64_t pass_ns = 0;
   bool stopping = false;  // stop()'s final drain: bounded by stop_deadline
   std::chrono::steady_clock::time_point stop_deadline{};
-  /// check(): opens each probe's event once, disabled, and closes it (what the kernel refuses
-  /// of the recipe is an error at its probe, as in start()).
   /// The resolution context of the engine's target.
   void prepare(core::ResolveContext& ctx) const;
-  void trial_open(const std::vector<core::ResolvedProbe>& resolved) const;
-  void trial_open_one(const core::ResolvedProbe& rp, int cpu) const;
+  /// check(): opens each probe's event once, disabled, into trial_events (what the kernel
+  /// refuses of the recipe is an error at its probe, as in start()).
+  void trial_open(const std::vector<core::ResolvedProbe>& resolved);
+  /// The probe's event as run() would open it, on `cpu` (disabled), or none when not privileged to
+  /// try. Throws the error run() would give.
+  [[nodiscard]] perf::Event trial_open_one(const core::ResolvedProbe& rp, int cpu) const;
   void open_side_band(const core::ResolvedProbe& rp,
                       int cpu,
                       const std::vector<pid_t>& pids,
@@ -268,6 +270,8 @@ struct Engine::Impl : std::enable_shared_from_this<Engine::Impl> {
   /// target's [bpf]
   /// programs attach to: system-wide, never inherited (cleanup() closes them).
   std::vector<perf::Event> follow_events;
+  /// check()'s trial events, kept until start() has opened the probes' own events (trial_open).
+  std::vector<perf::Event> trial_events;
   /// The process left out of system-wide tracing: this one, unless EngineOptions::trace_self.
   [[nodiscard]] std::uint32_t self_tgid() const noexcept {
     return opts.trace_self || opts.target.kind != Target::Kind::kAllCpus

@@ -33,6 +33,7 @@
 #include "tracer/bpf/object.hpp"
 #include "tracer/bpf/output_channel.hpp"
 #include "tracer/bpf/ring_buffer.hpp"
+#include "tracer/common/release.hpp"
 #include "tracer/perf/record_ref.hpp"
 #include "tracer/perf/ring_stats.hpp"
 #include "tracer/probe.hpp"
@@ -71,6 +72,8 @@ class TracepointHits {
   [[nodiscard]] std::uint64_t skips() const;
   /// Detaches every link (before the events they hold close).
   void detach() noexcept { links_.clear(); }
+  /// Hands every link to `into`, which detaches them beside the other closes of a stop.
+  void detach(common::ConcurrentRelease& into) { into.add_each(links_); }
   /// Detaches slot `slot`'s link (its probe is removed; its counts stay readable).
   void detach(std::uint32_t slot) noexcept {
     std::erase_if(links_, [slot](const auto& l) { return l.first == slot; });
@@ -178,6 +181,8 @@ class TracepointDelivery {
   [[nodiscard]] std::uint64_t skips() const;
   /// Detaches every link (before the events they hold close).
   void detach() noexcept;
+  /// Hands every link to `into`, which detaches them beside the other closes of a stop.
+  void detach(common::ConcurrentRelease& into) { into.add_each(links_); }
   /// Detaches slot `slot`'s link: its probe is removed (its counts stay readable).
   void detach(std::uint32_t slot) noexcept;
 

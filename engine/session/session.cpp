@@ -17,6 +17,7 @@
 
 #include <unistd.h>
 
+#include "tracer/common/release.hpp"
 #include "tracer/error.hpp"
 #include "tracer/ext/stages.hpp"
 #include "tracer/kernel/placement.hpp"
@@ -400,12 +401,15 @@ void Session::stop() {
   boost::system::error_code ignored;
   [[maybe_unused]] auto a = s.deadline.cancel(ignored);
   [[maybe_unused]] auto b = s.ticker.cancel(ignored);
-  s.engine->stop();             // drains: the last batches reach the pipelines
-  for (auto& run : s.kernel) {  // the programs detach with their events
-    run.events.clear();
-    run.fork_event = {};
-    run.free_event = {};
-    run.exec_event = {};
+  s.engine->stop();  // drains: the last batches reach the pipelines
+  {  // the programs detach with their events, closed side by side (ConcurrentRelease)
+    common::ConcurrentRelease release;
+    for (auto& run : s.kernel) {
+      release.add_each(run.events);
+      release.add(std::move(run.fork_event));
+      release.add(std::move(run.free_event));
+      release.add(std::move(run.exec_event));
+    }
   }
   s.feed_counters(monotonic_now());        // the counters' last counts
   s.absorb_kernel(true, monotonic_now());  // what the kernel aggregated since the last read

@@ -60,7 +60,8 @@ struct Session::Impl {
   std::vector<std::unique_ptr<Pipeline>> pipelines;
   // After the pipelines: destroyed first (an engine's destructor drains into them).
   std::unique_ptr<Engine> engine;
-  EngineOptions engine_options;  // what engine was made with (placement may remake it)
+  std::unique_ptr<Engine> checked;  // plan_placement's, until engine->prepare() (make_engine)
+  EngineOptions engine_options;     // what engine was made with (placement may remake it)
   boost::asio::any_io_executor executor;
   std::vector<kernel::PipelinePlace> places;
   std::vector<kernel::Run> kernel;   // before engine in destruction: programs detach with events
@@ -111,6 +112,10 @@ struct Session::Impl {
   bool live = false;  // the pipelines were bound and started: stop() has tables to emit
 
   void make_engine(Session* self) {
+    // The engine placement checked stays until the new one has opened its events: its trial
+    // events are then not the tracepoints' last, and close without the kernel's grace periods.
+    if (engine)
+      checked = std::move(engine);
     engine = std::make_unique<Engine>(executor, engine_options);
     engine->on_batch([this](const Batch& b) {
       if (delivery)

@@ -246,7 +246,9 @@ void Session::Impl::prepare_start(Session* self) {
   });
   try {
     engine->prepare();
+    checked.reset();
   } catch (const Error& e) {
+    checked.reset();
     closed = true;
     if (kernel_failed)  // the kernel pipelines' failure, already at its place
       throw;

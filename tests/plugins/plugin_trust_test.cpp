@@ -16,14 +16,19 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <optional>
 #include <regex>
 #include <string>
 #include <thread>
+#include <variant>
 
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
 
 #include "support/cli.hpp"
 #include "support/temp_dir.hpp"
+#include "tracer/ext/stages.hpp"
 #include "tracer/session.hpp"
 
 namespace tracer {
@@ -284,6 +289,73 @@ TEST_F(PluginTrust, APluginStuckInACallCannotHoldTheStop) {
   // The built-in pipeline beside it: every call of the syscaller.
   EXPECT_TRUE(std::regex_search(out, std::regex("\\b" + caller + "\\s+1000\\b"))) << out;
   (void)waited;
+}
+
+// The same plugin in a Session on an embedding host's own io_context: the host's executor waits
+// for it once, for its budget (250 ms; the original fault held it for good). A timer of the
+// host's, every 10 ms, keeps its pace but for that wait and the stop's; the session ends by
+// itself once its command has exited, with the built-in pipeline's every call and the plugin's
+// error out of the host's run, stop() returns at once, and the host's timer goes on.
+TEST_F(PluginTrust, AStuckPluginNeverHoldsTheHostsExecutor) {
+  dir_.write("r.toml", recipe_text(built("tracer_hostile_hang_events").string()));
+  Recipe r = Recipe::load(dir_.path() / "r.toml", {.stages = stage_catalog()});
+  std::string text;
+  Sink out = Sink::to_string(&text);
+  boost::asio::io_context io(1);
+  Session session(io.get_executor(), r, out,
+                  {.target = {.kind = Target::Kind::kCommand,
+                              .command = {TRACER_SYSCALLER_PATH, "lseek", "1000"}}});
+  std::optional<std::uint64_t> builtin;
+  session.on_table([&](const TableUpdate& u) {
+    if (u.pipeline == 1 && u.final && !u.table.rows.empty())
+      if (const auto* n = std::get_if<std::uint64_t>(&u.table.rows.front().values.back()))
+        builtin = *n;
+  });
+  bool done = false;
+  session.on_done([&] { done = true; });
+  boost::asio::steady_timer tick(io);
+  auto last = Clock::now();
+  double worst = 0;
+  int ticks = 0;
+  std::function<void()> arm = [&] {
+    tick.expires_after(std::chrono::milliseconds(10));
+    tick.async_wait([&](const boost::system::error_code& ec) {
+      if (ec)
+        return;
+      const double gap = since(last);
+      worst = std::max(worst, gap);
+      last = Clock::now();
+      ++ticks;
+      arm();
+    });
+  };
+  session.start();
+  last = Clock::now();
+  arm();
+  // The session's own end (its command exited) stops the pipelines; the plugin stage's stop
+  // throws its timeout out of the host's run, as any handler's error does.
+  std::string error;
+  const auto deadline = Clock::now() + std::chrono::seconds(20);
+  while (!done && Clock::now() < deadline) {
+    try {
+      io.run_one_for(std::chrono::milliseconds(100));
+    } catch (const Error& e) {
+      error = e.what();
+    }
+  }
+  ASSERT_TRUE(done) << "the session did not end after its command: " << text;
+  const auto t0 = Clock::now();
+  session.stop();
+  EXPECT_LT(since(t0), 0.5);
+  io.run_for(std::chrono::milliseconds(200));  // the host goes on
+  tick.cancel();
+  EXPECT_GT(ticks, 10);
+  // The longest wait: the budget's, or the stop's own closes (the kernel's grace periods, about
+  // 35 ms per tracepoint, one after another).
+  EXPECT_LT(worst, 0.25 + 0.35) << "the host's executor was held " << worst << " s";
+  EXPECT_EQ(builtin, 1000u) << text;
+  EXPECT_NE(error.find("on_events ran past its budget of 250 ms"), std::string::npos) << error;
+  EXPECT_GE(abandoned_plugin_threads(), 1);
 }
 
 // A plugin taking 100 ms per event cannot stretch `-d 2s`: its first batch over budget turns it
