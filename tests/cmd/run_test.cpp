@@ -17,6 +17,7 @@
 #include <string>
 
 #include "support/cli.hpp"
+#include "support/temp_dir.hpp"
 
 namespace {
 
@@ -73,10 +74,14 @@ by = ["probe"]
   const std::string tracer = TRACER_CLI_PATH;
   const std::string caller = TRACER_SYSCALLER_PATH;
   // System-wide for 1.5 s while the syscaller makes 5,000 calls (placed in the kernel: none is
-  // delivered to user space).
-  const auto r = tracer::testing::shell("(sleep 0.6; " + caller + " lseek 5000 >/dev/null) & " +
-                                        "script -q -e -c '" + tracer + " run " + recipe.string() +
-                                        " -d 1500ms' /dev/null; wait");
+  // delivered to user space), started once tracer says it is ready (a fixed head start lost the
+  // calls when a busy machine made the start slower).
+  const tracer::testing::TempDir dir;
+  const std::string ready = (dir.path() / "ready").string();
+  const auto r = tracer::testing::shell(
+      "(for i in $(seq 200); do grep -q ready " + ready + " 2>/dev/null && break; sleep 0.05; " +
+      "done; " + caller + " lseek 5000 >/dev/null) & script -q -e -c '" + tracer + " run " +
+      recipe.string() + " -d 1500ms --ready-fd 3 3>" + ready + "' /dev/null; wait");
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
   // The last status line before the table: at least the 5,000 calls (others may add theirs).
   std::string shown;

@@ -26,6 +26,7 @@
 #include "support/child.hpp"
 #include "support/stage_batches.hpp"
 #include "support/temp_dir.hpp"
+#include "tracer/bpf/object.hpp"
 #include "tracer/common/buckets.hpp"
 #include "tracer/ext/stage.hpp"
 #include "tracer/ext/stages.hpp"
@@ -44,9 +45,18 @@ using testing::cv;
 using testing::cv_table;
 using namespace std::chrono_literals;
 
+/// The compile cache the CLI and the sessions use (bpf::default_cache_dir(): root's
+/// ~/.cache/tracer/bpf, each object verified by its content sum before it is loaded): each test
+/// runs in a process of its own, and a cache of the process's own was never hit. A directory of
+/// the test binary's lifetime when there is none.
 inline const std::filesystem::path& cache_dir() {
-  static testing::TempDir dir;  // for the test binary's lifetime
-  return dir.path();
+  static const std::filesystem::path dir = [] {
+    if (auto shared = bpf::default_cache_dir())
+      return *shared;
+    static testing::TempDir own;
+    return own.path();
+  }();
+  return dir;
 }
 
 inline bool is_root() {
