@@ -103,14 +103,18 @@ DeliveryChannel Engine::Impl::delivery_channel() const noexcept {
 void Engine::Impl::open_delivery() {
   if (std::find(delivered.begin(), delivered.end(), true) == delivered.end())
     return;
-  // One ring per CPU carries every delivered probe: the share each probe's own ring would have
-  // had, times their number (at most 16 MiB). The ring buffer, shared by the CPUs, gets what
-  // the per-CPU rings would have together. Its memory is charged to the memory cgroup, not to
-  // the locked-memory budget perf rings count against.
-  const auto n = static_cast<std::uint32_t>(std::count(delivered.begin(), delivered.end(), true));
+  // One ring per CPU carries every delivered probe: what each probe's own ring would have had
+  // (its `ring`, else the default share), added up (at most 16 MiB). The ring buffer, shared by
+  // the CPUs, gets what the per-CPU rings would have together. Its memory is charged to the
+  // memory cgroup, not to the locked-memory budget perf rings count against.
   const std::uint32_t share = ring_pages_default != 0 ? ring_pages_default : kDefaultOutputPages;
-  const std::uint32_t pages =
-      std::bit_floor(std::min<std::uint32_t>(share * std::max(1U, n), kMaxDeliveryPages));
+  std::uint64_t wanted = 0;
+  for (std::size_t p = 0; p < delivered.size() && p < opts.probes.size(); ++p) {
+    if (delivered[p])
+      wanted += opts.probes[p].ring_pages != 0 ? opts.probes[p].ring_pages : share;
+  }
+  const auto pages = static_cast<std::uint32_t>(
+      std::bit_floor(std::clamp<std::uint64_t>(wanted, 1, kMaxDeliveryPages)));
   const auto cpus = static_cast<std::uint32_t>(std::max(1, libbpf_num_possible_cpus()));
   const std::uint32_t rb_bytes =
       opts.ringbuf_bytes != 0

@@ -22,7 +22,8 @@ std::string plugin(const std::string& variant) {
 }
 
 /// Two pipelines over the workload's lseek calls (fd 12345, offsets 0..2999, 2 children): the
-/// plugin's sum of offset by pid, and the built-in `sum` by pid.
+/// plugin's sum of offset by pid, and the built-in `sum` by pid. The ring holds all 6,000 calls
+/// should tracer not be scheduled while they come (busy CPUs).
 std::string recipe_text(const std::string& so) {
   return R"([recipe]
 name = "plugin"
@@ -30,6 +31,7 @@ name = "plugin"
 name = "lseek"
 tracepoint = "syscalls:sys_enter_lseek"
 filter = "fd == 12345"
+ring = "1MiB"
 [[pipeline]]
 name = "plugin"
 [[pipeline.stage]]

@@ -73,6 +73,24 @@ double since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
+/// A Session on a host's own io_context for the recipe at `recipe`, its command the syscaller
+/// making `calls` lseeks.
+struct Hosted {
+  Hosted(const fs::path& recipe, const std::string& calls)
+      : r(Recipe::load(recipe, {.stages = stage_catalog()})),
+        out(Sink::to_string(&text)),
+        session(io.get_executor(),
+                r,
+                out,
+                {.target = {.kind = Target::Kind::kCommand,
+                            .command = {TRACER_SYSCALLER_PATH, "lseek", calls}}}) {}
+  Recipe r;
+  std::string text;
+  Sink out;
+  boost::asio::io_context io{1};
+  Session session;
+};
+
 // docs/plugins.md's form: `tracer check even.toml` with plugin = "./lib.so" is the recipe's
 // lib.so, from any current directory, never a file LD_LIBRARY_PATH or ld.so.cache picks (here:
 // another user's world-writable lib.so whose constructor leaves a mark).
@@ -179,13 +197,10 @@ TEST_F(PluginTrust, EachLoadIsTheFileItsRecipeNamesNotAnEarlierOne) {
     SCOPED_TRACE(variant);
     dir_.write("r.toml", recipe_text(built(variant).string(),
                                      name == "sum_by" ? "value = \"offset\"\n" : ""));
-    Recipe r = Recipe::load(dir_.path() / "r.toml", {.stages = stage_catalog()});
-    std::string text;
-    Sink out = Sink::to_string(&text);
-    boost::asio::io_context io(1);
-    Session session(io.get_executor(), r, out,
-                    {.target = {.kind = Target::Kind::kCommand,
-                                .command = {TRACER_SYSCALLER_PATH, "lseek", "10"}}});
+    Hosted h(dir_.path() / "r.toml", "10");
+    auto& io = h.io;
+    auto& session = h.session;
+    const std::string& text = h.text;
     std::string stage;
     session.on_table([&](const TableUpdate& u) {
       if (u.pipeline == 0)
@@ -298,13 +313,10 @@ TEST_F(PluginTrust, APluginStuckInACallCannotHoldTheStop) {
 // error out of the host's run, stop() returns at once, and the host's timer goes on.
 TEST_F(PluginTrust, AStuckPluginNeverHoldsTheHostsExecutor) {
   dir_.write("r.toml", recipe_text(built("tracer_hostile_hang_events").string()));
-  Recipe r = Recipe::load(dir_.path() / "r.toml", {.stages = stage_catalog()});
-  std::string text;
-  Sink out = Sink::to_string(&text);
-  boost::asio::io_context io(1);
-  Session session(io.get_executor(), r, out,
-                  {.target = {.kind = Target::Kind::kCommand,
-                              .command = {TRACER_SYSCALLER_PATH, "lseek", "1000"}}});
+  Hosted h(dir_.path() / "r.toml", "1000");
+  auto& io = h.io;
+  auto& session = h.session;
+  const std::string& text = h.text;
   std::optional<std::uint64_t> builtin;
   session.on_table([&](const TableUpdate& u) {
     if (u.pipeline == 1 && u.final && !u.table.rows.empty())

@@ -453,6 +453,36 @@ TEST(EngineLive, DrainNowHandsOnEverythingTheRingsHoldWhateverTheSliceAndTheHold
   engine.stop();
 }
 
+// A delivered probe's own ring size sizes the delivery ring (it got the default share whatever
+// it asked: a plugin pipeline lost 827 of 6,000 events beside busy CPUs with ring = "1MiB" not
+// taken). A burst of 20,000 calls waits in the ring while the consumer does not run at all: a
+// probe of 4 MiB keeps every one, a probe of 16 KiB loses most, counted.
+TEST(EngineLive, ADeliveredProbesRingSizeSizesTheDeliveryRing) {
+  constexpr int kCalls = 20000;
+  for (const std::uint32_t pages : {1024U, 4U}) {
+    SCOPED_TRACE(pages);
+    testing::Child child([](int) { lseeks(kCalls); });
+    boost::asio::io_context io;
+    auto probe = lseek_probe();
+    probe.ring_pages = pages;
+    Engine engine(io.get_executor(),
+                  {.target = {.kind = Target::Kind::kPid, .pid = child.pid()}, .probes = {probe}});
+    Collected c;
+    engine.on_batch(collect(c, child.pid(), engine));
+    engine.start();
+    ASSERT_TRUE(engine.probes()[0].delivered) << "the test is of the BPF delivery";
+    ASSERT_TRUE(child.go());  // done when it returns; the io_context has not run: nothing read
+    engine.stop();
+    const auto lost = engine.stats().probes.at(0).lost();
+    EXPECT_EQ(c.samples + lost, static_cast<std::uint64_t>(kCalls)) << "every call, read or lost";
+    EXPECT_EQ(c.foreign, 0U);
+    if (pages == 1024U)
+      EXPECT_EQ(lost, 0U) << "4 MiB holds the burst";
+    else
+      EXPECT_GT(lost, static_cast<std::uint64_t>(kCalls) / 2) << "16 KiB per CPU cannot";
+  }
+}
+
 // The guard of the kernel-free suites (tests/no_kernel_guard.cpp, kernel_free.cmake): a live
 // test run as one of them fails at its first perf event, naming the list, and one that touches
 // no kernel passes under it.
