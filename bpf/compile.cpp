@@ -27,6 +27,7 @@
 #include <fmt/format.h>
 
 #include "tracer/bpf/object.hpp"
+#include "tracer/common/errno_text.hpp"
 #include "tracer/unique_fd.hpp"
 
 extern char** environ;  // NOLINT(readability-redundant-declaration): POSIX, not in a header
@@ -35,10 +36,6 @@ namespace tracer::bpf {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string errno_text(int err) {
-  return std::generic_category().message(err);
-}
 
 // The cache key only has to tell inputs apart, not resist an attacker: 128-bit FNV-1a.
 class Hasher {

@@ -1,5 +1,6 @@
 // bpf::Object: libbpf open/load with the verifier log captured, programs, maps and globals.
 #include "tracer/bpf/object.hpp"
+#include "tracer/common/errno_text.hpp"
 #include "tracer/perf/event.hpp"
 
 #include <bpf/bpf.h>
@@ -18,10 +19,6 @@
 
 namespace tracer::bpf {
 namespace {
-
-std::string errno_text(int err) {
-  return std::generic_category().message(err);
-}
 
 std::string join(const std::vector<std::string>& names) {
   std::string out;

@@ -16,6 +16,7 @@
 //      next flip.
 // tr_gen only ever holds 0 or 1, so even a torn store could only be read as 0 or 1.
 #include "tracer/kernel/reader.hpp"
+#include "tracer/common/errno_text.hpp"
 
 #include <bpf/bpf.h>
 
@@ -30,10 +31,6 @@
 
 namespace tracer::kernel::gen {
 namespace {
-
-std::string errno_text(int err) {
-  return std::generic_category().message(err);
-}
 
 std::size_t round_up8(std::size_t n) {
   return (n + 7) & ~std::size_t{7};

@@ -10,7 +10,7 @@ namespace tracer::perfmon {
 namespace {
 
 template <typename T>
-void put(std::vector<std::byte>& out, std::size_t at, T v) {
+void put_at(std::vector<std::byte>& out, std::size_t at, T v) {
   std::memcpy(out.data() + at, &v, sizeof v);  // little-endian hosts only (x86-64, arm64)
 }
 
@@ -22,11 +22,11 @@ T get(std::span<const std::byte> in, std::size_t at) {
 }
 
 void write_header(std::vector<std::byte>& out, const BufferHeader& h) {
-  put(out, 0, h.version);
-  put(out, 2, static_cast<std::uint16_t>(h.arch));
-  put(out, 4, h.flags);
-  put(out, 8, h.ticks_per_second);
-  put(out, 16, h.capture_end);
+  put_at(out, 0, h.version);
+  put_at(out, 2, static_cast<std::uint16_t>(h.arch));
+  put_at(out, 4, h.flags);
+  put_at(out, 8, h.ticks_per_second);
+  put_at(out, 16, h.capture_end);
 }
 
 }  // namespace
@@ -74,20 +74,20 @@ bool BufferWriter::room(std::size_t n) {
     return true;
   ++dropped_;
   std::uint32_t flags = get<std::uint32_t>(bytes_, 4) | kFlagFull;
-  put(bytes_, 4, flags);
+  put_at(bytes_, 4, flags);
   return false;
 }
 
 void BufferWriter::put_header(RecordType type, std::uint16_t event) {
   const std::size_t at = bytes_.size();
   bytes_.resize(at + 4);
-  put(bytes_, at, static_cast<std::uint8_t>(type));
-  put(bytes_, at + 1, flags_);
-  put(bytes_, at + 2, event);
+  put_at(bytes_, at, static_cast<std::uint8_t>(type));
+  put_at(bytes_, at + 1, flags_);
+  put_at(bytes_, at + 2, event);
 }
 
 void BufferWriter::finish_record() {
-  put(bytes_, 16, static_cast<std::uint64_t>(bytes_.size()));  // capture_end
+  put_at(bytes_, 16, static_cast<std::uint64_t>(bytes_.size()));  // capture_end
 }
 
 bool BufferWriter::time(std::uint64_t time, std::uint16_t event) {
@@ -96,7 +96,7 @@ bool BufferWriter::time(std::uint64_t time, std::uint16_t event) {
   put_header(RecordType::kTime, event);
   const std::size_t at = bytes_.size();
   bytes_.resize(at + 8);
-  put(bytes_, at, time);
+  put_at(bytes_, at, time);
   last_time_ = time;
   finish_record();
   return true;
@@ -116,7 +116,7 @@ bool BufferWriter::count(std::uint16_t event, std::uint64_t count) {
   put_header(RecordType::kCount, event);
   const std::size_t at = bytes_.size();
   bytes_.resize(at + 8);
-  put(bytes_, at, count);
+  put_at(bytes_, at, count);
   finish_record();
   return true;
 }
@@ -127,7 +127,7 @@ bool BufferWriter::value(std::uint16_t event, std::uint64_t value) {
   put_header(RecordType::kValue, event);
   const std::size_t at = bytes_.size();
   bytes_.resize(at + 8);
-  put(bytes_, at, value);
+  put_at(bytes_, at, value);
   finish_record();
   return true;
 }
@@ -138,8 +138,8 @@ bool BufferWriter::pc(std::uint16_t event, std::uint64_t aspace, std::uint64_t p
   put_header(RecordType::kPc, event);
   const std::size_t at = bytes_.size();
   bytes_.resize(at + 16);
-  put(bytes_, at, aspace);
-  put(bytes_, at + 8, pc);
+  put_at(bytes_, at, aspace);
+  put_at(bytes_, at + 8, pc);
   finish_record();
   return true;
 }
@@ -157,13 +157,13 @@ bool BufferWriter::last_branch(std::uint16_t event,
   put_header(RecordType::kLastBranch, event);
   std::size_t at = bytes_.size();
   bytes_.resize(at + 12 + std::size_t{24} * n);
-  put(bytes_, at, n);
-  put(bytes_, at + 4, aspace);
+  put_at(bytes_, at, n);
+  put_at(bytes_, at + 4, aspace);
   at += 12;
   for (const auto& br : b) {
-    put(bytes_, at, br.from);
-    put(bytes_, at + 8, br.to);
-    put(bytes_, at + 16, br.info);
+    put_at(bytes_, at, br.from);
+    put_at(bytes_, at + 8, br.to);
+    put_at(bytes_, at + 16, br.info);
     at += 24;
   }
   finish_record();

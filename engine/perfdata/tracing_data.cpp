@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "record_bytes.hpp"
 #include "tracer/common/text_file.hpp"
 #include "tracer/perfdata/writer.hpp"
 #include "tracer/tracefs/tracefs.hpp"
@@ -32,15 +33,10 @@ Result<std::string> slurp(const std::string& path) {
   return tracer::detail::read_text_file(path, "perf-data", std::size_t{16} << 20);
 }
 
-template <typename T>
-void put(std::vector<std::byte>& out, T v) {
-  const auto* p = reinterpret_cast<const std::byte*>(&v);
-  out.insert(out.end(), p, p + sizeof(T));
-}
+using detail::put;
 
 void put_bytes(std::vector<std::byte>& out, std::string_view s) {
-  const auto* p = reinterpret_cast<const std::byte*>(s.data());
-  out.insert(out.end(), p, p + s.size());
+  detail::put_raw(out, s.data(), s.size());
 }
 
 void put_cstr(std::vector<std::byte>& out, std::string_view s) {

@@ -34,6 +34,7 @@ using detail::DefinedSymbol;
 using detail::elf_error_text;
 using detail::executable_section;
 using detail::for_each_defined_symbol;
+using detail::is_regular;
 using detail::OpenElf;
 
 Result<OpenElf> open_elf(const fs::path& path) {
@@ -193,11 +194,6 @@ bool read_functions(Elf* elf, Elf64_Word type, std::vector<ElfSymbol>& out) {
         {.start = raw[i].start, .size = raw[i].size, .name = detail::demangle(raw[i].name)});
   }
   return true;
-}
-
-bool is_regular(const fs::path& p) {
-  std::error_code ec;
-  return fs::is_regular_file(p, ec);
 }
 
 bool same_file(const fs::path& a, const fs::path& b) {

@@ -42,8 +42,8 @@ constexpr std::uint64_t kContextGuestUser = static_cast<std::uint64_t>(-2560);
 constexpr std::uint64_t kContextMax = static_cast<std::uint64_t>(-4095);
 // x86_64's kernel half of the address space (4- and 5-level paging both start above it).
 constexpr std::uint64_t kKernelHalf = 0xffff800000000000ULL;
-// /proc/PID/maps of a large process is a few MB; the cap guards a fake root.
-constexpr std::size_t kMaxMapsBytes = std::size_t{64} << 20;
+using detail::kMaxMapsBytes;
+// A perf map (/tmp/perf-PID.map) of a JIT can be large; the cap guards a runaway file.
 constexpr std::size_t kMaxPerfMapBytes = std::size_t{256} << 20;
 // Results kept per (file, address): a table of a few thousand rows revisits the same return
 // addresses; the cache is dropped whole when it grows past this.

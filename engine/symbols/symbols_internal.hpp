@@ -5,11 +5,13 @@
 #include <gelf.h>
 #include <libelf.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <filesystem>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <vector>
 
 #include <memory>
@@ -27,6 +29,16 @@ using ElfPtr = std::unique_ptr<Elf, ElfCloser>;
 
 /// libelf's last error as text.
 [[nodiscard]] std::string elf_error_text();
+
+/// /proc/PID/maps is read whole up to this (its lines are short: the cap only stops a runaway
+/// read).
+inline constexpr std::size_t kMaxMapsBytes = std::size_t{64} << 20;
+
+/// A regular file at `p` (following links), false on any error.
+[[nodiscard]] inline bool is_regular(const std::filesystem::path& p) {
+  std::error_code ec;
+  return std::filesystem::is_regular_file(p, ec);
+}
 
 /// An open ELF file: the fd outlives the Elf handle (libelf reads through it lazily).
 struct OpenElf {

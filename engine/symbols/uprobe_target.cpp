@@ -37,13 +37,13 @@ constexpr std::size_t kMaxNearMatches = 5;
 // as ld.so's default search path has it on x86_64).
 constexpr std::array<std::string_view, 4> kLibraryDirs = {
     "/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64", "/usr/lib"};
-// /proc/PID/maps lines are short; the cap only protects against a runaway read.
-constexpr std::size_t kMaxMapsBytes = 64 << 20;
 
 using symbols::detail::DefinedSymbol;
 using symbols::detail::elf_error_text;
 using symbols::detail::executable_section;
 using symbols::detail::for_each_defined_symbol;
+using symbols::detail::is_regular;
+using symbols::detail::kMaxMapsBytes;
 using symbols::detail::OpenElf;
 
 Result<OpenElf> open_elf(const fs::path& binary) {
@@ -148,11 +148,6 @@ bool is_elf_file(const fs::path& p) {
   std::array<char, 4> magic{};
   return ::read(fd.get(), magic.data(), magic.size()) == 4 &&
          std::memcmp(magic.data(), ELFMAG, SELFMAG) == 0;
-}
-
-bool is_regular(const fs::path& p) {
-  std::error_code ec;
-  return fs::is_regular_file(p, ec);
 }
 
 /// "libc" matches "libc.so.6", "libc.so" and "libc-2.31.so"; any name matches itself.
