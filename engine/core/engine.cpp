@@ -657,8 +657,8 @@ void Engine::Impl::cleanup() noexcept {
   }
   output_readers.clear();
   output.reset();  // clears its PERF_EVENT_ARRAY entries, closes the bpf-output events
-  // The links and events close side by side: each last close of a tracepoint's event and each
-  // link's waits for grace periods (a recipe of 12 tracepoints took 1.3 s to stop one by one).
+  // The links and events close side by side (ConcurrentRelease): a link's close and a
+  // tracepoint's last event's wait for grace periods (12 tracepoints took 1.3 s one by one).
   try {
     common::ConcurrentRelease release;
     release.add_each(closings);  // removed probes' rings and events not closed yet
@@ -807,7 +807,7 @@ std::vector<ProbeInfo> Engine::check(std::vector<std::string>* notes) {
 
 void Engine::Impl::trial_open(const std::vector<core::ResolvedProbe>& resolved) {
   // What run() would refuse of the recipe itself, the kernel says here: each probe's event is
-  // opened (disabled, on one CPU, never enabled or mapped) with its tracefs filter, and closed.
+  // opened (disabled, on one CPU, never enabled or mapped) with its tracefs filter.
   // A sample frequency past kernel.perf_event_max_sample_rate, an offset past a uprobe's file,
   // a filter the kernel does not parse: errors at the probe, as run() gives them.
   // The events stay open until start() has opened the probes' own (trial_events): the last
