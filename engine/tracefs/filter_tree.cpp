@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include "tracer/tracefs/filter.hpp"
+
 #include <cctype>
 #include <charconv>
 #include <climits>
@@ -16,6 +18,14 @@ class FilterParser {
  public:
   FilterParser(std::string_view text, FilterTree& out, FilterError& error, bool tracefs)
       : text_(text), out_(out), error_(error), tracefs_(tracefs) {}
+
+  /// Reads the kernel's whole grammar, not only what has an in-kernel form (the bitwise '&',
+  /// CPUS{list} values, a ".function" suffix), and records every field it reads in `fields`,
+  /// those before an error too.
+  void record_fields(std::vector<tracefs::FilterField>& fields) {
+    fields_ = &fields;
+    tracefs_ = true;
+  }
 
   bool run() {
     next();
@@ -85,6 +95,10 @@ class FilterParser {
     if (tracefs_ && c == '~') {  // tracefs: a glob match of a string field
       cmp_ = FilterCmp::kEq;
       glob_op_ = true;
+      return set(Tok::kCmp, 1);
+    }
+    if (tracefs_ && c == '&' && fields_ != nullptr) {  // bitwise and: its field is all we want
+      cmp_ = FilterCmp::kEq;
       return set(Tok::kCmp, 1);
     }
     if (tracefs_ && c == '&') {
@@ -187,8 +201,21 @@ class FilterParser {
       }
       i = close + 1;
     }
+    std::size_t end = i;  // of the name
+    if (fields_ != nullptr) {
+      // A value CPUS{0-3,7}, a string to the parser; a field's suffix (call_site.function),
+      // not part of its name.
+      if (text_.substr(pos_, i - pos_) == "CPUS" && i < text_.size() && text_[i] == '{') {
+        const std::size_t close = text_.find('}', i);
+        i = end = close == std::string_view::npos ? text_.size() : close + 1;
+      }
+      while (i < text_.size() &&
+             (text_[i] == '.' || std::isalnum(static_cast<unsigned char>(text_[i])) != 0 ||
+              text_[i] == '_'))
+        ++i;
+    }
     tok_ = Tok::kIdent;
-    tok_text_ = std::string(text_.substr(pos_, i - pos_));
+    tok_text_ = std::string(text_.substr(pos_, end - pos_));
     pos_ = i;
   }
 
@@ -288,6 +315,8 @@ class FilterParser {
       case Tok::kIdent:
         o.kind = FilterTree::Operand::Kind::kField;
         o.text = tok_text_;
+        if (fields_ != nullptr)
+          fields_->push_back({.name = tok_text_, .offset = tok_start_});
         next();
         return true;
       case Tok::kString:
@@ -336,7 +365,8 @@ class FilterParser {
   std::uint64_t int_ = 0;
   FilterCmp cmp_ = FilterCmp::kEq;
   bool tracefs_ = false;
-  bool glob_op_ = false;  // the last kCmp token was tracefs' '~'
+  bool glob_op_ = false;                                 // the last kCmp token was tracefs' '~'
+  std::vector<tracefs::FilterField>* fields_ = nullptr;  // record_fields()'s
 };
 
 }  // namespace
@@ -355,4 +385,17 @@ std::optional<FilterTree> parse_filter(std::string_view text,
   return tree;
 }
 
+namespace tracefs {
+
+std::vector<FilterField> filter_fields(std::string_view filter) {
+  std::vector<FilterField> fields;
+  FilterTree tree;
+  FilterError error;
+  FilterParser parser(filter, tree, error, true);
+  parser.record_fields(fields);
+  (void)parser.run();  // a text it does not read: the fields up to there, the kernel judges it
+  return fields;
+}
+
+}  // namespace tracefs
 }  // namespace tracer

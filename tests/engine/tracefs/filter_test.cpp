@@ -3,6 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include "tracer/ext/filter_tree.hpp"
+
+#include <algorithm>
 #include <string>
 #include <utility>
 #include <vector>
@@ -36,6 +39,26 @@ TEST(TracefsFilter, StopsWhereTheGrammarEnds) {
   EXPECT_EQ(fields("a == 1 && "), (V{{"a", 0}}));
   EXPECT_EQ(fields("a 1 && b == 2"), (V{{"a", 0}}));  // no operator: the kernel judges the rest
   EXPECT_EQ(fields(R"(a == "unterminated && b == 1)"), (V{{"a", 0}}));
+}
+
+TEST(TracefsFilter, TheFieldsAreTheTreesOperandsWhereTheTreeHasAForm) {
+  // One reader: where the in-kernel tree reads a filter, its field operands are the fields.
+  for (const char* f : {"prev_pid == 1", "!(a != 1 || b > 4) && c >= -3",
+                        R"(comm ~ "ba*" && prev_comm == 'x y' || cpu == 0)", "x && !y"}) {
+    FilterError error;
+    const auto tree = parse_filter(f, FilterGrammar::kTracefs, error);
+    ASSERT_TRUE(tree) << f << ": " << error.message;
+    V from_tree;
+    for (const auto& n : tree->nodes) {
+      for (const auto* o : {&n.a, &n.b}) {
+        if (o->kind == OperandKind::kField && n.kind != FilterNodeKind::kOr &&
+            n.kind != FilterNodeKind::kAnd && n.kind != FilterNodeKind::kNot)
+          from_tree.emplace_back(o->text, o->column - 1);
+      }
+    }
+    std::ranges::sort(from_tree, {}, &std::pair<std::string, std::size_t>::second);
+    EXPECT_EQ(fields(f), from_tree) << f;
+  }
 }
 
 TEST(TracefsFilter, GenericFields) {

@@ -15,7 +15,8 @@ struct FilterField {
   std::size_t offset = 0;  // of the name in the filter text (0-based)
 };
 
-/// The field of every predicate (`field op value`) of a filter in the kernel's grammar
+/// The field of every predicate (`field op value`) of a filter in the kernel's grammar, read by
+/// the filter tree's parser (tracer/ext/filter_tree.hpp) in its whole-grammar mode
 /// (kernel/trace/trace_events_filter.c): predicates joined by && and ||, grouped with
 /// parentheses, negated with !; ops ==, !=, <, <=, >, >=, &, ~; values are numbers, quoted or
 /// bare strings, or CPUS{list}.
