@@ -16,7 +16,6 @@
 #include <string>
 #include <tuple>
 #include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 #include "tracer/ext/stage.hpp"
@@ -141,8 +140,8 @@ class ScriptPrinter {
       const auto& r = ref.record;
       if (auto pid = feed_symbolizer(symbols_, r))
         maps_changed(*pid);
-      if (r.type == PERF_RECORD_KSYMBOL && std::exchange(kernel_lines_, false))
-        frame_lines_.erase_pid(kAnyPid);  // kernel text named anew: its lines are made again
+      if (r.type == PERF_RECORD_KSYMBOL)
+        maps_changed(kAnyPid);  // kernel text named anew: its lines are made again
       if (const auto* c = std::get_if<perf::Comm>(&r.body)) {
         comms_.update(c->tid, c->comm);
       } else if (const auto* t = std::get_if<perf::TaskEvent>(&r.body)) {
@@ -340,10 +339,17 @@ class ScriptPrinter {
     buf_.push_back('\n');
   }
 
+  struct PidLines {
+    std::uint32_t gen = 0;  // of its lines in frame_lines_ (older ones are left behind)
+    std::size_t lines = 0;  // its lines of this generation
+  };
+
   /// The line of one frame at `ip` in context `marker` of process `pid`, made once.
   void frame_line(std::uint32_t pid, std::uint64_t marker, std::uint64_t ip) {
     const bool kernel = marker == perf::abi::kContextKernel;
-    const FrameKey key{.ip = ip, .pid = kernel ? kAnyPid : pid, .marker = marker};
+    const std::uint32_t owner = kernel ? kAnyPid : pid;
+    PidLines& lines = pid_lines(owner);
+    const FrameKey key{.ip = ip, .pid = owner, .gen = lines.gen, .marker = marker};
     if (const auto line = frame_lines_.find(key)) {
       buf_.append(*line);
       return;
@@ -359,31 +365,53 @@ class ScriptPrinter {
         fmt::format_to(fmt::appender(text), "{}+{:#x}", f.symbol, f.offset);
       fmt::format_to(fmt::appender(text), " ({})\n", f.module.empty() ? "[unknown]" : f.module);
     }
-    if (!kernel)
-      frame_pids_.insert(pid);
-    else
-      kernel_lines_ = true;
+    ++lines.lines;
     const std::string_view line(text.data(), text.size());
     frame_lines_.insert(key, line);
     buf_.append(line);
   }
 
-  /// The maps of `pid` changed: its frames' lines are made again.
+  /// The lines of `pid` (kAnyPid: the kernel's), the last process's at hand: a sample's frames
+  /// are of one process.
+  PidLines& pid_lines(std::uint32_t pid) {
+    if (last_lines_ == nullptr || last_pid_ != pid) {
+      last_lines_ = &pid_lines_[pid];
+      last_pid_ = pid;
+    }
+    return *last_lines_;
+  }
+
+  /// The maps of `pid` changed (kAnyPid: the kernel's symbols): its frames' lines are made
+  /// again. Its lines are left behind by a new generation, and dropped with the others left
+  /// behind once they are half the table: a profile of many short processes changes maps at
+  /// every exec and mmap, and must not rebuild the table each time.
   void maps_changed(std::uint32_t pid) {
-    if (frame_pids_.erase(pid) == 0)
+    const auto it = pid_lines_.find(pid);
+    if (it == pid_lines_.end() || it->second.lines == 0)
       return;
-    frame_lines_.erase_pid(pid);
+    stale_ += std::exchange(it->second.lines, 0);
+    ++it->second.gen;
+    if (stale_ * 2 <= frame_lines_.size())
+      return;
+    frame_lines_.keep_if([this](const FrameKey& k) {
+      const auto p = pid_lines_.find(k.pid);
+      return p != pid_lines_.end() && p->second.gen == k.gen;
+    });
+    stale_ = 0;
+    std::erase_if(pid_lines_, [](const auto& e) { return e.second.lines == 0; });
+    last_lines_ = nullptr;
   }
 
   static constexpr std::uint32_t kAnyPid = UINT32_MAX;
   struct FrameKey {
     std::uint64_t ip = 0;
     std::uint32_t pid = 0;
+    std::uint32_t gen = 0;  // the process's PidLines::gen when the line was made
     std::uint64_t marker = 0;
     bool operator==(const FrameKey&) const = default;
   };
   /// Frame lines by (ip, pid, context): open addressing over one flat array (a profile looks up
-  /// every frame of every sample here), the lines in one arena. Erasing a process rebuilds it.
+  /// every frame of every sample here), the lines in one arena; keep_if() rebuilds both.
   class FrameLines {
    public:
     [[nodiscard]] std::optional<std::string_view> find(const FrameKey& k) const noexcept {
@@ -403,16 +431,25 @@ class ScriptPrinter {
       place({.key = k, .at = arena_.size(), .len = static_cast<std::uint32_t>(line.size())});
       arena_.append(line);
     }
-    void erase_pid(std::uint32_t pid) {
+    /// Drops the lines whose key fails `keep`, and their text.
+    template <typename Keep>
+    void keep_if(const Keep& keep) {
       std::vector<Slot> old;
       old.swap(slots_);
+      std::string old_arena;
+      old_arena.swap(arena_);
       slots_.assign(old.size(), Slot{});
       used_ = 0;
-      for (const Slot& s : old) {
-        if (s.len != 0 && s.key.pid != pid)
-          place(s);
+      for (Slot s : old) {
+        if (s.len == 0 || !keep(s.key))
+          continue;
+        const std::size_t at = arena_.size();
+        arena_.append(old_arena, s.at, s.len);
+        s.at = at;
+        place(s);
       }
     }
+    [[nodiscard]] std::size_t size() const noexcept { return used_; }
 
    private:
     struct Slot {
@@ -421,7 +458,9 @@ class ScriptPrinter {
       std::uint32_t len = 0;  // 0: empty (a frame's line is never empty)
     };
     static std::size_t hash(const FrameKey& k) noexcept {
-      std::uint64_t h = (k.ip ^ (std::uint64_t{k.pid} << 32) ^ k.marker) * 0x9E3779B97F4A7C15ULL;
+      std::uint64_t h =
+          (k.ip ^ (std::uint64_t{k.pid} << 32) ^ k.marker ^ (std::uint64_t{k.gen} << 20)) *
+          0x9E3779B97F4A7C15ULL;
       return static_cast<std::size_t>(h ^ (h >> 29));
     }
     void place(const Slot& s) {
@@ -469,8 +508,7 @@ class ScriptPrinter {
   }
   symbols::Symbolizer symbols_;
   std::vector<std::optional<perfdata::PrintFmt>> fmts_;
-  bool kernel_lines_ = false;  // kernel frames' lines are cached (a KSYMBOL drops them)
-  std::vector<bool> dwarf_;    // by event: its user stacks are unwound (DWARF)
+  std::vector<bool> dwarf_;                        // by event: its user stacks are unwound (DWARF)
   static constexpr std::size_t kMaxUnwound = 127;  // perf's kernel.perf_event_max_stack
   std::vector<std::uint64_t> unwound_;
   std::size_t name_width_ = 0;
@@ -480,7 +518,10 @@ class ScriptPrinter {
   std::string buf_;  // the output of print(), flushed every kFlushBytes
   FrameLines frame_lines_;
   static constexpr std::size_t kFlushBytes = std::size_t{1} << 20;
-  std::unordered_set<std::uint32_t> frame_pids_;  // processes with lines in frame_lines_
+  std::unordered_map<std::uint32_t, PidLines> pid_lines_;  // by process (kAnyPid: the kernel)
+  std::uint32_t last_pid_ = 0;
+  PidLines* last_lines_ = nullptr;  // pid_lines_[last_pid_]
+  std::size_t stale_ = 0;           // lines left behind in frame_lines_
   std::unordered_map<std::pair<std::uint64_t, std::uint32_t>, std::uint64_t, KeyHash> periods_;
 };
 

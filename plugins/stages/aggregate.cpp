@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <bit>
+#include <charconv>
 #include <cstring>
 #include <numeric>
 #include <utility>
@@ -344,6 +345,10 @@ std::string_view StackInterner::canonical(std::string_view raw) {
   if (auto it = canonical_.find(raw); it != canonical_.end()) [[likely]]
     return it->second;
   auto made = make_canonical(raw);
+  // A cache, bounded: raw keys hold a process's exact addresses, so a machine starting short
+  // processes makes new ones for as long as it runs (a raw key seen again is made again).
+  if (canonical_.size() >= kMaxRawKeys)
+    canonical_.clear();
   return canonical_.emplace(std::string(raw), std::move(made)).first->second;
 }
 
@@ -390,17 +395,43 @@ std::string StackInterner::make_canonical(std::string_view b) {
 }
 
 std::uint32_t StackInterner::intern(Stack stack) {
-  std::string identity;
+  // Made for every new raw key (a profile of short processes makes one per sample): appended,
+  // not formatted, into a buffer kept between calls.
+  std::string& identity = identity_;
+  identity.clear();
+  const auto put_num = [&identity](std::uint64_t v) {
+    char digits[24];
+    const auto end = std::to_chars(digits, digits + sizeof digits, v, 16).ptr;
+    identity.append(digits, end);
+  };
   for (const auto& f : stack.frames) {
-    identity += fmt::format("{}\x1f{}\x1f{}\x1f{}\x1f{}\x1f{}\x1e",
-                            f.symbol.empty() ? fmt::format("{:#x}", f.addr) : f.symbol, f.module,
-                            f.file, f.line, f.inlined ? 1 : 0, f.kernel ? 1 : 0);
+    if (f.symbol.empty()) {
+      identity += "0x";
+      put_num(f.addr);
+    } else {
+      identity += f.symbol;
+    }
+    identity += '\x1f';
+    identity += f.module;
+    identity += '\x1f';
+    identity += f.file;
+    identity += '\x1f';
+    put_num(f.line);
+    identity += f.inlined ? "\x1f"
+                            "1"
+                          : "\x1f"
+                            "0";
+    identity += f.kernel ? "\x1f"
+                           "1\x1e"
+                         : "\x1f"
+                           "0\x1e";
   }
-  auto [it, added] =
-      index_.emplace(std::move(identity), static_cast<std::uint32_t>(stacks_.size()));
-  if (added)
-    stacks_.push_back(std::move(stack));
-  return it->second;
+  if (const auto it = index_.find(identity); it != index_.end())
+    return it->second;
+  const auto index = static_cast<std::uint32_t>(stacks_.size());
+  index_.emplace(identity, index);
+  stacks_.push_back(std::move(stack));
+  return index;
 }
 
 bool AggregateStage::fixed_key_of(const KernelRow& row, FixedKey& k) const noexcept {

@@ -118,6 +118,8 @@ class StackInterner {
   std::unordered_map<std::string, std::string, KeyHash, KeyEq> canonical_;  // raw -> canonical
   std::unordered_map<std::string, std::uint32_t> index_;                    // identity -> stack
   std::vector<Stack> stacks_;
+  std::string identity_;  // intern()'s
+  static constexpr std::size_t kMaxRawKeys = std::size_t{1} << 18;
 };
 
 /// A key of at most kMaxFields fields in at most kMaxWords words: an integer or a missing value

@@ -1,5 +1,7 @@
 // Symbolized replay speed (issue #19): records a system-wide profile with callchains (`perf
-// record -a -g`, a few hundred thousand samples of a system-call loop and a busy loop), then in
+// record -a -g`, a few hundred thousand samples) of two workloads, steady (a system-call loop
+// and a busy loop) and churn (the same and a shell starting short processes: each exec and mmap
+// changes a process's maps, and each process has its own addresses), then for each in
 // the same run, rounds alternated, on the same warm file:
 //   (a) `tracer replay --perf FILE`   perf script's lines, every frame symbolized
 //   (b) `perf script -i FILE`         the reference
@@ -41,25 +43,26 @@ std::vector<std::string> lines_of(const fs::path& p) {
   return out;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  const int seconds = argc > 1 ? std::atoi(argv[1]) : 10;
-  const int rounds = argc > 2 ? std::max(1, std::atoi(argv[2])) : 5;
-  char tmpl[] = "/tmp/tracer-symbols-bench-XXXXXX";
-  if (::mkdtemp(tmpl) == nullptr)
-    return 1;
-  const fs::path dir = tmpl;
+/// Records `seconds` of `workload` system-wide and prints the three timings; false when the
+/// outputs of (a) and (b) differ.
+bool measure(const fs::path& dir,
+             const char* label,
+             const std::vector<std::string>& workload,
+             int seconds,
+             int rounds) {
+  std::string start, pids;
+  for (std::size_t i = 0; i < workload.size(); ++i) {
+    start += fmt::format("{} & p{}=$!; ", workload[i], i);
+    pids += fmt::format(" $p{}", i);
+  }
   const auto file = (dir / "profile.data").string();
-  fmt::print("recording {} s of cpu-clock every 100 us on every CPU with callchains ...\n",
-             seconds);
-  (void)seconds_of(fmt::format(
-      "({0} getppid 1000000000 & p1=$!; {1} {2} & p2=$!; sleep {3}; kill $p1 $p2; wait) "
-      ">/dev/null 2>&1 & perf record -q -g -e cpu-clock -c 100000 -a -o {4} -- sleep {3} "
-      ">/dev/null 2>&1; wait",
-      TRACER_SYSCALLER_PATH, TRACER_BUSY_LOOP, seconds * 1000, seconds, file));
+  fmt::print("\n{}: recording {} s of cpu-clock every 100 us on every CPU with callchains ...\n",
+             label, seconds);
+  (void)seconds_of(
+      fmt::format("({0}sleep {1}; kill{3}; wait) >/dev/null 2>&1 & perf record -q -g -e cpu-clock "
+                  "-c 100000 -a -o {2} -- sleep {1} >/dev/null 2>&1; wait",
+                  start, seconds, file, pids));
   (void)seconds_of("cat " + file + " > /dev/null");  // warm the page cache
-
   // Identical symbols first.
   const auto ours_txt = dir / "ours.txt", perf_txt = dir / "perf.txt";
   (void)seconds_of(fmt::format("{} replay --perf {} > {} 2>/dev/null", TRACER_CLI_PATH, file,
@@ -101,6 +104,25 @@ int main(int argc, char** argv) {
              static_cast<double>(frames) / mc / 1e6);
   fmt::print("(b)/(a) = {:.2f}x, (b)/(c) = {:.2f}x{}\n", mb / ma, mb / mc,
              differ == 0 ? "" : "  (outputs differ: see above)");
+  return differ == 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int seconds = argc > 1 ? std::atoi(argv[1]) : 10;
+  const int rounds = argc > 2 ? std::max(1, std::atoi(argv[2])) : 5;
+  char tmpl[] = "/tmp/tracer-symbols-bench-XXXXXX";
+  if (::mkdtemp(tmpl) == nullptr)
+    return 1;
+  const fs::path dir = tmpl;
+  std::vector<std::string> workload = {fmt::format("{} getppid 1000000000", TRACER_SYSCALLER_PATH),
+                                       fmt::format("{} {}", TRACER_BUSY_LOOP, seconds * 1000)};
+  bool same = measure(dir, "steady: a system-call loop and a busy loop", workload, seconds, rounds);
+  workload.emplace_back("sh -c 'while :; do /bin/true; done'");
+  same = measure(dir, "churn: the same and a shell starting short processes", workload, seconds,
+                 rounds) &&
+         same;
   fs::remove_all(dir);
-  return differ == 0 ? 0 : 1;
+  return same ? 0 : 1;
 }
