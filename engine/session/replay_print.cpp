@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <array>
 #include <charconv>
+#include <deque>
 #include <functional>
 #include <iterator>
 #include <map>
@@ -147,12 +148,53 @@ class ScriptPrinter {
       } else if (const auto* t = std::get_if<perf::TaskEvent>(&r.body)) {
         if (r.type == PERF_RECORD_FORK)
           comms_.fork(t->ptid, t->tid);
+        track_threads(r.type, *t);
       } else if (const auto* s = std::get_if<perf::Sample>(&r.body)) {
+        if (!exit_order_.empty())
+          forget_exited(s->time);
         if (ref.probe != kUnknown)
           sample(ref.probe, *s);
       }
     }
   }
+
+  /// Processes born in the recording are counted by thread; a while after the last exits (by
+  /// the records' clock), what is known of it goes: a recording of short processes would
+  /// otherwise keep every one. Not at once: a task is still sampled, with its user stack, on
+  /// its way out of do_exit() after its EXIT record. Processes that were running when the
+  /// recording began have threads no record announced: they stay.
+  void track_threads(std::uint32_t type, const perf::TaskEvent& t) {
+    if (type == PERF_RECORD_FORK) {
+      if (t.pid != t.ppid) {
+        threads_[t.pid] = 1;
+        exited_.erase(t.pid);  // a pid used again
+      } else if (const auto it = threads_.find(t.pid); it != threads_.end()) {
+        ++it->second;
+      }
+      return;
+    }
+    const auto it = threads_.find(t.pid);
+    if (type != PERF_RECORD_EXIT || it == threads_.end() || --it->second != 0)
+      return;
+    threads_.erase(it);
+    exited_[t.pid] = t.time;
+    exit_order_.push_back({t.time, t.pid});
+  }
+
+  /// Forgets the processes that exited more than kExitedFor before `now`.
+  void forget_exited(std::uint64_t now) {
+    while (!exit_order_.empty() && exit_order_.front().first + kExitedFor < now) {
+      const auto [time, pid] = exit_order_.front();
+      exit_order_.pop_front();
+      const auto it = exited_.find(pid);
+      if (it == exited_.end() || it->second != time)
+        continue;  // used again since
+      exited_.erase(it);
+      symbols_.forget_process(pid);
+      maps_changed(pid);  // its lines are left behind (its entry goes with them, not before)
+    }
+  }
+  static constexpr std::uint64_t kExitedFor = 1'000'000'000;  // ns
 
   /// perf's evlist__deliver_sample: a sample with PERF_SAMPLE_READ is delivered once per value
   /// it reads (each group member), as the member's event, with the change of that value since
@@ -520,8 +562,11 @@ class ScriptPrinter {
   static constexpr std::size_t kFlushBytes = std::size_t{1} << 20;
   std::unordered_map<std::uint32_t, PidLines> pid_lines_;  // by process (kAnyPid: the kernel)
   std::uint32_t last_pid_ = 0;
-  PidLines* last_lines_ = nullptr;  // pid_lines_[last_pid_]
-  std::size_t stale_ = 0;           // lines left behind in frame_lines_
+  PidLines* last_lines_ = nullptr;                            // pid_lines_[last_pid_]
+  std::size_t stale_ = 0;                                     // lines left behind in frame_lines_
+  std::unordered_map<std::uint32_t, std::uint32_t> threads_;  // track_threads()'s
+  std::unordered_map<std::uint32_t, std::uint64_t> exited_;   // pid -> its exit's time
+  std::deque<std::pair<std::uint64_t, std::uint32_t>> exit_order_;  // (time, pid)
   std::unordered_map<std::pair<std::uint64_t, std::uint32_t>, std::uint64_t, KeyHash> periods_;
 };
 

@@ -148,6 +148,7 @@ struct Symbolizer::Impl {
   // ELF files by "dev:ino:size:mtime" of what was opened (nullptr: could not be read), and the
   // same objects by build-id (an MMAP2 record's build-id needs no open at all).
   std::unordered_map<std::string, std::shared_ptr<ElfSymbols>> files;
+  std::unordered_map<std::string, std::shared_ptr<ElfSymbols>> files_by_path;  // replay
   std::unordered_map<std::string, std::shared_ptr<ElfSymbols>> by_build_id;
   std::unordered_map<ResultKey, std::vector<Frame>, ResultKeyHash> results;
   std::optional<KernelSymbols> kernel;
@@ -212,6 +213,20 @@ struct Symbolizer::Impl {
     std::error_code ec;
     if (p.root && fs::exists(*p.root / fs::path(path).relative_path(), ec))
       open_path = *p.root / fs::path(path).relative_path();
+    // A replay's files do not change while it runs: a path is looked at once (a recording of
+    // short processes maps the same libraries thousands of times). Live, a path is looked at
+    // for each new mapping: a library upgraded since is another file.
+    if (!options.read_proc) {
+      if (auto it = files_by_path.find(open_path.native()); it != files_by_path.end())
+        return it->second;
+    }
+    auto elf = open_file_at(open_path, path);
+    if (!options.read_proc)
+      files_by_path.emplace(open_path.native(), elf);
+    return elf;
+  }
+
+  std::shared_ptr<ElfSymbols> open_file_at(const fs::path& open_path, const std::string& path) {
     struct stat st {};
     const std::string key = ::stat(open_path.c_str(), &st) == 0
                                 ? fmt::format("{}:{}:{}:{}.{}", st.st_dev, st.st_ino, st.st_size,
@@ -350,8 +365,12 @@ struct Symbolizer::Impl {
         start = it->first;
       }
     }
-    if (entry == nullptr || is_anon_path(entry->path)) {
-      if (const auto* jit = find_jit(pid, p, ip)) {
+    // A JIT's perf map names code in anonymous memory; live, also code mapped after the maps
+    // were read. A recording's maps are complete: perf reads the map only for anonymous maps,
+    // and a file of short processes would otherwise open a missing map for each.
+    const bool jit_here = entry != nullptr ? is_anon_path(entry->path) : options.read_proc;
+    if (entry == nullptr || jit_here) {
+      if (const auto* jit = jit_here ? find_jit(pid, p, ip) : nullptr) {
         return {Frame{.addr = ip,
                       .rel = ip,
                       .symbol = jit->name,
@@ -594,6 +613,11 @@ void Symbolizer::on_exec(std::uint32_t pid) {
   auto it = impl_->procs.find(pid);
   if (it != impl_->procs.end())
     it->second.jit.reset();
+}
+
+void Symbolizer::forget_process(std::uint32_t pid) {
+  impl_->unwinders.erase(pid);
+  impl_->procs.erase(pid);
 }
 
 void Symbolizer::note_process(std::uint32_t pid) {

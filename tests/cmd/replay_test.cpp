@@ -410,12 +410,20 @@ std::pair<std::size_t, std::size_t> samples_with(const std::vector<std::string>&
 TEST(CliReplay, TheDefaultPrintHasPerfScriptsCallchains) {
   REQUIRE_PERF();
   tracer::testing::TempDir dir;
-  for (const std::string what : {"profile", "tracepoint"}) {
+  // churn: short processes for over two seconds, recorded system-wide (a CPU's event samples a
+  // task on its way out after its EXIT record), each with its own maps and addresses (their
+  // frame lines are made per process, and a process is forgotten a second after its exit).
+  for (const std::string what : {"profile", "tracepoint", "churn"}) {
     SCOPED_TRACE(what);
     const auto file = (dir.path() / (what + ".data")).string();
     const std::string record =
         what == "profile"
             ? fmt::format("perf record -q -g -F 499 -o {} -- {} 300", file, TRACER_BUSY_LOOP)
+        : what == "churn"
+            ? fmt::format(
+                  "perf record -q -a -g -F 4999 -o {} -- sh -c 'for i in $(seq 60); do "
+                  "/bin/true; /bin/true; /bin/true; sleep 0.04; done'",
+                  file)
             : fmt::format(
                   "perf record -q -g -e sched:sched_process_exec -o {} -- sh -c "
                   "'/bin/true; /bin/true; /bin/true'",
@@ -448,6 +456,19 @@ TEST(CliReplay, TheDefaultPrintHasPerfScriptsCallchains) {
       ASSERT_GE(samples, 30U) << plain.out;
       EXPECT_GE(outer * 10, samples * 8) << plain.out;
       EXPECT_EQ(samples_with(lines_of(perfs.out), "tracer_busy_outer").second, outer);
+    } else if (what == "churn") {
+      std::set<std::string> pids;  // the processes sampled with a frame in libc
+      std::string pid;
+      for (const auto& l : lines_of(perfs.out)) {
+        if (!l.empty() && l[0] != '\t') {
+          std::istringstream in(l);
+          std::string comm;
+          in >> comm >> pid;
+        } else if (l.find("libc.so") != std::string::npos) {
+          pids.insert(pid);
+        }
+      }
+      EXPECT_GE(pids.size(), 20U) << perfs.out;
     } else {
       const auto [samples, execs] = samples_with(lines, "bprm_execve");
       EXPECT_EQ(samples, 4U) << plain.out;  // sh and three /bin/true

@@ -253,6 +253,10 @@ class Symbolizer {
   void on_exec(std::uint32_t pid);
   /// Reads /proc/PID/maps once if nothing is known of `pid` (cheap when known: a hash lookup).
   void note_process(std::uint32_t pid);
+  /// Drops what is known of `pid` (its maps, unwinder, JIT map), for a caller that names every
+  /// frame as its records arrive and has seen the process's last thread exit: a recording of
+  /// short processes would otherwise keep every one of them.
+  void forget_process(std::uint32_t pid);
   /// A PERF_RECORD_KSYMBOL: kernel text [addr, addr + len) named `name` (a BPF program's
   /// "bpf_prog_<tag>_<name>", a trampoline), or no longer (`unregister`). Its frames are named
   /// as perf names them, the symbol in a module of its own name, before /proc/kallsyms.
