@@ -1,6 +1,7 @@
 // `tracer list tracepoints [GLOB]` and `tracer list pmus`.
 #include <fmt/core.h>
 #include <algorithm>
+#include <cerrno>
 #include <filesystem>
 
 #include <memory>
@@ -14,6 +15,7 @@
 #include "tracer/perf/pmu.hpp"
 #include "tracer/recipe.hpp"
 #include "tracer/result.hpp"
+#include "tracer/symbols/uprobe_target.hpp"
 #include "tracer/tracefs/tracefs.hpp"
 
 namespace tracer::cli {
@@ -258,8 +260,30 @@ int list_recipes() {
   return kExitOk;
 }
 
+/// `tracer list uprobes PATH [PATTERN]`: the functions a uprobe spec "PATH:PATTERN" would
+/// probe, demangled, with their file offsets.
+int list_uprobes(const std::string& binary, const std::string& pattern) {
+  auto path = symbols::resolve_binary(binary, std::nullopt);
+  if (!path) {
+    fmt::print(stderr, "tracer: {}\n", path.error().describe());
+    return kExitUsage;
+  }
+  auto matches = symbols::match_functions(*path, pattern);
+  if (!matches) {
+    fmt::print(stderr, "tracer: {}\n", matches.error().describe());
+    return matches.error().errno_value() == ENOENT ? kExitUsage : kExitRuntime;
+  }
+  for (const auto& m : *matches)
+    fmt::print("{:#10x} {}{}\n", m.file_offset, m.demangled,
+               m.mangled != m.demangled ? fmt::format("  ({})", m.mangled) : "");
+  fmt::print("\n({} functions; probe them with uprobe = \"{}:{}\")\n", matches->size(),
+             path->string(), pattern);
+  return kExitOk;
+}
+
 void add_list_command(CLI::App& app, Runner& run) {
-  auto* list = app.add_subcommand("list", "List tracepoints, PMUs, stages and recipes");
+  auto* list =
+      app.add_subcommand("list", "List tracepoints, PMUs, uprobe functions, stages and recipes");
   list->require_subcommand(1);
 
   auto glob = std::make_shared<std::string>();
@@ -277,6 +301,18 @@ void add_list_command(CLI::App& app, Runner& run) {
   auto json = std::make_shared<bool>(false);
   pmus->add_flag("--json", *json, "One JSON object: pmus, capabilities, properties");
   pmus->callback([&run, json] { run = [json] { return list_pmus(*json); }; });
+
+  auto binary = std::make_shared<std::string>();
+  auto pattern = std::make_shared<std::string>("*");
+  auto* ups = list->add_subcommand(
+      "uprobes", "List the functions of a binary a uprobe can name, C++ names demangled");
+  ups->add_option("binary", *binary, "An executable or library: a path, a name in $PATH, libc")
+      ->required();
+  ups->add_option("pattern", *pattern,
+                  "A function name or pattern: 'ns::Class::*', 'Class::get(int)' (default *)");
+  ups->callback([&run, binary, pattern] {
+    run = [binary, pattern] { return list_uprobes(*binary, *pattern); };
+  });
 
   list->add_subcommand("stages", "List pipeline stages and their options")->callback([&run] {
     run = [] { return list_stages(); };

@@ -562,6 +562,10 @@ int check_recipe(const RunOptions& o) {
                                      : fmt::format(", {} counter groups", recipe.counters.size()));
   for (const auto& p : probes) {
     fmt::print("  {:<20} {:<11} {:<40} {}\n", p.name, to_string(p.kind), p.spec, p.pmu);
+    if (!p.sites.empty())
+      fmt::print("    {} places:\n", p.sites.size());
+    for (const auto& site : p.sites)
+      fmt::print("      {}\n", site.symbol);
   }
   for (const auto& n : out_of_target_notes(recipe, target_from(o)))
     notes.push_back(n);

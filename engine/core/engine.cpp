@@ -68,64 +68,73 @@ void Engine::Impl::open_probe(core::ResolvedProbe& rp,
   perf::EventAttr attr = rp.attr;
   if (delivered_probe && task_target)
     attr.flag(perf::Flag::kInherit, false).flag(perf::Flag::kEnableOnExec, false);
+  // A uprobe of several sites (a C++ name's overloads, a pattern's matches): an event of each
+  // per CPU and task, all writing to one ring.
+  const std::size_t sites = std::max<std::size_t>(1, rp.info.sites.size());
   for (int cpu : event_cpus) {
     CpuEvents ce;
     ce.cpu = cpu;
-    for (pid_t pid : event_pids) {
-      perf::OpenTarget t{.pid = pid, .cpu = cpu};
-      if (opts.target.kind == Target::Kind::kCgroup) {
-        t.pid = targets.cgroup_fd();
-        t.flags = PERF_FLAG_PID_CGROUP;
-      }
-      auto ev = perf::Event::open(attr, t);
-      if (!ev && ev.error().errno_value() == ESRCH && opts.target.kind == Target::Kind::kPid &&
-          pid != opts.target.pid) {
-        continue;  // a thread that exited since we listed it
-      }
-      if (!ev) {
-        throw_failure(ev.error().errno_value() == EACCES || ev.error().errno_value() == EPERM
-                          ? ErrorCategory::kPermission
-                      : ev.error().errno_value() == ENOENT ? ErrorCategory::kUnsupported
-                                                           : ErrorCategory::kRuntime,
-                      ev.error(), fmt::format("probe '{}'", rp.info.name), about(rp.info.index));
-      }
-      // A system-wide tracepoint sampled by its own events leaves tracer's main thread out
-      // (its drains' system calls would be samples that wake it again).
-      // (A system call's `char *` argument compares as the user string it points to.)
-      std::string filter = o.filter.empty() || !rp.info.format
-                               ? o.filter
-                               : tracefs::kernel_filter(o.filter, *rp.info.format);
-      if (self_tgid() != 0 && o.kind == ProbeKind::kTracepoint && !delivered_probe &&
-          o.bpf_program.empty()) {
-        const std::string self = fmt::format("common_pid != {}", self_tgid());
-        filter = filter.empty() ? self : fmt::format("({}) && {}", filter, self);
-      }
-      if (!filter.empty()) {
-        if (auto st = ev->set_filter(filter); !st) {
-          throw_failure(ErrorCategory::kUsage, st.error(), fmt::format("probe '{}'", rp.info.name),
-                        about(rp.info.index, "filter"));
+    for (std::size_t site = 0; site < sites; ++site) {
+      perf::EventAttr site_attr = attr;
+      if (site != 0)
+        site_attr.config(rp.info.sites[site].config).config2(rp.info.sites[site].config2);
+      for (pid_t pid : event_pids) {
+        perf::OpenTarget t{.pid = pid, .cpu = cpu};
+        if (opts.target.kind == Target::Kind::kCgroup) {
+          t.pid = targets.cgroup_fd();
+          t.flags = PERF_FLAG_PID_CGROUP;
         }
-      }
-      // Timebase sampling: the members count in the group this event leads; each sample of
-      // it reads them (PERF_SAMPLE_READ). They follow the leader's enabling.
-      for (std::size_t m = 0; m < rp.members.size(); ++m) {
-        perf::EventAttr ma = rp.members[m];
-        ma.flag(perf::Flag::kInherit, attr.has(perf::Flag::kInherit))
-            .flag(perf::Flag::kDisabled, false)
-            .flag(perf::Flag::kEnableOnExec, false);
-        perf::OpenTarget mt = t;
-        mt.group_fd = ev->fd();
-        auto member = perf::Event::open(ma, mt);
-        if (!member) {
-          throw_failure(member.error().errno_value() == ENOENT ? ErrorCategory::kUnsupported
-                                                               : ErrorCategory::kRuntime,
-                        member.error(),
-                        fmt::format("probe '{}': read '{}'", rp.info.name, o.read_events[m]),
-                        about(rp.info.index, "read"));
+        auto ev = perf::Event::open(site_attr, t);
+        if (!ev && ev.error().errno_value() == ESRCH && opts.target.kind == Target::Kind::kPid &&
+            pid != opts.target.pid) {
+          continue;  // a thread that exited since we listed it
         }
-        ce.members.push_back(std::move(*member));
+        if (!ev) {
+          throw_failure(ev.error().errno_value() == EACCES || ev.error().errno_value() == EPERM
+                            ? ErrorCategory::kPermission
+                        : ev.error().errno_value() == ENOENT ? ErrorCategory::kUnsupported
+                                                             : ErrorCategory::kRuntime,
+                        ev.error(), fmt::format("probe '{}'", rp.info.name), about(rp.info.index));
+        }
+        // A system-wide tracepoint sampled by its own events leaves tracer's main thread out
+        // (its drains' system calls would be samples that wake it again).
+        // (A system call's `char *` argument compares as the user string it points to.)
+        std::string filter = o.filter.empty() || !rp.info.format
+                                 ? o.filter
+                                 : tracefs::kernel_filter(o.filter, *rp.info.format);
+        if (self_tgid() != 0 && o.kind == ProbeKind::kTracepoint && !delivered_probe &&
+            o.bpf_program.empty()) {
+          const std::string self = fmt::format("common_pid != {}", self_tgid());
+          filter = filter.empty() ? self : fmt::format("({}) && {}", filter, self);
+        }
+        if (!filter.empty()) {
+          if (auto st = ev->set_filter(filter); !st) {
+            throw_failure(ErrorCategory::kUsage, st.error(),
+                          fmt::format("probe '{}'", rp.info.name), about(rp.info.index, "filter"));
+          }
+        }
+        // Timebase sampling: the members count in the group this event leads; each sample of
+        // it reads them (PERF_SAMPLE_READ). They follow the leader's enabling.
+        for (std::size_t m = 0; m < rp.members.size(); ++m) {
+          perf::EventAttr ma = rp.members[m];
+          ma.flag(perf::Flag::kInherit, attr.has(perf::Flag::kInherit))
+              .flag(perf::Flag::kDisabled, false)
+              .flag(perf::Flag::kEnableOnExec, false);
+          perf::OpenTarget mt = t;
+          mt.group_fd = ev->fd();
+          auto member = perf::Event::open(ma, mt);
+          if (!member) {
+            throw_failure(member.error().errno_value() == ENOENT ? ErrorCategory::kUnsupported
+                                                                 : ErrorCategory::kRuntime,
+                          member.error(),
+                          fmt::format("probe '{}': read '{}'", rp.info.name, o.read_events[m]),
+                          about(rp.info.index, "read"));
+          }
+          ce.members.push_back(std::move(*member));
+        }
+        ce.events.push_back(std::move(*ev));
+        ce.site_of.push_back(static_cast<std::uint32_t>(site));
       }
-      ce.events.push_back(std::move(*ev));
     }
     if (ce.events.empty())
       continue;

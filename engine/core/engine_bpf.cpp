@@ -296,17 +296,22 @@ void Engine::Impl::attach_bpf_programs() {
     // task; tracer_target.h's tracer_in_target() tests the target).
     if (opts.target.kind != Target::Kind::kAllCpus &&
         probes[p].attr.type() == PERF_TYPE_TRACEPOINT) {
-      perf::EventAttr a;
-      a.type(PERF_TYPE_TRACEPOINT).config(probes[p].attr.config()).flag(perf::Flag::kDisabled);
-      auto ev = perf::Event::open(a, {.pid = -1, .cpu = 0});
-      if (!ev)
-        throw_failure(ErrorCategory::kRuntime, ev.error(),
-                      fmt::format("probe '{}': an event for its program", opts.probes[p].name),
-                      about(p));
-      if (auto st = ev->set_bpf(fd); !st)
-        throw_failure(ErrorCategory::kRuntime, st.error(),
-                      fmt::format("probe '{}'", opts.probes[p].name), about(p));
-      follow_events.push_back(std::move(*ev));
+      const auto& sites = probes[p].sites;  // a tracefs uprobe's: a tracepoint each
+      for (std::size_t s = 0; s < std::max<std::size_t>(1, sites.size()); ++s) {
+        perf::EventAttr a;
+        a.type(PERF_TYPE_TRACEPOINT)
+            .config(sites.empty() ? probes[p].attr.config() : sites[s].config)
+            .flag(perf::Flag::kDisabled);
+        auto ev = perf::Event::open(a, {.pid = -1, .cpu = 0});
+        if (!ev)
+          throw_failure(ErrorCategory::kRuntime, ev.error(),
+                        fmt::format("probe '{}': an event for its program", opts.probes[p].name),
+                        about(p));
+        if (auto st = ev->set_bpf(fd); !st)
+          throw_failure(ErrorCategory::kRuntime, st.error(),
+                        fmt::format("probe '{}'", opts.probes[p].name), about(p));
+        follow_events.push_back(std::move(*ev));
+      }
       continue;
     }
     // One attach per tracepoint: the program belongs to the tracepoint and runs on every CPU
@@ -337,15 +342,28 @@ void Engine::attach_bpf(std::uint32_t probe, int prog_fd, bool every_event) {
     }
   } else {
     // An event holds one program: the first may carry the engine's own (the hit counter), so
-    // the program goes on the first event that has none.
+    // the program goes on the first event that has none, of each site (a uprobe's overloads
+    // are probes of their own in the kernel).
+    std::uint32_t sites = 1;
     for (const auto& cpu : im.events[probe]) {
-      for (const auto& ev : cpu.events) {
-        st = ev.set_bpf(prog_fd);
-        if (st || st.error().errno_value() != EEXIST)
+      for (const auto s : cpu.site_of)
+        sites = std::max(sites, s + 1);
+    }
+    for (std::uint32_t site = 0; site < sites && (site == 0 || st); ++site) {
+      bool placed = false;
+      for (const auto& cpu : im.events[probe]) {
+        for (std::size_t i = 0; i < cpu.events.size(); ++i) {
+          if (i < cpu.site_of.size() && cpu.site_of[i] != site)
+            continue;
+          st = cpu.events[i].set_bpf(prog_fd);
+          if (st || st.error().errno_value() != EEXIST) {
+            placed = true;
+            break;
+          }
+        }
+        if (placed)
           break;
       }
-      if (st || st.error().errno_value() != EEXIST)
-        break;
     }
   }
   if (!st) {

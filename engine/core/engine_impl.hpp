@@ -85,6 +85,9 @@ struct Engine::Impl : std::enable_shared_from_this<Engine::Impl> {
   struct CpuEvents {
     int cpu = -1;
     std::vector<perf::Event> events;
+    /// The site of each event (ProbeInfo::sites: 0 is attr's own). Events of one site
+    /// share one kernel probe where its program is attached once.
+    std::vector<std::uint32_t> site_of;
     /// Timebase sampling: the counting members of each event's group (ProbeOptions::read_events),
     /// closed with it.
     std::vector<perf::Event> members;

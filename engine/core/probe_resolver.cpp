@@ -165,38 +165,57 @@ void resolve_dynamic_probe(const ProbeOptions& o, ResolvedProbe& r, ResolveConte
                        : "kprobes need a kernel built with CONFIG_KPROBES; tracepoints "
                          "(`tracer list tracepoints`) cover many of the same places");
   }
-  std::string target;  // uprobe: binary path; kprobe: symbol
-  std::uint64_t offset = 0;
+  std::string target;                  // uprobe: binary path; kprobe: symbol
+  std::vector<std::uint64_t> offsets;  // a uprobe's sites (C++ overloads, a pattern's matches)
+  std::vector<std::string> symbols;
   if (uprobe) {
     auto t = symbols::parse_uprobe_spec(o.spec, ctx.pid);
     if (!t)
       rethrow(o, t.error(), category_for(t.error()));
     target = t->path.string();
-    offset = t->offset;
+    for (const auto& site : t->sites) {
+      offsets.push_back(site.offset);
+      symbols.push_back(site.symbol);
+    }
   } else {
     auto s = symbols::parse_symbol_spec(o.spec);
     if (!s)
       rethrow(o, s.error(), ErrorCategory::kUsage);
     target = s->name;
-    offset = s->offset;
+    offsets.push_back(s->offset);
   }
   if (backend.kind == ProbeBackendKind::kPmu) {
-    r.attr = uprobe ? uprobe_attr(backend, target, offset, ret)
-                    : kprobe_attr(backend, target, offset, ret);
+    r.attr = uprobe ? uprobe_attr(backend, target, offsets.front(), ret)
+                    : kprobe_attr(backend, target, offsets.front(), ret);
+    for (std::size_t i = 0; i < offsets.size() && offsets.size() > 1; ++i)
+      r.info.sites.push_back(
+          {.symbol = symbols[i], .config = r.attr.config(), .config2 = offsets[i]});
     r.attr_string = std::move(target);
     r.config1_is_attr_string = true;
     r.info.pmu = uprobe ? "uprobe" : "kprobe";
     return;
   }
-  // A tracefs dynamic event: a tracepoint of our own group, removed when the engine stops.
+  // A tracefs dynamic event: a tracepoint of our own group, removed when the engine stops; one
+  // per site, the same format.
   std::string event = "p" + std::to_string(r.info.index) + "_";
   for (char c : o.name)
     event += std::isalnum(static_cast<unsigned char>(c)) != 0 ? c : '_';
   auto& dyn = ctx.dynamic_probes();
+  const std::uint64_t offset = offsets.front();
   auto added = uprobe ? dyn.add_uprobe(event, target, offset, ret)
                       : dyn.add_kprobe(event, target, offset, ret);
   if (!added)
     rethrow(o, added.error(), category_for(added.error()));
+  for (std::size_t i = 0; i < offsets.size() && offsets.size() > 1; ++i) {
+    std::uint64_t id = added->id;
+    if (i != 0) {
+      auto more = dyn.add_uprobe(fmt::format("{}_{}", event, i), target, offsets[i], ret);
+      if (!more)
+        rethrow(o, more.error(), category_for(more.error()));
+      id = more->id;
+    }
+    r.info.sites.push_back({.symbol = symbols[i], .config = id, .config2 = 0});
+  }
   auto format = ctx.fs().format(added->name);
   if (!format)
     rethrow(o, format.error(), ErrorCategory::kRuntime);

@@ -116,8 +116,13 @@ std::vector<Run> start_runs(Engine& engine,
       const std::uint32_t pi = run.place.probes[i];
       const perf::EventAttr& attr = engine.probes()[pi].attr;
       if (attr.type() == PERF_TYPE_TRACEPOINT) {
-        run.events.push_back(on_tracepoint(attr.config(), prog->programs[i]));
-        run.event_probes.push_back(pi);
+        // (A tracefs uprobe of several sites is a tracepoint of each.)
+        const auto& sites = engine.probes()[pi].sites;
+        for (std::size_t s = 0; s < std::max<std::size_t>(1, sites.size()); ++s) {
+          run.events.push_back(
+              on_tracepoint(sites.empty() ? attr.config() : sites[s].config, prog->programs[i]));
+          run.event_probes.push_back(pi);
+        }
       } else {  // a probe PMU's kprobe/uprobe, or a sampling event, system-wide (place() keeps
                 // task targets out)
         auto fd = run.object->program_fd(prog->programs[i]);

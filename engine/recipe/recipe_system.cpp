@@ -146,11 +146,11 @@ void check_uprobe(const RecipeProbe& p, std::optional<pid_t> pid, Diagnostics& d
   if (!target) {
     diagnostics.add(where, target.error().message, target.error().hint);
   } else if (const auto size = std::filesystem::file_size(target->path, ec);
-             !ec && target->offset >= size) {
+             !ec && target->sites.front().offset >= size) {
     // The kernel refuses an offset past the file with a bare EINVAL.
     diagnostics.add(where,
-                    fmt::format("offset {:#x} is past the end of {} ({} bytes)", target->offset,
-                                target->path.string(), size),
+                    fmt::format("offset {:#x} is past the end of {} ({} bytes)",
+                                target->sites.front().offset, target->path.string(), size),
                     "a uprobe offset is a file offset inside the binary: name a symbol "
                     "(path:function) or an offset that `objdump -d` shows");
   }

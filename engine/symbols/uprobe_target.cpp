@@ -444,24 +444,74 @@ Result<fs::path> resolve_binary(std::string_view spec, std::optional<pid_t> pid)
               pid ? "give the full path" : "give the full path, or a pid whose maps contain it");
 }
 
+namespace {
+
+/// The ':' between the file and the symbol: the last one that is not half of a "::" (a path may
+/// hold ':' too). npos when there is none.
+std::size_t file_symbol_colon(std::string_view spec) {
+  std::size_t at = std::string_view::npos;
+  for (std::size_t i = 0; i < spec.size(); ++i) {
+    if (spec[i] != ':')
+      continue;
+    if (i + 1 < spec.size() && spec[i + 1] == ':') {
+      ++i;  // "::"
+      continue;
+    }
+    at = i;
+  }
+  return at;
+}
+
+}  // namespace
+
 Result<UprobeTarget> parse_uprobe_spec(std::string_view spec, std::optional<pid_t> pid) {
-  const auto colon = spec.rfind(':');
+  const auto colon = file_symbol_colon(spec);
   if (colon == std::string_view::npos || colon == 0 || colon + 1 == spec.size())
     return fail(EINVAL, fmt::format("probe: bad uprobe '{}'", spec),
-                "write path:symbol, path:symbol+0x10, path:0xOFFSET or lib:symbol");
+                "write path:symbol, path:symbol+0x10, path:0xOFFSET, lib:symbol, or a C++ name "
+                "path:ns::Class::method, path:Class::get(int) or path:ns::*");
+  std::string_view file = spec.substr(0, colon);
   const std::string_view where = spec.substr(colon + 1);
+  bool cpp = false;
+  if (file.ends_with(":cpp") && file.size() > 4) {  // bpftrace's "path:cpp:NAME"
+    file.remove_suffix(4);
+    cpp = true;
+  }
   UprobeTarget out;
-  TRACER_ASSIGN_OR_RETURN(out.path, resolve_binary(spec.substr(0, colon), pid));
+  TRACER_ASSIGN_OR_RETURN(out.path, resolve_binary(file, pid));
   if (where.starts_with("0x") || where.starts_with("0X")) {
     const auto off = parse_number<std::uint64_t>(where);
     if (!off)
       return fail(EINVAL, fmt::format("probe: bad file offset '{}' in '{}'", where, spec),
                   "a raw offset is 0x-prefixed hex, e.g. /bin/bash:0x4a5b0");
-    out.offset = *off;
+    out.sites.push_back({.offset = *off, .symbol = {}});
     return out;
   }
-  TRACER_ASSIGN_OR_RETURN(out.offset, symbol_file_offset(out.path, where));
-  out.symbol = std::string(where);
+  if (!cpp && !is_cxx_pattern(where)) {
+    auto offset = symbol_file_offset(out.path, where);
+    if (offset) {
+      out.sites.push_back({.offset = *offset, .symbol = std::string(where)});
+      return out;
+    }
+    if (offset.error().errno_value() != ENOENT || where.find('+') != std::string_view::npos)
+      return std::unexpected(std::move(offset).error());
+    // A plain name no symbol has may be a C++ function's ("get" of Cache::get is not).
+    auto matched = match_functions(out.path, where);
+    if (!matched)
+      return std::unexpected(std::move(offset).error());
+    for (auto& m : *matched)
+      out.sites.push_back({.offset = m.file_offset, .symbol = std::move(m.demangled)});
+  } else {
+    TRACER_ASSIGN_OR_RETURN(auto matched, match_functions(out.path, where));
+    for (auto& m : matched)
+      out.sites.push_back({.offset = m.file_offset, .symbol = std::move(m.demangled)});
+  }
+  if (out.sites.size() > kMaxUprobeSites)
+    return fail(EINVAL,
+                fmt::format("probe: '{}' matches {} functions of {}: at most {} per probe", where,
+                            out.sites.size(), out.path.string(), kMaxUprobeSites),
+                fmt::format("narrow the pattern; `tracer list uprobes {} '{}'` lists them",
+                            out.path.string(), where));
   return out;
 }
 

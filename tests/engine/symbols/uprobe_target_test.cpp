@@ -208,22 +208,23 @@ TEST(ParseUprobeSpec, EveryForm) {
   auto plain = symbols::parse_uprobe_spec(path + ":tracer_test_fn", std::nullopt);
   ASSERT_TRUE(plain.has_value()) << plain.error().describe();
   EXPECT_EQ(plain->path, fs::path(path));
-  EXPECT_EQ(plain->offset, *base);
-  EXPECT_EQ(plain->symbol, "tracer_test_fn");
+  ASSERT_EQ(plain->sites.size(), 1U);
+  EXPECT_EQ(plain->sites[0].offset, *base);
+  EXPECT_EQ(plain->sites[0].symbol, "tracer_test_fn");
 
   auto plus = symbols::parse_uprobe_spec(path + ":tracer_test_fn+4", std::nullopt);
   ASSERT_TRUE(plus.has_value());
-  EXPECT_EQ(plus->offset, *base + 4);
+  EXPECT_EQ(plus->sites.at(0).offset, *base + 4);
 
   auto raw = symbols::parse_uprobe_spec(path + ":0x1234", std::nullopt);
   ASSERT_TRUE(raw.has_value());
-  EXPECT_EQ(raw->offset, 0x1234U);
-  EXPECT_TRUE(raw->symbol.empty());
+  EXPECT_EQ(raw->sites.at(0).offset, 0x1234U);
+  EXPECT_TRUE(raw->sites.at(0).symbol.empty());
 
   auto lib = symbols::parse_uprobe_spec("libc:getpid", ::getpid());
   ASSERT_TRUE(lib.has_value()) << lib.error().describe();
   EXPECT_EQ(lib->path.filename(), "libc.so.6");
-  EXPECT_EQ(lib->offset, symbols::symbol_file_offset(lib->path, "getpid"));
+  EXPECT_EQ(lib->sites.at(0).offset, symbols::symbol_file_offset(lib->path, "getpid"));
 
   for (const char* bad : {"nocolon", ":sym", "/bin/ls:", "/bin/ls:0xzz"}) {
     auto r = symbols::parse_uprobe_spec(bad, std::nullopt);

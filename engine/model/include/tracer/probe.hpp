@@ -114,6 +114,15 @@ struct ProbeOptions {
 };
 
 /// What a probe resolved to, for stages that bind field names once.
+/// One of a probe's places in the kernel, when it has several (a uprobe of a C++ name's
+/// overloads or a pattern's matches): what it is and the attr fields that differ from
+/// ProbeInfo::attr's.
+struct ProbeSite {
+  std::string symbol{};       // as matched: "shop::Cache::get(int)"
+  std::uint64_t config = 0;   // a tracefs event's id (PERF_TYPE_TRACEPOINT), else attr's
+  std::uint64_t config2 = 0;  // a probe PMU's offset
+};
+
 struct ProbeInfo {
   std::uint32_t index = 0;
   std::string name{};
@@ -146,6 +155,9 @@ struct ProbeInfo {
   /// The attr the events were opened with (sample_type, read_format, clockid...): what a
   /// perf.data writer stores for this probe.
   perf::EventAttr attr{};
+  /// Every place of a probe of several, the first attr's own (each has events of its own on
+  /// every CPU, writing to the probe's ring); empty for a probe of one place.
+  std::vector<ProbeSite> sites{};
 };
 
 }  // namespace tracer

@@ -16,6 +16,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "tracer/result.hpp"
 
@@ -90,17 +91,54 @@ struct SymbolAddress {
 [[nodiscard]] Result<std::filesystem::path> resolve_binary(std::string_view spec,
                                                            std::optional<pid_t> pid);
 
-/// Where a uprobe goes.
-struct UprobeTarget {
-  std::filesystem::path path;  // absolute path of the binary or library
-  std::uint64_t offset = 0;    // file offset of the probed instruction
-  std::string symbol;          // the symbol as written ("malloc+0x4"); empty for a raw offset
+/// A function matched by its demangled name.
+struct FunctionMatch {
+  std::string demangled;  // "ns::Cache::get(int) const" (a C name as it is)
+  std::string mangled;    // "_ZNK2ns5Cache3getEi"
+  std::uint64_t file_offset = 0;
+  std::uint64_t size = 0;
 };
 
-/// Parses "path:symbol", "path:symbol+off", "path:0xoffset" or "lib:symbol" (the part before
-/// the last ':' goes through resolve_binary(), the symbol through symbol_file_offset()).
-/// @return the target, or EINVAL when there is no ':' or an empty side, or the errors of
-/// resolve_binary() and symbol_file_offset().
+/// A demangled name without its parameters or a template function's return type:
+/// "ns::Cache::get(int) const" -> "ns::Cache::get", "int ns::f<int>(int)" -> "ns::f<int>",
+/// "S::operator()(int)" -> "S::operator()".
+[[nodiscard]] std::string_view cxx_function_name(std::string_view demangled);
+
+/// Whether a uprobe's symbol is a C++ name or a pattern (holds "::", '(', '*' or '?') rather
+/// than a symbol as the symbol table spells it.
+[[nodiscard]] bool is_cxx_pattern(std::string_view name);
+
+/// The functions (.symtab, else .dynsym) whose demangled name matches `pattern`: with a '(' the
+/// whole demangled text ("Cache::get(int)"), else the name without its parameters (every
+/// overload of "Cache::get"); '*' and '?' are wildcards. One per file offset (aliases such as
+/// a constructor's C1 and C2 probe once), sorted by demangled name.
+/// @return the matches, or ENOENT with up to 5 near demangled names in the hint, or the errors
+/// of opening the file.
+[[nodiscard]] Result<std::vector<FunctionMatch>> match_functions(
+    const std::filesystem::path& binary,
+    std::string_view pattern);
+
+/// Where a uprobe goes: one or more places of one file.
+struct UprobeSite {
+  std::uint64_t offset = 0;  // file offset of the probed instruction
+  std::string symbol;        // as written ("malloc+0x4") or as matched ("Cache::get(int)")
+};
+struct UprobeTarget {
+  std::filesystem::path path;  // absolute path of the binary or library
+  std::vector<UprobeSite> sites;
+};
+
+/// The most places one uprobe spec may name (each is a probe of the kernel's on every CPU).
+inline constexpr std::size_t kMaxUprobeSites = 256;
+
+/// Parses "path:symbol", "path:symbol+off", "path:0xoffset", "lib:symbol", and C++ names and
+/// patterns "path:ns::Class::method", "path:Class::get(int)", "path:ns::*" (also written
+/// "path:cpp:NAME", as bpftrace does). The file is what comes before the last ':' outside a
+/// "::" (through resolve_binary()); a symbol the symbol table has is one site
+/// (symbol_file_offset()), a C++ name or pattern every function match_functions() finds.
+/// @return the target, or EINVAL when there is no ':' or an empty side or more than
+/// kMaxUprobeSites matches, or the errors of resolve_binary(), symbol_file_offset() and
+/// match_functions().
 [[nodiscard]] Result<UprobeTarget> parse_uprobe_spec(std::string_view spec,
                                                      std::optional<pid_t> pid);
 
