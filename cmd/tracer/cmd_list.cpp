@@ -16,6 +16,7 @@
 #include "tracer/recipe.hpp"
 #include "tracer/result.hpp"
 #include "tracer/symbols/uprobe_target.hpp"
+#include "tracer/symbols/usdt.hpp"
 #include "tracer/tracefs/tracefs.hpp"
 
 namespace tracer::cli {
@@ -281,6 +282,42 @@ int list_uprobes(const std::string& binary, const std::string& pattern) {
   return kExitOk;
 }
 
+/// `tracer list usdt PATH`: a file's USDT probes, each with its call sites, semaphore and
+/// arguments.
+int list_usdt(const std::string& binary) {
+  auto path = symbols::resolve_binary(binary, std::nullopt);
+  if (!path) {
+    fmt::print(stderr, "tracer: {}\n", path.error().describe());
+    return kExitUsage;
+  }
+  auto sites = symbols::read_usdt(*path);
+  if (!sites) {
+    fmt::print(stderr, "tracer: {}\n", sites.error().describe());
+    return kExitUsage;
+  }
+  std::string last;
+  std::size_t probes = 0;
+  for (const auto& s : *sites) {
+    const std::string name = s.provider + ":" + s.name;
+    if (name != last) {
+      ++probes;
+      fmt::print("{}{}\n", name,
+                 s.semaphore != 0 ? fmt::format("  (semaphore at {:#x})", s.semaphore) : "");
+      last = name;
+    }
+    std::string args;
+    for (std::size_t i = 0; i < s.arg_list.size(); ++i) {
+      const auto& a = s.arg_list[i];
+      args += fmt::format("{}arg{}: {}{} {}", i == 0 ? "" : ", ", i, a.is_signed ? "s" : "u",
+                          a.size * 8, a.operand);
+    }
+    fmt::print("    {:#10x}  {}\n", s.address, args.empty() ? s.args : args);
+  }
+  fmt::print("\n({} probes, {} call sites in {}; probe one with usdt = \"{}:PROVIDER:NAME\")\n",
+             probes, sites->size(), path->string(), path->string());
+  return kExitOk;
+}
+
 void add_list_command(CLI::App& app, Runner& run) {
   auto* list =
       app.add_subcommand("list", "List tracepoints, PMUs, uprobe functions, stages and recipes");
@@ -313,6 +350,13 @@ void add_list_command(CLI::App& app, Runner& run) {
   ups->callback([&run, binary, pattern] {
     run = [binary, pattern] { return list_uprobes(*binary, *pattern); };
   });
+
+  auto usdt_binary = std::make_shared<std::string>();
+  auto* usdt = list->add_subcommand("usdt", "List a binary's USDT probes and their arguments");
+  usdt->add_option("binary", *usdt_binary,
+                   "An executable or library: a path, a name in $PATH, libc")
+      ->required();
+  usdt->callback([&run, usdt_binary] { run = [usdt_binary] { return list_usdt(*usdt_binary); }; });
 
   list->add_subcommand("stages", "List pipeline stages and their options")->callback([&run] {
     run = [] { return list_stages(); };

@@ -40,7 +40,7 @@ namespace core {
 /// privilege (core::Needs::tracepoints).
 [[nodiscard]] inline bool opens_trace_event(ProbeKind k) noexcept {
   return k == ProbeKind::kTracepoint || k == ProbeKind::kKprobe || k == ProbeKind::kKretprobe ||
-         k == ProbeKind::kUprobe || k == ProbeKind::kUretprobe;
+         is_user_probe(k);
 }
 /// The usage error of a second probe named `name`.
 [[noreturn]] void throw_duplicate_probe(const std::string& name);

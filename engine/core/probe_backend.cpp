@@ -79,6 +79,10 @@ ProbeBackend choose_probe_backend(ProbeFamily family, const BackendRoots& roots)
         out.kind = ProbeBackendKind::kPmu;
         out.pmu_type = pmu->type;
         out.retprobe_bit = *bit;
+        for (const auto& t : pmu->formats) {
+          if (t.name == "ref_ctr_offset" && t.config_field == 0 && t.bits.size() == 1)
+            out.ref_ctr_shift = static_cast<unsigned>(t.bits[0].first);
+        }
         out.reason =
             fmt::format("{} PMU (type {}, retprobe is config bit {})", kind, pmu->type, *bit);
         return out;

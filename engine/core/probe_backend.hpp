@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 
 #include "tracer/perf/event_attr.hpp"
@@ -54,6 +55,9 @@ struct ProbeBackend {
   /// kPmu: the config bit that makes a return probe, from format/retprobe ("config:0").
   /// When the file is missing the kernel's PERF_PROBE_CONFIG_IS_RETPROBE (bit 0) is assumed.
   unsigned retprobe_bit = 0;
+  /// kPmu, uprobes: the first config bit of the semaphore offset, from format/ref_ctr_offset
+  /// ("config:32-63", 4.20+); nullopt when the kernel has none.
+  std::optional<unsigned> ref_ctr_shift{};
   /// kTracefs: the tracefs root (kprobe_events/uprobe_events live in it).
   std::filesystem::path tracefs_root{};
   /// Why this backend was chosen, or (kUnsupported) why none could be.

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <linux/hw_breakpoint.h>
 
+#include <algorithm>
 #include <array>
 #include <cctype>
 #include <charconv>
@@ -17,6 +18,7 @@
 #include "tracer/perf/pmu.hpp"
 #include "tracer/perf/software.hpp"
 #include "tracer/symbols/uprobe_target.hpp"
+#include "tracer/symbols/usdt.hpp"
 
 namespace tracer::core {
 namespace {
@@ -146,7 +148,7 @@ namespace {
 // kprobe/kretprobe/uprobe/uretprobe: through the probe PMU where there is one, else through a
 // tracefs dynamic event (a tracepoint we create), else a clear "not on this kernel".
 void resolve_dynamic_probe(const ProbeOptions& o, ResolvedProbe& r, ResolveContext& ctx) {
-  const bool uprobe = o.kind == ProbeKind::kUprobe || o.kind == ProbeKind::kUretprobe;
+  const bool uprobe = is_user_probe(o.kind);
   const bool ret = o.kind == ProbeKind::kUretprobe || o.kind == ProbeKind::kKretprobe;
   BackendRoots roots;
   if (auto fs = tracefs::Tracefs::open())
@@ -165,17 +167,29 @@ void resolve_dynamic_probe(const ProbeOptions& o, ResolvedProbe& r, ResolveConte
                        : "kprobes need a kernel built with CONFIG_KPROBES; tracepoints "
                          "(`tracer list tracepoints`) cover many of the same places");
   }
-  std::string target;                  // uprobe: binary path; kprobe: symbol
-  std::vector<std::uint64_t> offsets;  // a uprobe's sites (C++ overloads, a pattern's matches)
-  std::vector<std::string> symbols;
-  if (uprobe) {
+  std::string target;                   // uprobe: binary path; kprobe: symbol
+  std::vector<std::uint64_t> offsets;   // a uprobe's sites (C++ overloads, a pattern's matches)
+  std::vector<std::string> names;       // of each site, as `check` lists them
+  std::vector<std::uint64_t> ref_ctrs;  // a USDT site's semaphore (its file offset; 0: none)
+  if (o.kind == ProbeKind::kUsdt) {
+    auto t = symbols::parse_usdt_spec(o.spec, ctx.pid);
+    if (!t)
+      rethrow(o, t.error(), category_for(t.error()));
+    target = t->path.string();
+    for (const auto& site : t->sites) {
+      offsets.push_back(site.file_offset);
+      ref_ctrs.push_back(site.semaphore_offset);
+      names.push_back(
+          fmt::format("{}:{} at {:#x} ({})", site.provider, site.name, site.address, site.args));
+    }
+  } else if (uprobe) {
     auto t = symbols::parse_uprobe_spec(o.spec, ctx.pid);
     if (!t)
       rethrow(o, t.error(), category_for(t.error()));
     target = t->path.string();
     for (const auto& site : t->sites) {
       offsets.push_back(site.offset);
-      symbols.push_back(site.symbol);
+      names.push_back(site.symbol);
     }
   } else {
     auto s = symbols::parse_symbol_spec(o.spec);
@@ -187,9 +201,24 @@ void resolve_dynamic_probe(const ProbeOptions& o, ResolvedProbe& r, ResolveConte
   if (backend.kind == ProbeBackendKind::kPmu) {
     r.attr = uprobe ? uprobe_attr(backend, target, offsets.front(), ret)
                     : kprobe_attr(backend, target, offsets.front(), ret);
+    ref_ctrs.resize(offsets.size(), 0);
+    const bool semaphores =
+        std::any_of(ref_ctrs.begin(), ref_ctrs.end(), [](std::uint64_t c) { return c != 0; });
+    // The kernel sets a USDT probe's semaphore while the uprobe exists (4.20+); without it the
+    // guarded call sites would never fire.
+    if (semaphores && !backend.ref_ctr_shift)
+      throw Error(ErrorCategory::kUnsupported, std::make_error_code(std::errc::not_supported),
+                  fmt::format("probe '{}': usdt '{}' has a semaphore, and this kernel's uprobe "
+                              "PMU takes none (format/ref_ctr_offset: Linux 4.20+)",
+                              o.name, o.spec),
+                  "its call sites run only while the semaphore is set: use a newer kernel");
+    const std::uint64_t base_config = r.attr.config();
+    const auto config_of = [&](std::size_t i) {
+      return base_config | (ref_ctrs[i] << backend.ref_ctr_shift.value_or(0));
+    };
     for (std::size_t i = 0; i < offsets.size() && offsets.size() > 1; ++i)
-      r.info.sites.push_back(
-          {.symbol = symbols[i], .config = r.attr.config(), .config2 = offsets[i]});
+      r.info.sites.push_back({.symbol = names[i], .config = config_of(i), .config2 = offsets[i]});
+    r.attr.config(config_of(0));
     r.attr_string = std::move(target);
     r.config1_is_attr_string = true;
     r.info.pmu = uprobe ? "uprobe" : "kprobe";
@@ -202,19 +231,21 @@ void resolve_dynamic_probe(const ProbeOptions& o, ResolvedProbe& r, ResolveConte
     event += std::isalnum(static_cast<unsigned char>(c)) != 0 ? c : '_';
   auto& dyn = ctx.dynamic_probes();
   const std::uint64_t offset = offsets.front();
-  auto added = uprobe ? dyn.add_uprobe(event, target, offset, ret)
+  ref_ctrs.resize(offsets.size(), 0);
+  auto added = uprobe ? dyn.add_uprobe(event, target, offset, ret, ref_ctrs.front())
                       : dyn.add_kprobe(event, target, offset, ret);
   if (!added)
     rethrow(o, added.error(), category_for(added.error()));
   for (std::size_t i = 0; i < offsets.size() && offsets.size() > 1; ++i) {
     std::uint64_t id = added->id;
     if (i != 0) {
-      auto more = dyn.add_uprobe(fmt::format("{}_{}", event, i), target, offsets[i], ret);
+      auto more =
+          dyn.add_uprobe(fmt::format("{}_{}", event, i), target, offsets[i], ret, ref_ctrs[i]);
       if (!more)
         rethrow(o, more.error(), category_for(more.error()));
       id = more->id;
     }
-    r.info.sites.push_back({.symbol = symbols[i], .config = id, .config2 = 0});
+    r.info.sites.push_back({.symbol = names[i], .config = id, .config2 = 0});
   }
   auto format = ctx.fs().format(added->name);
   if (!format)
@@ -384,6 +415,7 @@ std::uint64_t resolve_event(const ProbeOptions& o,
     case ProbeKind::kKretprobe:
     case ProbeKind::kUprobe:
     case ProbeKind::kUretprobe:
+    case ProbeKind::kUsdt:
       resolve_dynamic_probe(o, r, ctx);
       return PERF_SAMPLE_RAW | PERF_SAMPLE_IP;
   }
@@ -395,7 +427,7 @@ std::uint64_t resolve_event(const ProbeOptions& o,
 void set_user_regs(const ProbeOptions& o, ResolvedProbe& r) {
   std::uint64_t regs = o.sample_regs_user;
 #if defined(__x86_64__)
-  if (regs == 0 && o.kind == ProbeKind::kUprobe) {
+  if (regs == 0 && (o.kind == ProbeKind::kUprobe || o.kind == ProbeKind::kUsdt)) {
     regs = (1ULL << PERF_REG_X86_DI) | (1ULL << PERF_REG_X86_SI) | (1ULL << PERF_REG_X86_DX) |
            (1ULL << PERF_REG_X86_CX) | (1ULL << PERF_REG_X86_R8) | (1ULL << PERF_REG_X86_R9);
   } else if (regs == 0 && o.kind == ProbeKind::kUretprobe) {

@@ -64,14 +64,13 @@ inline VType type_of(const Field& f) {
 }
 
 inline bool is_kprobe_family(ProbeKind k) {
-  return k == ProbeKind::kKprobe || k == ProbeKind::kKretprobe || k == ProbeKind::kUprobe ||
-         k == ProbeKind::kUretprobe;
+  return k == ProbeKind::kKprobe || k == ProbeKind::kKretprobe || is_user_probe(k);
 }
 inline bool is_return_probe(ProbeKind k) {
   return k == ProbeKind::kKretprobe || k == ProbeKind::kUretprobe;
 }
 inline bool is_uprobe(ProbeKind k) {
-  return k == ProbeKind::kUprobe || k == ProbeKind::kUretprobe;
+  return is_user_probe(k);  // a USDT call site is a uprobe
 }
 inline std::string_view kind_name(ProbeKind k) {
   switch (k) {
@@ -82,6 +81,7 @@ inline std::string_view kind_name(ProbeKind k) {
     case ProbeKind::kKretprobe:
       return "kretprobe";
     case ProbeKind::kUprobe:
+    case ProbeKind::kUsdt:  // a uprobe at each call site
       return "uprobe";
     case ProbeKind::kUretprobe:
       return "uretprobe";

@@ -40,6 +40,8 @@ std::string_view to_string(ProbeKind k) noexcept {
       return "aux";
     case ProbeKind::kBpfOutput:
       return "bpf-output";
+    case ProbeKind::kUsdt:
+      return "usdt";
   }
   return "?";
 }

@@ -319,6 +319,10 @@ class ProbeReader {
         diags_.add(v.where, fmt::format("malformed {} '{}'", key, spec),
                    "write it as binary:symbol, e.g. \"/usr/bin/bash:readline\" or "
                    "\"libc:malloc+0x10\"");
+    } else if (kind == ProbeKind::kUsdt && std::count(spec.begin(), spec.end(), ':') < 2) {
+      diags_.add(v.where, fmt::format("malformed usdt '{}'", spec),
+                 "write it as path:provider:name, e.g. "
+                 "\"/usr/bin/python3:python:function__entry\"");
     }
   }
 
@@ -372,8 +376,7 @@ class ProbeReader {
                  "read the group at the samples of a software, hardware, tracepoint or probe "
                  "event");
     const bool tracefs_kind = o.kind == ProbeKind::kTracepoint || o.kind == ProbeKind::kKprobe ||
-                              o.kind == ProbeKind::kKretprobe || o.kind == ProbeKind::kUprobe ||
-                              o.kind == ProbeKind::kUretprobe;
+                              o.kind == ProbeKind::kKretprobe || is_user_probe(o.kind);
     if (has_kind && !o.filter.empty() && !tracefs_kind)
       diags_.add(probe.where_of("filter"),
                  fmt::format("'filter' does not apply to {} probes", to_string(o.kind)),

@@ -15,6 +15,7 @@
 
 #include "tracer/event_names.hpp"
 #include "tracer/symbols/uprobe_target.hpp"
+#include "tracer/symbols/usdt.hpp"
 #include "tracer/tracefs/filter.hpp"
 #include "tracer/tracefs/tracefs.hpp"
 
@@ -141,6 +142,11 @@ void check_tracepoint(const RecipeProbe& p,
 void check_uprobe(const RecipeProbe& p, std::optional<pid_t> pid, Diagnostics& diagnostics) {
   const ProbeOptions& o = p.options;
   const SourceRegion& where = p.where_of(to_string(o.kind));
+  if (o.kind == ProbeKind::kUsdt) {
+    if (auto usdt = symbols::parse_usdt_spec(o.spec, pid); !usdt)
+      diagnostics.add(where, usdt.error().message, usdt.error().hint);
+    return;
+  }
   auto target = symbols::parse_uprobe_spec(o.spec, pid);
   std::error_code ec;
   if (!target) {
@@ -244,7 +250,7 @@ void Recipe::check_system(Diagnostics& diagnostics, std::optional<pid_t> pid, Wr
     }
     if (o.kind == ProbeKind::kTracepoint)
       check_tracepoint(p, tracefs, diagnostics);
-    else if (o.kind == ProbeKind::kUprobe || o.kind == ProbeKind::kUretprobe)
+    else if (is_user_probe(o.kind))
       check_uprobe(p, pid, diagnostics);
     diagnostics.about_since(said, {.recipe_probe = pi, .option = std::string(to_string(o.kind))});
   }

@@ -233,7 +233,8 @@ DynamicProbes::~DynamicProbes() {
 Result<DynamicProbe> DynamicProbes::add_uprobe(std::string_view name,
                                                const fs::path& path,
                                                std::uint64_t offset,
-                                               bool retprobe) {
+                                               bool retprobe,
+                                               std::uint64_t ref_ctr_offset) {
   const std::string p = path.string();
   if (!path.is_absolute() || p.find_first_of(" \t\n") != std::string::npos)
     return fail(EINVAL,
@@ -241,7 +242,10 @@ Result<DynamicProbe> DynamicProbes::add_uprobe(std::string_view name,
                             "whitespace",
                             p),
                 "uprobe_events splits its commands at whitespace; use a path without spaces");
-  return add(false, name, fmt::format("{}:{:#x}", p, offset), retprobe);
+  return add(false, name,
+             ref_ctr_offset == 0 ? fmt::format("{}:{:#x}", p, offset)
+                                 : fmt::format("{}:{:#x}({:#x})", p, offset, ref_ctr_offset),
+             retprobe);
 }
 
 Result<DynamicProbe> DynamicProbes::add_kprobe(std::string_view name,

@@ -44,7 +44,12 @@ enum class ProbeKind : std::uint8_t {
   kBreakpoint,  // "0xADDR[:rwx[:len]]" or "symbol[:rwx[:len]]" (symbol of the traced binary)
   kAux,         // an AUX-capable PMU: "intel_pt/cyc=1/" (AUX area mapped, chunks delivered)
   kBpfOutput,   // the BPF output channel: what programs emit with bpf_perf_event_output
+  kUsdt,        // "path:provider:name": every call site of a USDT probe (a uprobe each)
 };
+/// A uprobe, a uretprobe or a USDT probe (placed as uprobes): the kinds that probe user code.
+[[nodiscard]] constexpr bool is_user_probe(ProbeKind k) noexcept {
+  return k == ProbeKind::kUprobe || k == ProbeKind::kUretprobe || k == ProbeKind::kUsdt;
+}
 [[nodiscard]] std::string_view to_string(ProbeKind k) noexcept;
 
 /// Who is traced.

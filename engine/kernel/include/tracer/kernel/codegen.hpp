@@ -45,7 +45,7 @@ namespace tracer::kernel::gen {
 /// The kinds an in-kernel program attaches to (the others have no program type here).
 [[nodiscard]] constexpr bool has_program(ProbeKind k) noexcept {
   return k == ProbeKind::kTracepoint || k == ProbeKind::kKprobe || k == ProbeKind::kKretprobe ||
-         k == ProbeKind::kUprobe || k == ProbeKind::kUretprobe || is_perf_event(k);
+         is_user_probe(k) || is_perf_event(k);
 }
 
 /// Where a value comes from when the program runs.

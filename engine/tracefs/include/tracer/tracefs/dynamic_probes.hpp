@@ -64,8 +64,10 @@ class DynamicProbes {
   [[nodiscard]] const std::string& group() const noexcept { return group_; }
   [[nodiscard]] const std::vector<DynamicProbe>& probes() const noexcept { return probes_; }
 
-  /// Writes "p:GROUP/NAME PATH:0xOFFSET" ("r:" for a uretprobe) to uprobe_events.
-  /// `name` is a C identifier; `path` an absolute path without whitespace.
+  /// Writes "p:GROUP/NAME PATH:0xOFFSET" ("r:" for a uretprobe) to uprobe_events, with
+  /// "(0xREF_CTR)" after it for a `ref_ctr_offset` (a USDT semaphore's file offset, which the
+  /// kernel counts up while the probe exists). `name` is a C identifier; `path` an absolute path
+  /// without whitespace.
   /// @return the probe with its tracepoint id, or: EINVAL for a bad name or path (before
   /// writing), else the kernel's errno for the write, quoting the line and the kernel's
   /// error_log entry (EINVAL: malformed line or offset; ENOENT: no such file; EEXIST: the name
@@ -73,7 +75,8 @@ class DynamicProbes {
   [[nodiscard]] Result<DynamicProbe> add_uprobe(std::string_view name,
                                                 const std::filesystem::path& path,
                                                 std::uint64_t offset,
-                                                bool retprobe);
+                                                bool retprobe,
+                                                std::uint64_t ref_ctr_offset = 0);
 
   /// Writes "p:GROUP/NAME SYMBOL+OFFSET" ("r:" for a kretprobe; an empty symbol probes the
   /// absolute address `offset`) to kprobe_events.

@@ -1,0 +1,253 @@
+// USDT notes (tracer/symbols/usdt.hpp), read with libelf as libbpf's usdt.c reads them.
+#include "tracer/symbols/usdt.hpp"
+
+#include <fmt/core.h>
+#include <gelf.h>
+#include <libelf.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <set>
+
+#include "symbols_internal.hpp"
+#include "tracer/common/edit_distance.hpp"
+#include "tracer/symbols/uprobe_target.hpp"
+
+namespace tracer::symbols {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr std::uint32_t kNtStapsdt = 3;  // <sys/sdt.h>: _SDT_NOTE_TYPE
+constexpr std::string_view kStapsdtOwner = "stapsdt";
+
+bool glob_match(std::string_view pattern, std::string_view text) {
+  std::size_t p = 0, t = 0, star = std::string_view::npos, mark = 0;
+  while (t < text.size()) {
+    if (p < pattern.size() && (pattern[p] == '?' || pattern[p] == text[t])) {
+      ++p, ++t;
+    } else if (p < pattern.size() && pattern[p] == '*') {
+      star = p++;
+      mark = t;
+    } else if (star != std::string_view::npos) {
+      p = star + 1;
+      t = ++mark;
+    } else {
+      return false;
+    }
+  }
+  while (p < pattern.size() && pattern[p] == '*')
+    ++p;
+  return p == pattern.size();
+}
+
+struct Section {
+  std::uint64_t addr = 0, offset = 0, size = 0;
+  bool nobits = false;
+};
+
+std::optional<Section> section_named(Elf* elf, std::string_view want) {
+  std::size_t shstrndx = 0;
+  if (::elf_getshdrstrndx(elf, &shstrndx) != 0)
+    return std::nullopt;
+  for (Elf_Scn* scn = ::elf_nextscn(elf, nullptr); scn != nullptr; scn = ::elf_nextscn(elf, scn)) {
+    GElf_Shdr shdr;
+    if (::gelf_getshdr(scn, &shdr) == nullptr)
+      continue;
+    const char* name = ::elf_strptr(elf, shstrndx, shdr.sh_name);
+    if (name != nullptr && want == name)
+      return Section{shdr.sh_addr, shdr.sh_offset, shdr.sh_size, shdr.sh_type == SHT_NOBITS};
+  }
+  return std::nullopt;
+}
+
+/// The file offset of link-time address `vaddr` through the section that holds it (a
+/// semaphore is data: libbpf takes its offset this way), nullopt outside every section.
+std::optional<std::uint64_t> section_offset(Elf* elf, std::uint64_t vaddr) {
+  for (Elf_Scn* scn = ::elf_nextscn(elf, nullptr); scn != nullptr; scn = ::elf_nextscn(elf, scn)) {
+    GElf_Shdr shdr;
+    if (::gelf_getshdr(scn, &shdr) == nullptr || shdr.sh_addr == 0 || shdr.sh_type == SHT_NOBITS)
+      continue;
+    if (vaddr >= shdr.sh_addr && vaddr < shdr.sh_addr + shdr.sh_size)
+      return vaddr - shdr.sh_addr + shdr.sh_offset;
+  }
+  return std::nullopt;
+}
+
+std::optional<std::uint64_t> segment_offset(Elf* elf, std::uint64_t vaddr) {
+  std::size_t count = 0;
+  if (::elf_getphdrnum(elf, &count) != 0)
+    return std::nullopt;
+  for (std::size_t i = 0; i < count; ++i) {
+    GElf_Phdr phdr;
+    if (::gelf_getphdr(elf, static_cast<int>(i), &phdr) == nullptr || phdr.p_type != PT_LOAD)
+      continue;
+    if (vaddr >= phdr.p_vaddr && vaddr < phdr.p_vaddr + phdr.p_filesz)
+      return vaddr - phdr.p_vaddr + phdr.p_offset;
+  }
+  return std::nullopt;
+}
+
+/// A NUL-terminated string at `at` of `desc`, advancing `at`; nullopt past the end.
+std::optional<std::string> take_string(std::string_view desc, std::size_t& at) {
+  const auto end = desc.find('\0', at);
+  if (end == std::string_view::npos)
+    return std::nullopt;
+  std::string s(desc.substr(at, end - at));
+  at = end + 1;
+  return s;
+}
+
+}  // namespace
+
+std::optional<std::vector<UsdtArg>> parse_usdt_args(std::string_view text) {
+  std::vector<UsdtArg> out;
+  std::size_t i = 0;
+  while (true) {
+    while (i < text.size() && text[i] == ' ')
+      ++i;
+    if (i >= text.size())
+      return out;
+    // SIZE@OPERAND; the operand runs to the next space outside parentheses.
+    const auto at = text.find('@', i);
+    if (at == std::string_view::npos)
+      return std::nullopt;
+    int size = 0;
+    const auto [ptr, ec] = std::from_chars(text.data() + i, text.data() + at, size);
+    if (ec != std::errc{} || ptr != text.data() + at)
+      return std::nullopt;
+    std::size_t end = at + 1;
+    int depth = 0;
+    while (end < text.size() && (text[end] != ' ' || depth > 0)) {
+      depth += text[end] == '(' ? 1 : text[end] == ')' ? -1 : 0;
+      ++end;
+    }
+    const int bytes = size < 0 ? -size : size;
+    if ((bytes != 1 && bytes != 2 && bytes != 4 && bytes != 8) || end == at + 1)
+      return std::nullopt;
+    out.push_back({.size = bytes,
+                   .is_signed = size < 0,
+                   .operand = std::string(text.substr(at + 1, end - at - 1))});
+    i = end;
+  }
+}
+
+Result<std::vector<UsdtSite>> read_usdt(const fs::path& binary) {
+  TRACER_ASSIGN_OR_RETURN(
+      detail::OpenElf file,
+      detail::open_elf(binary, "usdt",
+                       "USDT probes are in executables and shared libraries built with "
+                       "<sys/sdt.h>"));
+  Elf* elf = file.elf.get();
+  GElf_Ehdr ehdr;
+  if (::gelf_getehdr(elf, &ehdr) == nullptr || ehdr.e_ident[EI_CLASS] != ELFCLASS64)
+    return fail(ENOEXEC, fmt::format("usdt: {} is not a 64-bit ELF file", binary.string()));
+  const auto base = section_named(elf, ".stapsdt.base");
+  std::vector<UsdtSite> out;
+  for (Elf_Scn* scn = ::elf_nextscn(elf, nullptr); scn != nullptr; scn = ::elf_nextscn(elf, scn)) {
+    GElf_Shdr shdr;
+    if (::gelf_getshdr(scn, &shdr) == nullptr || shdr.sh_type != SHT_NOTE)
+      continue;
+    Elf_Data* data = ::elf_getdata(scn, nullptr);
+    if (data == nullptr || data->d_buf == nullptr)
+      continue;
+    GElf_Nhdr nhdr;
+    std::size_t name_at = 0, desc_at = 0;
+    for (std::size_t at_note = 0, next = 0;
+         (next = ::gelf_getnote(data, at_note, &nhdr, &name_at, &desc_at)) != 0; at_note = next) {
+      const auto* bytes = static_cast<const char*>(data->d_buf);
+      if (nhdr.n_type != kNtStapsdt ||
+          std::string_view(bytes + name_at, nhdr.n_namesz == 0 ? 0 : nhdr.n_namesz - 1) !=
+              kStapsdtOwner ||
+          nhdr.n_descsz < 3 * 8 + 3)
+        continue;
+      const std::string_view desc(bytes + desc_at, nhdr.n_descsz);
+      std::uint64_t pc = 0, note_base = 0, sema = 0;
+      std::memcpy(&pc, desc.data(), 8);
+      std::memcpy(&note_base, desc.data() + 8, 8);
+      std::memcpy(&sema, desc.data() + 16, 8);
+      std::size_t at = 24;
+      auto provider = take_string(desc, at);
+      auto name = provider ? take_string(desc, at) : std::nullopt;
+      auto args = name ? take_string(desc, at) : std::nullopt;
+      if (!args)
+        continue;  // a damaged note: its strings run past it
+      // Prelink may have moved the file: the note's base against the section's address.
+      if (base && note_base != 0) {
+        pc += base->addr - note_base;
+        if (sema != 0)
+          sema += base->addr - note_base;
+      }
+      UsdtSite site{.provider = std::move(*provider),
+                    .name = std::move(*name),
+                    .address = pc,
+                    .semaphore = sema,
+                    .args = std::move(*args)};
+      const auto off = segment_offset(elf, pc);
+      if (!off)
+        continue;  // not in a loaded segment: no uprobe can go there
+      site.file_offset = *off;
+      if (sema != 0) {
+        const auto sema_off = section_offset(elf, sema);
+        if (!sema_off)
+          continue;
+        site.semaphore_offset = *sema_off;
+      }
+      if (auto parsed = parse_usdt_args(site.args))
+        site.arg_list = std::move(*parsed);
+      out.push_back(std::move(site));
+    }
+  }
+  return out;
+}
+
+Result<UsdtTarget> parse_usdt_spec(std::string_view spec, std::optional<pid_t> pid) {
+  const auto last = spec.rfind(':');
+  const auto mid = last == std::string_view::npos || last == 0 ? std::string_view::npos
+                                                               : spec.rfind(':', last - 1);
+  if (mid == std::string_view::npos || mid == 0 || last == mid + 1 || last + 1 == spec.size())
+    return fail(EINVAL, fmt::format("probe: bad usdt '{}'", spec),
+                "write PATH:provider:name, e.g. /usr/bin/python3:python:function__entry "
+                "(`tracer list usdt PATH` lists a file's probes)");
+  const std::string_view provider = spec.substr(mid + 1, last - mid - 1);
+  const std::string_view name = spec.substr(last + 1);
+  UsdtTarget out;
+  TRACER_ASSIGN_OR_RETURN(out.path, resolve_binary(spec.substr(0, mid), pid));
+  TRACER_ASSIGN_OR_RETURN(auto sites, read_usdt(out.path));
+  std::set<std::string> names;
+  for (auto& s : sites) {
+    names.insert(s.provider + ":" + s.name);
+    if (glob_match(provider, s.provider) && glob_match(name, s.name))
+      out.sites.push_back(std::move(s));
+  }
+  if (out.sites.empty()) {
+    std::string hint;
+    if (names.empty()) {
+      hint = fmt::format("{} has no USDT probes (no .note.stapsdt)", out.path.string());
+    } else {
+      const auto near = tracer::detail::nearest(
+          fmt::format("{}:{}", provider, name), names,
+          {.max_distance = 4, .limit = 5, .related_only = false, .substring = true});
+      hint = near.empty() ? fmt::format("`tracer list usdt {}` lists its {} probes",
+                                        out.path.string(), names.size())
+                          : "did you mean ";
+      for (std::size_t i = 0; i < near.size(); ++i)
+        hint += (i != 0 ? ", " : "") + near[i];
+      if (!near.empty())
+        hint += "?";
+    }
+    return fail(ENOENT,
+                fmt::format("usdt: no probe {}:{} in {}", provider, name, out.path.string()),
+                std::move(hint));
+  }
+  if (out.sites.size() > kMaxUsdtSites)
+    return fail(EINVAL,
+                fmt::format("usdt: {}:{} has {} call sites in {}: at most {} per probe", provider,
+                            name, out.sites.size(), out.path.string(), kMaxUsdtSites),
+                "narrow the name");
+  return out;
+}
+
+}  // namespace tracer::symbols
