@@ -7,7 +7,7 @@
 # and none skipped (a test that skips when perf fails would hide a perf it runs).
 set(TRACER_KERNEL_FREE_SUITES
     AggregateFixedKeys BpfMapStage BpfStructSchema Buckets ByteCursor CommCache
-    ConcurrentRelease CounterExprTest CxxNames CounterSetMath CpuList Decode DecodeMalformed
+    ConcurrentRelease CounterExprTest CxxNames UsdtNotes CounterSetMath CpuList Decode DecodeMalformed
     DynamicProbesFake ElfSymbols EngineKprobes EventAttr EventList FakeSysfsMissing FakeTracefs
     FakeTracefsMissing FieldRef Filter FilterGlob FilterParse FilterTree FixedKey FixedKeyIndex
     Flamegraph Folded IntReader Json KernelFilter KeyedStatesLimit Lines LiveTracefs
