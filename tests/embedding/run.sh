@@ -16,9 +16,20 @@ if [[ "$declared" != "$installed" ]]; then
   exit 1
 fi
 cmake -S "$src_dir" -B "$work/build" -G Ninja -DCMAKE_PREFIX_PATH="$work/prefix" \
-  >/dev/null  # no forced flags: the installed headers include what they use
+  >/dev/null  # no flags of ours: the imported targets carry what a consumer needs
 cmake --build "$work/build" >/dev/null
 "$work/build/embedding_example"
+# docs/embedding.md's consumer, verbatim: its ```cmake block with the example's main.cpp.
+mkdir -p "$work/docs"
+sed -n '/^```cmake$/,/^```$/{/^```/d;p}' "$src_dir/../../docs/embedding.md" >"$work/docs/CMakeLists.txt"
+if ! grep -q 'find_package(tracer REQUIRED)' "$work/docs/CMakeLists.txt"; then
+  echo "docs/embedding.md has no \`\`\`cmake consumer block" >&2
+  exit 1
+fi
+cp "$src_dir/main.cpp" "$work/docs/main.cpp"
+cmake -S "$work/docs" -B "$work/docs/build" -G Ninja -DCMAKE_PREFIX_PATH="$work/prefix" >/dev/null
+cmake --build "$work/docs/build" >/dev/null
+"$work/docs/build/app"
 # Against libtracer.so: it links nothing of the layers' archives, and exports the tracer
 # namespace only.
 "$work/build/embedding_example_shared"
