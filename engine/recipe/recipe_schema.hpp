@@ -63,18 +63,12 @@ struct KindKey {
 };
 
 inline constexpr KindKey kKindKeys[] = {
-    {"tracepoint", ProbeKind::kTracepoint},
-    {"kprobe", ProbeKind::kKprobe},
-    {"kretprobe", ProbeKind::kKretprobe},
-    {"uprobe", ProbeKind::kUprobe},
-    {"uretprobe", ProbeKind::kUretprobe},
-    {"usdt", ProbeKind::kUsdt},
-    {"software", ProbeKind::kSoftware},
-    {"hardware", ProbeKind::kHardware},
-    {"cache", ProbeKind::kCache},
-    {"pmu", ProbeKind::kRawPmu},
-    {"breakpoint", ProbeKind::kBreakpoint},
-    {"aux", ProbeKind::kAux},
+    {"tracepoint", ProbeKind::kTracepoint}, {"kprobe", ProbeKind::kKprobe},
+    {"kretprobe", ProbeKind::kKretprobe},   {"uprobe", ProbeKind::kUprobe},
+    {"uretprobe", ProbeKind::kUretprobe},   {"usdt", ProbeKind::kUsdt},
+    {"software", ProbeKind::kSoftware},     {"hardware", ProbeKind::kHardware},
+    {"cache", ProbeKind::kCache},           {"pmu", ProbeKind::kRawPmu},
+    {"breakpoint", ProbeKind::kBreakpoint}, {"aux", ProbeKind::kAux},
 };
 
 inline constexpr KeySpec kProbeKeys[] = {
