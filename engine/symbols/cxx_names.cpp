@@ -23,42 +23,6 @@ namespace fs = std::filesystem;
 
 constexpr std::size_t kMaxNearMatches = 5;
 
-bool glob_match(std::string_view pattern, std::string_view text) {
-  // Iterative '*' and '?' (no classes: C++ names hold '[' in operator[]).
-  std::size_t p = 0, t = 0, star = std::string_view::npos, mark = 0;
-  while (t < text.size()) {
-    if (p < pattern.size() && (pattern[p] == '?' || pattern[p] == text[t])) {
-      ++p, ++t;
-    } else if (p < pattern.size() && pattern[p] == '*') {
-      star = p++;
-      mark = t;
-    } else if (star != std::string_view::npos) {
-      p = star + 1;
-      t = ++mark;
-    } else {
-      return false;
-    }
-  }
-  while (p < pattern.size() && pattern[p] == '*')
-    ++p;
-  return p == pattern.size();
-}
-
-/// The file offset of link-time address `vaddr` (its PT_LOAD segment's).
-std::optional<std::uint64_t> file_offset_of(Elf* elf, std::uint64_t vaddr) {
-  std::size_t count = 0;
-  if (::elf_getphdrnum(elf, &count) != 0)
-    return std::nullopt;
-  for (std::size_t i = 0; i < count; ++i) {
-    GElf_Phdr phdr;
-    if (::gelf_getphdr(elf, static_cast<int>(i), &phdr) == nullptr || phdr.p_type != PT_LOAD)
-      continue;
-    if (vaddr >= phdr.p_vaddr && vaddr < phdr.p_vaddr + phdr.p_filesz)
-      return vaddr - phdr.p_vaddr + phdr.p_offset;
-  }
-  return std::nullopt;
-}
-
 }  // namespace
 
 std::string_view cxx_function_name(std::string_view demangled) {
@@ -128,9 +92,9 @@ Result<std::vector<FunctionMatch>> match_functions(const fs::path& binary,
       const std::string_view name = cxx_function_name(demangled);
       if (names.size() < 100000)
         names.emplace(signature ? std::string_view(demangled) : name);
-      if (!glob_match(pattern, signature ? std::string_view(demangled) : name))
+      if (!detail::wildcard_match(pattern, signature ? std::string_view(demangled) : name))
         return;
-      const auto offset = file_offset_of(elf, s.sym.st_value);
+      const auto offset = detail::vaddr_to_offset(elf, s.sym.st_value);
       if (!offset || !seen.insert(*offset).second)
         return;
       out.push_back({.demangled = demangled,

@@ -156,4 +156,38 @@ std::vector<JitSymbol> parse_perf_map(std::string_view text) {
   return out;
 }
 
+bool wildcard_match(std::string_view pattern, std::string_view text) noexcept {
+  std::size_t p = 0, t = 0, star = std::string_view::npos, mark = 0;
+  while (t < text.size()) {
+    if (p < pattern.size() && (pattern[p] == '?' || pattern[p] == text[t])) {
+      ++p, ++t;
+    } else if (p < pattern.size() && pattern[p] == '*') {
+      star = p++;
+      mark = t;
+    } else if (star != std::string_view::npos) {
+      p = star + 1;
+      t = ++mark;
+    } else {
+      return false;
+    }
+  }
+  while (p < pattern.size() && pattern[p] == '*')
+    ++p;
+  return p == pattern.size();
+}
+
+std::optional<std::uint64_t> vaddr_to_offset(Elf* elf, std::uint64_t vaddr) {
+  std::size_t count = 0;
+  if (::elf_getphdrnum(elf, &count) != 0)
+    return std::nullopt;
+  for (std::size_t i = 0; i < count; ++i) {
+    GElf_Phdr phdr;
+    if (::gelf_getphdr(elf, static_cast<int>(i), &phdr) == nullptr || phdr.p_type != PT_LOAD)
+      continue;
+    if (vaddr >= phdr.p_vaddr && vaddr < phdr.p_vaddr + phdr.p_filesz)
+      return vaddr - phdr.p_vaddr + phdr.p_offset;
+  }
+  return std::nullopt;
+}
+
 }  // namespace tracer::symbols::detail

@@ -133,4 +133,13 @@ struct JitSymbol {
 /// The symbols of a perf-PID.map text, sorted by start; malformed lines are skipped.
 [[nodiscard]] std::vector<JitSymbol> parse_perf_map(std::string_view text);
 
+/// `text` matches `pattern` whole, '*' any run and '?' any one character (no classes: C++ names
+/// hold '[' in operator[]).
+[[nodiscard]] bool wildcard_match(std::string_view pattern, std::string_view text) noexcept;
+
+/// The file offset of link-time address `vaddr` through the PT_LOAD segment that maps it
+/// (vaddr - p_vaddr + p_offset: right for ET_EXEC, PIE and shared objects alike); nullopt
+/// outside every segment's file bytes.
+[[nodiscard]] std::optional<std::uint64_t> vaddr_to_offset(Elf* elf, std::uint64_t vaddr);
+
 }  // namespace tracer::symbols::detail

@@ -114,22 +114,6 @@ bool in_bss(Elf* elf, std::uint64_t vaddr) {
   return false;
 }
 
-/// st_value -> file offset through the PT_LOAD segment that maps it (the loader maps
-/// [p_offset, p_offset + p_filesz) at p_vaddr + load bias, so the bias cancels out).
-std::optional<std::uint64_t> vaddr_to_offset(Elf* elf, std::uint64_t vaddr) {
-  std::size_t count = 0;
-  if (::elf_getphdrnum(elf, &count) != 0)
-    return std::nullopt;
-  for (std::size_t i = 0; i < count; ++i) {
-    GElf_Phdr phdr;
-    if (::gelf_getphdr(elf, static_cast<int>(i), &phdr) == nullptr || phdr.p_type != PT_LOAD)
-      continue;
-    if (vaddr >= phdr.p_vaddr && vaddr < phdr.p_vaddr + phdr.p_filesz)
-      return vaddr - phdr.p_vaddr + phdr.p_offset;
-  }
-  return std::nullopt;
-}
-
 template <typename T>
 std::optional<T> parse_number(std::string_view s) {
   int base = 10;
@@ -301,7 +285,7 @@ Result<FunctionSymbol> find_symbol(const fs::path& binary, std::string_view name
                 "probe one of them by file offset: path:0xOFFSET");
   }
   FunctionSymbol sym = best.sym;
-  const auto offset = vaddr_to_offset(elf, sym.value);
+  const auto offset = detail::vaddr_to_offset(elf, sym.value);
   if (!offset && data && sym.type == STT_OBJECT && in_bss(elf, sym.value))
     return sym;  // zero-initialized data has memory but no file bytes (file_offset 0)
   if (!offset)

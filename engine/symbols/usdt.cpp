@@ -23,26 +23,6 @@ namespace fs = std::filesystem;
 constexpr std::uint32_t kNtStapsdt = 3;  // <sys/sdt.h>: _SDT_NOTE_TYPE
 constexpr std::string_view kStapsdtOwner = "stapsdt";
 
-bool glob_match(std::string_view pattern, std::string_view text) {
-  std::size_t p = 0, t = 0, star = std::string_view::npos, mark = 0;
-  while (t < text.size()) {
-    if (p < pattern.size() && (pattern[p] == '?' || pattern[p] == text[t])) {
-      ++p, ++t;
-    } else if (p < pattern.size() && pattern[p] == '*') {
-      star = p++;
-      mark = t;
-    } else if (star != std::string_view::npos) {
-      p = star + 1;
-      t = ++mark;
-    } else {
-      return false;
-    }
-  }
-  while (p < pattern.size() && pattern[p] == '*')
-    ++p;
-  return p == pattern.size();
-}
-
 struct Section {
   std::uint64_t addr = 0, offset = 0, size = 0;
   bool nobits = false;
@@ -72,20 +52,6 @@ std::optional<std::uint64_t> section_offset(Elf* elf, std::uint64_t vaddr) {
       continue;
     if (vaddr >= shdr.sh_addr && vaddr < shdr.sh_addr + shdr.sh_size)
       return vaddr - shdr.sh_addr + shdr.sh_offset;
-  }
-  return std::nullopt;
-}
-
-std::optional<std::uint64_t> segment_offset(Elf* elf, std::uint64_t vaddr) {
-  std::size_t count = 0;
-  if (::elf_getphdrnum(elf, &count) != 0)
-    return std::nullopt;
-  for (std::size_t i = 0; i < count; ++i) {
-    GElf_Phdr phdr;
-    if (::gelf_getphdr(elf, static_cast<int>(i), &phdr) == nullptr || phdr.p_type != PT_LOAD)
-      continue;
-    if (vaddr >= phdr.p_vaddr && vaddr < phdr.p_vaddr + phdr.p_filesz)
-      return vaddr - phdr.p_vaddr + phdr.p_offset;
   }
   return std::nullopt;
 }
@@ -185,7 +151,7 @@ Result<std::vector<UsdtSite>> read_usdt(const fs::path& binary) {
                     .address = pc,
                     .semaphore = sema,
                     .args = std::move(*args)};
-      const auto off = segment_offset(elf, pc);
+      const auto off = detail::vaddr_to_offset(elf, pc);
       if (!off)
         continue;  // not in a loaded segment: no uprobe can go there
       site.file_offset = *off;
@@ -219,7 +185,7 @@ Result<UsdtTarget> parse_usdt_spec(std::string_view spec, std::optional<pid_t> p
   std::set<std::string> names;
   for (auto& s : sites) {
     names.insert(s.provider + ":" + s.name);
-    if (glob_match(provider, s.provider) && glob_match(name, s.name))
+    if (detail::wildcard_match(provider, s.provider) && detail::wildcard_match(name, s.name))
       out.sites.push_back(std::move(s));
   }
   if (out.sites.empty()) {
