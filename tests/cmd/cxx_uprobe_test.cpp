@@ -3,14 +3,11 @@
 #include <fmt/core.h>
 #include <gtest/gtest.h>
 
-#include <csignal>
 #include <filesystem>
 #include <fstream>
-#include <map>
-#include <regex>
 #include <string>
-#include <vector>
 
+#include "support/beside_bpftrace.hpp"
 #include "support/cli.hpp"
 #include "support/temp_dir.hpp"
 
@@ -51,70 +48,29 @@ fs::path recipe(const TempDir& dir, const fs::path& target, const std::string& p
   return p;
 }
 
-/// The "events" of each probe in a --json run's summary.
-std::map<std::string, std::uint64_t> probe_events(const std::string& json) {
-  std::map<std::string, std::uint64_t> out;
-  for (const auto& s : kSpecs) {
-    const std::regex re(fmt::format(R"re("{}":\{{"events":(\d+))re", s.probe));
-    std::smatch m;
-    if (std::regex_search(json, m, re))
-      out[s.probe] = std::stoull(m[1]);
-  }
-  return out;
-}
-
 TEST(CxxUprobes, EveryOverloadAndMatchCountsInBothPlacementsAsBpftraceCounts) {
   TempDir dir;
   // A copy of its own: a uprobe is on an inode, so no other copy of the suite is counted.
   const auto target = tracer::testing::own_program(dir.path(), TRACER_CXX_TARGET, "cxxt");
-  std::vector<pid_t> runs;
-  std::map<std::string, fs::path> outs;
-  for (const std::string placement : {"kernel", "user"}) {
-    outs[placement] = dir.path() / (placement + ".out");
-    runs.push_back(tracer::testing::spawn_to_file(
-        {TRACER_CLI_PATH, "run", recipe(dir, target, placement).string(), "--json", "-v", "-d",
-         "60s"},
-        outs[placement], dir.path() / (placement + ".err")));
-  }
-  const bool bpftrace = fs::exists("/usr/bin/bpftrace");
-  const auto bt_out = dir.path() / "bt.out";
-  if (bpftrace) {
-    std::string program = tracer::testing::kBpftraceReady;
-    for (const auto& s : kSpecs)
-      program += fmt::format("uprobe:{}:\"{}\" {{ @{} = count(); }}\n", target.string(), s.bpftrace,
-                             s.probe);
-    program += "interval:s:60 { exit(); }\n";
-    const auto bt = dir.path() / "cxx.bt";
-    std::ofstream(bt) << program;
-    runs.push_back(tracer::testing::spawn_to_file({"/usr/bin/bpftrace", bt.string()}, bt_out));
-    ASSERT_TRUE(tracer::testing::wait_for_text(bt_out, tracer::testing::kBpftraceReadyLine))
-        << slurp(bt_out);
-  }
-  for (const std::string placement : {"kernel", "user"}) {
-    const auto err = dir.path() / (placement + ".err");
-    ASSERT_TRUE(tracer::testing::wait_for_text(err, "tracer: rings:")) << slurp(err);
-  }
-  const auto w =
-      shell(fmt::format("taskset -c 0 {0} {1} & taskset -c 1 {0} {1} & wait", target.string(), kN));
-  ASSERT_EQ(w.exit_code, 0) << w.err;
-  for (const pid_t pid : runs)
-    ::kill(pid, SIGINT);
-  for (const pid_t pid : runs)
-    ASSERT_TRUE(tracer::testing::exited_ok(pid));
-  for (const std::string placement : {"kernel", "user"}) {
-    SCOPED_TRACE(placement);
-    const std::string json = slurp(outs[placement]);
-    const auto got = probe_events(json);
-    for (const auto& s : kSpecs)
-      EXPECT_EQ(got.contains(s.probe) ? got.at(s.probe) : 0, 2 * kN * s.per_n) << s.probe << json;
-  }
-  if (bpftrace) {
-    const std::string theirs = slurp(bt_out);
+  std::string program;
+  for (const auto& s : kSpecs)
+    program += fmt::format("uprobe:{}:\"{}\" {{ @{} = count(); }}\n", target.string(), s.bpftrace,
+                           s.probe);
+  const auto runs = tracer::testing::run_beside_bpftrace(
+      TRACER_CLI_PATH, dir.path(),
+      {{"kernel", recipe(dir, target, "kernel")}, {"user", recipe(dir, target, "user")}}, program,
+      fmt::format("taskset -c 0 {0} {1} & taskset -c 1 {0} {1} & wait", target.string(), kN));
+  ASSERT_EQ(runs.problem, "");
+  for (const auto& [placement, json] : runs.tracer) {
     for (const auto& s : kSpecs) {
-      std::smatch m;
-      const std::regex re(fmt::format(R"re(@{}: (\d+))re", s.probe));
-      ASSERT_TRUE(std::regex_search(theirs, m, re)) << s.probe << theirs;
-      EXPECT_EQ(std::stoull(m[1]), 2 * kN * s.bpftrace_per_n) << s.probe << theirs;
+      EXPECT_EQ(tracer::testing::summary_events(json, s.probe), 2 * kN * s.per_n)
+          << placement << " " << s.probe << json;
+    }
+  }
+  for (const auto& s : kSpecs) {
+    if (runs.bpftrace) {
+      EXPECT_EQ(tracer::testing::bpftrace_count(*runs.bpftrace, s.probe), 2 * kN * s.bpftrace_per_n)
+          << s.probe << *runs.bpftrace;
     }
   }
 }
@@ -130,9 +86,9 @@ TEST(CxxUprobes, ACommandTargetCountsEveryPlaceOnce) {
                                                            recipe(dir, target, placement).string(),
                                                            target.string(), 2 * kN));
     ASSERT_EQ(r.exit_code, 0) << r.err;
-    const auto got = probe_events(r.out);
     for (const auto& s : kSpecs)
-      EXPECT_EQ(got.contains(s.probe) ? got.at(s.probe) : 0, 2 * kN * s.per_n) << s.probe << r.out;
+      EXPECT_EQ(tracer::testing::summary_events(r.out, s.probe), 2 * kN * s.per_n)
+          << s.probe << r.out;
   }
 }
 

@@ -4,14 +4,11 @@
 #include <fmt/core.h>
 #include <gtest/gtest.h>
 
-#include <csignal>
 #include <filesystem>
 #include <fstream>
-#include <map>
-#include <regex>
 #include <string>
-#include <vector>
 
+#include "support/beside_bpftrace.hpp"
 #include "support/cli.hpp"
 #include "support/temp_dir.hpp"
 
@@ -42,77 +39,29 @@ fs::path recipe(const TempDir& dir, const fs::path& target, const std::string& p
   return p;
 }
 
-std::map<std::string, std::uint64_t> probe_events(const std::string& json) {
-  std::map<std::string, std::uint64_t> out;
-  for (const auto& s : kSpecs) {
-    const std::regex re(fmt::format(R"re("{}":\{{"events":(\d+))re", s.probe));
-    std::smatch m;
-    if (std::regex_search(json, m, re))
-      out[s.probe] = std::stoull(m[1]);
-  }
-  return out;
-}
-
 TEST(Usdt, EveryCallSiteCountsInBothPlacementsAsBpftraceCounts) {
   TempDir dir;
   const auto target = tracer::testing::own_program(dir.path(), TRACER_USDT_TARGET, "usdt");
-  std::vector<pid_t> runs;
-  std::map<std::string, fs::path> outs;
-  for (const std::string placement : {"kernel", "user"}) {
-    outs[placement] = dir.path() / (placement + ".out");
-    runs.push_back(tracer::testing::spawn_to_file(
-        {TRACER_CLI_PATH, "run", recipe(dir, target, placement).string(), "--json", "-v", "-d",
-         "60s"},
-        outs[placement], dir.path() / (placement + ".err")));
-  }
-  const bool bpftrace = fs::exists("/usr/bin/bpftrace");
-  const auto bt_out = dir.path() / "bt.out";
-  if (bpftrace) {
-    std::string program = tracer::testing::kBpftraceReady;
-    program += fmt::format(
-        "usdt:{0}:tracer_test:hit {{ @hit = count(); @both = count(); }}\n"
-        "usdt:{0}:tracer_test:tick {{ @tick = count(); @both = count(); }}\n"
-        "interval:s:60 {{ exit(); }}\n",
-        target.string());
-    const auto bt = dir.path() / "usdt.bt";
-    std::ofstream(bt) << program;
-    runs.push_back(tracer::testing::spawn_to_file({"/usr/bin/bpftrace", bt.string()}, bt_out));
-    ASSERT_TRUE(tracer::testing::wait_for_text(bt_out, tracer::testing::kBpftraceReadyLine))
-        << slurp(bt_out);
-  }
-  for (const std::string placement : {"kernel", "user"}) {
-    const auto err = dir.path() / (placement + ".err");
-    ASSERT_TRUE(tracer::testing::wait_for_text(err, "tracer: rings:")) << slurp(err);
-  }
-  const auto w =
-      shell(fmt::format("taskset -c 0 {0} {1} & taskset -c 1 {0} {1} & wait", target.string(), kN));
-  ASSERT_EQ(w.exit_code, 0) << w.err;
-  for (const pid_t pid : runs)
-    ::kill(pid, SIGINT);
-  for (const pid_t pid : runs)
-    ASSERT_TRUE(tracer::testing::exited_ok(pid));
-  for (const std::string placement : {"kernel", "user"}) {
-    SCOPED_TRACE(placement);
-    const std::string json = slurp(outs[placement]);
-    const auto got = probe_events(json);
-    for (const auto& s : kSpecs)
-      EXPECT_EQ(got.contains(s.probe) ? got.at(s.probe) : 0, 2 * kN * s.per_n) << s.probe << json;
-  }
-  if (bpftrace) {
-    const std::string theirs = slurp(bt_out);
+  const auto runs = tracer::testing::run_beside_bpftrace(
+      TRACER_CLI_PATH, dir.path(),
+      {{"kernel", recipe(dir, target, "kernel")}, {"user", recipe(dir, target, "user")}},
+      fmt::format("usdt:{0}:tracer_test:hit {{ @hit = count(); @both = count(); }}\n"
+                  "usdt:{0}:tracer_test:tick {{ @tick = count(); @both = count(); }}\n",
+                  target.string()),
+      fmt::format("taskset -c 0 {0} {1} & taskset -c 1 {0} {1} & wait", target.string(), kN));
+  ASSERT_EQ(runs.problem, "");
+  for (const auto& [placement, json] : runs.tracer) {
     for (const auto& s : kSpecs) {
-      std::smatch m;
-      const std::regex re(fmt::format(R"re(@{}: (\d+))re", s.probe));
-      ASSERT_TRUE(std::regex_search(theirs, m, re)) << s.probe << theirs;
-      EXPECT_EQ(std::stoull(m[1]), 2 * kN * s.per_n) << s.probe << theirs;
+      EXPECT_EQ(tracer::testing::summary_events(json, s.probe), 2 * kN * s.per_n)
+          << placement << " " << s.probe << json;
     }
   }
-  // The probes are gone with the tracers: the semaphore is down again and hit no longer fires
-  // (a uprobe left behind would keep it up).
-  const auto check =
-      shell(fmt::format("grep -c usdt /sys/kernel/tracing/uprobe_events "
-                        "2>/dev/null || true"));
-  EXPECT_EQ(check.out.find_first_not_of("0\n"), std::string::npos) << check.out;
+  for (const auto& s : kSpecs) {
+    if (runs.bpftrace) {
+      EXPECT_EQ(tracer::testing::bpftrace_count(*runs.bpftrace, s.probe), 2 * kN * s.per_n)
+          << s.probe << *runs.bpftrace;
+    }
+  }
 }
 
 TEST(Usdt, ACommandTargetCountsEveryCallSite) {
@@ -123,9 +72,8 @@ TEST(Usdt, ACommandTargetCountsEveryCallSite) {
     const auto r = tracer::testing::run_tracer(fmt::format(
         "run {} --json -- {} {}", recipe(dir, target, placement).string(), target.string(), kN));
     ASSERT_EQ(r.exit_code, 0) << r.err;
-    const auto got = probe_events(r.out);
     for (const auto& s : kSpecs)
-      EXPECT_EQ(got.contains(s.probe) ? got.at(s.probe) : 0, kN * s.per_n) << s.probe << r.out;
+      EXPECT_EQ(tracer::testing::summary_events(r.out, s.probe), kN * s.per_n) << s.probe << r.out;
   }
 }
 
