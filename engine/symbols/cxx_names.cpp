@@ -110,18 +110,11 @@ Result<std::vector<FunctionMatch>> match_functions(const fs::path& binary,
     const auto near = tracer::detail::nearest(
         pattern, names,
         {.max_distance = 4, .limit = kMaxNearMatches, .related_only = false, .substring = true});
-    std::string hint;
-    if (near.empty()) {
-      hint = fmt::format("`tracer list uprobes {} '*'` lists its functions", binary.string());
-    } else {
-      hint = "did you mean ";
-      for (std::size_t i = 0; i < near.size(); ++i)
-        hint += (i != 0 ? ", " : "") + near[i];
-      hint += "?";
-    }
-    return fail(ENOENT,
-                fmt::format("elf: no function matches '{}' in {}", pattern, binary.string()),
-                std::move(hint));
+    return fail(
+        ENOENT, fmt::format("elf: no function matches '{}' in {}", pattern, binary.string()),
+        tracer::detail::did_you_mean(
+            near,
+            fmt::format("`tracer list uprobes {} '*'` lists its functions", binary.string())));
   }
   std::sort(out.begin(), out.end(), [](const FunctionMatch& a, const FunctionMatch& b) {
     return a.demangled < b.demangled;

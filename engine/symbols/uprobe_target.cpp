@@ -250,20 +250,13 @@ Result<FunctionSymbol> find_symbol(const fs::path& binary, std::string_view name
     const auto near = tracer::detail::nearest(
         name, functions,
         {.max_distance = 3, .limit = kMaxNearMatches, .related_only = false, .substring = true});
-    std::string hint;
-    if (near.empty()) {
-      hint = fmt::format("{} has {} function symbols; `nm -D {}` lists the exported ones",
-                         binary.string(), functions.size(), binary.string());
-    } else {
-      hint = "did you mean ";
-      for (std::size_t i = 0; i < near.size(); ++i)
-        hint += (i != 0 ? ", " : "") + near[i];
-      hint += "?";
-    }
     return fail(ENOENT,
                 fmt::format("elf: no {} '{}' in {}", data ? "function or variable" : "function",
                             name, binary.string()),
-                std::move(hint));
+                tracer::detail::did_you_mean(
+                    near, fmt::format("{} has {} function symbols; `nm -D {}` lists the "
+                                      "exported ones",
+                                      binary.string(), functions.size(), binary.string())));
   }
   // The first of the best rank: .symtab order is the linker's, so ties stay deterministic.
   const Candidate& best =

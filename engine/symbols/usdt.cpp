@@ -196,13 +196,9 @@ Result<UsdtTarget> parse_usdt_spec(std::string_view spec, std::optional<pid_t> p
       const auto near = tracer::detail::nearest(
           fmt::format("{}:{}", provider, name), names,
           {.max_distance = 4, .limit = 5, .related_only = false, .substring = true});
-      hint = near.empty() ? fmt::format("`tracer list usdt {}` lists its {} probes",
-                                        out.path.string(), names.size())
-                          : "did you mean ";
-      for (std::size_t i = 0; i < near.size(); ++i)
-        hint += (i != 0 ? ", " : "") + near[i];
-      if (!near.empty())
-        hint += "?";
+      hint = tracer::detail::did_you_mean(
+          near, fmt::format("`tracer list usdt {}` lists its {} probes", out.path.string(),
+                            names.size()));
     }
     return fail(ENOENT,
                 fmt::format("usdt: no probe {}:{} in {}", provider, name, out.path.string()),

@@ -48,15 +48,7 @@ std::string tp_string(const TracepointName& tp) {
 }
 
 std::string near_hint(const std::vector<std::string>& near) {
-  if (near.empty())
-    return "run `tracer list tracepoints` to see what this kernel offers";
-  std::string s = "did you mean ";
-  for (std::size_t i = 0; i < near.size(); ++i) {
-    if (i)
-      s += ", ";
-    s += near[i];
-  }
-  return s + "?";
+  return detail::did_you_mean(near, "run `tracer list tracepoints` to see what this kernel offers");
 }
 
 /// Element size of a dynamic array's element type; 0 when the type is not a known scalar.

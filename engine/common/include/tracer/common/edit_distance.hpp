@@ -106,4 +106,15 @@ std::vector<std::string> nearest(std::string_view word,
   return out;
 }
 
+/// "did you mean a, b?" for nearest()'s suggestions, or `otherwise` when there are none.
+[[nodiscard]] inline std::string did_you_mean(const std::vector<std::string>& near,
+                                              std::string otherwise) {
+  if (near.empty())
+    return otherwise;
+  std::string s = "did you mean ";
+  for (std::size_t i = 0; i < near.size(); ++i)
+    s += (i != 0 ? ", " : "") + near[i];
+  return s + "?";
+}
+
 }  // namespace tracer::detail
