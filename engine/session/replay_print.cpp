@@ -178,7 +178,7 @@ class ScriptPrinter {
       return;
     threads_.erase(it);
     exited_[t.pid] = t.time;
-    exit_order_.push_back({t.time, t.pid});
+    exit_order_.emplace_back(t.time, t.pid);
   }
 
   /// Forgets the processes that exited more than kExitedFor before `now`.

@@ -35,7 +35,7 @@ constexpr Spec kSpecs[] = {
     {"size", "cpp:shop::Cache::size", "shop::Cache::size", 3, 3},
     {"shop_all", "shop::*", "shop::*", 25, 25 - 6},
 };
-constexpr int kN = 500;  // per copy; a copy on each CPU
+constexpr std::uint64_t kN = 500;  // per copy; a copy on each CPU
 
 fs::path recipe(const TempDir& dir, const fs::path& target, const std::string& placement) {
   std::string text = fmt::format("[recipe]\nname = \"cxx\"\nplacement = \"{}\"\n", placement);

@@ -26,7 +26,7 @@ struct Spec {
 };
 // hit fires only while its semaphore is set: its count says the kernel set it.
 constexpr Spec kSpecs[] = {{"hit", "hit", 1}, {"tick", "tick", 3}, {"both", "*", 4}};
-constexpr int kN = 2000;  // per copy; a copy on each CPU
+constexpr std::uint64_t kN = 2000;  // per copy; a copy on each CPU
 
 fs::path recipe(const TempDir& dir, const fs::path& target, const std::string& placement) {
   std::string text = fmt::format("[recipe]\nname = \"usdt\"\nplacement = \"{}\"\n", placement);
