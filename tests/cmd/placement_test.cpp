@@ -395,8 +395,8 @@ by = ["pid"]
   ASSERT_EQ(testing::exit_code_within(t, 30), 0)
       << "tracer, after its SIGINT: " << slurp(tracer_err);
   // bpftrace prints its maps as it exits.
-  ASSERT_NE(testing::exit_code_within(b, 30), -2)
-      << "bpftrace did not end within 30 s of its SIGINT";
+  ASSERT_NE(testing::exit_code_within(b, 60), -2)
+      << "bpftrace did not end within 60 s of its SIGINT (its exit, not ours, under load)";
   std::istringstream pids(w.out);
   std::string a_pid, b_pid;
   pids >> a_pid >> b_pid;
