@@ -427,7 +427,7 @@ std::uint64_t resolve_event(const ProbeOptions& o,
 void set_user_regs(const ProbeOptions& o, ResolvedProbe& r) {
   std::uint64_t regs = o.sample_regs_user;
 #if defined(__x86_64__)
-  if (regs == 0 && (o.kind == ProbeKind::kUprobe || o.kind == ProbeKind::kUsdt)) {
+  if (regs == 0 && o.kind == ProbeKind::kUprobe) {
     regs = (1ULL << PERF_REG_X86_DI) | (1ULL << PERF_REG_X86_SI) | (1ULL << PERF_REG_X86_DX) |
            (1ULL << PERF_REG_X86_CX) | (1ULL << PERF_REG_X86_R8) | (1ULL << PERF_REG_X86_R9);
   } else if (regs == 0 && o.kind == ProbeKind::kUretprobe) {

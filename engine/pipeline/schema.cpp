@@ -292,8 +292,10 @@ std::optional<FieldRef::Accessor> Schema::resolve(std::uint32_t probe,
   }
   if (auto s = sample_field(name))
     return s;
+  // A USDT probe's arguments are its note's operands, not the function ABI's registers: no
+  // argN or retval until they are decoded (an unknown field, never another register's value).
   for (const auto& r : kRegs) {
-    if (r.name != name || r.reg < 0)
+    if (r.name != name || r.reg < 0 || info.kind == ProbeKind::kUsdt)
       continue;
     const int slot = perf::reg_slot(info.sample_regs_user, r.reg);
     if (slot < 0 || !info.layout.has(PERF_SAMPLE_REGS_USER))
@@ -410,7 +412,7 @@ std::vector<std::string> Schema::field_names(std::uint32_t probe) const {
   if (syscall_accessor(info))
     out.emplace_back(kSyscallField);
   for (const auto& r : kRegs) {
-    if (r.reg >= 0 && info.layout.has(PERF_SAMPLE_REGS_USER) &&
+    if (r.reg >= 0 && info.kind != ProbeKind::kUsdt && info.layout.has(PERF_SAMPLE_REGS_USER) &&
         perf::reg_slot(info.sample_regs_user, r.reg) >= 0)
       out.emplace_back(r.name);
   }

@@ -92,6 +92,16 @@ TEST(Usdt, TheListCommandShowsProbesSitesAndArguments) {
       TRACER_USDT_TARGET);
   const auto typo = tracer::testing::run_tracer("check " + bad.string());
   EXPECT_EQ(typo.exit_code, 2) << typo.err;
+  // argN are not the function ABI's registers on a usdt probe (its arguments are its note's
+  // operands, not decoded yet): an unknown field at its position, never another value.
+  const auto args = dir.path() / "args.toml";
+  std::ofstream(args) << fmt::format(
+      "[recipe]\nname = \"t\"\n[[probe]]\nname = \"p\"\nusdt = \"{}:tracer_test:hit\"\n"
+      "[[stage]]\nuse = \"count\"\nby = [\"arg0\"]\n",
+      TRACER_USDT_TARGET);
+  const auto arg = tracer::testing::run_tracer("check " + args.string());
+  EXPECT_EQ(arg.exit_code, 2) << arg.out << arg.err;
+  EXPECT_NE(arg.err.find(":8:7: unknown field 'arg0'"), std::string::npos) << arg.err;
   EXPECT_NE(typo.err.find(":5:8: usdt: no probe tracer_test:hti"), std::string::npos) << typo.err;
   EXPECT_NE(typo.err.find("did you mean tracer_test:hit"), std::string::npos) << typo.err;
 }
