@@ -27,6 +27,7 @@
 namespace tracer::oracle {
 
 namespace fs = std::filesystem;
+using testing::kBpftraceExitSeconds;
 using testing::kBpftraceReady;
 using testing::kBpftraceReadyLine;
 using testing::shell;

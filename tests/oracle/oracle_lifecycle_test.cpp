@@ -53,8 +53,8 @@ long long bpftrace_count(const fs::path& dir,
   }
   EXPECT_EQ(shell("timeout -k 5 60 " + command).exit_code, 0);
   ::kill(b, SIGINT);
-  EXPECT_NE(wait_code_within(b, 120), -2)
-      << "bpftrace did not end within 120 s of its SIGINT (its exit, not ours, under load)";
+  EXPECT_NE(wait_code_within(b, kBpftraceExitSeconds), -2)
+      << "bpftrace did not end within " << kBpftraceExitSeconds << " s of its SIGINT";
   const std::string out = slurp(dir / "b.out");
   std::smatch m;
   if (std::regex_search(out, m, std::regex(R"(@: ([0-9]+))")))

@@ -24,7 +24,7 @@ BesideBpftrace run_beside_bpftrace(const std::string& tracer_cli,
     for (const pid_t pid : runs)
       ::kill(pid, SIGINT);
     for (const pid_t pid : runs) {
-      if (exit_code_within(pid, 60) != 0 && out.problem.empty())
+      if (exit_code_within(pid, kBpftraceExitSeconds) != 0 && out.problem.empty())
         out.problem = fmt::format("process {} did not end cleanly after its SIGINT", pid);
     }
   };

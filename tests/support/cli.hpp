@@ -117,6 +117,10 @@ inline std::string own_fd_env() {
 /// before): put kBpftraceReady at the head of a bpftrace program, wait for kBpftraceReadyLine.
 inline constexpr const char* kBpftraceReady = "BEGIN { printf(\"bpftrace attached\\n\"); }\n";
 inline constexpr const char* kBpftraceReadyLine = "bpftrace attached";
+/// How long a test waits for bpftrace's own exit after its SIGINT (it prints its maps as it
+/// exits). Its exit, not tracer's: on 6.1 under TCG beside the ASan suite it took more than
+/// 30 s, and a bpftrace cut at 60 s printed nothing. tracer's stop is bounded by its own tests.
+inline constexpr int kBpftraceExitSeconds = 120;
 
 #ifdef TRACER_SYSCALLER_PATH
 /// Runs the syscaller (tests/programs/syscaller.c) with `args` ("lseek 1000") to its end, its
