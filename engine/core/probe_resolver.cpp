@@ -10,6 +10,7 @@
 #include <charconv>
 #include <ctime>
 #include <filesystem>
+#include <limits>
 
 #include "probe_backend.hpp"
 #include "tracer/error.hpp"
@@ -145,6 +146,84 @@ Result<BreakpointSpec> parse_breakpoint(std::string_view spec) {
 
 namespace {
 
+/// A usdt probe's arguments as tracefs fetch arguments of each call site ("arg0=%di:s32
+/// arg1=+0(-8(%bp)):string"): argument N is field argN of the probe's tracefs event, of the
+/// note's size and sign, or the string it points to when `string_args` names it. An argument
+/// is a field only where every site has it in a readable form of the same size and sign (the
+/// sites' events share one format); a string argument that is not is an error.
+std::vector<std::string> usdt_fetch_args(const ProbeOptions& o,
+                                         const std::vector<symbols::UsdtSite>& sites) {
+  using K = symbols::UsdtArg::Kind;
+  std::size_t count = std::numeric_limits<std::size_t>::max();
+  for (const auto& site : sites)
+    count = std::min(count, site.arg_list.size());
+  if (sites.empty())
+    count = 0;
+  std::vector<bool> readable(count, true);
+  for (std::size_t i = 0; i < count; ++i) {
+    for (const auto& site : sites) {
+      const auto& a = site.arg_list[i];
+      const auto& first = sites.front().arg_list[i];
+      if (a.kind == K::kUnsupported || a.size != first.size || a.is_signed != first.is_signed)
+        readable[i] = false;
+    }
+  }
+  std::vector<bool> as_string(count, false);
+  for (const auto& name : o.string_args) {
+    std::size_t n = 0;
+    const bool named = name.starts_with("arg") &&
+                       std::from_chars(name.data() + 3, name.data() + name.size(), n).ptr ==
+                           name.data() + name.size() &&
+                       name.size() > 3;
+    std::string why;
+    if (!named)
+      why = "usdt arguments are named arg0, arg1, ...";
+    else if (n >= count)
+      why = fmt::format("the probe has {} argument{}", count, count == 1 ? "" : "s");
+    else if (!readable[n])
+      why = fmt::format("its call sites keep it in forms tracer does not read alike ({})",
+                        sites.front().args);
+    else if (sites.front().arg_list[n].size != 8 || sites.front().arg_list[n].kind == K::kConstant)
+      why = fmt::format("it is not a pointer ({})", sites.front().args);
+    if (!why.empty())
+      throw Error(ErrorCategory::kUsage, std::make_error_code(std::errc::invalid_argument),
+                  fmt::format("probe '{}': string argument '{}': {}", o.name, name, why),
+                  "`tracer list usdt BINARY` lists each probe's arguments");
+    as_string[n] = true;
+  }
+  std::vector<std::string> out;
+  for (const auto& site : sites) {
+    std::string args;
+    for (std::size_t i = 0; i < count; ++i) {
+      if (!readable[i])
+        continue;
+      const auto& a = site.arg_list[i];
+      std::string where;
+      switch (a.kind) {
+        case K::kRegister:
+          where = "%" + a.reg;
+          break;
+        case K::kConstant: {  // tracefs takes an unsigned immediate: the value's own bytes
+          const auto bits = static_cast<std::uint64_t>(a.value);
+          where = fmt::format("\\{:#x}", a.size == 8 ? bits : bits & ((1ULL << (a.size * 8)) - 1));
+          break;
+        }
+        case K::kMemory:
+          where = fmt::format("{:+d}(%{})", a.value, a.reg);
+          break;
+        case K::kUnsupported:
+          break;
+      }
+      if (as_string[i])
+        args += fmt::format(" arg{}=+0({}):string", i, where);
+      else
+        args += fmt::format(" arg{}={}:{}{}", i, where, a.is_signed ? 's' : 'u', a.size * 8);
+    }
+    out.push_back(std::move(args));
+  }
+  return out;
+}
+
 // kprobe/kretprobe/uprobe/uretprobe: through the probe PMU where there is one, else through a
 // tracefs dynamic event (a tracepoint we create), else a clear "not on this kernel".
 void resolve_dynamic_probe(const ProbeOptions& o, ResolvedProbe& r, ResolveContext& ctx) {
@@ -155,7 +234,10 @@ void resolve_dynamic_probe(const ProbeOptions& o, ResolvedProbe& r, ResolveConte
     roots.tracefs_root = fs->root();
   ProbeBackend backend =
       choose_probe_backend(uprobe ? ProbeFamily::kUprobe : ProbeFamily::kKprobe, roots);
-  if (backend.kind == ProbeBackendKind::kPmu && ctx.prefer_tracefs_probes &&
+  // A usdt probe's arguments are fields of a tracefs event (its fetch arguments decode them at
+  // each call site); the PMU has none.
+  if (backend.kind == ProbeBackendKind::kPmu &&
+      (ctx.prefer_tracefs_probes || o.kind == ProbeKind::kUsdt) &&
       std::filesystem::exists(roots.tracefs_root / (uprobe ? "uprobe_events" : "kprobe_events"))) {
     backend.kind = ProbeBackendKind::kTracefs;
   }
@@ -171,6 +253,7 @@ void resolve_dynamic_probe(const ProbeOptions& o, ResolvedProbe& r, ResolveConte
   std::vector<std::uint64_t> offsets;   // a uprobe's sites (C++ overloads, a pattern's matches)
   std::vector<std::string> names;       // of each site, as `check` lists them
   std::vector<std::uint64_t> ref_ctrs;  // a USDT site's semaphore (its file offset; 0: none)
+  std::vector<std::string> fetch;       // a USDT site's arguments, as tracefs fetches them
   if (o.kind == ProbeKind::kUsdt) {
     auto t = symbols::parse_usdt_spec(o.spec, ctx.pid);
     if (!t)
@@ -181,7 +264,15 @@ void resolve_dynamic_probe(const ProbeOptions& o, ResolvedProbe& r, ResolveConte
       ref_ctrs.push_back(site.semaphore_offset);
       names.push_back(
           fmt::format("{}:{} at {:#x} ({})", site.provider, site.name, site.address, site.args));
+      r.info.usdt_args.push_back(site.args);
     }
+    fetch = usdt_fetch_args(o, t->sites);
+    if (backend.kind == ProbeBackendKind::kPmu && !o.string_args.empty())
+      throw Error(ErrorCategory::kUnsupported, std::make_error_code(std::errc::not_supported),
+                  fmt::format("probe '{}': usdt arguments are read by tracefs uprobe_events, "
+                              "which this system does not have",
+                              o.name),
+                  "mount tracefs (CONFIG_UPROBE_EVENTS)");
   } else if (uprobe) {
     auto t = symbols::parse_uprobe_spec(o.spec, ctx.pid);
     if (!t)
@@ -232,15 +323,16 @@ void resolve_dynamic_probe(const ProbeOptions& o, ResolvedProbe& r, ResolveConte
   auto& dyn = ctx.dynamic_probes();
   const std::uint64_t offset = offsets.front();
   ref_ctrs.resize(offsets.size(), 0);
-  auto added = uprobe ? dyn.add_uprobe(event, target, offset, ret, ref_ctrs.front())
+  fetch.resize(offsets.size());
+  auto added = uprobe ? dyn.add_uprobe(event, target, offset, ret, ref_ctrs.front(), fetch.front())
                       : dyn.add_kprobe(event, target, offset, ret);
   if (!added)
     rethrow(o, added.error(), category_for(added.error()));
   for (std::size_t i = 0; i < offsets.size() && offsets.size() > 1; ++i) {
     std::uint64_t id = added->id;
     if (i != 0) {
-      auto more =
-          dyn.add_uprobe(fmt::format("{}_{}", event, i), target, offsets[i], ret, ref_ctrs[i]);
+      auto more = dyn.add_uprobe(fmt::format("{}_{}", event, i), target, offsets[i], ret,
+                                 ref_ctrs[i], fetch[i]);
       if (!more)
         rethrow(o, more.error(), category_for(more.error()));
       id = more->id;

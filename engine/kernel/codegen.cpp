@@ -56,6 +56,24 @@ Field Field::tp_string_pointer(std::string name, std::uint32_t offset, bool user
           .user = user};
 }
 
+Field Field::usdt_arg(std::uint32_t n, std::uint32_t size, bool is_signed) {
+  return {.source = Source::kUsdtArg,
+          .name = fmt::format("arg{}", n),
+          .size = size,
+          .is_signed = is_signed,
+          .index = n};
+}
+Field Field::usdt_string(std::uint32_t n) {
+  return {.source = Source::kTpDataLoc,
+          .name = fmt::format("arg{}", n),
+          .offset = kUsdtStringBuffer + n,
+          .size = 8,
+          .pointer = true,
+          .user = true,
+          .index = n,
+          .usdt = true};
+}
+
 namespace {
 
 std::uint64_t fnv1a64(std::string_view s) {
@@ -106,10 +124,32 @@ Result<GeneratedProgram> generate(const KernelPlan& plan, std::uint32_t possible
   w.raw(kPrelude);
   emit_maps(plan, out.layout, out.tgid_map, w);
   emit_helpers(plan, out.layout, w);
+  out.site_programs.resize(plan.probes.size());
   for (std::uint32_t i = 0; i < plan.probes.size(); ++i) {
+    const ProbePlan& p = plan.probes[i];
     out.programs.push_back(fmt::format("tr_p{}", i));
-    w.line("/* probe {}: {} {} */", i, kind_name(plan.probes[i].kind), plan.probes[i].name);
-    emit_probe(plan, out.layout, i, out.programs.back(), out.tgid_map, w);
+    w.line("/* probe {}: {} {} */", i, kind_name(p.kind), p.name);
+    if (p.usdt_sites.empty()) {
+      emit_probe(plan, out.layout, i, out.programs.back(), out.tgid_map, w, {});
+      continue;
+    }
+    // A usdt probe: a program per distinct set of operands, each site on its set's.
+    std::vector<const std::vector<UsdtOperand>*> sets;
+    for (const auto& site : p.usdt_sites) {
+      auto it = std::find_if(sets.begin(), sets.end(), [&](const auto* s) { return *s == site; });
+      if (it == sets.end()) {
+        sets.push_back(&site);
+        const std::string fn =
+            sets.size() == 1 ? out.programs.back() : fmt::format("tr_p{}_{}", i, sets.size() - 1);
+        if (sets.size() > 1)
+          w.line("/* probe {}: the call sites whose arguments are elsewhere */", i);
+        emit_probe(plan, out.layout, i, fn, out.tgid_map, w, site);
+        it = sets.end() - 1;
+      }
+      const auto set = static_cast<std::size_t>(it - sets.begin());
+      out.site_programs[i].push_back(set == 0 ? out.programs.back()
+                                              : fmt::format("tr_p{}_{}", i, set));
+    }
   }
   if (plan.follow_children)
     emit_fork(plan, w);

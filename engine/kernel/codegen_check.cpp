@@ -18,9 +18,21 @@ std::optional<std::string> check_field(const ProbePlan& p, const Field& f, bool 
     return fmt::format("{}: field '{}': {}", where(p), f.name, why);
   };
   switch (f.source) {
+    case Source::kUsdtArg:
+      if (p.kind != ProbeKind::kUsdt || p.usdt_sites.empty() ||
+          f.index >= p.usdt_sites.front().size())
+        return bad("a usdt argument of another probe");
+      break;
+    case Source::kTpDataLoc:
+      if (f.usdt) {
+        if (p.kind != ProbeKind::kUsdt || p.usdt_sites.empty() ||
+            f.index >= p.usdt_sites.front().size())
+          return bad("a usdt argument of another probe");
+        break;
+      }
+      [[fallthrough]];
     case Source::kTpInt:
     case Source::kTpString:
-    case Source::kTpDataLoc:
       if (p.kind != ProbeKind::kTracepoint)
         return bad("a tracepoint field on a probe that is not a tracepoint");
       if (f.offset < 8)

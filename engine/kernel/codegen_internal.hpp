@@ -10,6 +10,7 @@
 
 #include <array>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -29,6 +30,8 @@ inline constexpr std::uint32_t kMaxProbes = 64;
 inline constexpr std::uint32_t kMaxStackDepth = 1024;  // frames of one stack map entry
 inline constexpr std::uint32_t kMaxFilterNodes = 256;
 inline constexpr int kMaxFilterDepth = 64;
+/// The buffer name (Field::offset) of usdt argument N's string: past every record offset.
+inline constexpr std::uint32_t kUsdtStringBuffer = 1U << 20;
 inline constexpr std::uint64_t kPercpuPreallocBudget = 64ULL << 20;  // both generations, every CPU
 
 enum class VType : std::uint8_t { kNone, kInt, kUint, kString, kStack };
@@ -49,6 +52,7 @@ inline VType type_of(const Field& f) {
     case Source::kDuration:
       return VType::kUint;
     case Source::kTpInt:
+    case Source::kUsdtArg:
       return f.is_signed ? VType::kInt : VType::kUint;
     case Source::kComm:
     case Source::kProbe:
@@ -166,6 +170,7 @@ void emit_probe(const KernelPlan& plan,
                 std::uint32_t index,
                 const std::string& fn,
                 bool tgid_map,
-                Writer& w);
+                Writer& w,
+                std::span<const UsdtOperand> usdt);
 
 }  // namespace tracer::kernel::gen

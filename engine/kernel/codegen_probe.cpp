@@ -13,8 +13,12 @@ constexpr const char* kArgRegs[] = {"di", "si", "dx", "cx", "r8", "r9"};
 // The generator of one probe's program: field reads as C expressions, locals declared once.
 class ProbeGen {
  public:
-  ProbeGen(const KernelPlan& plan, const Layout& layout, std::uint32_t index, Writer& w)
-      : plan_(plan), layout_(layout), p_(plan.probes[index]), index_(index), w_(w) {}
+  ProbeGen(const KernelPlan& plan,
+           const Layout& layout,
+           std::uint32_t index,
+           Writer& w,
+           std::span<const UsdtOperand> usdt)
+      : plan_(plan), layout_(layout), p_(plan.probes[index]), index_(index), w_(w), usdt_(usdt) {}
 
   void emit(const std::string& fn, bool tgid_map) {
     const Role role = role_of(plan_, index_);
@@ -138,6 +142,31 @@ class ProbeGen {
  private:
   std::string ctx_at(std::uint32_t off) const { return fmt::format("((char *)ctx + {})", off); }
 
+  /// usdt argument `n` of this program's call sites, as a C expression of type __s64 or __u64:
+  /// a register's low `size` bytes, a constant, or `size` bytes of user memory (a read that
+  /// fails reads 0, as bpftrace's).
+  std::string usdt_value(std::uint32_t n, std::uint32_t size, bool is_signed) const {
+    if (n >= usdt_.size() || usdt_[n].kind == UsdtOperand::Kind::kNone)
+      return "0";
+    const UsdtOperand& o = usdt_[n];
+    const std::string t = c_int_type(size, is_signed);
+    const std::string_view wide = is_signed ? "__s64" : "__u64";
+    switch (o.kind) {
+      case UsdtOperand::Kind::kRegister:
+        return fmt::format("({})({})((struct tr_pt_regs *)ctx)->{}", wide, t, o.reg);
+      case UsdtOperand::Kind::kConstant:
+        return fmt::format("({})({})({}LL)", wide, t, o.value);
+      case UsdtOperand::Kind::kMemory:
+        return fmt::format(
+            "({{ {} tr_v = 0; bpf_probe_read_user(&tr_v, sizeof(tr_v), (const void *)(((struct "
+            "tr_pt_regs *)ctx)->{} + ({}LL))); ({})tr_v; }})",
+            t, o.reg, o.value, wide);
+      case UsdtOperand::Kind::kNone:
+        break;
+    }
+    return "0";
+  }
+
   // An integer expression (and whether it is signed); nullopt for strings and missing fields.
   struct IntExpr {
     std::string text;
@@ -162,6 +191,8 @@ class ProbeGen {
                        false};
       case Source::kRetval:
         return IntExpr{"(__s64)((struct tr_pt_regs *)ctx)->ax", true};
+      case Source::kUsdtArg:
+        return IntExpr{usdt_value(f.index, f.size, f.is_signed), f.is_signed};
       case Source::kDuration:
         return IntExpr{"tr_duration", false};
       case Source::kTpInt: {
@@ -193,6 +224,8 @@ class ProbeGen {
       b.rel = f.rel_loc;
       b.pointer = f.pointer;
       b.user = f.user;
+      b.usdt = f.usdt;
+      b.index = f.index;
       b.early = b.early || early;
     }
   }
@@ -226,10 +259,10 @@ class ProbeGen {
         // __data_loc's; a string longer than the copy reads as the copy's size (cut).
         // One byte more than the string's room: a string that fills it is longer (cut).
         w_.line("char tr_s{}[{}] = {{}};", off, b.bytes + 1);
-        w_.line(
-            "long tr_r{} = bpf_probe_read_{}_str(tr_s{}, sizeof(tr_s{}), "
-            "(const void *)*(volatile __u64 *){});",
-            off, b.user ? "user" : "kernel", off, off, ctx_at(off));
+        const std::string where = b.usdt ? usdt_value(b.index, 8, false)
+                                         : fmt::format("*(volatile __u64 *){}", ctx_at(off));
+        w_.line("long tr_r{} = bpf_probe_read_{}_str(tr_s{}, sizeof(tr_s{}), (const void *){});",
+                off, b.user ? "user" : "kernel", off, off, where);
         w_.line("__u32 tr_len{} = tr_r{} > 0 ? (__u32)tr_r{} : 0;", off, off, off);
         if (stats_ready_)
           count_fault(off);
@@ -570,7 +603,9 @@ class ProbeGen {
     std::uint32_t bytes = 1;
     bool rel = false;
     bool pointer = false, user = false;  // Field::pointer, Field::user
-    bool early = false;                  // read by the first filter: copied before it
+    bool usdt = false;                   // Field::usdt: the pointer is usdt argument `index`
+    std::uint32_t index = 0;
+    bool early = false;  // read by the first filter: copied before it
     bool loaded = false;
   };
   const KernelPlan& plan_;
@@ -581,6 +616,7 @@ class ProbeGen {
   bool comm_ = false, comm_early_ = false, comm_loaded_ = false;
   bool stats_ready_ = false;  // tr_st is looked up
   std::map<std::uint32_t, Buffer> data_loc_;
+  std::span<const UsdtOperand> usdt_;  // this program's call sites' argument operands
 };
 
 }  // namespace
@@ -614,8 +650,9 @@ void emit_probe(const KernelPlan& plan,
                 std::uint32_t index,
                 const std::string& fn,
                 bool tgid_map,
-                Writer& w) {
-  ProbeGen(plan, layout, index, w).emit(fn, tgid_map);
+                Writer& w,
+                std::span<const UsdtOperand> usdt) {
+  ProbeGen(plan, layout, index, w, usdt).emit(fn, tgid_map);
 }
 
 }  // namespace tracer::kernel::gen

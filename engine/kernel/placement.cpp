@@ -13,6 +13,7 @@
 #include "tracer/error.hpp"
 #include "tracer/ext/filter_tree.hpp"
 #include "tracer/ext/stage.hpp"
+#include "tracer/symbols/usdt.hpp"
 #include "tracer/tracefs/tracefs.hpp"
 
 namespace tracer::kernel {
@@ -55,6 +56,47 @@ std::uint32_t max_stack_sysctl() {
   return n && *n != 0 ? *n : kDefault;
 }
 
+/// N of a usdt argument's field name "argN".
+std::optional<std::uint32_t> usdt_arg_index(std::string_view name) {
+  if (!name.starts_with("arg"))
+    return std::nullopt;
+  return detail::parse_uint<std::uint32_t>(name.substr(3));
+}
+
+/// A usdt probe's call sites with their arguments' operands, as its program reads them.
+std::vector<std::vector<gen::UsdtOperand>> usdt_sites(const ProbeInfo& info) {
+  std::vector<std::vector<gen::UsdtOperand>> out;
+  for (const auto& text : info.usdt_args) {
+    auto& site = out.emplace_back();
+    for (const auto& a : symbols::parse_usdt_args(text).value_or(std::vector<symbols::UsdtArg>{})) {
+      using K = symbols::UsdtArg::Kind;
+      using O = gen::UsdtOperand::Kind;
+      site.push_back({.kind = a.kind == K::kRegister   ? O::kRegister
+                              : a.kind == K::kConstant ? O::kConstant
+                              : a.kind == K::kMemory   ? O::kMemory
+                                                       : O::kNone,
+                      .reg = a.reg,
+                      .value = a.value,
+                      .size = static_cast<std::uint32_t>(a.size),
+                      .is_signed = a.is_signed});
+    }
+  }
+  return out;
+}
+
+/// Whether a probe's program reads any usdt argument.
+bool reads_usdt_args(const gen::ProbePlan& pp) {
+  const auto usdt = [](const gen::Field& f) { return f.source == gen::Source::kUsdtArg || f.usdt; };
+  const auto in = [&](const gen::Filter& f) {
+    return std::any_of(f.nodes.begin(), f.nodes.end(), [&](const gen::FilterNode& n) {
+      return usdt(n.a.field) || usdt(n.b.field);
+    });
+  };
+  return usdt(pp.value) || usdt(pp.latency_key) ||
+         std::any_of(pp.keys.begin(), pp.keys.end(), usdt) || in(pp.probe_filter) ||
+         in(pp.filter) || in(pp.post_filter);
+}
+
 std::uint32_t record_size(const tracefs::Format& f) {
   std::uint32_t end = 0;
   for (const auto& x : f.fields)
@@ -91,6 +133,16 @@ class FieldMap {
         const tracefs::Field* f = a->field;
         if (f == nullptr)
           break;
+        if (schema_->probes()[probe_].kind == ProbeKind::kUsdt) {
+          // Its tracefs event's argN: the program reads the argument where each call site
+          // keeps it (ProbePlan::usdt_sites), not from the event's record.
+          const auto n = usdt_arg_index(f->name);
+          if (!n)
+            break;
+          if (f->is_string)
+            return gen::Field::usdt_string(*n);
+          return gen::Field::usdt_arg(*n, f->size, f->is_signed);
+        }
         if (f->is_data_loc || f->is_rel_loc) {
           if (!f->is_string)
             break;  // a dynamic array of integers
@@ -363,8 +415,10 @@ class ProbePlanner {
     // kernel's perf_event_max_stack).
     const std::uint16_t max_stack = info.attr.raw()->sample_max_stack;
     stack_depth_ = std::max(stack_depth_, max_stack != 0 ? max_stack : max_stack_sysctl());
-    if (info.format)
+    if (info.format && info.kind != ProbeKind::kUsdt)
       pp.record_size = record_size(*info.format);
+    if (info.kind == ProbeKind::kUsdt)
+      pp.usdt_sites = usdt_sites(info);
     const auto plan_index = static_cast<std::uint32_t>(plan.probes.size());
     bool exit_here = false;
     if (latency_) {
@@ -405,6 +459,8 @@ class ProbePlanner {
     }
     if (!why.empty())
       return why;
+    if (!reads_usdt_args(pp))
+      pp.usdt_sites.clear();  // one program for every call site
     plan.probes.push_back(std::move(pp));
     return {};
   }

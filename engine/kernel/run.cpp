@@ -118,13 +118,23 @@ std::vector<Run> start_runs(Engine& engine,
       if (attr.type() == PERF_TYPE_TRACEPOINT) {
         // (A tracefs uprobe of several sites is a tracepoint of each.)
         const auto& sites = engine.probes()[pi].sites;
+        const auto& site_programs = prog->site_programs[i];  // a usdt probe's, per site
         for (std::size_t s = 0; s < std::max<std::size_t>(1, sites.size()); ++s) {
           run.events.push_back(
-              on_tracepoint(sites.empty() ? attr.config() : sites[s].config, prog->programs[i]));
+              on_tracepoint(sites.empty() ? attr.config() : sites[s].config,
+                            s < site_programs.size() ? site_programs[s] : prog->programs[i]));
           run.event_probes.push_back(pi);
         }
       } else {  // a probe PMU's kprobe/uprobe, or a sampling event, system-wide (place() keeps
                 // task targets out)
+        const auto& site_programs = prog->site_programs[i];
+        if (std::any_of(site_programs.begin(), site_programs.end(),
+                        [&](const std::string& n) { return n != prog->programs[i]; }))
+          fail({.code = std::make_error_code(std::errc::not_supported),
+                .message = "its call sites keep their arguments in different places, and a "
+                           "probe PMU's sites take one program",
+                .hint = "mount tracefs: a tracefs uprobe's sites take a program each"},
+               "attaching its programs");
         auto fd = run.object->program_fd(prog->programs[i]);
         if (!fd)
           fail(fd.error(), "finding its program");

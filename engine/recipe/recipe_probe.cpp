@@ -180,6 +180,25 @@ class ProbeReader {
     } else if (key == "filter") {
       if (const auto* s = keys_.string(e))
         o.filter = *s;
+    } else if (key == "strings") {
+      // A usdt probe's `char *` arguments: their fields are the strings they point to.
+      const ConfigArray* a = v.array();
+      if (a == nullptr) {
+        wrong_type(diags_, v, "strings", "an array of argument names",
+                   "strings = [\"arg0\"]: arg0 is a `char *`, its field the string");
+        return true;
+      }
+      for (const auto& arg : *a) {
+        const std::string* s = arg.string();
+        const bool named = s != nullptr && s->size() > 3 && s->starts_with("arg") &&
+                           s->find_first_not_of("0123456789", 3) == std::string::npos;
+        if (!named) {
+          wrong_type(diags_, arg, "an argument of strings", "an argument name (\"arg0\")",
+                     "strings = [\"arg0\"]: `tracer list usdt BINARY` lists the arguments");
+          continue;
+        }
+        o.string_args.push_back(*s);
+      }
     } else if (key == "bpf") {
       if (const auto* s = keys_.string(e)) {
         if (s->empty())
@@ -375,6 +394,11 @@ class ProbeReader {
                  fmt::format("'read' does not apply to {} probes", to_string(o.kind)),
                  "read the group at the samples of a software, hardware, tracepoint or probe "
                  "event");
+    if (has_kind && !o.string_args.empty() && o.kind != ProbeKind::kUsdt)
+      diags_.add(probe.where_of("strings"),
+                 fmt::format("'strings' does not apply to {} probes", to_string(o.kind)),
+                 "it names a usdt probe's `char *` arguments; a tracepoint's `char *` fields "
+                 "are strings already");
     const bool tracefs_kind = o.kind == ProbeKind::kTracepoint || o.kind == ProbeKind::kKprobe ||
                               o.kind == ProbeKind::kKretprobe || is_user_probe(o.kind);
     if (has_kind && !o.filter.empty() && !tracefs_kind)

@@ -105,6 +105,7 @@ inline constexpr KeySpec kProbeKeys[] = {
     {"exclude_callchain_kernel", KeyType::kBool},
     {"exclude_callchain_user", KeyType::kBool},
     {"unwind", KeyType::kString},
+    {"strings", KeyType::kString},
 };
 
 inline constexpr KeySpec kBpfKeys[] = {

@@ -6,6 +6,7 @@
 #include <libelf.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <charconv>
 #include <cstring>
@@ -66,7 +67,83 @@ std::optional<std::string> take_string(std::string_view desc, std::size_t& at) {
   return s;
 }
 
+/// A signed decimal or 0x-hex integer, the whole of `text`.
+std::optional<std::int64_t> parse_int(std::string_view text) {
+  const bool neg = text.starts_with('-');
+  if (neg || text.starts_with('+'))
+    text.remove_prefix(1);
+  int base = 10;
+  if (text.starts_with("0x") || text.starts_with("0X")) {
+    base = 16;
+    text.remove_prefix(2);
+  }
+  std::uint64_t v = 0;
+  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v, base);
+  if (text.empty() || ec != std::errc{} || ptr != text.data() + text.size())
+    return std::nullopt;
+  return neg ? static_cast<std::int64_t>(0 - v) : static_cast<std::int64_t>(v);
+}
+
+/// Decodes an operand (AT&T syntax, as GCC and clang write <sys/sdt.h>'s): "%reg", "$imm",
+/// "disp(%reg)", "(%reg)"; other forms stay kUnsupported.
+void decode_operand(UsdtArg& a) {
+  std::string_view op = a.operand;
+  if (op.starts_with('%')) {
+    a.reg = usdt_register(op.substr(1));
+    a.kind = a.reg.empty() ? UsdtArg::Kind::kUnsupported : UsdtArg::Kind::kRegister;
+    return;
+  }
+  if (op.starts_with('$')) {
+    if (const auto v = parse_int(op.substr(1))) {
+      a.kind = UsdtArg::Kind::kConstant;
+      a.value = *v;
+    }
+    return;
+  }
+  const auto open = op.find('(');
+  if (open == std::string_view::npos || !op.ends_with(')') || op[open + 1] != '%')
+    return;
+  const std::string_view base = op.substr(open + 2, op.size() - open - 3);
+  if (base.find(',') != std::string_view::npos)
+    return;  // an index register
+  const auto disp = open == 0 ? std::optional<std::int64_t>(0) : parse_int(op.substr(0, open));
+  a.reg = usdt_register(base);
+  if (!disp || a.reg.empty())
+    return;
+  a.kind = UsdtArg::Kind::kMemory;
+  a.value = *disp;
+}
+
 }  // namespace
+
+std::string usdt_register(std::string_view name) {
+  // The legacy registers in their 64-, 32-, 16- and low 8-bit names.
+  static constexpr std::array<std::array<std::string_view, 5>, 8> kLegacy{{
+      {"ax", "rax", "eax", "ax", "al"},
+      {"bx", "rbx", "ebx", "bx", "bl"},
+      {"cx", "rcx", "ecx", "cx", "cl"},
+      {"dx", "rdx", "edx", "dx", "dl"},
+      {"si", "rsi", "esi", "si", "sil"},
+      {"di", "rdi", "edi", "di", "dil"},
+      {"bp", "rbp", "ebp", "bp", "bpl"},
+      {"sp", "rsp", "esp", "sp", "spl"},
+  }};
+  for (const auto& r : kLegacy) {
+    if (std::find(r.begin() + 1, r.end(), name) != r.end())
+      return std::string(r[0]);
+  }
+  // r8..r15 with their d, w and b suffixes.
+  if (name.size() >= 2 && name[0] == 'r') {
+    std::string_view n = name.substr(1);
+    if (n.ends_with('d') || n.ends_with('w') || n.ends_with('b'))
+      n.remove_suffix(1);
+    int v = 0;
+    const auto [ptr, ec] = std::from_chars(n.data(), n.data() + n.size(), v);
+    if (ec == std::errc{} && ptr == n.data() + n.size() && v >= 8 && v <= 15 && n[0] != '0')
+      return fmt::format("r{}", v);
+  }
+  return {};
+}
 
 std::optional<std::vector<UsdtArg>> parse_usdt_args(std::string_view text) {
   std::vector<UsdtArg> out;
@@ -96,6 +173,7 @@ std::optional<std::vector<UsdtArg>> parse_usdt_args(std::string_view text) {
     out.push_back({.size = bytes,
                    .is_signed = size < 0,
                    .operand = std::string(text.substr(at + 1, end - at - 1))});
+    decode_operand(out.back());
     i = end;
   }
 }

@@ -234,7 +234,8 @@ Result<DynamicProbe> DynamicProbes::add_uprobe(std::string_view name,
                                                const fs::path& path,
                                                std::uint64_t offset,
                                                bool retprobe,
-                                               std::uint64_t ref_ctr_offset) {
+                                               std::uint64_t ref_ctr_offset,
+                                               std::string_view fetch_args) {
   const std::string p = path.string();
   if (!path.is_absolute() || p.find_first_of(" \t\n") != std::string::npos)
     return fail(EINVAL,
@@ -242,9 +243,12 @@ Result<DynamicProbe> DynamicProbes::add_uprobe(std::string_view name,
                             "whitespace",
                             p),
                 "uprobe_events splits its commands at whitespace; use a path without spaces");
+  if (fetch_args.find_first_of("\n\r") != std::string_view::npos)
+    return fail(EINVAL, "tracefs: uprobe fetch arguments hold a line break");
   return add(false, name,
-             ref_ctr_offset == 0 ? fmt::format("{}:{:#x}", p, offset)
-                                 : fmt::format("{}:{:#x}({:#x})", p, offset, ref_ctr_offset),
+             (ref_ctr_offset == 0 ? fmt::format("{}:{:#x}", p, offset)
+                                  : fmt::format("{}:{:#x}({:#x})", p, offset, ref_ctr_offset)) +
+                 std::string(fetch_args),
              retprobe);
 }
 

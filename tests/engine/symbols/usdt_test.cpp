@@ -59,6 +59,41 @@ TEST(UsdtNotes, ArgumentTexts) {
     EXPECT_FALSE(parse_usdt_args(bad).has_value()) << bad;
 }
 
+// Each operand decoded: registers of every width by their pt_regs names, constants (signed,
+// hex), memory at a base register plus a displacement; the rest listed but not readable.
+TEST(UsdtNotes, OperandsDecode) {
+  using K = UsdtArg::Kind;
+  const auto args = parse_usdt_args(
+      "-4@%edi 8@-8(%rbp) 4@$5 8@foo(%rip) 1@%al 8@(%rax) -2@0x10(%r12) 8@%r9 4@%r10d "
+      "1@%ah 8@$-0x20 8@8(%rax,%rbx,8) 1@%sil 8@%rsp");
+  ASSERT_TRUE(args.has_value());
+  ASSERT_EQ(args->size(), 14U);
+  const auto is = [&](std::size_t i, K kind, const char* reg, std::int64_t value) {
+    SCOPED_TRACE(args->at(i).operand);
+    EXPECT_EQ(args->at(i).kind, kind);
+    EXPECT_EQ(args->at(i).reg, reg);
+    EXPECT_EQ(args->at(i).value, value);
+  };
+  is(0, K::kRegister, "di", 0);
+  is(1, K::kMemory, "bp", -8);
+  is(2, K::kConstant, "", 5);
+  is(3, K::kUnsupported, "", 0);  // a symbol
+  is(4, K::kRegister, "ax", 0);
+  is(5, K::kMemory, "ax", 0);
+  is(6, K::kMemory, "r12", 16);
+  is(7, K::kRegister, "r9", 0);
+  is(8, K::kRegister, "r10", 0);
+  is(9, K::kUnsupported, "", 0);  // bits 8..15
+  is(10, K::kConstant, "", -32);
+  is(11, K::kUnsupported, "", 0);  // an index register
+  is(12, K::kRegister, "si", 0);
+  is(13, K::kRegister, "sp", 0);
+  EXPECT_TRUE(args->at(6).is_signed);
+  EXPECT_EQ(args->at(6).size, 2);
+  for (const char* name : {"r16", "r7", "r08", "xmm0", "eip", ""})
+    EXPECT_EQ(usdt_register(name), "") << name;
+}
+
 TEST(UsdtNotes, SpecsNameOneProbeOrAPattern) {
   auto hit = parse_usdt_spec(kTarget + ":tracer_test:hit", std::nullopt);
   ASSERT_TRUE(hit.has_value()) << hit.error().describe();

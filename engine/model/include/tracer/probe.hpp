@@ -103,9 +103,12 @@ struct ProbeOptions {
   bool data_mappings = false;
   bool context_switches = false;  // SWITCH records
   std::string filter{};           // tracefs filter expression (tracepoints, probes)
-  std::string bpf_program{};      // program of the engine's BPF object to attach (SET_BPF)
-  std::uint32_t ring_pages = 0;   // data pages per CPU ring (power of two); 0: from the
-                                  // locked-memory budget (Engine::ring_note), 2 MiB unlimited
+  /// A usdt probe's arguments that are `char *` ("arg1"): their fields hold the strings they
+  /// point to, read at the event (the others are integers of the note's size).
+  std::vector<std::string> string_args{};
+  std::string bpf_program{};     // program of the engine's BPF object to attach (SET_BPF)
+  std::uint32_t ring_pages = 0;  // data pages per CPU ring (power of two); 0: from the
+                                 // locked-memory budget (Engine::ring_note), 2 MiB unlimited
   /// COMM/FORK/EXIT records only (no MMAP): thread names at event time. A sampling probe with
   /// them on every CPU covers every task the engine traces.
   bool comm_records = false;
@@ -163,6 +166,9 @@ struct ProbeInfo {
   /// Every place of a probe of several, the first attr's own (each has events of its own on
   /// every CPU, writing to the probe's ring); empty for a probe of one place.
   std::vector<ProbeSite> sites{};
+  /// A usdt probe's: each call site's argument text ("-4@%edi 8@-8(%rbp)"), in `sites` order
+  /// (one for a probe of one site). Its arguments are the fields argN of its tracefs event.
+  std::vector<std::string> usdt_args{};
 };
 
 }  // namespace tracer

@@ -65,6 +65,8 @@ enum class Source : std::uint8_t {
   kArg,        // kprobe/uprobe argument `index` (0..5, PT_REGS_PARMn)      -> uint
   kRetval,     // kretprobe/uretprobe return value (PT_REGS_RC)             -> int
   kDuration,   // latency: exit time - entry time, ns (exit probe, after pairing) -> uint
+  kUsdtArg,    // a usdt probe's argument `index`, decoded per call site (ProbePlan::usdt_sites)
+               //                                                       -> int or uint (is_signed)
   // Stacks (keys only): bpf_get_stack's frames stored in tr_stacks under their 64-bit hash, the
   // key; the reader turns hashes back into addresses (Cell Ips).
   kKernelStack,  // the kernel part                                    -> Ips (pid 0)
@@ -86,7 +88,10 @@ struct Field {
   bool pointer = false;
   bool user = false;
   bool syscall_id = false;  // kTpInt: a system call number (the reader names it)
-  std::uint32_t index = 0;  // kArg: 0..5
+  std::uint32_t index = 0;  // kArg: 0..5; kUsdtArg and a usdt string: the argument
+  /// kTpDataLoc with `pointer`: the pointer is usdt argument `index` (read per call site), not
+  /// a record field (`offset` is then only a name for its buffer).
+  bool usdt = false;
 
   [[nodiscard]] static Field missing(std::string name);
   [[nodiscard]] static Field pid() { return {.source = Source::kPid, .name = "pid"}; }
@@ -116,6 +121,21 @@ struct Field {
   /// A `char *` field: the string it points to, read at the event (bounded by the key's string
   /// bytes; a longer one is cut and counted as truncated), compared and keyed as a string.
   [[nodiscard]] static Field tp_string_pointer(std::string name, std::uint32_t offset, bool user);
+  /// usdt argument `n` as an integer of `size` bytes.
+  [[nodiscard]] static Field usdt_arg(std::uint32_t n, std::uint32_t size, bool is_signed);
+  /// usdt argument `n` as the string it points to (user memory), read at the event.
+  [[nodiscard]] static Field usdt_string(std::uint32_t n);
+};
+
+/// Where a usdt call site keeps one argument (tracer/symbols/usdt.hpp's UsdtArg, decoded).
+struct UsdtOperand {
+  enum class Kind : std::uint8_t { kNone, kRegister, kConstant, kMemory };
+  Kind kind = Kind::kNone;
+  std::string reg{};       // kRegister, kMemory (base): a struct pt_regs member ("di")
+  std::int64_t value = 0;  // kConstant: the value; kMemory: the displacement
+  std::uint32_t size = 8;  // bytes
+  bool is_signed = false;
+  friend bool operator==(const UsdtOperand&, const UsdtOperand&) = default;
 };
 
 /// The filter expression tree. Integers compare by value whatever their signedness
@@ -190,6 +210,10 @@ struct ProbePlan {
   /// The probe is sched:sched_process_exec: with KernelPlan::arm_on_exec, its program arms the
   /// command at the command's own exec before it tests the target.
   bool arms_command = false;
+  /// A usdt probe's call sites (in ProbeInfo::usdt_args order), each with its arguments'
+  /// operands: the sites whose operands differ get programs of their own
+  /// (GeneratedProgram::site_programs). Empty: not a usdt probe, or no argument is read.
+  std::vector<std::vector<UsdtOperand>> usdt_sites{};
 };
 
 /// sched:sched_process_fork's child_pid, for following the children of the target processes,
@@ -293,7 +317,10 @@ struct GeneratedProgram {
   std::string name;                   // object name: "trk_<hash>"
   std::string hash;                   // 16 hex digits of the text's hash
   std::vector<std::string> programs;  // one per KernelPlan::probes, same order
-  bool tgid_map = false;              // targets go in tr_tgids (set_targets)
+  /// Per probe: the program of each call site of a usdt probe whose sites read their arguments
+  /// from different places (ProbePlan::usdt_sites); empty: `programs[i]` on every site.
+  std::vector<std::vector<std::string>> site_programs;
+  bool tgid_map = false;  // targets go in tr_tgids (set_targets)
   Layout layout;
   KernelPlan plan;
 };

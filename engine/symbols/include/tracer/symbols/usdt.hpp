@@ -23,7 +23,21 @@ struct UsdtArg {
   int size = 0;  // bytes: 1, 2, 4 or 8
   bool is_signed = false;
   std::string operand{};  // "%edi", "-8(%rbp)", "$5"
+  /// What the operand is, decoded (x86-64): a register's value, a constant, or the `size` bytes
+  /// of user memory at a register plus a displacement. kUnsupported: another form (an index
+  /// register, a symbol, %ah..%dh), listed but not readable.
+  enum class Kind : std::uint8_t { kUnsupported, kRegister, kConstant, kMemory };
+  Kind kind = Kind::kUnsupported;
+  /// kRegister, kMemory (the base): the register as pt_regs and tracefs name it ("di", "r8";
+  /// %rip-relative operands name a symbol and stay kUnsupported).
+  std::string reg{};
+  /// kConstant: the value; kMemory: the displacement.
+  std::int64_t value = 0;
 };
+
+/// The pt_regs name of an x86-64 register of any width ("edi", "dil", "r8d" -> "di", "r8");
+/// empty for one that is not a whole register's low part (%ah) or unknown.
+[[nodiscard]] std::string usdt_register(std::string_view name);
 
 /// One call site of a USDT probe.
 struct UsdtSite {

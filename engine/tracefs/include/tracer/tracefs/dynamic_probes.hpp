@@ -66,8 +66,9 @@ class DynamicProbes {
 
   /// Writes "p:GROUP/NAME PATH:0xOFFSET" ("r:" for a uretprobe) to uprobe_events, with
   /// "(0xREF_CTR)" after it for a `ref_ctr_offset` (a USDT semaphore's file offset, which the
-  /// kernel counts up while the probe exists). `name` is a C identifier; `path` an absolute path
-  /// without whitespace.
+  /// kernel counts up while the probe exists), then `fetch_args` as they are (each with a
+  /// space before it: " arg0=%di:s32 arg1=+0(%si):string", the fields of the probe's event).
+  /// `name` is a C identifier; `path` an absolute path without whitespace.
   /// @return the probe with its tracepoint id, or: EINVAL for a bad name or path (before
   /// writing), else the kernel's errno for the write, quoting the line and the kernel's
   /// error_log entry (EINVAL: malformed line or offset; ENOENT: no such file; EEXIST: the name
@@ -76,7 +77,8 @@ class DynamicProbes {
                                                 const std::filesystem::path& path,
                                                 std::uint64_t offset,
                                                 bool retprobe,
-                                                std::uint64_t ref_ctr_offset = 0);
+                                                std::uint64_t ref_ctr_offset = 0,
+                                                std::string_view fetch_args = {});
 
   /// Writes "p:GROUP/NAME SYMBOL+OFFSET" ("r:" for a kretprobe; an empty symbol probes the
   /// absolute address `offset`) to kprobe_events.
