@@ -587,7 +587,7 @@ bool Engine::Impl::check_handler_failure() {
   return failure != nullptr;
 }
 
-void Engine::Impl::stop() {
+void Engine::Impl::stop(std::function<void()>* later) {
   if (stopped)
     return;
   const bool was_running = running;
@@ -641,12 +641,12 @@ void Engine::Impl::stop() {
   final_stats = collect_stats();
   running = false;
   stopped = true;
-  cleanup();
+  cleanup(later);
   if (was_running && done_handler)
     asio::post(serial, done_handler);
 }
 
-void Engine::Impl::cleanup() noexcept {
+void Engine::Impl::cleanup(std::function<void()>* later) noexcept {
   boost::system::error_code ignored;
   [[maybe_unused]] const auto n = flush_timer.cancel(ignored);
   [[maybe_unused]] const auto m = free_wait.cancel(ignored);
@@ -668,17 +668,32 @@ void Engine::Impl::cleanup() noexcept {
   output.reset();  // clears its PERF_EVENT_ARRAY entries, closes the bpf-output events
   // The links and events close side by side (ConcurrentRelease): a link's close and a
   // tracepoint's last event's wait for grace periods (12 tracepoints took 1.3 s one by one).
+  // Handed over (`later`), the dynamic tracefs probes go after the events there too.
   try {
-    common::ConcurrentRelease release;
-    release.add_each(closings);  // removed probes' rings and events not closed yet
-    release.add_each(trial_events);
-    hit_counter.detach(release);
+    auto release = std::make_shared<common::ConcurrentRelease>();
+    release->add_each(closings);  // removed probes' rings and events not closed yet
+    release->add_each(trial_events);
+    hit_counter.detach(*release);
     if (delivery)
-      delivery->detach(release);
-    release.add_each(follow_events);
+      delivery->detach(*release);
+    release->add_each(follow_events);
     for (auto& per_cpu : events)
-      release.add_each(per_cpu);
-    release.run();
+      release->add_each(per_cpu);
+    if (later != nullptr) {
+      auto tracefs_probes =
+          std::make_shared<std::optional<tracefs::DynamicProbes>>(std::move(dynamic));
+      auto added = std::make_shared<std::vector<std::unique_ptr<tracefs::DynamicProbes>>>(
+          std::move(added_dynamic));
+      dynamic.reset();
+      added_dynamic.clear();
+      *later = [release, tracefs_probes, added] {
+        release->run();
+        tracefs_probes->reset();  // EBUSY until no event holds them
+        added->clear();
+      };
+    } else {
+      release->run();
+    }
   } catch (...) {  // NOLINT(bugprone-empty-catch): no memory: what is left closes below
   }
   closings.clear();
@@ -750,6 +765,12 @@ void Engine::go() {
 
 void Engine::stop() {
   impl_->stop();
+}
+
+std::function<void()> Engine::stop_deferring_close() {
+  std::function<void()> later;
+  impl_->stop(&later);
+  return later;
 }
 
 bool Engine::target_exited() const noexcept {

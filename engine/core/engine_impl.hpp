@@ -181,8 +181,9 @@ struct Engine::Impl : std::enable_shared_from_this<Engine::Impl> {
   void start();
   void prepare();
   void go();
-  void stop();
-  void cleanup() noexcept;
+  /// `later`: where the closing of the events, links and tracefs probes goes (nullptr: now).
+  void stop(std::function<void()>* later = nullptr);
+  void cleanup(std::function<void()>* later = nullptr) noexcept;
   /// A delivered probe's side-band records (COMM, FORK, EXIT... when its attr asks for them)
   /// from a dummy event on `cpu` writing into the ring of `ce` (whose tracepoint event is never
   /// enabled).

@@ -8,7 +8,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <boost/asio/execution/outstanding_work.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/prefer.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <cstdio>
 #include <ctime>
@@ -290,6 +292,8 @@ Session::~Session() {
     s.cancel = true;
     s.worker.join();
   }
+  if (s.closer.joinable())  // an async_stop's closing: the events are closed when it returns
+    s.closer.join();
   s.alive->store(false);  // its completion, if posted, finds the session gone
   s.starting = false;
   try {
@@ -404,13 +408,82 @@ void Session::stop() {
   s.engine->stop();  // drains: the last batches reach the pipelines
   {  // the programs detach with their events, closed side by side (ConcurrentRelease)
     common::ConcurrentRelease release;
-    for (auto& run : s.kernel) {
-      release.add_each(run.events);
-      release.add(std::move(run.fork_event));
-      release.add(std::move(run.free_event));
-      release.add(std::move(run.exec_event));
-    }
+    s.release_kernel_events(release);
   }
+  s.finish_stop();
+}
+
+void Session::Impl::release_kernel_events(common::ConcurrentRelease& release) {
+  for (auto& run : kernel) {
+    release.add_each(run.events);
+    release.add(std::move(run.fork_event));
+    release.add(std::move(run.free_event));
+    release.add(std::move(run.exec_event));
+  }
+}
+
+void Session::async_stop(std::function<void(std::exception_ptr)> handler) {
+  auto& s = *impl_;
+  boost::asio::any_io_executor work =
+      boost::asio::prefer(s.executor, boost::asio::execution::outstanding_work.tracked);
+  if (s.starting) {  // async_start's preparation gives up; its completion runs the handler
+    s.cancel = true;
+    s.stop_waiters.push_back(std::move(handler));
+    return;
+  }
+  if (s.closer.joinable()) {  // a stop under way: its completion runs this handler too
+    s.stop_waiters.push_back(std::move(handler));
+    return;
+  }
+  if (s.stopped || !s.live) {  // nothing runs: stop() has nothing to wait for
+    std::exception_ptr failure;
+    try {
+      stop();
+    } catch (...) {
+      failure = std::current_exception();
+    }
+    boost::asio::post(work, [handler = std::move(handler), failure, alive = s.alive] {
+      if (alive->load())
+        handler(failure);
+    });
+    return;
+  }
+  s.stopped = true;
+  boost::system::error_code ignored;
+  [[maybe_unused]] auto a = s.deadline.cancel(ignored);
+  [[maybe_unused]] auto b = s.ticker.cancel(ignored);
+  // The rings drain here (the last batches reach the pipelines); what waits for the kernel's
+  // grace periods (closing the events, detaching the programs, removing tracefs probes) runs on
+  // `closer`; the rest of the stop (the last in-kernel read, after the programs detached, and
+  // the final tables) comes back to the executor.
+  auto close_engine = s.engine->stop_deferring_close();
+  auto kernel_events = std::make_shared<common::ConcurrentRelease>();
+  s.release_kernel_events(*kernel_events);
+  s.closer = std::thread([this, &s, kernel_events, close_engine = std::move(close_engine),
+                          handler = std::move(handler), work = std::move(work)]() mutable {
+    kernel_events->run();
+    if (close_engine)
+      close_engine();
+    boost::asio::post(work, [this, &s, handler = std::move(handler), alive = s.alive] {
+      if (!alive->load())
+        return;  // the session is gone (its destructor joined this thread)
+      if (s.closer.joinable())
+        s.closer.join();
+      std::exception_ptr failure;
+      try {
+        s.finish_stop();
+      } catch (...) {
+        failure = std::current_exception();
+      }
+      handler(failure);
+      for (auto& waiter : std::exchange(s.stop_waiters, {}))
+        waiter(failure);
+    });
+  });
+}
+
+void Session::Impl::finish_stop() {
+  auto& s = *this;
   s.feed_counters(monotonic_now());        // the counters' last counts
   s.absorb_kernel(true, monotonic_now());  // what the kernel aggregated since the last read
   // Every pipeline ends and emits, whatever another's end throws (a plugin that ran over its

@@ -18,6 +18,7 @@
 
 #include "session_counters.hpp"
 #include "tracer/common/clock.hpp"
+#include "tracer/common/release.hpp"
 #include "tracer/error.hpp"
 #include "tracer/ext/stage.hpp"
 #include "tracer/kernel/placement.hpp"
@@ -91,6 +92,16 @@ struct Session::Impl {
   std::thread worker;
   std::atomic<bool> starting{false}, cancel{false};
   std::shared_ptr<std::atomic<bool>> alive = std::make_shared<std::atomic<bool>>(true);
+  // async_stop: the events close on `closer` while the executor goes on; an async_stop during
+  // an async_start waits in `stop_waiters` for the start's (canceled) completion.
+  std::thread closer;
+  std::vector<std::function<void(std::exception_ptr)>> stop_waiters;
+
+  /// Hands the in-kernel pipelines' events (their programs detach as they close) to `release`.
+  void release_kernel_events(common::ConcurrentRelease& release);
+  /// stop() after the events closed: the last in-kernel read, the final tables, the done
+  /// observers (then the first error a pipeline's end threw is rethrown).
+  void finish_stop();
 
   /// (Re)installs the on_table/on_event handlers on every pipeline, with its index.
   void hook_pipelines();
@@ -165,7 +176,12 @@ struct Session::Impl {
       return std::any_of(pipelines.begin(), pipelines.end(),
                          [](const auto& p) { return p->backlogged(); });
     });
-    engine->on_done([self] { self->stop(); });
+    // Posted by the engine's stop, it may run after the session is gone (a stop() just before
+    // the destructor): `alive` says whether there is a session to stop.
+    engine->on_done([self, alive = alive] {
+      if (alive->load())
+        self->stop();
+    });
   }
 
   /// Placement: which pipelines run in the kernel (probes resolved by a check of the engine).

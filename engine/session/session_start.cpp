@@ -420,6 +420,8 @@ void Session::async_start(std::function<void(std::exception_ptr)> handler) {
                 s.stopped = true;
                 for (auto& h : s.done_handlers)
                   h();
+                for (auto& waiter : std::exchange(s.stop_waiters, {}))
+                  waiter(nullptr);  // async_stop's: the session is stopped
               }
             });
       });

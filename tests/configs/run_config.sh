@@ -20,10 +20,11 @@ if ((rc != 0)); then
 fi
 echo "$check_out"
 if (($#)); then (sleep 0.3; "$@" >/dev/null 2>&1) & fi
-out=$("$tracer" run "$recipe" --json --duration 1500ms 2>/tmp/tracer_config_err.$$)
+err=$(mktemp) || exit 1  # never a predictable name in /tmp
+trap 'rm -f "$err"' EXIT
+out=$("$tracer" run "$recipe" --json --duration 1500ms 2>"$err")
 rc=$?
-cat /tmp/tracer_config_err.$$ >&2
-rm -f /tmp/tracer_config_err.$$
+cat "$err" >&2
 wait
 if ((rc != 0)); then
   echo "tracer run failed ($rc)"

@@ -15,6 +15,7 @@
 #include <random>
 #include <string>
 
+#include "support/cli.hpp"
 #include "tracer/session.hpp"
 
 namespace tracer {
@@ -174,6 +175,135 @@ TEST(SessionAsync, TheHostsTimersKeepTheirScheduleWhileAStartCompiles) {
       "blocking start() held the host %.1f ms; async_start took %.1f ms, the host's 5 ms "
       "timer was at worst %.1f ms late (%llu runs)\n",
       ms(blocking), ms(async_length), ms(host.worst), static_cast<unsigned long long>(host.fired));
+}
+
+/// System-wide, in the kernel: this process's lseek calls on its own fd (own_fd()) counted, on
+/// six tracepoints, so that a stop closes six events with programs on them (each close waits
+/// for the kernel's grace periods).
+Recipe six_tracepoints_recipe(const std::string& name) {
+  const fs::path path =
+      fs::temp_directory_path() / (name + "_" + std::to_string(::getpid()) + ".toml");
+  std::string text = fmt::format("[recipe]\nname = \"{}\"\nplacement = \"kernel\"\n", name);
+  for (const char* sc : {"lseek", "getppid", "getpid", "gettid", "getuid", "geteuid"})
+    text += fmt::format("[[probe]]\nname = \"{0}\"\ntracepoint = \"syscalls:sys_enter_{0}\"\n", sc);
+  text += fmt::format("[[stage]]\nuse = \"filter\"\nexpr = \"fd == {}\"\n", testing::own_fd());
+  text += "[[stage]]\nuse = \"count\"\nby = [\"probe\"]\n";
+  std::ofstream(path) << text;
+  Recipe recipe = Recipe::load(path.string(), {.stages = stage_catalog()});
+  fs::remove(path);
+  return recipe;
+}
+
+// The host's 5 ms timer during a stop: stop() holds the thread while the events close (the
+// reference, measured in the same run); async_stop closes them on a thread of its own, and the
+// final table (read after the programs detached) counts the calls exactly as stop()'s does.
+TEST(SessionAsync, TheHostsTimersKeepTheirScheduleWhileAStopCloses) {
+  constexpr std::uint64_t kSeeks = 5000;
+  const std::string workload =
+      testing::own_fd_env() + TRACER_SYSCALLER_PATH + " lseek " + std::to_string(kSeeks);
+  const auto ms = [](Clock::duration d) {
+    return std::chrono::duration<double, std::milli>(d).count();
+  };
+  std::string text;
+  Sink out = Sink::to_string(&text);
+  const auto lseeks = [](std::uint64_t& n) {
+    return [&n](const TableUpdate& u) {
+      for (const auto& row : u.table.rows) {
+        if (std::get<std::string>(row.keys.at(0)) == "lseek")
+          n += std::get<std::uint64_t>(row.values.at(0));
+      }
+    };
+  };
+
+  boost::asio::io_context io(1);
+  Clock::duration blocking{};
+  std::uint64_t blocking_count = 0;
+  {
+    Session session(io.get_executor(), six_tracepoints_recipe("blocking_stop"), out);
+    session.on_table(lseeks(blocking_count));
+    session.start();
+    ASSERT_EQ(std::system(workload.c_str()), 0);
+    const auto t = Clock::now();
+    session.stop();
+    blocking = Clock::now() - t;
+  }
+  EXPECT_EQ(blocking_count, kSeeks);
+
+  io.restart();
+  HostTimer host(io, std::chrono::milliseconds(5));
+  std::uint64_t async_count = 0;
+  bool handled = false, done = false;
+  std::exception_ptr stopped_with;
+  Clock::duration async_length{};
+  Session session(io.get_executor(), six_tracepoints_recipe("async_stop"), out);
+  session.on_table(lseeks(async_count));
+  session.on_done([&] { done = true; });
+  session.start();
+  ASSERT_EQ(std::system(workload.c_str()), 0);
+  const auto t = Clock::now();
+  boost::asio::post(io, [&] {
+    host.start();
+    session.async_stop([&](std::exception_ptr e) {
+      stopped_with = e;
+      handled = true;
+      async_length = Clock::now() - t;
+      host.watching = false;
+      host.cancel();
+    });
+    // Meanwhile the stop is under way: a blocking stop() returns at once, collect() reads
+    // nothing, and a second async_stop completes with the first.
+    session.stop();
+    session.collect([&](const TableUpdate&) { ADD_FAILURE() << "collect() during a stop"; });
+  });
+  io.run_for(std::chrono::seconds(20));
+  ASSERT_TRUE(handled) << "async_stop's handler never ran";
+  if (stopped_with)
+    std::rethrow_exception(stopped_with);
+  EXPECT_TRUE(done) << "on_done observers run before the handler";
+  EXPECT_FALSE(session.running());
+  EXPECT_EQ(async_count, kSeeks);
+  // Meanwhile the host's timer ran (about one per 5 ms of the closing), never held for long.
+  EXPECT_GE(host.fired, 3u) << "async_stop took " << ms(async_length) << " ms";
+  EXPECT_LT(ms(host.worst), ms(blocking) / 2)
+      << "worst lateness " << ms(host.worst) << " ms; a blocking stop held the thread "
+      << ms(blocking) << " ms";
+  std::printf(
+      "blocking stop() held the host %.1f ms; async_stop took %.1f ms, the host's 5 ms timer "
+      "was at worst %.1f ms late (%llu runs)\n",
+      ms(blocking), ms(async_length), ms(host.worst), static_cast<unsigned long long>(host.fired));
+}
+
+// An async_stop while an async_start prepares: the start gives up (its handler gets
+// operation_canceled), then the stop's handler runs with nullptr; nothing stays open.
+TEST(SessionAsync, AnAsyncStopDuringAnAsyncStartCancelsIt) {
+  std::string text;
+  Sink out = Sink::to_string(&text);
+  boost::asio::io_context io(1);
+  const std::size_t before = open_perf_events();
+  Session session(io.get_executor(), fresh_kernel_recipe("stop_while_starting"), out);
+  std::vector<std::string> order;
+  std::exception_ptr start_error;
+  boost::asio::post(io, [&] {
+    session.async_start([&](std::exception_ptr e) {
+      start_error = e;
+      order.emplace_back("start");
+    });
+    session.async_stop([&](std::exception_ptr e) {
+      EXPECT_FALSE(e);
+      order.emplace_back("stop");
+      io.stop();
+    });
+  });
+  io.run_for(std::chrono::seconds(30));
+  ASSERT_EQ(order, (std::vector<std::string>{"start", "stop"}));
+  ASSERT_TRUE(start_error);
+  try {
+    std::rethrow_exception(start_error);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), std::make_error_code(std::errc::operation_canceled)) << e.what();
+  }
+  EXPECT_FALSE(session.running());
+  EXPECT_EQ(open_perf_events(), before);
 }
 
 // A recipe error comes to the handler as start() throws it: at its position.

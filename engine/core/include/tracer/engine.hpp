@@ -119,6 +119,12 @@ class Engine {
   /// Disables every event, drains every ring to the end, detaches, closes and removes dynamic
   /// probes. Idempotent.
   void stop();
+  /// stop() up to the closing: every event disabled and every ring drained (the last records
+  /// reached the handlers; stats() is final), but the events, BPF links and tracefs probes,
+  /// whose closing waits for the kernel's grace periods (tens to hundreds of ms), are handed to
+  /// the function returned, which closes them on whatever thread calls it (once; the engine may
+  /// be gone by then). A BPF program on them runs until then. Empty when already stopped.
+  [[nodiscard]] std::function<void()> stop_deferring_close();
   [[nodiscard]] bool running() const noexcept;
   /// True once the engine stopped by itself because its target exited: the started command,
   /// or the process of a pid target (as perf record -p ends with its process).

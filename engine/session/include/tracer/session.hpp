@@ -209,8 +209,20 @@ class Session {
   /// are those of `recipe` afterwards.
   RecipeChanges apply(const Recipe& recipe);
   /// Stops the engine (the last records reach the pipelines), emits the final tables, flushes.
-  /// Idempotent; on_done observers run once.
+  /// Idempotent; on_done observers run once. It blocks the caller's executor while the events
+  /// close (each close waits for the kernel's grace periods: tens to hundreds of ms); async_stop
+  /// does not.
   void stop();
+  /// stop() without blocking the caller's executor: the events stop and the rings drain here
+  /// (the last records reach the pipelines), the events, BPF programs and tracefs probes close on
+  /// a thread of the session's own, then, back on the session's executor, the in-kernel
+  /// aggregations are read a last time, the final tables are emitted, on_done observers run and
+  /// `handler` runs last with nullptr or what stop() would have thrown. During an async_start it
+  /// cancels the start and `handler` runs after the start's handler; a second async_stop's
+  /// handler runs with the first's; stop(), collect() and apply() meanwhile do nothing (the stop
+  /// is under way). The handler never runs after the session is gone (its destructor waits for
+  /// the closing and emits nothing more). Call on the session's executor.
+  void async_stop(std::function<void(std::exception_ptr)> handler);
 
   /// The session ended (the duration, the target's exit, a failure, or stop()). Set before
   /// start().

@@ -18,6 +18,8 @@ class ConcurrentRelease {
   ConcurrentRelease() = default;
   ConcurrentRelease(const ConcurrentRelease&) = delete;
   ConcurrentRelease& operator=(const ConcurrentRelease&) = delete;
+  ConcurrentRelease(ConcurrentRelease&&) noexcept = default;
+  ConcurrentRelease& operator=(ConcurrentRelease&&) = delete;
   ~ConcurrentRelease() { run(); }
 
   /// Takes `owner` (an fd's owner: perf::Event, UniqueFd, a BPF link...) to destroy in run().
