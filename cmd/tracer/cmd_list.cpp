@@ -254,7 +254,7 @@ int list_recipes() {
       const Recipe r = Recipe::load(f);
       fmt::print("{:<28} {}\n", f.stem().string(), r.description);
     } catch (const Error& e) {
-      fmt::print("{:<28} (does not load: {})\n", f.stem().string(), e.what());
+      fmt::print("{:<28} (does not load: {})\n", f.stem().string(), e.message());
     }
   }
   fmt::print("\n({}; run one with: tracer run {}/NAME.toml)\n", dir.string(), dir.string());

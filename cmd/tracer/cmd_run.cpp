@@ -305,7 +305,7 @@ Recipe load_recipe(const RunOptions& o, Diagnostics* problems = nullptr) {
   } catch (const Error& e) {
     if (e.category() != ErrorCategory::kNotFound)
       throw;
-    throw Error(ErrorCategory::kUsage, e.code(), e.what(), e.hint(), e.where());
+    throw Error(ErrorCategory::kUsage, e.code(), e.problems());
   }
 }
 
@@ -421,8 +421,6 @@ void reload_on_sighup(asio::signal_set& hup,
       } catch (const Error& e) {
         status.clear();
         fmt::print(stderr, "tracer: reloading {}: {}\n", o.recipe, e.what());
-        if (!e.hint().empty())
-          fmt::print(stderr, "  hint: {}\n", e.hint());
         fmt::print(stderr, "tracer: the run goes on with the recipe it had\n");
       }
     }

@@ -35,6 +35,15 @@ using exporter::MetricType;
 
 namespace {
 
+/// An error's problems as what() says them, without their hints (a log line's "error"; its
+/// "hint" is the first problem's).
+std::string without_hints(const Error& e) {
+  std::vector<Problem> problems = e.problems();
+  for (auto& p : problems)
+    p.hint.clear();
+  return Error::compose(problems);
+}
+
 struct ServeOptions {
   std::vector<std::string> recipes;
   std::vector<std::string> sets;
@@ -96,7 +105,7 @@ Recipe load(const std::string& path, const std::vector<std::string>& sets) {
   } catch (const Error& e) {
     if (e.category() != ErrorCategory::kNotFound)
       throw;
-    throw Error(ErrorCategory::kUsage, e.code(), e.what(), e.hint(), e.where());
+    throw Error(ErrorCategory::kUsage, e.code(), e.problems());
   }
 }
 
@@ -150,12 +159,14 @@ void reload_all(std::vector<Served>& served,
       ++counts.ok;
       log("info", "reloaded", {{"recipe", s.path}, {"changes", changes.describe()}});
     } catch (const Error& e) {
-      const bool refused = std::string_view(e.what()).find(": refused '") != std::string::npos;
+      const bool refused = std::any_of(
+          e.problems().begin(), e.problems().end(),
+          [](const Problem& p) { return p.message.find(": refused '") != std::string::npos; });
       ++(refused ? counts.refused : counts.failed);
       log("error",
           refused ? "reload refused: a file another user can change; the recipe runs as it was"
                   : "reload failed: the recipe runs as it was",
-          {{"recipe", s.path}, {"error", e.what()}, {"hint", e.hint()}});
+          {{"recipe", s.path}, {"error", without_hints(e)}, {"hint", e.hint()}});
     }
   }
 }

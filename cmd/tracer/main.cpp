@@ -67,9 +67,7 @@ int run_main(int argc, char** argv) {
     }
     return code;
   } catch (const tracer::Error& e) {
-    fmt::print(stderr, "tracer: {}\n", e.what());
-    if (!e.hint().empty())
-      fmt::print(stderr, "  hint: {}\n", e.hint());
+    fmt::print(stderr, "tracer: {}\n", e.what());  // its problems, each with its hint
     return e.exit_code();
   } catch (const std::exception& e) {
     fmt::print(stderr, "tracer: {}\n", e.what());

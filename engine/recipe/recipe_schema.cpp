@@ -341,7 +341,8 @@ void check_stage_options(const StageSpec& spec, const ConfigValue& options, Diag
       if (spec.open_options)
         continue;
       diags.add(key_position(v), fmt::format("unknown option '{}' for stage '{}'", key, spec.name),
-                suggest(key, option_names, fmt::format("options of '{}'", spec.name)));
+                suggest(key, option_names, fmt::format("options of '{}'", spec.name)),
+                {.option = std::string(key)});
       continue;
     }
     check_option(key, v, *it, spec.name, diags);

@@ -170,7 +170,7 @@ void check_counted_events(const Recipe& r, Diagnostics& diagnostics) {
     try {
       [[maybe_unused]] const auto attr = resolve_event_name(event, event_fs);
     } catch (const Error& e) {
-      diagnostics.add(where, e.what(), e.hint());
+      diagnostics.add(where, e.message(), e.hint());
     }
   };
   for (const auto& c : r.counters) {

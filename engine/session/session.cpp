@@ -147,8 +147,7 @@ EngineOptions engine_options_for(const Recipe& recipe, const SessionOptions& opt
   if (const auto where = probe_place(e, recipe)) {
     const bool recipe_error =
         e.category() == ErrorCategory::kUsage || e.category() == ErrorCategory::kNotFound;
-    Error placed(recipe_error ? ErrorCategory::kRecipe : e.category(), e.code(),
-                 fmt::format("{}:{}:{}: {}", where->path, where->line, where->column, e.what()),
+    Error placed(recipe_error ? ErrorCategory::kRecipe : e.category(), e.code(), e.message(),
                  e.hint(), where);
     placed.subject() = e.subject();
     throw placed;
@@ -369,7 +368,7 @@ std::vector<ProbeInfo> Session::check(std::vector<std::string>* notes) {
       });
       if (!said)
         diags.add(where.value_or(SourceRegion{.path = s.recipe.path, .line = 1, .column = 1}),
-                  e.what(), e.hint());
+                  e.message(), e.hint());
     }
   }
   diags.throw_if_any();

@@ -105,7 +105,7 @@ void SessionCounters::open(const Target& target, pid_t command_pid) {
         }
         o.events.push_back({g.events[i], a});
       } catch (const Error& e) {
-        diags.add(i < g.event_where.size() ? g.event_where[i] : g.where, e.what(), e.hint());
+        diags.add(i < g.event_where.size() ? g.event_where[i] : g.where, e.message(), e.hint());
         resolved = false;
       }
     }

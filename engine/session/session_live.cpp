@@ -82,8 +82,7 @@ Error live_error(const Recipe& r, SourceRegion where, std::string what, std::str
   if (where.path.empty())
     where.path = r.path;
   Error e(ErrorCategory::kRecipe, std::make_error_code(std::errc::operation_not_permitted),
-          fmt::format("{}:{}:{}: {}", where.path, where.line, where.column, what), std::move(hint),
-          where);
+          std::move(what), std::move(hint), where);
   return e;
 }
 

@@ -61,8 +61,8 @@ void Session::Impl::check_user_fields(std::span<const ProbeInfo> probes) const {
       problem->stage < recipe.pipelines[problem->pipeline].stages.size())
     where = recipe.pipelines[problem->pipeline].stages[problem->stage].where;
   Error e(ErrorCategory::kRecipe, std::make_error_code(std::errc::not_supported),
-          fmt::format("{}:{}:{}: pipeline {} stage {}: {}", where.path, where.line, where.column,
-                      problem->pipeline + 1, problem->stage + 1, problem->message),
+          fmt::format("pipeline {} stage {}: {}", problem->pipeline + 1, problem->stage + 1,
+                      problem->message),
           problem->hint, where);
   e.subject() = {.pipeline = problem->pipeline, .stage = problem->stage, .option = "by"};
   throw e;
@@ -88,9 +88,8 @@ void Session::Impl::plan_placement(Session* self) {
     if (it != recipe.pipelines.end())
       where = it->stages.front().where;
     throw Error(ErrorCategory::kRecipe, std::make_error_code(std::errc::not_supported),
-                fmt::format("{}:{}:{}: placement = \"kernel\": a cgroup target's stages run in "
-                            "user space (the in-kernel programs do not test a task's cgroup)",
-                            where.path, where.line, where.column),
+                "placement = \"kernel\": a cgroup target's stages run in user space (the "
+                "in-kernel programs do not test a task's cgroup)",
                 R"(placement = "auto" or "user" with --cgroup)", where);
   }
   if (cgroup ||
@@ -122,9 +121,8 @@ void Session::Impl::plan_placement(Session* self) {
       if (p < recipe.pipelines.size() && at < recipe.pipelines[p].stages.size())
         where = recipe.pipelines[p].stages[at].where;
       Error e(ErrorCategory::kRecipe, std::make_error_code(std::errc::not_supported),
-              fmt::format("{}:{}:{}: placement = \"kernel\": pipeline {} cannot run in the "
-                          "kernel: {}",
-                          where.path, where.line, where.column, p + 1, st.why),
+              fmt::format("placement = \"kernel\": pipeline {} cannot run in the kernel: {}", p + 1,
+                          st.why),
               "use placement = \"auto\" to run it in user space", where);
       e.subject() = {.pipeline = p, .stage = at, .option = "placement"};
       throw e;

@@ -168,10 +168,16 @@ void destroy(void* self) {
 #ifndef TRACER_TEST_ABI_MAJOR
 #define TRACER_TEST_ABI_MAJOR TRACER_PLUGIN_ABI_MAJOR
 #endif
+#ifndef TRACER_TEST_SIZE
+#define TRACER_TEST_SIZE sizeof(tracer_plugin_descriptor)
+#endif
+#ifndef TRACER_TEST_ON_EVENTS
+#define TRACER_TEST_ON_EVENTS on_events
+#endif
 
 [[maybe_unused]] const tracer_plugin_descriptor kDescriptor = {
-    // (no_entry test variant)
-    sizeof(tracer_plugin_descriptor),
+    // (test variants: no_entry, small_size, no_events)
+    TRACER_TEST_SIZE,
     TRACER_TEST_ABI_MAJOR,
     TRACER_PLUGIN_ABI_MINOR,
     "sum_by",
@@ -179,7 +185,7 @@ void destroy(void* self) {
     create,
     fields,
     columns,
-    on_events,
+    TRACER_TEST_ON_EVENTS,
     snapshot,
     last_error,
     destroy,

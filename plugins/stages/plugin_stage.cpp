@@ -319,12 +319,27 @@ void load_library(PluginCore& c) {
                               TRACER_PLUGIN_ABI_MAJOR);
     return;
   }
-  if (!PluginStage::covers(d->size, TRACER_END_OF(destroy)) || d->create == nullptr ||
-      d->fields == nullptr || d->on_events == nullptr || d->destroy == nullptr) {
+  if (!PluginStage::covers(d->size, TRACER_END_OF(destroy))) {
     c.load_error = fmt::format(
-        "plugin '{}': its descriptor ({} bytes; {} needed) lacks create, fields, on_events or "
-        "destroy",
-        path, d->size, TRACER_END_OF(destroy));
+        "plugin '{}': its descriptor's size is {} bytes, and tracer needs at least {} (through "
+        "destroy) of ABI {}.{}",
+        path, d->size, TRACER_END_OF(destroy), TRACER_PLUGIN_ABI_MAJOR, TRACER_PLUGIN_ABI_MINOR);
+    c.load_hint = "set size = sizeof(tracer_plugin_descriptor) with this tracer's tracer/plugin.h";
+    return;
+  }
+  std::string missing;
+  for (const auto& [function, set] :
+       {std::pair{"create", d->create != nullptr}, std::pair{"fields", d->fields != nullptr},
+        std::pair{"on_events", d->on_events != nullptr},
+        std::pair{"destroy", d->destroy != nullptr}}) {
+    if (!set)
+      missing += fmt::format("{}{}", missing.empty() ? "" : ", ", function);
+  }
+  if (!missing.empty()) {
+    c.load_error = fmt::format(
+        "plugin '{}': its descriptor has no {} (every stage needs create, "
+        "fields, on_events and destroy)",
+        path, missing);
     return;
   }
   c.desc = d;

@@ -170,6 +170,9 @@ TEST(PluginStage, ABrokenPluginIsARecipeErrorAtItsPosition) {
   for (const Case& c : {
            Case{plugin("bad_abi"), "", "built for the plugin ABI 99.0; this tracer speaks 1.0"},
            Case{plugin("no_entry"), "", "has no entry point 'tracer_plugin_entry'"},
+           Case{plugin("small_size"), "",
+                "its descriptor's size is 24 bytes, and tracer needs at least "},
+           Case{plugin("no_events"), "", "its descriptor has no on_events (every stage needs"},
            Case{plugin("sum_by"), "colour = \"blue\"\n",
                 "refused its options: sum_by takes the options key and value"},
            Case{"/nonexistent/libnothing.so", "", "no plugin '/nonexistent/libnothing.so'"},

@@ -155,3 +155,72 @@ use = "print"
 
 }  // namespace
 }  // namespace tracer
+
+namespace tracer {
+namespace {
+
+/// what() as every error kind composes it from the error's fields: each problem's position
+/// (when it has one), message and hint.
+std::string composed(const Error& e) {
+  std::string out;
+  for (const Problem& p : e.problems()) {
+    if (!out.empty())
+      out += '\n';
+    if (p.where)
+      out += p.where->path + ":" + std::to_string(p.where->line) + ":" +
+             std::to_string(p.where->column) + ": ";
+    out += p.message;
+    if (!p.hint.empty())
+      out += "\n  hint: " + p.hint;
+  }
+  return out;
+}
+
+// One error shape: a recipe's own check (two problems), the system's (a missing tracepoint,
+// found at start), a stage's unknown option, a live change refused, and an engine error without
+// a place all carry position, message, hint and subject in their fields, and what() is composed
+// from them the same way; the message never repeats the position or the hint.
+TEST(ErrorShape, EveryKindComposesWhatFromItsFields) {
+  std::vector<Error> errors;
+  // The recipe's own check: two problems, each with its position and hint.
+  errors.push_back(start_error("shape_recipe", R"([recipe]
+name = "t"
+[[probe]]
+name = "p"
+tracepoint = "syscalls:sys_enter_getppid"
+colour = "blue"
+[[stage]]
+use = "count"
+bye = ["pid"]
+)"));
+  ASSERT_EQ(errors.back().problems().size(), 2u) << errors.back().what();
+  EXPECT_EQ(errors.back().message(), "unknown key 'colour' in [[probe]]");
+  EXPECT_FALSE(errors.back().hint().empty());
+  EXPECT_EQ(errors.back().problems()[1].subject.option, "bye")
+      << "an unknown option is about that option";
+  EXPECT_EQ(errors.back().problems()[1].hint, "did you mean 'by'?");
+  // The system's: a tracepoint this kernel lacks, placed at its value.
+  errors.push_back(start_error("shape_system", R"([recipe]
+name = "t"
+[[probe]]
+name = "p"
+tracepoint = "syscalls:sys_enter_getppidd"
+)"));
+  EXPECT_EQ(errors.back().where()->line, 5u);
+  EXPECT_FALSE(errors.back().hint().empty()) << errors.back().what();
+  // An engine error with no place in a recipe.
+  errors.emplace_back(ErrorCategory::kRuntime, std::make_error_code(std::errc::io_error),
+                      "engine: a failure", "a hint");
+  for (const Error& e : errors) {
+    SCOPED_TRACE(e.what());
+    EXPECT_EQ(std::string(e.what()), composed(e));
+    EXPECT_EQ(e.message(), e.problems().front().message);
+    EXPECT_EQ(e.hint(), e.problems().front().hint);
+    EXPECT_EQ(e.where(), e.problems().front().where);
+    EXPECT_EQ(e.message().find(":5:"), std::string::npos) << "the position is not in the message";
+    EXPECT_EQ(e.message().find("hint:"), std::string::npos) << "the hint is not in the message";
+  }
+}
+
+}  // namespace
+}  // namespace tracer
