@@ -526,7 +526,7 @@ class Measurement {
           // The others count; these are perf stat's "<not supported>" rows.
           for (std::size_t i = 0; i < at.size; ++i) {
             infos_[at.first + i].supported = false;
-            infos_[at.first + i].why = e.what();
+            infos_[at.first + i].why = e.message();  // perf stat says no hint either
           }
         } else {
           for (const auto& slot : set->slots()) {

@@ -41,6 +41,27 @@ std::string replay(const std::string& recipe, const std::string& extra) {
   return out;
 }
 
+/// The expected text as this machine gives it: on a machine running the very kernel build the
+/// file was recorded on, its build-id does not tell the kernels apart, and the file has no
+/// kernel map to place its text: the warning is that one (frames are unnamed either way).
+std::string expected_here(std::string want) {
+  const std::string prefix = "tracer: warning: symbols: the records are of kernel build-id ";
+  const auto at = want.find(prefix);
+  if (at == std::string::npos)
+    return want;
+  const auto id_end = want.find(',', at + prefix.size());
+  const auto line_end = want.find('\n', at);
+  if (id_end == std::string::npos || line_end == std::string::npos)
+    return want;
+  const std::string recorded = want.substr(at + prefix.size(), id_end - at - prefix.size());
+  if (tracer::symbols::KernelSymbols::build_id() != recorded)
+    return want;
+  want.replace(at, line_end - at,
+               "tracer: warning: symbols: the records have no kernel map ([kernel.kallsyms]_text): "
+               "kernel frames are left unnamed");
+  return want;
+}
+
 class ShelfGolden : public ::testing::TestWithParam<std::pair<const char*, const char*>> {};
 
 TEST_P(ShelfGolden, ReplayMatchesTheExpectedOutputByteForByte) {
@@ -56,7 +77,7 @@ TEST_P(ShelfGolden, ReplayMatchesTheExpectedOutputByteForByte) {
   ASSERT_TRUE(in) << expected << " is missing: run with TRACER_UPDATE_GOLDEN=1";
   std::stringstream want;
   want << in.rdbuf();
-  EXPECT_EQ(got, want.str()) << recipe;
+  EXPECT_EQ(got, expected_here(want.str())) << recipe;
 }
 
 INSTANTIATE_TEST_SUITE_P(Shelf,
