@@ -107,10 +107,11 @@ void decode_operand(UsdtArg& a) {
   if (base.find(',') != std::string_view::npos)
     return;  // an index register
   const auto disp = open == 0 ? std::optional<std::int64_t>(0) : parse_int(op.substr(0, open));
-  a.reg = usdt_register(base);
-  if (!disp || a.reg.empty())
-    return;
+  std::string reg = usdt_register(base);
+  if (!disp || reg.empty())
+    return;  // left kUnsupported, with no register
   a.kind = UsdtArg::Kind::kMemory;
+  a.reg = std::move(reg);
   a.value = *disp;
 }
 

@@ -65,9 +65,9 @@ TEST(UsdtNotes, OperandsDecode) {
   using K = UsdtArg::Kind;
   const auto args = parse_usdt_args(
       "-4@%edi 8@-8(%rbp) 4@$5 8@foo(%rip) 1@%al 8@(%rax) -2@0x10(%r12) 8@%r9 4@%r10d "
-      "1@%ah 8@$-0x20 8@8(%rax,%rbx,8) 1@%sil 8@%rsp");
+      "1@%ah 8@$-0x20 8@8(%rax,%rbx,8) 1@%sil 8@%rsp 8@sym+8(%rbx)");
   ASSERT_TRUE(args.has_value());
-  ASSERT_EQ(args->size(), 14U);
+  ASSERT_EQ(args->size(), 15U);
   const auto is = [&](std::size_t i, K kind, const char* reg, std::int64_t value) {
     SCOPED_TRACE(args->at(i).operand);
     EXPECT_EQ(args->at(i).kind, kind);
@@ -88,6 +88,7 @@ TEST(UsdtNotes, OperandsDecode) {
   is(11, K::kUnsupported, "", 0);  // an index register
   is(12, K::kRegister, "si", 0);
   is(13, K::kRegister, "sp", 0);
+  is(14, K::kUnsupported, "", 0);  // a symbol's displacement: no register either (usdt_fuzzer)
   EXPECT_TRUE(args->at(6).is_signed);
   EXPECT_EQ(args->at(6).size, 2);
   for (const char* name : {"r16", "r7", "r08", "xmm0", "eip", ""})
