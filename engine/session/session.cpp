@@ -458,12 +458,12 @@ void Session::async_stop(std::function<void(std::exception_ptr)> handler) {
   auto close_engine = s.engine->stop_deferring_close();
   auto kernel_events = std::make_shared<common::ConcurrentRelease>();
   s.release_kernel_events(*kernel_events);
-  s.closer = std::thread([this, &s, kernel_events, close_engine = std::move(close_engine),
+  s.closer = std::thread([&s, kernel_events, close_engine = std::move(close_engine),
                           handler = std::move(handler), work = std::move(work)]() mutable {
     kernel_events->run();
     if (close_engine)
       close_engine();
-    boost::asio::post(work, [this, &s, handler = std::move(handler), alive = s.alive] {
+    boost::asio::post(work, [&s, handler = std::move(handler), alive = s.alive] {
       if (!alive->load())
         return;  // the session is gone (its destructor joined this thread)
       if (s.closer.joinable())
