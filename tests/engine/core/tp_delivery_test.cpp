@@ -40,12 +40,17 @@ Lseek open_lseek() {
   return {std::move(*format), std::move(*ev)};
 }
 
-/// Delivery of sys_enter_lseek as slot 0 through a one-page BPF ring buffer.
+/// Delivery of sys_enter_lseek as slot 0 through a one-page BPF ring buffer, of this process's
+/// calls only (its target map holds this process): another process's lseek calls beside the
+/// test (another copy of the suite's workloads) never take the ring's room.
 Result<core::TracepointDelivery> one_page_delivery(const Lseek& lseek) {
-  TRACER_ASSIGN_OR_RETURN(
-      auto d,
-      core::TracepointDelivery::open(
-          1, {.kind = DeliveryChannel::kRingbuf, .ringbuf_bytes = 4096, .wakeup_bytes = 1024}));
+  TRACER_ASSIGN_OR_RETURN(auto d,
+                          core::TracepointDelivery::open(1, {.kind = DeliveryChannel::kRingbuf,
+                                                             .ringbuf_bytes = 4096,
+                                                             .wakeup_bytes = 1024,
+                                                             .target_tasks = true}));
+  TRACER_TRY((d.object().update_elem<std::uint32_t, std::uint8_t>(
+      "tgids", static_cast<std::uint32_t>(::getpid()), 1)));  // tracer_target.h: in the target
   TRACER_TRY(d.attach(0, lseek.format, lseek.event.fd()));
   return d;
 }
