@@ -517,6 +517,11 @@ void Engine::Impl::drain_all(bool complete) noexcept {
   last_pass = std::chrono::steady_clock::now();
   ++passes;
   const bool hold = !complete && held();
+  // A round ends only a pass that read every ring to its head: a record with a time up to the
+  // largest time seen by the previous round was then read. A pass cut by its time slice (a ring
+  // left with records: a busy ring, a descheduled reactor) or held is no round: a COMM record
+  // read before the samples that came before it in the BPF ring gave them the new name.
+  bool to_head = !hold;
   if (!hold) {
     for (auto& r : readers) {
       if (stopping)
@@ -527,14 +532,17 @@ void Engine::Impl::drain_all(bool complete) noexcept {
         r->reader.yield_at(std::chrono::steady_clock::now() +
                            std::chrono::milliseconds(opts.drain_slice_ms));
       drain_reader(*r);
+      to_head = to_head && (stopping || !r->reader.more());
     }
-    drain_ringbuf(complete);
+    to_head = drain_ringbuf(complete) && to_head;
   } else {
     ++held_passes;
   }
-  if (round_handler) {
+  if (!to_head && !hold)
+    ++partial_passes;
+  if (pass_handler) {
     try {
-      round_handler();
+      pass_handler(to_head);
     } catch (...) {
       if (!failure)
         failure = std::current_exception();
@@ -739,7 +747,18 @@ void Engine::hold_while(std::function<bool()> backlogged) {
 }
 
 void Engine::on_round(std::function<void()> handler) {
-  impl_->round_handler = std::move(handler);
+  if (!handler) {
+    impl_->pass_handler = {};
+    return;
+  }
+  impl_->pass_handler = [handler = std::move(handler)](bool round) {
+    if (round)
+      handler();
+  };
+}
+
+void Engine::on_pass(std::function<void(bool round)> handler) {
+  impl_->pass_handler = std::move(handler);
 }
 
 void Engine::before_enable(std::function<void()> handler) {

@@ -220,13 +220,13 @@ void Engine::Impl::arm_ringbuf() {
                            });
 }
 
-void Engine::Impl::drain_ringbuf(bool complete) noexcept {
+bool Engine::Impl::drain_ringbuf(bool complete) noexcept {
   if (!delivery || delivery->ring_buffer() == nullptr || failure)
-    return;
+    return true;
   try {
     if (complete && !stopping) {  // to the producer's position now: at most the ring's size
       delivery->drain(probes, batch_handler, in_place_handler);
-      return;
+      return true;
     }
     // A bounded pass, in chunks, for drain_slice_ms at most (until stop_deadline in a stop): a
     // ring that keeps filling, or a slow pipeline, does not keep the reactor from its signals,
@@ -236,16 +236,20 @@ void Engine::Impl::drain_ringbuf(bool complete) noexcept {
                                       std::chrono::milliseconds(opts.drain_slice_ms);
     constexpr std::size_t kChunk = 512;
     std::size_t taken = 0;
-    while (taken < (std::size_t{1} << 16) && std::chrono::steady_clock::now() < until) {
+    do {  // (a chunk at least, whatever the slice)
       const std::size_t n = delivery->drain(probes, batch_handler, in_place_handler, kChunk);
       taken += n;
       if (n < kChunk)
-        return;
-    }
-    if (stopping)
+        return true;
+    } while (taken < (std::size_t{1} << 16) && std::chrono::steady_clock::now() < until);
+    if (stopping) {
       delivery->discard();  // past the stop's time: given up, and counted
+      return true;
+    }
+    return false;
   } catch (...) {
     failure = std::current_exception();
+    return true;
   }
 }
 

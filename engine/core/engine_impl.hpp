@@ -108,10 +108,10 @@ struct Engine::Impl : std::enable_shared_from_this<Engine::Impl> {
   InPlaceHandler in_place_handler;
   std::function<bool(std::uint32_t)> in_place_takes;  // probes whose perf rings go in place
   std::function<void()> done_handler;
-  std::function<void()> round_handler;
-  std::function<bool()> backlogged;  // hold_while()
-  bool hold_posted = false;          // a held pass is queued
-  bool ringbuf_parked = false;       // the delivery ring buffer's wait, held
+  std::function<void(bool round)> pass_handler;  // Engine::on_pass (on_round wraps its handler)
+  std::function<bool()> backlogged;              // hold_while()
+  bool hold_posted = false;                      // a held pass is queued
+  bool ringbuf_parked = false;                   // the delivery ring buffer's wait, held
   std::function<void()> before_enable;
   std::vector<ProbeInfo> probes;
   std::vector<bool> counting;
@@ -198,6 +198,7 @@ struct Engine::Impl : std::enable_shared_from_this<Engine::Impl> {
   /// Queues one pass (rounds only, while held) after what else is ready.
   void post_held_pass();
   std::uint64_t held_passes = 0;
+  std::uint64_t partial_passes = 0;  // passes cut short with records left in a ring (no round)
   std::array<std::uint64_t, 32> pass_us_log2{};  // Stats::pass_us_log2
   std::uint64_t pass_ns = 0;
   bool stopping = false;  // stop()'s final drain: bounded by stop_deadline
@@ -268,7 +269,8 @@ struct Engine::Impl : std::enable_shared_from_this<Engine::Impl> {
   /// Drains the delivery's ring buffer (if any) through the batch handler; a throwing handler
   /// is kept in `failure`.
   /// `complete`: to the producer's position at the call, with no time slice (drain_all).
-  void drain_ringbuf(bool complete = false) noexcept;
+  /// @return true when it read the ring to its head (or gave the rest up in a stop).
+  bool drain_ringbuf(bool complete = false) noexcept;
   void attach_hit_counters();
   /// Their events (sched_process_fork/exit/exec, one each per object), and those a task
   /// target's [bpf]

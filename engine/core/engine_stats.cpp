@@ -21,6 +21,7 @@ Stats Engine::Impl::collect_stats() const {
   s.passes = passes;
   s.timer_passes = timer_passes;
   s.held_passes = held_passes;
+  s.partial_passes = partial_passes;
   s.pass_us_log2 = pass_us_log2;
   s.pass_ns = pass_ns;
   return s;

@@ -705,7 +705,8 @@ void SessionMetrics::Impl::health(std::vector<Family>& out) const {
   Family passes{.name = "tracer_drain_passes_total",
                 .help =
                     "passes over every ring, by what started them (wakeup, timer) and those "
-                    "that read nothing because the stages were behind (held)",
+                    "that read nothing because the stages were behind (held) or left records in "
+                    "a ring when their time ran out (cut)",
                 .type = MetricType::kCounter};
   sample(passes, "", {rl, {.name = "by", .value = "wakeup"}},
          static_cast<double>(st.engine.passes - st.engine.timer_passes));
@@ -713,6 +714,8 @@ void SessionMetrics::Impl::health(std::vector<Family>& out) const {
          static_cast<double>(st.engine.timer_passes));
   sample(passes, "", {rl, {.name = "by", .value = "held"}},
          static_cast<double>(st.engine.held_passes));
+  sample(passes, "", {rl, {.name = "by", .value = "cut"}},
+         static_cast<double>(st.engine.partial_passes));
   out.push_back(std::move(passes));
   Family up{.name = "tracer_recipe_up",
             .help = "1 while the recipe's session runs",

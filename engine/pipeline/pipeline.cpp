@@ -50,7 +50,7 @@ class Pipeline::Impl {
   void preload_symbols();
   void on_task_records(const Batch& batch) noexcept;
   [[nodiscard]] BatchHandler handler();
-  void round() noexcept;
+  void round(bool complete) noexcept;
   [[nodiscard]] bool backlogged() const noexcept;
   [[nodiscard]] std::vector<std::pair<std::string, std::uint64_t>> counters() const;
   [[nodiscard]] std::vector<std::string> warnings() const;
@@ -348,7 +348,7 @@ BatchHandler Pipeline::Impl::handler() {
   return [this](const Batch& batch) { on_batch(batch); };
 }
 
-void Pipeline::Impl::round() noexcept {
+void Pipeline::Impl::round(bool complete) noexcept {
   if (stopped_)
     return;
   if (order_) {
@@ -357,7 +357,11 @@ void Pipeline::Impl::round() noexcept {
     try {
       // 20 ms a round: a signal reaches its handler through three reactor hops, each behind
       // a round when the stages are behind (50 ms rounds made SIGINT wait 180 ms for them).
-      order_->round(ordered_out_, t0 + std::chrono::milliseconds(20));
+      const auto yield_at = t0 + std::chrono::milliseconds(20);
+      if (complete)
+        order_->round(ordered_out_, yield_at);
+      else
+        order_->resume(ordered_out_, yield_at);
     } catch (...) {  // out of memory while compacting: release everything instead
       drain_order();
     }
@@ -370,6 +374,8 @@ void Pipeline::Impl::round() noexcept {
       ns_per_record_ = ns_per_record_ == 0 ? ns : 0.75 * ns_per_record_ + 0.25 * ns;
     }
   }
+  if (!complete)
+    return;
   for (auto& slot : stages_) {
     if (slot.output != nullptr)
       slot.output->on_round();
@@ -377,7 +383,10 @@ void Pipeline::Impl::round() noexcept {
 }
 
 bool Pipeline::Impl::backlogged() const noexcept {
-  if (order_ == nullptr)
+  // Behind: the last release of what was safe ran out of its time. Records queued past that
+  // (waiting for a round to make them safe) are no backlog: holding the rings for them would
+  // hold them for good.
+  if (order_ == nullptr || !order_->releasing())
     return false;
   if (order_->queued_bytes() * 2 > order_->max_bytes())
     return true;
@@ -835,8 +844,8 @@ void Pipeline::on_task_records(const Batch& batch) noexcept {
 BatchHandler Pipeline::handler() {
   return impl_->handler();
 }
-void Pipeline::round() noexcept {
-  impl_->round();
+void Pipeline::round(bool complete) noexcept {
+  impl_->round(complete);
 }
 bool Pipeline::backlogged() const noexcept {
   return impl_->backlogged();

@@ -69,11 +69,16 @@ void Reorder::push(const RecordRef& ref,
 
 void Reorder::round(const BatchHandler& out, std::chrono::steady_clock::time_point yield_at) {
   ++stats_.rounds;
+  safe_ = next_flush_;
+  resume(out, yield_at);
+  next_flush_ = max_time_;
+}
+
+void Reorder::resume(const BatchHandler& out, std::chrono::steady_clock::time_point yield_at) {
   yield_at_ = yield_at;
   if (!entries_.empty())
-    flush_until(next_flush_, out);
+    flush_until(safe_, out);
   yield_at_ = std::chrono::steady_clock::time_point::max();
-  next_flush_ = max_time_;
 }
 
 void Reorder::flush_all(const BatchHandler& out) {
@@ -81,6 +86,7 @@ void Reorder::flush_all(const BatchHandler& out) {
 }
 
 void Reorder::flush_until(std::uint64_t time, const BatchHandler& out) {
+  releasing_ = false;
   if (entries_.empty())
     return;
   // Entries are in arrival order; a stable partition keeps it within both parts, and the sort
@@ -194,6 +200,7 @@ void Reorder::release(std::size_t count, const BatchHandler& out) {
     if (yield_at_ != std::chrono::steady_clock::time_point::max() && i < count &&
         std::chrono::steady_clock::now() >= yield_at_) [[unlikely]] {
       count = i;  // the rest stays queued (sorted, before the held ones) for the next round
+      releasing_ = true;
       break;
     }
   }

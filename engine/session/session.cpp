@@ -119,6 +119,8 @@ EngineOptions engine_options_for(const Recipe& recipe, const SessionOptions& opt
   eo.verbose = opts.verbose;
   eo.deliver_tracepoints_via_bpf = opts.deliver_tracepoints_via_bpf;
   eo.trace_self = opts.trace_self;
+  if (opts.drain_slice_ms)
+    eo.drain_slice_ms = *opts.drain_slice_ms;
   eo.channel = opts.channel ? opts.channel : recipe.channel;
   eo.allow_no_probes = !recipe.counters.empty();
   const bool stdout_taken = opts.perf_data == "-" || stage_takes_stdout(recipe);

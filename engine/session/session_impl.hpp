@@ -166,9 +166,9 @@ struct Session::Impl {
                  in_place_probes[probe];
         });
     // Rounds: the time-order merge releases there, perf-data sinks end a FINISHED_ROUND.
-    engine->on_round([this] {
+    engine->on_pass([this](bool round) {
       for (auto& p : pipelines)
-        p->round();
+        p->round(round);
     });
     // Backpressure: a pipeline whose stages are behind holds the rings, so that its queue (and
     // what a stop must run through) stays bounded; the kernel counts what the rings drop.

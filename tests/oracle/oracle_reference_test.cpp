@@ -10,7 +10,8 @@ namespace fs = std::filesystem;
 
 // More than 10,000 short-lived descendants, one after another: the in-kernel target map lets
 // the dead go, so every one is followed (and a map too small says so instead of undercounting).
-// One test per path: each storm takes about 10 s idle and three times that on a loaded machine.
+// One test per path: each storm takes about 10 s idle and three times that on a loaded machine
+// (its children are forked, not exec'd: with an exec each, 35 s idle).
 void expect_storm_counted(const std::string& path) {
   const Shape s = shapes()[1];  // count by comm with a probe filter
   testing::TempDir dir;

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <random>
 #include <vector>
 
@@ -74,6 +75,48 @@ TEST(Reorder, RoundsReleaseWhatIsSafeInTimeOrder) {
   EXPECT_EQ(seen.times, (std::vector<std::uint64_t>{10, 20, 30, 35, 40, 39, 50}));
   EXPECT_EQ(order.stats().released, 7u);
   EXPECT_EQ(order.queued(), 0u);
+}
+
+// A pass that was no round (Engine::on_pass false: it left records in a ring) releases nothing
+// new: resume() goes on with what the last round made safe, and a round after it releases what
+// the round before it saw. A round's release that runs out of its time says so (releasing())
+// and resume() finishes it.
+TEST(Reorder, APassThatIsNoRoundReleasesOnlyWhatTheLastRoundMadeSafe) {
+  const ProbeInfo p = testing::fake_probe(0, "p");
+  Reorder order({.max_bytes = std::size_t{64} << 20, .max_batch = 2});
+  Seen seen;
+  const auto out = seen.handler();
+  const auto push = [&](std::initializer_list<std::uint64_t> times) {
+    Records recs;
+    for (const std::uint64_t t : times)
+      recs.event(p, ev(static_cast<std::int32_t>(t)), 1, 1, t, 0);
+    for (const auto& r : recs.refs())
+      order.push(r, p.layout, out);
+  };
+  push({10, 20, 30});
+  order.round(out);  // nothing safe yet; 30 is seen
+  push({40, 50});
+  order.resume(out);  // no round: 30 is not safe yet (a ring may still hold 25)
+  EXPECT_TRUE(seen.times.empty());
+  push({25});
+  order.round(out);  // up to 30
+  EXPECT_EQ(seen.times, (std::vector<std::uint64_t>{10, 20, 25, 30}));
+  push({60});
+  order.resume(out);  // 50 was seen by the last round, and is not safe before the next
+  EXPECT_EQ(seen.times.size(), 4U);
+  EXPECT_FALSE(order.releasing());
+  // A round whose time is out after its first batch (2 records): the rest stays queued, in
+  // order, and resume() hands it on without passing the round's bound.
+  push({45, 47});  // late for no one: nothing past 30 was released
+  order.round(out, std::chrono::steady_clock::now() - std::chrono::seconds(1));  // up to 50
+  EXPECT_EQ(seen.times, (std::vector<std::uint64_t>{10, 20, 25, 30, 40, 45}));
+  EXPECT_TRUE(order.releasing());
+  order.resume(out);
+  EXPECT_EQ(seen.times, (std::vector<std::uint64_t>{10, 20, 25, 30, 40, 45, 47, 50}));
+  EXPECT_FALSE(order.releasing());
+  EXPECT_EQ(order.stats().late, 0U);
+  order.flush_all(out);
+  EXPECT_EQ(seen.times, (std::vector<std::uint64_t>{10, 20, 25, 30, 40, 45, 47, 50, 60}));
 }
 
 // A round's rings are ascending runs: a few are merged, many sorted (Reorder::sort_keys); both

@@ -67,14 +67,19 @@ class Engine {
   /// target_exited(); a batch handler threw) or by stop().
   void on_done(std::function<void()> handler);
   /// Called after each pass that drained every ring to its head (at least once per flush
-  /// interval, and the last one in stop()): a record delivered after it was written to its ring
-  /// after the pass began, so a sink can end a reorder round there, as perf record writes
-  /// FINISHED_ROUND after each pass over its mmaps.
+  /// interval while the rings keep up, and the last one in stop()): a record delivered after it was
+  /// written to its ring after the pass began, so a sink can end a reorder round there, as perf
+  /// record writes FINISHED_ROUND after each pass over its mmaps. Replaces on_pass's handler.
   void on_round(std::function<void()> handler);
+  /// Called after every pass: `round` true for those on_round is called for, false for a pass
+  /// that left records in a ring (its time slice ran out) or read none (held): what is safe
+  /// to release since the last round still is, nothing more (Pipeline::round(false)).
+  /// Replaces on_round's handler.
+  void on_pass(std::function<void(bool round)> handler);
   /// Backpressure: while `backlogged()` is true (the stages are behind: records queue faster
   /// than they run), no ring is read. Their records wait in the kernel, which counts what does
   /// not fit as LOST, instead of in a queue that grows without bound and that a stop would have
-  /// to run through; passes run only the round handler, back to back with whatever else is
+  /// to run through; passes run only the pass handler, back to back with whatever else is
   /// ready (a signal, the duration's timer), until the stages catch up. Not during stop()'s own
   /// drain. Unset: always read.
   void hold_while(std::function<bool()> backlogged);

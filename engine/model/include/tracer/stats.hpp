@@ -70,12 +70,15 @@ struct ProbeStats {
 
 struct Stats {
   std::vector<ProbeStats> probes;
-  /// Passes over every ring (each ends with on_round), and those of them the flush timer woke
-  /// the engine for; the others were made on a ring's wakeup.
+  /// Passes over every ring, and those of them the flush timer woke the engine for; the others
+  /// were made on a ring's wakeup. Each that read every ring to its head ends with on_round.
   std::uint64_t passes = 0;
   std::uint64_t timer_passes = 0;
   /// Passes that read no ring because the stages were behind (Engine::hold_while).
   std::uint64_t held_passes = 0;
+  /// Passes cut by their time slice with records left in a ring: no round (Engine::on_pass), as
+  /// the held ones.
+  std::uint64_t partial_passes = 0;
   /// How long each pass over the rings took (the drain's latency: reading, the stages, the
   /// round): passes by the bit width of their microseconds (bucket b: under 2^b µs), and the
   /// nanoseconds of all of them.

@@ -153,12 +153,14 @@ class Pipeline {
   [[nodiscard]] BatchHandler handler();
   /// The engine finished a pass over every ring (Engine::on_round), or a perf.data file's
   /// FINISHED_ROUND: an ordered pipeline hands on the records that are now safe in time order,
-  /// then every output is told (Output::on_round). Live runs must call it (the CLI does from
-  /// Engine::on_round).
-  void round() noexcept;
-  /// The stages are behind: the time-order merge holds more than half its byte budget, or more
-  /// records than the stages run in kBacklogTime at their measured pace (records arrive faster
-  /// than the stages run). The session then holds the rings (Engine::hold_while) until the
+  /// then every output is told (Output::on_round). Live runs must call it (the session does
+  /// from Engine::on_pass). `complete` false: a pass that was no round (Engine::on_pass) only
+  /// goes on with a release the last round left unfinished; no output is told.
+  void round(bool complete = true) noexcept;
+  /// The stages are behind: the last round's release ran out of its time with records it could
+  /// release still queued, and the time-order merge holds more than half its byte budget, or
+  /// more records than the stages run in kBacklogTime at their measured pace (records arrive
+  /// faster than the stages run). The session then holds the rings (Engine::hold_while) until the
   /// rounds have run the queue down: memory stays bounded and a stop runs through what is
   /// queued within its time.
   [[nodiscard]] bool backlogged() const noexcept;

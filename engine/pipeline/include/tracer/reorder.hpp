@@ -76,6 +76,13 @@ class Reorder {
   void round(const BatchHandler& out,
              std::chrono::steady_clock::time_point yield_at =
                  std::chrono::steady_clock::time_point::max());
+  /// A pass that was no round (it left records in a ring, or read none): goes on releasing
+  /// what the last round made safe (a release that yielded), and nothing later.
+  void resume(const BatchHandler& out,
+              std::chrono::steady_clock::time_point yield_at =
+                  std::chrono::steady_clock::time_point::max());
+  /// The last release stopped at its yield_at with records it could release still queued.
+  [[nodiscard]] bool releasing() const noexcept { return releasing_; }
   /// Releases every record with a time up to `time`.
   void flush_until(std::uint64_t time, const BatchHandler& out);
   /// Releases everything (end of input).
@@ -138,6 +145,8 @@ class Reorder {
   std::uint64_t seq_ = 0;
   std::uint64_t max_time_ = 0;       // largest time pushed
   std::uint64_t next_flush_ = 0;     // round(): release up to this (max_time_ at the last round)
+  std::uint64_t safe_ = 0;           // what the last round released up to (resume()'s bound)
+  bool releasing_ = false;           // the last flush_until yielded (see releasing())
   std::uint64_t released_upto_ = 0;  // largest time released
   bool any_released_ = false;
   ReorderStats stats_;

@@ -78,6 +78,10 @@ struct SessionOptions {
   /// System-wide: trace tracer's own process too (EngineOptions::trace_self; `tracer run
   /// --trace-self`). Left out by default, on every path.
   bool trace_self = false;
+  /// How long one drain of the rings may run before the host's other handlers on the executor
+  /// (EngineOptions::drain_slice_ms, 50 ms unset): shorter keeps the host's timers closer to
+  /// their times under a flood of events, at more passes.
+  std::optional<std::uint32_t> drain_slice_ms{};
   /// `tracer check`: every problem at once. The constructor keeps the stages' option problems
   /// instead of throwing them, and check() reports them with these (Recipe::load's, through
   /// RecipeLoadOptions::problems), the system's and each probe's in one error; the stages'
