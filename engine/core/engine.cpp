@@ -453,6 +453,28 @@ bool Engine::Impl::after_wakeup() {
   return true;
 }
 
+bool Engine::Impl::round_reached() noexcept {
+  for (const auto& r : readers) {
+    const perf::Ring& ring = r->reader.ring();
+    // (An overwrite ring is read whole at the end; a corrupt one is read no further.)
+    if (!ring.overwrite() && !r->reader.corrupt() && ring.read_position() < r->round_head)
+      return false;
+  }
+  if (delivery && delivery->ring_buffer() != nullptr &&
+      delivery->ring_buffer()->consumer_pos() < ringbuf_round_head)
+    return false;
+  return true;
+}
+
+void Engine::Impl::mark_round() noexcept {
+  for (auto& r : readers) {
+    if (!r->reader.ring().overwrite())
+      r->round_head = r->reader.ring().load_head();
+  }
+  if (delivery && delivery->ring_buffer() != nullptr)
+    ringbuf_round_head = delivery->ring_buffer()->producer_pos();
+}
+
 bool Engine::Impl::pass_due() const noexcept {
   return std::chrono::steady_clock::now() - last_pass >=
          std::chrono::microseconds(std::uint64_t{opts.flush_interval_ms} * 500);
@@ -517,11 +539,6 @@ void Engine::Impl::drain_all(bool complete) noexcept {
   last_pass = std::chrono::steady_clock::now();
   ++passes;
   const bool hold = !complete && held();
-  // A round ends only a pass that read every ring to its head: a record with a time up to the
-  // largest time seen by the previous round was then read. A pass cut by its time slice (a ring
-  // left with records: a busy ring, a descheduled reactor) or held is no round: a COMM record
-  // read before the samples that came before it in the BPF ring gave them the new name.
-  bool to_head = !hold;
   if (!hold) {
     for (auto& r : readers) {
       if (stopping)
@@ -532,17 +549,23 @@ void Engine::Impl::drain_all(bool complete) noexcept {
         r->reader.yield_at(std::chrono::steady_clock::now() +
                            std::chrono::milliseconds(opts.drain_slice_ms));
       drain_reader(*r);
-      to_head = to_head && (stopping || !r->reader.more());
     }
-    to_head = drain_ringbuf(complete) && to_head;
+    drain_ringbuf(complete);
   } else {
     ++held_passes;
   }
-  if (!to_head && !hold)
+  // A pass ends a round only once every ring was read up to its head at the last round's end:
+  // a pass cut by its time slice (a busy ring, a descheduled reactor) that ended one anyway
+  // released a COMM record's time before the BPF ring's samples older than it were read, which
+  // then counted under the new name.
+  const bool round = round_reached();
+  if (round)
+    mark_round();
+  else if (!hold)
     ++partial_passes;
   if (pass_handler) {
     try {
-      pass_handler(to_head);
+      pass_handler(round);
     } catch (...) {
       if (!failure)
         failure = std::current_exception();

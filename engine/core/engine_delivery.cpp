@@ -220,13 +220,13 @@ void Engine::Impl::arm_ringbuf() {
                            });
 }
 
-bool Engine::Impl::drain_ringbuf(bool complete) noexcept {
+void Engine::Impl::drain_ringbuf(bool complete) noexcept {
   if (!delivery || delivery->ring_buffer() == nullptr || failure)
-    return true;
+    return;
   try {
     if (complete && !stopping) {  // to the producer's position now: at most the ring's size
       delivery->drain(probes, batch_handler, in_place_handler);
-      return true;
+      return;
     }
     // A bounded pass, in chunks, for drain_slice_ms at most (until stop_deadline in a stop): a
     // ring that keeps filling, or a slow pipeline, does not keep the reactor from its signals,
@@ -240,16 +240,12 @@ bool Engine::Impl::drain_ringbuf(bool complete) noexcept {
       const std::size_t n = delivery->drain(probes, batch_handler, in_place_handler, kChunk);
       taken += n;
       if (n < kChunk)
-        return true;
+        return;
     } while (taken < (std::size_t{1} << 16) && std::chrono::steady_clock::now() < until);
-    if (stopping) {
+    if (stopping)
       delivery->discard();  // past the stop's time: given up, and counted
-      return true;
-    }
-    return false;
   } catch (...) {
     failure = std::current_exception();
-    return true;
   }
 }
 

@@ -76,6 +76,7 @@ struct Engine::Impl : std::enable_shared_from_this<Engine::Impl> {
     core::RingWait wait;
     BatchHandler via;  // set: this ring's batches go through it (tracepoint delivery)  // on the
                        // ring's event fd (not owned); destroyed before the ring unmaps
+    std::uint64_t round_head = 0;  // the ring's head when the last round ended
     bool armed = false;
     bool parked = false;   // held (backpressure): re-armed by the first pass that reads again
     bool retired = false;  // its probe was removed: never drained or armed again
@@ -198,7 +199,7 @@ struct Engine::Impl : std::enable_shared_from_this<Engine::Impl> {
   /// Queues one pass (rounds only, while held) after what else is ready.
   void post_held_pass();
   std::uint64_t held_passes = 0;
-  std::uint64_t partial_passes = 0;  // passes cut short with records left in a ring (no round)
+  std::uint64_t partial_passes = 0;              // passes not held that ended no round
   std::array<std::uint64_t, 32> pass_us_log2{};  // Stats::pass_us_log2
   std::uint64_t pass_ns = 0;
   bool stopping = false;  // stop()'s final drain: bounded by stop_deadline
@@ -269,8 +270,15 @@ struct Engine::Impl : std::enable_shared_from_this<Engine::Impl> {
   /// Drains the delivery's ring buffer (if any) through the batch handler; a throwing handler
   /// is kept in `failure`.
   /// `complete`: to the producer's position at the call, with no time slice (drain_all).
-  /// @return true when it read the ring to its head (or gave the rest up in a stop).
-  bool drain_ringbuf(bool complete = false) noexcept;
+  void drain_ringbuf(bool complete = false) noexcept;
+  /// Rounds (Engine::on_round): each ring's head when the last round ended. The next ends once
+  /// every ring was read up to it, over one pass or several (a pass cut by its time slice, a
+  /// ring's own wakeups): every record written before the last round ended was then read, so
+  /// every time up to the largest one seen then is safe (perf's FINISHED_ROUND, whose passes
+  /// read each ring to the head they found).
+  [[nodiscard]] bool round_reached() noexcept;
+  void mark_round() noexcept;
+  std::uint64_t ringbuf_round_head = 0;
   void attach_hit_counters();
   /// Their events (sched_process_fork/exit/exec, one each per object), and those a task
   /// target's [bpf]
@@ -303,7 +311,8 @@ struct Engine::Impl : std::enable_shared_from_this<Engine::Impl> {
   ProbeStats probe_stats(std::size_t p) const;
 
   // engine_live.cpp
-  std::vector<std::uint32_t> add_probes(std::vector<ProbeOptions> added);
+  std::vector<std::uint32_t> add_probes(std::vector<ProbeOptions> added, bool enabled);
+  void enable_probes(std::span<const std::uint32_t> indices);
   void remove_probe(std::uint32_t index);
 };
 

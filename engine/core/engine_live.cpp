@@ -26,7 +26,7 @@ Error live_usage(std::string message, std::string hint = {}) {
 
 }  // namespace
 
-std::vector<std::uint32_t> Engine::Impl::add_probes(std::vector<ProbeOptions> added) {
+std::vector<std::uint32_t> Engine::Impl::add_probes(std::vector<ProbeOptions> added, bool enabled) {
   if (!running || stopped || stopping)
     throw live_usage("engine: probes are added to a running engine");
   if (opts.target.kind == Target::Kind::kPid || opts.target.kind == Target::Kind::kCommand) {
@@ -116,14 +116,11 @@ std::vector<std::uint32_t> Engine::Impl::add_probes(std::vector<ProbeOptions> ad
       events.resize(first);
     for (auto& rp : resolved)
       open_probe(rp, *online, targets.pids());
-    for (std::size_t p = first; p < events.size(); ++p) {
-      for (auto& ce : events[p]) {
-        for (auto& ev : ce.events) {
-          if (auto st = ev.enable(); !st)
-            throw_failure(ErrorCategory::kRuntime, st.error(),
-                          fmt::format("probe '{}'", probes[p].name), about(p));
-        }
-      }
+    if (enabled) {
+      std::vector<std::uint32_t> all;
+      for (std::size_t p = first; p < events.size(); ++p)
+        all.push_back(static_cast<std::uint32_t>(p));
+      enable_probes(all);
     }
   } catch (...) {
     roll_back();
@@ -137,6 +134,20 @@ std::vector<std::uint32_t> Engine::Impl::add_probes(std::vector<ProbeOptions> ad
   for (std::size_t p = first; p < probes.size(); ++p)
     out.push_back(static_cast<std::uint32_t>(p));
   return out;
+}
+
+void Engine::Impl::enable_probes(std::span<const std::uint32_t> indices) {
+  for (const std::uint32_t p : indices) {
+    if (p >= events.size())
+      continue;
+    for (auto& ce : events[p]) {
+      for (auto& ev : ce.events) {
+        if (auto st = ev.enable(); !st)
+          throw_failure(ErrorCategory::kRuntime, st.error(),
+                        fmt::format("probe '{}'", probes[p].name), about(p));
+      }
+    }
+  }
 }
 
 void Engine::Impl::remove_probe(std::uint32_t index) {
@@ -215,8 +226,12 @@ void Engine::Impl::finish_closing(const Closing* c) noexcept {
     [[maybe_unused]] auto n = d->remove_named(prefix);
 }
 
-std::vector<std::uint32_t> Engine::add_probes(std::vector<ProbeOptions> added) {
-  return impl_->add_probes(std::move(added));
+std::vector<std::uint32_t> Engine::add_probes(std::vector<ProbeOptions> added, bool enabled) {
+  return impl_->add_probes(std::move(added), enabled);
+}
+
+void Engine::enable_probes(std::span<const std::uint32_t> indices) {
+  impl_->enable_probes(indices);
 }
 
 void Engine::remove_probe(std::uint32_t index) {

@@ -702,12 +702,13 @@ void SessionMetrics::Impl::health(std::vector<Family>& out) const {
                    .type = MetricType::kCounter};
   sample(delivered, "", {rl}, static_cast<double>(st.delivered));
   out.push_back(std::move(delivered));
-  Family passes{.name = "tracer_drain_passes_total",
-                .help =
-                    "passes over every ring, by what started them (wakeup, timer) and those "
-                    "that read nothing because the stages were behind (held) or left records in "
-                    "a ring when their time ran out (cut)",
-                .type = MetricType::kCounter};
+  Family passes{
+      .name = "tracer_drain_passes_total",
+      .help =
+          "passes over every ring, by what started them (wakeup, timer) and those "
+          "that read nothing because the stages were behind (held) or ended no time-order "
+          "round, a ring not yet read to its head at the last round (cut)",
+      .type = MetricType::kCounter};
   sample(passes, "", {rl, {.name = "by", .value = "wakeup"}},
          static_cast<double>(st.engine.passes - st.engine.timer_passes));
   sample(passes, "", {rl, {.name = "by", .value = "timer"}},

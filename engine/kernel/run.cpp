@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 #include <string>
 
 #include <fmt/format.h>
@@ -15,51 +16,123 @@
 
 namespace tracer::kernel {
 
+namespace {
+
+/// What every program of a start is generated for: the target's processes and the fork, free
+/// and exec tracepoints that follow them.
+struct Targets {
+  std::vector<std::uint32_t> tgids;
+  std::optional<gen::ForkTracepoint> fork;
+  std::uint32_t fork_id = 0, exec_id = 0, free_id = 0;
+};
+
+Targets targets_of(Engine& engine, const Target& target) {
+  Targets t;
+  // The processes the programs count: the pid or the command (and their children, as the
+  // engine's inherited events follow them).
+  if (target.kind == Target::Kind::kPid)
+    t.tgids.push_back(static_cast<std::uint32_t>(target.pid));
+  else if (target.kind == Target::Kind::kCommand)
+    t.tgids.push_back(static_cast<std::uint32_t>(engine.command_pid()));
+  if (t.tgids.empty())
+    return t;
+  auto fs = tracefs::Tracefs::open();
+  auto format = fs ? fs->format({.system = "sched", .event = "sched_process_fork"})
+                   : Result<tracefs::Format>(std::unexpected(fs.error()));
+  const tracefs::Field* child = format ? format->field("child_pid") : nullptr;
+  if (child == nullptr) {
+    throw Error(ErrorCategory::kRuntime, std::make_error_code(std::errc::not_supported),
+                "in-kernel placement: sched:sched_process_fork has no child_pid field",
+                "run with placement = \"user\"");
+  }
+  t.fork = gen::ForkTracepoint{.child_pid_offset = child->offset, .child_pid_size = child->size};
+  t.fork_id = format->id;
+  auto free = fs->format({.system = "sched", .event = "sched_process_free"});
+  const tracefs::Field* freed = free ? free->field("pid") : nullptr;
+  if (freed == nullptr) {
+    throw Error(ErrorCategory::kRuntime, std::make_error_code(std::errc::not_supported),
+                "in-kernel placement: sched:sched_process_free has no pid field" +
+                    (free ? std::string() : ": " + free.error().message),
+                "run with placement = \"user\"");
+  }
+  t.fork->free_pid_offset = freed->offset;
+  t.fork->free_pid_size = freed->size;
+  t.free_id = free->id;
+  auto exec = fs->format({.system = "sched", .event = "sched_process_exec"});
+  if (!exec) {
+    throw Error(ErrorCategory::kRuntime, exec.error().code,
+                "in-kernel placement: " + exec.error().message, "run with placement = \"user\"");
+  }
+  t.exec_id = exec->id;
+  return t;
+}
+
+/// `plan` made ready for generation: its targets, the processes it leaves out, the probe that
+/// arms a command.
+void configure(gen::KernelPlan& plan,
+               const PipelinePlace& place,
+               Engine& engine,
+               const Targets& t,
+               const Target& target,
+               bool trace_self,
+               std::uint32_t max_targets) {
+  plan.tgids = t.tgids;
+  plan.max_tgids = max_targets;
+  if (target.kind == Target::Kind::kAllCpus && !trace_self)
+    plan.exclude_tgid = static_cast<std::uint32_t>(::getpid());
+  plan.follow_children = t.fork;
+  plan.arm_on_exec = target.kind == Target::Kind::kCommand;
+  for (std::size_t i = 0; i < plan.probes.size(); ++i) {
+    const perf::EventAttr& attr = engine.probes()[place.probes[i]].attr;
+    plan.probes[i].arms_command =
+        plan.arm_on_exec && attr.type() == PERF_TYPE_TRACEPOINT && attr.config() == t.exec_id;
+  }
+}
+
+}  // namespace
+
+std::vector<gen::GeneratedProgram> generate_runs(Engine& engine,
+                                                 std::span<const PipelinePlace> places,
+                                                 const Target& target,
+                                                 bool trace_self,
+                                                 std::uint32_t max_targets) {
+  std::vector<gen::GeneratedProgram> out;
+  if (std::none_of(places.begin(), places.end(), [](const auto& p) { return p.plan.has_value(); }))
+    return out;
+  const Targets t = targets_of(engine, target);
+  for (const auto& place : places) {
+    if (!place.plan)
+      continue;
+    gen::KernelPlan plan = *place.plan;
+    configure(plan, place, engine, t, target, trace_self, max_targets);
+    if (auto prog = gen::generate(plan))
+      out.push_back(std::move(*prog));
+  }
+  return out;
+}
+
+void compile_runs(std::span<const gen::GeneratedProgram> programs,
+                  CompiledPrograms& into,
+                  const std::atomic<bool>* cancel) {
+  for (const auto& prog : programs) {
+    if (cancel != nullptr && cancel->load())
+      return;
+    if (!into.contains(prog.hash))
+      into.emplace(prog.hash, gen::compile(prog));
+  }
+}
+
 std::vector<Run> start_runs(Engine& engine,
                             std::span<const PipelinePlace> places,
                             const Target& target,
                             bool trace_self,
-                            std::uint32_t max_targets) {
+                            std::uint32_t max_targets,
+                            CompiledPrograms* compiled) {
   std::vector<Run> runs;
-  // The processes the programs count: the pid or the command (and their children, as the
-  // engine's inherited events follow them).
-  std::vector<std::uint32_t> tgids;
-  if (target.kind == Target::Kind::kPid)
-    tgids.push_back(static_cast<std::uint32_t>(target.pid));
-  else if (target.kind == Target::Kind::kCommand)
-    tgids.push_back(static_cast<std::uint32_t>(engine.command_pid()));
-  std::optional<gen::ForkTracepoint> fork;
-  std::uint32_t fork_id = 0, exec_id = 0, free_id = 0;
-  if (!tgids.empty()) {
-    auto fs = tracefs::Tracefs::open();
-    auto format = fs ? fs->format({.system = "sched", .event = "sched_process_fork"})
-                     : Result<tracefs::Format>(std::unexpected(fs.error()));
-    const tracefs::Field* child = format ? format->field("child_pid") : nullptr;
-    if (child == nullptr) {
-      throw Error(ErrorCategory::kRuntime, std::make_error_code(std::errc::not_supported),
-                  "in-kernel placement: sched:sched_process_fork has no child_pid field",
-                  "run with placement = \"user\"");
-    }
-    fork = gen::ForkTracepoint{.child_pid_offset = child->offset, .child_pid_size = child->size};
-    fork_id = format->id;
-    auto free = fs->format({.system = "sched", .event = "sched_process_free"});
-    const tracefs::Field* freed = free ? free->field("pid") : nullptr;
-    if (freed == nullptr) {
-      throw Error(ErrorCategory::kRuntime, std::make_error_code(std::errc::not_supported),
-                  "in-kernel placement: sched:sched_process_free has no pid field" +
-                      (free ? std::string() : ": " + free.error().message),
-                  "run with placement = \"user\"");
-    }
-    fork->free_pid_offset = freed->offset;
-    fork->free_pid_size = freed->size;
-    free_id = free->id;
-    auto exec = fs->format({.system = "sched", .event = "sched_process_exec"});
-    if (!exec) {
-      throw Error(ErrorCategory::kRuntime, exec.error().code,
-                  "in-kernel placement: " + exec.error().message, "run with placement = \"user\"");
-    }
-    exec_id = exec->id;
-  }
+  const Targets t = targets_of(engine, target);
+  const auto& tgids = t.tgids;
+  const auto& fork = t.fork;
+  const std::uint32_t fork_id = t.fork_id, exec_id = t.exec_id, free_id = t.free_id;
   for (std::size_t p = 0; p < places.size(); ++p) {
     if (!places[p].plan)
       continue;
@@ -69,17 +142,7 @@ std::vector<Run> start_runs(Engine& engine,
     if (!run.place.plan)
       continue;
     auto& plan = *run.place.plan;
-    plan.tgids = tgids;
-    plan.max_tgids = max_targets;
-    if (target.kind == Target::Kind::kAllCpus && !trace_self)
-      plan.exclude_tgid = static_cast<std::uint32_t>(::getpid());
-    plan.follow_children = fork;
-    plan.arm_on_exec = target.kind == Target::Kind::kCommand;
-    for (std::size_t i = 0; i < plan.probes.size(); ++i) {
-      const perf::EventAttr& attr = engine.probes()[run.place.probes[i]].attr;
-      plan.probes[i].arms_command =
-          plan.arm_on_exec && attr.type() == PERF_TYPE_TRACEPOINT && attr.config() == exec_id;
-    }
+    configure(plan, run.place, engine, t, target, trace_self, max_targets);
     auto fail = [&](const Failure& f, std::string_view what) {
       throw Error(ErrorCategory::kRuntime, f.code,
                   fmt::format("pipeline {} in the kernel: {}: {}", p + 1, what, f.message),
@@ -88,7 +151,16 @@ std::vector<Run> start_runs(Engine& engine,
     auto prog = gen::generate(plan);
     if (!prog)
       fail(prog.error(), "generating its program");
-    auto obj = gen::compile(*prog);
+    auto obj = [&]() -> Result<bpf::Object> {
+      if (compiled != nullptr) {
+        if (auto it = compiled->find(prog->hash); it != compiled->end()) {
+          auto ahead = std::move(it->second);
+          compiled->erase(it);
+          return ahead;
+        }
+      }
+      return gen::compile(*prog);
+    }();
     if (!obj)
       fail(obj.error(), "compiling its program");
     run.object = std::make_unique<bpf::Object>(std::move(*obj));

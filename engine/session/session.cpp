@@ -396,6 +396,8 @@ void Session::stop() {
     s.cancel = true;
     return;
   }
+  if (s.applying)  // async_apply's compile gives up; its completion gets the cancellation
+    s.cancel = true;
   if (s.stopped || !s.started)
     return;
   s.stopped = true;
@@ -432,6 +434,8 @@ void Session::async_stop(std::function<void(std::exception_ptr)> handler) {
     s.stop_waiters.push_back(std::move(handler));
     return;
   }
+  if (s.applying)  // async_apply's compile gives up; its completion gets the cancellation
+    s.cancel = true;
   if (s.closer.joinable()) {  // a stop under way: its completion runs this handler too
     s.stop_waiters.push_back(std::move(handler));
     return;

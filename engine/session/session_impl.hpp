@@ -91,6 +91,8 @@ struct Session::Impl {
   // executor, whether the session still exists.
   std::thread worker;
   std::atomic<bool> starting{false}, cancel{false};
+  // async_apply: its compile runs on `worker` (no apply meanwhile; stop() sets `cancel`).
+  bool applying = false;
   std::shared_ptr<std::atomic<bool>> alive = std::make_shared<std::atomic<bool>>(true);
   // async_stop: the events close on `closer` while the executor goes on; an async_stop during
   // an async_start waits in `stop_waiters` for the start's (canceled) completion.
@@ -110,6 +112,9 @@ struct Session::Impl {
   void decide_in_place();
   /// Session::apply.
   RecipeChanges apply(const Recipe& next);
+  /// Throws kUsage when no change can be applied now (not running, starting, or a change under
+  /// way).
+  void refuse_apply() const;
 
   void begin_start();
   /// check_system, placement, engine->prepare() (with the kernel programs), the pipelines'

@@ -5,6 +5,8 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <atomic>
+#include <iterator>
 #include <map>
 #include <set>
 #include <string>
@@ -116,17 +118,26 @@ std::string RecipeChanges::describe() const {
 
 namespace {
 
-/// Session::Impl::apply, phase by phase: what a running session cannot change (refused first),
-/// the probes and pipelines matched, then (1) the new probes open, (2) kept kernel pipelines
-/// take them in programs of their own, (3) added and restarted pipelines are placed, started in
-/// the kernel and bound, (4) kept user-space pipelines bind again; a failure up to there leaves
-/// the session as it was. Then (5) removed probes close, (6) ending pipelines give their final
-/// tables, (7) the next recipe's pipelines take their places.
+/// Session::Impl::apply, phase by phase. plan(), on the executor: what a running session cannot
+/// change (refused first), the probes and pipelines matched, (1) the new probes open
+/// (disabled), (2) kept kernel pipelines placed for them in programs of their own and (3) added
+/// and restarted pipelines placed, their programs generated. compile(), anywhere (async_apply:
+/// on a thread of the session's): the programs compiled. commit(), on the executor: (2, 3) the
+/// programs started in the kernel, the fresh pipelines bound, (4) kept user-space pipelines bound
+/// again; a failure up to there leaves the session as it was. Then the new probes are enabled,
+/// (5) removed probes close, (6) ending pipelines give their final tables, (7) the next recipe's
+/// pipelines take their places.
 class LiveChange {
  public:
-  LiveChange(Session::Impl& s, const Recipe& next) : s_(s), next_(next) {}
+  LiveChange(Session::Impl& s, Recipe next) : s_(s), next_(std::move(next)) {}
 
   RecipeChanges run() {
+    plan();
+    compile();
+    return commit();
+  }
+
+  void plan() {
     refuse_fixed_parts();
     before_.assign(s_.engine->probes().begin(), s_.engine->probes().end());
     // By engine index from here on (the BPF output channel's probe has no options of its own).
@@ -144,21 +155,44 @@ class LiveChange {
     match_pipelines();
     decide_restarts();
     open_added_probes();
-    try {
-      extend_kept_kernel_pipelines();
+    guarded([&] {
+      place_kept_kernel_pipelines();
+      place_fresh_pipelines();
+      const auto gen = [&](std::span<const kernel::PipelinePlace> at) {
+        auto progs = kernel::generate_runs(*s_.engine, at, s_.engine_options.target,
+                                           s_.engine_options.trace_self, s_.recipe.max_targets);
+        std::move(progs.begin(), progs.end(), std::back_inserter(programs_));
+      };
+      for (const auto& at : kept_places_)
+        gen(at);
+      gen(fresh_places_);
+    });
+  }
+
+  /// The generated programs compiled (touches nothing of the session or the engine).
+  void compile(const std::atomic<bool>* cancel = nullptr) {
+    kernel::compile_runs(programs_, compiled_, cancel);
+  }
+
+  RecipeChanges commit() {
+    guarded([&] {
+      start_kept_kernel_runs();
       start_fresh_pipelines();
       rebind_kept_pipelines();
-    } catch (const Error& e) {
-      roll_back();
-      rethrow_at_probe(e, next_);
-    } catch (...) {
-      roll_back();
-      throw;
-    }
+      s_.engine->enable_probes(added_index_);
+    });
     close_removed_probes();
     end_pipelines();
     install_next();
     return std::move(changes_);
+  }
+
+  /// Takes back what plan() opened: a change given up after it (a stop meanwhile).
+  void abandon() noexcept {
+    try {
+      roll_back();
+    } catch (...) {  // (a stopped engine has closed them already)
+    }
   }
 
  private:
@@ -340,7 +374,7 @@ class LiveChange {
     const std::size_t n_before = before_.size();
     if (!added_.empty()) {
       try {
-        added_index_ = s_.engine->add_probes(added_);
+        added_index_ = s_.engine->add_probes(added_, false);  // enabled by commit()
       } catch (const Error& e) {
         rethrow_at_probe(e, next_);
       }
@@ -369,12 +403,28 @@ class LiveChange {
   void roll_back() {
     new_runs_.clear();
     fresh_runs_.clear();
-    for (auto p : added_index_)
+    for (auto p : std::exchange(added_index_, {}))
       s_.engine->remove_probe(p);
   }
 
-  /// 2. Kept kernel pipelines: programs for the added probes, beside the ones they have.
-  void extend_kept_kernel_pipelines() {
+  /// Runs `step`; on a failure takes back what the change opened and rethrows (an engine error
+  /// about a probe at its place in the next recipe).
+  template <typename Step>
+  void guarded(const Step& step) {
+    try {
+      step();
+    } catch (const Error& e) {
+      roll_back();
+      rethrow_at_probe(e, next_);
+    } catch (...) {
+      roll_back();
+      throw;
+    }
+  }
+
+  /// 2. Kept kernel pipelines: placed for the added probes, in programs beside the ones they
+  /// have (kept_places_, by old index).
+  void place_kept_kernel_pipelines() {
     std::vector<bool> only_added(now_probes_.size(), false);
     for (auto p : added_index_)
       only_added[p] = sampling_[p];
@@ -401,15 +451,23 @@ class LiveChange {
         pp.keep_samples = true;  // user space may read a sampling event's samples too
       std::vector<kernel::PipelinePlace> at(j + 1);
       at[j] = std::move(place.front());
-      auto runs = kernel::start_runs(*s_.engine, at, s_.engine_options.target,
-                                     s_.engine_options.trace_self, s_.recipe.max_targets);
+      kept_places_.push_back(std::move(at));
+    }
+  }
+
+  /// 2. ... their programs started.
+  void start_kept_kernel_runs() {
+    for (const auto& at : kept_places_) {
+      auto runs =
+          kernel::start_runs(*s_.engine, at, s_.engine_options.target, s_.engine_options.trace_self,
+                             s_.recipe.max_targets, &compiled_);
       for (auto& r : runs)
         new_runs_.push_back(std::move(r));
     }
   }
 
-  /// 3. Added pipelines, and the restarted ones anew: placed, their programs started, bound.
-  void start_fresh_pipelines() {
+  /// 3. Added pipelines, and the restarted ones anew: placed (fresh_places_).
+  void place_fresh_pipelines() {
     for (std::size_t i = 0; i < made_.size(); ++i) {
       if (const auto& from = from_old_[i]; !from || restart_[*from])
         fresh_.push_back(i);
@@ -426,15 +484,22 @@ class LiveChange {
       if (!started_places_[k].plan)
         refuse_kernel_only_probes(fresh_[k]);
     }
-    std::vector<kernel::PipelinePlace> at(started_places_.begin(), started_places_.end());
-    for (auto& pl : at) {
+    fresh_places_.assign(started_places_.begin(), started_places_.end());
+    for (auto& pl : fresh_places_) {
       if (pl.plan) {
         for (auto& pp : pl.plan->probes)
           pp.keep_samples = true;
       }
     }
-    for (auto& r : kernel::start_runs(*s_.engine, at, s_.engine_options.target,
-                                      s_.engine_options.trace_self, s_.recipe.max_targets)) {
+  }
+
+  /// 3. ... their programs started, bound.
+  void start_fresh_pipelines() {
+    if (fresh_.empty())
+      return;
+    for (auto& r :
+         kernel::start_runs(*s_.engine, fresh_places_, s_.engine_options.target,
+                            s_.engine_options.trace_self, s_.recipe.max_targets, &compiled_)) {
       r.pipeline = fresh_[r.pipeline];  // a next index
       fresh_runs_.push_back(std::move(r));
     }
@@ -595,7 +660,7 @@ class LiveChange {
   }
 
   Session::Impl& s_;
-  const Recipe& next_;
+  const Recipe next_;
   RecipeChanges changes_;
   std::vector<ProbeInfo> before_;    // the engine's probes before the change
   std::vector<bool> keep_;           // by engine index: false when removed
@@ -616,21 +681,82 @@ class LiveChange {
   std::vector<std::size_t> fresh_;                      // next indexes of fresh_pipes_
   std::vector<std::unique_ptr<Pipeline>> fresh_pipes_;  // added or restarted, bound
   std::vector<kernel::PipelinePlace> started_places_;   // fresh_pipes_' places
+  std::vector<std::vector<kernel::PipelinePlace>> kept_places_;  // kept ones' extensions
+  std::vector<kernel::PipelinePlace> fresh_places_;              // started_places_, keeping samples
+  std::vector<kernel::gen::GeneratedProgram> programs_;  // generated by plan(), for compile()
+  kernel::CompiledPrograms compiled_;                    // compile()'s, taken by commit()
   std::chrono::nanoseconds now_{};
 };
 
 }  // namespace
 
-RecipeChanges Session::Impl::apply(const Recipe& next) {
+void Session::Impl::refuse_apply() const {
   if (!live || stopped || starting) {
     throw Error(ErrorCategory::kUsage, std::make_error_code(std::errc::operation_not_permitted),
                 "session: apply() changes a running session (after start(), before stop())");
   }
+  if (applying) {
+    throw Error(ErrorCategory::kUsage, std::make_error_code(std::errc::operation_in_progress),
+                "session: a change is under way (async_apply): apply the next one from its "
+                "handler");
+  }
+}
+
+RecipeChanges Session::Impl::apply(const Recipe& next) {
+  refuse_apply();
   return LiveChange(*this, next).run();
 }
 
 RecipeChanges Session::apply(const Recipe& recipe) {
   return impl_->apply(recipe);
+}
+
+void Session::async_apply(const Recipe& recipe,
+                          std::function<void(std::exception_ptr, RecipeChanges)> handler) {
+  auto& s = *impl_;
+  boost::asio::any_io_executor work =
+      boost::asio::prefer(s.executor, boost::asio::execution::outstanding_work.tracked);
+  std::shared_ptr<LiveChange> change;
+  try {
+    s.refuse_apply();
+    change = std::make_shared<LiveChange>(s, recipe);
+    change->plan();
+  } catch (...) {  // (a completion never runs inside its initiation)
+    boost::asio::post(
+        work, [handler = std::move(handler), failure = std::current_exception(), alive = s.alive] {
+          if (alive->load())
+            handler(failure, {});
+        });
+    return;
+  }
+  s.applying = true;
+  s.worker = std::thread([&s, change, handler = std::move(handler),
+                          work = std::move(work)]() mutable {
+    change->compile(&s.cancel);
+    boost::asio::post(work, [&s, change = std::move(change), handler = std::move(handler),
+                             alive = s.alive]() mutable {
+      if (!alive->load())
+        return;  // the session is gone (its destructor joined this thread)
+      if (s.worker.joinable())
+        s.worker.join();
+      s.applying = false;
+      if (s.stopped) {  // a stop meanwhile closed everything, the change's probes too
+        handler(std::make_exception_ptr(Error(ErrorCategory::kRuntime,
+                                              std::make_error_code(std::errc::operation_canceled),
+                                              "session: stopped while a change was being applied")),
+                {});
+        return;
+      }
+      RecipeChanges changes;
+      std::exception_ptr failure;
+      try {
+        changes = change->commit();
+      } catch (...) {
+        failure = std::current_exception();
+      }
+      handler(failure, std::move(changes));
+    });
+  });
 }
 
 }  // namespace tracer

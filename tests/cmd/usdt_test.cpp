@@ -10,6 +10,8 @@
 #include <fstream>
 #include <map>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "support/beside_bpftrace.hpp"
 #include "support/cli.hpp"
@@ -273,3 +275,121 @@ TEST(Usdt, TheListCommandShowsProbesSitesAndArguments) {
 }
 
 }  // namespace
+
+/// The summary of `tracer run RECIPE --json -p PID` of a process started first (argv, whose last
+/// argument is a go file it waits for): the go file is made once tracer is attached, and tracer
+/// ends with the process.
+std::string run_on_pid(const TempDir& dir,
+                       const fs::path& recipe,
+                       std::vector<std::string> target_argv,
+                       const std::string& tag) {
+  const auto go = dir.path() / ("go-" + tag);
+  target_argv.push_back(go.string());
+  const pid_t target = tracer::testing::spawn_to_file(target_argv, dir.path() / (tag + ".target"));
+  tracer::testing::ReadyPipe ready;
+  const auto out = dir.path() / (tag + ".out"), err = dir.path() / (tag + ".err");
+  const pid_t t =
+      tracer::testing::spawn_to_file({TRACER_CLI_PATH, "run", recipe.string(), "--json",
+                                      "--ready-fd", ready.fd_arg(), "-p", std::to_string(target)},
+                                     out, err);
+  ready.close_writer();
+  const bool attached = ready.wait();
+  std::ofstream(go) << "go\n";
+  EXPECT_TRUE(tracer::testing::exited_ok(target));
+  EXPECT_TRUE(tracer::testing::exited_ok(t)) << slurp(err);
+  EXPECT_TRUE(attached) << slurp(err);
+  return slurp(out);
+}
+
+// -p of a process that runs already, its binary mapped before tracer starts: the kernel sets
+// hit's semaphore in that process (ref_ctr_offset), so every guarded call fires, and every call
+// site of tick counts, in both placements.
+TEST(Usdt, APidTargetRunningAlreadyCountsEveryCallSiteAndItsSemaphoreIsSet) {
+  TempDir dir;
+  const auto target = tracer::testing::own_program(dir.path(), TRACER_USDT_TARGET, "usdtp");
+  for (const std::string placement : {"kernel", "user"}) {
+    SCOPED_TRACE(placement);
+    const std::string json = run_on_pid(dir, recipe(dir, target, placement),
+                                        {target.string(), std::to_string(kN)}, placement);
+    for (const auto& s : kSpecs)
+      EXPECT_EQ(tracer::testing::summary_events(json, s.probe), kN * s.per_n) << s.probe << json;
+  }
+}
+
+/// Copies libtracer_usdt.so and its user into `dir` (the user finds the library beside itself:
+/// $ORIGIN), so that a system-wide probe on the copy counts this test's processes only.
+/// @return {library, user}.
+std::pair<fs::path, fs::path> own_library(const TempDir& dir) {
+  const auto lib = dir.path() / fs::path(TRACER_USDT_LIB).filename();
+  fs::copy_file(TRACER_USDT_LIB, lib, fs::copy_options::overwrite_existing);
+  const auto user = tracer::testing::own_program(dir.path(), TRACER_USDT_LIB_USER, "usdtlib");
+  return {lib, user};
+}
+
+fs::path lib_recipe(const TempDir& dir, const fs::path& lib, const std::string& placement) {
+  const auto p = dir.path() / ("lib-" + placement + ".toml");
+  std::ofstream(p) << fmt::format(R"([recipe]
+name = "usdt-lib"
+placement = "{1}"
+[[probe]]
+name = "ping"
+usdt = "{0}:tracer_lib:ping"
+[[pipeline]]
+name = "i"
+[[pipeline.stage]]
+use = "sum"
+field = "arg0"
+[[pipeline]]
+name = "twice"
+[[pipeline.stage]]
+use = "sum"
+field = "arg1"
+)",
+                                  lib.string(), placement);
+  return p;
+}
+
+/// Checks a run of lib_recipe over `copies` runs of the user with N = kN.
+void expect_lib(const std::string& json, std::uint64_t copies) {
+  const std::uint64_t sum_i = kN * (kN - 1) / 2;
+  EXPECT_EQ(tracer::testing::summary_events(json, "ping"), copies * kN) << json;
+  EXPECT_NE(json.find(fmt::format(R"("keys":{{}},"sum":{}}})", copies * sum_i)), std::string::npos)
+      << json;
+  EXPECT_NE(json.find(fmt::format(R"("keys":{{}},"sum":{}}})", copies * 2 * sum_i)),
+            std::string::npos)
+      << json;
+}
+
+// A probe in a shared library, its semaphore in the library: system-wide (a copy on each CPU)
+// in both placements as bpftrace counts and sums it, for a command, and with -p of a process
+// that mapped the library before tracer started.
+TEST(Usdt, AProbeInASharedLibraryCountsAsBpftraceCountsForEveryTarget) {
+  TempDir dir;
+  const auto [lib, user] = own_library(dir);
+  const auto runs = tracer::testing::run_beside_bpftrace(
+      TRACER_CLI_PATH, dir.path(),
+      {{"kernel", lib_recipe(dir, lib, "kernel")}, {"user", lib_recipe(dir, lib, "user")}},
+      fmt::format("usdt:{0}:tracer_lib:ping {{ @ping = count(); @twice = sum(arg1); }}\n",
+                  lib.string()),
+      fmt::format("taskset -c 0 {0} {1} & taskset -c 1 {0} {1} & wait", user.string(), kN));
+  ASSERT_EQ(runs.problem, "");
+  for (const auto& [placement, json] : runs.tracer) {
+    SCOPED_TRACE(placement);
+    expect_lib(json, 2);
+  }
+  if (runs.bpftrace) {
+    EXPECT_EQ(tracer::testing::bpftrace_count(*runs.bpftrace, "ping"), 2 * kN) << *runs.bpftrace;
+    EXPECT_EQ(tracer::testing::bpftrace_count(*runs.bpftrace, "twice"), 2 * kN * (kN - 1))
+        << *runs.bpftrace;
+  }
+  for (const std::string placement : {"kernel", "user"}) {
+    SCOPED_TRACE(placement);
+    const auto r = tracer::testing::run_tracer(fmt::format(
+        "run {} --json -- {} {}", lib_recipe(dir, lib, placement).string(), user.string(), kN));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    expect_lib(r.out, 1);
+    expect_lib(run_on_pid(dir, lib_recipe(dir, lib, placement), {user.string(), std::to_string(kN)},
+                          "lib-" + placement),
+               1);
+  }
+}

@@ -1,6 +1,7 @@
-// Session::async_start: a start that leaves the host's executor free. The host's own timers keep
-// their schedule while tracer generates and compiles BPF and opens its events; the result is the
-// one start() gives; errors and a stop() during the start reach the handler.
+// Session::async_start, async_stop and async_apply: a start, a stop and a live change that leave
+// the host's executor free. The host's own timers keep their schedule while tracer compiles BPF
+// and opens or closes its events; the result is the one start(), stop() and apply() give;
+// errors and a stop() meanwhile reach the handler.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -14,6 +15,7 @@
 #include <map>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "support/cli.hpp"
 #include "tracer/session.hpp"
@@ -403,6 +405,252 @@ TEST(SessionAsync, ASessionDestroyedWhileStartingNeverRunsTheHandler) {
     Session session(io.get_executor(), fresh_kernel_recipe("async_destroyed"), out,
                     command_options());
     session.async_start([&](std::exception_ptr) { handled = true; });
+  }
+  io.run_for(std::chrono::seconds(2));
+  EXPECT_FALSE(handled);
+  EXPECT_EQ(open_perf_events(), before);
+}
+
+/// System-wide, in the kernel: this process's lseek calls on its own fd counted by pipeline
+/// "seeks"; with `fresh`, a second pipeline "fresh" behind a filter on a constant no earlier run
+/// used (new program text: applying it compiles).
+Recipe change_recipe(const std::string& name, bool fresh) {
+  std::random_device rd;
+  const std::uint64_t salt = (std::uint64_t{rd()} << 20) | (rd() & 0xfffff);
+  const fs::path path =
+      fs::temp_directory_path() / (name + "_" + std::to_string(::getpid()) + ".toml");
+  std::string text = fmt::format(R"([recipe]
+name = "{}"
+placement = "kernel"
+[[probe]]
+name = "lseek"
+tracepoint = "syscalls:sys_enter_lseek"
+[[pipeline]]
+name = "seeks"
+[[pipeline.stage]]
+use = "filter"
+expr = "fd == {}"
+[[pipeline.stage]]
+use = "count"
+by = ["probe"]
+)",
+                                 name, testing::own_fd());
+  if (fresh) {
+    text += fmt::format(R"([[pipeline]]
+name = "fresh"
+[[pipeline.stage]]
+use = "filter"
+expr = "fd == {} && pid != {}"
+[[pipeline.stage]]
+use = "count"
+by = ["probe"]
+)",
+                        testing::own_fd(), 4'000'000'000ULL + salt % 1'000'000'000ULL);
+  }
+  std::ofstream(path) << text;
+  Recipe recipe = Recipe::load(path.string(), {.stages = stage_catalog()});
+  fs::remove(path);
+  return recipe;
+}
+
+/// The final counts of each pipeline's lseek row, by pipeline index.
+auto final_lseeks(std::map<std::size_t, std::uint64_t>& into) {
+  return [&into](const TableUpdate& u) {
+    if (!u.final)
+      return;
+    for (const auto& row : u.table.rows) {
+      if (std::get<std::string>(row.keys.at(0)) == "lseek")
+        into[u.pipeline] += std::get<std::uint64_t>(row.values.at(0));
+    }
+  };
+}
+
+// The host's 5 ms timer during a live change that compiles a new in-kernel pipeline: apply()
+// holds the thread for its whole length (the reference, measured in the same run); async_apply
+// compiles on a thread of its own and the timer keeps its schedule. Either way the kept pipeline
+// counts the calls before and after the change and the new one exactly those after it.
+TEST(SessionAsync, TheHostsTimersKeepTheirScheduleWhileALiveChangeCompiles) {
+  constexpr std::uint64_t kSeeks = 3000;
+  const std::string workload =
+      testing::own_fd_env() + TRACER_SYSCALLER_PATH + " lseek " + std::to_string(kSeeks);
+  const auto ms = [](Clock::duration d) {
+    return std::chrono::duration<double, std::milli>(d).count();
+  };
+  std::string text;
+  Sink out = Sink::to_string(&text);
+  boost::asio::io_context io(1);
+
+  Clock::duration blocking{};
+  std::map<std::size_t, std::uint64_t> blocking_counts;
+  {
+    Session session(io.get_executor(), change_recipe("blocking_apply", false), out);
+    session.on_table(final_lseeks(blocking_counts));
+    session.start();
+    ASSERT_EQ(std::system(workload.c_str()), 0);
+    const auto t = Clock::now();
+    const RecipeChanges changes = session.apply(change_recipe("blocking_apply", true));
+    blocking = Clock::now() - t;
+    EXPECT_EQ(changes.pipelines_added, std::vector<std::string>{"fresh"});
+    ASSERT_EQ(std::system(workload.c_str()), 0);
+    session.stop();
+  }
+  EXPECT_EQ(blocking_counts[0], 2 * kSeeks);
+  EXPECT_EQ(blocking_counts[1], kSeeks);
+
+  io.restart();
+  HostTimer host(io, std::chrono::milliseconds(5));
+  std::map<std::size_t, std::uint64_t> async_counts;
+  Session session(io.get_executor(), change_recipe("async_apply", false), out);
+  session.on_table(final_lseeks(async_counts));
+  session.start();
+  ASSERT_EQ(std::system(workload.c_str()), 0);
+  bool handled = false;
+  std::exception_ptr failure;
+  RecipeChanges changes;
+  Clock::duration async_length{};
+  const Recipe next = change_recipe("async_apply", true);
+  const auto t = Clock::now();
+  boost::asio::post(io, [&] {
+    host.start();
+    session.async_apply(next, [&](std::exception_ptr e, RecipeChanges c) {
+      failure = e;
+      changes = std::move(c);
+      handled = true;
+      async_length = Clock::now() - t;
+      host.watching = false;
+      host.cancel();
+    });
+    // Meanwhile no other change: apply() is refused.
+    try {
+      session.apply(next);
+      ADD_FAILURE() << "apply() during async_apply";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.category(), ErrorCategory::kUsage) << e.what();
+    }
+  });
+  const auto until = Clock::now() + std::chrono::seconds(30);
+  while (!handled && Clock::now() < until)
+    io.run_for(std::chrono::milliseconds(50));
+  ASSERT_TRUE(handled) << "async_apply's handler never ran";
+  if (failure)
+    std::rethrow_exception(failure);
+  EXPECT_EQ(changes.pipelines_added, std::vector<std::string>{"fresh"});
+  ASSERT_EQ(std::system(workload.c_str()), 0);
+  session.stop();
+  EXPECT_EQ(async_counts[0], 2 * kSeeks);
+  EXPECT_EQ(async_counts[1], kSeeks);
+  EXPECT_GE(host.fired, 3u) << "async_apply took " << ms(async_length) << " ms";
+  EXPECT_LT(ms(host.worst), ms(blocking) / 2)
+      << "worst lateness " << ms(host.worst) << " ms; a blocking apply held the thread "
+      << ms(blocking) << " ms";
+  std::printf(
+      "blocking apply() held the host %.1f ms; async_apply took %.1f ms, the host's 5 ms timer "
+      "was at worst %.1f ms late (%llu runs)\n",
+      ms(blocking), ms(async_length), ms(host.worst), static_cast<unsigned long long>(host.fired));
+}
+
+// A change that cannot apply (an unknown tracepoint) reaches the handler as apply() throws it,
+// at its position, and the session goes on as it was, counting exactly.
+TEST(SessionAsync, ALiveChangeErrorReachesTheHandlerAndTheSessionGoesOn) {
+  constexpr std::uint64_t kSeeks = 2000;
+  const std::string workload =
+      testing::own_fd_env() + TRACER_SYSCALLER_PATH + " lseek " + std::to_string(kSeeks);
+  const fs::path path =
+      fs::temp_directory_path() / ("async_apply_typo_" + std::to_string(::getpid()) + ".toml");
+  std::ofstream(path) << R"([recipe]
+name = "typo"
+placement = "kernel"
+[[probe]]
+name = "lseek"
+tracepoint = "syscalls:sys_enter_lseek"
+[[probe]]
+name = "x"
+tracepoint = "syscalls:sys_enter_getppidd"
+[[pipeline]]
+name = "seeks"
+[[pipeline.stage]]
+use = "count"
+by = ["probe"]
+)";
+  Recipe typo = Recipe::load(path.string(), {.stages = stage_catalog()});
+  fs::remove(path);
+  std::string text;
+  Sink out = Sink::to_string(&text);
+  boost::asio::io_context io(1);
+  const std::size_t before = open_perf_events();
+  std::map<std::size_t, std::uint64_t> counts;
+  {
+    Session session(io.get_executor(), change_recipe("apply_error", false), out);
+    session.on_table(final_lseeks(counts));
+    session.start();
+    const std::size_t running = open_perf_events();
+    std::exception_ptr got;
+    bool handled = false;
+    session.async_apply(typo, [&](std::exception_ptr e, RecipeChanges) {
+      got = e;
+      handled = true;
+    });
+    EXPECT_FALSE(handled) << "never inside async_apply";
+    io.run_for(std::chrono::seconds(2));
+    ASSERT_TRUE(handled);
+    ASSERT_TRUE(got);
+    try {
+      std::rethrow_exception(got);
+    } catch (const Error& e) {
+      EXPECT_EQ(e.category(), ErrorCategory::kRecipe) << e.what();
+      EXPECT_NE(std::string(e.what()).find(path.string() + ":9:"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(open_perf_events(), running) << "nothing of the change stays open";
+    ASSERT_EQ(std::system(workload.c_str()), 0);
+    session.stop();
+  }
+  EXPECT_EQ(counts[0], kSeeks);
+  EXPECT_EQ(open_perf_events(), before);
+}
+
+// stop() while the change compiles: the change is given up (its handler gets
+// operation_canceled), the session's final tables are those of the recipe that ran, and nothing
+// stays open; a session destroyed meanwhile never runs the handler.
+TEST(SessionAsync, AStopWhileALiveChangeCompilesCancelsIt) {
+  const std::size_t before = open_perf_events();
+  std::string text;
+  Sink out = Sink::to_string(&text);
+  boost::asio::io_context io(1);
+  {
+    std::map<std::size_t, std::uint64_t> counts;
+    Session session(io.get_executor(), change_recipe("apply_stopped", false), out);
+    session.on_table(final_lseeks(counts));
+    session.start();
+    ASSERT_EQ(std::system((testing::own_fd_env() + TRACER_SYSCALLER_PATH + " lseek 500").c_str()),
+              0);
+    std::exception_ptr got;
+    bool handled = false;
+    session.async_apply(change_recipe("apply_stopped", true),
+                        [&](std::exception_ptr e, RecipeChanges) {
+                          got = e;
+                          handled = true;
+                        });
+    session.stop();
+    io.run_for(std::chrono::seconds(20));
+    ASSERT_TRUE(handled);
+    ASSERT_TRUE(got);
+    try {
+      std::rethrow_exception(got);
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), std::make_error_code(std::errc::operation_canceled)) << e.what();
+    }
+    EXPECT_FALSE(session.running());
+    EXPECT_EQ(counts, (std::map<std::size_t, std::uint64_t>{{0, 500}}))
+        << "the final tables of the recipe that ran";
+  }
+  EXPECT_EQ(open_perf_events(), before);
+  io.restart();
+  bool handled = false;
+  {
+    Session session(io.get_executor(), change_recipe("apply_destroyed", false), out);
+    session.start();
+    session.async_apply(change_recipe("apply_destroyed", true),
+                        [&](std::exception_ptr, RecipeChanges) { handled = true; });
   }
   io.run_for(std::chrono::seconds(2));
   EXPECT_FALSE(handled);

@@ -49,6 +49,11 @@ class RingBuffer {
   [[nodiscard]] std::uint64_t size() const noexcept { return mask_ + 1; }
   /// Bytes written and not yet consumed (committed or still being written).
   [[nodiscard]] std::uint64_t waiting() const noexcept;
+  /// Where the producers are (past the last record reserved) and where the consumer is (past
+  /// the last record handed on), both counted from the ring's creation: every record reserved
+  /// before a producer_pos() was read once consumer_pos() reaches it.
+  [[nodiscard]] std::uint64_t producer_pos() const noexcept;
+  [[nodiscard]] std::uint64_t consumer_pos() const noexcept;
 
   /// Hands every committed record (payload only; discarded ones skipped) to `on_record`, in
   /// order, until the ring is empty, a record is still being written, or `max_records` were
@@ -82,8 +87,6 @@ class RingBuffer {
   static constexpr std::uint64_t kHeaderSize = 8;
 
   RingBuffer() = default;
-  [[nodiscard]] std::uint64_t consumer_pos() const noexcept;
-  [[nodiscard]] std::uint64_t producer_pos() const noexcept;
   /// A record header's length word. Synchronizes with the kernel's smp_store_release() of it in
   /// bpf_ringbuf_commit() (the BUSY bit cleared once the payload is written). Inline: it is read
   /// for every record.

@@ -66,14 +66,16 @@ class Engine {
   /// Called once when the engine stopped by itself (the traced command or pid target exited, see
   /// target_exited(); a batch handler threw) or by stop().
   void on_done(std::function<void()> handler);
-  /// Called after each pass that drained every ring to its head (at least once per flush
-  /// interval while the rings keep up, and the last one in stop()): a record delivered after it was
-  /// written to its ring after the pass began, so a sink can end a reorder round there, as perf
-  /// record writes FINISHED_ROUND after each pass over its mmaps. Replaces on_pass's handler.
+  /// Called after each pass that ends a round: every ring was read, over one pass or several, up
+  /// to its head at the last round's end (at least once per flush interval while the rings keep
+  /// up, and the last one in stop()). A record delivered after it was written to its ring after
+  /// the last round ended, so a sink can end a reorder round there, as perf record writes
+  /// FINISHED_ROUND after each pass over its mmaps (each read to the head it found). Replaces
+  /// on_pass's handler.
   void on_round(std::function<void()> handler);
   /// Called after every pass: `round` true for those on_round is called for, false for a pass
-  /// that left records in a ring (its time slice ran out) or read none (held): what is safe
-  /// to release since the last round still is, nothing more (Pipeline::round(false)).
+  /// that left a ring short of its head at the last round (its time slice ran out) or read none
+  /// (held): what the last round made safe still is, nothing more (Pipeline::round(false)).
   /// Replaces on_round's handler.
   void on_pass(std::function<void(bool round)> handler);
   /// Backpressure: while `backlogged()` is true (the stages are behind: records queue faster
@@ -167,13 +169,17 @@ class Engine {
 
   /// Live changes, while the engine runs (after go(), on its executor), for a system-wide or
   /// cgroup target. add_probes() opens `added` as new probes after the others (their indices
-  /// are probes().size() on), enabled at once: their records reach the handlers like the
-  /// others'. Their tracepoints are sampled by their own events (not through the BPF delivery)
-  /// and no tracepoint hit counter checks them. Throws tracer::Error about the probe (kUsage for
-  /// a pid or command target, whose processes made since the start a new event would not
-  /// follow, or a name taken), leaving nothing of them open.
+  /// are probes().size() on), enabled at once unless `enabled` is false (then enable_probes()
+  /// enables them): their records reach the handlers like the others'. Their tracepoints are
+  /// sampled by their own events (not through the BPF delivery) and no tracepoint hit counter
+  /// checks them. Throws tracer::Error about the probe (kUsage for a pid or command target, whose
+  /// processes made since the start a new event would not follow, or a name taken), leaving nothing
+  /// of them open.
   /// @return their indices.
-  std::vector<std::uint32_t> add_probes(std::vector<ProbeOptions> added);
+  std::vector<std::uint32_t> add_probes(std::vector<ProbeOptions> added, bool enabled = true);
+  /// Enables the events of probes add_probes() opened disabled. Throws tracer::Error about the
+  /// probe whose event refused (the others stay as they are).
+  void enable_probes(std::span<const std::uint32_t> indices);
   /// Live: closes probe `index`. Its events stop, what they wrote reaches the handlers, and its
   /// rings, events, BPF links and dynamic tracefs probe close (the rings and events once the
   /// executor has run what it had queued for them). Its ProbeInfo stays with `removed` set and

@@ -76,8 +76,8 @@ struct Stats {
   std::uint64_t timer_passes = 0;
   /// Passes that read no ring because the stages were behind (Engine::hold_while).
   std::uint64_t held_passes = 0;
-  /// Passes cut by their time slice with records left in a ring: no round (Engine::on_pass), as
-  /// the held ones.
+  /// Passes that ended no round (Engine::on_pass) and were not held: a ring was not read yet up
+  /// to its head at the last round's end (a pass cut by its time slice).
   std::uint64_t partial_passes = 0;
   /// How long each pass over the rings took (the drain's latency: reading, the stages, the
   /// round): passes by the bit width of their microseconds (bucket b: under 2^b µs), and the

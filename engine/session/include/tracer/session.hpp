@@ -209,9 +209,21 @@ class Session {
   /// (the processes it made since the start would be missed). An error opening an added probe
   /// (at its position) also leaves the session as it was. Call on the session's executor while
   /// it runs (after start()'s completion, before stop()); it blocks that executor while added
-  /// probes resolve and in-kernel programs compile. Pipeline indices of on_table and on_event
-  /// are those of `recipe` afterwards.
+  /// probes resolve and in-kernel programs compile (async_apply does not while they compile).
+  /// Pipeline indices of on_table and on_event are those of `recipe` afterwards.
   RecipeChanges apply(const Recipe& recipe);
+  /// apply() without blocking the caller's executor where it takes time: the change is checked,
+  /// its added probes opened (disabled) and its in-kernel programs generated here; the programs
+  /// compile (clang, the slow step) on a thread of the session's own while the executor goes
+  /// on, the running recipe unchanged meanwhile; then, back on the executor, they load and
+  /// attach, the pipelines bind, the added probes are enabled and the rest of apply() happens
+  /// (a removed probe's events close on the executor, as in apply()). `handler` runs on the
+  /// session's executor with nullptr and the changes, or what apply() would have thrown (the
+  /// session then goes on unchanged), never inside this call. A stop() meanwhile cancels the
+  /// change (an Error with std::errc::operation_canceled); apply() and async_apply() meanwhile
+  /// are refused (kUsage); the handler never runs after the session is gone. `recipe` is copied.
+  void async_apply(const Recipe& recipe,
+                   std::function<void(std::exception_ptr, RecipeChanges)> handler);
   /// Stops the engine (the last records reach the pipelines), emits the final tables, flushes.
   /// Idempotent; on_done observers run once. It blocks the caller's executor while the events
   /// close (each close waits for the kernel's grace periods: tens to hundreds of ms); async_stop

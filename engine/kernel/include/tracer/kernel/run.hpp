@@ -3,12 +3,15 @@
 // and at the end, their rows handed to the pipeline's stages; its counters added to the stats.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "tracer/bpf/object.hpp"
@@ -38,15 +41,35 @@ struct Run {
   std::uint64_t targets_dropped = 0;        // children the target map had no room for
 };
 
+/// Programs compiled ahead of start_runs (by GeneratedProgram::hash), each taken once.
+using CompiledPrograms = std::map<std::string, Result<bpf::Object>, std::less<>>;
+
 /// Generates, compiles, loads and attaches the program of each pipeline `places` put in the
 /// kernel, for `target` (a pid or command target's processes and their children; system-wide
-/// without tracer itself unless `trace_self`), at most `max_targets` processes at once.
+/// without tracer itself unless `trace_self`), at most `max_targets` processes at once. A
+/// program found in `compiled` (compile_runs') is taken from there instead of compiled here.
 /// @throws Error naming the pipeline and the step that failed (nothing stays attached).
 [[nodiscard]] std::vector<Run> start_runs(Engine& engine,
                                           std::span<const PipelinePlace> places,
                                           const Target& target,
                                           bool trace_self,
-                                          std::uint32_t max_targets);
+                                          std::uint32_t max_targets,
+                                          CompiledPrograms* compiled = nullptr);
+
+/// The programs start_runs would generate for the same arguments (none for a pipeline whose
+/// generation fails: start_runs says why). Quick (text only); on the engine's executor.
+[[nodiscard]] std::vector<gen::GeneratedProgram> generate_runs(
+    Engine& engine,
+    std::span<const PipelinePlace> places,
+    const Target& target,
+    bool trace_self,
+    std::uint32_t max_targets);
+
+/// Compiles `programs` (clang: the slow step of start_runs) into `into`, by hash: on any thread,
+/// as it touches nothing of the engine. Stops early once `cancel` is set.
+void compile_runs(std::span<const gen::GeneratedProgram> programs,
+                  CompiledPrograms& into,
+                  const std::atomic<bool>* cancel = nullptr);
 
 /// Hands what the kernel aggregated since the last read to the aggregation stages: from every
 /// run with `all` (the end, a live change, a scrape of `tracer serve`), and at a tick only for a

@@ -42,6 +42,8 @@ class RingReader {
   void yield_at(std::chrono::steady_clock::time_point at) noexcept { yield_at_ = at; }
   /// The last drain stopped at yield_at() with records left.
   [[nodiscard]] bool more() const noexcept { return more_; }
+  /// A malformed header was met: nothing after it is read.
+  [[nodiscard]] bool corrupt() const noexcept { return corrupt_; }
   /// Gives up what is left in the ring without handing it on (a stop past its time): the
   /// records are counted in RingStats::unprocessed. @return how many.
   std::uint64_t discard_rest() noexcept;
