@@ -8,8 +8,8 @@
 #define _SDT_HAS_SEMAPHORES 1
 #include <stdlib.h>
 #include <sys/sdt.h>
-#include <time.h>
-#include <unistd.h>
+
+#include "wait_for_file.h"
 
 __extension__ unsigned short tracer_test_hit_semaphore __attribute__((unused))
 __attribute__((section(".probes")));
@@ -27,11 +27,8 @@ void tracer_usdt_ticks(long i);
 
 int main(int argc, char** argv) {
   const long n = argc > 1 ? atol(argv[1]) : 1;
-  if (argc > 2) {
-    const struct timespec tick = {.tv_sec = 0, .tv_nsec = 10 * 1000 * 1000};
-    while (access(argv[2], F_OK) != 0)
-      nanosleep(&tick, NULL);
-  }
+  if (argc > 2)
+    wait_for_file(argv[2]);
   // The word's page is in memory before the first probe: an in-kernel program's string read
   // cannot fault it in (it would read as empty and count as a string fault).
   tracer_usdt_sum += *(const volatile char*)kWord;

@@ -81,6 +81,23 @@ class HostTimer {
     arm();
   }
   void cancel() { timer_.cancel(); }
+  /// Meanwhile the timer ran (about one per period of the `what` under way), never held for
+  /// half as long as the blocking form held the thread; the figures are printed.
+  void expect_on_schedule(const std::string& what,
+                          Clock::duration blocking,
+                          Clock::duration async_length) const {
+    const auto ms = [](Clock::duration d) {
+      return std::chrono::duration<double, std::milli>(d).count();
+    };
+    EXPECT_GE(fired, 3u) << "async_" << what << " took " << ms(async_length) << " ms";
+    EXPECT_LT(ms(worst), ms(blocking) / 2) << "worst lateness " << ms(worst) << " ms; a blocking "
+                                           << what << " held the thread " << ms(blocking) << " ms";
+    std::printf(
+        "blocking %s() held the host %.1f ms; async_%s took %.1f ms, the host's %lld ms timer "
+        "was at worst %.1f ms late (%llu runs)\n",
+        what.c_str(), ms(blocking), what.c_str(), ms(async_length),
+        static_cast<long long>(period_.count()), ms(worst), static_cast<unsigned long long>(fired));
+  }
   bool watching = true;
   Clock::duration worst{};
   std::uint64_t fired = 0;
@@ -165,18 +182,7 @@ TEST(SessionAsync, TheHostsTimersKeepTheirScheduleWhileAStartCompiles) {
   if (started_with)
     std::rethrow_exception(started_with);
   EXPECT_EQ(async_count, kCalls);
-  const auto ms = [](Clock::duration d) {
-    return std::chrono::duration<double, std::milli>(d).count();
-  };
-  // Meanwhile the host's timer ran (about one per 5 ms of the start), never held for long.
-  EXPECT_GE(host.fired, 3u) << "start took " << ms(async_length) << " ms";
-  EXPECT_LT(ms(host.worst), ms(blocking) / 2)
-      << "worst lateness " << ms(host.worst) << " ms; a blocking start held the thread "
-      << ms(blocking) << " ms";
-  std::printf(
-      "blocking start() held the host %.1f ms; async_start took %.1f ms, the host's 5 ms "
-      "timer was at worst %.1f ms late (%llu runs)\n",
-      ms(blocking), ms(async_length), ms(host.worst), static_cast<unsigned long long>(host.fired));
+  host.expect_on_schedule("start", blocking, async_length);
 }
 
 /// System-wide, in the kernel: this process's lseek calls on its own fd (own_fd()) counted, on
@@ -203,9 +209,6 @@ TEST(SessionAsync, TheHostsTimersKeepTheirScheduleWhileAStopCloses) {
   constexpr std::uint64_t kSeeks = 5000;
   const std::string workload =
       testing::own_fd_env() + TRACER_SYSCALLER_PATH + " lseek " + std::to_string(kSeeks);
-  const auto ms = [](Clock::duration d) {
-    return std::chrono::duration<double, std::milli>(d).count();
-  };
   std::string text;
   Sink out = Sink::to_string(&text);
   const auto lseeks = [](std::uint64_t& n) {
@@ -264,15 +267,7 @@ TEST(SessionAsync, TheHostsTimersKeepTheirScheduleWhileAStopCloses) {
   EXPECT_TRUE(done) << "on_done observers run before the handler";
   EXPECT_FALSE(session.running());
   EXPECT_EQ(async_count, kSeeks);
-  // Meanwhile the host's timer ran (about one per 5 ms of the closing), never held for long.
-  EXPECT_GE(host.fired, 3u) << "async_stop took " << ms(async_length) << " ms";
-  EXPECT_LT(ms(host.worst), ms(blocking) / 2)
-      << "worst lateness " << ms(host.worst) << " ms; a blocking stop held the thread "
-      << ms(blocking) << " ms";
-  std::printf(
-      "blocking stop() held the host %.1f ms; async_stop took %.1f ms, the host's 5 ms timer "
-      "was at worst %.1f ms late (%llu runs)\n",
-      ms(blocking), ms(async_length), ms(host.worst), static_cast<unsigned long long>(host.fired));
+  host.expect_on_schedule("stop", blocking, async_length);
 }
 
 // An async_stop while an async_start prepares: the start gives up (its handler gets
@@ -473,9 +468,6 @@ TEST(SessionAsync, TheHostsTimersKeepTheirScheduleWhileALiveChangeCompiles) {
   constexpr std::uint64_t kSeeks = 3000;
   const std::string workload =
       testing::own_fd_env() + TRACER_SYSCALLER_PATH + " lseek " + std::to_string(kSeeks);
-  const auto ms = [](Clock::duration d) {
-    return std::chrono::duration<double, std::milli>(d).count();
-  };
   std::string text;
   Sink out = Sink::to_string(&text);
   boost::asio::io_context io(1);
@@ -539,14 +531,7 @@ TEST(SessionAsync, TheHostsTimersKeepTheirScheduleWhileALiveChangeCompiles) {
   session.stop();
   EXPECT_EQ(async_counts[0], 2 * kSeeks);
   EXPECT_EQ(async_counts[1], kSeeks);
-  EXPECT_GE(host.fired, 3u) << "async_apply took " << ms(async_length) << " ms";
-  EXPECT_LT(ms(host.worst), ms(blocking) / 2)
-      << "worst lateness " << ms(host.worst) << " ms; a blocking apply held the thread "
-      << ms(blocking) << " ms";
-  std::printf(
-      "blocking apply() held the host %.1f ms; async_apply took %.1f ms, the host's 5 ms timer "
-      "was at worst %.1f ms late (%llu runs)\n",
-      ms(blocking), ms(async_length), ms(host.worst), static_cast<unsigned long long>(host.fired));
+  host.expect_on_schedule("apply", blocking, async_length);
 }
 
 // A change that cannot apply (an unknown tracepoint) reaches the handler as apply() throws it,
