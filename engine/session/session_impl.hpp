@@ -120,6 +120,7 @@ struct Session::Impl {
   /// check_system, placement, engine->prepare() (with the kernel programs), the pipelines'
   /// bind and the in-place decisions: everything of a start that does not touch the executor.
   void prepare_start(Session* self);
+  void prepare_start_steps(Session* self);  // prepare_start's body
   /// engine->go(), the stages' start, the duration and the ticks: on the executor.
   void finish_start(Session* self);
   void throw_if_canceled() const;
