@@ -187,14 +187,6 @@ class LiveChange {
     return std::move(changes_);
   }
 
-  /// Takes back what plan() opened: a change given up after it (a stop meanwhile).
-  void abandon() noexcept {
-    try {
-      roll_back();
-    } catch (...) {  // (a stopped engine has closed them already)
-    }
-  }
-
  private:
   /// [bpf], placement, channel, max_targets and [[counter]] groups stay as they started.
   void refuse_fixed_parts() const {
