@@ -10,7 +10,16 @@ clean again and is not analysed; any change to the file, a header it reaches, a 
 configuration changes the key. Findings are never cached: a unit with findings is analysed on
 every run. TRACER_TIDY_CACHE=0 turns the cache off.
 
-Usage: tidy-run.py REGEX LOG    exit 0 clean, 1 findings (in LOG), 2 a failure to run
+With --since REV, only the units that the changes since REV (commits and the working tree)
+can give findings to are analysed: each changed unit, and for each changed header one unit that
+includes it (the unit of the same name, else the first in path order: a finding in a header is
+reported through any unit that includes it). A change to a .clang-tidy, to the flags (the top
+CMakeLists.txt, cmake/, CMakePresets.json) or to this tool, or a REV that is not an ancestor of
+HEAD, analyses everything. What a header change does to the findings of the units that include
+it and did not change is left to the full run, which REV records (.ci/tidy-base).
+
+Usage: tidy-run.py REGEX LOG [--since REV]
+exit 0 clean, 1 findings (in LOG), 2 a failure to run
 """
 import concurrent.futures
 import hashlib
@@ -99,13 +108,86 @@ def check(entry, version, cache):
     return entry["file"], text, False
 
 
+FULL_RUN = re.compile(r"(^|/)\.clang-tidy$|^CMakeLists\.txt$|^cmake/|^CMakePresets\.json$|^\.ci/tidy")
+
+
+def git(*args):
+    r = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False)
+    return r.stdout if r.returncode == 0 else None
+
+
+def changed_since(rev):
+    """Paths (relative to the root) changed since `rev`, or None when everything is to be analysed
+    (with the reason)."""
+    if git("merge-base", "--is-ancestor", rev, "HEAD") is None:
+        return None, f"{rev} is not an ancestor of HEAD"
+    diff = git("diff", "--name-only", rev)
+    new = git("ls-files", "--others", "--exclude-standard")
+    if diff is None or new is None:
+        return None, "git cannot list the changes"
+    paths = {p for p in (diff + new).splitlines() if p}
+    full = sorted(p for p in paths if FULL_RUN.search(p))
+    if full:
+        return None, f"{full[0]} changed"
+    return paths, ""
+
+
+def includes_of_units(db):
+    """Each unit's file -> the files it included when it was last built (ninja's deps log)."""
+    out = subprocess.run(["ninja", "-C", str(BUILD), "-t", "deps"], capture_output=True, text=True,
+                         check=False).stdout
+    unit_of = {}
+    for e in db:
+        args = shlex.split(e["command"])
+        if "-o" in args:
+            unit_of[args[args.index("-o") + 1]] = e["file"]
+    deps, current = {}, None
+    for line in out.splitlines():
+        if line and not line[0].isspace():
+            current = unit_of.get(line.split(":", 1)[0])
+            if current is not None:
+                deps[current] = set()
+        elif current is not None and line.strip():
+            deps[current].add(os.path.normpath(line.strip()))
+    return deps
+
+
+def units_for_changes(units, paths):
+    """The units to analyse for the changed `paths`, and a line saying why."""
+    changed = {str(ROOT / p) for p in paths}
+    own = [e for e in units if e["file"] in changed]
+    deps = includes_of_units(units)
+    chosen, headers = {e["file"] for e in own}, 0
+    for header in sorted(changed - chosen):
+        includers = sorted(f for f, d in deps.items() if header in d)
+        if not includers:
+            continue
+        headers += 1
+        stem = Path(header).stem
+        same = [f for f in includers if Path(f).stem == stem]
+        chosen.add((same or includers)[0])
+    picked = [e for e in units if e["file"] in chosen]
+    return picked, f"{len(own)} changed, {len(picked) - len(own)} more for {headers} changed headers"
+
+
 def main():
-    if len(sys.argv) != 3:
+    argv = sys.argv[1:]
+    since = None
+    if len(argv) == 4 and argv[2] == "--since":
+        since, argv = argv[3], argv[:2]
+    if len(argv) != 2:
         print(__doc__, file=sys.stderr)
         return 2
-    pattern, log = re.compile(sys.argv[1]), Path(sys.argv[2])
+    pattern, log = re.compile(argv[0]), Path(argv[1])
     db = json.loads((BUILD / "compile_commands.json").read_text())
     units = [e for e in db if pattern.search(e["file"])]
+    if since is not None:
+        paths, why = changed_since(since)
+        if paths is None:
+            print(f"clang-tidy: every unit ({why})")
+        else:
+            units, why = units_for_changes(units, paths)
+            print(f"clang-tidy: the units changes since {since[:12]} reach ({why})")
     version = subprocess.run([TIDY, "--version"], capture_output=True, check=True).stdout
     cache = cache_dir()
     hits = 0
