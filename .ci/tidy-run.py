@@ -108,7 +108,7 @@ def check(entry, version, cache):
     return entry["file"], text, False
 
 
-FULL_RUN = re.compile(r"(^|/)\.clang-tidy$|^CMakeLists\.txt$|^cmake/|^CMakePresets\.json$|^\.ci/tidy")
+FULL_RUN = re.compile(r"(^|/)\.clang-tidy$|^CMakeLists\.txt$|^cmake/|^CMakePresets\.json$|^\.ci/tidy(-run\.py)?$")
 
 
 def git(*args):
