@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "support/cli.hpp"
+#include "support/scratch_path.hpp"
 #include "support/temp_dir.hpp"
 
 namespace tracer {
@@ -385,7 +386,7 @@ top = 1000
       testing::spawn_tracer_ready({"run", recipe.string(), "--json", "-d", "4s"}, out, err);
   ASSERT_GT(t, 0) << slurp(err);
   // /bin/true through a symlink of another name: its comm is the link's name.
-  const fs::path link = fs::temp_directory_path() / "tracer_shortlv";
+  const fs::path link = tracer::testing::scratch_path("tracer_shortlv");
   fs::remove(link);
   fs::create_symlink("/bin/true", link);
   const auto w =
@@ -417,7 +418,7 @@ top = 1000
 // configs/execsnoop.toml names the program of every successful exec ("exec ok: PID COMM FILE"):
 // the comm there is the new program's, from the kernel's COMM record at the exec.
 TEST(CliCorrectness, ExecsnoopNamesEveryExecdProgram) {
-  const fs::path link = fs::temp_directory_path() / "tracer_execok";
+  const fs::path link = tracer::testing::scratch_path("tracer_execok");
   fs::remove(link);
   fs::create_symlink("/bin/true", link);
   const auto r = tracer("run " + (fs::path(TRACER_CONFIGS_DIR) / "execsnoop.toml").string() +

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "support/cli.hpp"
+#include "support/scratch_path.hpp"
 #include "support/temp_dir.hpp"
 #include "tracer/symbols/symbols.hpp"
 
@@ -37,7 +38,7 @@ TEST(Hostile, VdsoFramesWriteNoTemporaryFile) {
   const auto target = dir.path() / "victim";
   std::ofstream(target) << "victim\n";
   const auto planted =
-      fs::temp_directory_path() / ("tracer-vdso-" + std::to_string(::getpid()) + ".so");
+      tracer::testing::scratch_path("tracer-vdso-" + std::to_string(::getpid()) + ".so");
   std::error_code ec;
   fs::remove(planted, ec);
   fs::create_symlink(target, planted, ec);

@@ -17,6 +17,7 @@
 #include <string>
 
 #include "support/cli.hpp"
+#include "support/scratch_path.hpp"
 #include "support/temp_dir.hpp"
 
 namespace {
@@ -31,7 +32,7 @@ Result run(const std::string& args) {
 
 fs::path write_recipe(const std::string& name, const std::string& text) {
   const fs::path p =
-      fs::temp_directory_path() / (name + "_" + std::to_string(::getpid()) + ".toml");
+      tracer::testing::scratch_path(name + "_" + std::to_string(::getpid()) + ".toml");
   std::ofstream(p) << text;
   return p;
 }
@@ -248,7 +249,7 @@ use = "bpf-map"
 
 TEST(CliRun, SigintStopsCleanlyWithASummary) {
   const auto recipe = write_recipe("forever", kGetppid);
-  const fs::path out = fs::temp_directory_path() / ("tracer_sigint_" + std::to_string(::getpid()));
+  const fs::path out = tracer::testing::scratch_path("tracer_sigint_" + std::to_string(::getpid()));
   tracer::testing::ReadyPipe ready;
   const std::string fd = ready.fd_arg();
   const pid_t pid = ::fork();
@@ -291,7 +292,7 @@ TEST(CliRun, APidTargetsExitEndsTheRun) {
     ::_exit(0);
   }
   const auto recipe = write_recipe("pid_exit", kGetppid);
-  const fs::path out = fs::temp_directory_path() / ("tracer_pid_" + std::to_string(::getpid()));
+  const fs::path out = tracer::testing::scratch_path("tracer_pid_" + std::to_string(::getpid()));
   const fs::path err = out.string() + ".err";
   const pid_t tracer = ::fork();
   if (tracer == 0) {
@@ -387,7 +388,7 @@ name = "threads"
 name = "getppid"
 )") + probe + "\n");
     const fs::path out =
-        fs::temp_directory_path() / ("tracer_threads_" + std::to_string(::getpid()));
+        tracer::testing::scratch_path("tracer_threads_" + std::to_string(::getpid()));
     const pid_t tracer = ::fork();
     if (tracer == 0) {
       std::freopen(out.c_str(), "w", stdout);

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "support/cli.hpp"
+#include "support/scratch_path.hpp"
 
 namespace {
 
@@ -128,7 +129,7 @@ TEST(CliListPmus, JsonListsEveryPmuAndThePerfmonProperties) {
   const auto r = run("list pmus --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const fs::path json =
-      fs::temp_directory_path() / ("pmus_" + std::to_string(::getpid()) + ".json");
+      tracer::testing::scratch_path("pmus_" + std::to_string(::getpid()) + ".json");
   std::ofstream(json) << r.out;
   const auto parsed = tracer::testing::shell(
       "python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); "

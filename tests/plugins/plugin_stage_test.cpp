@@ -10,6 +10,7 @@
 #include <map>
 #include <string>
 
+#include "support/scratch_path.hpp"
 #include "tracer/session.hpp"
 
 namespace tracer {
@@ -66,7 +67,7 @@ std::int64_t as_int(const Cell& c) {
 
 PluginRun run_workload(const std::string& so) {
   const fs::path path =
-      fs::temp_directory_path() / ("plugin_" + std::to_string(::getpid()) + ".toml");
+      tracer::testing::scratch_path("plugin_" + std::to_string(::getpid()) + ".toml");
   std::ofstream(path) << recipe_text(so);
   Recipe recipe = Recipe::load(path.string(), {.stages = stage_catalog()});
   fs::remove(path);
@@ -139,7 +140,7 @@ TEST(PluginStage, AFailedCallIsCountedWithThePluginsReason) {
 /// The error a recipe naming `so` gets (at load or when the session is made).
 Error plugin_error(const std::string& so, const std::string& extra = "") {
   const fs::path path =
-      fs::temp_directory_path() / ("plugin_bad_" + std::to_string(::getpid()) + ".toml");
+      tracer::testing::scratch_path("plugin_bad_" + std::to_string(::getpid()) + ".toml");
   std::ofstream(path) << "[recipe]\nname = \"bad\"\n[[probe]]\nname = \"lseek\"\ntracepoint = "
                          "\"syscalls:sys_enter_lseek\"\n[[stage]]\nplugin = \""
                       << so << "\"\nvalue = \"offset\"\n"
@@ -164,7 +165,7 @@ TEST(PluginStage, ABrokenPluginIsARecipeErrorAtItsPosition) {
   struct Case {
     std::string so, extra, says;
   };
-  const fs::path text_file = fs::temp_directory_path() / "tracer_not_a_plugin.so";
+  const fs::path text_file = tracer::testing::scratch_path("tracer_not_a_plugin.so");
   std::ofstream(text_file) << "not an ELF object\n";
   fs::permissions(text_file, fs::perms::owner_read | fs::perms::owner_write);
   for (const Case& c : {
@@ -190,7 +191,7 @@ TEST(PluginStage, ABrokenPluginIsARecipeErrorAtItsPosition) {
 
 // tracer runs as root: a library others can write is refused before it is loaded.
 TEST(PluginStage, APluginOthersCanWriteIsRefused) {
-  const fs::path dir = fs::temp_directory_path() / ("tracer_plugin_" + std::to_string(::getpid()));
+  const fs::path dir = tracer::testing::scratch_path("tracer_plugin_" + std::to_string(::getpid()));
   fs::create_directories(dir);
   const fs::path copy = dir / "libwritable.so";
   fs::copy_file(plugin("sum_by"), copy, fs::copy_options::overwrite_existing);

@@ -1,5 +1,7 @@
 #include "support/cli.hpp"
 
+#include <stdlib.h>
+
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/wait.h>
@@ -9,7 +11,10 @@
 #include <chrono>
 #include <fstream>
 #include <sstream>
+#include <system_error>
 #include <thread>
+
+#include "support/scratch_path.hpp"
 
 namespace tracer::testing {
 
@@ -22,8 +27,43 @@ std::string slurp(const fs::path& path) {
   return ss.str();
 }
 
+namespace {
+
+// The process's scratch directory, removed at exit by the process that made it (a forked child
+// that exits leaves it to its parent).
+class ScratchDir {
+ public:
+  ScratchDir() : owner_(::getpid()) {
+    std::string tmpl = (fs::temp_directory_path() / "tracer-test-XXXXXX").string();
+    if (::mkdtemp(tmpl.data()) != nullptr)
+      path_ = tmpl;
+  }
+  ScratchDir(const ScratchDir&) = delete;
+  ScratchDir& operator=(const ScratchDir&) = delete;
+  ~ScratchDir() {
+    std::error_code ec;
+    if (!path_.empty() && ::getpid() == owner_)
+      fs::remove_all(path_, ec);
+  }
+  [[nodiscard]] const fs::path& path() const noexcept { return path_; }
+
+ private:
+  pid_t owner_;
+  fs::path path_;
+};
+
+}  // namespace
+
+fs::path scratch_path(const std::string& name) {
+  static const ScratchDir dir;
+  if (dir.path().empty())
+    throw std::system_error(errno, std::generic_category(),
+                            "mkdtemp of the test scratch directory");
+  return dir.path() / name;
+}
+
 fs::path write_temp(const std::string& name, const std::string& text) {
-  const fs::path p = fs::temp_directory_path() / (name + "_" + std::to_string(::getpid()));
+  const fs::path p = scratch_path(name + "_" + std::to_string(::getpid()));
   std::ofstream(p) << text;
   return p;
 }

@@ -1,4 +1,5 @@
 #include "support/perf_judge.hpp"
+#include "support/scratch_path.hpp"
 
 #include <unistd.h>
 
@@ -14,8 +15,8 @@ namespace tracer::testing {
 
 std::string temp_path(const std::string& stem, const std::string& ext) {
   static std::atomic<int> counter{0};
-  return (std::filesystem::temp_directory_path() /
-          (stem + "_" + std::to_string(::getpid()) + "_" + std::to_string(counter++) + ext))
+  return (tracer::testing::scratch_path(stem + "_" + std::to_string(::getpid()) + "_" +
+                                        std::to_string(counter++) + ext))
       .string();
 }
 

@@ -1,4 +1,5 @@
 #include "perf_tool.hpp"
+#include "support/scratch_path.hpp"
 
 #include <sys/wait.h>
 #include <unistd.h>
@@ -13,9 +14,8 @@ namespace tracer::testing {
 
 ShellResult shell(const std::string& command) {
   static int counter = 0;
-  const auto err_file =
-      std::filesystem::temp_directory_path() /
-      ("tracer_sh_err_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+  const auto err_file = tracer::testing::scratch_path(
+      "tracer_sh_err_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
   const std::string cmd = "( " + command + " ) 2>" + err_file.string();
   ShellResult r;
   FILE* p = ::popen(cmd.c_str(), "r");

@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "support/child.hpp"
+#include "support/scratch_path.hpp"
 #include "tracer/engine.hpp"
 #include "tracer/error.hpp"
 #include "tracer/ext/stages.hpp"
@@ -331,7 +332,7 @@ TEST(EngineBpf, PayloadTimeMustBeAU64FieldOfTheStruct) {
 }
 
 TEST(EngineBpf, VerifierRejectionShowsTheLog) {
-  const fs::path dir = fs::temp_directory_path() / ("tracer_bad_" + std::to_string(::getpid()));
+  const fs::path dir = tracer::testing::scratch_path("tracer_bad_" + std::to_string(::getpid()));
   fs::create_directories(dir);
   std::ofstream(dir / "bad.bpf.c") << R"(#include "vmlinux.h"
 #include <bpf/bpf_helpers.h>

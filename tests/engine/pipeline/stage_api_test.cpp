@@ -19,6 +19,7 @@
 #include "plugins/stages/print.hpp"
 #include "plugins/stages/quantiles.hpp"
 #include "support/alloc_counter.hpp"
+#include "support/scratch_path.hpp"
 #include "support/stage_batches.hpp"
 #include "support/stage_harness.hpp"
 #include "tracer/ext/stages.hpp"
@@ -353,7 +354,7 @@ TEST(Pipeline, AnUndecodableSampleIsCountedAndSkipped) {
 }
 
 TEST(CommCache, ReadsProcOnMissAndIsBounded) {
-  const auto dir = std::filesystem::temp_directory_path() / fmt::format("comm-{}", getpid());
+  const auto dir = tracer::testing::scratch_path(fmt::format("comm-{}", getpid()));
   std::filesystem::create_directories(dir / "4242");
   std::ofstream(dir / "4242" / "comm") << "fromproc\n";
   CommCache c({.capacity = 8, .proc_root = dir.string(), .read_proc = true});

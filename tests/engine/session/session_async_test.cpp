@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "support/cli.hpp"
+#include "support/scratch_path.hpp"
 #include "tracer/session.hpp"
 
 namespace tracer {
@@ -45,7 +46,7 @@ Recipe fresh_kernel_recipe(const std::string& name) {
   std::random_device rd;
   const std::uint64_t salt = (std::uint64_t{rd()} << 20) | (rd() & 0xfffff);
   const fs::path path =
-      fs::temp_directory_path() / (name + "_" + std::to_string(::getpid()) + ".toml");
+      tracer::testing::scratch_path(name + "_" + std::to_string(::getpid()) + ".toml");
   std::ofstream(path) << fmt::format(R"([recipe]
 name = "{}"
 placement = "kernel"
@@ -190,7 +191,7 @@ TEST(SessionAsync, TheHostsTimersKeepTheirScheduleWhileAStartCompiles) {
 /// for the kernel's grace periods).
 Recipe six_tracepoints_recipe(const std::string& name) {
   const fs::path path =
-      fs::temp_directory_path() / (name + "_" + std::to_string(::getpid()) + ".toml");
+      tracer::testing::scratch_path(name + "_" + std::to_string(::getpid()) + ".toml");
   std::string text = fmt::format("[recipe]\nname = \"{}\"\nplacement = \"kernel\"\n", name);
   for (const char* sc : {"lseek", "getppid", "getpid", "gettid", "getuid", "geteuid"})
     text += fmt::format("[[probe]]\nname = \"{0}\"\ntracepoint = \"syscalls:sys_enter_{0}\"\n", sc);
@@ -306,7 +307,7 @@ TEST(SessionAsync, AnAsyncStopDuringAnAsyncStartCancelsIt) {
 // A recipe error comes to the handler as start() throws it: at its position.
 TEST(SessionAsync, ARecipeErrorReachesTheHandlerAtItsPosition) {
   const fs::path path =
-      fs::temp_directory_path() / ("async_typo_" + std::to_string(::getpid()) + ".toml");
+      tracer::testing::scratch_path("async_typo_" + std::to_string(::getpid()) + ".toml");
   std::ofstream(path) << R"([recipe]
 name = "typo"
 [[probe]]
@@ -413,7 +414,7 @@ Recipe change_recipe(const std::string& name, bool fresh) {
   std::random_device rd;
   const std::uint64_t salt = (std::uint64_t{rd()} << 20) | (rd() & 0xfffff);
   const fs::path path =
-      fs::temp_directory_path() / (name + "_" + std::to_string(::getpid()) + ".toml");
+      tracer::testing::scratch_path(name + "_" + std::to_string(::getpid()) + ".toml");
   std::string text = fmt::format(R"([recipe]
 name = "{}"
 placement = "kernel"
@@ -541,7 +542,7 @@ TEST(SessionAsync, ALiveChangeErrorReachesTheHandlerAndTheSessionGoesOn) {
   const std::string workload =
       testing::own_fd_env() + TRACER_SYSCALLER_PATH + " lseek " + std::to_string(kSeeks);
   const fs::path path =
-      fs::temp_directory_path() / ("async_apply_typo_" + std::to_string(::getpid()) + ".toml");
+      tracer::testing::scratch_path("async_apply_typo_" + std::to_string(::getpid()) + ".toml");
   std::ofstream(path) << R"([recipe]
 name = "typo"
 placement = "kernel"

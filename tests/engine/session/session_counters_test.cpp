@@ -20,6 +20,7 @@
 #include <variant>
 #include <vector>
 
+#include "support/scratch_path.hpp"
 #include "tracer/ext/stages.hpp"
 #include "tracer/session.hpp"
 
@@ -482,7 +483,7 @@ namespace {
 // file holds each interval's rows and the total's (its interval column "total"), with the
 // table's columns.
 TEST(SessionCounters, ACountersStageInAPipelineWritesCsv) {
-  const fs::path dir = fs::temp_directory_path() / ("counters_csv_" + std::to_string(::getpid()));
+  const fs::path dir = tracer::testing::scratch_path("counters_csv_" + std::to_string(::getpid()));
   fs::create_directories(dir);
   const fs::path csv = dir / "counts.csv";
   const Recipe recipe = load(R"([recipe]

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <string>
 
+#include "support/scratch_path.hpp"
 #include "tracer/session.hpp"
 
 namespace tracer {
@@ -18,7 +19,7 @@ namespace fs = std::filesystem;
 /// What start() (or the constructor) throws for the recipe `text`; fails the test if nothing.
 Error start_error(const std::string& name, const std::string& text, std::uint32_t* line = nullptr) {
   const fs::path path =
-      fs::temp_directory_path() / (name + "_" + std::to_string(::getpid()) + ".toml");
+      tracer::testing::scratch_path(name + "_" + std::to_string(::getpid()) + ".toml");
   std::ofstream(path) << text;
   std::string out_text;
   Sink out = Sink::to_string(&out_text);

@@ -1,5 +1,6 @@
 // Session: a recipe run by the library alone on the caller's io_context (no CLI code).
 #include "tracer/session.hpp"
+#include "support/scratch_path.hpp"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -23,7 +24,7 @@ namespace fs = std::filesystem;
 
 fs::path write_recipe(const std::string& name, const std::string& text) {
   const fs::path p =
-      fs::temp_directory_path() / (name + "_" + std::to_string(::getpid()) + ".toml");
+      tracer::testing::scratch_path(name + "_" + std::to_string(::getpid()) + ".toml");
   std::ofstream(p) << text;
   return p;
 }
