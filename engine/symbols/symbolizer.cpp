@@ -48,6 +48,9 @@ constexpr std::size_t kMaxPerfMapBytes = std::size_t{256} << 20;
 // Results kept per (file, address): a table of a few thousand rows revisits the same return
 // addresses; the cache is dropped whole when it grows past this.
 constexpr std::size_t kMaxCachedResults = std::size_t{1} << 18;
+// ELF files held open by the caches (each its symbol table): past this many, the caches start
+// again (the files the processes' maps hold stay; others are opened again when needed).
+constexpr std::size_t kMaxCachedFiles = 4096;
 
 constexpr std::string_view kKernelModule = "[kernel.kallsyms]";
 constexpr std::string_view kUnknownModule = "[unknown]";
@@ -140,11 +143,13 @@ struct Symbolizer::Impl {
     bool known = false;  // maps came from records, a fork or /proc (read at most once)
     std::optional<std::vector<detail::JitSymbol>> jit;  // perf-PID.map, read on first need
     std::optional<fs::path> root;  // PROC/PID/root when the process has another root
+    std::uint64_t used = 0;        // the tick of its last use (the least recently used goes)
   };
 
   SymbolizeOptions options;
   Stats* stats = nullptr;
   std::unordered_map<std::uint32_t, Process> procs;
+  std::uint64_t tick = 0;
   // ELF files by "dev:ino:size:mtime" of what was opened (nullptr: could not be read), and the
   // same objects by build-id (an MMAP2 record's build-id needs no open at all).
   std::unordered_map<std::string, std::shared_ptr<ElfSymbols>> files;
@@ -176,7 +181,43 @@ struct Symbolizer::Impl {
       warnings.push_back(std::move(text));
   }
 
-  Process& process(std::uint32_t pid) { return procs[pid]; }
+  /// `pid`'s entry, made if new. Live, past options.max_processes, the least recently used
+  /// eighth is forgotten first (not `pid`): a profile of a machine that starts processes all day
+  /// keeps what it names now, in bounded memory. Records of another time keep every process:
+  /// their maps exist nowhere else, and the file's size bounds them.
+  Process& process(std::uint32_t pid) {
+    if (options.read_proc && !procs.contains(pid) &&
+        procs.size() >= std::max<std::size_t>(options.max_processes, 1))
+      forget_least_recent();
+    Process& p = procs[pid];
+    p.used = ++tick;
+    return p;
+  }
+
+  void forget_least_recent() {
+    std::vector<std::pair<std::uint64_t, std::uint32_t>> by_use;
+    by_use.reserve(procs.size());
+    for (const auto& [pid, p] : procs)
+      by_use.emplace_back(p.used, pid);
+    const std::size_t n = std::max<std::size_t>(by_use.size() / 8, 1);
+    std::ranges::nth_element(by_use, by_use.begin() + static_cast<std::ptrdiff_t>(n - 1));
+    for (std::size_t i = 0; i < n; ++i) {
+      procs.erase(by_use[i].second);
+      unwinders.erase(by_use[i].second);
+    }
+    stats->processes_forgotten += n;
+  }
+
+  /// Files past kMaxCachedFiles: the caches start again. The results go with them (they are
+  /// keyed by the file object's address, which a new file may take).
+  void bound_file_caches() {
+    if (files.size() + by_build_id.size() + files_by_path.size() < kMaxCachedFiles)
+      return;
+    files.clear();
+    by_build_id.clear();
+    files_by_path.clear();
+    results.clear();
+  }
 
   void read_proc_maps(std::uint32_t pid, Process& p) {
     p.known = true;
@@ -221,8 +262,10 @@ struct Symbolizer::Impl {
         return it->second;
     }
     auto elf = open_file_at(open_path, path);
-    if (!options.read_proc)
+    if (!options.read_proc) {
+      bound_file_caches();
       files_by_path.emplace(open_path.native(), elf);
+    }
     return elf;
   }
 
@@ -234,6 +277,7 @@ struct Symbolizer::Impl {
                                 : "path:" + open_path.string();
     if (auto it = files.find(key); it != files.end())
       return it->second;
+    bound_file_caches();
     auto opened = ElfSymbols::open(open_path, options);
     if (!opened) {
       warn_once("open:" + path, opened.error().describe());
@@ -595,10 +639,12 @@ void Symbolizer::on_mmap(const Mapping& m) {
 void Symbolizer::on_fork(std::uint32_t parent_pid, std::uint32_t child_pid) {
   if (parent_pid == child_pid)
     return;  // a new thread shares its process's maps
-  auto parent = impl_->procs.find(parent_pid);
+  // The child first: making its entry may forget others and moves the table's iterators.
   auto& child = impl_->process(child_pid);
   child = {};
   child.known = true;
+  child.used = impl_->tick;
+  auto parent = impl_->procs.find(parent_pid);
   if (parent != impl_->procs.end()) {
     child.maps = parent->second.maps;
     child.root = parent->second.root;

@@ -342,6 +342,56 @@ TEST(SymbolsSymbolizer, JitMapForAnonymousCode) {
   EXPECT_EQ(gap[0].module, "[unknown]");
 }
 
+// A profile of a machine that starts processes all day: past max_processes, the least recently
+// named processes are forgotten, so memory stays bounded; the recent ones keep their maps (and
+// their exited ones still resolve). Without the cap the same run forgets nothing.
+TEST(SymbolsSymbolizer, PastItsProcessCapTheLeastRecentlyUsedProcessesAreForgotten) {
+  constexpr std::uint32_t kFirst = 1000, kCount = 200;
+  constexpr std::size_t kCap = 16;
+  TempDir dir;
+  for (std::uint32_t pid = kFirst; pid < kFirst + kCount; ++pid) {
+    dir.write(fmt::format("proc/{}/maps", pid),
+              "7f0000000000-7f0000010000 r-xp 00000000 00:00 0 \n");
+    dir.write(fmt::format("jit/perf-{}.map", pid), fmt::format("7f0000001000 100 fn_{}\n", pid));
+  }
+  Symbolizer capped(
+      {.proc_root = dir.path() / "proc", .jit_map_dir = dir.path() / "jit", .max_processes = kCap});
+  Symbolizer uncapped({.proc_root = dir.path() / "proc", .jit_map_dir = dir.path() / "jit"});
+  for (std::uint32_t pid = kFirst; pid < kFirst + kCount; ++pid) {
+    for (Symbolizer* sym : {&capped, &uncapped}) {
+      const auto frames = sym->symbolize_user(pid, 0x7f0000001010);
+      ASSERT_EQ(frames.size(), 1u);
+      ASSERT_EQ(frames[0].symbol, fmt::format("fn_{}", pid));
+    }
+  }
+  // Forgotten an eighth of the cap at a time: at most kCap are kept, at least kCap - kCap / 8.
+  EXPECT_GE(capped.stats().processes_forgotten, kCount - kCap);
+  EXPECT_LE(capped.stats().processes_forgotten, kCount - (kCap - kCap / 8));
+  EXPECT_EQ(uncapped.stats().processes_forgotten, 0u);
+  // Every process exits: /proc and the JIT maps are gone.
+  fs::remove_all(dir.path() / "proc");
+  fs::remove_all(dir.path() / "jit");
+  for (std::uint32_t pid = kFirst + kCount - (kCap - kCap / 8); pid < kFirst + kCount; ++pid) {
+    EXPECT_EQ(capped.symbolize_user(pid, 0x7f0000001010)[0].symbol, fmt::format("fn_{}", pid))
+        << "a recent process keeps its maps after its exit";
+  }
+  EXPECT_EQ(capped.symbolize_user(kFirst, 0x7f0000001010)[0].symbol, "")
+      << "the least recently used process was forgotten";
+  EXPECT_EQ(uncapped.symbolize_user(kFirst, 0x7f0000001010)[0].symbol,
+            fmt::format("fn_{}", kFirst));
+}
+
+// Records of another time (read_proc off) keep every process whatever the cap: their maps exist
+// nowhere else, and a replay names the frames of every process in the file.
+TEST(SymbolsSymbolizer, RecordsOfAnotherTimeKeepEveryProcessPastTheCap) {
+  Symbolizer sym({.read_proc = false, .max_processes = 16});
+  for (std::uint32_t pid = 1000; pid < 1200; ++pid) {
+    sym.on_mmap({.pid = pid, .start = 0x400000, .len = 0x1000, .path = "/nonexistent/prog"});
+    (void)sym.symbolize_user(pid, 0x400010);
+  }
+  EXPECT_EQ(sym.stats().processes_forgotten, 0u);
+}
+
 // /tmp is anyone's: a perf map is read only when it is a regular file owned by root or by the
 // process's user (perf's rule), never through a link, and a FIFO planted there does not block.
 TEST(SymbolsSymbolizer, PerfMapsOfAnotherUserOrNotRegularAreIgnored) {

@@ -125,6 +125,12 @@ struct SymbolizeOptions {
   /// Read /proc (PID/maps, PID/root): off for a recorded file, whose processes are not this
   /// machine's (maps come from its MMAP records only, files from this machine's paths).
   bool read_proc = true;
+  /// With read_proc, the processes whose maps are kept at most: past it, the least recently
+  /// used ones are forgotten (counted in Stats::processes_forgotten; a live one is read from
+  /// /proc again when next named, an exited one's frames show as addresses), so a long profile
+  /// of a machine that starts processes all day stays in bounded memory. Without read_proc
+  /// (records of another time, whose maps exist nowhere else), every process is kept.
+  std::size_t max_processes = 8192;
 };
 
 struct ElfSymbol {
@@ -296,6 +302,7 @@ class Symbolizer {
 
   struct Stats {
     std::uint64_t lookups = 0, cache_hits = 0, files_opened = 0, unknown = 0;
+    std::uint64_t processes_forgotten = 0;  // past SymbolizeOptions::max_processes
   };
   [[nodiscard]] const Stats& stats() const noexcept { return stats_; }
 
