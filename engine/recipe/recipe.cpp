@@ -15,6 +15,7 @@
 #include "recipe_probe.hpp"
 #include "recipe_schema.hpp"
 #include "recipe_subst.hpp"
+#include "recipe_system.hpp"
 #include "recipe_toml.hpp"
 #include "tracer/common/trusted_file.hpp"
 
@@ -83,6 +84,12 @@ class Loader {
         core::substitute(v, recipe_.params, diags_);
     }
     read_root(*root->table());
+    // The kernel's answers, once the text itself is sound (a recipe half read would name
+    // tracepoints it does not mean).
+    if (options_.check_kernel && diags_.empty()) {
+      core::check_against_system(recipe_, diags_, core::SystemScope::kKernel, std::nullopt,
+                                 Recipe::Writes::kNone);
+    }
     if (options_.problems != nullptr) {
       for (const auto& d : diags_.items())
         options_.problems->add(d.where, d.message, d.hint);

@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include "recipe_schema.hpp"
+#include "recipe_system.hpp"
 #include "tracer/bpf/object.hpp"
 #include "tracer/common/text_file.hpp"
 #include "tracer/recipe.hpp"
@@ -227,16 +228,23 @@ void check_bpf(const RecipeBpf& bpf, Recipe::Writes writes, Diagnostics& diagnos
 
 }  // namespace
 
-void Recipe::check_system(Diagnostics& diagnostics, std::optional<pid_t> pid, Writes writes) const {
+namespace core {
+
+void check_against_system(const Recipe& recipe,
+                          Diagnostics& diagnostics,
+                          SystemScope scope,
+                          std::optional<pid_t> pid,
+                          Recipe::Writes writes) {
+  const bool all = scope == SystemScope::kAll;
   std::optional<Result<tracefs::Tracefs>> tracefs;
   // kernel.perf_event_max_sample_rate: a sampling frequency above it is refused (EINVAL).
   std::optional<std::uint64_t> max_rate;
   if (auto text = detail::read_text_file("/proc/sys/kernel/perf_event_max_sample_rate", "perf"))
     max_rate = detail::parse_uint<std::uint64_t>(detail::trim(*text));
-  for (std::size_t pi = 0; pi < probes.size(); ++pi) {
+  for (std::size_t pi = 0; pi < recipe.probes.size(); ++pi) {
     // What a probe's checks add is about it: its kind's value, unless an add says which option.
     const std::size_t said = diagnostics.size();
-    const RecipeProbe& p = probes[pi];
+    const RecipeProbe& p = recipe.probes[pi];
     const ProbeOptions& o = p.options;
     if (o.freq && max_rate && *o.freq > *max_rate) {
       diagnostics.add(p.where_of("freq"),
@@ -250,13 +258,19 @@ void Recipe::check_system(Diagnostics& diagnostics, std::optional<pid_t> pid, Wr
     }
     if (o.kind == ProbeKind::kTracepoint)
       check_tracepoint(p, tracefs, diagnostics);
-    else if (is_user_probe(o.kind))
+    else if (all && is_user_probe(o.kind))
       check_uprobe(p, pid, diagnostics);
     diagnostics.about_since(said, {.recipe_probe = pi, .option = std::string(to_string(o.kind))});
   }
-  check_counted_events(*this, diagnostics);
-  if (bpf)
-    check_bpf(*bpf, writes, diagnostics);
+  check_counted_events(recipe, diagnostics);
+  if (all && recipe.bpf)
+    check_bpf(*recipe.bpf, writes, diagnostics);
+}
+
+}  // namespace core
+
+void Recipe::check_system(Diagnostics& diagnostics, std::optional<pid_t> pid, Writes writes) const {
+  core::check_against_system(*this, diagnostics, core::SystemScope::kAll, pid, writes);
 }
 
 EngineOptions Recipe::to_engine_options(const Target& target) const {

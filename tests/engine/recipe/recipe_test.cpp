@@ -505,5 +505,79 @@ TEST(RecipeCheckSystem, MissingBinarySymbolAndBpfFile) {
   EXPECT_NE(d.items()[2].message.find("missing.bpf.o"), std::string::npos) << d.format();
 }
 
+// A library's recipe string with RecipeLoadOptions::check_kernel: what the kernel alone answers
+// fails where the string is loaded, in the shape of the text's own problems (positions,
+// subjects, hints), not at start. What needs more than the kernel (a binary, a [bpf] file) is
+// left to check_system; without the option the same string loads.
+constexpr const char* kKernelTypos =
+    "[recipe]\nname = \"x\"\n\n"
+    "[[probe]]\nname = \"typo\"\ntracepoint = \"syscalls:sys_enter_opnat\"\n\n"  // lines 4-6
+    "[[probe]]\nname = \"opens\"\ntracepoint = \"syscalls:sys_enter_openat\"\n"  // 8-10
+    "filter = \"flags == 0 && filenme ~ \\\"/etc/*\\\"\"\n\n"                    // 11
+    "[[probe]]\nname = \"fn\"\nuprobe = \"/nonexistent/bin:main\"\n\n"           // 13-15
+    "[bpf]\nobject = \"missing.bpf.o\"\n";
+
+TEST(RecipeCheckSystem, ALoadThatChecksTheKernelThrowsWhatTheKernelAnswersAtItsPositions) {
+  REQUIRE_TRACEPOINT("syscalls", "sys_enter_openat");
+  EXPECT_NO_THROW((void)Recipe::load_string(kKernelTypos, "lib.toml"));
+  try {
+    (void)Recipe::load_string(kKernelTypos, "lib.toml", {.check_kernel = true});
+    FAIL() << "a load that checks the kernel did not throw";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.category(), ErrorCategory::kRecipe);
+    ASSERT_EQ(e.problems().size(), 2U) << e.what();
+    const Problem& tp = e.problems()[0];
+    ASSERT_TRUE(tp.where.has_value());
+    EXPECT_EQ(at(*tp.where), "lib.toml:6:14");
+    EXPECT_EQ(tp.message, "unknown tracepoint 'syscalls:sys_enter_opnat'");
+    EXPECT_NE(tp.hint.find("sys_enter_openat"), std::string::npos) << tp.hint;
+    EXPECT_EQ(tp.subject.recipe_probe, 0U);
+    const Problem& field = e.problems()[1];
+    ASSERT_TRUE(field.where.has_value());
+    EXPECT_EQ(field.where->line, 11U);
+    EXPECT_NE(field.message.find("no field 'filenme'"), std::string::npos) << field.message;
+    EXPECT_EQ(field.hint, "did you mean 'filename'?");
+    EXPECT_EQ(field.subject.recipe_probe, 1U);
+    EXPECT_EQ(field.subject.option, "filter");
+    // The first problem's fields are the error's, and what() says every one.
+    EXPECT_EQ(e.where(), tp.where);
+    EXPECT_EQ(e.hint(), tp.hint);
+    const std::string what = e.what();
+    EXPECT_NE(what.find("lib.toml:6:14: unknown tracepoint"), std::string::npos) << what;
+    EXPECT_NE(what.find("lib.toml:11:"), std::string::npos) << what;
+    EXPECT_EQ(what.find("/nonexistent"), std::string::npos) << "a binary is not the kernel's";
+    EXPECT_EQ(what.find("missing.bpf.o"), std::string::npos) << "a file is not the kernel's";
+  }
+}
+
+TEST(RecipeCheckSystem, ALoadThatChecksTheKernelGathersIntoProblemsAndPassesAGoodRecipe) {
+  REQUIRE_TRACEPOINT("syscalls", "sys_enter_openat");
+  Diagnostics problems;
+  const Recipe r =
+      Recipe::load_string(kKernelTypos, "lib.toml", {.problems = &problems, .check_kernel = true});
+  EXPECT_EQ(r.probes.size(), 3U);
+  ASSERT_EQ(problems.size(), 2U) << problems.format();
+  EXPECT_EQ(problems.items()[0].where.line, 6U);
+  EXPECT_EQ(problems.items()[1].where.line, 11U);
+  // The same recipe, spelt right, loads. A recipe whose text has a problem of its own is not
+  // taken to the kernel (a recipe half read would name tracepoints it does not mean): its
+  // kernel typos are not reported beside the text's.
+  std::string good = kKernelTypos;
+  good.replace(good.find("opnat"), 5, "openat");
+  good.replace(good.find("filenme"), 7, "filename");
+  EXPECT_NO_THROW((void)Recipe::load_string(good, "lib.toml", {.check_kernel = true}));
+  std::string bad_text = kKernelTypos;
+  bad_text.replace(bad_text.find("name = \"typo\""), 13, "nmae = \"typo\"");
+  try {
+    (void)Recipe::load_string(bad_text, "lib.toml", {.check_kernel = true});
+    FAIL() << "an unknown key did not throw";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("lib.toml:5:1: unknown key 'nmae'"), std::string::npos) << what;
+    EXPECT_EQ(what.find("unknown tracepoint"), std::string::npos) << what;
+    EXPECT_EQ(what.find("filenme"), std::string::npos) << what;
+  }
+}
+
 }  // namespace
 }  // namespace tracer

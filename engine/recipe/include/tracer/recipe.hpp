@@ -48,6 +48,15 @@ struct RecipeLoadOptions {
   /// read, so that later checks (the system's, each probe's) report theirs in the same
   /// round. Problems of the text itself (TOML syntax, limits) still throw. Unset: any throws.
   Diagnostics* problems = nullptr;
+  /// Set: load() also checks what the running kernel alone can answer, and reports it with the
+  /// text's own problems (thrown, or into `problems`): each tracepoint exists (near matches in
+  /// the hint), a tracepoint probe's filter names only fields of its format, a sampling
+  /// frequency is within the kernel's limit, each counted event exists. For a library's recipe
+  /// strings, whose mistakes should fail where the string is loaded, not at start. Needs tracefs
+  /// (usually root). What needs more than the kernel is left to check_system() (uprobe binaries
+  /// and symbols, [bpf] files and sources) and Session::check() (the stages' fields, bound to
+  /// the probes). Unset (`tracer check` and `run` call check_system themselves): not read.
+  bool check_kernel = false;
 };
 
 /// A `[params]` entry: its default, or the value --set gave it.
