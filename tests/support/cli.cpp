@@ -1,7 +1,5 @@
 #include "support/cli.hpp"
 
-#include <stdlib.h>
-
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/wait.h>
@@ -9,6 +7,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <system_error>
