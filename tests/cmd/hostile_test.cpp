@@ -20,7 +20,6 @@
 #include <vector>
 
 #include "support/cli.hpp"
-#include "support/scratch_path.hpp"
 #include "support/temp_dir.hpp"
 #include "tracer/symbols/symbols.hpp"
 
@@ -37,8 +36,10 @@ TEST(Hostile, VdsoFramesWriteNoTemporaryFile) {
   testing::TempDir dir;
   const auto target = dir.path() / "victim";
   std::ofstream(target) << "victim\n";
+  // The plant is the attack: at the old name under /tmp, where another user could put it (not in
+  // the test's own scratch directory).
   const auto planted =
-      tracer::testing::scratch_path("tracer-vdso-" + std::to_string(::getpid()) + ".so");
+      fs::temp_directory_path() / ("tracer-vdso-" + std::to_string(::getpid()) + ".so");
   std::error_code ec;
   fs::remove(planted, ec);
   fs::create_symlink(target, planted, ec);
