@@ -33,6 +33,14 @@ namespace {
 
 using Warn = std::function<void(const std::string&)>;
 
+/// One of the PERF_CONTEXT_* values (a value at or above PERF_CONTEXT_MAX that is none of them
+/// is no marker).
+bool is_context_marker(std::uint64_t v) {
+  namespace abi = perf::abi;
+  return v == abi::kContextHv || v == abi::kContextKernel || v == abi::kContextUser ||
+         v == abi::kContextGuest || v == abi::kContextGuestKernel || v == abi::kContextGuestUser;
+}
+
 void warn_incompatible(const std::string& path, const perfdata::Reader& r, const Warn& warn) {
   const auto& bits = r.features().bits;
   const bool no_features = std::all_of(bits.begin(), bits.end(), [](auto b) { return b == 0; });
@@ -351,16 +359,31 @@ class ScriptPrinter {
   void callchain(std::uint32_t event, const perf::Sample& s) {
     buf_.push_back('\n');
     const bool dwarf = dwarf_[event] && s.regs_user.abi != 0;
-    std::uint64_t marker = 0;  // the context of the ips that follow (0: none yet)
+    // A value in the markers' range that is no marker (a user stack word the kernel's frame
+    // walk took for a return address: 0xffffffffffffffb8 was seen) makes perf take the
+    // callchain for corrupt and drop all of it (machine.c, add_callchain_ip: "invalid
+    // callchain context", the cursor reset): no frame is printed from it, before or after.
+    std::uint64_t walked = s.callchain.size;
     for (std::uint64_t i = 0; i < s.callchain.size; ++i) {
       const std::uint64_t ip = s.callchain[i];
-      if (ip >= perf::abi::kContextMax) {
-        marker = ip;
-        if (dwarf && marker == perf::abi::kContextUser)
-          break;  // the unwind's
+      if (ip < perf::abi::kContextMax)
         continue;
+      if (dwarf && ip == perf::abi::kContextUser) {
+        walked = i;  // the unwind's from here
+        break;
       }
-      frame_line(s.pid, marker, ip);
+      if (!is_context_marker(ip)) {
+        walked = 0;
+        break;
+      }
+    }
+    std::uint64_t marker = 0;  // the context of the ips that follow (0: none yet)
+    for (std::uint64_t i = 0; i < walked; ++i) {
+      const std::uint64_t ip = s.callchain[i];
+      if (ip >= perf::abi::kContextMax)
+        marker = ip;
+      else
+        frame_line(s.pid, marker, ip);
     }
     if (dwarf) {
       const auto regs = symbols::UserRegs::from_perf(

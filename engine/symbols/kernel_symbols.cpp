@@ -1,10 +1,13 @@
 // Kernel symbols from /proc/kallsyms.
 #include <fmt/format.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstring>
+#include <memory>
+#include <string>
 
 #include "symbols_internal.hpp"
 #include "tracer/common/text_file.hpp"
@@ -21,6 +24,55 @@ constexpr std::size_t kMaxKallsymsBytes = std::size_t{256} << 20;
 // of a module (vmalloc, a BPF JIT image without a symbol) is not that symbol's.
 constexpr std::uint64_t kMaxKernelSymbolSpan = std::uint64_t{1} << 20;
 
+/// Names one after another in one reservation of address space (PROT_NONE: no memory is
+/// committed), made writable a megabyte at a time as it fills: a name's place never moves, and
+/// the arena's pages are only those its names fill.
+class NameArena {
+ public:
+  NameArena() = default;
+  NameArena(const NameArena&) = delete;
+  NameArena& operator=(const NameArena&) = delete;
+  ~NameArena() {
+    if (base_ != nullptr)
+      ::munmap(base_, reserved_);
+  }
+
+  Result<void> reserve(std::size_t bytes) {
+    void* p = ::mmap(nullptr, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) {
+      const int err = errno;
+      return fail(err, fmt::format("symbols: cannot reserve {} bytes of address space: {}", bytes,
+                                   std::strerror(err)));
+    }
+    base_ = static_cast<char*>(p);
+    reserved_ = bytes;
+    return {};
+  }
+
+  /// A copy of `s` in the arena; shorter than `s` (empty) when it is full.
+  std::string_view add(std::string_view s) {
+    if (s.size() > reserved_ - used_)
+      return {};
+    if (used_ + s.size() > writable_) {
+      const std::size_t want = std::min(reserved_, (used_ + s.size() + kStep - 1) / kStep * kStep);
+      if (::mprotect(base_ + writable_, want - writable_, PROT_READ | PROT_WRITE) != 0)
+        return {};
+      writable_ = want;
+    }
+    char* at = base_ + used_;
+    std::memcpy(at, s.data(), s.size());
+    used_ += s.size();
+    return {at, s.size()};
+  }
+
+ private:
+  static constexpr std::size_t kStep = std::size_t{1} << 20;
+  char* base_ = nullptr;
+  std::size_t reserved_ = 0;
+  std::size_t writable_ = 0;
+  std::size_t used_ = 0;
+};
+
 bool is_text_type(char type) {
   return type == 't' || type == 'T' || type == 'w' || type == 'W';
 }
@@ -28,72 +80,75 @@ bool is_text_type(char type) {
 }  // namespace
 
 Result<KernelSymbols> KernelSymbols::load(const std::filesystem::path& path) {
-  TRACER_ASSIGN_OR_RETURN(std::string read,
-                          tracer::detail::read_text_file(path, "symbols", kMaxKallsymsBytes));
-  // The names stay in the file's text (no string per symbol: ~200,000 of them).
-  auto shared = std::make_shared<const std::string>(std::move(read));
-  const std::string& text = *shared;
-  struct Row {
-    std::uint64_t start;
-    std::uint32_t index;
-  };
+  // Streamed through a small buffer: only the names of function symbols are kept, in one
+  // arena in file order (a name's address is its place in the file: the sort's last key), and
+  // the table is built in place. The whole text (5 MB here) and a second table are never
+  // made: on a machine where a page fault is dear, touching fresh memory was most of a replay.
+  auto arena = std::make_shared<NameArena>();
+  TRACER_TRY(arena->reserve(kMaxKallsymsBytes));
   KernelSymbols out;
-  std::vector<Row> rows;
-  std::vector<KernelSymbol> syms;
-  syms.reserve(text.size() / 40);
-  rows.reserve(text.size() / 40);
+  out.syms_.reserve(std::size_t{1} << 17);  // ~120,000 lines on a distribution kernel
+  std::string_view last_module;             // a module's lines are together: one copy each
   bool all_zero = true;
+  bool no_room = false;
   std::size_t lines = 0;
-  const char* p = text.data();
-  const char* const end = p + text.size();
-  while (p < end) {
-    const char* eol = static_cast<const char*>(std::memchr(p, '\n', end - p));
-    if (eol == nullptr)
-      eol = end;
-    // "ffffffff81000000 T _stext" or "ffffffffc0201000 t ftrace_trampoline\t[__builtin__ftrace]"
-    std::uint64_t addr = 0;
-    const auto [after, ec] = std::from_chars(p, eol, addr, 16);
-    p = eol + 1;
-    if (ec != std::errc() || eol - after < 4 || after[0] != ' ' || after[2] != ' ')
-      continue;
-    ++lines;
-    const char type = after[1];
-    if (!is_text_type(type))
-      continue;
-    all_zero = all_zero && addr == 0;
-    std::string_view rest(after + 3, static_cast<std::size_t>(eol - after - 3));
-    std::string_view module;
-    if (const auto tab = rest.find('\t'); tab != std::string_view::npos) {
-      module = rest.substr(tab + 1);
-      rest = rest.substr(0, tab);
-      if (module.size() >= 2 && module.front() == '[' && module.back() == ']')
-        module = module.substr(1, module.size() - 2);
-    }
-    rows.push_back({addr, static_cast<std::uint32_t>(syms.size())});
-    syms.push_back({.start = addr, .name = rest, .module = module});
-  }
-  if (lines == 0 && !text.empty())
+  TRACER_ASSIGN_OR_RETURN(
+      const std::size_t bytes,
+      tracer::detail::read_text_lines(
+          path, "symbols", kMaxKallsymsBytes, [&](std::string_view line) {
+            // "ffffffff81000000 T _stext" or "ffffffffc0201000 t ftrace_trampoline\t[mod]"
+            std::uint64_t addr = 0;
+            const char* const eol = line.data() + line.size();
+            const auto [after, ec] = std::from_chars(line.data(), eol, addr, 16);
+            if (ec != std::errc() || eol - after < 4 || after[0] != ' ' || after[2] != ' ')
+              return;
+            ++lines;
+            if (!is_text_type(after[1]))
+              return;
+            all_zero = all_zero && addr == 0;
+            std::string_view rest(after + 3, static_cast<std::size_t>(eol - after - 3));
+            std::string_view module;
+            if (const auto tab = rest.find('\t'); tab != std::string_view::npos) {
+              module = rest.substr(tab + 1);
+              rest = rest.substr(0, tab);
+              if (module.size() >= 2 && module.front() == '[' && module.back() == ']')
+                module = module.substr(1, module.size() - 2);
+              if (module != last_module)
+                last_module = arena->add(module);
+              no_room = no_room || last_module.size() != module.size();
+              module = last_module;
+            }
+            const std::string_view name = arena->add(rest);
+            no_room = no_room || name.size() != rest.size();
+            out.syms_.push_back({.start = addr, .name = name, .module = module});
+          }));
+  if (no_room)
+    return fail(ENOMEM, fmt::format("symbols: no memory for the names of {}", path.string()));
+  if (lines == 0 && bytes != 0)
     return fail(EINVAL, fmt::format("symbols: {} is not in kallsyms format", path.string()),
                 "expected lines \"ADDRESS TYPE NAME [MODULE]\"");
+  auto& syms = out.syms_;
   out.restricted_ = !syms.empty() && all_zero;
-  out.text_ = std::move(shared);
-  // std::sort with the file order as the last key: stable_sort's temporary buffer is deprecated
-  // under clang's C++23 (engine/kernel/codegen*.cpp).
-  const auto before = [](const Row& a, const Row& b) {
+  out.text_ = std::move(arena);
+  // The file's order is the names' order in the arena: the last key, so the sort is stable.
+  const auto before = [](const KernelSymbol& a, const KernelSymbol& b) {
     if (a.start != b.start)
       return a.start < b.start;
-    return a.index < b.index;
+    return a.name.data() < b.name.data();
   };
-  if (!std::is_sorted(rows.begin(), rows.end(), before))  // the kernel image's part is in order
-    std::sort(rows.begin(), rows.end(), before);
+  if (!std::is_sorted(syms.begin(), syms.end(), before))  // the kernel image's part is in order
+    std::sort(syms.begin(), syms.end(), before);
   // One symbol per address (aliases such as __ia32_sys_getppid/__x64_sys_getppid): the last
   // in the file, the one perf names (its kallsyms symbols end where the next starts, so only the
   // last alias at an address has a size and a lookup finds it).
-  out.syms_.reserve(rows.size());
-  for (std::size_t i = 0; i < rows.size(); ++i) {
-    if (i + 1 < rows.size() && rows[i].start == rows[i + 1].start && !out.restricted_)
-      continue;
-    out.syms_.push_back(syms[rows[i].index]);
+  if (!out.restricted_) {
+    std::size_t kept = 0;
+    for (std::size_t i = 0; i < syms.size(); ++i) {
+      if (i + 1 < syms.size() && syms[i].start == syms[i + 1].start)
+        continue;
+      syms[kept++] = syms[i];
+    }
+    syms.resize(kept);
   }
   return out;
 }

@@ -7,6 +7,8 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 
 #include "support/temp_dir.hpp"
@@ -154,6 +156,46 @@ TEST_F(BpfCompile, CachesByContentAndRecompilesWhenAByteChanges) {
   auto fifth = Object::compile_and_open(src);
   ASSERT_TRUE(fifth.has_value()) << fifth.error().describe();
   EXPECT_TRUE(fifth->compile_info()->cache_hit);
+}
+
+// The cache key names the clang without running it: a hit starts no process at all (each start
+// ran `clang --version`, 160-240 ms), and a clang replaced by another file (an upgrade: dpkg
+// writes a new file and renames it) compiles again. The clang here is a wrapper that logs each
+// run and runs the real one.
+TEST_F(BpfCompile, AHitRunsNoClangAndANewClangCompilesAgain) {
+  dir_.write("src/count.bpf.c", kGood);
+  dir_.write("src/counter.h", kCounterH);
+  const fs::path src = dir_.path() / "src/count.bpf.c";
+  const fs::path log = dir_.path() / "clang.log";
+  const std::string wrapper = "#!/bin/sh\necho run >> '" + log.string() +
+                              "'\nexec \"$(command -v clang-14 || command -v clang)\" \"$@\"\n";
+  const auto install_clang = [&] {  // as dpkg does: a new file renamed over the old
+    dir_.write("bin/clang.new", wrapper);
+    fs::permissions(dir_.path() / "bin/clang.new", fs::perms::owner_all);
+    fs::rename(dir_.path() / "bin/clang.new", dir_.path() / "bin/clang");
+  };
+  const auto runs = [&] {
+    std::ifstream in(log);
+    return std::count(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>(), '\n');
+  };
+  install_clang();
+  const CompileOptions opts{.clang = (dir_.path() / "bin/clang").string()};
+  auto first = Object::compile_and_open(src, opts);
+  ASSERT_TRUE(first.has_value()) << first.error().describe();
+  EXPECT_FALSE(first->compile_info()->cache_hit);
+  EXPECT_EQ(runs(), 1) << "one compile";
+  auto second = Object::compile_and_open(src, opts);
+  ASSERT_TRUE(second.has_value()) << second.error().describe();
+  EXPECT_TRUE(second->compile_info()->cache_hit);
+  EXPECT_EQ(runs(), 1) << "a hit runs no clang";
+  EXPECT_EQ(second->compile_info()->key, first->compile_info()->key);
+  install_clang();
+  auto third = Object::compile_and_open(src, opts);
+  ASSERT_TRUE(third.has_value()) << third.error().describe();
+  EXPECT_FALSE(third->compile_info()->cache_hit) << "another clang file: compiled again";
+  EXPECT_NE(third->compile_info()->key, first->compile_info()->key);
+  EXPECT_EQ(runs(), 2);
+  ASSERT_TRUE(third->load().has_value());
 }
 
 // The cache is input to a root process: an object replaced in it (the issue's: a count of

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <fstream>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -82,6 +83,56 @@ TEST(ReadTextFile, AFifoOrADirectoryIsRefusedWithoutBlocking) {
   auto missing = read_text_file(dir.path() / "none", "test");
   ASSERT_FALSE(missing);
   EXPECT_EQ(missing.error().errno_value(), ENOENT);
+}
+
+// Line by line through a 64 KiB buffer: every line of a file far larger than it, in order,
+// whatever read ends in it; a line over the buffer cut to it; the same bound and refusals as
+// read_text_file; procfs (size 0) too.
+TEST(ReadTextLines, GivesEveryLineAcrossTheBuffersEndsAndKeepsTheBound) {
+  testing::TempDir dir;
+  std::string text;
+  std::vector<std::string> want;
+  for (int i = 0; i < 40000; ++i) {  // lines of 1 to 60 bytes: every offset of a buffer's end
+    want.push_back(std::string(static_cast<std::size_t>(i % 60), static_cast<char>('a' + i % 26)) +
+                   std::to_string(i));
+    text += want.back() + "\n";
+  }
+  want.push_back(std::string(70000, 'L'));  // over the buffer
+  text += want.back() + "\n";
+  want.emplace_back("");
+  text += "\n";
+  want.emplace_back("last, without its end of line");
+  text += want.back();
+  const auto path = dir.path() / "lines";
+  std::ofstream(path) << text;
+  std::vector<std::string> got;
+  auto n = read_text_lines(path, "test", text.size(),
+                           [&](std::string_view line) { got.emplace_back(line); });
+  ASSERT_TRUE(n) << n.error().message;
+  EXPECT_EQ(*n, text.size());
+  ASSERT_EQ(got.size(), want.size());
+  for (std::size_t i = 0; i + 3 < want.size(); ++i)
+    ASSERT_EQ(got[i], want[i]) << "line " << i;
+  EXPECT_EQ(got[got.size() - 3], std::string(std::size_t{64} << 10, 'L')) << "cut to the buffer";
+  EXPECT_EQ(got[got.size() - 2], "");
+  EXPECT_EQ(got.back(), want.back());
+
+  auto over = read_text_lines(path, "test", text.size() - 1, [](std::string_view) {});
+  ASSERT_FALSE(over);
+  EXPECT_EQ(over.error().errno_value(), EFBIG);
+  EXPECT_EQ(over.error().message, "test: " + path.string() + " is larger than " +
+                                      std::to_string(text.size() - 1) + " bytes: not read");
+  const auto fifo = dir.path() / "fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  auto refused = read_text_lines(fifo, "test", 1000, [](std::string_view) {});
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().message, "test: " + fifo.string() + " is not a regular file");
+  bool pid = false;
+  auto status = read_text_lines("/proc/self/status", "test", 1 << 20, [&](std::string_view line) {
+    pid = pid || line.starts_with("Pid:");
+  });
+  ASSERT_TRUE(status) << status.error().message;
+  EXPECT_TRUE(pid);
 }
 
 }  // namespace

@@ -1,4 +1,5 @@
 // KernelSymbols: the live /proc/kallsyms and fake files (modules, restricted addresses).
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -130,6 +131,80 @@ TEST(SymbolsKernel, AllZeroAddressesAreRestricted) {
   EXPECT_NE(warnings[0].find(hint), std::string::npos) << warnings[0];
   (void)sym.symbolize_kernel(0xffffffff81000020);
   EXPECT_TRUE(sym.take_warnings().empty()) << "warned once";
+}
+
+// The whole live table against an independent parse: the file is read through a buffer far
+// smaller than it (5 MB here), so lines cross every read's end. Symbols of the kernel image
+// only: modules and BPF programs ([bpf]) come and go while the suite runs.
+TEST(SymbolsKernel, EveryLiveSymbolOfTheImageIsTheLastAliasAtItsAddress) {
+  auto syms = KernelSymbols::load();
+  ASSERT_TRUE(syms.has_value()) << syms.error().describe();
+  if (syms->restricted())
+    GTEST_SKIP() << "/proc/kallsyms hides addresses: " << syms->restricted_hint();
+  std::ifstream in("/proc/kallsyms");
+  std::map<std::uint64_t, std::string> last;  // the last alias in the file at each address
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream fields(line);
+    std::string addr, type, sym, module;
+    fields >> addr >> type >> sym >> module;
+    if (!module.empty() || (type != "t" && type != "T" && type != "w" && type != "W"))
+      continue;
+    last[std::stoull(addr, nullptr, 16)] = sym;
+  }
+  ASSERT_GT(last.size(), 10000u);
+  std::size_t wrong = 0;
+  for (const auto& [addr, name] : last) {
+    const KernelSymbol* s = syms->find(addr);
+    if (s == nullptr || s->start != addr || s->name != name || !s->module.empty()) {
+      if (++wrong <= 3)
+        ADD_FAILURE() << std::hex << addr << " " << name << ": "
+                      << (s == nullptr ? std::string("none") : std::string(s->name));
+    }
+  }
+  EXPECT_EQ(wrong, 0u) << "of " << last.size();
+}
+
+// A made-up file of 200,000 lines in no order (so the sort and the alias rule run on names
+// read across many buffers), with modules, a line longer than the reader's 64 KiB buffer (taken
+// cut: its name is its first part) and a last line without its end of line.
+TEST(SymbolsKernel, ALargeFileInNoOrderKeepsTheLastAliasAndEveryModule) {
+  TempDir dir;
+  std::string text;
+  constexpr int kSyms = 100000;
+  // Each address twice, the alias "b_" after "a_"; addresses go down, so nothing is in order.
+  for (int i = kSyms - 1; i >= 0; --i) {
+    const std::uint64_t addr = 0xffffffff81000000 + static_cast<std::uint64_t>(i) * 0x40;
+    const std::string module = i % 1000 == 7 ? "\t[mod" + std::to_string(i / 1000) + "]" : "";
+    text += fmt::format("{:x} t a_{}{}\n{:x} T b_{}{}\n", addr, i, module, addr, i, module);
+  }
+  const std::string long_name(70000, 'x');
+  text += "ffffffffa0000000 t " + long_name + "\n";
+  text += "ffffffffa0001000 t the_last_line";  // no end of line
+  dir.write("kallsyms", text);
+  auto syms = KernelSymbols::load(dir.path() / "kallsyms");
+  ASSERT_TRUE(syms.has_value()) << syms.error().describe();
+  EXPECT_EQ(syms->size(), static_cast<std::size_t>(kSyms) + 2);
+  for (const int i : {0, 1, 7, 4999, 50007, kSyms - 1}) {
+    const std::uint64_t addr = 0xffffffff81000000 + static_cast<std::uint64_t>(i) * 0x40;
+    const KernelSymbol* s = syms->find(addr + 1);
+    ASSERT_NE(s, nullptr) << i;
+    EXPECT_EQ(s->start, addr);
+    EXPECT_EQ(s->name, "b_" + std::to_string(i)) << "the last alias in the file";
+    EXPECT_EQ(s->module, i % 1000 == 7 ? "mod" + std::to_string(i / 1000) : "") << i;
+  }
+  const KernelSymbol* cut = syms->find(0xffffffffa0000001);
+  ASSERT_NE(cut, nullptr);
+  EXPECT_TRUE(cut->name.starts_with("xxxx")) << "a line over the buffer is taken cut";
+  EXPECT_LT(cut->name.size(), long_name.size());
+  const KernelSymbol* tail = syms->find(0xffffffffa0001004);
+  ASSERT_NE(tail, nullptr);
+  EXPECT_EQ(tail->name, "the_last_line");
+  // The names outlive the load's buffers and a copy outlives the original.
+  const KernelSymbols copy = *syms;
+  syms = KernelSymbols::load(dir.path() / "missing");
+  ASSERT_NE(copy.find(0xffffffff81000041), nullptr);
+  EXPECT_EQ(copy.find(0xffffffff81000041)->name, "b_1");
 }
 
 TEST(SymbolsKernel, MissingOrMalformedFile) {

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <iterator>
 #include <optional>
 #include <string>
@@ -33,6 +34,18 @@ namespace tracer::detail {
                                                const std::filesystem::path& path,
                                                std::string_view subsystem,
                                                std::size_t max_bytes = std::size_t{1} << 20);
+
+/// read_text_file's open, checks and bound, line by line through one reused buffer of 64 KiB
+/// instead of a string of the whole file: for a large file of which a part is kept (kallsyms:
+/// 5 MB of lines, of which the names are kept). `on_line` gets each line without its '\n',
+/// valid during the call only; a last line without one counts too; a line longer than the
+/// buffer is given cut to its first 64 KiB.
+/// @return the bytes read, or read_text_file's errors.
+[[nodiscard]] Result<std::size_t> read_text_lines(
+    const std::filesystem::path& path,
+    std::string_view subsystem,
+    std::size_t max_bytes,
+    const std::function<void(std::string_view line)>& on_line);
 
 /// The bound for /proc/mounts: a host of many containers has thousands of mounts.
 inline constexpr std::size_t kMaxMountsBytes = std::size_t{16} << 20;

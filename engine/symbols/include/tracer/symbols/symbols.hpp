@@ -97,8 +97,8 @@ class KernelSymbols {
       const std::filesystem::path& notes = "/sys/kernel/notes");
 
  private:
-  std::vector<KernelSymbol> syms_;           // sorted by start
-  std::shared_ptr<const std::string> text_;  // the file's text: the names are views into it
+  std::vector<KernelSymbol> syms_;    // sorted by start
+  std::shared_ptr<const void> text_;  // the names: the symbols' views point into them
   bool restricted_ = false;
 };
 
