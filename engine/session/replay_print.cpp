@@ -8,10 +8,12 @@
 #include <algorithm>
 #include <array>
 #include <charconv>
+#include <cstring>
 #include <deque>
 #include <functional>
 #include <iterator>
 #include <map>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -118,9 +120,12 @@ class ScriptPrinter {
   void push(const perfdata::Item& item) {
     const auto type = item.record.type;
     // Only what the output depends on is queued: samples, and the task records that name
-    // threads (perf applies every record in time order; the others print nothing here).
+    // threads and end them (perf applies every record in time order; the others print nothing
+    // here). EXIT was left out, so track_threads() never saw a process end: every process of
+    // the recording, its maps and its frame lines were kept to the end.
     if (type != PERF_RECORD_SAMPLE && type != PERF_RECORD_COMM && type != PERF_RECORD_FORK &&
-        type != PERF_RECORD_MMAP && type != PERF_RECORD_MMAP2 && type != PERF_RECORD_KSYMBOL)
+        type != PERF_RECORD_EXIT && type != PERF_RECORD_MMAP && type != PERF_RECORD_MMAP2 &&
+        type != PERF_RECORD_KSYMBOL)
       return;
     RecordRef ref;
     ref.probe = item.attr >= 0 ? static_cast<std::uint32_t>(item.attr) : kUnknown;
@@ -187,6 +192,10 @@ class ScriptPrinter {
     threads_.erase(it);
     exited_[t.pid] = t.time;
     exit_order_.emplace_back(t.time, t.pid);
+    // Its frame lines are left behind now: they are a cache, and a sample on its way out makes
+    // the few it needs again (the symbolizer still knows the process). Kept for the second,
+    // the lines of a profile of short processes filled a table of 262,144 slots.
+    maps_changed(t.pid);
   }
 
   /// Forgets the processes that exited more than kExitedFor before `now`.
@@ -456,7 +465,9 @@ class ScriptPrinter {
       return;
     stale_ += std::exchange(it->second.lines, 0);
     ++it->second.gen;
-    if (stale_ * 2 <= frame_lines_.size())
+    // A rebuild costs the whole table: it waits for a quarter of it to be left behind (waiting
+    // for half of the lines grew the table at every rebuild and cleared it for a few lines).
+    if (stale_ * 4 < frame_lines_.capacity())
       return;
     frame_lines_.keep_if([this](const FrameKey& k) {
       const auto p = pid_lines_.find(k.pid);
@@ -476,7 +487,8 @@ class ScriptPrinter {
     bool operator==(const FrameKey&) const = default;
   };
   /// Frame lines by (ip, pid, context): open addressing over one flat array (a profile looks up
-  /// every frame of every sample here), the lines in one arena; keep_if() rebuilds both.
+  /// every frame of every sample here), the lines in blocks that never move (a growing string
+  /// copied itself at each doubling); keep_if() rebuilds both, the table sized to what it keeps.
   class FrameLines {
    public:
     [[nodiscard]] std::optional<std::string_view> find(const FrameKey& k) const noexcept {
@@ -487,39 +499,47 @@ class ScriptPrinter {
         if (s.len == 0)
           return std::nullopt;
         if (s.key == k)
-          return std::string_view(arena_).substr(s.at, s.len);
+          return std::string_view(s.text, s.len);
       }
     }
     void insert(const FrameKey& k, std::string_view line) {
       if ((used_ + 1) * 2 > slots_.size())
-        grow(slots_.empty() ? 4096 : slots_.size() * 2);
-      place({.key = k, .at = arena_.size(), .len = static_cast<std::uint32_t>(line.size())});
-      arena_.append(line);
+        grow(slots_.empty() ? kMinSlots : slots_.size() * 2);
+      place({.key = k, .text = keep(line), .len = static_cast<std::uint32_t>(line.size())});
     }
     /// Drops the lines whose key fails `keep`, and their text.
     template <typename Keep>
-    void keep_if(const Keep& keep) {
+    void keep_if(const Keep& keep_it) {
       std::vector<Slot> old;
       old.swap(slots_);
-      std::string old_arena;
-      old_arena.swap(arena_);
-      slots_.assign(old.size(), Slot{});
+      std::vector<std::unique_ptr<char[]>> old_blocks;
+      old_blocks.swap(blocks_);
+      room_ = 0;
+      std::size_t kept = 0;
+      for (const Slot& s : old)
+        kept += s.len != 0 && keep_it(s.key) ? 1 : 0;
+      std::size_t n = kMinSlots;
+      while (n < kept * 4)
+        n *= 2;
+      slots_.assign(n, Slot{});
+      mask_ = n - 1;
       used_ = 0;
       for (Slot s : old) {
-        if (s.len == 0 || !keep(s.key))
+        if (s.len == 0 || !keep_it(s.key))
           continue;
-        const std::size_t at = arena_.size();
-        arena_.append(old_arena, s.at, s.len);
-        s.at = at;
+        s.text = keep({s.text, s.len});
         place(s);
       }
     }
     [[nodiscard]] std::size_t size() const noexcept { return used_; }
+    [[nodiscard]] std::size_t capacity() const noexcept { return slots_.size(); }
 
    private:
+    static constexpr std::size_t kMinSlots = 4096;
+    static constexpr std::size_t kBlock = std::size_t{64} << 10;
     struct Slot {
       FrameKey key;
-      std::size_t at = 0;
+      const char* text = nullptr;
       std::uint32_t len = 0;  // 0: empty (a frame's line is never empty)
     };
     static std::size_t hash(const FrameKey& k) noexcept {
@@ -527,6 +547,20 @@ class ScriptPrinter {
           (k.ip ^ (std::uint64_t{k.pid} << 32) ^ k.marker ^ (std::uint64_t{k.gen} << 20)) *
           0x9E3779B97F4A7C15ULL;
       return static_cast<std::size_t>(h ^ (h >> 29));
+    }
+    /// A copy of `line` in the blocks (a line longer than a block gets a block of its own).
+    const char* keep(std::string_view line) {
+      if (line.size() > room_) {
+        const std::size_t n = std::max(kBlock, line.size());
+        blocks_.push_back(std::make_unique_for_overwrite<char[]>(n));
+        at_ = blocks_.back().get();
+        room_ = n;
+      }
+      char* const out = at_;
+      std::memcpy(out, line.data(), line.size());
+      at_ += line.size();
+      room_ -= line.size();
+      return out;
     }
     void place(const Slot& s) {
       std::size_t i = hash(s.key) & mask_;
@@ -548,7 +582,9 @@ class ScriptPrinter {
     }
     std::vector<Slot> slots_;
     std::size_t mask_ = 0, used_ = 0;
-    std::string arena_;
+    std::vector<std::unique_ptr<char[]>> blocks_;
+    char* at_ = nullptr;    // where the next line goes in the last block
+    std::size_t room_ = 0;  // bytes left there
   };
 
   struct KeyHash {
