@@ -158,7 +158,7 @@ Result<GeneratedProgram> generate(const KernelPlan& plan, std::uint32_t possible
     w.line("SEC(\"tracepoint\")");
     w.line("int {}(void *ctx)", kExecProgram);
     w.line("{{");
-    w.line("	if ((__u32)(bpf_get_current_pid_tgid() >> 32) == {}u)", plan.tgids[0]);
+    w.line("	if ((__u32)(bpf_get_current_pid_tgid() >> 32) == tr_target)");
     w.line("		tr_armed = 1;");
     w.line("	return 1;");
     w.line("}}");
@@ -212,6 +212,15 @@ Result<Object> compile(const GeneratedProgram& prog, const CompileOptions& opts_
                                           src.string(), ec.message()));
   }
   return Object::compile_and_open(src, opts);
+}
+
+Status load(Object& obj, const GeneratedProgram& prog) {
+  const KernelPlan& plan = prog.plan;
+  if (!plan.tgids.empty())
+    TRACER_TRY(obj.set_global(kTargetGlobal, plan.tgids[0]));
+  else if (plan.exclude_tgid != 0)
+    TRACER_TRY(obj.set_global(kSelfGlobal, plan.exclude_tgid));
+  return obj.load();
 }
 
 Status set_targets(Object& obj,

@@ -142,6 +142,13 @@ void emit_aggregation_maps(const KernelPlan& plan, const Layout& l, Writer& w) {
     }
   }
   w.line("__u32 tr_gen SEC(\".bss\");");
+  // The processes a program compares are read-only data set at load (gen::load), not constants
+  // of the text: the text, and so its compiled object, is the same for every run of a recipe
+  // (a pid in the text made each run compile anew). The verifier knows their values.
+  if (!plan.tgids.empty())
+    w.line("const volatile __u32 {} = 0; /* the first target's tgid */", kTargetGlobal);
+  else if (plan.exclude_tgid != 0)
+    w.line("const volatile __u32 {} = 0; /* tracer's own tgid, left out */", kSelfGlobal);
   if (plan.arm_on_exec)
     w.line("__u32 tr_armed SEC(\".data.tr_armed\") = 0; /* the command exec'd (tr_exec) */");
   w.blank();

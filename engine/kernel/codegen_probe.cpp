@@ -34,10 +34,10 @@ class ProbeGen {
       // targets are in tr_tgids. This probe's event may be that exec: it arms the command
       // itself (the kernel may run it before kExecProgram).
       if (p_.arms_command) {
-        w_.line("if (tr_tgid == {}u) /* the command's exec */", plan_.tgids[0]);
+        w_.line("if (tr_tgid == tr_target) /* the command's exec */");
         w_.line("	tr_armed = 1;");
       }
-      w_.line("if (tr_tgid == {}u) {{ /* the command, once it exec'd */", plan_.tgids[0]);
+      w_.line("if (tr_tgid == tr_target) {{ /* the command, once it exec'd */");
       w_.line("	if (!*(volatile __u32 *)&tr_armed)");
       w_.line("		{}", ret());
       if (tgid_map) {
@@ -48,18 +48,18 @@ class ProbeGen {
       w_.line("	{}", ret());
       w_.line("}}");
     } else if (tgid_map && !plan_.tgids.empty()) {
-      // The first target (the command or pid) is a constant: its events skip the map lookup;
-      // its children and the other targets are in tr_tgids.
-      w_.line("if (tr_tgid != {}u && !bpf_map_lookup_elem(&tr_tgids, &tr_tgid))", plan_.tgids[0]);
+      // The first target (the command or pid) is a load-time constant: its events skip the map
+      // lookup; its children and the other targets are in tr_tgids.
+      w_.line("if (tr_tgid != tr_target && !bpf_map_lookup_elem(&tr_tgids, &tr_tgid))");
       w_.line("\t{}", ret());
     } else if (tgid_map) {
       w_.line("if (!bpf_map_lookup_elem(&tr_tgids, &tr_tgid))");
       w_.line("\t{}", ret());
     } else if (plan_.tgids.size() == 1) {
-      w_.line("if (tr_tgid != {}u) /* the target process */", plan_.tgids[0]);
+      w_.line("if (tr_tgid != tr_target) /* the target process */");
       w_.line("\t{}", ret());
     } else if (plan_.tgids.empty() && plan_.exclude_tgid != 0) {
-      w_.line("if (tr_tgid == {}u) /* tracer itself */", plan_.exclude_tgid);
+      w_.line("if (tr_tgid == tr_self) /* tracer itself */");
       w_.line("\t{}", ret());
     }
     // The strings the filters and keys read, each copied once (at its largest size): those of
@@ -575,8 +575,7 @@ class ProbeGen {
     }
     const std::string fn = fmt::format("tr_update{}", atomic_suffix());
     if (layout_.own_slot) {
-      w_.line("if (tr_tgid == {}u) {{ /* the target itself: its slot (Layout::own_slot) */",
-              plan_.tgids[0]);
+      w_.line("if (tr_tgid == tr_target) {{ /* the target itself: its slot (Layout::own_slot) */");
       w_.line("\t__u32 tr_o = {};", index_);
       w_.line("\tif (tr_g & 1)");
       w_.line("\t\t{}(&tr_own1, &tr_o, {}, tr_st);", fn, value);

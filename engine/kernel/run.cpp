@@ -164,7 +164,7 @@ std::vector<Run> start_runs(Engine& engine,
     if (!obj)
       fail(obj.error(), "compiling its program");
     run.object = std::make_unique<bpf::Object>(std::move(*obj));
-    if (auto st = run.object->load(); !st)
+    if (auto st = gen::load(*run.object, *prog); !st)
       fail(st.error(), "loading its program");
     if (prog->tgid_map) {
       if (auto st = gen::set_targets(*run.object, *prog, tgids); !st)

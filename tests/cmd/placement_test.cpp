@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "support/cli.hpp"
+#include "support/temp_dir.hpp"
 
 namespace tracer {
 namespace {
@@ -161,6 +162,59 @@ field = "offset"
   const auto rows = lines_with(r.out, R"({"stage":"sum")");
   ASSERT_EQ(rows.size(), 1U) << r.out;
   EXPECT_EQ(json_number(rows.front(), "sum"), 2LL * (2999LL * 3000 / 2)) << rows.front();
+}
+
+// The processes a generated program compares are read-only data set at load, not constants of
+// its text: each run of a recipe in the kernel generated a new text (the command's pid, or
+// tracer's own system-wide, in it), so every run compiled with clang (0.43-0.51 s a start
+// here). Two runs for two commands, and two system-wide runs, compile one object each, and
+// each counts its own command exactly.
+TEST(KernelPlacement, EveryRunOfARecipeLoadsTheObjectItsFirstRunCompiled) {
+  testing::TempDir dir;
+  const auto recipe = testing::write_temp("placement_once.toml", R"([recipe]
+name = "once"
+placement = "kernel"
+[[probe]]
+name = "lseek"
+tracepoint = "syscalls:sys_enter_lseek"
+[[stage]]
+use = "count"
+by = ["pid"]
+)");
+  const auto cache = dir.path() / "cache";
+  const auto objects = [&] {
+    std::size_t n = 0;
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(cache / "tracer/bpf", ec))
+      n += e.path().extension() == ".o" ? 1 : 0;
+    return n;
+  };
+  const auto run = [&](const std::string& args) {
+    return shell("env XDG_CACHE_HOME=" + cache.string() + " " + TRACER_CLI_PATH + " run " +
+                 recipe.string() + " --json " + args);
+  };
+  std::size_t before = 0;
+  for (const int n : {300, 700}) {
+    SCOPED_TRACE(n);
+    const auto r = run(fmt::format("-- {} lseek {} 0", kSyscaller, n));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const auto rows = lines_with(r.out, R"({"stage":"count")");
+    ASSERT_EQ(rows.size(), 1U) << r.out;
+    EXPECT_EQ(json_number(rows.front(), "count"), n) << rows.front();
+    if (n == 300)
+      before = objects();
+    else
+      EXPECT_EQ(objects(), before) << "the second command's run compiled nothing";
+  }
+  EXPECT_GE(before, 1U);
+  for (int i = 0; i < 2; ++i) {
+    const auto r = run("--duration 200ms");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    if (i == 0)
+      before = objects();
+    else
+      EXPECT_EQ(objects(), before) << "the second system-wide run compiled nothing";
+  }
 }
 
 // `every`: the per-interval counts of a workload running across many intervals sum to N (two

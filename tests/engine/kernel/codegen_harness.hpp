@@ -187,7 +187,7 @@ inline Built build(const KernelPlan& plan) {
     ADD_FAILURE() << obj.error().describe() << "\n" << b.prog.source;
     return b;
   }
-  if (auto st = obj->load(); !st) {
+  if (auto st = load(*obj, b.prog); !st) {
     ADD_FAILURE() << st.error().describe() << "\n" << b.prog.source;
     return b;
   }

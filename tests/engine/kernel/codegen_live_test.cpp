@@ -29,7 +29,12 @@ TEST(BpfCodegenLive, CountByPidIsExactForTheChild) {
   all.tgids = {};
   Built b1 = build(one), b2 = build(two), b3 = build(all);
   ASSERT_TRUE(b1.obj && b2.obj && b3.obj);
-  EXPECT_NE(b1.prog.source.find(fmt::format("if (tr_tgid != {}u)", ch)), std::string::npos);
+  // The target is read-only data set at load: no pid in the text, the same text for any pid.
+  EXPECT_NE(b1.prog.source.find("if (tr_tgid != tr_target)"), std::string::npos);
+  EXPECT_EQ(b1.prog.source.find(std::to_string(ch)), std::string::npos);
+  KernelPlan other = one;
+  other.tgids = {no};
+  EXPECT_EQ(generate(other)->hash, b1.prog.hash);
   EXPECT_FALSE(b1.prog.tgid_map);
   EXPECT_TRUE(b2.prog.tgid_map);
   EXPECT_TRUE(b1.prog.layout.percpu);

@@ -343,6 +343,16 @@ struct GeneratedProgram {
 [[nodiscard]] Result<bpf::Object> compile(const GeneratedProgram& prog,
                                           const bpf::CompileOptions& opts = {});
 
+/// The read-only globals a generated program compares task ids with: the first target's tgid
+/// (when the plan has targets) and tracer's own (system-wide, leaving tracer out).
+inline constexpr const char* kTargetGlobal = "tr_target";
+inline constexpr const char* kSelfGlobal = "tr_self";
+
+/// Loads compile()'s object of `prog`: its load-time constants (kTargetGlobal, kSelfGlobal from
+/// prog.plan) set first, then bpf::Object::load. An object of the same text made for another
+/// run loads with this run's processes.
+[[nodiscard]] Status load(bpf::Object& obj, const GeneratedProgram& prog);
+
 /// Fills the target map (prog.tgid_map) with `tgids`. After load.
 [[nodiscard]] Status set_targets(bpf::Object& obj,
                                  const GeneratedProgram& prog,
