@@ -19,13 +19,20 @@ using core::throw_failure;
 void Engine::Impl::load_bpf(const BpfOptions& b,
                             const std::vector<core::ResolvedProbe>& resolved,
                             bool scratch) {
-  const int sources =
-      (b.builtin.empty() ? 0 : 1) + (b.object.empty() ? 0 : 1) + (b.source.empty() ? 0 : 1);
+  // An object and its source together: the source built ahead (the shipped configs' objects
+  // are built with tracer), the object loaded when it is there, else the source compiled.
+  const bool built_ahead = !b.object.empty() && !b.source.empty();
+  const int sources = (b.builtin.empty() ? 0 : 1) + (b.object.empty() && b.source.empty() ? 0 : 1);
   if (sources != 1) {
     throw Error(ErrorCategory::kUsage, std::make_error_code(std::errc::invalid_argument),
                 "engine: BPF options need exactly one of builtin, object or source",
                 R"(e.g. builtin = "syscall_output", object = "x.bpf.o" or source = "x.bpf.c")");
   }
+  std::error_code ec;
+  const bool object_there =
+      !b.object.empty() &&
+      std::filesystem::symlink_status(b.object, ec).type() != std::filesystem::file_type::not_found;
+  const bool use_object = !b.object.empty() && (!built_ahead || object_there);
   // A [bpf] object or source is code loaded into the kernel on tracer's privileges: used only
   // when no other user can change it (tracer/common/trusted_file.hpp), the object from the bytes
   // of the descriptor checked, the source compiled at its resolved path (every directory of it
@@ -33,7 +40,7 @@ void Engine::Impl::load_bpf(const BpfOptions& b,
   Result<bpf::Object> obj = fail(EINVAL, "bpf: nothing to load");
   if (!b.builtin.empty()) {
     obj = bpf::Object::open_shipped(b.builtin);
-  } else if (!b.object.empty()) {
+  } else if (use_object) {
     constexpr std::size_t kMaxBpfObjectBytes = std::size_t{64} << 20;
     auto bytes = trust::read_trusted(b.object, "bpf object", kMaxBpfObjectBytes);
     if (bytes && bytes->size() > kMaxBpfObjectBytes)

@@ -376,11 +376,17 @@ class Loader {
         continue;
       }
       const bool origin = is_bpf_origin(key);
-      if (origin && first_origin != nullptr) {
+      // source and object together: the object is the source built ahead (the shipped
+      // configs' are built with tracer), loaded when it is there; else the source compiles.
+      const bool built_ahead = origin && first_origin != nullptr &&
+                               ((key == "object" && first_origin->first == "source") ||
+                                (key == "source" && first_origin->first == "object"));
+      if (origin && first_origin != nullptr && !built_ahead) {
         diags_.add(v.key_where,
                    fmt::format("[bpf] has both '{}' and '{}'", first_origin->first, key),
-                   "keep one: source compiles a .bpf.c, object loads a .bpf.o, builtin names a "
-                   "program shipped with tracer");
+                   "keep one: source compiles a .bpf.c, object loads a .bpf.o (or both: the "
+                   "object built from the source ahead), builtin names a program shipped with "
+                   "tracer");
         continue;
       }
       if (origin)

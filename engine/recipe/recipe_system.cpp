@@ -200,8 +200,15 @@ void check_bpf(const RecipeBpf& bpf, Recipe::Writes writes, Diagnostics& diagnos
                       "paths in [bpf] are relative to the recipe's directory");
     }
   };
-  check_file(bpf.source, "source");
-  check_file(bpf.object, "object");
+  // Both: the object is the source built ahead; when it is there the source is not needed.
+  std::error_code ec;
+  const bool object_there =
+      !bpf.object.empty() && fs::symlink_status(bpf.object, ec).type() != fs::file_type::not_found;
+  const bool compile = !bpf.source.empty() && !object_there;
+  if (compile)
+    check_file(bpf.source, "source");
+  if (bpf.source.empty() || object_there)
+    check_file(bpf.object, "object");
   if (!bpf.builtin.empty()) {
     std::vector<std::string> names;
     for (const auto& p : bpf::shipped_programs())
@@ -213,15 +220,21 @@ void check_bpf(const RecipeBpf& bpf, Recipe::Writes writes, Diagnostics& diagnos
     }
   }
   // clang's errors are the recipe's, at its `source`, with what clang says about that file.
-  std::error_code ec;
-  if (!bpf.source.empty() && fs::is_regular_file(bpf.source, ec)) {
+  if (compile && fs::is_regular_file(bpf.source, ec)) {
     if (auto obj =
             bpf::Object::compile_and_open(bpf.source, {.scratch = writes == Recipe::Writes::kNone});
         !obj) {
       std::string_view message = obj.error().message;
       if (message.starts_with("bpf: "))
         message.remove_prefix(5);
-      diagnostics.add(at("source"), std::string(message), obj.error().hint);
+      std::string hint = obj.error().hint;
+      if (!bpf.object.empty()) {  // both, and the object is not there
+        hint += fmt::format("{}or put the object built from it ahead at '{}' (tracer's build "
+                            "makes the shipped recipes' objects; cmake --install puts them "
+                            "beside the recipes)",
+                            hint.empty() ? "" : "; ", bpf.object.string());
+      }
+      diagnostics.add(at("source"), std::string(message), hint);
     }
   }
 }

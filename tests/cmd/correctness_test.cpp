@@ -436,6 +436,67 @@ TEST(CliCorrectness, ExecsnoopNamesEveryExecdProgram) {
   EXPECT_EQ(ok, 5) << r.out;
 }
 
+// The shipped recipes with their own BPF C run with no compiler on the host: tracer's build
+// makes their objects (configs/*.bpf.o, installed beside the recipes), and a recipe naming both
+// loads its object when it is there. Here each recipe and its object alone, as installed (no
+// .bpf.c), run in a mount namespace where every LLVM (clang, llvm-strip) is hidden under an
+// empty tmpfs, and count exactly what the same recipe counts from the source tree (compiled
+// with clang). Without the object (the source alone), the run fails saying what to install.
+TEST(CliCorrectness, TheShippedBpfRecipesRunFromTheirObjectsWithNoCompiler) {
+  if (shell("command -v unshare >/dev/null").exit_code != 0)
+    GTEST_SKIP() << "no unshare(1) (util-linux) to hide the compiler with";
+  tracer::testing::TempDir dir;
+  const std::string hide =
+      "unshare -m sh -c 'for d in /usr/lib/llvm-*; do mount -t tmpfs none \"$d\" || exit 99; "
+      "done; exec \"$@\"' hidden ";
+  ASSERT_NE(shell(hide + "clang-14 --version").exit_code, 0) << "clang is hidden";
+  struct Shipped {
+    const char* name;
+    std::string workload;
+    std::string line;  // what each of the workload's `times` events prints
+    int times;
+  };
+  const std::vector<Shipped> recipes = {
+      {"execsnoop", "sh -c 'for i in 1 2 3 4 5; do /bin/true; done'", " /bin/true", 5},
+      {"opens", "sh -c 'for i in 1 2 3 4 5 6 7; do cat /etc/hostname >/dev/null; done'",
+       " cat /etc/hostname", 7},
+  };
+  for (const auto& r : recipes) {
+    SCOPED_TRACE(r.name);
+    const fs::path installed = dir.path() / r.name;
+    fs::create_directories(installed);
+    const std::string toml = std::string(r.name) + ".toml", obj = std::string(r.name) + ".bpf.o";
+    fs::copy_file(fs::path(TRACER_CONFIGS_DIR) / toml, installed / toml);
+    fs::copy_file(fs::path(TRACER_CONFIG_OBJECTS_DIR) / obj, installed / obj);
+    const auto count = [&](const std::string& out) {
+      int n = 0;
+      std::istringstream in(out);
+      for (std::string line; std::getline(in, line);)
+        n += line.ends_with(r.line) ? 1 : 0;
+      return n;
+    };
+    const auto prebuilt =
+        shell(hide + TRACER_CLI_PATH + " run " + (installed / toml).string() + " -- " + r.workload);
+    ASSERT_EQ(prebuilt.exit_code, 0) << prebuilt.err;
+    EXPECT_EQ(count(prebuilt.out), r.times) << prebuilt.out;
+    const auto compiled =
+        tracer("run " + (fs::path(TRACER_CONFIGS_DIR) / toml).string() + " -- " + r.workload);
+    ASSERT_EQ(compiled.exit_code, 0) << compiled.err;
+    EXPECT_EQ(count(compiled.out), r.times) << compiled.out;
+
+    // The source alone with no compiler: an error naming what to install.
+    fs::remove(installed / obj);
+    fs::copy_file(fs::path(TRACER_CONFIGS_DIR) / (std::string(r.name) + ".bpf.c"),
+                  installed / (std::string(r.name) + ".bpf.c"));
+    const auto no_clang =
+        shell(hide + TRACER_CLI_PATH + " run " + (installed / toml).string() + " -- /bin/true");
+    EXPECT_NE(no_clang.exit_code, 0);
+    EXPECT_NE(no_clang.err.find("no clang"), std::string::npos) << no_clang.err;
+    EXPECT_NE(no_clang.err.find("apt-get install clang"), std::string::npos) << no_clang.err;
+    EXPECT_NE(no_clang.err.find((installed / obj).string()), std::string::npos) << no_clang.err;
+  }
+}
+
 // A burst of a two-probe per-event recipe with the default rings: nothing lost, everything
 // paired (the dd run lost 1,860 + 2,109 events with the old default).
 TEST(CliCorrectness, ABurstFitsTheDefaultRings) {
