@@ -229,10 +229,11 @@ void check_bpf(const RecipeBpf& bpf, Recipe::Writes writes, Diagnostics& diagnos
         message.remove_prefix(5);
       std::string hint = obj.error().hint;
       if (!bpf.object.empty()) {  // both, and the object is not there
-        hint += fmt::format("{}or put the object built from it ahead at '{}' (tracer's build "
-                            "makes the shipped recipes' objects; cmake --install puts them "
-                            "beside the recipes)",
-                            hint.empty() ? "" : "; ", bpf.object.string());
+        hint += fmt::format(
+            "{}or put the object built from it ahead at '{}' (tracer's build "
+            "makes the shipped recipes' objects; cmake --install puts them "
+            "beside the recipes)",
+            hint.empty() ? "" : "; ", bpf.object.string());
       }
       diagnostics.add(at("source"), std::string(message), hint);
     }

@@ -450,6 +450,11 @@ TEST(CliCorrectness, TheShippedBpfRecipesRunFromTheirObjectsWithNoCompiler) {
       "unshare -m sh -c 'for d in /usr/lib/llvm-*; do mount -t tmpfs none \"$d\" || exit 99; "
       "done; exec \"$@\"' hidden ";
   ASSERT_NE(shell(hide + "clang-14 --version").exit_code, 0) << "clang is hidden";
+  // tracer itself links no LLVM.
+  const auto libs = shell(std::string("ldd ") + TRACER_CLI_PATH);
+  ASSERT_EQ(libs.exit_code, 0);
+  EXPECT_EQ(libs.out.find("libLLVM"), std::string::npos) << libs.out;
+  EXPECT_EQ(libs.out.find("libclang"), std::string::npos) << libs.out;
   struct Shipped {
     const char* name;
     std::string workload;
