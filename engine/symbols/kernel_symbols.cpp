@@ -98,8 +98,9 @@ Result<KernelSymbols> KernelSymbols::load(const std::filesystem::path& path) {
           path, "symbols", kMaxKallsymsBytes, [&](std::string_view line) {
             // "ffffffff81000000 T _stext" or "ffffffffc0201000 t ftrace_trampoline\t[mod]"
             std::uint64_t addr = 0;
-            const char* const eol = line.data() + line.size();
-            const auto [after, ec] = std::from_chars(line.data(), eol, addr, 16);
+            const char* const bol = line.data();
+            const char* const eol = bol + line.size();
+            const auto [after, ec] = std::from_chars(bol, eol, addr, 16);
             if (ec != std::errc() || eol - after < 4 || after[0] != ' ' || after[2] != ' ')
               return;
             ++lines;

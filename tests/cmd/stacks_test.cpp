@@ -33,6 +33,26 @@ using tracer::testing::shell;
 using tracer::testing::slurp;
 using tracer::testing::TempDir;
 
+/// `tracer replay --perf FILE` and `perf script -i FILE` of one file.
+struct ReplayAndScript {
+  tracer::testing::CliResult ours, theirs;
+};
+ReplayAndScript replay_and_script(const std::string& file) {
+  return {shell(fmt::format("{} replay --perf {}", TRACER_CLI_PATH, file)),
+          shell(fmt::format("perf script -i {} 2>/dev/null", file))};
+}
+
+/// The lines of `text`; with `frames_only`, the frame lines alone (a tab first).
+std::vector<std::string> text_lines(const std::string& text, bool frames_only) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (!frames_only || line.starts_with("\t"))
+      out.push_back(line);
+  }
+  return out;
+}
+
 #define REQUIRE_PERF()                                                \
   do {                                                                \
     if (auto why = tracer::testing::perf_unavailable(); !why.empty()) \
@@ -497,19 +517,11 @@ TEST(Stacks, ReplayOfAPerfRecordGFileNamesEveryFrameAsPerfScriptDoes) {
                               data, TRACER_SYSCALLER_PATH, TRACER_BUSY_LOOP))
                 .exit_code,
             0);
-  const auto ours = shell(fmt::format("{} replay --perf {}", TRACER_CLI_PATH, data));
-  const auto theirs = shell(fmt::format("perf script -i {} 2>/dev/null", data));
+  const auto [ours, theirs] = replay_and_script(data);
   ASSERT_EQ(ours.exit_code, 0) << ours.err;
   ASSERT_EQ(theirs.exit_code, 0);
-  std::vector<std::string> a, b;
-  for (auto* v : {&a, &b}) {
-    std::istringstream in(v == &a ? ours.out : theirs.out);
-    std::string line;
-    while (std::getline(in, line)) {
-      if (line.starts_with("\t"))
-        v->push_back(line);  // a frame: address, symbol+offset, module
-    }
-  }
+  // The frames: address, symbol+offset, module.
+  const auto a = text_lines(ours.out, true), b = text_lines(theirs.out, true);
   ASSERT_GE(b.size(), 100u) << theirs.out.substr(0, 2000);
   EXPECT_NE(theirs.out.find("([vdso])"), std::string::npos) << "the workload runs in the vDSO";
   ASSERT_EQ(a.size(), b.size());
@@ -584,17 +596,10 @@ TEST(Stacks, ReplayDropsACallchainPerfTakesForCorruptAsPerfScriptDoes) {
   ASSERT_GE(patched, 100u) << "user callchains in the recording";
   const auto bad = (dir.path() / "bad.data").string();
   std::ofstream(bad, std::ios::binary) << bytes;
-  const auto ours = shell(fmt::format("{} replay --perf {}", TRACER_CLI_PATH, bad));
-  const auto theirs = shell(fmt::format("perf script -i {} 2>/dev/null", bad));
+  const auto [ours, theirs] = replay_and_script(bad);
   ASSERT_EQ(ours.exit_code, 0) << ours.err;
   ASSERT_EQ(theirs.exit_code, 0);
-  std::vector<std::string> a, b;
-  for (auto* v : {&a, &b}) {
-    std::istringstream in(v == &a ? ours.out : theirs.out);
-    std::string line;
-    while (std::getline(in, line))
-      v->push_back(line);
-  }
+  const auto a = text_lines(ours.out, false), b = text_lines(theirs.out, false);
   // perf prints the sample line of a dropped callchain and its blank line, no frame.
   std::size_t bare = 0;
   for (std::size_t i = 0; i + 1 < b.size(); ++i)

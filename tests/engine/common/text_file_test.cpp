@@ -97,7 +97,7 @@ TEST(ReadTextLines, GivesEveryLineAcrossTheBuffersEndsAndKeepsTheBound) {
                    std::to_string(i));
     text += want.back() + "\n";
   }
-  want.push_back(std::string(70000, 'L'));  // over the buffer
+  want.emplace_back(70000, 'L');  // over the buffer
   text += want.back() + "\n";
   want.emplace_back("");
   text += "\n";
