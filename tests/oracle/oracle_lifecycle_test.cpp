@@ -53,8 +53,8 @@ long long bpftrace_count(const fs::path& dir,
   }
   EXPECT_EQ(shell("timeout -k 5 60 " + command).exit_code, 0);
   ::kill(b, SIGINT);
-  EXPECT_NE(wait_code_within(b, kBpftraceExitSeconds), -2)
-      << "bpftrace did not end within " << kBpftraceExitSeconds << " s of its SIGINT";
+  EXPECT_NE(wait_code_within(b, bpftrace_exit_seconds()), -2)
+      << "bpftrace did not end within " << bpftrace_exit_seconds() << " s of its SIGINT";
   const std::string out = slurp(dir / "b.out");
   std::smatch m;
   if (std::regex_search(out, m, std::regex(R"(@: ([0-9]+))")))

@@ -246,8 +246,8 @@ TEST(OracleReference, BpftraceAgreesSystemWide) {
   ::kill(t, SIGINT);
   ::kill(b, SIGINT);
   EXPECT_EQ(wait_code(t), 0) << slurp(dir.path() / "t.err");
-  EXPECT_NE(wait_code_within(b, kBpftraceExitSeconds), -2)
-      << "bpftrace did not end within " << kBpftraceExitSeconds << " s of its SIGINT";
+  EXPECT_NE(wait_code_within(b, bpftrace_exit_seconds()), -2)
+      << "bpftrace did not end within " << bpftrace_exit_seconds() << " s of its SIGINT";
   const auto ours = outcome(slurp(dir.path() / "t.out"), "", 0);
   const std::string theirs = slurp(dir.path() / "b.out");
   EXPECT_EQ(ours.rows,
