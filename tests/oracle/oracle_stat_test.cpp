@@ -3,6 +3,9 @@
 // same counts.
 #include <fcntl.h>
 
+#include <cmath>
+#include <cstdlib>
+
 #include "oracle_harness.hpp"
 
 namespace tracer {
@@ -315,10 +318,21 @@ namespace {
 
 using namespace oracle;
 
+/// A number at the start of `text`; NaN (and a test failure naming `text`) when there is none.
+double number_at(const std::string& text) {
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  if (end == text.c_str()) {
+    ADD_FAILURE() << "not a number: '" << text.substr(0, 200) << "'";
+    return std::nan("");
+  }
+  return v;
+}
+
 /// A JSON line's number after "key": (the first one).
 double json_number(const std::string& line, const std::string& key) {
   const auto at = line.find("\"" + key + "\":");
-  return at == std::string::npos ? -1 : std::stod(line.substr(at + key.size() + 3));
+  return at == std::string::npos ? -1 : number_at(line.substr(at + key.size() + 3));
 }
 
 // The shelf's counters recipe (configs/counters.toml) on a command that touches 20,000 pages
@@ -350,7 +364,7 @@ TEST(OracleStat, TheCountersRecipePrintsEachIntervalAndTheTotalAsPerfStatCounts)
   EXPECT_EQ(sum, total) << ours.out;
   const auto perf = shell("/usr/bin/perf stat -x, -e page-faults " + work + " 2>&1 >/dev/null");
   ASSERT_EQ(perf.exit_code, 0) << perf.out;
-  const double theirs = std::stod(perf.out.substr(0, perf.out.find(',')));
+  const double theirs = number_at(perf.out);
   EXPECT_GE(total, 20000);
   EXPECT_NEAR(total, theirs, theirs * 0.01) << "perf stat: " << perf.out;
   // faults_per_s: the total over the run's seconds (a little over 1.1 s).
