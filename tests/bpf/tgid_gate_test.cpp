@@ -19,12 +19,12 @@
 namespace tracer::bpf {
 namespace {
 
-constexpr int kBadFd = 12345;  // fadvise64 on it fails with EBADF
-constexpr int kCalls = 500, kParentCalls = 100;
+constexpr int kGateBadFd = 12345;  // fadvise64 on it fails with EBADF
+constexpr int kCalls = 500, kGateParentCalls = 100;
 
 void fadvises(int first, int n) {
   for (int i = first; i < first + n; ++i)
-    ::syscall(SYS_fadvise64, kBadFd, i, 0, POSIX_FADV_NORMAL);
+    ::syscall(SYS_fadvise64, kGateBadFd, i, 0, POSIX_FADV_NORMAL);
 }
 
 TEST(BpfTgidGate, TheTracepointRingHoldsOnlyTheListedProcessSamples) {
@@ -71,9 +71,9 @@ TEST(BpfTgidGate, TheTracepointRingHoldsOnlyTheListedProcessSamples) {
   for (auto& ev : events)
     ASSERT_TRUE(ev.enable().has_value());
 
-  fadvises(0, kParentCalls);  // gated: this process is not in `tgids`
+  fadvises(0, kGateParentCalls);  // gated: this process is not in `tgids`
   ASSERT_TRUE(child.go());
-  fadvises(0, kParentCalls);
+  fadvises(0, kGateParentCalls);
   for (auto& ev : events)
     ASSERT_TRUE(ev.disable().has_value());
 

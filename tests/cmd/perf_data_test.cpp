@@ -16,6 +16,8 @@
 
 #include "support/cli.hpp"
 #include "support/perf_judge.hpp"
+#include "support/perf_tool.hpp"
+#include "support/test_paths.hpp"
 
 namespace {
 
@@ -23,13 +25,6 @@ namespace fs = std::filesystem;
 using tracer::testing::lines_of;
 using tracer::testing::shell;
 using tracer::testing::temp_path;
-
-#define REQUIRE_PERF()                          \
-  do {                                          \
-    std::string why;                            \
-    if (!tracer::testing::perf_available(&why)) \
-      GTEST_SKIP() << why;                      \
-  } while (0)
 
 struct Files {
   std::vector<std::string> paths;
@@ -48,7 +43,7 @@ struct Files {
   }
 };
 
-const std::string kTracer = TRACER_CLI_PATH;
+using tracer::testing::kTracer;
 
 /// `perf evlist` output without its "# Tip: ..." comment lines.
 std::string evlist_names(const std::string& data) {

@@ -11,6 +11,7 @@
 
 #include "support/cli.hpp"
 #include "support/temp_dir.hpp"
+#include "support/test_paths.hpp"
 
 namespace tracer {
 namespace {
@@ -18,7 +19,7 @@ namespace {
 using testing::shell;
 using testing::slurp;
 
-const std::string kTracer = TRACER_CLI_PATH;
+using tracer::testing::kTracer;
 
 constexpr const char* kProbes = R"([recipe]
 name = "pm"

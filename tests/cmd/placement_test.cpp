@@ -21,6 +21,7 @@
 
 #include "support/cli.hpp"
 #include "support/temp_dir.hpp"
+#include "support/test_paths.hpp"
 
 namespace tracer {
 namespace {
@@ -57,7 +58,7 @@ long long json_number(const std::string& text, const std::string& key) {
   return -1;
 }
 
-const std::string kSyscaller = TRACER_SYSCALLER_PATH;
+using tracer::testing::kSyscaller;
 
 /// Two children on the two CPUs, each making `n` lseek calls with offsets 0..n-1.
 std::string two_lseekers(int n) {
@@ -230,16 +231,16 @@ tracepoint = "syscalls:sys_enter_getppid"
 use = "count"
 every = "100ms"
 )");
-  constexpr long long kCalls = 2000000;
+  constexpr long long kManyCalls = 2000000;
   const auto r = tracer("run " + recipe.string() + " --json -- " + kSyscaller + " getppid " +
-                        std::to_string(kCalls));
+                        std::to_string(kManyCalls));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto rows = lines_with(r.out, R"({"stage":"count")");
   long long total = 0;
   for (const auto& row : rows)
     total += std::max(0LL, json_number(row, "count"));
   EXPECT_GE(rows.size(), 3U) << r.out;  // the workload spans several intervals
-  EXPECT_EQ(total, kCalls) << r.out;
+  EXPECT_EQ(total, kManyCalls) << r.out;
 }
 
 // max_keys = 16 over 100 distinct keys: 16 rows, exact, and the 84 events of the keys that did

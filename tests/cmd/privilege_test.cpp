@@ -14,6 +14,7 @@
 
 #include "support/cli.hpp"
 #include "support/temp_dir.hpp"
+#include "support/test_paths.hpp"
 
 namespace tracer {
 namespace {
@@ -23,7 +24,7 @@ using ::testing::HasSubstr;
 using testing::shell;
 using testing::slurp;
 
-const std::string kSyscaller = TRACER_SYSCALLER_PATH;
+using tracer::testing::kSyscaller;
 
 class LeastPrivilege : public ::testing::Test {
  protected:

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "support/cli.hpp"
+#include "support/test_paths.hpp"
 
 namespace tracer {
 namespace {
@@ -22,7 +23,7 @@ using testing::exited_ok;
 using testing::shell;
 using testing::slurp;
 
-const std::string kSyscaller = TRACER_SYSCALLER_PATH;
+using tracer::testing::kSyscaller;
 
 std::string recipe_text(const std::string& placement, bool getppid, bool lseek, bool broken) {
   std::string text = "[recipe]\nname = \"reload\"\nplacement = \"" + placement + "\"\n";

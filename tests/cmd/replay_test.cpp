@@ -16,21 +16,16 @@
 
 #include "support/perf_tool.hpp"
 #include "support/temp_dir.hpp"
+#include "support/test_paths.hpp"
 
 namespace {
 
 namespace fs = std::filesystem;
 using tracer::testing::shell;
 
-const std::string kTracer = TRACER_CLI_PATH;
-const std::string kSyscaller = TRACER_SYSCALLER_PATH;
+using tracer::testing::kTracer;
+using tracer::testing::kSyscaller;
 const std::string kBusyLoop = TRACER_BUSY_LOOP;
-
-#define REQUIRE_PERF()                                                \
-  do {                                                                \
-    if (auto why = tracer::testing::perf_unavailable(); !why.empty()) \
-      GTEST_SKIP() << why;                                            \
-  } while (0)
 
 std::string record_lseek(const tracer::testing::TempDir& dir, int calls, bool pipe = false) {
   const auto file = (dir.path() / (pipe ? "pipe.data" : "lseek.data")).string();
@@ -182,7 +177,7 @@ TEST(CliReplay, DamagedFilePrintsWhatWasReadThenTheOffset) {
 // perf script agreement (tracer replay --perf): every line compared with what perf script
 // itself prints from the same file, so losses of perf record on a busy machine do not matter.
 
-std::vector<std::string> lines_of(const std::string& text) {
+std::vector<std::string> script_lines(const std::string& text) {
   std::vector<std::string> out;
   std::istringstream in(text);
   for (std::string l; std::getline(in, l);) {
@@ -324,7 +319,7 @@ TEST(CliReplay, SamplesTheirAttrCannotDescribeAreErrorsAtTheirOffset) {
     EXPECT_NE(r.err.find(fmt::format("offset {}", victim.offset)), std::string::npos) << r.err;
     EXPECT_NE(r.err.find("names CPU 13369345"), std::string::npos) << r.err;
     EXPECT_EQ(r.out.find("13369345"), std::string::npos);
-    EXPECT_EQ(lines_of(r.out).size(), 10U) << "the samples before it are printed";
+    EXPECT_EQ(script_lines(r.out).size(), 10U) << "the samples before it are printed";
   }
 }
 
@@ -339,7 +334,7 @@ TEST(CliReplay, SystemWideSchedSwitchMatchesPerfScriptLineByLineInTimeOrder) {
   const auto ours = shell(kTracer + " replay --perf " + file);
   ASSERT_EQ(ours.exit_code, 0) << ours.err;
   EXPECT_EQ(ours.err, "");
-  const auto a = lines_of(ours.out), b = lines_of(perfs.out);
+  const auto a = script_lines(ours.out), b = script_lines(perfs.out);
   EXPECT_GT(b.size(), 10U);
   EXPECT_EQ(first_difference(a, b), "");
   expect_time_order(a);
@@ -359,7 +354,7 @@ TEST(CliReplay, SystemWideSchedSwitchMatchesPerfScriptLineByLineInTimeOrder) {
   // The default print is in time order too, with comms at the sample's time.
   const auto plain = shell(kTracer + " replay " + file);
   ASSERT_EQ(plain.exit_code, 0) << plain.err;
-  expect_time_order(lines_of(plain.out));
+  expect_time_order(script_lines(plain.out));
   EXPECT_EQ(keys(plain.out), keys(perfs.out));
 }
 
@@ -488,12 +483,12 @@ TEST(CliReplay, TheDefaultPrintHasPerfScriptsCallchains) {
       return out;
     };
     // --perf is perf script's text, line for line.
-    EXPECT_EQ(first_difference(ours(lines_of(perf_mode.out)), ours(lines_of(perfs.out))), "");
+    EXPECT_EQ(first_difference(ours(script_lines(perf_mode.out)), ours(script_lines(perfs.out))), "");
     // The default print: the same frame lines, sample by sample (headers differ in their own
     // fields only).
     const auto frames = [&](const std::string& text) {
       std::vector<std::string> out;
-      for (const auto& l : ours(lines_of(text))) {
+      for (const auto& l : ours(script_lines(text))) {
         if (l.empty() || l[0] == '\t')
           out.push_back(l);
         else
@@ -502,16 +497,16 @@ TEST(CliReplay, TheDefaultPrintHasPerfScriptsCallchains) {
       return out;
     };
     EXPECT_EQ(first_difference(frames(plain.out), frames(perfs.out)), "");
-    const auto lines = lines_of(plain.out);
+    const auto lines = script_lines(plain.out);
     if (what == "profile") {
       const auto [samples, outer] = samples_with(lines, "tracer_busy_outer");
       ASSERT_GE(samples, 30U) << plain.out;
       EXPECT_GE(outer * 10, samples * 8) << plain.out;
-      EXPECT_EQ(samples_with(lines_of(perfs.out), "tracer_busy_outer").second, outer);
+      EXPECT_EQ(samples_with(script_lines(perfs.out), "tracer_busy_outer").second, outer);
     } else if (what == "churn") {
       std::set<std::string> pids;  // the processes sampled with a frame in libc
       std::string pid;
-      for (const auto& l : lines_of(perfs.out)) {
+      for (const auto& l : script_lines(perfs.out)) {
         if (!l.empty() && l[0] != '\t') {
           std::istringstream in(l);
           std::string comm;
@@ -545,7 +540,7 @@ TEST(CliReplay, DwarfCallchainsAreUnwoundAsPerfScriptUnwindsThem) {
   ASSERT_EQ(perfs.exit_code, 0) << perfs.err;
   const auto ours = shell(kTracer + " replay --perf " + file);
   ASSERT_EQ(ours.exit_code, 0) << ours.err;
-  auto a = lines_of(ours.out), b = lines_of(perfs.out);
+  auto a = script_lines(ours.out), b = script_lines(perfs.out);
   drop_loader_and_vdso_samples(a, b);
   cut_inlined(a, b);
   EXPECT_EQ(first_difference(a, b), "");
@@ -583,7 +578,7 @@ path = "{}"
   ASSERT_EQ(run.exit_code, 0) << run.err;
   const auto perfs = shell("perf script -i " + file);
   ASSERT_EQ(perfs.exit_code, 0) << perfs.err;
-  auto b = lines_of(perfs.out);
+  auto b = script_lines(perfs.out);
   const auto [samples, outer] = samples_with(b, "tracer_busy_outer");
   const auto [samples_start, started] = samples_with(b, "_start");
   ASSERT_GE(samples, 30U) << perfs.out;
@@ -591,7 +586,7 @@ path = "{}"
   EXPECT_GE(started * 10, samples * 8) << "perf unwinds through libc to _start:\n" << perfs.out;
   const auto ours = shell(kTracer + " replay --perf " + file);
   ASSERT_EQ(ours.exit_code, 0) << ours.err;
-  auto a = lines_of(ours.out);
+  auto a = script_lines(ours.out);
   drop_loader_and_vdso_samples(a, b);
   cut_inlined(a, b);
   EXPECT_EQ(first_difference(a, b), "");
@@ -617,7 +612,7 @@ TEST(CliReplay, CommChangesAtTheExecNotInFileOrder) {
   ASSERT_EQ(perfs.exit_code, 0) << perfs.err;
   const auto ours = shell(kTracer + " replay --perf " + file);
   ASSERT_EQ(ours.exit_code, 0) << ours.err;
-  const auto a = lines_of(ours.out), b = lines_of(perfs.out);
+  const auto a = script_lines(ours.out), b = script_lines(perfs.out);
   EXPECT_EQ(first_difference(a, b), "");
   expect_time_order(a);
   const auto count = [](const std::vector<std::string>& ls, const std::string& comm) {
@@ -655,7 +650,7 @@ TEST(CliReplay, GroupReadPrintsEveryMemberWithItsOwnPeriod) {
   ASSERT_EQ(perfs.exit_code, 0) << perfs.err;
   const auto ours = shell(kTracer + " replay --perf " + file);
   ASSERT_EQ(ours.exit_code, 0) << ours.err;
-  const auto a = lines_of(ours.out), b = lines_of(perfs.out);
+  const auto a = script_lines(ours.out), b = script_lines(perfs.out);
   EXPECT_GT(b.size(), 100U);
   EXPECT_EQ(first_difference(a, b), "");
   EXPECT_NE(ours.out.find(" task-clock: "), std::string::npos);
@@ -677,7 +672,7 @@ TEST(CliReplay, FileWithoutFeaturesNamesEventsFromTheirAttrsAndSaysWhatIsMissing
   ASSERT_EQ(perfs.exit_code, 0) << perfs.err;
   const auto ours = shell(kTracer + " replay --perf " + bare.string());
   ASSERT_EQ(ours.exit_code, 0) << ours.err;
-  EXPECT_EQ(first_difference(lines_of(ours.out), lines_of(perfs.out)), "");
+  EXPECT_EQ(first_difference(script_lines(ours.out), script_lines(perfs.out)), "");
   EXPECT_NE(ours.out.find(" cpu-clock: "), std::string::npos);
   EXPECT_NE(ours.err.find("no header features"), std::string::npos) << ours.err;
 
@@ -722,9 +717,9 @@ TEST(CliReplay, CorruptedRecordTypeStopsAtItsOffsetAfterWhatCameBefore) {
             std::string::npos)
       << r.err;
   // The 100 samples before it, each as perf script prints it from the undamaged file.
-  const auto whole = lines_of(shell("perf script -i " + file).out);
+  const auto whole = script_lines(shell("perf script -i " + file).out);
   const std::multiset<std::string> all(whole.begin(), whole.end());
-  const auto ours = lines_of(r.out);
+  const auto ours = script_lines(r.out);
   EXPECT_EQ(ours.size(), 100U);
   for (const auto& l : ours)
     EXPECT_EQ(all.count(l), 1U) << l;
@@ -773,7 +768,7 @@ TEST(CliReplay, StatRecordPrintsEveryCounterPerfPrintsZerosIncluded) {
   ASSERT_EQ(perfs.exit_code, 0) << perfs.err;
   const auto ours = shell(kTracer + " replay " + file);
   ASSERT_EQ(ours.exit_code, 0) << ours.err;
-  EXPECT_EQ(first_difference(lines_of(ours.out), lines_of(perfs.out)), "");
+  EXPECT_EQ(first_difference(script_lines(ours.out), script_lines(perfs.out)), "");
   EXPECT_NE(ours.out.find(" major-faults"), std::string::npos) << ours.out;
 
   // System-wide: every CPU of every event, by event then CPU, thread -1, as perf prints them.
@@ -786,7 +781,7 @@ TEST(CliReplay, StatRecordPrintsEveryCounterPerfPrintsZerosIncluded) {
   ASSERT_EQ(wp.exit_code, 0) << wp.err;
   const auto wo = shell(kTracer + " replay " + wide);
   ASSERT_EQ(wo.exit_code, 0) << wo.err;
-  EXPECT_EQ(first_difference(lines_of(wo.out), lines_of(wp.out)), "");
+  EXPECT_EQ(first_difference(script_lines(wo.out), script_lines(wp.out)), "");
 }
 
 }  // namespace

@@ -26,6 +26,7 @@
 
 #include "support/cli.hpp"
 #include "support/temp_dir.hpp"
+#include "support/test_paths.hpp"
 
 namespace tracer {
 namespace {
@@ -36,7 +37,7 @@ using ::testing::HasSubstr;
 using testing::shell;
 using testing::slurp;
 
-const std::string kSyscaller = TRACER_SYSCALLER_PATH;
+using tracer::testing::kSyscaller;
 
 /// Sends `bytes` to 127.0.0.1:`port` and reads the answer until the server closes (each read waits
 /// at most `wait_s`).

@@ -53,12 +53,6 @@ std::vector<std::string> text_lines(const std::string& text, bool frames_only) {
   return out;
 }
 
-#define REQUIRE_PERF()                                                \
-  do {                                                                \
-    if (auto why = tracer::testing::perf_unavailable(); !why.empty()) \
-      GTEST_SKIP() << why;                                            \
-  } while (0)
-
 /// A row of a --json table: its stack frames (symbol and module, leaf first) and its count.
 struct StackRow {
   std::vector<std::pair<std::string, std::string>> frames;

@@ -18,6 +18,7 @@
 
 #include "support/cli.hpp"
 #include "support/scratch_path.hpp"
+#include "support/test_paths.hpp"
 
 namespace {
 
@@ -25,7 +26,7 @@ namespace fs = std::filesystem;
 
 using Result = tracer::testing::CliResult;
 
-Result run(const std::string& args) {
+Result run_stat(const std::string& args) {
   return tracer::testing::run_tracer(args);
 }
 
@@ -40,14 +41,14 @@ double count_of(const std::string& text, const std::string& event) {
   return std::stod(m[1].str());
 }
 
-const std::string kSyscaller = TRACER_SYSCALLER_PATH;
+using tracer::testing::kSyscaller;
 
 // perf's modifiers: :u counts user mode only, :k kernel mode only (perf stat gives the same
 // numbers). sched_process_exec fires in the kernel, once for the command; a page fault is in
 // one mode or the other.
 TEST(CliStat, EventModifiersExcludeKernelOrUser) {
   const auto r =
-      run("stat -e sched:sched_process_exec:u,sched:sched_process_exec:k,page-faults:u,"
+      run_stat("stat -e sched:sched_process_exec:u,sched:sched_process_exec:k,page-faults:u,"
           "page-faults:k,page-faults -- " +
           kSyscaller + " getppid 500");
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -73,7 +74,7 @@ TEST(CliStat, HardwareEventWithoutAPmuSaysSo) {
   if (fd >= 0)
     ::close(static_cast<int>(fd));
 
-  const auto r = run("stat -e cycles -- " + kSyscaller + " getppid 10");
+  const auto r = run_stat("stat -e cycles -- " + kSyscaller + " getppid 10");
   EXPECT_EQ(r.err.find("unknown event"), std::string::npos) << r.err;
   if (fd >= 0) {
     EXPECT_EQ(r.exit_code, 0) << r.err;
@@ -87,7 +88,7 @@ TEST(CliStat, HardwareEventWithoutAPmuSaysSo) {
   EXPECT_TRUE(std::regex_search(r.err, std::regex(R"(<not supported>\s+cycles)"))) << r.err;
   EXPECT_NE(r.err.find("Performance counter stats for"), std::string::npos) << r.err;
   // The same rows as perf stat's CSV where perf runs.
-  const auto csv = run("stat -x, -e cycles,instructions -- " + kSyscaller + " getppid 10");
+  const auto csv = run_stat("stat -x, -e cycles,instructions -- " + kSyscaller + " getppid 10");
   EXPECT_EQ(csv.exit_code, 0) << csv.err;
   const auto perf = tracer::testing::shell("perf stat -x, -e cycles,instructions -- " + kSyscaller +
                                            " getppid 10");
@@ -103,7 +104,7 @@ TEST(CliStat, HardwareEventWithoutAPmuSaysSo) {
 // -I: every event falls in exactly one interval, the last partial one at the command's end
 // included (perf stat prints it too): the intervals' counts sum to the calls made.
 TEST(CliStat, IntervalCountsSumToTheTotal) {
-  const auto r = run("stat -x, -I 100 -e syscalls:sys_enter_lseek -- /bin/sh -c '" + kSyscaller +
+  const auto r = run_stat("stat -x, -I 100 -e syscalls:sys_enter_lseek -- /bin/sh -c '" + kSyscaller +
                      " lseek 3000; sleep 0.25; " + kSyscaller + " lseek 2000'");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   std::istringstream lines(r.err);
@@ -126,7 +127,7 @@ TEST(CliStat, IntervalCountsSumToTheTotal) {
 // `tracer list pmus --json`: every PMU of sysfs with its type, and the perfmon properties with
 // the seed's field names (perfmon_ioctl_properties_t), parsed by a JSON parser.
 TEST(CliListPmus, JsonListsEveryPmuAndThePerfmonProperties) {
-  const auto r = run("list pmus --json");
+  const auto r = run_stat("list pmus --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const fs::path json =
       tracer::testing::scratch_path("pmus_" + std::to_string(::getpid()) + ".json");

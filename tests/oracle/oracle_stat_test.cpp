@@ -1,6 +1,8 @@
 // tracer stat's targets and groupings beside perf stat's on the same workloads: {group} syntax,
 // -A (per CPU), -p lists, -t, --per-thread and -G (a cgroup), in perf's CSV rows and with the
 // same counts.
+#include "support/test_paths.hpp"
+
 #include <fcntl.h>
 
 #include <cmath>
@@ -14,7 +16,7 @@ namespace {
 using namespace oracle;
 namespace fs = std::filesystem;
 
-const std::string kSyscaller = TRACER_SYSCALLER_PATH;
+using tracer::testing::kSyscaller;
 
 std::string read_comm(pid_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/comm");

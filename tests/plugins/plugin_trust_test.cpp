@@ -44,7 +44,7 @@ fs::path built(const std::string& name) {
 
 /// A recipe of lseek calls (the syscaller's fd 12345) with the plugin `so` counting them by
 /// pid in one pipeline, and the built-in count by pid in another.
-std::string recipe_text(const std::string& so, const std::string& extra = "") {
+std::string trust_recipe_text(const std::string& so, const std::string& extra = "") {
   return "[recipe]\nname = \"trust\"\n"
          "[[probe]]\nname = \"lseek\"\ntracepoint = \"syscalls:sys_enter_lseek\"\n"
          "filter = \"fd == 12345\"\n"
@@ -103,7 +103,7 @@ TEST_F(PluginTrust, ARelativePathIsTheRecipesDirectoryNeverALoaderSearch) {
   ASSERT_EQ(::chown(evil.c_str(), nobody(), static_cast<gid_t>(-1)), 0);
   ASSERT_EQ(::chown((evil / "lib.so").c_str(), nobody(), static_cast<gid_t>(-1)), 0);
   ASSERT_EQ(::chmod((evil / "lib.so").c_str(), 0666), 0);
-  dir_.write("recipes/even.toml", recipe_text("./lib.so", "value = \"offset\"\n"));
+  dir_.write("recipes/even.toml", trust_recipe_text("./lib.so", "value = \"offset\"\n"));
   const fs::path marker = dir_.path() / "marker";
   const std::string env =
       "LD_LIBRARY_PATH=" + evil.string() + " TRACER_HOSTILE_MARKER=" + marker.string() + " ";
@@ -117,7 +117,7 @@ TEST_F(PluginTrust, ARelativePathIsTheRecipesDirectoryNeverALoaderSearch) {
     EXPECT_FALSE(fs::exists(marker)) << "the other user's library was loaded";
   }
   // Their library named directly is refused before any of its code runs.
-  dir_.write("recipes/theirs.toml", recipe_text((evil / "lib.so").string()));
+  dir_.write("recipes/theirs.toml", trust_recipe_text((evil / "lib.so").string()));
   const auto r =
       testing::shell(env + TRACER_CLI_PATH + " check " + (recipes / "theirs.toml").string());
   EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
@@ -142,7 +142,7 @@ TEST_F(PluginTrust, ALinkFlippedBetweenRootsPluginAndAnotherUsersNeverLoadsTheir
   fs::create_symlink(root / "good.so", link);
   const fs::path marker = dir_.path() / "marker";
   ::setenv("TRACER_HOSTILE_MARKER", marker.c_str(), 1);
-  dir_.write("r.toml", recipe_text(link.string(), "value = \"offset\"\n"));
+  dir_.write("r.toml", trust_recipe_text(link.string(), "value = \"offset\"\n"));
 
   std::atomic<bool> done{false};
   std::thread flipper([&] {
@@ -195,7 +195,7 @@ TEST_F(PluginTrust, EachLoadIsTheFileItsRecipeNamesNotAnEarlierOne) {
         std::pair{std::string("tracer_plugin_sum_by"), std::string("sum_by")},
         std::pair{std::string("tracer_hostile_marker"), std::string("hostile")}}) {
     SCOPED_TRACE(variant);
-    dir_.write("r.toml", recipe_text(built(variant).string(),
+    dir_.write("r.toml", trust_recipe_text(built(variant).string(),
                                      name == "sum_by" ? "value = \"offset\"\n" : ""));
     Hosted h(dir_.path() / "r.toml", "10");
     auto& io = h.io;
@@ -234,7 +234,7 @@ Error setup_error(const fs::path& recipe) {
 TEST_F(PluginTrust, ASetupCallThatThrowsIsARecipeErrorAtTheStage) {
   for (const std::string call : {"fields", "columns"}) {
     SCOPED_TRACE(call);
-    dir_.write("r.toml", recipe_text(built("tracer_hostile_" + call + "_throw").string()));
+    dir_.write("r.toml", trust_recipe_text(built("tracer_hostile_" + call + "_throw").string()));
     const Error e = setup_error(dir_.path() / "r.toml");
     EXPECT_EQ(e.category(), ErrorCategory::kRecipe) << e.what();
     EXPECT_NE(std::string(e.what()).find("an exception crossed the boundary in " + call),
@@ -251,7 +251,7 @@ TEST_F(PluginTrust, ASetupCallThatThrowsIsARecipeErrorAtTheStage) {
 // (measured in the same run: an ASan build's check took 2 s beside the suite's load).
 TEST_F(PluginTrust, ALoadOrCreateThatNeverReturnsIsAnErrorWithinItsBudget) {
   dir_.write("good.toml",
-             recipe_text(built("tracer_plugin_sum_by").string(), "value = \"offset\"\n"));
+             trust_recipe_text(built("tracer_plugin_sum_by").string(), "value = \"offset\"\n"));
   const auto g0 = Clock::now();
   const auto good = testing::run_tracer("check " + (dir_.path() / "good.toml").string());
   const double reference = since(g0);
@@ -261,7 +261,7 @@ TEST_F(PluginTrust, ALoadOrCreateThatNeverReturnsIsAnErrorWithinItsBudget) {
         std::pair{std::string("hang_create"),
                   std::string("create ran past its budget of 250 ms")}}) {
     SCOPED_TRACE(variant);
-    dir_.write("r.toml", recipe_text(built("tracer_hostile_" + variant).string()));
+    dir_.write("r.toml", trust_recipe_text(built("tracer_hostile_" + variant).string()));
     const auto t0 = Clock::now();
     const auto r = testing::run_tracer("check " + (dir_.path() / "r.toml").string());
     const double took = since(t0);
@@ -295,7 +295,7 @@ std::pair<int, double> reap(pid_t pid) {
 // budget, the other pipeline counts every call, and SIGTERM ends the run within 1 s (0.25 s of
 // budget and the stop itself) with exit 1 saying what happened.
 TEST_F(PluginTrust, APluginStuckInACallCannotHoldTheStop) {
-  dir_.write("r.toml", recipe_text(built("tracer_hostile_hang_events").string()));
+  dir_.write("r.toml", trust_recipe_text(built("tracer_hostile_hang_events").string()));
   const pid_t pid = start_run(dir_, dir_.path() / "r.toml", {});
   ASSERT_GT(pid, 0) << slurp(dir_.path() / "err");
   const std::string caller = testing::run_syscaller("lseek 1000");
@@ -320,7 +320,7 @@ TEST_F(PluginTrust, APluginStuckInACallCannotHoldTheStop) {
 // itself once its command has exited, with the built-in pipeline's every call and the plugin's
 // error out of the host's run, stop() returns at once, and the host's timer goes on.
 TEST_F(PluginTrust, AStuckPluginNeverHoldsTheHostsExecutor) {
-  dir_.write("r.toml", recipe_text(built("tracer_hostile_hang_events").string()));
+  dir_.write("r.toml", trust_recipe_text(built("tracer_hostile_hang_events").string()));
   Hosted h(dir_.path() / "r.toml", "1000");
   auto& io = h.io;
   auto& session = h.session;
@@ -381,7 +381,7 @@ TEST_F(PluginTrust, AStuckPluginNeverHoldsTheHostsExecutor) {
 // A plugin taking 100 ms per event cannot stretch `-d 2s`: its first batch over budget turns it
 // off (the events it misses counted) and the run ends on time.
 TEST_F(PluginTrust, ASlowPluginCannotStretchADuration) {
-  dir_.write("r.toml", recipe_text(built("tracer_hostile_slow").string()));
+  dir_.write("r.toml", trust_recipe_text(built("tracer_hostile_slow").string()));
   const auto t0 = Clock::now();
   const pid_t pid = start_run(dir_, dir_.path() / "r.toml", {"-d", "2s"});
   ASSERT_GT(pid, 0) << slurp(dir_.path() / "err");

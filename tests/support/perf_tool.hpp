@@ -25,3 +25,10 @@ std::vector<std::byte> read_file(const std::filesystem::path& path);
 void write_file(const std::filesystem::path& path, const std::vector<std::byte>& bytes);
 
 }  // namespace tracer::testing
+
+/// Skips the running test, saying why, when `perf record` cannot run here (perf is the judge).
+#define REQUIRE_PERF()                                                \
+  do {                                                                \
+    if (auto why = tracer::testing::perf_unavailable(); !why.empty()) \
+      GTEST_SKIP() << why;                                            \
+  } while (0)

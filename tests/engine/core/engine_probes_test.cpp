@@ -14,6 +14,8 @@
 #include "tracer/engine.hpp"
 #include "tracer/error.hpp"
 
+#include "support/temp_dir.hpp"
+
 namespace tracer {
 namespace {
 
@@ -27,12 +29,7 @@ struct UprobeRun {
   bool group_seen_while_running = false;
 };
 
-std::string slurp(const std::filesystem::path& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using tracer::testing::slurp;
 
 UprobeRun run_uprobes(const std::string& binary,
                       const std::string& symbol,

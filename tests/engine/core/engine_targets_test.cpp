@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "support/child.hpp"
+#include "support/temp_dir.hpp"
 #include "tracer/engine.hpp"
 #include "tracer/error.hpp"
 #include "tracer/perf/pmu.hpp"
@@ -29,12 +30,7 @@ namespace {
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using tracer::testing::slurp;
 
 std::optional<fs::path> cgroup2_root() {
   std::ifstream mounts("/proc/mounts");

@@ -1,4 +1,4 @@
-// Event/Group/open_event on the real kernel (software events, breakpoints) and against an
+// Event/Group/open_event on the real kernel (software_attr events, breakpoints) and against an
 // injected syscall for the attr.size negotiation and error texts.
 #include "tracer/perf/event.hpp"
 
@@ -25,7 +25,7 @@ void spin_for(std::chrono::milliseconds d) {
     x = x + 1;
 }
 
-EventAttr software(std::uint64_t config) {
+EventAttr software_attr(std::uint64_t config) {
   EventAttr a;
   a.type(PERF_TYPE_SOFTWARE).config(config);
   return a;
@@ -34,9 +34,9 @@ EventAttr software(std::uint64_t config) {
 TEST(GroupLive, CountsSoftwareEventsTogether) {
   const std::uint64_t rf = PERF_FORMAT_GROUP | PERF_FORMAT_ID | PERF_FORMAT_TOTAL_TIME_ENABLED |
                            PERF_FORMAT_TOTAL_TIME_RUNNING;
-  std::vector<EventAttr> attrs = {software(PERF_COUNT_SW_TASK_CLOCK),
-                                  software(PERF_COUNT_SW_CPU_CLOCK),
-                                  software(PERF_COUNT_SW_PAGE_FAULTS)};
+  std::vector<EventAttr> attrs = {software_attr(PERF_COUNT_SW_TASK_CLOCK),
+                                  software_attr(PERF_COUNT_SW_CPU_CLOCK),
+                                  software_attr(PERF_COUNT_SW_PAGE_FAULTS)};
   for (auto& a : attrs)
     a.read_format(rf);
   auto g = Group::open(attrs, {.pid = 0, .cpu = -1});
@@ -57,7 +57,7 @@ TEST(GroupLive, CountsSoftwareEventsTogether) {
     EXPECT_EQ(c->values[i].id, *id) << "member " << i;
   }
   EXPECT_GT(c->time_enabled, 0U);
-  EXPECT_EQ(c->time_enabled, c->time_running) << "software events are never multiplexed";
+  EXPECT_EQ(c->time_enabled, c->time_running) << "software_attr events are never multiplexed";
   EXPECT_GE(c->values[0].value, 40'000'000U) << "task-clock ns after a 50 ms spin";
   EXPECT_GE(c->values[1].value, 40'000'000U) << "cpu-clock ns";
   EXPECT_GE(c->values[2].value, 16'000U) << "page faults for 64 MiB touched";
@@ -71,7 +71,7 @@ TEST(GroupLive, CountsSoftwareEventsTogether) {
 }
 
 TEST(EventLive, SingleReadFormatWithLost) {
-  EventAttr a = software(PERF_COUNT_SW_TASK_CLOCK);
+  EventAttr a = software_attr(PERF_COUNT_SW_TASK_CLOCK);
   a.read_format(PERF_FORMAT_ID | PERF_FORMAT_TOTAL_TIME_ENABLED | abi::kFormatLost);
   auto ev = Event::open(a, {.pid = 0, .cpu = -1});
   ASSERT_TRUE(ev.has_value()) << ev.error().describe();
@@ -85,7 +85,7 @@ TEST(EventLive, SingleReadFormatWithLost) {
 }
 
 TEST(EventLive, PeriodAndRefreshIoctls) {
-  EventAttr a = software(PERF_COUNT_SW_CPU_CLOCK);
+  EventAttr a = software_attr(PERF_COUNT_SW_CPU_CLOCK);
   a.sample_period(1'000'000).sample_type(PERF_SAMPLE_IP).flag(Flag::kDisabled);
   auto ev = Event::open(a, {.pid = 0, .cpu = -1});
   ASSERT_TRUE(ev.has_value()) << ev.error().describe();
@@ -94,7 +94,7 @@ TEST(EventLive, PeriodAndRefreshIoctls) {
   EXPECT_TRUE(ev->reset().has_value());
   EXPECT_TRUE(ev->disable().has_value());
   // A counting event cannot be refreshed: the kernel says EINVAL and we pass it through.
-  auto counting = Event::open(software(PERF_COUNT_SW_TASK_CLOCK), {.pid = 0, .cpu = -1});
+  auto counting = Event::open(software_attr(PERF_COUNT_SW_TASK_CLOCK), {.pid = 0, .cpu = -1});
   ASSERT_TRUE(counting.has_value());
   auto r = counting->refresh(1);
   ASSERT_FALSE(r.has_value());
@@ -149,12 +149,12 @@ TEST(EventLive, BreakpointCountsWritesAndModifyAttributesMovesIt) {
 }
 
 TEST(OpenEventErrors, AnyTaskOnAnyCpuIsExplained) {
-  EventAttr a = software(PERF_COUNT_SW_CPU_CLOCK);
+  EventAttr a = software_attr(PERF_COUNT_SW_CPU_CLOCK);
   auto r = open_event(a, {.pid = -1, .cpu = -1});
   ASSERT_FALSE(r.has_value());
   EXPECT_EQ(r.error().errno_value(), EINVAL);
   EXPECT_NE(r.error().hint.find("pid -1 and cpu -1"), std::string::npos) << r.error().describe();
-  EXPECT_NE(r.error().message.find("software"), std::string::npos) << r.error().message;
+  EXPECT_NE(r.error().message.find("software_attr"), std::string::npos) << r.error().message;
 }
 
 TEST(OpenEventErrors, VanishedProcessIsExplained) {
@@ -162,7 +162,7 @@ TEST(OpenEventErrors, VanishedProcessIsExplained) {
   if (child == 0)
     ::_exit(0);
   ::waitpid(child, nullptr, 0);
-  EventAttr a = software(PERF_COUNT_SW_TASK_CLOCK);
+  EventAttr a = software_attr(PERF_COUNT_SW_TASK_CLOCK);
   auto r = open_event(a, {.pid = child, .cpu = -1});
   ASSERT_FALSE(r.has_value());
   EXPECT_EQ(r.error().errno_value(), ESRCH);
@@ -228,14 +228,14 @@ long old_kernel(perf_event_attr* attr, pid_t, int, int, unsigned long) {
 }
 
 TEST(OpenEventNegotiation, RetriesWithTheKernelsSize) {
-  EventAttr a = software(PERF_COUNT_SW_CPU_CLOCK);
+  EventAttr a = software_attr(PERF_COUNT_SW_CPU_CLOCK);
   auto fd = open_event(a, {.pid = 0, .cpu = -1}, &old_kernel);
   ASSERT_TRUE(fd.has_value()) << fd.error().describe();
   EXPECT_EQ(a.size(), 120U);
 }
 
 TEST(OpenEventNegotiation, FailsNamingTheFieldTheKernelLacks) {
-  EventAttr a = software(PERF_COUNT_SW_CPU_CLOCK);
+  EventAttr a = software_attr(PERF_COUNT_SW_CPU_CLOCK);
   a.config3(5);
   auto fd = open_event(a, {.pid = 0, .cpu = -1}, &old_kernel);
   ASSERT_FALSE(fd.has_value());
@@ -246,7 +246,7 @@ TEST(OpenEventNegotiation, FailsNamingTheFieldTheKernelLacks) {
 }
 
 TEST(OpenEventNegotiation, RealKernelAcceptsOurSize) {
-  EventAttr a = software(PERF_COUNT_SW_CPU_CLOCK);
+  EventAttr a = software_attr(PERF_COUNT_SW_CPU_CLOCK);
   auto fd = open_event(a, {.pid = 0, .cpu = -1});
   ASSERT_TRUE(fd.has_value()) << fd.error().describe();
   EXPECT_EQ(a.size(), abi::kAttrSizeVer8) << "a 6.3+ kernel knows VER8";
@@ -264,7 +264,7 @@ long fake_eacces(perf_event_attr*, pid_t, int, int, unsigned long) {
 }
 
 TEST(OpenEventErrors, FdLimitAndPermissionTexts) {
-  EventAttr a = software(PERF_COUNT_SW_CPU_CLOCK);
+  EventAttr a = software_attr(PERF_COUNT_SW_CPU_CLOCK);
   auto r = open_event(a, {.pid = 0, .cpu = -1}, &fake_emfile);
   ASSERT_FALSE(r.has_value());
   EXPECT_NE(r.error().hint.find("ulimit -n"), std::string::npos) << r.error().describe();

@@ -9,6 +9,7 @@
 
 #include "support/recorded_ring.hpp"
 #include "support/synthetic_ring.hpp"
+#include "support/temp_dir.hpp"
 #include "tracer/perf/ring.hpp"
 
 namespace tracer::perf {
@@ -16,12 +17,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using tracer::testing::slurp;
 
 std::vector<fs::path> recorded_cases() {
   std::vector<fs::path> stems;

@@ -17,7 +17,7 @@ using testing::RecordBuilder;
 using testing::SampleSpec;
 using testing::SyntheticRing;
 
-const SampleLayout kLayout = SampleLayout::from(
+const SampleLayout kRingLayout = SampleLayout::from(
     PERF_SAMPLE_RAW | PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_CPU | PERF_SAMPLE_IDENTIFIER,
     0,
     true);
@@ -31,7 +31,7 @@ std::vector<std::byte> sample(std::uint64_t seq, std::size_t raw_len) {
   s.raw.resize(raw_len);
   for (std::size_t i = 0; i < raw_len; ++i)
     s.raw[i] = static_cast<std::byte>((seq + i) & 0xff);
-  return testing::encode_sample(kLayout, s);
+  return testing::encode_sample(kRingLayout, s);
 }
 
 // Reads every record, checks sequence and payload, returns how many samples and lost were seen.
@@ -57,7 +57,7 @@ Drained drain(Ring& ring, std::span<const std::byte> ring_mem, std::uint64_t fir
       ++d.wrapped;  // served from scratch
     }
     Record r;
-    EXPECT_EQ(decode(p.record, kLayout, r), DecodeError::kOk);
+    EXPECT_EQ(decode(p.record, kRingLayout, r), DecodeError::kOk);
     if (auto* s = std::get_if<Sample>(&r.body)) {
       EXPECT_EQ(s->tid, d.next_seq);
       for (std::size_t i = 0; i < s->raw.size() && i < 4; ++i) {
@@ -145,7 +145,7 @@ TEST(Ring, FullRingLosesAndReportsLost) {
   SyntheticRing synth(1);
   SampleId lost_id;
   lost_id.id = 7;
-  synth.set_lost_record(kLayout, lost_id);
+  synth.set_lost_record(kRingLayout, lost_id);
   auto ring = Ring::adopt(synth.meta_and_data(), {}, false);
   ASSERT_TRUE(ring.has_value());
   const std::uint64_t generated = 1000;
@@ -212,7 +212,7 @@ TEST(Ring, OverwriteSnapshotReturnsNewestCompleteRecords) {
   std::uint64_t expect = total - 1, seen = 0;
   const auto err = for_each_record(out, [&](std::span<const std::byte> rec) {
     Record r;
-    ASSERT_EQ(decode(rec, kLayout, r), DecodeError::kOk);
+    ASSERT_EQ(decode(rec, kRingLayout, r), DecodeError::kOk);
     EXPECT_EQ(std::get<Sample>(r.body).tid, expect);
     --expect;
     ++seen;

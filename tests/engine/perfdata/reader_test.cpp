@@ -25,6 +25,7 @@
 
 #include "support/perf_tool.hpp"
 #include "support/temp_dir.hpp"
+#include "support/test_paths.hpp"
 
 namespace tracer::perfdata {
 namespace {
@@ -33,13 +34,7 @@ namespace fs = std::filesystem;
 using testing::shell;
 using testing::TempDir;
 
-#define REQUIRE_PERF()                                        \
-  do {                                                        \
-    if (auto why = testing::perf_unavailable(); !why.empty()) \
-      GTEST_SKIP() << why;                                    \
-  } while (0)
-
-const std::string kSyscaller = TRACER_SYSCALLER_PATH;
+using tracer::testing::kSyscaller;
 
 // One sample as both sides see it: event, tid, cpu, time in µs (perf script truncates to µs),
 // and the tracepoint's "name: 0x..." fields.

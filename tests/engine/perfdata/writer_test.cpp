@@ -12,6 +12,7 @@
 #include <regex>
 
 #include "support/perf_judge.hpp"
+#include "support/perf_tool.hpp"
 #include "tracer/perf/abi.hpp"
 #include "tracer/perfdata/reader.hpp"
 
@@ -24,13 +25,6 @@ using testing::shell;
 
 constexpr std::uint64_t kSampleType = PERF_SAMPLE_IDENTIFIER | PERF_SAMPLE_IP | PERF_SAMPLE_TID |
                                       PERF_SAMPLE_TIME | PERF_SAMPLE_CPU | PERF_SAMPLE_PERIOD;
-
-#define REQUIRE_PERF()                  \
-  do {                                  \
-    std::string why;                    \
-    if (!testing::perf_available(&why)) \
-      GTEST_SKIP() << why;              \
-  } while (0)
 
 /// Bytes of one record, built field by field.
 class Bytes {

@@ -10,20 +10,16 @@
 #include <vector>
 
 #include "support/stage_batches.hpp"
+#include "support/stage_harness.hpp"
 #include "tracer/ext/stages.hpp"
 #include "tracer/pipeline.hpp"
 
 namespace tracer {
 namespace {
 
+using testing::ev;
 using testing::FakeEvent;
 using testing::Records;
-
-FakeEvent ev(std::int32_t nr) {
-  FakeEvent e;
-  e.nr = nr;
-  return e;
-}
 
 struct Seen {
   std::vector<std::uint64_t> times;

@@ -27,7 +27,7 @@ namespace {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
-constexpr std::uint64_t kCalls = 3000;
+constexpr std::uint64_t kAsyncCalls = 3000;
 
 /// Open perf events of this process (anon_inode:[perf_event] descriptors).
 std::size_t open_perf_events() {
@@ -68,7 +68,7 @@ by = ["comm"]
 
 SessionOptions command_options() {
   return {.target = {.kind = Target::Kind::kCommand,
-                     .command = {TRACER_SYSCALLER_PATH, "getppid", std::to_string(kCalls)}}};
+                     .command = {TRACER_SYSCALLER_PATH, "getppid", std::to_string(kAsyncCalls)}}};
 }
 
 /// The host's own periodic work: a timer every `period`, and how late it ran at worst while
@@ -155,7 +155,7 @@ TEST(SessionAsync, TheHostsTimersKeepTheirScheduleWhileAStartCompiles) {
     io.run_for(std::chrono::seconds(20));
     ASSERT_FALSE(session.running());
   }
-  EXPECT_EQ(blocking_count, kCalls);
+  EXPECT_EQ(blocking_count, kAsyncCalls);
 
   io.restart();
   HostTimer host(io, std::chrono::milliseconds(5));
@@ -182,7 +182,7 @@ TEST(SessionAsync, TheHostsTimersKeepTheirScheduleWhileAStartCompiles) {
   ASSERT_TRUE(handled) << "async_start's handler never ran";
   if (started_with)
     std::rethrow_exception(started_with);
-  EXPECT_EQ(async_count, kCalls);
+  EXPECT_EQ(async_count, kAsyncCalls);
   host.expect_on_schedule("start", blocking, async_length);
 }
 

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "support/scratch_path.hpp"
+#include "support/test_paths.hpp"
 #include "tracer/ext/stages.hpp"
 #include "tracer/session.hpp"
 
@@ -29,7 +30,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const std::string kSyscaller = TRACER_SYSCALLER_PATH;
+using tracer::testing::kSyscaller;
 
 Recipe load(const std::string& text) {
   return Recipe::load_string(text, "counters.toml", {.stages = stage_catalog()});

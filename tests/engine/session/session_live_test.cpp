@@ -152,7 +152,7 @@ by = ["probe"]
   return text;
 }
 
-Recipe load(const std::string& text) {
+Recipe load_recipe(const std::string& text) {
   return Recipe::load_string(text, "live.toml", {.stages = stage_catalog()});
 }
 
@@ -161,7 +161,7 @@ Recipe load(const std::string& text) {
 struct LiveRun {
   LiveRun(const std::string& text, std::vector<std::string> pipeline_names)
       : names(std::move(pipeline_names)),
-        session(io.get_executor(), load(text), out, {.duration = std::chrono::seconds(120)}) {
+        session(io.get_executor(), load_recipe(text), out, {.duration = std::chrono::seconds(120)}) {
     session.on_table([this](const TableUpdate& u) {
       if (!u.final)
         return;
@@ -201,7 +201,7 @@ TEST_P(SessionLive, AProbeAddedAndRemovedWhileRunningLeavesTheOthersExactAndNoth
   const auto before_add = kernel_objects();
 
   // A probe and a pipeline are added.
-  const RecipeChanges added = session.apply(load(recipe_text(placement, true)));
+  const RecipeChanges added = session.apply(load_recipe(recipe_text(placement, true)));
   names = {"by_pid", "by_probe"};
   EXPECT_EQ(added.probes_added, std::vector<std::string>{"getpgrp"});
   EXPECT_TRUE(added.probes_removed.empty());
@@ -214,7 +214,7 @@ TEST_P(SessionLive, AProbeAddedAndRemovedWhileRunningLeavesTheOthersExactAndNoth
 
   // A change that cannot be made leaves the session as it was: an error at its position.
   try {
-    (void)session.apply(load(recipe_text(placement, true) + R"([[probe]]
+    (void)session.apply(load_recipe(recipe_text(placement, true) + R"([[probe]]
 name = "nosuch"
 tracepoint = "syscalls:sys_enter_no_such_call"
 )"));
@@ -228,7 +228,7 @@ tracepoint = "syscalls:sys_enter_no_such_call"
     // One that fails after its new probe opened is taken back whole: a pipeline in user space
     // cannot read getppid, whose events only the kernel read since the start.
     try {
-      (void)session.apply(load(recipe_text(placement, true) + R"([[probe]]
+      (void)session.apply(load_recipe(recipe_text(placement, true) + R"([[probe]]
 name = "getresgid"
 tracepoint = "syscalls:sys_enter_getresgid"
 [[pipeline]]
@@ -250,7 +250,7 @@ use = "print"
   io.run_for(std::chrono::milliseconds(300));
 
   // The probe and its pipeline go: the pipeline's final table comes now.
-  const RecipeChanges removed = session.apply(load(recipe_text(placement, false)));
+  const RecipeChanges removed = session.apply(load_recipe(recipe_text(placement, false)));
   EXPECT_EQ(removed.probes_removed, std::vector<std::string>{"getpgrp"});
   EXPECT_EQ(removed.pipelines_removed, std::vector<std::string>{"by_probe"});
   EXPECT_EQ(removed.pipelines_kept, 1u);
@@ -313,7 +313,7 @@ TEST_P(SessionLive, AProbeRemovedAndAddedAgainCountsExactlyWhileItExists) {
   phase(1);
   phase(2);  // counted
   const auto with_pgrp = kernel_objects();
-  const RecipeChanges removed = session.apply(load(recipe_text(placement, false)));
+  const RecipeChanges removed = session.apply(load_recipe(recipe_text(placement, false)));
   EXPECT_EQ(removed.probes_removed, std::vector<std::string>{"getpgrp"});
   EXPECT_EQ(removed.pipelines_removed, std::vector<std::string>{"by_probe"});
   names = {"by_pid"};
@@ -321,7 +321,7 @@ TEST_P(SessionLive, AProbeRemovedAndAddedAgainCountsExactlyWhileItExists) {
   io.run_for(std::chrono::milliseconds(200));
   EXPECT_LT(kernel_objects()["[perf_event]"], with_pgrp.at("[perf_event]"));
   phase(3);  // not counted
-  const RecipeChanges again = session.apply(load(recipe_text(placement, true)));
+  const RecipeChanges again = session.apply(load_recipe(recipe_text(placement, true)));
   EXPECT_EQ(again.probes_added, std::vector<std::string>{"getpgrp"});
   EXPECT_TRUE(again.pipelines_restarted.empty()) << again.describe();
   names = {"by_pid", "by_probe_again"};
@@ -382,7 +382,7 @@ name = "lines"
 use = "print"
 )";
   };
-  Session session(io.get_executor(), load(text(false)), out,
+  Session session(io.get_executor(), load_recipe(text(false)), out,
                   {.duration = std::chrono::seconds(120)});
   session.on_table([&](const TableUpdate& u) {
     if (!u.final || u.pipeline != 0)
@@ -396,7 +396,7 @@ use = "print"
       << session.placement();
   children.shared().phase = 1;
   io.run_for(std::chrono::milliseconds(400));
-  const RecipeChanges c = session.apply(load(text(true)));
+  const RecipeChanges c = session.apply(load_recipe(text(true)));
   ASSERT_EQ(c.pipelines_restarted.size(), 1u) << c.describe();
   EXPECT_TRUE(c.pipelines_restarted[0].starts_with("lat (its programs pair probes"))
       << c.describe();

@@ -29,7 +29,7 @@ using tracer::testing::TempDir;
 constexpr std::uint64_t kContextKernel = static_cast<std::uint64_t>(-128);
 constexpr std::uint64_t kContextUser = static_cast<std::uint64_t>(-512);
 
-symbols::FunctionSymbol expected(const char* binary, const char* name) {
+symbols::FunctionSymbol expected_symbol(const char* binary, const char* name) {
   auto sym = symbols::find_function(binary, name);
   EXPECT_TRUE(sym.has_value()) << binary << ": " << (sym ? "" : sym.error().describe());
   return sym ? *sym : symbols::FunctionSymbol{};
@@ -77,7 +77,7 @@ std::uint64_t kallsyms_start(const std::string& name) {
 TEST(SymbolsSymbolizer, LiveProcessSharedLibrary) {
   TargetProcess target(true);
   ASSERT_GT(target.pid(), 0);
-  const auto lib_fn = expected(TRACER_TARGET_LIB, "tracer_lib_fn");
+  const auto lib_fn = expected_symbol(TRACER_TARGET_LIB, "tracer_lib_fn");
   const auto placed = runtime_address(target.pid(), TRACER_TARGET_LIB, lib_fn.file_offset);
   ASSERT_TRUE(placed.has_value()) << "libtracer_target.so is not mapped by the target";
   EXPECT_EQ(placed->addr, target.lib) << "the program's own &tracer_lib_fn";
@@ -96,7 +96,7 @@ TEST(SymbolsSymbolizer, LiveProcessSharedLibrary) {
   EXPECT_EQ(frame_label(frames[0], false), "tracer_lib_fn");
 
   // The PIE executable itself (loaded at a bias the process chose).
-  const auto outer = expected(TRACER_SYMBOLS_TARGET, "tracer_sym_outer");
+  const auto outer = expected_symbol(TRACER_SYMBOLS_TARGET, "tracer_sym_outer");
   const auto exe = runtime_address(target.pid(), TRACER_SYMBOLS_TARGET, outer.file_offset);
   ASSERT_TRUE(exe.has_value());
   EXPECT_EQ(exe->addr, target.outer);
@@ -202,7 +202,7 @@ class SymbolsSymbolizerRecords : public ::testing::Test {
   static constexpr std::uint64_t kLen = 0x100000;
 
   void SetUp() override {
-    fn_ = expected(TRACER_UPROBE_TARGET_NOPIE, "tracer_test_fn");
+    fn_ = expected_symbol(TRACER_UPROBE_TARGET_NOPIE, "tracer_test_fn");
     ASSERT_LT(fn_.file_offset, kLen);
     sym_.on_mmap(
         {.pid = 100, .start = kBase, .len = kLen, .pgoff = 0, .path = TRACER_UPROBE_TARGET_NOPIE});

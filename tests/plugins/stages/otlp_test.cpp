@@ -25,6 +25,7 @@
 
 #include "support/cli.hpp"
 #include "support/temp_dir.hpp"
+#include "support/test_paths.hpp"
 
 namespace tracer {
 namespace {
@@ -36,7 +37,7 @@ namespace fs = std::filesystem;
 using asio::ip::tcp;
 using ::testing::HasSubstr;
 
-const std::string kSyscaller = TRACER_SYSCALLER_PATH;
+using tracer::testing::kSyscaller;
 const fs::path kProtoDir =
     fs::path(TRACER_TEST_DATA_DIR).parent_path().parent_path() / "plugins/stages/otlp/proto";
 
@@ -133,7 +134,7 @@ std::size_t occurrences(const std::string& text, const std::string& what) {
   return n;
 }
 
-std::string recipe(std::uint16_t port, const std::string& extra) {
+std::string otlp_recipe(std::uint16_t port, const std::string& extra) {
   const std::string otlp =
       "use = \"otlp\"\nendpoint = \"http://127.0.0.1:" + std::to_string(port) + "\"\n" + extra;
   return "[recipe]\nname = \"otlp\"\n"
@@ -158,7 +159,7 @@ TEST(OtlpExport, EventsAndTablesReachACollectorAsOtlpProtobuf) {
     GTEST_SKIP() << "protoc (Debian's protobuf-compiler) is not installed (.ci/setup installs it)";
   testing::TempDir dir;
   Receiver rx;
-  dir.write("r.toml", recipe(rx.port(), ""));
+  dir.write("r.toml", otlp_recipe(rx.port(), ""));
   const auto r = testing::run_tracer("run " + (dir.path() / "r.toml").string() + " --json -- " +
                                      kSyscaller + " lseek 1000");
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -263,7 +264,7 @@ TEST(OtlpExport, StatsAreSumsAndGaugesByTheirKindsOnBothPlacements) {
 TEST(OtlpExport, JsonEncodingAndRetriesAfterA503) {
   testing::TempDir dir;
   Receiver rx(2);  // the first two requests get 503: each is sent again
-  dir.write("r.toml", recipe(rx.port(), "encoding = \"json\"\n"));
+  dir.write("r.toml", otlp_recipe(rx.port(), "encoding = \"json\"\n"));
   const auto r = testing::run_tracer("run " + (dir.path() / "r.toml").string() + " --json -- " +
                                      kSyscaller + " lseek 1000");
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -293,7 +294,7 @@ TEST(OtlpExport, ACollectorThatIsDownCostsTheRunNothingAndEveryDropIsCounted) {
     Receiver gone;  // a port nothing listens on once it is gone
     port = gone.port();
   }
-  dir.write("r.toml", recipe(port, "queue = 2\ntimeout = \"200ms\"\n"));
+  dir.write("r.toml", otlp_recipe(port, "queue = 2\ntimeout = \"200ms\"\n"));
   const auto t0 = std::chrono::steady_clock::now();
   const auto r = testing::run_tracer("run " + (dir.path() / "r.toml").string() + " --json -- " +
                                      kSyscaller + " lseek 5000");
