@@ -167,6 +167,9 @@ struct Symbolizer::Impl {
   /// "[kernel.kallsyms]_text" MMAP, pgoff = _text): kallsyms names its addresses only if this
   /// machine's kernel text begins there too (the same kernel, the same boot's KASLR slide).
   std::optional<std::uint64_t> recorded_text;
+  /// The recorded kernel map's range [start, end) (that MMAP's start and length): a kernel
+  /// address with no symbol is the kernel's only inside it, as perf's kernel map decides.
+  std::optional<std::pair<std::uint64_t, std::uint64_t>> recorded_kernel_map;
   std::vector<std::string> warnings;
   std::unordered_set<std::string> warned;
   /// Kernel text of PERF_RECORD_KSYMBOL records by start: its end and name (on_ksymbol).
@@ -547,10 +550,15 @@ struct Symbolizer::Impl {
     const KernelSymbols* k = kernel_symbols();
     const KernelSymbol* s = k != nullptr ? k->find(ip) : nullptr;
     if (s == nullptr) {
-      // A user-space address in the kernel's part of a callchain (the kernel's walk went past
-      // its stack) lies in no kernel map: perf names its module [unknown], not the kernel.
-      const bool kernel_half = (ip >> 63) != 0;
-      return unknown(ip, kernel_half ? std::string(kKernelModule) : std::string("[unknown]"), true);
+      // An address no kernel map holds has the module [unknown] in perf, not the kernel: a
+      // user-space address in the kernel's part of a callchain (the kernel's walk went past its
+      // stack), or, in records with a kernel map, an address outside it (a BPF program loaded
+      // after the recording began, with no KSYMBOL record of it).
+      const bool in_kernel_map =
+          recorded_kernel_map ? ip >= recorded_kernel_map->first && ip < recorded_kernel_map->second
+                              : (ip >> 63) != 0;
+      return unknown(ip, in_kernel_map ? std::string(kKernelModule) : std::string("[unknown]"),
+                     true);
     }
     return {
         .addr = ip,
@@ -622,6 +630,8 @@ void Symbolizer::on_mmap(const Mapping& m) {
   impl_->unwinders.erase(m.pid);
   if (m.path.starts_with("[kernel.kallsyms]")) {
     impl_->recorded_text = m.pgoff;  // perf's "[kernel.kallsyms]_text": pgoff is _text
+    const std::uint64_t end = m.start + m.len < m.start ? ~std::uint64_t{0} : m.start + m.len;
+    impl_->recorded_kernel_map = std::pair{m.start, end};
     return;
   }
   auto& p = impl_->process(m.pid);

@@ -65,7 +65,7 @@ filter = "fd == 12345"
 
 // A tracepoint with fields: perf script prints exactly the command's 7 calls with their values.
 TEST(CliPerfData, TracepointFieldsReadByPerfScript) {
-  REQUIRE_PERF();
+  REQUIRE_PERF_JUDGE();
   Files f;
   const auto recipe = f.recipe("lseek", kLseek);
   const auto data = f.add("lseek", ".data");
@@ -92,7 +92,7 @@ TEST(CliPerfData, TracepointFieldsReadByPerfScript) {
 
 // Pipe mode: the stream goes through a pipe straight into perf script.
 TEST(CliPerfData, PipeModeThroughPerfScript) {
-  REQUIRE_PERF();
+  REQUIRE_PERF_JUDGE();
   Files f;
   const auto recipe = f.recipe("lseek_pipe", kLseek);
   const auto err = f.add("lseek_pipe_err", ".txt");
@@ -112,7 +112,7 @@ TEST(CliPerfData, PipeModeThroughPerfScript) {
 // A cpu-clock profile with callchains: perf report names the busy function at the top, and the
 // callchain through tracer_busy_outer and main (user symbols from MMAP2 records).
 TEST(CliPerfData, ProfileTopEntryIsTheBusyFunction) {
-  REQUIRE_PERF();
+  REQUIRE_PERF_JUDGE();
   Files f;
   const auto recipe = f.recipe("profile", R"([recipe]
 name = "profile"
@@ -148,7 +148,7 @@ callchain = true
 
 // A uprobe: every call is a sample whose ip resolves to the probed function.
 TEST(CliPerfData, UprobeSamplesResolveToTheFunction) {
-  REQUIRE_PERF();
+  REQUIRE_PERF_JUDGE();
   Files f;
   const auto recipe = f.recipe("uprobe", std::string(R"([recipe]
 name = "uprobe"
@@ -174,7 +174,7 @@ uprobe = ")") + TRACER_UPROBE_TARGET + R"(:tracer_test_fn"
 // The BPF output channel of a recipe with a .bpf.c: perf script prints each payload as
 // "BPF output" bytes; the file name the program read is in them.
 TEST(CliPerfData, BpfOutputPayloadsPrintedByPerfScript) {
-  REQUIRE_PERF();
+  REQUIRE_PERF_JUDGE();
   Files f;
   const std::string configs = std::string(TRACER_TEST_DATA_DIR) + "/../../configs";
   const auto data = f.add("opens", ".data");
@@ -198,7 +198,7 @@ TEST(CliPerfData, BpfOutputPayloadsPrintedByPerfScript) {
 
 // perf evlist shows every probe of the recipe by its name, whatever its kind.
 TEST(CliPerfData, EvlistShowsProbeNames) {
-  REQUIRE_PERF();
+  REQUIRE_PERF_JUDGE();
   Files f;
   const auto recipe = f.recipe("two", R"([recipe]
 name = "two"
@@ -232,7 +232,7 @@ by = ["probe"]
 
 // Stopping by SIGINT finalizes the file; SIGKILL leaves one readable up to its last round.
 TEST(CliPerfData, FileAfterSigintAndSigkillIsReadable) {
-  REQUIRE_PERF();
+  REQUIRE_PERF_JUDGE();
   Files f;
   const auto recipe = f.recipe("forever", tracer::testing::with_own_fd(kLseek));  // system-wide
   for (const int sig : {SIGINT, SIGKILL}) {

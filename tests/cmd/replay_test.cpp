@@ -23,8 +23,8 @@ namespace {
 namespace fs = std::filesystem;
 using tracer::testing::shell;
 
-using tracer::testing::kTracer;
 using tracer::testing::kSyscaller;
+using tracer::testing::kTracer;
 const std::string kBusyLoop = TRACER_BUSY_LOOP;
 
 std::string record_lseek(const tracer::testing::TempDir& dir, int calls, bool pipe = false) {
@@ -483,7 +483,8 @@ TEST(CliReplay, TheDefaultPrintHasPerfScriptsCallchains) {
       return out;
     };
     // --perf is perf script's text, line for line.
-    EXPECT_EQ(first_difference(ours(script_lines(perf_mode.out)), ours(script_lines(perfs.out))), "");
+    EXPECT_EQ(first_difference(ours(script_lines(perf_mode.out)), ours(script_lines(perfs.out))),
+              "");
     // The default print: the same frame lines, sample by sample (headers differ in their own
     // fields only).
     const auto frames = [&](const std::string& text) {

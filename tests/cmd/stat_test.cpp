@@ -47,10 +47,10 @@ using tracer::testing::kSyscaller;
 // numbers). sched_process_exec fires in the kernel, once for the command; a page fault is in
 // one mode or the other.
 TEST(CliStat, EventModifiersExcludeKernelOrUser) {
-  const auto r =
-      run_stat("stat -e sched:sched_process_exec:u,sched:sched_process_exec:k,page-faults:u,"
-          "page-faults:k,page-faults -- " +
-          kSyscaller + " getppid 500");
+  const auto r = run_stat(
+      "stat -e sched:sched_process_exec:u,sched:sched_process_exec:k,page-faults:u,"
+      "page-faults:k,page-faults -- " +
+      kSyscaller + " getppid 500");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(count_of(r.err, "sched:sched_process_exec:u"), 0) << r.err;
   EXPECT_EQ(count_of(r.err, "sched:sched_process_exec:k"), 1) << r.err;
@@ -104,8 +104,8 @@ TEST(CliStat, HardwareEventWithoutAPmuSaysSo) {
 // -I: every event falls in exactly one interval, the last partial one at the command's end
 // included (perf stat prints it too): the intervals' counts sum to the calls made.
 TEST(CliStat, IntervalCountsSumToTheTotal) {
-  const auto r = run_stat("stat -x, -I 100 -e syscalls:sys_enter_lseek -- /bin/sh -c '" + kSyscaller +
-                     " lseek 3000; sleep 0.25; " + kSyscaller + " lseek 2000'");
+  const auto r = run_stat("stat -x, -I 100 -e syscalls:sys_enter_lseek -- /bin/sh -c '" +
+                          kSyscaller + " lseek 3000; sleep 0.25; " + kSyscaller + " lseek 2000'");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   std::istringstream lines(r.err);
   long long sum = 0;

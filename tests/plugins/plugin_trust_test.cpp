@@ -196,7 +196,7 @@ TEST_F(PluginTrust, EachLoadIsTheFileItsRecipeNamesNotAnEarlierOne) {
         std::pair{std::string("tracer_hostile_marker"), std::string("hostile")}}) {
     SCOPED_TRACE(variant);
     dir_.write("r.toml", trust_recipe_text(built(variant).string(),
-                                     name == "sum_by" ? "value = \"offset\"\n" : ""));
+                                           name == "sum_by" ? "value = \"offset\"\n" : ""));
     Hosted h(dir_.path() / "r.toml", "10");
     auto& io = h.io;
     auto& session = h.session;

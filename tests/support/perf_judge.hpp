@@ -19,3 +19,11 @@ std::vector<std::string> lines_of(const std::string& text);
 std::string temp_path(const std::string& stem, const std::string& ext);
 
 }  // namespace tracer::testing
+
+/// Skips the running test, saying why, when `perf` does not run here (it reads and prints
+/// perf.data: the judge). Opens no perf event, so kernel-free suites may use it.
+#define REQUIRE_PERF_JUDGE()                                     \
+  do {                                                           \
+    if (std::string why; !tracer::testing::perf_available(&why)) \
+      GTEST_SKIP() << why;                                       \
+  } while (0)

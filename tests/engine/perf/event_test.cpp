@@ -57,7 +57,7 @@ TEST(GroupLive, CountsSoftwareEventsTogether) {
     EXPECT_EQ(c->values[i].id, *id) << "member " << i;
   }
   EXPECT_GT(c->time_enabled, 0U);
-  EXPECT_EQ(c->time_enabled, c->time_running) << "software_attr events are never multiplexed";
+  EXPECT_EQ(c->time_enabled, c->time_running) << "software events are never multiplexed";
   EXPECT_GE(c->values[0].value, 40'000'000U) << "task-clock ns after a 50 ms spin";
   EXPECT_GE(c->values[1].value, 40'000'000U) << "cpu-clock ns";
   EXPECT_GE(c->values[2].value, 16'000U) << "page faults for 64 MiB touched";
@@ -154,7 +154,7 @@ TEST(OpenEventErrors, AnyTaskOnAnyCpuIsExplained) {
   ASSERT_FALSE(r.has_value());
   EXPECT_EQ(r.error().errno_value(), EINVAL);
   EXPECT_NE(r.error().hint.find("pid -1 and cpu -1"), std::string::npos) << r.error().describe();
-  EXPECT_NE(r.error().message.find("software_attr"), std::string::npos) << r.error().message;
+  EXPECT_NE(r.error().message.find("software"), std::string::npos) << r.error().message;
 }
 
 TEST(OpenEventErrors, VanishedProcessIsExplained) {

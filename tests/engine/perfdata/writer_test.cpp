@@ -12,7 +12,6 @@
 #include <regex>
 
 #include "support/perf_judge.hpp"
-#include "support/perf_tool.hpp"
 #include "tracer/perf/abi.hpp"
 #include "tracer/perfdata/reader.hpp"
 
@@ -117,7 +116,7 @@ WriterOptions quiet_options() {
 }
 
 TEST(PerfDataWriter, RewritesIdsPerAttrAndPerfMapsEverySampleToItsProbe) {
-  REQUIRE_PERF();
+  REQUIRE_PERF_JUDGE();
   const std::vector<ProbeInfo> probes = {software_probe(0, "alpha"), software_probe(1, "beta")};
   const auto path = testing::temp_path("ids", ".data");
   {
@@ -153,7 +152,7 @@ TEST(PerfDataWriter, RewritesIdsPerAttrAndPerfMapsEverySampleToItsProbe) {
 // them for intel_bts). The chunk is stored as perf record stores it: AUXTRACE_INFO once, then an
 // AUXTRACE record per chunk with the bytes after it; perf dumps both and decodes without error.
 TEST(PerfDataWriter, AuxChunksBecomeAuxtraceRecords) {
-  REQUIRE_PERF();
+  REQUIRE_PERF_JUDGE();
   ProbeInfo bts;
   bts.index = 0;
   bts.name = "bts";
@@ -205,7 +204,7 @@ TEST(PerfDataWriter, AuxChunksBecomeAuxtraceRecords) {
 // perf record's bpf-output event (pid/tid from the payload's BTF fields) so perf maps and prints
 // them, next to a probe whose records pass through.
 TEST(PerfDataWriter, BpfOutputSamplesAreRebuiltWithPayloadPidAndPrinted) {
-  REQUIRE_PERF();
+  REQUIRE_PERF_JUDGE();
   ProbeInfo cpu = software_probe(0, "cpu");
   ProbeInfo out;
   out.index = 1;
@@ -293,7 +292,7 @@ TEST(PerfDataWriter, BpfOutputSamplesAreRebuiltWithPayloadPidAndPrinted) {
 // A file as a crash leaves it: copied after one round ended and while another is buffered.
 // perf reads the first round completely, with every feature, and warns about nothing.
 TEST(PerfDataWriter, FileCopiedMidRunReadsUpToTheLastRound) {
-  REQUIRE_PERF();
+  REQUIRE_PERF_JUDGE();
   const std::vector<ProbeInfo> probes = {software_probe(0, "cpu")};
   const auto path = testing::temp_path("crash", ".data");
   const auto copy = testing::temp_path("crash_copy", ".data");

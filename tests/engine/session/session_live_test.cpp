@@ -161,7 +161,10 @@ Recipe load_recipe(const std::string& text) {
 struct LiveRun {
   LiveRun(const std::string& text, std::vector<std::string> pipeline_names)
       : names(std::move(pipeline_names)),
-        session(io.get_executor(), load_recipe(text), out, {.duration = std::chrono::seconds(120)}) {
+        session(io.get_executor(),
+                load_recipe(text),
+                out,
+                {.duration = std::chrono::seconds(120)}) {
     session.on_table([this](const TableUpdate& u) {
       if (!u.final)
         return;

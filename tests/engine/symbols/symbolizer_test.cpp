@@ -487,6 +487,33 @@ TEST(SymbolsSymbolizer, UnknownKernelContextFramesNameTheirModuleAsPerfDoes) {
   EXPECT_EQ(user.module, "[unknown]");
 }
 
+// In records with a kernel map (perf's "[kernel.kallsyms]_text" MMAP: _text and a length), a
+// kernel address without a symbol is the kernel's inside that map and [unknown] outside it, as
+// perf script prints a BPF program loaded after the recording began (no KSYMBOL record): met
+// beside another tracer, where tracer printed "[unknown] ([kernel.kallsyms])" for its frames.
+TEST(SymbolsSymbolizer, AKernelAddressOutsideTheRecordedKernelMapIsInNoModule) {
+  testing::TempDir dir;
+  const auto live = dir.path() / "kallsyms";
+  std::ofstream(live) << "ffffffff81000000 T _text\nffffffff81001000 T live_fn\n";
+  Symbolizer sym({.kallsyms = live, .read_proc = false});
+  sym.on_mmap({.pid = 0,
+               .start = 0xffffffff81000000,
+               .len = 0x1276f48,
+               .pgoff = 0xffffffff81000000,
+               .path = "[kernel.kallsyms]_text"});
+  EXPECT_EQ(sym.symbolize_kernel(0xffffffff81001010).symbol, "live_fn");
+  const Frame past_text = sym.symbolize_kernel(0xffffffff82276f40);  // in the map, no symbol
+  EXPECT_EQ(past_text.symbol, "");
+  EXPECT_EQ(past_text.module, "[kernel.kallsyms]");
+  for (const std::uint64_t ip :
+       {std::uint64_t{0xffffffffc0025558}, std::uint64_t{0xffffffff82276f48},
+        std::uint64_t{0xffffffff80000000}}) {
+    const Frame outside = sym.symbolize_kernel(ip);
+    EXPECT_EQ(outside.symbol, "") << std::hex << ip;
+    EXPECT_EQ(outside.module, "[unknown]") << std::hex << ip;
+  }
+}
+
 // The running kernel's build-id comes from its notes as perf reads it (perf buildid-list -k).
 TEST(SymbolsSymbolizer, KernelBuildIdIsPerfs) {
   const std::string ours = KernelSymbols::build_id();
