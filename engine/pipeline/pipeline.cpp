@@ -114,7 +114,6 @@ class Pipeline::Impl {
   double ns_per_record_ = 0;  // the stages' pace through the merge's rounds (moving average)
   BatchHandler ordered_out_;
   PipelineStats stats_;
-  bool unprocessed_said_ = false;  // take_warnings() said order.unprocessed
   bool stopped_ = false;
   const CounterSource* counters_ = nullptr;
   std::chrono::nanoseconds started_{};  // start(now)
@@ -592,13 +591,6 @@ void Pipeline::Impl::track_maps(const perf::Record& record) noexcept {
 
 std::vector<std::string> Pipeline::Impl::take_warnings() {
   std::vector<std::string> out;
-  if (order_ && order_->stats().unprocessed != 0 && !unprocessed_said_) {
-    unprocessed_said_ = true;
-    out.push_back(fmt::format(
-        "{} records were still queued for the stages when the stop's time ({} ms) ran out: "
-        "not processed (the stages are slower than the events; see order.unprocessed)",
-        order_->stats().unprocessed, kStopBudget.count()));
-  }
   if (!schema_ || !schema_->stacks_bound())
     return out;
   for (auto& w : schema_->symbolizer().take_warnings())
@@ -649,6 +641,15 @@ void Pipeline::Impl::dispatch() noexcept {
 
 std::vector<std::string> Pipeline::Impl::warnings() const {
   std::vector<std::string> out;
+  // With the stages' own, which every path reports (the summary's warnings: `tracer run`,
+  // `serve`, a Session's stats); take_warnings() is read by `tracer run` alone, and not when its
+  // stop fails, so records the stop's time cut were counted there but said nowhere else.
+  if (order_ && order_->stats().unprocessed != 0) {
+    out.push_back(fmt::format(
+        "{} records were still queued for the stages when the stop's time ({} ms) ran out: "
+        "not processed (the stages are slower than the events; see order.unprocessed)",
+        order_->stats().unprocessed, kStopBudget.count()));
+  }
   for (const auto& slot : stages_)
     slot.stage->warnings(out);
   return out;

@@ -300,18 +300,36 @@ TEST(OtlpExport, ACollectorThatIsDownCostsTheRunNothingAndEveryDropIsCounted) {
                                      kSyscaller + " lseek 5000");
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  // Every record reached the stage and was dropped, or (on a machine too slow to pass them all
+  // through the stages in the stop's 200 ms: met under ASan beside other work) was left in the
+  // merge at the stop: counted as order.unprocessed, and said.
+  const auto counter = [&](const std::string& name) {
+    const auto at = r.out.find("\"" + name + "\":");
+    return at == std::string::npos ? std::uint64_t{0}
+                                   : std::stoull(r.out.substr(at + name.size() + 3));
+  };
+  const std::uint64_t dropped = counter("otlp.dropped_records");
+  const std::uint64_t unprocessed = counter("order.unprocessed");
+  EXPECT_EQ(dropped + unprocessed, 5000U) << r.out;
+  EXPECT_GT(dropped, 0U) << r.out;
+  const std::string n = std::to_string(dropped);
   // A run whose every export failed has failed: exit 1 with the cause, after the summary.
   EXPECT_EQ(r.exit_code, 1) << r.err;
-  EXPECT_THAT(r.err, HasSubstr("otlp: none of 5000 records reached the collector at "
-                               "http://127.0.0.1:" +
-                               std::to_string(port) + ": connecting to"));
+  EXPECT_THAT(r.err, HasSubstr("otlp: none of " + n + " records reached the collector at " +
+                               "http://127.0.0.1:" + std::to_string(port) + ": connecting to"));
   EXPECT_THAT(r.err, HasSubstr("Connection refused"));
-  EXPECT_THAT(r.err, HasSubstr("tracer: warning: otlp: 5000 of 5000 records did not reach"));
+  EXPECT_THAT(r.err,
+              HasSubstr("tracer: warning: otlp: " + n + " of " + n + " records did not reach"));
   EXPECT_LT(seconds, 20.0);  // the stop's budget, not the retries', bounds the end
   EXPECT_THAT(r.out, HasSubstr(R"("otlp.sent_records":0)")) << r.out;
-  EXPECT_THAT(r.out, HasSubstr(R"("otlp.dropped_records":5000)")) << r.out;
-  EXPECT_THAT(r.out, HasSubstr(R"("warnings":["otlp: 5000 of 5000 records did not reach)"))
-      << r.out;
+  if (unprocessed == 0) {
+    EXPECT_THAT(r.out, HasSubstr(R"("warnings":["otlp: 5000 of 5000 records did not reach)"))
+        << r.out;
+  } else {
+    EXPECT_THAT(r.out, HasSubstr(R"("warnings":[")" + std::to_string(unprocessed) +
+                                 " records were still queued for the stages when the stop's"))
+        << r.out;
+  }
   // The drain took every event all the same.
   EXPECT_THAT(r.out, HasSubstr(R"("lseek":{"events":5000,"lost":0,)")) << r.out;
 }
