@@ -29,6 +29,7 @@
 #include "tracer/pipeline.hpp"
 #include "tracer/reorder.hpp"
 #include "tracer/replay.hpp"
+#include "tracer/symbols/uprobe_target.hpp"
 
 namespace tracer {
 namespace {
@@ -435,8 +436,9 @@ class ScriptPrinter {
       fmt::format_to(fmt::appender(text), "\t{:>16x} ", f.rel);
       if (f.symbol.empty())
         text.append(std::string_view("[unknown]"));
-      else
-        fmt::format_to(fmt::appender(text), "{}+{:#x}", f.symbol, f.offset);
+      else  // a C++ name as perf script prints it: no parameters, no return type
+        fmt::format_to(fmt::appender(text), "{}+{:#x}", symbols::cxx_function_name(f.symbol),
+                       f.offset);
       fmt::format_to(fmt::appender(text), " ({})\n", f.module.empty() ? "[unknown]" : f.module);
     }
     ++lines.lines;

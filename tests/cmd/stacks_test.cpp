@@ -610,6 +610,37 @@ TEST(Stacks, ReplayDropsACallchainPerfTakesForCorruptAsPerfScriptDoes) {
   EXPECT_EQ(differ, 0u);
 }
 
+// C++ frames as perf script prints them: the function's name without its parameters or return
+// type ("shop::Cache::get+0x..", "shop::twice<int>+0x.."; tracer printed "shop::Cache::get(int)"
+// and "int shop::twice<int>(int)"). Met when the two test slots put another test's perf (which
+// links the C++ libopencsd) in a system-wide recording.
+TEST(Stacks, ReplayNamesCxxFramesAsPerfScriptDoes) {
+  REQUIRE_PERF();
+  TempDir dir;
+  const auto data = (dir.path() / "cxx.data").string();
+  const auto rec = shell(fmt::format("perf record -q -g -e cpu-clock -c 20000 -o {} -- {} 300000",
+                                     data, TRACER_CXX_TARGET));
+  ASSERT_EQ(rec.exit_code, 0) << rec.err;
+  const auto [ours, theirs] = replay_and_script(data);
+  ASSERT_EQ(ours.exit_code, 0) << ours.err;
+  ASSERT_EQ(theirs.exit_code, 0);
+  const auto shop_frames = [](const std::string& text) {
+    std::vector<std::string> out;
+    for (auto& line : text_lines(text, true)) {
+      if (line.find(" shop::") != std::string::npos || line.find("twice<") != std::string::npos)
+        out.push_back(line);
+    }
+    return out;
+  };
+  const auto a = shop_frames(ours.out), b = shop_frames(theirs.out);
+  ASSERT_GE(b.size(), 20u) << theirs.out.substr(0, 2000);
+  EXPECT_EQ(a, b);
+  for (const auto& line : a) {
+    EXPECT_EQ(line.find("(int"), std::string::npos) << "a parameter list: " << line;
+    EXPECT_EQ(line.find("(std::"), std::string::npos) << "a parameter list: " << line;
+  }
+}
+
 // A BPF program running in the recorded workload's system calls (tracer's own in-kernel count,
 // system-wide, beside perf record -g): perf record writes a KSYMBOL record for each program, and
 // perf script names the program's frames "bpf_prog_<tag>_<name>+0x.. (bpf_prog_<tag>_<name>)".
