@@ -7,3 +7,12 @@
 # reach a discovered test: it would go into a suite of its own, discovered with both locks).
 set(TRACER_SECOND_SLOT_SUITES
     CliReplay OracleStorm Stacks OracleLifecycle Usdt)
+# Under the sanitizers (several times slower) the live tests keep one slot, one at a time: two
+# ASan runs at once beside other work made a stop's drain of the records already read outlast
+# its 200 ms (Pipeline::kStopBudget), and an oracle's count came short by what was left (counted
+# as order.unprocessed and said, but not the exact count the oracle asserts).
+if(TRACER_SANITIZE)
+  set(TRACER_SECOND_SLOT kernel_perf)
+else()
+  set(TRACER_SECOND_SLOT kernel_perf_2)
+endif()
