@@ -252,7 +252,7 @@ TEST(Reorder, RecordsTheStopsTimeCutAreCountedAndSaidInEveryPathsWarnings) {
   ASSERT_TRUE(pipeline.ordered());
   pipeline.start(std::chrono::nanoseconds(0));
   // 40 batches of the merge's 512 at 25 ms each: a second of work for a 200 ms stop.
-  constexpr std::uint64_t kRecords = 40 * 512;
+  constexpr std::uint64_t kRecords = std::uint64_t{40} * 512;
   std::uint64_t t = 100;
   Records entries, exits;
   for (std::uint64_t i = 0; i < kRecords / 2; ++i) {
