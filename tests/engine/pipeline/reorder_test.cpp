@@ -178,17 +178,26 @@ TEST(Reorder, OverBudgetReleasesTheOlderHalfAndCountsWhatComesLate) {
   EXPECT_EQ(seen.times.size(), 201u);  // nothing dropped
 }
 
+/// An entry probe ("enter") and its exit ("exit"), for a latency stage.
+std::vector<ProbeInfo> enter_exit_probes() {
+  return {testing::fake_probe(0, "enter"), testing::fake_probe(1, "exit")};
+}
+
+/// A latency stage pairing enter_exit_probes(): it orders the pipeline.
+void add_latency(Pipeline& pipeline, Diagnostics& diags) {
+  pipeline.add(stage_registry(), "latency",
+               testing::cv_table({{"entry", testing::cv("enter")}, {"exit", testing::cv("exit")}}),
+               diags);
+}
+
 // A pipeline with a latency stage pairs exits that its batches deliver before their entries.
 TEST(Reorder, PipelinePairsExitsDeliveredBeforeTheirEntries) {
-  const std::vector<ProbeInfo> probes = {testing::fake_probe(0, "enter"),
-                                         testing::fake_probe(1, "exit")};
+  const std::vector<ProbeInfo> probes = enter_exit_probes();
   std::string text;
   Sink sink = Sink::to_string(&text);
   Pipeline pipeline(sink);
   Diagnostics diags;
-  pipeline.add(stage_registry(), "latency",
-               testing::cv_table({{"entry", testing::cv("enter")}, {"exit", testing::cv("exit")}}),
-               diags);
+  add_latency(pipeline, diags);
   pipeline.add(stage_registry(), "count", testing::cv_table({}), diags);
   pipeline.bind(probes, diags);
   ASSERT_TRUE(diags.empty()) << diags.format();
@@ -234,8 +243,7 @@ TEST(Reorder, RecordsTheStopsTimeCutAreCountedAndSaidInEveryPathsWarnings) {
     }
     std::uint64_t seen = 0;
   };
-  const std::vector<ProbeInfo> probes = {testing::fake_probe(0, "enter"),
-                                         testing::fake_probe(1, "exit")};
+  const std::vector<ProbeInfo> probes = enter_exit_probes();
   std::string text;
   Sink sink = Sink::to_string(&text);
   Pipeline pipeline(sink);
@@ -244,9 +252,7 @@ TEST(Reorder, RecordsTheStopsTimeCutAreCountedAndSaidInEveryPathsWarnings) {
   auto slow = std::make_unique<Slow>();
   const Slow& s = *slow;
   pipeline.add(std::move(slow), "slow", {});
-  pipeline.add(stage_registry(), "latency",
-               testing::cv_table({{"entry", testing::cv("enter")}, {"exit", testing::cv("exit")}}),
-               diags);
+  add_latency(pipeline, diags);
   pipeline.bind(probes, diags);
   ASSERT_TRUE(diags.empty()) << diags.format();
   ASSERT_TRUE(pipeline.ordered());
